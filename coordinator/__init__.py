@@ -1,0 +1,1 @@
+"""coordinator: the control side; holds clusters and machines and plans their rollout."""

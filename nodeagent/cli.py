@@ -1,0 +1,123 @@
+"""`nodeagent` command line. Heavy modules are imported inside commands to keep start-up fast."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import TYPE_CHECKING, cast
+
+import click
+
+from nodeagent import __version__
+
+if TYPE_CHECKING:
+    from nodeagent.config import AgentConfig, Role
+    from nodeagent.prechecks.base import CheckContext
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _split_ignores(values: tuple[str, ...]) -> list[str]:
+    return [name for value in values for name in value.split(",")]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nodeagent")
+def main() -> None:
+    """Node agent: checks a machine, joins it to a cluster and applies its StateItems."""
+
+
+@main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="Agent config file (coordinator URL, NTP servers, thresholds, proxy). "
+                   "Default: /etc/nodeagent/config.yaml when it exists.")
+@click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False),
+              help="Read the machine's files under this directory instead of /.")
+@click.option("--role", type=click.Choice(["manager", "worker"]),
+              help="Role to check minimums for (default: the config's role, else worker).")
+@click.option("--ignore", "ignores", multiple=True, metavar="NAME[,NAME]|all",
+              help="Turn these checks' failures into warnings.")
+@click.option("--output", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+def precheck(config_path: str | None, root: str, role: str | None, ignores: tuple[str, ...],
+             output: str) -> None:
+    """Check whether this machine can join a cluster, and what to fix.
+
+    Exits 0 when no hard check failed, 1 when one did, 2 on bad usage or config.
+    """
+    from nodeagent.prechecks import CHECKS, NAMES
+    from nodeagent.prechecks.runner import resolve_ignores, run_checks
+
+    config = _load_config(config_path)
+    try:
+        ignored = resolve_ignores(_split_ignores(ignores), NAMES)
+    except ValueError as exc:
+        raise click.BadOptionUsage("ignore", f"--ignore: {exc}") from None
+    ctx = _context(root, config, role or config.role)
+    report = asyncio.run(run_checks(CHECKS, ctx, ignored))
+    if output == "json":
+        click.echo(report.to_json())
+    else:
+        from nodeagent.render import precheck_table
+
+        click.echo(precheck_table(report))
+    sys.exit(EXIT_OK if report.ok else EXIT_CHECK_FAILED)
+
+
+@main.command()
+@click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False),
+              help="Read the machine's files under this directory instead of /.")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+def facts(root: str, output: str) -> None:
+    """Print what this node reports about itself: hostname, primary IP, interfaces, hardware, OS."""
+    from nodeagent.facts import collect
+    from nodeagent.host import Host
+
+    found = collect(Host(root))
+    if output == "json":
+        click.echo(json.dumps(found, indent=2))
+        return
+    click.echo(f"hostname:    {found['hostname']}")
+    click.echo(f"primary ip:  {found['primary_ip'] or '(none)'}"
+               f" via {found['default_interface'] or '(no default route)'}")
+    click.echo(f"os:          {found['os']['pretty_name']} (kernel {found['os']['kernel']})")
+    click.echo(f"cpu:         {found['cpu']['logical']} logical, {found['cpu']['physical']} physical")
+    click.echo(f"memory:      {found['memory']['total_bytes'] // 2**20} MiB")
+    click.echo("interfaces:")
+    for iface in found["interfaces"]:
+        addrs = ", ".join(f"{a['address']}/{a['prefixlen']}" for a in iface["addresses"])
+        click.echo(f"  {iface['name']:<12} {iface['state'] or '':<8} {addrs}")
+    click.echo("disks:")
+    for disk in found["disks"]:
+        click.echo(f"  {disk['mountpoint']:<20} {disk['fstype']:<8} "
+                   f"{disk['free_bytes'] / 2**30:.1f} of {disk['total_bytes'] / 2**30:.1f} GiB free")
+
+
+@main.command()
+def version() -> None:
+    """Print the agent version."""
+    click.echo(__version__)
+
+
+def _load_config(path: str | None) -> AgentConfig:
+    import os
+
+    from nodeagent.config import DEFAULT_CONFIG_PATH, load_config
+    from nodeagent.validation import InvalidDocument
+
+    if path is None and os.path.exists(DEFAULT_CONFIG_PATH):
+        path = DEFAULT_CONFIG_PATH
+    try:
+        return load_config(path)
+    except InvalidDocument as exc:
+        click.echo(f"error: bad config file\n{exc}", err=True)
+        sys.exit(EXIT_USAGE)
+
+
+def _context(root: str, config: AgentConfig, role: str) -> CheckContext:
+    from nodeagent.host import Host
+    from nodeagent.prechecks.base import CheckContext
+
+    return CheckContext(Host(root), config, cast("Role", role))

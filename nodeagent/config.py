@@ -1,0 +1,94 @@
+"""The agent's config file (/etc/nodeagent/config.yaml): one validated model, camelCase keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+from nodeagent.validation import InvalidDocument, Problem, load_model
+
+DEFAULT_CONFIG_PATH = "/etc/nodeagent/config.yaml"
+
+Role = Literal["manager", "worker"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class CoordinatorConfig(_Section):
+    url: str | None = None
+    health_path: str = "/healthz"
+    timeout: float = Field(default=2.0, gt=0, le=60)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
+
+class NtpConfig(_Section):
+    servers: list[str] = Field(default_factory=list)
+    timeout: float = Field(default=1.0, gt=0, le=30)
+    max_skew_seconds: float = Field(default=2.0, gt=0)
+
+    @field_validator("servers")
+    @classmethod
+    def _servers(cls, value: list[str]) -> list[str]:
+        for server in value:
+            split_host_port(server, 123)
+        return value
+
+
+class ProxyConfig(_Section):
+    http: str | None = None
+    https: str | None = None
+    no_proxy: list[str] = Field(default_factory=list)
+
+
+class Thresholds(_Section):
+    min_var_free_gib: float = Field(default=5.0, ge=0)
+    check_timeout: float = Field(default=3.0, gt=0, le=120)
+
+
+class AgentConfig(_Section):
+    role: Role = "worker"
+    coordinator: CoordinatorConfig = Field(default_factory=CoordinatorConfig)
+    ntp: NtpConfig = Field(default_factory=NtpConfig)
+    proxy: ProxyConfig = Field(default_factory=ProxyConfig)
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+
+
+def split_host_port(server: str, default_port: int) -> tuple[str, int]:
+    """`host`, `host:port`, `[v6]:port` or bare IPv6 -> (host, port)."""
+    text = server.strip()
+    if not text:
+        raise ValueError("empty server address")
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest.removeprefix(":") if rest else ""
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+    else:
+        host, port_text = text, ""
+    if not port_text:
+        return host, default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"{server!r}: port must be a number from 1 to 65535")
+    return host, int(port_text)
+
+
+def load_config(path: str | None) -> AgentConfig:
+    """The config at path; defaults when path is None. Raises InvalidDocument naming file and line."""
+    if path is None:
+        return AgentConfig()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidDocument([Problem("", f"cannot read: {exc.strerror}")], path) from None
+    return load_model(AgentConfig, text, path)

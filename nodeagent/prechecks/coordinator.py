@@ -1,0 +1,117 @@
+"""The coordinator must be reachable: name resolution, a TCP connection, then its health endpoint.
+
+Each stage fails with its own message so the operator knows whether to look at DNS,
+routing/firewalls or the coordinator itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+from urllib.parse import urlsplit
+
+import dns.asyncresolver
+import dns.exception
+import dns.resolver
+
+from nodeagent.host import Host
+from nodeagent.prechecks.base import CheckContext, Outcome, failed, passed, skipped
+from nodeagent.proxy import proxy_for
+
+
+def hosts_file_lookup(text: str | None, name: str) -> list[str]:
+    found = []
+    for line in (text or "").splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) >= 2 and name.lower() in (f.lower() for f in fields[1:]):
+            found.append(fields[0])
+    return found
+
+
+async def resolve(host: Host, name: str, timeout: float) -> list[str]:
+    """Addresses for name: a literal, /etc/hosts under root, then DNS via root's resolv.conf."""
+    try:
+        return [str(ipaddress.ip_address(name))]
+    except ValueError:
+        pass
+    listed = hosts_file_lookup(host.read_text("/etc/hosts"), name)
+    if listed:
+        return listed
+    resolver = dns.asyncresolver.Resolver(filename=str(host.path("/etc/resolv.conf")))
+    resolver.lifetime = timeout
+    addresses: list[str] = []
+    errors = []
+    for rdtype in ("A", "AAAA"):
+        try:
+            answer = await resolver.resolve(name, rdtype, search=True)
+            addresses += [r.to_text() for r in answer]
+        except (dns.resolver.NoAnswer, dns.resolver.NXDOMAIN) as exc:
+            errors.append(exc)
+    if not addresses and errors:
+        raise errors[0]
+    return addresses
+
+
+async def _http_get(url: str, proxy: str | None, timeout: float) -> int:
+    import aiohttp  # heavy; only this check needs it
+
+    client_timeout = aiohttp.ClientTimeout(total=timeout)
+    async with (
+        aiohttp.ClientSession(timeout=client_timeout, trust_env=False) as session,
+        session.get(url, proxy=proxy, allow_redirects=False) as response,
+    ):
+        return response.status
+
+
+async def run(ctx: CheckContext) -> Outcome:
+    cfg = ctx.config.coordinator
+    if not cfg.url:
+        return skipped("no coordinator URL configured (coordinator.url in the config file)")
+    parts = urlsplit(cfg.url)
+    health_url = cfg.url.rstrip("/") + cfg.health_path
+    proxy = proxy_for(cfg.url, ctx.config.proxy, os.environ)
+    target = urlsplit(proxy) if proxy else parts
+    name = target.hostname or ""
+    port = target.port or (443 if target.scheme == "https" else 80)
+    via = f" via proxy {proxy}" if proxy else ""
+    data: dict = {"url": cfg.url, "proxy": proxy, "host": name, "port": port}
+
+    try:
+        addresses = await resolve(ctx.host, name, cfg.timeout)
+    except (dns.exception.DNSException, OSError) as exc:
+        return failed(
+            f"cannot resolve {name}{via}: {exc}",
+            "check the nameservers in /etc/resolv.conf and that the name exists",
+            **data,
+        )
+    data["addresses"] = addresses
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(addresses[0], port), cfg.timeout
+        )
+        writer.close()
+    except (OSError, TimeoutError) as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        return failed(
+            f"cannot connect to {addresses[0]}:{port} ({name}){via}: {reason}",
+            "check routes and firewalls between this node and the coordinator, "
+            "and that the coordinator is running",
+            **data,
+        )
+    try:
+        status = await _http_get(health_url, proxy, cfg.timeout)
+    except Exception as exc:
+        return failed(
+            f"GET {health_url}{via} failed: {type(exc).__name__}: {exc}",
+            "check the coordinator URL (scheme and port) and its TLS certificate",
+            **data,
+        )
+    data["status"] = status
+    if status != 200:
+        return failed(
+            f"GET {health_url}{via} answered HTTP {status}",
+            "check the coordinator's logs; its health endpoint must answer 200",
+            **data,
+        )
+    return passed(f"coordinator at {cfg.url} is healthy{via}", **data)

@@ -1,0 +1,58 @@
+"""Which HTTP proxy a URL goes through: the config file's proxy section, else the environment."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from nodeagent.config import ProxyConfig
+
+
+def _env(environ: Mapping[str, str], name: str) -> str | None:
+    return environ.get(name.lower()) or environ.get(name.upper()) or None
+
+
+def bypassed(host: str, no_proxy: list[str]) -> bool:
+    """NO_PROXY semantics as curl has them: '*', domain suffixes, exact hosts, IPs and CIDRs."""
+    host = host.lower().strip("[]")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for raw in no_proxy:
+        entry = raw.strip().lower()
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        if address is not None and "/" in entry:
+            try:
+                if address in ipaddress.ip_network(entry, strict=False):
+                    return True
+            except ValueError:
+                pass
+            continue
+        entry = entry.split(":")[0] if entry.count(":") == 1 else entry
+        suffix = entry.lstrip(".")
+        if host == suffix or host.endswith("." + suffix):
+            return True
+    return False
+
+
+def proxy_for(url: str, config: ProxyConfig, environ: Mapping[str, str]) -> str | None:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "https":
+        proxy = config.https or _env(environ, "https_proxy")
+    else:
+        proxy = config.http or _env(environ, "http_proxy")
+    if not proxy:
+        return None
+    no_proxy = list(config.no_proxy)
+    env_no_proxy = _env(environ, "no_proxy")
+    if env_no_proxy:
+        no_proxy += env_no_proxy.split(",")
+    if bypassed(parts.hostname or "", no_proxy):
+        return None
+    return proxy

@@ -1,0 +1,127 @@
+"""Load YAML/JSON documents into pydantic models, reporting every problem with its path and line.
+
+Shared by the agent's config file and the coordinator's cluster specs so that both
+name the field and line the same way (e.g. `machineTypes.worker[3].action.argv: required`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    message: str
+    line: int | None = None
+
+    def render(self, source: str | None = None) -> str:
+        where = ""
+        if source and self.line:
+            where = f"{source}:{self.line}: "
+        elif source:
+            where = f"{source}: "
+        elif self.line:
+            where = f"line {self.line}: "
+        field = f"{self.path}: " if self.path else ""
+        return f"{where}{field}{self.message}"
+
+
+class InvalidDocument(Exception):
+    """Raised with every problem found; nothing was accepted."""
+
+    def __init__(self, problems: list[Problem], source: str | None = None) -> None:
+        self.problems = problems
+        self.source = source
+        super().__init__("\n".join(p.render(source) for p in problems))
+
+
+def format_path(loc: Iterable[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _message(error: dict[str, Any]) -> str:
+    kind = error["type"]
+    if kind == "missing":
+        return "required"
+    if kind == "extra_forbidden":
+        return "unknown field"
+    msg = str(error["msg"])
+    return msg.removeprefix("Value error, ")
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """Line of the deepest node along loc that exists in the YAML tree (1-based)."""
+    best = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == part:
+                    best = key.start_mark.line + 1
+                    node = value
+                    break
+            else:
+                return best
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                return best
+            node = node.value[part]
+            best = node.start_mark.line + 1
+        else:
+            return best
+    return best
+
+
+def problems_from(error: ValidationError, tree: yaml.Node | None = None) -> list[Problem]:
+    problems = []
+    for err in error.errors():
+        loc = tuple(err["loc"])
+        problems.append(Problem(format_path(loc), _message(err), _line_of(tree, loc)))
+    return problems
+
+
+def parse_yaml(text: str, source: str | None = None) -> tuple[Any, yaml.Node | None]:
+    """Parse one YAML (or JSON) document, keeping the node tree for line numbers."""
+    try:
+        tree = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark else None
+        raise InvalidDocument(
+            [Problem("", f"not valid YAML: {exc.problem}", line)], source
+        ) from None
+    except yaml.YAMLError as exc:
+        raise InvalidDocument([Problem("", f"not valid YAML: {exc}")], source) from None
+    return data, tree
+
+
+def load_model(model: type[M], text: str, source: str | None = None) -> M:
+    """Parse and validate text as model, or raise InvalidDocument naming every problem."""
+    data, tree = parse_yaml(text, source)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InvalidDocument([Problem("", "expected a mapping at the top level", 1)], source)
+    return validate(model, data, tree, source)
+
+
+def validate(model: type[M], data: Any, tree: yaml.Node | None = None,
+             source: str | None = None) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidDocument(problems_from(exc, tree), source) from None

@@ -64,3 +64,10 @@ class PrecheckReport(_Wire):
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2)
+
+
+def precheck_json_schema() -> dict[str, Any]:
+    """The documented schema of the precheck report (docs/precheck-report.schema.json)."""
+    schema = PrecheckReport.model_json_schema(by_alias=True, mode="serialization")
+    schema["$id"] = PRECHECK_SCHEMA
+    return schema

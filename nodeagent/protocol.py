@@ -6,10 +6,13 @@ the agent sends at registration; its JSON Schema is kept in docs/precheck-report
 
 from __future__ import annotations
 
+import hashlib
+import json
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
 
 PRECHECK_SCHEMA = "nodeagent.precheck/v1"
 
@@ -71,3 +74,141 @@ def precheck_json_schema() -> dict[str, Any]:
     schema = PrecheckReport.model_json_schema(by_alias=True, mode="serialization")
     schema["$id"] = PRECHECK_SCHEMA
     return schema
+
+
+# --- StateItems: what the coordinator asks an agent to apply -------------------------
+
+Phase = Literal["prepare", "deploy", "upgrade", "reconfigure", "reset"]
+PHASES: tuple[str, ...] = ("prepare", "deploy", "upgrade", "reconfigure", "reset")
+
+
+class SpecModel(BaseModel):
+    """User-written spec sections: camelCase keys, unknown keys rejected."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+    )
+
+
+AbsolutePath = Annotated[str, Field(pattern=r"^/", description="an absolute path")]
+FileMode = Annotated[str, Field(pattern=r"^0?[0-7]{3}$", description="octal, e.g. 0644")]
+
+
+class ExecAction(SpecModel):
+    """Runs argv directly (never through a shell); each argument may use ${templates}."""
+
+    type: Literal["exec"]
+    argv: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    expected_exit_codes: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    cwd: str | None = None
+
+
+class FileAction(SpecModel):
+    """Writes a file atomically; `template` is content with ${cluster.name}-style values."""
+
+    type: Literal["file"]
+    path: AbsolutePath
+    content: str | None = None
+    template: str | None = None
+    mode: FileMode = "0644"
+    owner: str | None = None  # user or user:group
+
+    @model_validator(mode="after")
+    def _one_source(self) -> FileAction:
+        if (self.content is None) == (self.template is None):
+            raise ValueError("exactly one of content or template is required")
+        return self
+
+
+class DownloadAction(SpecModel):
+    """Fetches an artifact (from the coordinator's store) or a URL, verified by sha256."""
+
+    type: Literal["download"]
+    artifact: str | None = None
+    url: str | None = None
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    path: AbsolutePath
+    mode: FileMode = "0644"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DownloadAction:
+        if (self.artifact is None) == (self.url is None):
+            raise ValueError("exactly one of artifact or url is required")
+        return self
+
+
+Action = Annotated[ExecAction | FileAction | DownloadAction, Field(discriminator="type")]
+
+
+class StateItem(SpecModel):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    phase: Phase
+    action: Action
+    version: str = "1"
+    timeout: float = Field(default=600, gt=0)
+
+    def fingerprint(self) -> str:
+        """Identity of what the item does: a changed version or action means it runs again."""
+        body = json.dumps(
+            {"name": self.name, "version": self.version,
+             "action": self.action.model_dump(mode="json")},
+            sort_keys=True,
+        )
+        return hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
+class RetryPolicy(SpecModel):
+    """Capped exponential backoff with jitter; maxAttempts None retries forever."""
+
+    base_seconds: float = Field(default=1.0, gt=0)
+    max_seconds: float = Field(default=60.0, gt=0)
+    max_attempts: int | None = Field(default=None, ge=1)
+
+
+# --- agent <-> coordinator messages ---------------------------------------------------
+
+
+class RegisterRequest(_Wire):
+    join_token: str
+    hostname: str
+    ip: str | None
+    facts: dict[str, Any] = Field(default_factory=dict)
+    precheck: PrecheckReport
+
+
+class RegisterResponse(_Wire):
+    machine_id: str
+    credential: str = Field(description="per-machine bearer token for every later request")
+
+
+class Assignment(_Wire):
+    """What a machine must do now. `generation` grows on every change the agent must see."""
+
+    machine_id: str
+    generation: int
+    state: str
+    phase: Phase | None = Field(description="the phase whose items to run; None: nothing to do")
+    items: list[StateItem] = Field(default_factory=list)
+    applied: list[str] = Field(
+        default_factory=list, description="fingerprints the coordinator knows are applied"
+    )
+    values: dict[str, str] = Field(
+        default_factory=dict, description="template values: cluster.name, machine.ip, ..."
+    )
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    remove: bool = Field(default=False, description="the machine was deleted: stop and forget")
+
+
+class ItemReport(_Wire):
+    item: str
+    fingerprint: str
+    phase: Phase
+    status: Literal["running", "succeeded", "failed"]
+    attempt: int = Field(ge=1)
+    started_at: float
+    finished_at: float | None = None
+    exit_code: int | None = None
+    output: str = Field(default="", description="the last 4 KiB of output")
+    error: str = ""
+    next_retry_at: float | None = None

@@ -85,10 +85,31 @@ def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     return best
 
 
-def problems_from(error: ValidationError, tree: yaml.Node | None = None) -> list[Problem]:
+def _user_path(loc: tuple[Any, ...], data: Any, missing: bool) -> tuple[Any, ...]:
+    """Drop components the user never wrote, such as a tagged union's tag ('exec' in
+    action.exec.argv), by walking loc through the input. Only a missing field's own name
+    may be absent from the input."""
+    kept: list[Any] = []
+    for index, part in enumerate(loc):
+        last = index == len(loc) - 1
+        if isinstance(data, dict):
+            if part in data:
+                data = data[part]
+            elif not (last and missing):
+                continue
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            data = None
+        kept.append(part)
+    return tuple(kept)
+
+
+def problems_from(error: ValidationError, tree: yaml.Node | None = None,
+                  data: Any = None) -> list[Problem]:
     problems = []
     for err in error.errors():
-        loc = tuple(err["loc"])
+        loc = _user_path(tuple(err["loc"]), data, err["type"] == "missing")
         problems.append(Problem(format_path(loc), _message(err), _line_of(tree, loc)))
     return problems
 
@@ -124,4 +145,4 @@ def validate(model: type[M], data: Any, tree: yaml.Node | None = None,
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise InvalidDocument(problems_from(exc, tree), source) from None
+        raise InvalidDocument(problems_from(exc, tree, data), source) from None

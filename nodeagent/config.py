@@ -52,7 +52,8 @@ class ProxyConfig(_Section):
 
 
 class Thresholds(_Section):
-    min_var_free_gib: float = Field(default=5.0, ge=0)
+    # to_camel would spell it minVarFreeGib; the documented key keeps the unit's capitals.
+    min_var_free_gib: float = Field(default=5.0, ge=0, alias="minVarFreeGiB")
     check_timeout: float = Field(default=3.0, gt=0, le=120)
 
 

@@ -6,6 +6,8 @@ from nodeagent.host import Listener, ProcessInfo
 from nodeagent.prechecks.base import CheckContext, Outcome, failed, passed
 
 DNS_PORT = 53
+UNKNOWN = "unknown"
+RESOLVED = "systemd-resolved"
 
 
 def holders(listeners: list[Listener], processes: list[ProcessInfo], port: int) -> list[dict]:
@@ -25,7 +27,7 @@ def holders(listeners: list[Listener], processes: list[ProcessInfo], port: int) 
                 "protocol": sock.protocol,
                 "address": sock.address,
                 "pid": sock.pid,
-                "process": names.get(sock.pid, "unknown") if sock.pid else "unknown",
+                "process": names.get(sock.pid, UNKNOWN) if sock.pid else UNKNOWN,
             }
         )
     return sorted(found, key=lambda h: (h["protocol"], h["address"]))
@@ -35,17 +37,23 @@ def evaluate(taken: list[dict]) -> Outcome:
     if not taken:
         return passed("port 53 is free on TCP and UDP")
     described = ", ".join(
-        f"{h['protocol'].upper()} {h['address']}:{DNS_PORT} by {h['process']}"
+        f"{h['protocol'].upper()} {h['address']}:{DNS_PORT} by "
+        + ("an unknown process" if h["process"] == UNKNOWN else h["process"])
         + (f" (pid {h['pid']})" if h["pid"] else "")
         for h in taken
     )
-    procs = sorted({h["process"] for h in taken})
-    return failed(
-        f"port 53 is in use: {described}",
-        f"stop and disable {', '.join(procs)} (e.g. systemd-resolved's stub listener: "
-        "DNSStubListener=no in /etc/systemd/resolved.conf)",
-        holders=taken,
-    )
+    named = sorted({h["process"] for h in taken if h["process"] != UNKNOWN})
+    remedies = []
+    if named:
+        remedies.append(f"stop and disable {', '.join(named)}")
+    if RESOLVED in named:
+        remedies.append(
+            "for systemd-resolved, turn off its stub listener instead: DNSStubListener=no "
+            "in /etc/systemd/resolved.conf and restart it"
+        )
+    if any(h["process"] == UNKNOWN for h in taken):
+        remedies.append(f"find the unnamed holder with `ss -lntup 'sport = :{DNS_PORT}'` and stop it")
+    return failed(f"port 53 is in use: {described}", "; ".join(remedies), holders=taken)
 
 
 async def run(ctx: CheckContext) -> Outcome:

@@ -16,6 +16,9 @@ from nodeagent.config import split_host_port
 from nodeagent.prechecks.base import CheckContext, Outcome, failed, passed, skipped, warned
 
 
+NO_SERVERS = "no NTP servers configured (ntp.servers in the config file)"
+
+
 @dataclass(frozen=True)
 class Sample:
     server: str
@@ -45,7 +48,7 @@ async def samples(ctx: CheckContext) -> list[Sample]:
 
 def evaluate_reachable(found: list[Sample]) -> Outcome:
     if not found:
-        return skipped("no NTP servers configured (ntp.servers in the config file)")
+        return skipped(NO_SERVERS)
     silent = [s for s in found if s.offset is None]
     data = {"servers": {s.server: s.error or "ok" for s in found}}
     if len(silent) == len(found):
@@ -65,6 +68,8 @@ def evaluate_reachable(found: list[Sample]) -> Outcome:
 
 
 def evaluate_skew(found: list[Sample], max_skew: float) -> Outcome:
+    if not found:
+        return skipped(NO_SERVERS)
     answered = [s for s in found if s.offset is not None]
     if not answered:
         return skipped("no NTP server answered; see the NTP reachability check")

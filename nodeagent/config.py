@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from nodeagent.validation import InvalidDocument, Problem, load_model
@@ -27,22 +28,36 @@ class CoordinatorConfig(_Section):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
+        if value is None:
+            return value
+        if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
+        # Caught here, not when the coordinator check parses the URL and crashes on it.
+        parts = urlsplit(value)
+        if not parts.hostname:
+            raise ValueError("must name a host, e.g. https://coordinator.example:8443")
+        try:
+            port = parts.port
+        except ValueError:
+            port = 0
+        if port == 0:
+            raise ValueError("port must be a number from 1 to 65535")
         return value
+
+
+def _ntp_server(value: str) -> str:
+    split_host_port(value, 123)
+    return value
+
+
+# Validated one by one so that a bad entry is reported as ntp.servers[N] on its own line.
+NtpServer = Annotated[str, AfterValidator(_ntp_server)]
 
 
 class NtpConfig(_Section):
-    servers: list[str] = Field(default_factory=list)
+    servers: list[NtpServer] = Field(default_factory=list)
     timeout: float = Field(default=1.0, gt=0, le=30)
     max_skew_seconds: float = Field(default=2.0, gt=0)
-
-    @field_validator("servers")
-    @classmethod
-    def _servers(cls, value: list[str]) -> list[str]:
-        for server in value:
-            split_host_port(server, 123)
-        return value
 
 
 class ProxyConfig(_Section):
@@ -77,6 +92,8 @@ def split_host_port(server: str, default_port: int) -> tuple[str, int]:
         host, _, port_text = text.partition(":")
     else:
         host, port_text = text, ""
+    if not host:
+        raise ValueError(f"{server!r}: no host name or address")
     if not port_text:
         return host, default_port
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:

@@ -26,14 +26,16 @@ def bypassed(host: str, no_proxy: list[str]) -> bool:
             continue
         if entry == "*":
             return True
-        if address is not None and "/" in entry:
+        entry = entry.split(":")[0] if entry.count(":") == 1 else entry
+        if address is not None:
+            # An address matches an equal address or a CIDR, never a name suffix:
+            # "0.1" must not bypass the proxy for 10.0.0.1.
             try:
-                if address in ipaddress.ip_network(entry, strict=False):
+                if address in ipaddress.ip_network(entry.strip("[]"), strict=False):
                     return True
             except ValueError:
                 pass
             continue
-        entry = entry.split(":")[0] if entry.count(":") == 1 else entry
         suffix = entry.lstrip(".")
         if host == suffix or host.endswith("." + suffix):
             return True

@@ -15,7 +15,6 @@ import ntplib
 from nodeagent.config import split_host_port
 from nodeagent.prechecks.base import CheckContext, Outcome, failed, passed, skipped, warned
 
-
 NO_SERVERS = "no NTP servers configured (ntp.servers in the config file)"
 
 

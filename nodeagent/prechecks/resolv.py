@@ -1,34 +1,58 @@
-"""`options rotate` in resolv.conf makes CoreDNS forwarding and node lookups flap between servers."""
+"""`options rotate` in resolv.conf makes CoreDNS forwarding and node lookups flap between servers.
+
+Parsed here rather than by dnspython, whose parser raises the same error for a missing
+file and for a file without nameserver lines, dropping the rotate option it had read.
+"""
 
 from __future__ import annotations
 
-import dns.resolver
+from dataclasses import dataclass
 
 from nodeagent.prechecks.base import CheckContext, Outcome, failed, passed, warned
 
 PATH = "/etc/resolv.conf"
 
 
-def evaluate(resolver: dns.resolver.Resolver | None) -> Outcome:
-    if resolver is None:
+@dataclass(frozen=True)
+class ResolvConf:
+    nameservers: list[str]
+    rotate: bool
+
+
+def parse(text: str) -> ResolvConf:
+    """Nameservers and the rotate option as the kubelet reads them for pods: `#` and `;`
+    start comments, and every `options` line counts."""
+    nameservers: list[str] = []
+    rotate = False
+    for line in text.splitlines():
+        fields = line.split("#", 1)[0].split(";", 1)[0].split()
+        if len(fields) >= 2 and fields[0] == "nameserver":
+            nameservers.append(fields[1])
+        elif fields[:1] == ["options"] and "rotate" in fields[1:]:
+            rotate = True
+    return ResolvConf(nameservers, rotate)
+
+
+def evaluate(conf: ResolvConf | None) -> Outcome:
+    if conf is None:
         return warned(f"{PATH} is missing or unreadable", f"create {PATH} with your nameservers")
-    data = {"nameservers": [str(n) for n in resolver.nameservers], "rotate": resolver.rotate}
-    if resolver.rotate:
+    data = {"nameservers": conf.nameservers, "rotate": conf.rotate}
+    if conf.rotate:
         return failed(
             f"{PATH} sets `options rotate`",
             f"remove `rotate` from the options line of {PATH} (or from the DHCP/netplan "
             "settings that write it)",
             **data,
         )
+    if not conf.nameservers:
+        return warned(
+            f"{PATH} lists no nameserver, so lookups go to 127.0.0.1",
+            f"add `nameserver` lines for your DNS servers to {PATH}",
+            **data,
+        )
     return passed(f"{PATH} does not rotate nameservers", **data)
 
 
-def parse(path: str) -> dns.resolver.Resolver | None:
-    try:
-        return dns.resolver.Resolver(filename=path, configure=True)
-    except (OSError, dns.resolver.NoResolverConfiguration):
-        return None
-
-
 async def run(ctx: CheckContext) -> Outcome:
-    return evaluate(parse(str(ctx.host.path(PATH))))
+    text = ctx.host.read_text(PATH)
+    return evaluate(parse(text) if text is not None else None)

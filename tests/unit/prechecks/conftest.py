@@ -1,0 +1,24 @@
+"""A check context over the temp root tree: the tree is the machine, the config is built
+from camelCase keys as the config file spells them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from nodeagent.config import AgentConfig, Role
+from nodeagent.host import Host
+from nodeagent.prechecks.base import CheckContext
+from tests.conftest import RootTree
+
+MakeContext = Callable[..., CheckContext]
+
+
+@pytest.fixture
+def make_ctx(root_tree: RootTree) -> MakeContext:
+    def make(role: Role = "worker", **config: Any) -> CheckContext:
+        return CheckContext(Host(root_tree.path), AgentConfig.model_validate(config), role)
+
+    return make

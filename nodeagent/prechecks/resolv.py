@@ -1,12 +1,15 @@
 """`options rotate` in resolv.conf makes CoreDNS forwarding and node lookups flap between servers.
 
-Parsed here rather than by dnspython, whose parser raises the same error for a missing
-file and for a file without nameserver lines, dropping the rotate option it had read.
+Read with dnspython's parser, fed the text through the Host seam: its "no nameservers"
+and bad-address errors come after it has read the options, so rotate is still known.
 """
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
+
+import dns.resolver
 
 from nodeagent.prechecks.base import CheckContext, Outcome, failed, passed, warned
 
@@ -17,20 +20,19 @@ PATH = "/etc/resolv.conf"
 class ResolvConf:
     nameservers: list[str]
     rotate: bool
+    problem: str = ""
 
 
 def parse(text: str) -> ResolvConf:
-    """Nameservers and the rotate option as the kubelet reads them for pods: `#` and `;`
-    start comments, and every `options` line counts."""
-    nameservers: list[str] = []
-    rotate = False
-    for line in text.splitlines():
-        fields = line.split("#", 1)[0].split(";", 1)[0].split()
-        if len(fields) >= 2 and fields[0] == "nameserver":
-            nameservers.append(fields[1])
-        elif fields[:1] == ["options"] and "rotate" in fields[1:]:
-            rotate = True
-    return ResolvConf(nameservers, rotate)
+    resolver = dns.resolver.Resolver(configure=False)
+    resolver.nameservers = []
+    try:
+        resolver.read_resolv_conf(io.StringIO(text))
+    except dns.resolver.NoResolverConfiguration:
+        pass  # no nameserver line: reported by evaluate
+    except ValueError as exc:  # a nameserver line that is not an address
+        return ResolvConf([], resolver.rotate, f"has a bad nameserver line ({exc})")
+    return ResolvConf([str(n) for n in resolver.nameservers], resolver.rotate)
 
 
 def evaluate(conf: ResolvConf | None) -> Outcome:
@@ -44,6 +46,8 @@ def evaluate(conf: ResolvConf | None) -> Outcome:
             "settings that write it)",
             **data,
         )
+    if conf.problem:
+        return warned(f"{PATH} {conf.problem}", f"fix the nameserver lines of {PATH}", **data)
     if not conf.nameservers:
         return warned(
             f"{PATH} lists no nameserver, so lookups go to 127.0.0.1",

@@ -1,0 +1,138 @@
+"""Wall time of `nodeagent precheck` when every network check answers locally.
+
+Starts a real chronyd (NTP on 127.0.0.1) and an HTTP server with /healthz on 127.0.0.1,
+points the agent's config at them, and times whole CLI runs (interpreter start-up and
+imports included) plus the in-process check phase. A second scenario adds an NTP address
+that never answers, to show the run is bounded by ntp.timeout, not stalled.
+
+Run: .venv/bin/python bench/precheck_wall.py [--runs 20]   (needs chronyd: apt-get install chrony)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+NODEAGENT = str(Path(sys.executable).with_name("nodeagent"))
+
+
+def free_port(kind: int = socket.SOCK_DGRAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def chronyd(tmp: Path) -> Iterator[int]:
+    binary = shutil.which("chronyd") or "/usr/sbin/chronyd"
+    port = free_port()
+    conf = tmp / "chrony.conf"
+    conf.write_text(f"port {port}\nbindaddress 127.0.0.1\nallow 127.0.0.1\nlocal stratum 8\n"
+                    f"driftfile {tmp}/drift\npidfile {tmp}/chronyd.pid\ncmdport 0\n")
+    proc = subprocess.Popen([binary, "-x", "-d", "-f", str(conf), "-u", "root"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import ntplib
+
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                ntplib.NTPClient().request("127.0.0.1", port=port, version=4, timeout=0.2)
+                break
+            except (ntplib.NTPException, OSError):
+                if time.monotonic() > deadline:
+                    raise SystemExit("chronyd did not answer within 10 s") from None
+        yield port
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@contextlib.contextmanager
+def health_server(tmp: Path) -> Iterator[int]:
+    docroot = tmp / "www"
+    docroot.mkdir()
+    (docroot / "healthz").write_text("ok\n")
+    port = free_port(socket.SOCK_STREAM)
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
+                             "127.0.0.1", "--directory", str(docroot)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit("HTTP server did not start")
+            time.sleep(0.05)
+        yield port
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def time_runs(config: Path, runs: int) -> tuple[list[float], list[float], dict[str, str]]:
+    walls, phases = [], []
+    statuses: dict[str, str] = {}
+    for _ in range(runs):
+        started = time.perf_counter()
+        done = subprocess.run([NODEAGENT, "precheck", "--config", str(config), "--output", "json"],
+                              capture_output=True, text=True, check=False)
+        walls.append(time.perf_counter() - started)
+        report = json.loads(done.stdout)
+        phases.append(report["duration"])
+        statuses = {c["name"]: c["status"] for c in report["checks"]}
+    return walls, phases, statuses
+
+
+def summary(label: str, values: list[float]) -> str:
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return (f"{label:<34} median {statistics.median(values) * 1000:7.1f} ms   "
+            f"p90 {p90 * 1000:7.1f} ms   max {max(values) * 1000:7.1f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        with chronyd(tmp) as ntp_port, health_server(tmp) as http_port, \
+                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:
+            silent.bind(("127.0.0.1", 0))  # reads nothing, answers nothing
+            local = tmp / "local.yaml"
+            local.write_text(
+                f"coordinator: {{url: 'http://127.0.0.1:{http_port}', timeout: 1}}\n"
+                f"ntp: {{servers: ['127.0.0.1:{ntp_port}'], timeout: 1}}\n")
+            stalled = tmp / "stalled.yaml"
+            stalled.write_text(
+                f"coordinator: {{url: 'http://127.0.0.1:{http_port}', timeout: 1}}\n"
+                f"ntp: {{servers: ['127.0.0.1:{ntp_port}', "
+                f"'127.0.0.1:{silent.getsockname()[1]}'], timeout: 0.5}}\n")
+            time_runs(local, 2)  # warm the page cache
+            walls, phases, statuses = time_runs(local, args.runs)
+            network = {k: statuses[k] for k in ("coordinator", "ntp-reachable", "time-skew")}
+            print(f"nodeagent precheck, {args.runs} runs, network checks answering locally: "
+                  f"{network}")
+            print(summary("whole CLI run (wall)", walls))
+            print(summary("checks phase (report.duration)", phases))
+            walls, phases, statuses = time_runs(stalled, max(5, args.runs // 4))
+            print(f"with one silent NTP server (ntp.timeout 0.5 s): "
+                  f"ntp-reachable={statuses['ntp-reachable']}")
+            print(summary("whole CLI run (wall)", walls))
+            print(summary("checks phase (report.duration)", phases))
+
+
+if __name__ == "__main__":
+    main()

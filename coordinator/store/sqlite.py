@@ -1,0 +1,359 @@
+"""The embedded default store: one SQLite file, driven from one dedicated thread.
+
+sqlite3 calls block, so they run on a single worker thread: the event loop never waits on
+disk, and writes are serialized without any locking of our own. WAL lets other processes
+(backups, a CLI) read while the coordinator writes; synchronous=FULL makes every
+returned commit survive a power cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from coordinator.model import ClusterSpec, Machine
+from coordinator.store.base import Event, Store, StoredCluster, StoreError
+from coordinator.store.codec import dumps, machine_from_doc, machine_to_doc, spec_from_json, spec_to_json
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_SECONDS = 10.0
+
+# Schema migrations in order: MIGRATIONS[n] takes a database from version n to n + 1.
+# Append only; never edit one that has shipped.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE clusters (
+        name TEXT PRIMARY KEY,
+        spec TEXT NOT NULL,
+        generation INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        deleting INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE join_tokens (
+        hash TEXT PRIMARY KEY,
+        cluster TEXT NOT NULL REFERENCES clusters (name),
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX join_tokens_cluster ON join_tokens (cluster);
+    CREATE TABLE machines (
+        id TEXT PRIMARY KEY,
+        cluster TEXT NOT NULL,
+        hostname TEXT NOT NULL,
+        state TEXT NOT NULL,
+        credential_hash TEXT NOT NULL,
+        last_seen REAL NOT NULL,
+        doc TEXT NOT NULL
+    );
+    CREATE INDEX machines_cluster ON machines (cluster, hostname);
+    CREATE INDEX machines_credential ON machines (credential_hash);
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        time REAL NOT NULL,
+        cluster TEXT NOT NULL,
+        machine TEXT,
+        hostname TEXT,
+        kind TEXT NOT NULL,
+        message TEXT NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX events_cluster ON events (cluster, id);
+    CREATE INDEX events_machine ON events (machine, id);
+    """,
+]
+
+
+def _statements(script: str) -> list[str]:
+    """Split a script into statements: executescript() would commit our open transaction."""
+    statements: list[str] = []
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        raise ValueError(f"incomplete SQL statement in migration: {pending.strip()!r}")
+    return statements
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE takes the write lock up front, so a concurrent writer in another
+    process waits (busy timeout) instead of failing at its first write."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Apply missing migrations, one transaction each. The version is read under the write
+    lock, so two processes opening the same file never apply a migration twice."""
+    latest = len(MIGRATIONS)
+    while True:
+        with _transaction(conn):
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_version "
+                         "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+            (current,) = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()
+            if current > latest:
+                raise StoreError(
+                    f"database schema version {current} is newer than this coordinator supports "
+                    f"({latest}): run a coordinator at least as new as the one that wrote it")
+            if current == latest:
+                return
+            for statement in _statements(MIGRATIONS[current]):
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_version VALUES (?, ?)", (current + 1, time.time()))
+
+
+def _cluster(row: sqlite3.Row) -> StoredCluster:
+    return StoredCluster(spec=spec_from_json(row["spec"]), generation=row["generation"],
+                         created_at=row["created_at"], updated_at=row["updated_at"],
+                         deleting=bool(row["deleting"]))
+
+
+def _machine(row: sqlite3.Row) -> Machine:
+    """The last_seen column wins over the document's: touch_machine updates only the column."""
+    doc = json.loads(row["doc"])
+    doc["last_seen"] = row["last_seen"]
+    return machine_from_doc(doc)
+
+
+def _event(row: sqlite3.Row) -> Event:
+    return Event(id=row["id"], time=row["time"], cluster=row["cluster"], machine=row["machine"],
+                 hostname=row["hostname"], kind=row["kind"], message=row["message"],
+                 data=json.loads(row["data"]))
+
+
+# A commit may carry a machine read before a heartbeat touched it: last_seen never goes back.
+_UPSERT_MACHINE = """
+    INSERT INTO machines (id, cluster, hostname, state, credential_hash, last_seen, doc)
+    VALUES (?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (id) DO UPDATE SET
+        cluster = excluded.cluster, hostname = excluded.hostname, state = excluded.state,
+        credential_hash = excluded.credential_hash,
+        last_seen = MAX(machines.last_seen, excluded.last_seen), doc = excluded.doc
+"""
+
+
+class SQLiteStore(Store):
+    """Store on one SQLite file; open() creates the file and brings its schema up to date."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"store {self.path} is not open")
+        return self._conn
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run fn(*args) on the store's thread; sqlite errors become StoreError."""
+        if self._executor is None:
+            raise StoreError(f"store {self.path} is not open")
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, partial(self._guarded, fn, *args))
+
+    def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: {exc}") from exc
+
+    async def _all(self, decode: Callable[[sqlite3.Row], T], sql: str,
+                   params: Sequence[Any] = ()) -> list[T]:
+        """Rows are decoded on the store's thread too: listing 10k machines does not stall the
+        event loop."""
+        return await self._run(lambda: [decode(row) for row in self._db.execute(sql, params)])
+
+    async def _one(self, decode: Callable[[sqlite3.Row], T], sql: str,
+                   params: Sequence[Any]) -> T | None:
+        found = await self._all(decode, sql, params)
+        return found[0] if found else None
+
+    async def _execute(self, sql: str, params: Sequence[Any]) -> None:
+        await self._run(lambda: self._db.execute(sql, params))
+
+    # -- lifecycle --------------------------------------------------------------
+    async def open(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
+        try:
+            await self._run(self._connect)
+        except BaseException:
+            await self.close()
+            raise
+
+    def _connect(self) -> None:
+        # isolation_level=None: no implicit transactions, _transaction() says where they are.
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
+        try:
+            conn.row_factory = sqlite3.Row
+            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            if mode != "wal":
+                raise StoreError(f"{self.path}: cannot use WAL journaling (got {mode})")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            _migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    async def close(self) -> None:
+        if self._executor is None:
+            return
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._disconnect)
+        self._executor.shutdown(wait=True)
+        self._executor = None
+
+    def _disconnect(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- clusters -------------------------------------------------------------
+    async def put_cluster(self, spec: ClusterSpec, now: float) -> StoredCluster:
+        return await self._run(self._put_cluster, spec, now)
+
+    def _put_cluster(self, spec: ClusterSpec, now: float) -> StoredCluster:
+        conn, text = self._db, spec_to_json(spec)
+        with _transaction(conn):
+            row = conn.execute("SELECT * FROM clusters WHERE name = ?", (spec.name,)).fetchone()
+            if row is None:
+                conn.execute("INSERT INTO clusters (name, spec, generation, created_at, updated_at) "
+                             "VALUES (?, ?, 1, ?, ?)", (spec.name, text, now, now))
+                return StoredCluster(spec=spec, generation=1, created_at=now, updated_at=now)
+            stored = _cluster(row)
+            # Compare re-encoded: a spec stored by an older model version (missing a field that
+            # now has a default) is not a change.
+            if spec_to_json(stored.spec) == text:
+                return stored
+            conn.execute("UPDATE clusters SET spec = ?, generation = generation + 1, updated_at = ? "
+                         "WHERE name = ?", (text, now, spec.name))
+            return replace(stored, spec=spec, generation=stored.generation + 1, updated_at=now)
+
+    async def get_cluster(self, name: str) -> StoredCluster | None:
+        return await self._one(_cluster, "SELECT * FROM clusters WHERE name = ?", (name,))
+
+    async def list_clusters(self) -> list[StoredCluster]:
+        return await self._all(_cluster, "SELECT * FROM clusters ORDER BY name")
+
+    async def mark_cluster_deleting(self, name: str) -> None:
+        await self._execute("UPDATE clusters SET deleting = 1 WHERE name = ?", (name,))
+
+    async def remove_cluster(self, name: str) -> None:
+        await self._run(self._remove_cluster, name)
+
+    def _remove_cluster(self, name: str) -> None:
+        conn = self._db
+        with _transaction(conn):
+            (machines,) = conn.execute(
+                "SELECT COUNT(*) FROM machines WHERE cluster = ?", (name,)).fetchone()
+            if machines:
+                raise StoreError(f"cluster {name} still has {machines} machines: remove them first")
+            conn.execute("DELETE FROM join_tokens WHERE cluster = ?", (name,))
+            conn.execute("DELETE FROM clusters WHERE name = ?", (name,))
+
+    # -- join tokens ------------------------------------------------------------
+    async def add_join_token(self, cluster: str, token_hash: str, now: float) -> None:
+        await self._execute("INSERT INTO join_tokens (hash, cluster, created_at) VALUES (?, ?, ?)",
+                            (token_hash, cluster, now))
+
+    async def cluster_for_join_token(self, token_hash: str) -> str | None:
+        return await self._one(lambda row: str(row["cluster"]),
+                               "SELECT cluster FROM join_tokens WHERE hash = ?", (token_hash,))
+
+    # -- machines ---------------------------------------------------------------
+    async def get_machine(self, machine_id: str) -> Machine | None:
+        return await self._one(_machine, "SELECT doc, last_seen FROM machines WHERE id = ?",
+                               (machine_id,))
+
+    async def machine_by_credential(self, credential_hash: str) -> Machine | None:
+        if not credential_hash:  # machines without a credential store "": never match them
+            return None
+        return await self._one(_machine, "SELECT doc, last_seen FROM machines "
+                               "WHERE credential_hash = ?", (credential_hash,))
+
+    async def list_machines(self, cluster: str | None = None) -> list[Machine]:
+        """Ordered by cluster, then hostname."""
+        query = "SELECT doc, last_seen FROM machines"
+        params: tuple[str, ...] = ()
+        if cluster is not None:
+            query += " WHERE cluster = ?"
+            params = (cluster,)
+        query += " ORDER BY cluster, hostname, id"
+        return await self._all(_machine, query, params)
+
+    async def touch_machine(self, machine_id: str, now: float) -> None:
+        """An unknown id is ignored: a heartbeat may race the machine's removal."""
+        await self._execute("UPDATE machines SET last_seen = ? WHERE id = ?", (now, machine_id))
+
+    # -- atomic writes ----------------------------------------------------------
+    async def commit(
+        self,
+        machines: Sequence[Machine] = (),
+        events: Sequence[Event] = (),
+        removed: Sequence[str] = (),
+    ) -> list[Event]:
+        return await self._run(self._commit, machines, events, removed)
+
+    def _commit(self, machines: Sequence[Machine], events: Sequence[Event],
+                removed: Sequence[str]) -> list[Event]:
+        conn = self._db
+        stored: list[Event] = []
+        with _transaction(conn):
+            for m in machines:
+                conn.execute(_UPSERT_MACHINE, (m.id, m.cluster, m.hostname, m.state.value,
+                                               m.credential_hash, m.last_seen,
+                                               dumps(machine_to_doc(m))))
+            conn.executemany("DELETE FROM machines WHERE id = ?", [(i,) for i in removed])
+            for e in events:
+                cursor = conn.execute(
+                    "INSERT INTO events (time, cluster, machine, hostname, kind, message, data) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (e.time, e.cluster, e.machine, e.hostname, e.kind, e.message, dumps(e.data)))
+                stored.append(replace(e, id=cursor.lastrowid))
+        return stored
+
+    # -- events -----------------------------------------------------------------
+    async def list_events(
+        self,
+        cluster: str | None = None,
+        machine: str | None = None,
+        since_id: int = 0,
+        since_time: float | None = None,
+        limit: int = 1000,
+    ) -> list[Event]:
+        """Events with id > since_id and time >= since_time, oldest first: page on with the
+        last id returned."""
+        where = ["id > ?"]
+        params: list[Any] = [since_id]
+        if cluster is not None:
+            where.append("cluster = ?")
+            params.append(cluster)
+        if machine is not None:
+            where.append("machine = ?")
+            params.append(machine)
+        if since_time is not None:
+            where.append("time >= ?")
+            params.append(since_time)
+        query = f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY id LIMIT ?"
+        return await self._all(_event, query, (*params, limit))

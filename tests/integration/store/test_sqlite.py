@@ -1,0 +1,181 @@
+"""What is particular to the SQLite store: the file, other processes, schema migrations."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.store import sqlite as sqlite_store
+from coordinator.store.base import Event, StoreError
+from coordinator.store.codec import machine_to_doc
+from coordinator.store.sqlite import MIGRATIONS, SQLiteStore
+from tests.integration.store.samples import machine
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def versions(path: Path) -> list[int]:
+    with sqlite3.connect(path) as conn:
+        return [v for (v,) in conn.execute("SELECT version FROM schema_version ORDER BY version")]
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    opened = SQLiteStore(tmp_path / "coordinator.db")
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+async def test_another_process_reads_what_was_committed_while_the_store_is_open(
+        db: SQLiteStore) -> None:
+    m = machine()
+    await db.commit([m], [Event(time=1.0, cluster="edge", kind="registered", message="hi")])
+    result = run_python(f"""
+        import asyncio, json
+        from coordinator.store.codec import machine_to_doc
+        from coordinator.store.sqlite import SQLiteStore
+
+        async def main():
+            store = SQLiteStore({str(db.path)!r})
+            await store.open()
+            found = await store.get_machine("m-1")
+            events = await store.list_events()
+            await store.close()
+            print(json.dumps([machine_to_doc(found), [e.kind for e in events]]))
+
+        asyncio.run(main())
+    """)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [machine_to_doc(m), ["registered"]]
+    assert (db.path.parent / f"{db.path.name}-wal").exists()
+
+
+async def test_a_commit_survives_its_process_being_killed(tmp_path: Path) -> None:
+    path = tmp_path / "coordinator.db"
+    result = run_python(f"""
+        import asyncio, os, signal
+        from coordinator.model import Machine
+        from coordinator.store.sqlite import SQLiteStore
+
+        async def main():
+            store = SQLiteStore({str(path)!r})
+            await store.open()
+            await store.commit([Machine(id="m-1", cluster="edge", hostname="h", ip=None)])
+            os.kill(os.getpid(), signal.SIGKILL)  # no close(), no checkpoint
+
+        asyncio.run(main())
+    """)
+    assert result.returncode == -9, result.stderr
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        assert [m.id for m in await store.list_machines()] == ["m-1"]
+    finally:
+        await store.close()
+
+
+async def test_a_commit_waits_for_another_writer_without_blocking_the_event_loop(
+        db: SQLiteStore) -> None:
+    other = sqlite3.connect(db.path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        committing = asyncio.create_task(db.commit([machine()]))
+        await asyncio.sleep(0.3)  # the event loop runs on: the commit waits on the store's thread
+        assert not committing.done()  # waiting for the lock (busy timeout), not failed
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    await asyncio.wait_for(committing, 5)
+    assert [m.id for m in await db.list_machines()] == ["m-1"]
+
+
+async def test_the_file_is_in_wal_mode_with_full_sync_and_foreign_keys(db: SQLiteStore) -> None:
+    with sqlite3.connect(db.path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    settings = await db._run(lambda: [db._db.execute(f"PRAGMA {p}").fetchone()[0]
+                                      for p in ("synchronous", "foreign_keys")])
+    assert settings == [2, 1]  # FULL, ON
+
+
+async def test_a_new_database_gets_the_latest_schema(db: SQLiteStore) -> None:
+    assert versions(db.path) == list(range(1, len(MIGRATIONS) + 1))
+
+
+async def test_a_database_from_a_newer_coordinator_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "coordinator.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO schema_version VALUES (?, 0)", (len(MIGRATIONS) + 1,))
+    newer = SQLiteStore(path)
+    with pytest.raises(StoreError, match=rf"schema version {len(MIGRATIONS) + 1} is newer than "
+                                         rf"this coordinator supports \({len(MIGRATIONS)}\)"):
+        await newer.open()
+    with pytest.raises(StoreError, match="not open"):
+        await newer.list_machines()
+    assert versions(path)[-1] == len(MIGRATIONS) + 1
+
+
+async def test_an_older_database_is_migrated_and_keeps_its_data(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "coordinator.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.commit([machine()])
+    await store.close()
+
+    monkeypatch.setattr(sqlite_store, "MIGRATIONS", [*MIGRATIONS, """
+        ALTER TABLE machines ADD COLUMN zone TEXT;
+        UPDATE machines SET zone = 'a';
+        CREATE INDEX machines_zone ON machines (zone);
+    """])
+    upgraded = SQLiteStore(path)
+    await upgraded.open()
+    try:
+        assert await upgraded.get_machine("m-1") == machine()
+    finally:
+        await upgraded.close()
+    assert versions(path) == list(range(1, len(MIGRATIONS) + 2))
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT zone FROM machines").fetchall() == [("a",)]
+
+
+async def test_a_failing_migration_leaves_the_database_as_it_was(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "coordinator.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.close()
+
+    monkeypatch.setattr(sqlite_store, "MIGRATIONS", [*MIGRATIONS, """
+        CREATE TABLE extra (x INTEGER);
+        INSERT INTO no_such_table VALUES (1);
+    """])
+    with pytest.raises(StoreError, match="no such table: no_such_table"):
+        await SQLiteStore(path).open()
+    assert versions(path) == list(range(1, len(MIGRATIONS) + 1))
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'extra'").fetchall() == []
+
+
+async def test_a_file_that_is_not_a_database_is_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "coordinator.db"
+    path.write_text("not a database, " * 100)
+    with pytest.raises(StoreError, match=str(path)):
+        await SQLiteStore(path).open()
+

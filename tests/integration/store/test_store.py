@@ -1,0 +1,306 @@
+"""Store behaviour every backend must show, as the coordinator relies on it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from coordinator.model import MachineState
+from coordinator.store.base import Event, Store, StoreError
+from tests.integration.store.samples import machine, spec
+
+
+def event(kind: str = "state", time: float = 10.0, cluster: str = "edge",
+          machine_id: str | None = "m-1", **data: object) -> Event:
+    return Event(time=time, cluster=cluster, kind=kind, message=f"{kind} happened",
+                 machine=machine_id, hostname=machine_id and f"host-{machine_id}", data=dict(data))
+
+
+# -- clusters ---------------------------------------------------------------------------
+
+
+async def test_new_cluster_starts_at_generation_one(store: Store) -> None:
+    stored = await store.put_cluster(spec(), now=100.0)
+    assert (stored.generation, stored.created_at, stored.updated_at, stored.deleting) == \
+        (1, 100.0, 100.0, False)
+    assert await store.get_cluster("edge") == stored
+    assert stored.spec == spec()
+
+
+async def test_applying_the_same_spec_again_keeps_the_generation(store: Store) -> None:
+    await store.put_cluster(spec(), now=100.0)
+    again = await store.put_cluster(spec(), now=200.0)
+    assert (again.generation, again.created_at, again.updated_at) == (1, 100.0, 100.0)
+    # Defaults spelled out are the same spec.
+    assert (await store.put_cluster(spec(workerBatchSize=50), now=300.0)).generation == 1
+
+
+async def test_a_changed_spec_increments_the_generation(store: Store) -> None:
+    await store.put_cluster(spec(), now=100.0)
+    changed = await store.put_cluster(spec(release="1.1.0"), now=200.0)
+    assert (changed.generation, changed.created_at, changed.updated_at) == (2, 100.0, 200.0)
+    assert changed.spec.release == "1.1.0"
+    assert (await store.put_cluster(spec(release="1.2.0"), now=300.0)).generation == 3
+    stored = await store.get_cluster("edge")
+    assert stored is not None and (stored.generation, stored.spec.release) == (3, "1.2.0")
+
+
+async def test_clusters_are_listed_by_name_and_unknown_ones_are_none(store: Store) -> None:
+    for name in ("west", "east", "north"):
+        await store.put_cluster(spec(name), now=1.0)
+    assert [c.spec.name for c in await store.list_clusters()] == ["east", "north", "west"]
+    assert await store.get_cluster("south") is None
+
+
+async def test_marking_a_cluster_deleting_keeps_it_and_its_spec(store: Store) -> None:
+    await store.put_cluster(spec(), now=1.0)
+    await store.mark_cluster_deleting("edge")
+    stored = await store.get_cluster("edge")
+    assert stored is not None and stored.deleting and stored.spec == spec()
+
+
+async def test_removing_a_cluster_drops_it_and_its_join_tokens_but_not_history(store: Store) -> None:
+    await store.put_cluster(spec(), now=1.0)
+    await store.put_cluster(spec("other"), now=1.0)
+    await store.add_join_token("edge", "hash-edge", now=2.0)
+    await store.add_join_token("other", "hash-other", now=2.0)
+    await store.commit(events=[event(machine_id=None)])
+    await store.remove_cluster("edge")
+    assert await store.get_cluster("edge") is None
+    assert await store.cluster_for_join_token("hash-edge") is None
+    assert await store.cluster_for_join_token("hash-other") == "other"
+    assert len(await store.list_events(cluster="edge")) == 1
+    # The name is free again, starting over at generation 1.
+    assert (await store.put_cluster(spec(release="2.0.0"), now=3.0)).generation == 1
+
+
+async def test_a_cluster_with_machines_cannot_be_removed(store: Store) -> None:
+    await store.put_cluster(spec(), now=1.0)
+    await store.commit([machine()])
+    with pytest.raises(StoreError, match="still has 1 machines"):
+        await store.remove_cluster("edge")
+    assert await store.get_cluster("edge") is not None
+
+
+# -- join tokens --------------------------------------------------------------------------
+
+
+async def test_join_tokens_lead_to_their_cluster(store: Store) -> None:
+    await store.put_cluster(spec(), now=1.0)
+    await store.add_join_token("edge", "hash-1", now=2.0)
+    await store.add_join_token("edge", "hash-2", now=2.0)
+    assert await store.cluster_for_join_token("hash-1") == "edge"
+    assert await store.cluster_for_join_token("hash-2") == "edge"
+    assert await store.cluster_for_join_token("unknown") is None
+
+
+async def test_a_join_token_needs_an_existing_cluster(store: Store) -> None:
+    with pytest.raises(StoreError):
+        await store.add_join_token("nowhere", "hash-1", now=2.0)
+    assert await store.cluster_for_join_token("hash-1") is None
+
+
+# -- machines -------------------------------------------------------------------------------
+
+
+async def test_a_machine_round_trips_with_every_field(store: Store) -> None:
+    m = machine()
+    await store.commit([m])
+    assert await store.get_machine("m-1") == m
+    assert await store.list_machines() == [m]
+    assert await store.get_machine("m-2") is None
+
+
+async def test_committing_a_machine_again_replaces_it(store: Store) -> None:
+    await store.commit([machine()])
+    updated = machine(state=MachineState.READY, progress=None, applied=frozenset(),
+                      generation=5, credential_hash="rotated", last_seen=9.0)
+    await store.commit([updated])
+    assert await store.get_machine("m-1") == updated
+    assert await store.machine_by_credential("rotated") == updated
+    assert await store.machine_by_credential("cred-m-1") is None
+
+
+async def test_machines_are_listed_per_cluster_by_hostname(store: Store) -> None:
+    await store.commit([machine("m-3", hostname="c"), machine("m-1", hostname="b"),
+                        machine("m-2", hostname="a"), machine("m-9", cluster="other", hostname="a")])
+    assert [m.id for m in await store.list_machines("edge")] == ["m-2", "m-1", "m-3"]
+    assert [m.id for m in await store.list_machines("other")] == ["m-9"]
+    assert [m.id for m in await store.list_machines()] == ["m-2", "m-1", "m-3", "m-9"]
+    assert await store.list_machines("none") == []
+
+
+async def test_a_machine_is_found_by_its_credential_hash(store: Store) -> None:
+    await store.commit([machine("m-1"), machine("m-2"), machine("m-3", credential_hash="")])
+    found = await store.machine_by_credential("cred-m-2")
+    assert found is not None and found.id == "m-2"
+    assert await store.machine_by_credential("cred-unknown") is None
+    assert await store.machine_by_credential("") is None  # a machine without a credential
+
+
+async def test_a_heartbeat_updates_last_seen_everywhere_the_machine_is_read(store: Store) -> None:
+    await store.commit([machine(last_seen=3.5)])
+    await store.touch_machine("m-1", now=50.0)
+    expected = machine(last_seen=50.0)
+    assert await store.get_machine("m-1") == expected
+    assert await store.list_machines() == [expected]
+    assert await store.list_machines("edge") == [expected]
+    assert await store.machine_by_credential("cred-m-1") == expected
+
+
+async def test_a_commit_of_a_machine_read_before_a_heartbeat_keeps_the_heartbeat(store: Store) -> None:
+    await store.commit([machine(last_seen=3.5)])
+    read = await store.get_machine("m-1")
+    assert read is not None
+    await store.touch_machine("m-1", now=50.0)
+    await store.commit([replace(read, state=MachineState.READY)])
+    assert await store.get_machine("m-1") == machine(last_seen=50.0, state=MachineState.READY)
+
+
+async def test_a_heartbeat_for_a_removed_machine_is_ignored(store: Store) -> None:
+    await store.touch_machine("gone", now=50.0)
+    assert await store.list_machines() == []
+
+
+# -- commit -----------------------------------------------------------------------------------
+
+
+async def test_commit_writes_machines_removals_and_events_together(store: Store) -> None:
+    await store.commit([machine("m-1"), machine("m-2")])
+    stored = await store.commit(
+        [machine("m-1", state=MachineState.READY)],
+        [event("state", machine_id="m-1", to="Ready"), event("removed", machine_id="m-2")],
+        removed=["m-2"],
+    )
+    assert await store.list_machines() == [machine("m-1", state=MachineState.READY)]
+    assert [e.kind for e in stored] == ["state", "removed"]
+    assert stored[0].id > 0 and stored[1].id > stored[0].id
+    assert stored[0] == replace(event("state", machine_id="m-1", to="Ready"), id=stored[0].id)
+    assert await store.list_events() == stored
+
+
+async def test_an_empty_commit_changes_nothing(store: Store) -> None:
+    assert await store.commit() == []
+    assert await store.list_machines() == [] and await store.list_events() == []
+
+
+async def test_a_commit_failing_midway_writes_nothing(store: Store) -> None:
+    """The event's data fails to encode after the machine and a first event were written."""
+    before = machine("m-1")
+    await store.commit([before])
+    with pytest.raises(TypeError):
+        await store.commit(
+            [machine("m-1", state=MachineState.READY), machine("m-2")],
+            [event("fine"), event("broken", payload=object())],
+            removed=["m-1"],
+        )
+    assert await store.list_machines() == [before]
+    assert await store.list_events() == []
+    # The store is still usable afterwards.
+    assert len(await store.commit(events=[event()])) == 1
+
+
+async def test_a_commit_failing_on_its_second_machine_writes_nothing(store: Store) -> None:
+    with pytest.raises(TypeError):
+        await store.commit([machine("m-1"), machine("m-2", facts={"x": {1, 2}})], [event()])
+    assert await store.list_machines() == []
+    assert await store.list_events() == []
+
+
+# -- events -------------------------------------------------------------------------------------
+
+
+async def test_events_round_trip_with_their_data(store: Store) -> None:
+    sent = event("item", time=12.25, machine_id="m-1", attempt=2, output="line\n", exit_code=None,
+                 nested={"a": [1, 2.5, True]})
+    (stored,) = await store.commit(events=[sent])
+    assert await store.list_events() == [stored]
+    assert replace(stored, id=0) == sent
+
+
+async def test_event_ids_strictly_increase_across_commits(store: Store) -> None:
+    ids = [e.id for _ in range(3) for e in await store.commit(events=[event(), event()])]
+    assert ids == sorted(ids) and len(set(ids)) == 6
+    assert [e.id for e in await store.list_events()] == ids
+
+
+async def test_events_are_filtered_by_cluster_machine_id_and_time(store: Store) -> None:
+    stored = await store.commit(events=[
+        event(time=1.0, cluster="edge", machine_id="m-1"),
+        event(time=2.0, cluster="edge", machine_id="m-2"),
+        event(time=3.0, cluster="other", machine_id="m-3"),
+        event(time=4.0, cluster="edge", machine_id=None),
+        event(time=5.0, cluster="edge", machine_id="m-1"),
+    ])
+    ids = [e.id for e in stored]
+
+    async def listed(**filters: Any) -> list[int]:
+        return [e.id for e in await store.list_events(**filters)]
+
+    assert await listed() == ids
+    assert await listed(cluster="edge") == [ids[0], ids[1], ids[3], ids[4]]
+    assert await listed(machine="m-1") == [ids[0], ids[4]]
+    assert await listed(cluster="other", machine="m-1") == []
+    assert await listed(since_id=ids[1]) == ids[2:]
+    assert await listed(since_time=3.0) == ids[2:]  # inclusive
+    assert await listed(cluster="edge", since_time=2.0, since_id=ids[1]) == [ids[3], ids[4]]
+    assert await listed(limit=2) == ids[:2]
+    assert await listed(cluster="nowhere") == []
+
+
+async def test_events_are_listed_in_id_order_even_when_times_are_not(store: Store) -> None:
+    stored = await store.commit(events=[event(time=9.0), event(time=1.0), event(time=5.0)])
+    assert await store.list_events() == stored
+
+
+async def test_events_can_be_paged_with_the_last_id(store: Store) -> None:
+    stored = await store.commit(events=[event(time=float(i)) for i in range(7)])
+    pages, since = [], 0
+    while page := await store.list_events(since_id=since, limit=3):
+        pages.append([e.time for e in page])
+        since = page[-1].id
+    assert pages == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [6.0]]
+    assert since == stored[-1].id
+
+
+# -- durability ---------------------------------------------------------------------------------
+
+
+async def test_everything_survives_closing_and_reopening(store: Store,
+                                                         make_store: Callable[[], Store]) -> None:
+    await store.put_cluster(spec(), now=1.0)
+    await store.put_cluster(spec(release="2.0.0"), now=2.0)
+    await store.add_join_token("edge", "hash-1", now=3.0)
+    await store.commit([machine("m-1"), machine("m-2")], [event(), event()], removed=["m-2"])
+    await store.touch_machine("m-1", now=60.0)
+    await store.mark_cluster_deleting("edge")
+    clusters, machines, events = (await store.list_clusters(), await store.list_machines(),
+                                  await store.list_events())
+    await store.close()
+
+    reopened = make_store()
+    await reopened.open()
+    try:
+        assert await reopened.list_clusters() == clusters
+        assert clusters[0].generation == 2 and clusters[0].deleting
+        assert await reopened.list_machines() == machines == [machine("m-1", last_seen=60.0)]
+        assert await reopened.list_events() == events
+        assert await reopened.cluster_for_join_token("hash-1") == "edge"
+        # Ids keep growing after a restart.
+        (later,) = await reopened.commit(events=[event()])
+        assert later.id > events[-1].id
+    finally:
+        await reopened.close()
+
+
+async def test_a_closed_store_refuses_work(make_store: Callable[[], Store]) -> None:
+    store = make_store()
+    with pytest.raises(StoreError, match="not open"):
+        await store.list_machines()
+    await store.open()
+    await store.close()
+    with pytest.raises(StoreError, match="not open"):
+        await store.commit(events=[event()])

@@ -1,0 +1,188 @@
+"""The planner's rules, one scenario each."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from coordinator.model import Machine, MachineState, Progress
+from coordinator.planner import Decision, apply, plan, plan_to_fixpoint
+from tests.unit.coordinator.builders import cluster, finish_phase, items, machine
+
+P, PREP, DEP, READY = MachineState.PENDING, MachineState.PREPARE, MachineState.DEPLOY, MachineState.READY
+
+
+def moves(decisions: list[Decision]) -> list[tuple[str, MachineState | None]]:
+    return [(d.hostname, d.to_state) for d in decisions]
+
+
+def test_approved_machine_with_role_and_passing_prechecks_starts_prepare() -> None:
+    decisions = plan(cluster(), [machine("w1")])
+    assert moves(decisions) == [("w1", PREP)]
+    assert decisions[0].from_state is P
+    assert decisions[0].reason == "approved as worker: prepare"
+
+
+@pytest.mark.parametrize(
+    "blocked",
+    [
+        machine("w1", approved=False),
+        machine("w1", role=None),
+        machine("w1", hard_failure=True),
+        replace(machine("w1"), precheck={}),
+    ],
+    ids=["unapproved", "no-role", "hard-precheck-failure", "no-precheck-report"],
+)
+def test_machine_stays_pending_until_it_may_join(blocked: Machine) -> None:
+    assert plan(cluster(), [blocked]) == []
+
+
+def test_prepare_starts_on_every_approved_machine_at_once() -> None:
+    fleet = [machine(f"w{i}") for i in range(120)] + [machine("m1", "manager")]
+    decisions = plan(cluster(batch=2), fleet)
+    assert len(decisions) == 121
+    assert {d.to_state for d in decisions} == {PREP}
+
+
+def test_prepare_must_finish_before_deploy() -> None:
+    spec = cluster(manager=items("prepare", 2))
+    m1 = machine("m1", "manager", state=PREP)
+    half = replace(m1, applied=frozenset({spec.items("manager", "prepare")[0].fingerprint()}))
+    assert plan(spec, [half]) == []
+    assert moves(plan(spec, [finish_phase(spec, m1)])) == [("m1", DEP)]
+
+
+def test_first_manager_deploys_alone() -> None:
+    fleet = [
+        machine("w1", state=PREP, created_at=1),
+        machine("m2", "manager", state=PREP, created_at=3),
+        machine("m1", "manager", state=PREP, created_at=2),
+        machine("w2", state=PREP, created_at=4),
+    ]
+    decisions = plan(cluster(), fleet)
+    assert moves(decisions) == [("m1", DEP)]
+    assert decisions[0].reason == "first manager deploys alone"
+
+
+def test_first_manager_waits_while_any_machine_deploys() -> None:
+    # A worker left deploying after the only deployed manager was deleted.
+    spec = cluster(worker=items("deploy", 1))
+    fleet = [machine("w1", state=DEP), machine("m1", "manager", state=PREP)]
+    assert plan(spec, fleet) == []
+    assert moves(plan(spec, [finish_phase(spec, fleet[0]), fleet[1]])) == [("w1", READY), ("m1", DEP)]
+
+
+def test_workers_wait_for_the_first_manager() -> None:
+    spec = cluster(manager=items("deploy", 1))
+    workers = [machine(f"w{i}", state=PREP) for i in range(3)]
+    m1 = machine("m1", "manager", state=DEP)
+    assert plan(spec, [m1, *workers]) == []
+    assert moves(plan(spec, [finish_phase(spec, m1), *workers])) == [
+        ("m1", READY), ("w0", DEP), ("w1", DEP), ("w2", DEP),
+    ]
+
+
+def test_remaining_managers_deploy_one_at_a_time() -> None:
+    spec = cluster(manager=items("deploy", 1))
+    m1 = machine("m1", "manager", state=READY)
+    others = [machine(f"m{i}", "manager", state=PREP, created_at=i) for i in (2, 3, 4)]
+    decisions = plan(spec, [m1, *others])
+    assert moves(decisions) == [("m2", DEP)]
+    assert decisions[0].reason == "next manager deploys (one at a time)"
+    fleet = apply([m1, *others], decisions, now=5.0)
+    assert plan(spec, fleet) == []
+
+
+def test_workers_deploy_in_batches_alongside_a_second_manager() -> None:
+    spec = cluster(worker=items("deploy", 1), manager=items("deploy", 1), batch=3)
+    fleet = [
+        machine("m1", "manager", state=READY),
+        machine("m2", "manager", state=PREP),
+        machine("w0", state=DEP),
+        *(machine(f"w{i}", state=PREP, created_at=i) for i in range(1, 8)),
+    ]
+    decisions = plan(spec, fleet)
+    assert moves(decisions) == [("m2", DEP), ("w1", DEP), ("w2", DEP)]
+    assert decisions[-1].reason == "worker deploys (3 of 3 worker slots)"
+    fleet = apply(fleet, decisions, now=1.0)
+    assert plan(spec, fleet) == []
+    fleet = [finish_phase(spec, m) if m.hostname in ("w1", "w2") else m for m in fleet]
+    assert moves(plan(spec, fleet)) == [("w1", READY), ("w2", READY), ("w3", DEP), ("w4", DEP)]
+
+
+def test_upgrade_is_left_alone_and_counts_as_deployed() -> None:
+    fleet = [machine("m1", "manager", state=MachineState.UPGRADE), machine("w1", state=PREP)]
+    assert moves(plan(cluster(), fleet)) == [("w1", DEP)]
+
+
+def test_a_reconfiguring_manager_counts_as_deployed() -> None:
+    spec = cluster(manager=items("reconfigure", 1))
+    fleet = [machine("m1", "manager", state=MachineState.RECONFIGURE), machine("w1", state=PREP)]
+    assert moves(plan(spec, fleet)) == [("w1", DEP)]
+
+
+def test_reconfigure_returns_to_ready_once_applied() -> None:
+    spec = cluster(worker=items("reconfigure", 2))
+    w1 = machine("w1", state=MachineState.RECONFIGURE)
+    assert plan(spec, [w1]) == []
+    decisions = plan(spec, [finish_phase(spec, w1)])
+    assert moves(decisions) == [("w1", READY)]
+    assert decisions[0].reason == "reconfigure items applied"
+
+
+def test_a_failing_machine_stays_put_and_the_others_go_on() -> None:
+    spec = cluster(worker=items("deploy", 1), batch=2)
+    failing = replace(
+        machine("w1", state=DEP),
+        progress=Progress(item="deploy-0", attempt=4, status="failed", error="exit 1"),
+    )
+    fleet = [machine("m1", "manager", state=READY), failing,
+             finish_phase(spec, machine("w2", state=DEP)), machine("w3", state=PREP)]
+    assert moves(plan(spec, fleet)) == [("w2", READY), ("w3", DEP)]
+
+
+def test_delete_flow_removes_the_record_once_reset_items_are_applied() -> None:
+    spec = cluster(worker=items("reset", 1))
+    w1 = machine("w1", state=MachineState.DELETING)
+    keep = machine("w2", state=READY)
+    assert plan(spec, [w1, keep]) == []
+    decisions = plan(spec, [finish_phase(spec, w1), keep])
+    assert decisions == [Decision("id-w1", "w1", MachineState.DELETING, None,
+                                  "reset items applied: machine removed")]
+    assert apply([finish_phase(spec, w1), keep], decisions, now=1.0) == [keep]
+
+
+def test_empty_phases_complete_through_plan_to_fixpoint() -> None:
+    fleet = [machine("m1", "manager"), machine("m2", "manager", created_at=1),
+             machine("w1", created_at=2), machine("w2", approved=False)]
+    final, decisions = plan_to_fixpoint(cluster(batch=1), fleet, now=7.0)
+    assert {m.hostname: m.state for m in final} == {"m1": READY, "m2": READY, "w1": READY, "w2": P}
+    assert all(m.state_since == 7.0 for m in final if m.state is READY)
+    deploys = [d.hostname for d in decisions if d.to_state is DEP]
+    assert deploys == ["m1", "m2", "w1"]
+    assert plan_to_fixpoint(cluster(), final, now=8.0) == (final, [])
+
+
+def test_plan_to_fixpoint_stops_after_max_passes() -> None:
+    fleet = [machine("m1", "manager")]
+    final, decisions = plan_to_fixpoint(cluster(), fleet, now=1.0, max_passes=2)
+    assert [m.state for m in final] == [DEP]
+    assert moves(decisions) == [("m1", PREP), ("m1", DEP)]
+
+
+def test_plan_ignores_the_order_machines_come_in() -> None:
+    spec = cluster(batch=2)
+    fleet = [machine("m1", "manager", state=READY),
+             *(machine(f"w{i}", state=PREP, created_at=i % 3) for i in range(6))]
+    assert plan(spec, fleet) == plan(spec, fleet[::-1])
+    assert moves(plan(spec, fleet)) == [("w0", DEP), ("w3", DEP)]
+
+
+def test_apply_refuses_a_decision_planned_on_a_stale_snapshot() -> None:
+    w1 = machine("w1")
+    decisions = plan(cluster(), [w1])
+    moved = apply([w1], decisions, now=1.0)
+    assert moved[0].generation == w1.generation + 1
+    with pytest.raises(ValueError, match="decision from Pending"):
+        apply(moved, decisions, now=2.0)

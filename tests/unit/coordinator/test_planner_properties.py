@@ -1,0 +1,230 @@
+"""The ordering invariants as properties: random fleets, random agent reports and admin actions
+interleaved with planner passes; after every pass (and every prefix of its decisions) the
+invariants hold, and once agents apply everything the fleet converges within a known bound."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coordinator.model import (
+    PHASE_OF_STATE,
+    ROLES,
+    ClusterSpec,
+    Machine,
+    MachineState,
+    Progress,
+    Role,
+    pending_items,
+)
+from coordinator.planner import DEPLOYED_STATES, Decision, apply, plan
+from nodeagent.protocol import PHASES, Phase
+from tests.unit.coordinator.builders import cluster, items, machine
+
+S = MachineState
+# Every transition the planner may make; anything else is skipping or going backwards.
+ALLOWED = {
+    (S.PENDING, S.PREPARE),
+    (S.PREPARE, S.DEPLOY),
+    (S.DEPLOY, S.READY),
+    (S.RECONFIGURE, S.READY),
+    (S.DELETING, None),
+}
+EVENT_KINDS = ["plan"] * 4 + ["apply", "finish", "all"] * 2 + ["fail", "approve", "role", "delete"]
+
+
+@dataclass
+class World:
+    """The fleet as the coordinator sees it, plus what the invariants need of its history."""
+
+    spec: ClusterSpec
+    machines: list[Machine]
+    intended_role: dict[str, Role]
+    hard_failed: frozenset[str]  # ids whose precheck report has a hard failure; reports never change
+    now: float = 0.0
+    manager_ever_deployed: bool = False
+    fingerprints: dict[tuple[Role, Phase], list[str]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Hashed once: recomputing fingerprints per event would dominate the run time.
+        self.fingerprints = {(role, phase): [i.fingerprint() for i in self.spec.items(role, phase)]
+                             for role in ROLES for phase in PHASES}
+
+    def eligible(self, m: Machine) -> bool:
+        return m.approved and m.role is not None and m.id not in self.hard_failed
+
+    def event(self, kind: str, index: int) -> None:
+        self.now += 1
+        if kind == "plan":
+            self.plan_pass()
+            return
+        if kind == "all":  # every agent reports its next item applied
+            self.machines = [self.applied_one(m, first=True) for m in self.machines]
+            return
+        if not self.machines:
+            return
+        i = index % len(self.machines)
+        m = self.machines[i]
+        if kind == "apply":  # the agent reports one item applied, out of order
+            m = self.applied_one(m, first=False)
+        elif kind == "finish":  # the agent reports all items of its phase applied
+            m = self.finished(m)
+        elif kind == "fail" and self.pending(m):
+            m = replace(m, progress=Progress(self.pending(m)[0], int(self.now), "failed", "exit 1"))
+        elif kind == "approve":
+            m = replace(m, approved=True)
+        elif kind == "role" and m.role is None and m.state is S.PENDING:
+            m = replace(m, role=self.intended_role[m.id])
+        elif kind == "delete" and m.state is not S.DELETING:
+            m = m.with_state(S.DELETING, self.now)
+        self.machines[i] = m
+
+    def applied_one(self, m: Machine, first: bool) -> Machine:
+        pending = self.pending(m)
+        if not pending:
+            return m
+        return replace(m, applied=m.applied | {pending[0 if first else -1]})
+
+    def finished(self, m: Machine) -> Machine:
+        pending = self.pending(m)
+        return replace(m, applied=m.applied | set(pending)) if pending else m
+
+    def pending(self, m: Machine) -> list[str]:
+        """Fingerprints of the items the machine's agent is asked to apply now."""
+        phase = PHASE_OF_STATE.get(m.state)
+        if phase is None or m.role is None:
+            return []
+        return [f for f in self.fingerprints[m.role, phase] if f not in m.applied]
+
+    def plan_pass(self) -> None:
+        before = self.machines
+        decisions = plan(self.spec, before)
+        assert plan(self.spec, before[::-1]) == decisions, "the plan depends on the input order"
+        after = before
+        for d in decisions:  # the reconciler may persist only part of a pass
+            after = apply(after, [d], self.now)
+            self.check_state(after)
+        assert after == apply(before, decisions, self.now)
+        check_decisions(self.spec, before, after, decisions)
+        check_transitions(before, after)
+        self.machines = after
+        self.manager_ever_deployed |= any(deployed_manager(m) for m in after)
+
+    def check_state(self, machines: Sequence[Machine]) -> None:
+        deploying = [m for m in machines if m.state is S.DEPLOY]
+        managers = [m for m in deploying if m.role == "manager"]
+        workers = [m for m in deploying if m.role == "worker"]
+        assert len(managers) <= 1, "two managers in Deploy"
+        assert len(workers) <= self.spec.settings.worker_batch_size, "worker batch exceeded"
+        if not (self.manager_ever_deployed or any(deployed_manager(m) for m in machines)):
+            assert not workers, "a worker deploys before any manager was deployed"
+            assert len(deploying) <= 1, "the first manager does not deploy alone"
+        for m in machines:
+            if not self.eligible(m):
+                assert m.state in (S.PENDING, S.DELETING), f"{m.hostname} left Pending unapproved"
+
+
+def deployed_manager(m: Machine) -> bool:
+    return m.role == "manager" and m.state in DEPLOYED_STATES
+
+
+def check_decisions(
+    spec: ClusterSpec, before: list[Machine], after: list[Machine], decisions: list[Decision]
+) -> None:
+    by_id = {m.id: m for m in before}
+    assert len({d.machine_id for d in decisions}) == len(decisions), "two moves for one machine"
+    manager_deployed_after = any(deployed_manager(m) for m in after)
+    deploying_after = [m.id for m in after if m.state is S.DEPLOY]
+    for d in decisions:
+        m = by_id[d.machine_id]
+        assert d.from_state is m.state and d.hostname == m.hostname
+        assert (d.from_state, d.to_state) in ALLOWED, f"{m.hostname}: {d.from_state} -> {d.to_state}"
+        assert d.reason
+        if d.to_state is S.READY:
+            for phase in ("prepare", "deploy"):
+                assert not pending_items(spec, m, phase), f"{m.hostname} Ready with {phase} items left"
+        if d.to_state is S.DEPLOY and m.role == "worker":
+            assert manager_deployed_after, "a worker was admitted with no manager deployed"
+        if d.to_state is S.DEPLOY and m.role == "manager" and not manager_deployed_after:
+            assert deploying_after == [m.id], "the first manager was admitted beside others"
+
+
+def check_transitions(before: list[Machine], after: list[Machine]) -> None:
+    now_state = {m.id: m.state for m in after}
+    for m in before:
+        new = now_state.get(m.id)
+        assert new is m.state or (m.state, new) in ALLOWED, f"{m.hostname}: {m.state} -> {new}"
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> World:
+    """0-6 managers, 0-30 workers, batch 1-5; item lists per role and phase, often empty."""
+    role_items = {
+        role: [i for phase in ("prepare", "deploy", "reset")
+               for i in items(phase, draw(st.integers(0, 3)), prefix=f"{role}-")]
+        for role in ("manager", "worker")
+    }
+    spec = cluster(manager=role_items["manager"], worker=role_items["worker"],
+                   batch=draw(st.integers(1, 5)))
+    roles: list[Role] = ["manager"] * draw(st.integers(0, 6)) + ["worker"] * draw(st.integers(0, 30))
+    some = st.sets(st.integers(0, max(len(roles) - 1, 0)), max_size=len(roles))
+    unapproved, roleless, failing = draw(some), draw(some), draw(some)
+    machines = [
+        machine(
+            f"{role[0]}{n}",
+            None if n in roleless else role,
+            approved=n not in unapproved,
+            hard_failure=n in failing,
+            created_at=n % 4,  # ties and an order unlike the hostnames'
+        )
+        for n, role in enumerate(roles)
+    ]
+    return World(
+        spec,
+        machines,
+        intended_role={m.id: role for m, role in zip(machines, roles, strict=True)},
+        hard_failed=frozenset(m.id for m in machines if m.precheck_failures()),
+    )
+
+
+events = st.lists(
+    st.tuples(st.sampled_from(EVENT_KINDS), st.integers(0, 40)),
+    min_size=20,
+    max_size=100,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world=worlds(), history=events)
+def test_invariants_hold_and_the_fleet_converges(
+    world: World, history: list[tuple[str, int]]
+) -> None:
+    for kind, index in history:
+        world.event(kind, index)
+
+    # Liveness: every agent now applies whatever it is asked, and nobody else acts.
+    joining = [m for m in world.machines if world.eligible(m) and m.state is not S.DELETING]
+    managers = sum(m.role == "manager" for m in joining)
+    workers = len(joining) - managers
+    # One pass to Prepare, one to the first Deploy, then each pass finishes one manager and one
+    # worker batch and refills the freed slots at once.
+    bound = 3 + max(managers, math.ceil(workers / world.spec.settings.worker_batch_size))
+    for _ in range(bound):
+        world.machines = [world.finished(m) for m in world.machines]
+        world.plan_pass()
+
+    assert plan(world.spec, world.machines) == []
+    assert not any(m.state is S.DELETING for m in world.machines)
+    manager_up = any(deployed_manager(m) for m in world.machines)
+    assert manager_up or managers == 0
+    for m in world.machines:
+        if not world.eligible(m):
+            assert m.state is S.PENDING
+        elif manager_up:
+            assert m.state is S.READY, f"{m.hostname} stuck in {m.state}"
+        else:  # no manager to join: workers wait prepared (or stay Ready from an earlier one)
+            assert m.state in (S.PREPARE, S.READY)

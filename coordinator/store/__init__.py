@@ -1,0 +1,1 @@
+"""State storage: one interface (base.Store), SQLite by default, PostgreSQL for HA."""

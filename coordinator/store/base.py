@@ -1,0 +1,110 @@
+"""The one store interface every backend implements. All coordinator state goes through it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.model import ClusterSpec, Machine
+
+
+@dataclass(frozen=True)
+class StoredCluster:
+    spec: ClusterSpec
+    generation: int  # grows on every apply that changed the spec
+    created_at: float
+    updated_at: float
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of history: what happened to which machine, and when."""
+
+    time: float
+    cluster: str
+    kind: str  # e.g. registered, approved, state, item, heartbeat-lost, cluster-applied
+    message: str
+    machine: str | None = None
+    hostname: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    id: int = 0  # assigned by the store, strictly increasing
+
+
+class StoreError(Exception):
+    pass
+
+
+class Store(ABC):
+    """Durable state. Every method is atomic; commit() applies several changes atomically."""
+
+    @abstractmethod
+    async def open(self) -> None:
+        """Connect and bring the schema up to date (migrations are versioned)."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    # -- clusters -------------------------------------------------------------
+    @abstractmethod
+    async def put_cluster(self, spec: ClusterSpec, now: float) -> StoredCluster:
+        """Create or replace; the generation grows only when the spec changed."""
+
+    @abstractmethod
+    async def get_cluster(self, name: str) -> StoredCluster | None: ...
+
+    @abstractmethod
+    async def list_clusters(self) -> list[StoredCluster]: ...
+
+    @abstractmethod
+    async def mark_cluster_deleting(self, name: str) -> None: ...
+
+    @abstractmethod
+    async def remove_cluster(self, name: str) -> None:
+        """Drop the cluster with its join tokens (machines must be gone already)."""
+
+    # -- join tokens (stored as hashes only) ----------------------------------
+    @abstractmethod
+    async def add_join_token(self, cluster: str, token_hash: str, now: float) -> None: ...
+
+    @abstractmethod
+    async def cluster_for_join_token(self, token_hash: str) -> str | None: ...
+
+    # -- machines ---------------------------------------------------------------
+    @abstractmethod
+    async def get_machine(self, machine_id: str) -> Machine | None: ...
+
+    @abstractmethod
+    async def machine_by_credential(self, credential_hash: str) -> Machine | None: ...
+
+    @abstractmethod
+    async def list_machines(self, cluster: str | None = None) -> list[Machine]: ...
+
+    @abstractmethod
+    async def touch_machine(self, machine_id: str, now: float) -> None:
+        """Record a heartbeat (last_seen) without rewriting the machine."""
+
+    # -- atomic writes ----------------------------------------------------------
+    @abstractmethod
+    async def commit(
+        self,
+        machines: Sequence[Machine] = (),
+        events: Sequence[Event] = (),
+        removed: Sequence[str] = (),
+    ) -> list[Event]:
+        """Upsert machines, delete removed machine ids and append events in one transaction.
+        Returns the events with their ids."""
+
+    # -- events -----------------------------------------------------------------
+    @abstractmethod
+    async def list_events(
+        self,
+        cluster: str | None = None,
+        machine: str | None = None,
+        since_id: int = 0,
+        since_time: float | None = None,
+        limit: int = 1000,
+    ) -> list[Event]:
+        """Events in id order, filtered."""

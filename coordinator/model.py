@@ -130,6 +130,7 @@ class Machine:
     last_seen: float = 0.0
     generation: int = 1  # grows whenever the agent's assignment changes
     credential_hash: str = ""
+    responding: bool = True  # false once heartbeats stopped; the state is left as it was
 
     def with_state(self, state: MachineState, now: float) -> Machine:
         return replace(self, state=state, state_since=now, progress=None,

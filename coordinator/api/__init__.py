@@ -1,0 +1,1 @@
+"""The coordinator's HTTP API (aiohttp): agent endpoints, admin endpoints, health, OpenAPI."""

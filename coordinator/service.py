@@ -1,0 +1,403 @@
+"""What the coordinator does, independent of HTTP: the operations behind every endpoint.
+
+Every read-modify-write of machines happens under one lock, so an agent's report and a
+reconcile pass never overwrite each other. Planning itself is the pure planner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from coordinator import planner
+from coordinator.model import (
+    PHASE_OF_STATE,
+    ClusterSpec,
+    Machine,
+    MachineState,
+    Progress,
+    Role,
+)
+from coordinator.notifier import Notifier
+from coordinator.store.base import Event, Store, StoredCluster
+from coordinator.tokens import new_token, token_hash
+from nodeagent.protocol import (
+    Assignment,
+    ItemReport,
+    PrecheckReport,
+    RegisterRequest,
+    RegisterResponse,
+)
+
+log = logging.getLogger("coordinator")
+
+
+class NotFound(Exception):
+    pass
+
+
+class Conflict(Exception):
+    pass
+
+
+class Unauthorized(Exception):
+    pass
+
+
+class Coordinator:
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.clock = clock
+        self.notifier = Notifier()
+        self._lock = asyncio.Lock()
+        self._kick = asyncio.Event()
+
+    # -- clusters ---------------------------------------------------------------
+    async def apply_cluster(self, spec: ClusterSpec) -> tuple[StoredCluster, bool]:
+        """Store the spec; returns it and whether it changed. Agents re-fetch on a change."""
+        async with self._lock:
+            before = await self.store.get_cluster(spec.name)
+            if before is not None and before.deleting:
+                raise Conflict(f"cluster {spec.name} is being deleted")
+            stored = await self.store.put_cluster(spec, self.clock())
+            changed = before is None or before.generation != stored.generation
+            if changed:
+                machines = [replace(m, generation=m.generation + 1)
+                            for m in await self.store.list_machines(spec.name)]
+                verb = "created" if before is None else "updated"
+                await self.store.commit(machines, [self._event(
+                    spec.name, "cluster-applied",
+                    f"cluster {verb}: release {spec.release}, generation {stored.generation}",
+                    data={"release": spec.release, "generation": stored.generation},
+                )])
+                self.notifier.wake(m.id for m in machines)
+        self.kick()
+        return stored, changed
+
+    async def cluster(self, name: str) -> StoredCluster:
+        stored = await self.store.get_cluster(name)
+        if stored is None:
+            raise NotFound(f"no cluster named {name}")
+        return stored
+
+    async def delete_cluster(self, name: str) -> None:
+        """Every machine runs its reset items and goes; then the cluster goes."""
+        await self.cluster(name)
+        await self.store.mark_cluster_deleting(name)
+        for machine in await self.store.list_machines(name):
+            await self.delete_machine(machine.id)
+        self.kick()
+
+    async def create_join_token(self, cluster: str) -> str:
+        stored = await self.cluster(cluster)
+        if stored.deleting:
+            raise Conflict(f"cluster {cluster} is being deleted")
+        token = new_token("join")
+        await self.store.add_join_token(cluster, token_hash(token), self.clock())
+        return token
+
+    # -- agents -------------------------------------------------------------------
+    async def register(self, request: RegisterRequest) -> RegisterResponse:
+        cluster = await self.store.cluster_for_join_token(token_hash(request.join_token))
+        if cluster is None:
+            raise Unauthorized("unknown join token")
+        stored = await self.cluster(cluster)
+        settings = stored.spec.settings
+        credential = new_token("machine")
+        now = self.clock()
+        async with self._lock:
+            existing = next((m for m in await self.store.list_machines(cluster)
+                             if m.hostname == request.hostname), None)
+            precheck = request.precheck.model_dump(mode="json", by_alias=True)
+            if existing is not None:
+                machine = replace(existing, ip=request.ip, facts=request.facts, precheck=precheck,
+                                  credential_hash=token_hash(credential), last_seen=now,
+                                  responding=True, generation=existing.generation + 1)
+                message = f"{request.hostname} registered again; its credential was replaced"
+            else:
+                machine = Machine(
+                    id=str(uuid.uuid4()), cluster=cluster, hostname=request.hostname,
+                    ip=request.ip, facts=request.facts, precheck=precheck,
+                    created_at=now, state_since=now, last_seen=now,
+                    credential_hash=token_hash(credential),
+                )
+                if settings.auto_approve and not machine.precheck_failures():
+                    machine = replace(machine, approved=True, role=settings.auto_approve_role)
+                message = f"{request.hostname} registered from {request.ip}"
+            failures = machine.precheck_failures()
+            if failures:
+                message += "; hard prechecks failed: " + "; ".join(failures)
+            events = [self._event(cluster, "registered", message, machine,
+                                  {"precheck_failures": failures})]
+            if machine.approved and existing is None:
+                events.append(self._event(cluster, "approved", "auto-approved", machine,
+                                          {"role": machine.role}))
+            await self.store.commit([machine], events)
+        self.kick()
+        return RegisterResponse(machine_id=machine.id, credential=credential)
+
+    async def update_precheck(self, machine_id: str, report: PrecheckReport) -> Machine:
+        """A Pending machine re-ran its prechecks (e.g. after the operator fixed something)."""
+        async with self._lock:
+            machine = await self._machine(machine_id)
+            if machine.state is not MachineState.PENDING:
+                raise Conflict(f"{machine.hostname} is {machine.state.value}: prechecks only "
+                               "matter before approval")
+            updated = replace(machine, precheck=report.model_dump(mode="json", by_alias=True),
+                              generation=machine.generation + 1)
+            failures = updated.precheck_failures()
+            message = (f"{machine.hostname} prechecks now pass" if not failures else
+                       f"{machine.hostname} prechecks still fail: " + "; ".join(failures))
+            await self.store.commit([updated], [self._event(
+                machine.cluster, "precheck", message, updated, {"precheck_failures": failures})])
+        self.kick()
+        return updated
+
+    async def authenticate_any(self, credential: str) -> Machine:
+        machine = await self.store.machine_by_credential(token_hash(credential))
+        if machine is None:
+            raise Unauthorized("unknown or revoked machine credential")
+        return machine
+
+    async def authenticate(self, machine_id: str, credential: str) -> Machine:
+        """The machine the credential belongs to, which must be the one the request names."""
+        machine = await self.authenticate_any(credential)
+        if machine.id != machine_id:
+            raise Unauthorized("this credential belongs to another machine")
+        return machine
+
+    async def assignment(self, machine: Machine) -> Assignment:
+        stored = await self.cluster(machine.cluster)
+        spec = stored.spec
+        phase = PHASE_OF_STATE.get(machine.state) if machine.role else None
+        items = spec.items(machine.role, phase) if machine.role and phase else []
+        peers = await self.store.list_machines(machine.cluster)
+        return Assignment(
+            machine_id=machine.id,
+            generation=machine.generation,
+            state=machine.state.value,
+            phase=phase,
+            items=items,
+            applied=sorted(machine.applied),
+            values=template_values(spec, machine, peers),
+            retry=spec.settings.retry,
+        )
+
+    async def wait_assignment(self, machine_id: str, after: int, timeout: float) -> Assignment:
+        """Long-poll: return as soon as the machine's generation passes `after`."""
+        woken = self.notifier.subscribe(machine_id)
+        machine = await self._machine(machine_id)
+        if machine.generation <= after:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), timeout)
+            machine = await self._machine(machine_id)
+        return await self.assignment(machine)
+
+    async def report(self, machine_id: str, report: ItemReport) -> None:
+        async with self._lock:
+            machine = await self._machine(machine_id)
+            stored = await self.cluster(machine.cluster)
+            known = {i.fingerprint(): i for role in ("manager", "worker")
+                     for i in getattr(stored.spec.machine_types, role)}
+            if report.fingerprint not in known:
+                raise Conflict(f"item {report.item} ({report.fingerprint}) is not in the cluster spec")
+            now = self.clock()
+            applied = machine.applied
+            if report.status == "succeeded":
+                applied = applied | {report.fingerprint}
+            updated = replace(
+                machine, applied=applied, last_seen=now, responding=True,
+                progress=Progress(item=report.item, attempt=report.attempt, status=report.status,
+                                  error=report.error, next_retry_at=report.next_retry_at,
+                                  updated_at=now),
+            )
+            event = self._event(machine.cluster, "item", _describe(report), updated, {
+                "item": report.item, "phase": report.phase, "status": report.status,
+                "attempt": report.attempt, "exit_code": report.exit_code,
+                "duration": (report.finished_at - report.started_at)
+                if report.finished_at else None,
+                "error": report.error, "output": report.output,
+            })
+            await self.store.commit([updated], [event])
+        if report.status == "succeeded":
+            self.kick()
+
+    async def heartbeat(self, machine_id: str) -> None:
+        machine = await self._machine(machine_id)
+        await self.store.touch_machine(machine_id, self.clock())
+        if not machine.responding:
+            self.kick()  # the reconciler records that it answers again
+
+    # -- admin ----------------------------------------------------------------------
+    async def approve(self, machine_id: str, role: Role | None = None) -> Machine:
+        async with self._lock:
+            machine = await self._machine(machine_id)
+            failures = machine.precheck_failures()
+            if failures:
+                raise Conflict(f"{machine.hostname} cannot be approved: hard prechecks failed: "
+                               + "; ".join(failures))
+            if machine.state is not MachineState.PENDING:
+                raise Conflict(f"{machine.hostname} is {machine.state.value}, not Pending")
+            updated = replace(machine, approved=True, role=role or machine.role)
+            note = f" as {updated.role}" if updated.role else " (no role yet: set one to start)"
+            await self.store.commit([updated], [self._event(
+                machine.cluster, "approved", f"{machine.hostname} approved{note}", updated,
+                {"role": updated.role})])
+        self.kick()
+        return updated
+
+    async def set_role(self, machine_id: str, role: Role) -> Machine:
+        async with self._lock:
+            machine = await self._machine(machine_id)
+            if machine.state is not MachineState.PENDING:
+                raise Conflict(f"{machine.hostname} is {machine.state.value}: its role is fixed "
+                               "once it left Pending")
+            updated = replace(machine, role=role)
+            await self.store.commit([updated], [self._event(
+                machine.cluster, "role", f"{machine.hostname} role set to {role}", updated,
+                {"role": role})])
+        self.kick()
+        return updated
+
+    async def delete_machine(self, machine_id: str, force: bool = False) -> Machine | None:
+        """Machines that never ran items, or with force, go at once; the others run their
+        reset items first (state Deleting). Returns the machine unless it is gone."""
+        async with self._lock:
+            machine = await self._machine(machine_id)
+            never_started = machine.state is MachineState.PENDING
+            if force or never_started or machine.role is None:
+                await self.store.commit([], [self._event(
+                    machine.cluster, "removed",
+                    f"{machine.hostname} removed" + (" without reset (forced)" if force else ""),
+                    machine)], removed=[machine.id])
+                self.notifier.wake([machine.id])
+                return None
+            updated = machine.with_state(MachineState.DELETING, self.clock())
+            await self.store.commit([updated], [self._event(
+                machine.cluster, "state",
+                f"{machine.hostname} {machine.state.value} -> Deleting: running reset items",
+                updated, {"from": machine.state.value, "to": "Deleting"})])
+            self.notifier.wake([machine.id])
+        self.kick()
+        return updated
+
+    async def machine(self, ref: str) -> Machine:
+        """A machine by id or hostname (hostnames are unique within a cluster)."""
+        machine = await self.store.get_machine(ref)
+        if machine is not None:
+            return machine
+        matches = [m for m in await self.store.list_machines() if m.hostname == ref]
+        if len(matches) > 1:
+            raise Conflict(f"hostname {ref} exists in several clusters: use the machine id")
+        if not matches:
+            raise NotFound(f"no machine with id or hostname {ref}")
+        return matches[0]
+
+    # -- reconcile ----------------------------------------------------------------------
+    def kick(self) -> None:
+        self._kick.set()
+
+    async def reconcile_once(self) -> list[planner.Decision]:
+        """Load, plan, persist, wake. Safe to repeat or to interrupt at any await."""
+        decided: list[planner.Decision] = []
+        async with self._lock:
+            for stored in await self.store.list_clusters():
+                decided += await self._reconcile_cluster(stored)
+        return decided
+
+    async def _reconcile_cluster(self, stored: StoredCluster) -> list[planner.Decision]:
+        spec = stored.spec
+        now = self.clock()
+        machines = await self.store.list_machines(spec.name)
+        after, decisions = planner.plan_to_fixpoint(spec, machines, now)
+        by_id = {m.id: m for m in after}
+        events = [self._event(spec.name, "state",
+                              f"{d.hostname} {d.from_state.value} -> "
+                              f"{d.to_state.value if d.to_state else 'removed'}: {d.reason}",
+                              by_id.get(d.machine_id),
+                              {"from": d.from_state.value,
+                               "to": d.to_state.value if d.to_state else None,
+                               "reason": d.reason},
+                              machine_id=d.machine_id, hostname=d.hostname)
+                  for d in decisions]
+        before = {m.id: m for m in machines}
+        changed = {m.id: m for m in after if m != before.get(m.id)}
+        for machine in after:
+            responding = now - machine.last_seen <= spec.settings.heartbeat_timeout_seconds
+            if responding != machine.responding:
+                changed[machine.id] = replace(changed.get(machine.id, machine),
+                                              responding=responding)
+                events.append(self._event(
+                    spec.name, "responding" if responding else "not-responding",
+                    f"{machine.hostname} " + ("answers again" if responding else
+                    f"missed heartbeats for {now - machine.last_seen:.0f}s"), machine))
+        removed = [d.machine_id for d in decisions if d.to_state is None]
+        if changed or events or removed:
+            await self.store.commit(list(changed.values()), events, removed)
+            self.notifier.wake([*changed, *removed])
+        if stored.deleting and not after:
+            await self.store.remove_cluster(spec.name)
+            await self.store.commit([], [self._event(spec.name, "cluster-removed",
+                                                     f"cluster {spec.name} removed")])
+        return decisions
+
+    async def run(self, tick: float = 1.0) -> None:
+        """The reconcile loop: a pass on every kick, and at least every tick seconds."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), tick)
+            self._kick.clear()
+            try:
+                await self.reconcile_once()
+            except Exception:  # a bad pass must not stop the loop; the next one retries
+                log.exception("reconcile pass failed")
+                await asyncio.sleep(tick)
+
+    # -- helpers ----------------------------------------------------------------------
+    async def _machine(self, machine_id: str) -> Machine:
+        machine = await self.store.get_machine(machine_id)
+        if machine is None:
+            raise NotFound(f"no machine {machine_id}")
+        return machine
+
+    def _event(self, cluster: str, kind: str, message: str, machine: Machine | None = None,
+               data: dict | None = None, machine_id: str | None = None,
+               hostname: str | None = None) -> Event:
+        return Event(
+            time=self.clock(), cluster=cluster, kind=kind, message=message,
+            machine=machine.id if machine else machine_id,
+            hostname=machine.hostname if machine else hostname, data=data or {},
+        )
+
+
+def _describe(report: ItemReport) -> str:
+    text = f"{report.phase} item {report.item} {report.status} (attempt {report.attempt})"
+    if report.status == "failed" and report.error:
+        text += f": {report.error}"
+    return text
+
+
+def template_values(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]) -> dict[str, str]:
+    """Values StateItem templates may use: ${cluster.name}, ${machine.ip}, ${managers}, ..."""
+    managers = sorted((m for m in peers if m.role == "manager" and m.approved
+                       and m.state is not MachineState.DELETING),
+                      key=lambda m: (m.created_at, m.hostname, m.id))
+    deployed = [m for m in managers if m.state in
+                (MachineState.READY, MachineState.UPGRADE, MachineState.RECONFIGURE)]
+    first = (deployed or managers or [None])[0]
+    return {
+        "cluster.name": spec.name,
+        "cluster.release": spec.release,
+        "machine.id": machine.id,
+        "machine.hostname": machine.hostname,
+        "machine.ip": machine.ip or "",
+        "machine.role": machine.role or "",
+        "managers": ",".join(m.ip or m.hostname for m in managers),
+        "managers.hostnames": ",".join(m.hostname for m in managers),
+        "managers.first": (first.ip or first.hostname) if first else "",
+    }

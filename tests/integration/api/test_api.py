@@ -1,0 +1,249 @@
+"""The coordinator's HTTP API against a real SQLite store, driven as agents and admins would."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from coordinator.api.app import ROUTES, create_app
+from coordinator.api.openapi import openapi_document
+from coordinator.service import Coordinator
+from coordinator.store.sqlite import SQLiteStore
+from nodeagent.prechecks.runner import summarize
+from nodeagent.protocol import CheckResult, PrecheckReport, Severity, StateItem, Status
+
+ADMIN = {"Authorization": "Bearer admin-secret"}
+CLUSTER = """\
+name: lab
+release: "1.0"
+settings: {workerBatchSize: 2, heartbeatTimeoutSeconds: 30}
+machineTypes:
+  manager:
+    - {name: setup, phase: prepare, action: {type: exec, argv: ["true"]}}
+    - {name: control-plane, phase: deploy, action: {type: exec, argv: ["true"]}}
+    - {name: wipe, phase: reset, action: {type: exec, argv: ["true"]}}
+  worker:
+    - {name: setup, phase: prepare, action: {type: exec, argv: ["true"]}}
+    - {name: join, phase: deploy, action: {type: exec, argv: ["true"]}}
+"""
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Env:
+    client: TestClient
+    coordinator: Coordinator
+    clock: Clock
+
+    async def call(self, method: str, path: str, status: int, **kwargs: Any) -> Any:
+        kwargs.setdefault("headers", ADMIN)
+        response = await self.client.request(method, path, **kwargs)
+        body = await response.json()
+        assert response.status == status, body
+        return body
+
+    async def join_token(self) -> str:
+        return (await self.call("POST", "/v1/clusters/lab/join-tokens", 201))["token"]
+
+    async def register(self, hostname: str, failing: bool = False) -> dict[str, str]:
+        checks = [CheckResult(name="os", severity=Severity.HARD,
+                              status=Status.FAIL if failing else Status.PASS,
+                              message="Plan 9 is not supported" if failing else "ok",
+                              duration=0.0)]
+        report = PrecheckReport(hostname=hostname, role="worker", started_at=0, duration=0,
+                                ok=not failing, summary=summarize(checks), checks=checks)
+        body = {"join_token": await self.join_token(), "hostname": hostname, "ip": "198.18.0.9",
+                "facts": {}, "precheck": report.model_dump(mode="json", by_alias=True)}
+        return await self.call("POST", "/v1/agent/register", 201, json=body, headers={})
+
+    async def assignment(self, agent: dict[str, str], after: int = 0, wait: float = 0) -> Any:
+        return await self.call(
+            "GET", f"/v1/agent/machines/{agent['machine_id']}/assignment?after={after}&wait={wait}",
+            200, headers={"Authorization": f"Bearer {agent['credential']}"})
+
+    async def report_all(self, agent: dict[str, str]) -> None:
+        """Report every item of the current assignment as applied, as an agent would."""
+        assignment = await self.assignment(agent)
+        for item in assignment["items"]:
+            fingerprint = StateItem.model_validate(item).fingerprint()
+            await self.call("POST", f"/v1/agent/machines/{agent['machine_id']}/reports", 200,
+                            headers={"Authorization": f"Bearer {agent['credential']}"},
+                            json={"item": item["name"], "fingerprint": fingerprint,
+                                  "phase": assignment["phase"], "status": "succeeded",
+                                  "attempt": 1, "started_at": 1.0, "finished_at": 2.0})
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    store = SQLiteStore(tmp_path / "coordinator.db")
+    await store.open()
+    clock = Clock()
+    coordinator = Coordinator(store, clock)
+    client = TestClient(TestServer(create_app(coordinator, "admin-secret", tmp_path)))
+    await client.start_server()
+    environment = Env(client, coordinator, clock)
+    await environment.call("PUT", "/v1/clusters", 200, data=CLUSTER)
+    yield environment
+    await client.close()
+    await store.close()
+
+
+async def test_health_and_readiness_need_no_credential(env: Env) -> None:
+    assert await env.call("GET", "/healthz", 200, headers={}) == {"status": "ok"}
+    assert await env.call("GET", "/readyz", 200, headers={}) == {"status": "ready"}
+
+
+async def test_admin_endpoints_refuse_a_missing_or_wrong_token(env: Env) -> None:
+    await env.call("GET", "/v1/machines", 401, headers={})
+    body = await env.call("GET", "/v1/machines", 401, headers={"Authorization": "Bearer nope"})
+    assert body["error"] == "invalid admin token"
+
+
+async def test_openapi_lists_exactly_the_served_routes(env: Env) -> None:
+    served = {(method.lower(), path) for method, path, _ in ROUTES}
+    documented = {(method, path) for path, ops in openapi_document()["paths"].items()
+                  for method in ops}
+    assert documented == served
+    fetched = await env.call("GET", "/openapi.json", 200, headers={})
+    assert fetched["paths"].keys() == openapi_document()["paths"].keys()
+
+
+async def test_invalid_cluster_names_every_problem_and_stores_nothing(env: Env) -> None:
+    bad = ("name: other\nrelease: '2'\nsettings: {workerBatchSize: 0}\nmachineTypes:\n"
+           "  worker:\n    - {name: a, phase: deploy, action: {type: exec}}\n")
+    body = await env.call("PUT", "/v1/clusters", 422, data=bad)
+    paths = {(p["path"], p["line"]) for p in body["problems"]}
+    assert ("settings.workerBatchSize", 3) in paths
+    assert ("machineTypes.worker[0].action.argv", 6) in paths
+    await env.call("GET", "/v1/clusters/other", 404)
+
+
+async def test_applying_the_same_spec_twice_changes_nothing(env: Env) -> None:
+    again = await env.call("PUT", "/v1/clusters", 200, data=CLUSTER)
+    assert again["changed"] is False and again["generation"] == 1
+
+
+async def test_register_with_an_unknown_join_token_is_refused(env: Env) -> None:
+    body = {"join_token": "join_nope", "hostname": "x", "ip": None, "facts": {},
+            "precheck": PrecheckReport(hostname="x", role="worker", started_at=0, duration=0,
+                                       ok=True, summary=summarize([]), checks=[])
+            .model_dump(mode="json", by_alias=True)}
+    answer = await env.call("POST", "/v1/agent/register", 401, json=body, headers={})
+    assert answer["error"] == "unknown join token"
+
+
+async def test_a_machine_failing_hard_prechecks_is_visible_but_cannot_be_approved(env: Env) -> None:
+    await env.register("bad-node", failing=True)
+    listed = await env.call("GET", "/v1/machines", 200)
+    assert listed[0]["precheck_failures"] == ["os: Plan 9 is not supported"]
+    refused = await env.call("POST", "/v1/machines/bad-node/approve", 409, json={"role": "worker"})
+    assert "Plan 9 is not supported" in refused["error"]
+
+
+async def test_an_agent_cannot_read_or_report_for_another_machine(env: Env) -> None:
+    a = await env.register("node-a")
+    b = await env.register("node-b")
+    headers = {"Authorization": f"Bearer {a['credential']}"}
+    await env.call("GET", f"/v1/agent/machines/{b['machine_id']}/assignment", 401, headers=headers)
+    await env.call("POST", f"/v1/agent/machines/{b['machine_id']}/heartbeat", 401, headers=headers)
+
+
+async def test_approval_moves_the_machine_to_prepare_and_wakes_its_long_poll(env: Env) -> None:
+    agent = await env.register("m1")
+    first = await env.assignment(agent)
+    assert first["state"] == "Pending" and first["items"] == []
+    waiting = asyncio.create_task(env.assignment(agent, after=first["generation"], wait=20))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+    await env.coordinator.reconcile_once()
+    woken = await asyncio.wait_for(waiting, 5)  # long before the 20 s wait ran out
+    assert woken["state"] == "Prepare"
+    assert [i["name"] for i in woken["items"]] == ["setup"]
+    assert woken["values"]["machine.hostname"] == "m1"
+
+
+async def test_reports_drive_the_machine_to_ready(env: Env) -> None:
+    agent = await env.register("m1")
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+    await env.coordinator.reconcile_once()
+    await env.report_all(agent)
+    await env.coordinator.reconcile_once()
+    assert (await env.assignment(agent))["state"] == "Deploy"
+    await env.report_all(agent)
+    await env.coordinator.reconcile_once()
+    status = await env.call("GET", "/v1/clusters/lab/status", 200)
+    assert status["counts"] == {"Ready": 1}
+    kinds = [e["kind"] for e in await env.call("GET", "/v1/events?machine=" + agent["machine_id"], 200)]
+    assert kinds.count("state") == 3 and kinds.count("item") == 2
+
+
+async def test_a_report_for_an_item_not_in_the_spec_is_refused(env: Env) -> None:
+    agent = await env.register("m1")
+    body = await env.call(
+        "POST", f"/v1/agent/machines/{agent['machine_id']}/reports", 409,
+        headers={"Authorization": f"Bearer {agent['credential']}"},
+        json={"item": "ghost", "fingerprint": "0" * 32, "phase": "deploy", "status": "succeeded",
+              "attempt": 1, "started_at": 1.0})
+    assert "ghost" in body["error"]
+
+
+async def test_missed_heartbeats_mark_not_responding_without_changing_state(env: Env) -> None:
+    agent = await env.register("m1")
+    env.clock.now += 31
+    await env.coordinator.reconcile_once()
+    machine = (await env.call("GET", "/v1/machines/m1", 200))
+    assert machine["responding"] is False and machine["state"] == "Pending"
+    await env.call("POST", f"/v1/agent/machines/{agent['machine_id']}/heartbeat", 200,
+                   headers={"Authorization": f"Bearer {agent['credential']}"})
+    await env.coordinator.reconcile_once()
+    assert (await env.call("GET", "/v1/machines/m1", 200))["responding"] is True
+    kinds = [e["kind"] for e in await env.call("GET", "/v1/events?cluster=lab", 200)]
+    assert "not-responding" in kinds and "responding" in kinds
+
+
+async def test_deleting_a_deployed_machine_runs_its_reset_items_then_removes_it(env: Env) -> None:
+    agent = await env.register("m1")
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+    await env.coordinator.reconcile_once()
+    answer = await env.call("DELETE", "/v1/machines/m1", 202)
+    assert answer["status"] == "resetting"
+    assignment = await env.assignment(agent)
+    assert assignment["phase"] == "reset" and [i["name"] for i in assignment["items"]] == ["wipe"]
+    await env.report_all(agent)
+    await env.coordinator.reconcile_once()
+    await env.call("GET", "/v1/machines/m1", 404)
+    await env.call("GET", f"/v1/agent/machines/{agent['machine_id']}/assignment", 401,
+                   headers={"Authorization": f"Bearer {agent['credential']}"})
+
+
+async def test_a_pending_machine_is_removed_at_once(env: Env) -> None:
+    await env.register("p1")
+    assert (await env.call("DELETE", "/v1/machines/p1", 200))["status"] == "removed"
+    assert await env.call("GET", "/v1/machines", 200) == []
+
+
+async def test_artifacts_are_served_to_machines_only_and_never_outside_the_store(
+        env: Env, tmp_path: Path) -> None:
+    (tmp_path / "bundle.tar").write_bytes(b"payload")
+    (tmp_path.parent / "secret").write_text("no")
+    agent = await env.register("m1")
+    headers = {"Authorization": f"Bearer {agent['credential']}"}
+    response = await env.client.get("/v1/artifacts/bundle.tar", headers=headers)
+    assert response.status == 200 and await response.read() == b"payload"
+    assert (await env.client.get("/v1/artifacts/bundle.tar")).status == 401
+    escaped = await env.client.get("/v1/artifacts/..%2Fsecret", headers=headers)
+    assert escaped.status == 404

@@ -1,0 +1,107 @@
+"""The download action: an artifact from the coordinator's store or a URL, streamed to disk
+while hashed, and kept only when its sha256 matches, so a truncated or tampered download
+never replaces the target. A target that already has the right content is not fetched."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
+
+from nodeagent.atomic import atomic_file
+from nodeagent.config import ProxyConfig
+from nodeagent.items import machine_path
+from nodeagent.items.outcome import ItemFailed, ItemOutcome
+from nodeagent.protocol import DownloadAction
+from nodeagent.proxy import proxy_for
+
+# The daemon's seam to the coordinator: artifact name -> its bytes, streamed. It raises when
+# the coordinator can't deliver; the item fails with that error and is retried.
+ArtifactSource = Callable[[str], AsyncIterator[bytes]]
+
+_CHUNK = 1 << 16
+
+
+def sha256_of(path: Path) -> str | None:
+    """Hex sha256 of a file's content, None when it can't be read (e.g. it does not exist)."""
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+async def open_url(url: str) -> AsyncIterator[bytes]:
+    """Stream a http(s) or file URL. HTTP goes through the proxy the environment names
+    (HTTPS_PROXY, NO_PROXY, ...); a file URL names a path on the real machine."""
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        try:
+            with open(url2pathname(parts.path), "rb") as handle:
+                while chunk := handle.read(_CHUNK):
+                    yield chunk
+        except OSError as exc:
+            raise ItemFailed(f"cannot read {url}: {exc.strerror or exc}") from None
+        return
+    if parts.scheme not in ("http", "https"):
+        raise ItemFailed(f"unsupported URL scheme {parts.scheme!r} in {url} (http, https, file)")
+    import aiohttp  # costs more than a whole precheck run: only when an item downloads
+
+    proxy = proxy_for(url, ProxyConfig(), os.environ)
+    try:
+        async with aiohttp.ClientSession(trust_env=False) as session, session.get(
+            url, proxy=proxy
+        ) as response:
+            if response.status != 200:
+                raise ItemFailed(f"GET {url} answered HTTP {response.status} {response.reason}")
+            async for chunk in response.content.iter_chunked(_CHUNK):
+                yield chunk
+    except aiohttp.ClientError as exc:
+        raise ItemFailed(f"GET {url} failed: {type(exc).__name__}: {exc}") from None
+
+
+@contextlib.asynccontextmanager
+async def _closing(stream: AsyncIterator[bytes]) -> AsyncIterator[None]:
+    """Close a stream abandoned early (timeout, failed write) now, releasing its connection,
+    instead of whenever the garbage collector finds it."""
+    try:
+        yield
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+async def apply_download(action: DownloadAction, root: Path,
+                         artifacts: ArtifactSource) -> ItemOutcome:
+    target = machine_path(root, action.path)
+    mode = int(action.mode, 8)
+    if await asyncio.to_thread(sha256_of, target) == action.sha256:
+        target.chmod(mode)
+        return ItemOutcome(True, output=f"{action.path} already has sha256 {action.sha256}")
+    source = action.artifact or action.url or ""
+    stream = artifacts(action.artifact) if action.artifact else open_url(source)
+    digest = hashlib.sha256()
+    size = 0
+    async with _closing(stream):
+        with atomic_file(target, mode) as handle:
+            async for chunk in stream:
+                digest.update(chunk)
+                size += len(chunk)
+                handle.write(chunk)
+            if digest.hexdigest() != action.sha256:
+                raise ItemFailed(f"sha256 mismatch for {source}: expected {action.sha256}, "
+                                 f"got {digest.hexdigest()} ({size} bytes); nothing was written")
+            handle.flush()
+            # Flush a large file to disk off the event loop; atomic_file's own fsync then has
+            # nothing left to write and doesn't stall heartbeats.
+            await asyncio.to_thread(os.fsync, handle.fileno())
+    return ItemOutcome(True, output=f"downloaded {size} bytes from {source} to {action.path}")

@@ -1,0 +1,104 @@
+"""Applies a phase's items strictly in order, each until it succeeds: a failing item is
+retried with capped, jittered backoff and later items wait for it (they may depend on it).
+What the journal says is done is not run again; every start, success and failure is reported."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
+
+from nodeagent.backoff import delay
+from nodeagent.items.download import ArtifactSource, apply_download
+from nodeagent.items.exec import run_exec
+from nodeagent.items.file import apply_file
+from nodeagent.items.outcome import ItemFailed, ItemOutcome
+from nodeagent.journal import Journal
+from nodeagent.protocol import ExecAction, FileAction, ItemReport, RetryPolicy, StateItem
+from nodeagent.templates import TemplateError
+
+Report = Callable[[ItemReport], Awaitable[None]]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+async def _attempt(item: StateItem, values: Mapping[str, str], root: Path,
+                   artifacts: ArtifactSource) -> ItemOutcome:
+    action = item.action
+    if isinstance(action, ExecAction):  # bounds itself, to keep the output of a timed-out run
+        return await run_exec(action, values, root, item.timeout)
+    try:
+        async with asyncio.timeout(item.timeout):
+            if isinstance(action, FileAction):
+                return await asyncio.to_thread(apply_file, action, values, root)
+            return await apply_download(action, root, artifacts)
+    except TimeoutError:
+        raise ItemFailed(f"timed out after {item.timeout:g}s") from None
+
+
+async def apply_item(item: StateItem, values: Mapping[str, str], root: Path,
+                     artifacts: ArtifactSource) -> ItemOutcome:
+    """One attempt at one item. An item's own failure, whatever its cause, is an outcome,
+    never an exception: it must not take the agent down. Cancellation still propagates."""
+    started = time.monotonic()
+    try:
+        outcome = await _attempt(item, values, root, artifacts)
+    except ItemFailed as exc:
+        outcome = ItemOutcome(False, exc.output, exc.exit_code, str(exc))
+    except (TemplateError, OSError) as exc:
+        outcome = ItemOutcome(False, error=str(exc))
+    except Exception as exc:  # e.g. the coordinator went away mid-download
+        outcome = ItemOutcome(False, error=f"{type(exc).__name__}: {exc}")
+    return dataclasses.replace(outcome, duration=time.monotonic() - started)
+
+
+async def run_phase(
+    items: Sequence[StateItem],
+    values: Mapping[str, str],
+    journal: Journal,
+    report: Report,
+    retry: RetryPolicy,
+    root: Path,
+    artifacts: ArtifactSource,
+    rand: random.Random | None = None,
+    sleep: Sleep = asyncio.sleep,
+) -> bool:
+    """True when every item is applied; False when one failed retry.max_attempts times
+    (the items after it are then not run)."""
+    rand = random.Random() if rand is None else rand
+    for item in items:
+        fingerprint = item.fingerprint()
+        item_report = partial(ItemReport, item=item.name, fingerprint=fingerprint,
+                              phase=item.phase)
+        if journal.applied(fingerprint):
+            now = time.time()
+            await report(item_report(status="succeeded", attempt=1, started_at=now,
+                                     finished_at=now, output="already applied (journal)"))
+            continue
+        journal.record_started(item)
+        attempt = 0
+        while True:
+            attempt += 1
+            started = time.time()
+            await report(item_report(status="running", attempt=attempt, started_at=started))
+            outcome = await apply_item(item, values, root, artifacts)
+            finished = started + outcome.duration
+            if outcome.succeeded:
+                journal.record_applied(item)
+                await report(item_report(status="succeeded", attempt=attempt,
+                                         started_at=started, finished_at=finished,
+                                         exit_code=outcome.exit_code, output=outcome.output))
+                break
+            give_up = retry.max_attempts is not None and attempt >= retry.max_attempts
+            wait = delay(attempt, retry.base_seconds, retry.max_seconds, rand)
+            await report(item_report(status="failed", attempt=attempt, started_at=started,
+                                     finished_at=finished, exit_code=outcome.exit_code,
+                                     output=outcome.output, error=outcome.error,
+                                     next_retry_at=None if give_up else finished + wait))
+            if give_up:
+                return False
+            await sleep(wait)
+    return True

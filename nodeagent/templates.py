@@ -1,0 +1,48 @@
+"""${cluster.name}-style values in StateItems: file templates, and each exec argument and
+environment value on its own (never joined into a shell string, so a value can't inject).
+
+Every `${...}` is ours: a dotted name that must be known, else an error naming it. `$$` is a
+literal `$`, so a script passes the shell its own `${var}` as `$${var}`. A bare `$` not
+followed by `{` (the shell's `$1`, `$HOME`, `$!`) stays as written, so scripts rarely need
+escaping; unbraced names are not placeholders because `$machine.ip.` would be ambiguous.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Mapping
+
+
+class TemplateError(ValueError):
+    pass
+
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*"
+
+
+class _Template(string.Template):
+    pattern = rf"""
+    \$(?:
+      (?P<escaped>\$) |
+      \{{(?P<braced>{_NAME})\}} |
+      (?P<named>(?!)) |
+      (?P<invalid>\{{)
+    )
+    """
+    flags = re.VERBOSE
+
+
+def render(text: str, values: Mapping[str, str]) -> str:
+    """Substitute every ${name} from values; `$$` is a literal `$`."""
+    try:
+        return _Template(text).substitute(values)
+    except KeyError as exc:
+        known = ", ".join(sorted(values)) or "none"
+        raise TemplateError(f"unknown template value ${{{exc.args[0]}}}; known: {known}") from None
+    except ValueError:
+        invalid = next(m for m in _Template.pattern.finditer(text) if m.group("invalid"))
+        bad = text[invalid.start():][:40]
+        raise TemplateError(
+            f"malformed placeholder {bad!r}: use ${{dotted.name}}, or $${{...}} for a literal"
+        ) from None

@@ -1,0 +1,168 @@
+"""The download action against a real HTTP server on 127.0.0.1, file URLs and an artifact
+source: sha256 verified while streaming, nothing kept on mismatch, no refetch when current."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from nodeagent.items.runner import apply_item
+from nodeagent.protocol import StateItem
+from tests.integration.items.conftest import VALUES, apply, leftovers, make_item
+
+pytestmark = pytest.mark.integration
+
+BLOB = bytes(range(256)) * 12_000  # ~3 MB: many chunks
+BLOB_SHA = hashlib.sha256(BLOB).hexdigest()
+WRONG_SHA = "0" * 64
+TARGET = "/opt/bin/tool"
+
+
+class Server:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.requests: list[str] = []
+
+
+@pytest.fixture
+async def server(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Server]:
+    """Serves /blob and counts requests; loopback only, and no proxy from the environment."""
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy",
+                 "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    state = Server("")
+
+    async def blob(request: web.Request) -> web.StreamResponse:
+        state.requests.append(request.path)
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for start in range(0, len(BLOB), 100_000):
+            await response.write(BLOB[start:start + 100_000])
+        return response
+
+    app = web.Application()
+    app.router.add_get("/blob", blob)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    state.url = f"http://127.0.0.1:{port}"
+    yield state
+    await runner.cleanup()
+
+
+def download(sha256: str = BLOB_SHA, mode: str = "0755", **source: str) -> StateItem:
+    return make_item("d", {"type": "download", "path": TARGET, "sha256": sha256, "mode": mode,
+                           **source})
+
+
+async def test_a_url_is_downloaded_verified_and_given_its_mode(root: Path, server: Server) -> None:
+    outcome = await apply(download(url=f"{server.url}/blob"), root)
+    assert outcome.succeeded, outcome.error
+    target = root / TARGET.lstrip("/")
+    assert target.read_bytes() == BLOB
+    assert target.stat().st_mode & 0o7777 == 0o755
+    assert outcome.output == f"downloaded {len(BLOB)} bytes from {server.url}/blob to {TARGET}"
+    assert leftovers(target.parent) == []
+
+
+async def test_a_sha256_mismatch_keeps_nothing_and_says_both_hashes(
+    root: Path, server: Server
+) -> None:
+    outcome = await apply(download(WRONG_SHA, url=f"{server.url}/blob"), root)
+    assert not outcome.succeeded
+    assert outcome.error == (f"sha256 mismatch for {server.url}/blob: expected {WRONG_SHA}, "
+                             f"got {BLOB_SHA} ({len(BLOB)} bytes); nothing was written")
+    directory = root / "opt/bin"
+    assert list(directory.iterdir()) == []
+
+
+async def test_a_mismatch_leaves_the_previous_file_in_place(root: Path, server: Server) -> None:
+    target = root / TARGET.lstrip("/")
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"previous version")
+    outcome = await apply(download(WRONG_SHA, url=f"{server.url}/blob"), root)
+    assert not outcome.succeeded
+    assert target.read_bytes() == b"previous version"
+    assert leftovers(target.parent) == []
+
+
+async def test_a_current_target_is_not_fetched_again_but_gets_its_mode(
+    root: Path, server: Server
+) -> None:
+    target = root / TARGET.lstrip("/")
+    target.parent.mkdir(parents=True)
+    target.write_bytes(BLOB)
+    target.chmod(0o600)
+    outcome = await apply(download(url=f"{server.url}/blob"), root)
+    assert outcome.succeeded
+    assert outcome.output == f"{TARGET} already has sha256 {BLOB_SHA}"
+    assert server.requests == []
+    assert target.stat().st_mode & 0o7777 == 0o755
+
+
+async def test_an_http_error_fails_the_item(root: Path, server: Server) -> None:
+    outcome = await apply(download(url=f"{server.url}/missing"), root)
+    assert not outcome.succeeded
+    assert outcome.error == f"GET {server.url}/missing answered HTTP 404 Not Found"
+    assert not (root / TARGET.lstrip("/")).exists()
+
+
+async def test_a_refused_connection_fails_the_item(root: Path, server: Server) -> None:
+    url = server.url.rsplit(":", 1)[0] + ":1/blob"
+    outcome = await apply(download(url=url), root)
+    assert not outcome.succeeded
+    assert outcome.error.startswith(f"GET {url} failed: ClientConnectorError")
+
+
+async def test_a_file_url_is_read_from_the_machine(root: Path, tmp_path: Path) -> None:
+    source = tmp_path / "mirror dir" / "tool"
+    source.parent.mkdir()
+    source.write_bytes(BLOB)
+    outcome = await apply(download(url=source.as_uri()), root)
+    assert outcome.succeeded, outcome.error
+    assert (root / TARGET.lstrip("/")).read_bytes() == BLOB
+    missing = await apply(download(WRONG_SHA, url=(tmp_path / "gone").as_uri()), root)
+    assert missing.error == f"cannot read {(tmp_path / 'gone').as_uri()}: No such file or directory"
+
+
+async def test_an_unsupported_scheme_is_refused(root: Path) -> None:
+    outcome = await apply(download(url="ftp://127.0.0.1/tool"), root)
+    assert outcome.error == "unsupported URL scheme 'ftp' in ftp://127.0.0.1/tool (http, https, file)"
+
+
+def artifact_source(chunks: list[bytes], asked: list[str],
+                    fail_after: int | None = None) -> Callable[[str], AsyncIterator[bytes]]:
+    async def source(name: str) -> AsyncIterator[bytes]:
+        asked.append(name)
+        for index, chunk in enumerate(chunks):
+            if index == fail_after:
+                raise ConnectionResetError("coordinator went away")
+            yield chunk
+
+    return source
+
+
+async def test_an_artifact_comes_from_the_daemons_source(root: Path) -> None:
+    asked: list[str] = []
+    chunks = [BLOB[:1000], BLOB[1000:]]
+    outcome = await apply_item(download(artifact="kubelet-1.30"), VALUES, root,
+                               artifact_source(chunks, asked))
+    assert outcome.succeeded, outcome.error
+    assert asked == ["kubelet-1.30"]
+    assert (root / TARGET.lstrip("/")).read_bytes() == BLOB
+
+
+async def test_an_artifact_stream_that_breaks_keeps_nothing(root: Path) -> None:
+    asked: list[Any] = []
+    outcome = await apply_item(download(artifact="kubelet-1.30"), VALUES, root,
+                               artifact_source([BLOB[:1000], BLOB[1000:]], asked, fail_after=1))
+    assert not outcome.succeeded
+    assert outcome.error == "coordinator went away"
+    assert list((root / "opt/bin").iterdir()) == []

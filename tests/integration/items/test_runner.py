@@ -1,0 +1,179 @@
+"""run_phase with real commands and a real journal: order, reports, retries with backoff,
+giving up, and never re-running what the journal says is applied (also after a restart)."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from nodeagent.backoff import delay
+from nodeagent.items.runner import run_phase
+from nodeagent.journal import Journal
+from nodeagent.protocol import ItemReport, RetryPolicy, StateItem
+from tests.integration.items.conftest import VALUES, exec_item, make_item, no_artifacts
+
+pytestmark = pytest.mark.integration
+
+RETRY = RetryPolicy(base_seconds=2, max_seconds=5)
+
+
+def counting(name: str, counter: Path, fail_times: int = 0, **fields: object) -> StateItem:
+    """An exec item that appends a line to counter per run and fails its first fail_times runs."""
+    script = (f'echo run >> {counter}; n=$(wc -l < {counter}); echo "run $n"; '
+              f'[ "$n" -gt {fail_times} ] || {{ echo "not yet" >&2; exit 7; }}')
+    return exec_item(name, ["sh", "-c", script], **fields)
+
+
+def runs(counter: Path) -> int:
+    return len(counter.read_text().splitlines()) if counter.exists() else 0
+
+
+class Recorder:
+    """The report callback and the injected sleep: what the daemon would send, and the waits."""
+
+    def __init__(self) -> None:
+        self.reports: list[ItemReport] = []
+        self.sleeps: list[float] = []
+
+    async def report(self, report: ItemReport) -> None:
+        self.reports.append(report)
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+
+    def statuses(self) -> list[tuple[str, str, int]]:
+        return [(r.item, r.status, r.attempt) for r in self.reports]
+
+
+async def run(items: list[StateItem], journal: Journal, recorder: Recorder, root: Path,
+              retry: RetryPolicy = RETRY, rand: random.Random | None = None) -> bool:
+    return await run_phase(items, VALUES, journal, recorder.report, retry, root, no_artifacts,
+                           rand or random.Random(0), sleep=recorder.sleep)
+
+
+async def test_items_run_in_order_and_each_is_reported_and_journaled(
+    root: Path, tmp_path: Path
+) -> None:
+    journal = Journal(tmp_path / "state" / "journal.json")
+    recorder = Recorder()
+    items = [counting("first", tmp_path / "a"),
+             make_item("second", {"type": "file", "path": "/etc/x.conf",
+                                  "template": "${cluster.name}"})]
+    assert await run(items, journal, recorder, root)
+    assert recorder.statuses() == [("first", "running", 1), ("first", "succeeded", 1),
+                                   ("second", "running", 1), ("second", "succeeded", 1)]
+    first_done = recorder.reports[1]
+    assert first_done.exit_code == 0
+    assert first_done.output == "run 1\n"
+    assert first_done.phase == "prepare"
+    assert first_done.fingerprint == items[0].fingerprint()
+    assert first_done.finished_at is not None
+    assert first_done.started_at <= first_done.finished_at <= time.time()
+    assert (root / "etc/x.conf").read_text() == "edge-1"
+    reloaded = Journal(tmp_path / "state" / "journal.json")
+    assert all(reloaded.applied(item.fingerprint()) for item in items)
+    assert reloaded.in_progress() is None
+    assert recorder.sleeps == []
+
+
+async def test_the_journal_marks_an_item_in_progress_before_it_runs(
+    root: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "journal.json"
+    item = counting("only", tmp_path / "count")
+    seen_on_disk: list[str | None] = []
+
+    class Checking(Recorder):
+        async def report(self, report: ItemReport) -> None:
+            if report.status == "running":
+                assert runs(tmp_path / "count") == 0
+                seen_on_disk.append(Journal(path).in_progress())
+            await super().report(report)
+
+    await run([item], Journal(path), Checking(), root)
+    assert seen_on_disk == [item.fingerprint()]
+
+
+async def test_a_failing_item_is_retried_with_backoff_and_later_items_wait(
+    root: Path, tmp_path: Path
+) -> None:
+    later_marker = root / "etc/later.conf"
+
+    class Checking(Recorder):
+        async def report(self, report: ItemReport) -> None:
+            if report.item == "flaky":
+                assert not later_marker.exists(), "a later item ran before an earlier succeeded"
+            await super().report(report)
+
+    recorder = Checking()
+    items = [counting("flaky", tmp_path / "count", fail_times=3),
+             make_item("later", {"type": "file", "path": "/etc/later.conf", "content": "x"})]
+    assert await run(items, Journal(tmp_path / "journal.json"), recorder, root,
+                     rand=random.Random(42))
+    expected_rand = random.Random(42)
+    assert recorder.sleeps == [delay(n, 2, 5, expected_rand) for n in (1, 2, 3)]
+    assert runs(tmp_path / "count") == 4
+    assert recorder.statuses() == [
+        ("flaky", "running", 1), ("flaky", "failed", 1), ("flaky", "running", 2),
+        ("flaky", "failed", 2), ("flaky", "running", 3), ("flaky", "failed", 3),
+        ("flaky", "running", 4), ("flaky", "succeeded", 4),
+        ("later", "running", 1), ("later", "succeeded", 1),
+    ]
+    failures = [r for r in recorder.reports if r.status == "failed"]
+    for report, wait in zip(failures, recorder.sleeps, strict=True):
+        assert report.error == "sh exited with 7 (expected 0)"
+        assert report.exit_code == 7
+        assert report.output == f"run {report.attempt}\nnot yet\n"
+        assert report.finished_at is not None
+        assert report.next_retry_at == pytest.approx(report.finished_at + wait)
+
+
+async def test_max_attempts_gives_up_without_running_later_items(
+    root: Path, tmp_path: Path
+) -> None:
+    recorder = Recorder()
+    items = [counting("broken", tmp_path / "count", fail_times=100),
+             counting("never", tmp_path / "never")]
+    retry = RetryPolicy(base_seconds=1, max_seconds=1, max_attempts=2)
+    assert not await run(items, Journal(tmp_path / "journal.json"), recorder, root, retry)
+    assert recorder.statuses() == [("broken", "running", 1), ("broken", "failed", 1),
+                                   ("broken", "running", 2), ("broken", "failed", 2)]
+    assert recorder.reports[1].next_retry_at is not None
+    assert recorder.reports[-1].next_retry_at is None
+    assert len(recorder.sleeps) == 1
+    assert runs(tmp_path / "never") == 0
+
+
+async def test_journaled_items_are_not_run_again_after_a_restart(
+    root: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "journal.json"
+    items = [counting("one", tmp_path / "one"), counting("two", tmp_path / "two")]
+    await run(items, Journal(path), Recorder(), root)
+    again = Recorder()
+    assert await run(items, Journal(path), again, root)  # a fresh agent process
+    assert (runs(tmp_path / "one"), runs(tmp_path / "two")) == (1, 1)
+    assert again.statuses() == [("one", "succeeded", 1), ("two", "succeeded", 1)]
+    assert {r.output for r in again.reports} == {"already applied (journal)"}
+
+
+async def test_a_new_version_of_an_item_runs_again(root: Path, tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.json")
+    await run([counting("one", tmp_path / "one")], journal, Recorder(), root)
+    await run([counting("one", tmp_path / "one", version="2")], journal, Recorder(), root)
+    assert runs(tmp_path / "one") == 2
+
+
+async def test_an_interrupted_item_runs_again(root: Path, tmp_path: Path) -> None:
+    """Started but never recorded as applied (the agent died mid-item): it is not skipped."""
+    path = tmp_path / "journal.json"
+    item = counting("one", tmp_path / "one")
+    Journal(path).record_started(item)
+    journal = Journal(path)
+    assert journal.in_progress() == item.fingerprint()
+    await run([item], journal, Recorder(), root)
+    assert runs(tmp_path / "one") == 1
+    assert Journal(path).in_progress() is None

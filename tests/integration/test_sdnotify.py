@@ -1,0 +1,81 @@
+"""sd_notify against a real unix datagram socket, as systemd listens on one."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodeagent import sdnotify
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def listener(monkeypatch: pytest.MonkeyPatch) -> Iterator[socket.socket]:
+    """A socket at a short path (bind() takes at most 108 bytes) named by NOTIFY_SOCKET."""
+    with tempfile.TemporaryDirectory(prefix="sdn-", dir="/tmp") as directory:
+        path = Path(directory) / "notify"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.bind(str(path))
+            sock.settimeout(5)
+            monkeypatch.setenv("NOTIFY_SOCKET", str(path))
+            yield sock
+
+
+def test_without_systemd_notify_does_nothing() -> None:
+    assert sdnotify.notify("READY=1") is False
+    assert sdnotify.ready() is False
+
+
+def test_ready_status_and_watchdog_arrive_as_datagrams(listener: socket.socket) -> None:
+    assert sdnotify.ready()
+    assert sdnotify.status("prepare: 3 items")
+    assert sdnotify.watchdog()
+    received = [listener.recv(4096) for _ in range(3)]
+    assert received == [b"READY=1", b"STATUS=prepare: 3 items", b"WATCHDOG=1"]
+
+
+def test_an_abstract_socket_is_named_with_an_at_sign(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = f"nodeagent-test-{uuid.uuid4().hex}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind("\0" + name)
+        sock.settimeout(5)
+        monkeypatch.setenv("NOTIFY_SOCKET", "@" + name)
+        assert sdnotify.ready()
+        assert sock.recv(4096) == b"READY=1"
+
+
+def test_a_vanished_socket_is_not_an_error(monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "gone"))
+    assert sdnotify.status("still running") is False
+
+
+@pytest.mark.parametrize(("usec", "pid", "interval"), [
+    ("20000000", None, 10.0),
+    ("20000000", "self", 10.0),
+    ("20000000", "1", None),  # the watchdog is meant for another process
+    ("0", None, None),
+    ("soon", None, None),
+    (None, None, None),
+])
+def test_the_watchdog_interval_is_half_the_timeout(
+    monkeypatch: pytest.MonkeyPatch, usec: str | None, pid: str | None, interval: float | None
+) -> None:
+    if usec is not None:
+        monkeypatch.setenv("WATCHDOG_USEC", usec)
+    if pid is not None:
+        monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()) if pid == "self" else pid)
+    assert sdnotify.watchdog_interval() == interval

@@ -121,3 +121,29 @@ def _context(root: str, config: AgentConfig, role: str) -> CheckContext:
     from nodeagent.prechecks.base import CheckContext
 
     return CheckContext(Host(root), config, cast("Role", role))
+
+
+@main.command()
+@click.option("--config", "config_path", default="/etc/nodeagent/config.yaml", show_default=True,
+              type=click.Path(dir_okay=False), help="Agent config file.")
+@click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False),
+              help="Machine root: prechecks read and file items write under it.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+def run(config_path: str, root: str, log_level: str) -> None:
+    """Run the agent: precheck, register, wait for approval, apply assigned items, report."""
+    import logging
+
+    from nodeagent.daemon import Agent, AgentError
+    from nodeagent.host import Host
+
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = _load_config(config_path)
+    try:
+        asyncio.run(Agent(config, Host(root)).run())
+    except AgentError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_CHECK_FAILED)
+    except KeyboardInterrupt:
+        pass

@@ -74,6 +74,12 @@ class Thresholds(_Section):
 
 class AgentConfig(_Section):
     role: Role = "worker"
+    join_token: str | None = Field(default=None, description="used once, to register")
+    state_dir: str = "/var/lib/nodeagent"
+    heartbeat_seconds: float = Field(default=10.0, gt=0, le=300)
+    ignore_prechecks: list[str] = Field(
+        default_factory=list, description="checks whose failures only warn, as --ignore"
+    )
     coordinator: CoordinatorConfig = Field(default_factory=CoordinatorConfig)
     ntp: NtpConfig = Field(default_factory=NtpConfig)
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)

@@ -1,0 +1,170 @@
+"""The main job on one machine: a coordinator on its embedded SQLite store and several local
+agents (each with its own hostname and its own node root) rolling out examples/cluster.yaml
+until every machine is Ready.
+
+Node roots are sandboxes: /proc, /sys and /usr are the host's (so prechecks read the real
+kernel), while /etc, /var and /run are the node's own, so no item touches the host.
+Needs root (unshare --uts gives every agent its own hostname).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from coordinator.cli import machines_table
+from coordinator.client import AdminClient, ClientError
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+NODES = [("cp-1", "manager"), ("cp-2", "manager"), ("node-1", "worker"), ("node-2", "worker"),
+         ("node-3", "worker")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_root(base: Path, hostname: str) -> Path:
+    root = base / hostname
+    for shared in ("proc", "sys", "usr", "bin", "sbin", "lib", "lib64"):
+        if Path(f"/{shared}").exists():
+            (root / shared).parent.mkdir(parents=True, exist_ok=True)
+            (root / shared).symlink_to(f"/{shared}")
+    etc = root / "etc"
+    etc.mkdir(parents=True)
+    for name in ("os-release", "resolv.conf"):
+        if Path(f"/etc/{name}").exists():
+            shutil.copy(Path(f"/etc/{name}").resolve(), etc / name)
+    (etc / "hostname").write_text(hostname + "\n")
+    (etc / "hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {hostname}\n")
+    for own in ("var/lib", "var/log", "run"):
+        (root / own).mkdir(parents=True)
+    return root
+
+
+def wait_until(what: str, check: Callable[[], object], timeout: float = 30) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+        except ClientError:
+            result = None
+        if result:
+            return result
+        time.sleep(0.2)
+    raise SystemExit(f"demo: timed out waiting for {what}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Roll a sample cluster out on local agents.")
+    parser.add_argument("--keep", action="store_true", help="keep the data directory")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("demo: run as root (each agent gets its own hostname via unshare --uts)")
+    base = Path(tempfile.mkdtemp(prefix="nodeagent-demo-"))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        print(f"== coordinator on {url}, SQLite store in {base / 'data'}")
+        procs.append(subprocess.Popen(
+            [str(BIN / "coordinator"), "serve", "--data-dir", str(base / "data"), "--listen",
+             f"127.0.0.1:{port}"], stdout=(base / "coordinator.log").open("wb"),
+            stderr=subprocess.STDOUT))
+        token_file = base / "data" / "admin.token"
+        wait_until("the coordinator", lambda: token_file.exists()
+                   and AdminClient(url, None).get("/healthz"))
+        admin = AdminClient(url, token_file.read_text().strip())
+        spec = (REPO / "examples" / "cluster.yaml").read_text()
+        applied = admin.request("PUT", "/v1/clusters", text=spec, content_type="application/yaml")
+        print(f"== cluster {applied['name']} applied: release {applied['release']}")
+        join = admin.request("POST", f"/v1/clusters/{applied['name']}/join-tokens")["token"]
+
+        print("== prechecks of this host (what every simulated node sees of the kernel):")
+        probe = node_root(base / "roots", "probe")
+        checked = subprocess.run([str(BIN / "nodeagent"), "precheck", "--root", str(probe),
+                                  "--output", "json"], capture_output=True, text=True, check=False)
+        report = json.loads(checked.stdout)
+        failing = [c["name"] for c in report["checks"]
+                   if c["status"] == "fail" and c["name"] != "hostname"]
+        for check in report["checks"]:
+            print(f"   {check['name']:<22} {check['status']:<5} {check['message']}")
+        if failing:
+            print(f"== demo: this host fails {', '.join(failing)}; the simulated nodes ignore "
+                  "those (a real node would stay unapprovable until they are fixed)")
+        for hostname, _role in NODES:
+            root = node_root(base / "roots", hostname)
+            config = base / f"{hostname}.yaml"
+            config.write_text(json.dumps({
+                "coordinator": {"url": url, "timeout": 5}, "joinToken": join,
+                "stateDir": str(root / "var/lib/nodeagent"), "heartbeatSeconds": 2,
+                "ignorePrechecks": failing,
+            }))
+            procs.append(subprocess.Popen(
+                ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname,
+                 str(BIN / "nodeagent"), "run", "--config", str(config), "--root", str(root)],
+                stdout=(base / f"{hostname}.log").open("wb"), stderr=subprocess.STDOUT))
+        roles = dict(NODES)
+
+        def approve_ready_ones() -> bool:
+            """Approve each machine once it registered with passing prechecks (a node whose
+            checks failed, e.g. on a busy host, re-runs them and reports again)."""
+            for machine in admin.get("/v1/machines"):
+                if not machine["approved"] and not machine["precheck_failures"]:
+                    role = roles[machine["hostname"]]
+                    admin.request("POST", f"/v1/machines/{machine['id']}/approve",
+                                  body={"role": role})
+                    print(f"== approved {machine['hostname']} as {role}")
+            return all(m["approved"] for m in admin.get("/v1/machines")) and len(
+                admin.get("/v1/machines")) == len(NODES)
+
+        wait_until("every agent to register and pass its prechecks", approve_ready_ones,
+                   timeout=120)
+        shown = ""
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            status = admin.get(f"/v1/clusters/{applied['name']}/status")
+            table = machines_table(status["machines"], time.time())
+            if table != shown:
+                counts = ", ".join(f"{n} {s}" for s, n in sorted(status["counts"].items()))
+                print(f"\n-- {time.strftime('%H:%M:%S')}  {counts}\n{table}", flush=True)
+                shown = table
+            if status["counts"] == {"Ready": len(NODES)}:
+                break
+            time.sleep(0.5)
+        else:
+            raise SystemExit("demo: the rollout did not finish within 180 s; see the logs in "
+                             f"{base}")
+        print("\n== rollout order (from the event history):")
+        for event in admin.get(f"/v1/events?cluster={applied['name']}"):
+            if event["kind"] == "state":
+                print(f"   {event['message']}")
+        print(f"\n== all {len(NODES)} machines Ready. Items wrote under {base / 'roots'}, e.g.:")
+        print((base / "roots" / "node-1" / "etc" / "demo" / "node.env").read_text())
+    finally:
+        for proc in reversed(procs):
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -49,7 +49,7 @@ def precheck(config_path: str | None, root: str, role: str | None, ignores: tupl
     from nodeagent.prechecks import CHECKS, NAMES
     from nodeagent.prechecks.runner import resolve_ignores, run_checks
 
-    config = _load_config(config_path)
+    config = _load_config(config_path, root)
     try:
         ignored = resolve_ignores(_split_ignores(ignores), NAMES)
     except ValueError as exc:
@@ -101,14 +101,15 @@ def version() -> None:
     click.echo(__version__)
 
 
-def _load_config(path: str | None) -> AgentConfig:
-    import os
-
+def _load_config(path: str | None, root: str = "/") -> AgentConfig:
+    """The given config file; else the machine's default one (under root) when it exists."""
     from nodeagent.config import DEFAULT_CONFIG_PATH, load_config
+    from nodeagent.host import Host
     from nodeagent.validation import InvalidDocument
 
-    if path is None and os.path.exists(DEFAULT_CONFIG_PATH):
-        path = DEFAULT_CONFIG_PATH
+    default = Host(root).path(DEFAULT_CONFIG_PATH)
+    if path is None and default.exists():
+        path = str(default)
     try:
         return load_config(path)
     except InvalidDocument as exc:

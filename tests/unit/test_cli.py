@@ -225,3 +225,13 @@ def test_unknown_ignore_name_exits_2(machine: Machine) -> None:
     assert result.exit_code == 2
     assert "--ignore: unknown check name(s): nosuchcheck; known: " in result.stderr
     assert result.stdout == ""
+
+
+def test_without_config_option_the_config_under_root_is_read(machine: Machine) -> None:
+    machine.tree.write("/etc/nodeagent/config.yaml", CONFIG + "role: manager\n")
+    machine.tree.write("/proc/cpuinfo", cpuinfo(1))
+    argv = ["precheck", "--root", str(machine.tree.path), "--output", "json", *IGNORE_LIVE]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 1, result.output
+    report = PrecheckReport.model_validate_json(result.stdout)
+    assert report.role == "manager"

@@ -7,9 +7,14 @@ routing/firewalls or the coordinator itself.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import ipaddress
 import os
+import socket
+import ssl
 import urllib.request
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import dns.asyncresolver
@@ -54,14 +59,20 @@ async def resolve(host: Host, name: str, timeout: float) -> list[str]:
     return addresses
 
 
-def _http_get(url: str, proxy: str | None, timeout: float) -> int:
-    """Status of GET url. urllib rather than aiohttp: it imports in a fraction of the time,
-    and the whole precheck run has a one-second budget."""
+def _http_get(url: str, address: str, proxy: str | None, timeout: float) -> int:
+    """Status of GET url, connecting to address: the one resolved (through the root's files)
+    and connected to before, the proxy's when there is one. Not whatever the system
+    resolver makes of the name: that may not know it, or know another address.
+
+    urllib rather than aiohttp: it imports in a fraction of the time, and the whole
+    precheck run has a one-second budget."""
     import urllib.error
 
     scheme = urlsplit(url).scheme
     opener = urllib.request.build_opener(
         urllib.request.ProxyHandler({scheme: proxy} if proxy else {}),
+        _PinnedHTTPHandler(address),
+        _PinnedHTTPSHandler(address),
         _NoRedirect(),
     )
     try:
@@ -69,6 +80,44 @@ def _http_get(url: str, proxy: str | None, timeout: float) -> int:
             return int(response.status)
     except urllib.error.HTTPError as exc:
         return exc.code
+
+
+def _pinned(
+    connection: type[http.client.HTTPConnection], address: str
+) -> Callable[..., http.client.HTTPConnection]:
+    """A connection class for urllib that connects to address whatever host it is given
+    (TLS still verifies the certificate against the host name)."""
+
+    def connect(target: tuple[str, int], *args: Any) -> socket.socket:
+        return socket.create_connection((address, target[1]), *args)
+
+    def make(host: str, **kwargs: Any) -> http.client.HTTPConnection:
+        conn = connection(host, **kwargs)
+        conn._create_connection = connect  # type: ignore[attr-defined]  # http.client's seam
+        return conn
+
+    return make
+
+
+class _PinnedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, address: str) -> None:
+        super().__init__()
+        self.address = address
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_pinned(http.client.HTTPConnection, self.address), req)
+
+
+class _PinnedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, address: str) -> None:
+        self.context = ssl.create_default_context()
+        super().__init__(context=self.context)
+        self.address = address
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(
+            _pinned(http.client.HTTPSConnection, self.address), req, context=self.context
+        )
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -106,7 +155,11 @@ async def run(ctx: CheckContext) -> Outcome:
         )
         writer.close()
     except (OSError, TimeoutError) as exc:
-        reason = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        # asyncio's own strerror ("Connect call failed ...") only repeats the address.
+        reason = (
+            "timed out" if isinstance(exc, TimeoutError)
+            else os.strerror(exc.errno) if exc.errno else str(exc)
+        )
         return failed(
             f"cannot connect to {addresses[0]}:{port} ({name}){via}: {reason}",
             "check routes and firewalls between this node and the coordinator, "
@@ -114,7 +167,7 @@ async def run(ctx: CheckContext) -> Outcome:
             **data,
         )
     try:
-        status = await asyncio.to_thread(_http_get, health_url, proxy, cfg.timeout)
+        status = await asyncio.to_thread(_http_get, health_url, addresses[0], proxy, cfg.timeout)
     except Exception as exc:
         return failed(
             f"GET {health_url}{via} failed: {type(exc).__name__}: {exc}",

@@ -98,7 +98,8 @@ def time_runs(config: Path, runs: int) -> tuple[list[float], list[float], dict[s
 def summary(label: str, values: list[float]) -> str:
     ordered = sorted(values)
     p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
-    return (f"{label:<34} median {statistics.median(values) * 1000:7.1f} ms   "
+    return (f"{label:<34} min {min(values) * 1000:7.1f} ms   "
+            f"median {statistics.median(values) * 1000:7.1f} ms   "
             f"p90 {p90 * 1000:7.1f} ms   max {max(values) * 1000:7.1f} ms")
 
 

@@ -109,8 +109,9 @@ def main() -> None:
             cpu_after = proc.cpu_times()
             elapsed = time.monotonic() - started
             busy = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
-            print(f"idle agent over {elapsed:.0f} s: RSS {proc.memory_info().rss / 2**20:.1f} MiB "
-                  f"(peak {peak_rss / 2**20:.1f} MiB), CPU {100 * busy / elapsed:.3f}% of one core")
+            rss = proc.memory_info().rss
+            print(f"idle agent over {elapsed:.0f} s: RSS {rss / 2**20:.1f} MiB = {rss / 1e6:.1f} MB "
+                  f"(peak {peak_rss / 1e6:.1f} MB), CPU {100 * busy / elapsed:.3f}% of one core")
             agent.terminate()
             agent.wait()
             agent = None

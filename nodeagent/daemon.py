@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import random
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
@@ -24,19 +25,16 @@ from nodeagent.atomic import atomic_write
 from nodeagent.backoff import delay
 from nodeagent.client import CoordinatorClient, Rejected, Unreachable
 from nodeagent.config import AgentConfig
-from nodeagent.facts import collect
 from nodeagent.host import Host
 from nodeagent.items.runner import run_phase
 from nodeagent.journal import Journal
-from nodeagent.prechecks import CHECKS, NAMES
-from nodeagent.prechecks.base import CheckContext
-from nodeagent.prechecks.runner import resolve_ignores, run_checks
 from nodeagent.protocol import Assignment, ItemReport, PrecheckReport, RegisterRequest, Status
 from nodeagent.proxy import proxy_for
 
 T = TypeVar("T")
 log = logging.getLogger("nodeagent")
 LONG_POLL_SECONDS = 30.0
+CHILD_TIMEOUT_SECONDS = 120.0
 
 
 class AgentError(Exception):
@@ -94,10 +92,12 @@ class Reporter:
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, host: Host, rand: random.Random | None = None) -> None:
+    def __init__(self, config: AgentConfig, host: Host, config_path: str | None = None,
+                 rand: random.Random | None = None) -> None:
         if not config.coordinator.url:
             raise AgentError("coordinator.url is not set in the config file")
         self.config = config
+        self.config_path = config_path
         self.host = host
         self.state_dir = Path(config.state_dir)
         self.rand = rand or random.Random()
@@ -107,25 +107,42 @@ class Agent:
 
     async def run(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        async with self.client:
-            rechecks: list[Coroutine[Any, Any, None]] = []
-            identity = load_identity(self.state_dir)
-            if identity is None:
-                report = await self._precheck()
-                identity = await self._register(report)
-                if not report.ok:
-                    rechecks.append(self._recheck(identity))
-            sdnotify.ready()
-            journal = Journal(self.state_dir / "journal.json")
-            reporter = Reporter(self.client, identity, self.rand)
-            async with _background(reporter.run(), self._heartbeat(identity), _watchdog(),
-                                   *rechecks):
-                await self._follow(identity, journal, reporter)
+        rechecks: list[Coroutine[Any, Any, None]] = []
+        identity = load_identity(self.state_dir)
+        if identity is None:
+            report = await self._precheck()
+            identity = await self._register(report)
+            if not report.ok:
+                rechecks.append(self._recheck(identity))
+        sdnotify.ready()
+        journal = Journal(self.state_dir / "journal.json")
+        reporter = Reporter(self.client, identity, self.rand)
+        async with _background(reporter.run(), self._heartbeat(identity), _watchdog(),
+                               *rechecks):
+            await self._follow(identity, journal, reporter)
+
+    async def _own_command(self, *args: str) -> str:
+        """Output of `nodeagent ARGS --root ROOT` in a child process. Prechecks and facts load
+        DNS, netlink, NTP and process-table libraries the idle daemon has no use for; in a
+        child they give their memory back when it exits."""
+        argv = [*_own_argv(), *args, "--root", str(self.host.root)]
+        try:
+            result = await self.host.run(argv, timeout=CHILD_TIMEOUT_SECONDS)
+        except TimeoutError:
+            raise AgentError(f"`nodeagent {args[0]}` did not finish within "
+                             f"{CHILD_TIMEOUT_SECONDS:.0f}s") from None
+        if result.returncode not in (0, 1):
+            raise AgentError(f"`nodeagent {args[0]}` failed (exit {result.returncode}): "
+                             f"{result.stderr.strip()}")
+        return result.stdout
 
     async def _precheck(self) -> PrecheckReport:
-        ignored = resolve_ignores(self.config.ignore_prechecks, NAMES)
-        ctx = CheckContext(self.host, self.config, self.config.role)
-        report = await run_checks(CHECKS, ctx, ignored)
+        args = ["precheck", "--output", "json", "--role", self.config.role]
+        if self.config_path:
+            args += ["--config", self.config_path]
+        if self.config.ignore_prechecks:
+            args += ["--ignore", ",".join(self.config.ignore_prechecks)]
+        report = PrecheckReport.model_validate_json(await self._own_command(*args))
         failures = [f"{c.name}: {c.message}" for c in report.checks if c.status is Status.FAIL]
         if failures:
             log.warning("hard prechecks failed: %s", "; ".join(failures))
@@ -135,7 +152,7 @@ class Agent:
     async def _register(self, report: PrecheckReport) -> Identity:
         if not self.config.join_token:
             raise AgentError("not registered yet and no joinToken in the config file")
-        facts = await asyncio.to_thread(collect, self.host)
+        facts = json.loads(await self._own_command("facts", "--output", "json"))
         request = RegisterRequest(join_token=self.config.join_token, hostname=report.hostname,
                                   ip=facts.get("primary_ip"), facts=facts, precheck=report)
         response = await self._retry("register", partial(self.client.register, request))
@@ -218,6 +235,13 @@ class Agent:
             with contextlib.suppress(Unreachable, Rejected):
                 await self.client.heartbeat(identity.machine_id, identity.credential)
             await asyncio.sleep(self.config.heartbeat_seconds)
+
+
+def _own_argv() -> list[str]:
+    """How to run this agent's own command line: a frozen bundle is its own executable."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable]
+    return [sys.executable, "-m", "nodeagent"]
 
 
 async def _watchdog() -> None:

@@ -11,14 +11,13 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from coordinator.api.app import ROUTES, create_app
+from coordinator.api.app import ROUTES, Settings, create_app
 from coordinator.api.openapi import openapi_document
 from coordinator.service import Coordinator
 from coordinator.store.sqlite import SQLiteStore
 from nodeagent.prechecks.runner import summarize
 from nodeagent.protocol import CheckResult, PrecheckReport, Severity, StateItem, Status
 
-ADMIN = {"Authorization": "Bearer admin-secret"}
 CLUSTER = """\
 name: lab
 release: "1.0"
@@ -47,9 +46,10 @@ class Env:
     client: TestClient
     coordinator: Coordinator
     clock: Clock
+    admin: dict[str, str]
 
     async def call(self, method: str, path: str, status: int, **kwargs: Any) -> Any:
-        kwargs.setdefault("headers", ADMIN)
+        kwargs.setdefault("headers", self.admin)
         response = await self.client.request(method, path, **kwargs)
         body = await response.json()
         assert response.status == status, body
@@ -92,9 +92,11 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     await store.open()
     clock = Clock()
     coordinator = Coordinator(store, clock)
-    client = TestClient(TestServer(create_app(coordinator, "admin-secret", tmp_path)))
+    secret, _ = await coordinator.access.create_admin_token("tests", "admin")
+    client = TestClient(TestServer(create_app(coordinator, tmp_path,
+                                              Settings(advertise_url="http://127.0.0.1:1"))))
     await client.start_server()
-    environment = Env(client, coordinator, clock)
+    environment = Env(client, coordinator, clock, {"Authorization": f"Bearer {secret}"})
     await environment.call("PUT", "/v1/clusters", 200, data=CLUSTER)
     yield environment
     await client.close()
@@ -109,7 +111,7 @@ async def test_health_and_readiness_need_no_credential(env: Env) -> None:
 async def test_admin_endpoints_refuse_a_missing_or_wrong_token(env: Env) -> None:
     await env.call("GET", "/v1/machines", 401, headers={})
     body = await env.call("GET", "/v1/machines", 401, headers={"Authorization": "Bearer nope"})
-    assert body["error"] == "invalid admin token"
+    assert body["error"] == "unknown or revoked admin token"
 
 
 async def test_openapi_lists_exactly_the_served_routes(env: Env) -> None:

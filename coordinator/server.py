@@ -101,6 +101,7 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
             reconciler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reconciler
+            coordinator.notifier.wake_all()
     finally:
         await runner.cleanup()
         await coordinator.store.close()

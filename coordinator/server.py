@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import socket
 import ssl
@@ -19,6 +20,7 @@ from coordinator.pki import Pki
 from coordinator.service import Coordinator
 from coordinator.store.sqlite import SQLiteStore
 from coordinator.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
+from nodeagent.redact import RedactingFilter
 
 WILDCARDS = frozenset({"0.0.0.0", "::", ""})
 
@@ -108,6 +110,10 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
 
 
 def serve_forever(options: ServeOptions) -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter())
     try:
         asyncio.run(serve(options))
     except SetupError as exc:

@@ -140,6 +140,10 @@ def run(config_path: str, root: str, log_level: str) -> None:
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from nodeagent.redact import RedactingFilter
+
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter())
     config = _load_config(config_path)
     try:
         asyncio.run(Agent(config, Host(root), config_path).run())

@@ -11,8 +11,10 @@ import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+
+from nodeagent.redact import redact
 
 PRECHECK_SCHEMA = "nodeagent.precheck/v1"
 
@@ -220,6 +222,12 @@ class ItemReport(_Wire):
     started_at: float
     finished_at: float | None = None
     exit_code: int | None = None
-    output: str = Field(default="", description="the last 4 KiB of output")
-    error: str = ""
+    output: str = Field(default="", max_length=16384, description="the last 4 KiB of output")
+    error: str = Field(default="", max_length=16384)
     next_retry_at: float | None = None
+
+    @field_validator("output", "error")
+    @classmethod
+    def _no_secrets(cls, text: str) -> str:
+        """Item output reaches events, status and the dashboard: secrets never do."""
+        return redact(text)

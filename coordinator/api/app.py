@@ -117,9 +117,17 @@ async def admin_auth(request: web.Request, handler: Handler) -> web.StreamRespon
     return response
 
 
+async def _text(request: web.Request) -> str:
+    try:
+        return (await request.read()).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidDocument([Problem("", f"body is not UTF-8 text (byte {exc.start})")]) \
+            from None
+
+
 async def _body(request: web.Request, model: type[M], optional: bool = False) -> M:
     """The validated JSON body; with optional, an empty body means every field's default."""
-    text = await request.text()
+    text = await _text(request)
     if optional and not text.strip():
         return model()
     try:
@@ -227,7 +235,7 @@ async def artifact(request: web.Request) -> web.StreamResponse:
 # -- admin --------------------------------------------------------------------------------
 
 async def apply_cluster(request: web.Request) -> web.Response:
-    text = await request.text()
+    text = await _text(request)
     spec = load_model(ClusterSpec, text, "request body")
     stored, changed = await _c(request).apply_cluster(spec)
     return web.json_response({**cluster_view(stored), "changed": changed})

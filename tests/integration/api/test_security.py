@@ -175,3 +175,14 @@ async def test_an_oversized_body_is_refused_before_it_is_read(env: Env) -> None:
                                     data=b"x" * (MAX_BODY_BYTES + 1))
     assert response.status == 413
     assert "larger than" in (await response.json())["error"]
+
+
+@pytest.mark.parametrize(("method", "path"), [("PUT", "/v1/clusters"),
+                                              ("POST", "/v1/admin-tokens"),
+                                              ("POST", "/v1/agent/register")])
+async def test_a_body_that_is_not_utf8_is_a_4xx_not_a_crash(env: Env, method: str,
+                                                             path: str) -> None:
+    """Found by the schemathesis run (test_fuzz.py): such bodies used to answer 500."""
+    response = await env.client.request(method, path, headers=env.admin, data=b"\xff\x1e\x8f")
+    assert response.status == 422
+    assert "not UTF-8" in (await response.json())["error"]

@@ -1,0 +1,87 @@
+"""schemathesis generates requests for every operation in /openapi.json against a real
+coordinator process: not one may be answered with a 5xx. Run once with an admin token and
+once with a machine's credential, so agent endpoints are fuzzed past authentication too."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.client import AdminClient, ClientError
+from tests.support.ports import free_port, wait_until
+
+pytestmark = pytest.mark.integration
+
+BIN = Path(sys.executable).parent
+SPEC = """\
+name: lab
+release: "1"
+machineTypes:
+  worker:
+    - {name: noop, phase: prepare, action: {type: exec, argv: ["true"]}}
+"""
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    tmp = tmp_path_factory.mktemp("fuzz")
+    port = free_port()
+    # Plain HTTP: the API is under test here, TLS has its own tests (test_trust.py).
+    proc = subprocess.Popen(
+        [str(BIN / "coordinator"), "serve", "--data-dir", str(tmp / "data"), "--listen",
+         f"127.0.0.1:{port}", "--insecure-http"],
+        stdout=(tmp / "coordinator.log").open("wb"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return bool(AdminClient(url, None).get("/healthz"))
+        except ClientError:
+            return False
+
+    try:
+        wait_until(up, "the coordinator", timeout=30)
+        yield url, tmp
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    # aiohttp logs the malformed-header probe it refused with 400; anything else is a bug.
+    crashes = [t for t in (tmp / "coordinator.log").read_text().split("Traceback")[1:]
+               if "BadHttpMessage" not in t]
+    assert not crashes, crashes[0][-3000:]
+
+
+def fuzz(url: str, credential: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "schemathesis"), "run", f"{url}/openapi.json", "--checks",
+         "not_a_server_error", "--max-examples", "25", "--phases", "examples,fuzzing",
+         "--header", f"Authorization: Bearer {credential}", *extra],
+        capture_output=True, text=True, timeout=600)
+
+
+def test_no_operation_answers_a_5xx_to_an_admin(served: tuple[str, Path]) -> None:
+    url, tmp = served
+    admin = (tmp / "data" / "admin.token").read_text().strip()
+    AdminClient(url, admin).request("PUT", "/v1/clusters", text=SPEC,
+                                    content_type="application/yaml")
+    result = fuzz(url, admin)
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert "Server error" not in result.stdout
+
+
+def test_no_agent_operation_answers_a_5xx_to_a_machine(served: tuple[str, Path]) -> None:
+    url, tmp = served
+    admin = AdminClient(url, (tmp / "data" / "admin.token").read_text().strip())
+    admin.request("PUT", "/v1/clusters", text=SPEC, content_type="application/yaml")
+    token = admin.request("POST", "/v1/clusters/lab/join-tokens", body={})["token"]
+    report = {"schema": "nodeagent.precheck/v1", "hostname": "fuzz", "role": "worker",
+              "started_at": 0, "duration": 0, "ok": True,
+              "summary": {}, "checks": []}
+    machine = AdminClient(url, None).request("POST", "/v1/agent/register", body={
+        "join_token": token, "hostname": "fuzz", "ip": None, "facts": {}, "precheck": report})
+    result = fuzz(url, machine["credential"], "--include-path-regex", "^/v1/agent/")
+    assert result.returncode == 0, result.stdout[-4000:]

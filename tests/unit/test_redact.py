@@ -1,0 +1,72 @@
+"""Secrets are blanked wherever text enters a report or a log line; ordinary output is not."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from coordinator.tokens import new_token
+from nodeagent import joinstring
+from nodeagent.protocol import ItemReport
+from nodeagent.redact import MASK, RedactingFilter, redact
+
+KEY = """-----BEGIN EC PRIVATE KEY-----
+MHcCAQEEIBkg4LVWM9nuwNSk3yByxZpYRj9xV8RsbwtYmF1l2fN0oAoGCCqGSM49
+-----END EC PRIVATE KEY-----"""
+KUBECONFIG = """users:
+- name: admin
+  user:
+    client-certificate-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t
+    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0t
+    token: eyJhbGciOiJSUzI1NiIsImtpZCI6IiJ9.payload.sig
+"""
+
+
+@pytest.mark.parametrize("secret", [
+    new_token("join"), new_token("machine"), new_token("admin"), new_token("reader"),
+    joinstring.JoinString("https://c:8080", new_token("join"), "sha256:" + "a" * 64).encode(),
+])
+def test_this_projects_tokens_and_join_strings_are_blanked(secret: str) -> None:
+    assert redact(f"joining with {secret} now") == f"joining with {MASK} now"
+
+
+def test_a_private_key_block_goes_whole_even_when_cut_off() -> None:
+    assert redact(f"wrote\n{KEY}\ndone") == f"wrote\n{MASK}\ndone"
+    assert redact("tail: -----BEGIN RSA PRIVATE KEY-----\nMIIEow") == f"tail: {MASK}"
+
+
+def test_kubeconfig_secrets_lose_their_values_but_keep_their_keys() -> None:
+    cleaned = redact(KUBECONFIG)
+    assert "LS0t" not in cleaned and "eyJhbG" not in cleaned
+    assert f"client-key-data: {MASK}" in cleaned and f"token: {MASK}" in cleaned
+    assert "name: admin" in cleaned
+
+
+def test_bearer_tokens_and_password_fields_are_blanked() -> None:
+    assert redact("curl -H 'Authorization: Bearer abc.def.ghi123'") == \
+        f"curl -H 'Authorization: Bearer {MASK}'"
+    assert redact('{"password": "hunter22"}') == f'{{"password": "{MASK}"}}'
+
+
+def test_ordinary_output_is_left_alone() -> None:
+    text = "apt-get install -y kubelet=1.30.2\nSetting up kubelet (1.30.2) ...\nmachine_id: 42"
+    assert redact(text) == text
+
+
+def test_an_item_report_never_carries_a_secret() -> None:
+    token = new_token("join")
+    report = ItemReport(item="kubeadm-join", fingerprint="f", phase="deploy", status="failed",
+                        attempt=1, started_at=0, output=f"kubeadm join --token {token}",
+                        error=f"bad key\n{KEY}")
+    assert token not in report.output and "PRIVATE" not in report.error
+    assert report.output == f"kubeadm join --token {MASK}"
+
+
+def test_log_lines_are_redacted_arguments_included(caplog: pytest.LogCaptureFixture) -> None:
+    logger = logging.getLogger("redact-test")
+    token = new_token("machine")
+    caplog.handler.addFilter(RedactingFilter())
+    with caplog.at_level(logging.INFO, logger="redact-test"):
+        logger.info("registered with %s", token)
+    assert caplog.messages == [f"registered with {MASK}"]

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
+
+STREAM_TIMEOUT = 60.0
 
 
 class ClientError(Exception):
@@ -23,10 +26,11 @@ class AdminClient:
         # The coordinator is addressed directly; proxies from the environment do not apply.
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
-    def request(self, method: str, path: str, body: Any = None, text: str | None = None,
-                content_type: str = "application/json") -> Any:
+    def _send(self, method: str, path: str, body: Any, text: str | None, content_type: str,
+              accept: str, timeout: float) -> Any:
+        """The open response; HTTP errors and unreachable coordinators become ClientError."""
         data = None
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         if text is not None:
@@ -37,8 +41,7 @@ class AdminClient:
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
-            with self._opener.open(req, timeout=self.timeout) as response:
-                return json.loads(response.read() or b"null")
+            return self._opener.open(req, timeout=timeout)
         except urllib.error.HTTPError as exc:
             try:
                 payload = json.loads(exc.read())
@@ -49,6 +52,34 @@ class AdminClient:
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ClientError(0, f"cannot reach the coordinator at {self.url}: {reason}") from None
+
+    def request(self, method: str, path: str, body: Any = None, text: str | None = None,
+                content_type: str = "application/json") -> Any:
+        with self._send(method, path, body, text, content_type, "application/json",
+                        self.timeout) as response:
+            try:
+                return json.loads(response.read() or b"null")
+            except OSError as exc:
+                raise ClientError(0, f"the coordinator at {self.url} broke off: {exc}") from None
+
+    def stream(self, path: str) -> Iterator[dict[str, Any]]:
+        """The JSON data of each server-sent event from path, as it arrives. Ends when the
+        server closes the stream; a silent connection fails after STREAM_TIMEOUT seconds
+        (the server sends a keepalive comment every 15)."""
+        with self._send("GET", path, None, None, "", "text/event-stream",
+                        STREAM_TIMEOUT) as response:
+            data: list[str] = []
+            try:
+                for raw in response:
+                    line = raw.decode("utf-8").rstrip("\r\n")
+                    if not line:
+                        if data:
+                            yield json.loads("\n".join(data))
+                        data = []
+                    elif line.startswith("data:"):
+                        data.append(line[5:].removeprefix(" "))
+            except OSError as exc:  # timeouts included
+                raise ClientError(0, f"the stream from {self.url} broke off: {exc}") from None
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)

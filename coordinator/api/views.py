@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from coordinator.model import PHASE_OF_STATE, ClusterSpec, Machine
+from coordinator.status import machine_step
 from coordinator.store.base import Event, StoredCluster
 
 
-def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = False) -> dict[str, Any]:
+def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = False,
+                 now: float | None = None) -> dict[str, Any]:
+    """With `now`, also the machine's step: item n of m, attempt, elapsed times."""
     phase = PHASE_OF_STATE.get(machine.state)
     items: dict[str, Any] | None = None
     if spec is not None and phase and machine.role:
@@ -35,9 +39,12 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
             "error": progress.error,
             "next_retry_at": progress.next_retry_at,
             "updated_at": progress.updated_at,
+            "failing_since": progress.failing_since,
         },
         "precheck_failures": machine.precheck_failures(),
     }
+    if now is not None:
+        view["step"] = asdict(machine_step(spec, machine, now))
     if detail:
         view["facts"] = machine.facts
         view["precheck"] = machine.precheck
@@ -68,3 +75,4 @@ def event_view(event: Event) -> dict[str, Any]:
         "message": event.message,
         "data": event.data,
     }
+

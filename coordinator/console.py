@@ -39,7 +39,8 @@ def status_renderable(data: dict[str, Any]) -> RenderableType:
     eta_text = "done" if eta == 0 else ("estimating" if eta is None else duration(eta))
     bar.add_row(Text("rollout", style="bold"),
                 ProgressBar(total=max(total, 1), completed=rollout["done"], width=40),
-                f"{rollout['done']}/{total} items on {rollout['machines']} machines",
+                f"{rollout['done']}/{total} items on {rollout['machines']} "
+                f"machine{'' if rollout['machines'] == 1 else 's'}",
                 Text(f"ETA {eta_text}", style="bold"))
 
     machines = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")

@@ -146,6 +146,7 @@ class _Track:
     done: float | None = None
     failing: float | None = None
     note: str = ""  # why it is failing, for the message
+    queued: bool = False  # could start now but for the stage's limits (a deploy slot)
 
 
 def _names(hostnames: Sequence[str]) -> str:
@@ -183,15 +184,15 @@ def _failing_note(tracks: Sequence[_Track]) -> str:
     return text + (f"; and {len(notes) - NAMES_SHOWN} more failing" if len(notes) > NAMES_SHOWN else "")
 
 
-def _counted(verb: str, tracks: Sequence[_Track], waiting_note: str = "") -> str:
+def _counted(verb: str, tracks: Sequence[_Track]) -> str:
     done = sum(t.done is not None for t in tracks)
     busy = [t.hostname for t in tracks if t.done is None and t.started is not None]
-    idle = [t.hostname for t in tracks if t.done is None and t.started is None]
+    queued = [t.hostname for t in tracks if t.done is None and t.started is None and t.queued]
     parts = [f"{done} of {len(tracks)} {verb}"]
     if busy:
         parts.append(f"in progress: {_names(busy)}")
-    if idle and waiting_note:
-        parts.append(f"{waiting_note}: {_names(idle)}")
+    if queued:
+        parts.append(f"waiting for a deploy slot: {_names(queued)}")
     failing = _failing_note(tracks)
     return "; ".join(parts + ([failing] if failing else []))
 
@@ -240,7 +241,8 @@ def stages(spec: ClusterSpec, cluster_created: float, machines: Sequence[Machine
         finished = (history.first_entry(m, [MachineState.READY]) or m.state_since
                     if m.state in DEPLOYED_STATES else None)
         fail, note = failing(m, [MachineState.DEPLOY])
-        return _Track(m.hostname, prepared_at or now, begun, finished, fail, note)
+        return _Track(m.hostname, prepared_at or now, begun, finished, fail, note,
+                      queued=prepared_at is not None and begun is None)
 
     managers = [deployed_track(m) for m in started if m.role == "manager"]
     workers = [deployed_track(m) for m in started if m.role == "worker"]
@@ -294,7 +296,7 @@ def stages(spec: ClusterSpec, cluster_created: float, machines: Sequence[Machine
         def message(state: StageState, tracks: Sequence[_Track]) -> str:
             if not tracks:
                 return f"no {role} approved yet"
-            return _counted(f"{role}s deployed", tracks, "waiting for a deploy slot")
+            return _counted(f"{role}s deployed", tracks)
         return message
 
     def ready_message(state: StageState, tracks: Sequence[_Track]) -> str:

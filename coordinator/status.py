@@ -7,11 +7,12 @@ the reconciler records), with `now` passed in. The API serves it; the CLI and da
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from coordinator.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, phase_complete
+from coordinator.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, Role
 from coordinator.planner import DEPLOYED_STATES
 from coordinator.store.base import Event
 from nodeagent.protocol import Phase
@@ -86,11 +87,41 @@ class History:
 # -- per machine -------------------------------------------------------------------------
 
 
+class _Catalog:
+    """(name, fingerprint) of a spec's items per role and phase, each hashed once: hashing is
+    most of the work of a status on a large fleet, and every machine needs the same lists."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+        self._phases: dict[tuple[Role, Phase], list[tuple[str, str]]] = {}
+
+    def items(self, role: Role, phase: Phase) -> list[tuple[str, str]]:
+        key = (role, phase)
+        if key not in self._phases:
+            self._phases[key] = [(i.name, i.fingerprint()) for i in self.spec.items(role, phase)]
+        return self._phases[key]
+
+
+_RECENT: OrderedDict[int, _Catalog] = OrderedDict()
+
+
+def _catalog(spec: ClusterSpec) -> _Catalog:
+    """The catalog of this very spec object (kept referenced, so its id cannot be reused while
+    cached); a few recent ones are kept, as each request reads its specs once."""
+    found = _RECENT.get(id(spec))
+    if found is None or found.spec is not spec:
+        found = _RECENT[id(spec)] = _Catalog(spec)
+        while len(_RECENT) > 8:
+            _RECENT.popitem(last=False)
+    return found
+
+
 def machine_step(spec: ClusterSpec | None, machine: Machine, now: float) -> Step:
     phase = PHASE_OF_STATE.get(machine.state) if machine.role else None
-    items = spec.items(machine.role, phase) if spec is not None and phase and machine.role else []
-    names = [i.name for i in items]
-    pending = [i.name for i in items if i.fingerprint() not in machine.applied]
+    items = (_catalog(spec).items(machine.role, phase)
+             if spec is not None and phase and machine.role else [])
+    names = [name for name, _ in items]
+    pending = [name for name, fingerprint in items if fingerprint not in machine.applied]
     progress = machine.progress
     state_elapsed = max(0.0, now - machine.state_since)
     active = (progress is not None and progress.status in ("running", "failed")
@@ -228,7 +259,8 @@ def stages(spec: ClusterSpec, cluster_created: float, machines: Sequence[Machine
     def prepared_track(m: Machine) -> _Track:
         entered = history.first_entry(m, [MachineState.PREPARE]) or m.state_since
         left = history.first_entry(m, [MachineState.DEPLOY, *DEPLOYED_STATES])
-        if left is None and m.state is MachineState.PREPARE and phase_complete(spec, m):
+        if left is None and m.state is MachineState.PREPARE and \
+                machine_step(spec, m, now).status == "done":
             left = m.progress.updated_at if m.progress else m.state_since
         fail, note = failing(m, [MachineState.PREPARE])
         return _Track(m.hostname, entered, entered, left, fail, note)
@@ -335,14 +367,14 @@ def _run(spec: ClusterSpec, m: Machine, history: History) -> tuple[float, int, i
     if m.role is None or m.state is MachineState.PENDING:
         return None
     if m.state in (MachineState.PREPARE, MachineState.DEPLOY, MachineState.READY):
-        items = [i for p in _DEPLOY_RUN for i in spec.items(m.role, p)]
+        items = [i for p in _DEPLOY_RUN for i in _catalog(spec).items(m.role, p)]
         began = history.first_entry(m, [MachineState.PREPARE]) or m.state_since
     else:
         phase = PHASE_OF_STATE[m.state]
-        items = spec.items(m.role, phase)
+        items = _catalog(spec).items(m.role, phase)
         began = m.state_since
     finished = m.state is MachineState.READY
-    done = len(items) if finished else sum(i.fingerprint() in m.applied for i in items)
+    done = len(items) if finished else sum(fingerprint in m.applied for _, fingerprint in items)
     return began, done, len(items), finished
 
 

@@ -215,17 +215,19 @@ def _failing_note(tracks: Sequence[_Track]) -> str:
     return text + (f"; and {len(notes) - NAMES_SHOWN} more failing" if len(notes) > NAMES_SHOWN else "")
 
 
-def _counted(verb: str, tracks: Sequence[_Track]) -> str:
-    done = sum(t.done is not None for t in tracks)
-    busy = [t.hostname for t in tracks if t.done is None and t.started is not None]
-    queued = [t.hostname for t in tracks if t.done is None and t.started is None and t.queued]
-    parts = [f"{done} of {len(tracks)} {verb}"]
-    if busy:
-        parts.append(f"in progress: {_names(busy)}")
-    if queued:
-        parts.append(f"waiting for a deploy slot: {_names(queued)}")
+def _summary(verb: str, tracks: Sequence[_Track],
+             groups: Sequence[tuple[str, Sequence[str]]]) -> str:
+    """"3 of 8 VERB; LABEL: hosts; ...; what fails", leaving out empty groups."""
+    parts = [f"{sum(t.done is not None for t in tracks)} of {len(tracks)} {verb}"]
+    parts += [f"{label}: {_names(hosts)}" for label, hosts in groups if hosts]
     failing = _failing_note(tracks)
     return "; ".join(parts + ([failing] if failing else []))
+
+
+def _counted(verb: str, tracks: Sequence[_Track]) -> str:
+    busy = [t.hostname for t in tracks if t.done is None and t.started is not None]
+    queued = [t.hostname for t in tracks if t.done is None and t.started is None and t.queued]
+    return _summary(verb, tracks, [("in progress", busy), ("waiting for a deploy slot", queued)])
 
 
 def stages(spec: ClusterSpec, cluster_created: float, machines: Sequence[Machine],
@@ -302,13 +304,8 @@ def stages(spec: ClusterSpec, cluster_created: float, machines: Sequence[Machine
         no_role = [m.hostname for m in live if m.state is MachineState.PENDING and m.approved
                    and m.role is None]
         waiting = [t.hostname for t in tracks if t.started is None and t.failing is None]
-        parts = [f"{sum(t.done is not None for t in tracks)} of {len(tracks)} approved"]
-        if waiting:
-            parts.append(f"waiting for approval: {_names(waiting)}")
-        if no_role:
-            parts.append(f"waiting for a role: {_names(no_role)}")
-        failing_note = _failing_note(tracks)
-        return "; ".join(parts + ([failing_note] if failing_note else []))
+        return _summary("approved", tracks, [("waiting for approval", waiting),
+                                             ("waiting for a role", no_role)])
 
     def prepared_message(state: StageState, tracks: Sequence[_Track]) -> str:
         return _counted("prepared", tracks) if tracks else "no machine approved yet"
@@ -338,10 +335,7 @@ def stages(spec: ClusterSpec, cluster_created: float, machines: Sequence[Machine
         for m in started:
             if m.state is not MachineState.READY:
                 by_state.setdefault(m.state.value, []).append(m.hostname)
-        parts = [f"{sum(t.done is not None for t in tracks)} of {len(tracks)} Ready"]
-        parts += [f"{s}: {_names(hosts)}" for s, hosts in sorted(by_state.items())]
-        failing_note = _failing_note(tracks)
-        return "; ".join(parts + ([failing_note] if failing_note else []))
+        return _summary("Ready", tracks, sorted(by_state.items()))
 
     return [
         _combine("registered", "Machines registered", registered, since, registered_message),

@@ -14,13 +14,24 @@ from typing import Any
 import pytest
 
 from coordinator.client import AdminClient, ClientError
-from tests.support.coordinator import Coordinator, running_coordinator
+from tests.support.coordinator import Agent, Coordinator, running_coordinator
 
 
 @pytest.fixture
 def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
     with running_coordinator(tmp_path) as served:
         yield served
+
+
+def preparing_worker(c: Coordinator, outputs: tuple[str, str] = ("", "")) -> Agent:
+    """w1 approved and in Prepare with its two prepare items reported, and w2 Pending."""
+    w1 = c.register("w1")
+    c.register("w2")
+    c.admin.request("POST", "/v1/machines/w1/approve", body={"role": "worker"})
+    c.wait_state("w1", "Prepare")
+    w1.report("base", "succeeded", output=outputs[0], seconds=2.0)
+    w1.report("runtime", "failed", output=outputs[1], seconds=0.2)
+    return w1
 
 
 def stages(c: Coordinator) -> dict[str, dict[str, Any]]:
@@ -65,12 +76,7 @@ def test_status_shows_stages_rollout_and_each_machines_step(coordinator: Coordin
 
 def test_events_filter_by_hostname_kind_time_and_come_newest_first(coordinator: Coordinator) -> None:
     c = coordinator
-    w1 = c.register("w1")
-    c.register("w2")
-    c.admin.request("POST", "/v1/machines/w1/approve", body={"role": "worker"})
-    c.wait_state("w1", "Prepare")
-    w1.report("base", "succeeded", output="one\n")
-    w1.report("runtime", "succeeded", output="two\n")
+    preparing_worker(c, outputs=("one\n", "two\n"))
 
     mine = c.admin.get("/v1/events?machine=w1")
     assert {e["hostname"] for e in mine} == {"w1"}
@@ -135,12 +141,7 @@ def scrape(c: Coordinator) -> str:
 
 def test_metrics_count_machines_items_api_latency_and_connected_agents(coordinator: Coordinator) -> None:
     c = coordinator
-    w1 = c.register("w1")
-    c.register("w2")
-    c.admin.request("POST", "/v1/machines/w1/approve", body={"role": "worker"})
-    c.wait_state("w1", "Prepare")
-    w1.report("base", "succeeded", seconds=2.0)
-    w1.report("runtime", "failed", seconds=0.2)
+    w1 = preparing_worker(c)
 
     text = scrape(c)
     assert metric(text, "nodeagent_machines", cluster="lab", state="Prepare") == 1

@@ -32,3 +32,7 @@ class Notifier:
         """Something was recorded (an event, a report): wake every history watcher, but no agent."""
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+
+    def wake_all(self) -> None:
+        """On shutdown: answer every parked long-poll now rather than when it times out."""
+        self.wake(list(self._events))

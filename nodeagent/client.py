@@ -4,6 +4,7 @@ and carries its own credential."""
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -17,6 +18,8 @@ from nodeagent.protocol import (
     PrecheckReport,
     RegisterRequest,
     RegisterResponse,
+    RotateRequest,
+    RotateResponse,
 )
 
 
@@ -33,10 +36,12 @@ class Rejected(Exception):
 
 
 class CoordinatorClient:
-    def __init__(self, url: str, proxy: str | None = None, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, proxy: str | None = None, timeout: float = 10.0,
+                 context: ssl.SSLContext | None = None) -> None:
         self.url = url.rstrip("/")
         self.proxy = proxy
         self.timeout = timeout
+        self.context = context  # whom to trust over https: the coordinator's pinned CA
 
     def _headers(self, credential: str | None) -> dict[str, str]:
         headers = {"Accept": "application/json"}
@@ -55,10 +60,11 @@ class CoordinatorClient:
         url = self.url + path + (f"?{urlencode(params)}" if params else "")
         try:
             reply = await http_client.request(method, url, headers=headers, body=data,
-                                              proxy=self.proxy, timeout=timeout or self.timeout)
+                                              proxy=self.proxy, timeout=timeout or self.timeout,
+                                              context=self.context)
         except http_client.TransportError as exc:
             raise Unreachable(f"{method} {path}: {exc}") from None
-        if reply.status >= 500:
+        if reply.status >= 500 or reply.status == 429:  # 429: registering too fast, wait
             raise Unreachable(f"{method} {path}: HTTP {reply.status} {reply.reason}")
         try:
             payload = json.loads(reply.body) if reply.body else None
@@ -88,6 +94,11 @@ class CoordinatorClient:
     async def precheck(self, machine_id: str, credential: str, report: PrecheckReport) -> None:
         await self._call("POST", f"/v1/agent/machines/{machine_id}/precheck", credential, report)
 
+    async def rotate(self, machine_id: str, credential: str, new: str) -> RotateResponse:
+        return RotateResponse.model_validate(await self._call(
+            "POST", f"/v1/agent/machines/{machine_id}/credential", credential,
+            RotateRequest(credential=new)))
+
     async def heartbeat(self, machine_id: str, credential: str) -> None:
         await self._call("POST", f"/v1/agent/machines/{machine_id}/heartbeat", credential)
 
@@ -95,7 +106,7 @@ class CoordinatorClient:
         """Stream an artifact from the coordinator's store."""
         chunks = http_client.stream(f"{self.url}/v1/artifacts/{quote(name)}",
                                     headers=self._headers(credential), proxy=self.proxy,
-                                    timeout=self.timeout * 3)
+                                    timeout=self.timeout * 3, context=self.context)
         try:
             async for chunk in chunks:
                 yield chunk

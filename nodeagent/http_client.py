@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
+import ssl
 import threading
 import urllib.error
 import urllib.request
@@ -73,10 +74,11 @@ async def in_thread(call: Callable[..., T], *args: Any) -> T:
     return await future
 
 
-def _opener(proxy: str | None) -> urllib.request.OpenerDirector:
+def _opener(proxy: str | None, context: ssl.SSLContext | None) -> urllib.request.OpenerDirector:
     # An explicit (possibly empty) mapping: urllib then never consults HTTP(S)_PROXY itself.
     return urllib.request.build_opener(
-        urllib.request.ProxyHandler({"http": proxy, "https": proxy} if proxy else {}))
+        urllib.request.ProxyHandler({"http": proxy, "https": proxy} if proxy else {}),
+        urllib.request.HTTPSHandler(context=context))
 
 
 def _describe(exc: BaseException) -> str:
@@ -87,11 +89,12 @@ def _describe(exc: BaseException) -> str:
 
 
 def _open(method: str, url: str, headers: Mapping[str, str], body: bytes | None,
-          proxy: str | None, timeout: float) -> http.client.HTTPResponse:
+          proxy: str | None, timeout: float,
+          context: ssl.SSLContext | None) -> http.client.HTTPResponse:
     """The response of one request, whatever its status; HTTP errors come back as responses."""
     request = urllib.request.Request(url, data=body, method=method, headers=dict(headers))
     try:
-        return _opener(proxy).open(request, timeout=timeout)  # type: ignore[no-any-return]
+        return _opener(proxy, context).open(request, timeout=timeout)  # type: ignore[no-any-return]
     except urllib.error.HTTPError as exc:
         return exc  # type: ignore[return-value]  # an HTTPError is also the response
     except (OSError, http.client.HTTPException) as exc:
@@ -106,23 +109,25 @@ def _read(response: http.client.HTTPResponse, size: int = -1) -> bytes:
 
 
 def _exchange(method: str, url: str, headers: Mapping[str, str], body: bytes | None,
-              proxy: str | None, timeout: float) -> Reply:
-    with _open(method, url, headers, body, proxy, timeout) as response:
+              proxy: str | None, timeout: float, context: ssl.SSLContext | None) -> Reply:
+    with _open(method, url, headers, body, proxy, timeout, context) as response:
         return Reply(response.status, response.reason or "", _read(response))
 
 
 async def request(method: str, url: str, *, headers: Mapping[str, str] | None = None,
                   body: bytes | None = None, proxy: str | None = None,
-                  timeout: float = 10.0) -> Reply:
+                  timeout: float = 10.0, context: ssl.SSLContext | None = None) -> Reply:
     """One request and its whole answer. `timeout` bounds each connect and read, so a
-    long-poll gives its wait plus a margin."""
-    return await in_thread(_exchange, method, url, headers or {}, body, proxy, timeout)
+    long-poll gives its wait plus a margin. `context` says whom to trust over https (default:
+    the system's CAs)."""
+    return await in_thread(_exchange, method, url, headers or {}, body, proxy, timeout, context)
 
 
 async def stream(url: str, *, headers: Mapping[str, str] | None = None,
-                 proxy: str | None = None, timeout: float = 30.0) -> AsyncIterator[bytes]:
+                 proxy: str | None = None, timeout: float = 30.0,
+                 context: ssl.SSLContext | None = None) -> AsyncIterator[bytes]:
     """GET a body chunk by chunk; BadStatus when the answer is not 200."""
-    response = await in_thread(_open, "GET", url, headers or {}, None, proxy, timeout)
+    response = await in_thread(_open, "GET", url, headers or {}, None, proxy, timeout, context)
     try:
         if response.status != 200:
             raise BadStatus(response.status, response.reason or "")

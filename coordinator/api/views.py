@@ -6,7 +6,7 @@ from typing import Any
 
 from coordinator.model import ClusterSpec, Machine
 from coordinator.status import machine_step
-from coordinator.store.base import Event, StoredCluster
+from coordinator.store.base import AdminToken, Event, JoinToken, StoredCluster
 
 
 def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = False,
@@ -39,6 +39,8 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
             "failing_since": progress.failing_since,
         },
         "precheck_failures": machine.precheck_failures(),
+        "credential": {"revoked": not machine.credential_hash,
+                       "expires_at": machine.credential_expires_at},
     }
     if now is not None:
         view["step"] = dict(vars(step))  # flat: asdict's deep copy costs more than the rest
@@ -73,3 +75,13 @@ def event_view(event: Event) -> dict[str, Any]:
         "data": event.data,
     }
 
+
+def join_token_view(token: JoinToken) -> dict[str, Any]:
+    return {"id": token.id, "cluster": token.cluster, "created_at": token.created_at,
+            "expires_at": token.expires_at, "max_uses": token.max_uses, "uses": token.uses,
+            "revoked": token.revoked}
+
+
+def admin_token_view(token: AdminToken) -> dict[str, Any]:
+    return {"id": token.id, "name": token.name, "role": token.role,
+            "created_at": token.created_at, "revoked": token.revoked}

@@ -79,15 +79,28 @@ class Agent:
 @dataclass
 class Coordinator:
     url: str
-    token_file: Path
+    data: Path
     log: Path
     admin: AdminClient = field(init=False)
+    agents: dict[str, Agent] = field(default_factory=dict)  # by hostname, as registered
 
     def __post_init__(self) -> None:
-        self.admin = AdminClient(self.url, self.token_file.read_text().strip())
+        self.admin = self.client(self.token_file.read_text().strip())
+
+    @property
+    def token_file(self) -> Path:
+        return self.data / "admin.token"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.data / "pki" / "ca.crt"
+
+    def client(self, token: str | None) -> AdminClient:
+        return AdminClient(self.url, token, ca_file=str(self.ca_file))
 
     def cli_argv(self, *args: str) -> list[str]:
-        return [COORDINATOR, "--url", self.url, "--token-file", str(self.token_file), *args]
+        return [COORDINATOR, "--url", self.url, "--token-file", str(self.token_file),
+                "--ca", str(self.ca_file), *args]
 
     def cli(self, *args: str, ok: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(self.cli_argv(*args), capture_output=True, text=True,
@@ -101,7 +114,9 @@ class Coordinator:
         answer = self.admin.request("POST", "/v1/agent/register", body={
             "join_token": token, "hostname": hostname, "ip": "127.0.0.1", "facts": {},
             "precheck": precheck_report(hostname, failing)})
-        return Agent(hostname, answer["machine_id"], AdminClient(self.url, answer["credential"]))
+        agent = self.agents[hostname] = Agent(hostname, answer["machine_id"],
+                                              self.client(answer["credential"]))
+        return agent
 
     def machine(self, hostname: str) -> dict[str, Any]:
         result: dict[str, Any] = self.admin.get(f"/v1/machines/{hostname}")
@@ -112,11 +127,9 @@ class Coordinator:
                    f"{hostname} in {state}", timeout=timeout)
 
 
-def _answers(url: str, token_file: Path) -> bool:
-    if not token_file.exists():
-        return False
+def _answers(url: str, ca_file: Path) -> bool:
     try:
-        AdminClient(url, None, timeout=1).get("/healthz")
+        AdminClient(url, None, timeout=1, ca_file=str(ca_file)).get("/healthz")
     except ClientError:
         return False
     return True
@@ -124,19 +137,22 @@ def _answers(url: str, token_file: Path) -> bool:
 
 @contextlib.contextmanager
 def running_coordinator(tmp: Path, cluster: str | None = CLUSTER) -> Iterator[Coordinator]:
-    """`coordinator serve` on 127.0.0.1 with its data in tmp, with `cluster` applied."""
+    """`coordinator init` then `serve` (HTTPS with its own CA) on 127.0.0.1 with its data in
+    tmp, with `cluster` applied."""
     port = free_port()
     data = tmp / "coordinator-data"
     log = tmp / "coordinator.log"
-    url = f"http://127.0.0.1:{port}"
+    url = f"https://127.0.0.1:{port}"
+    listen = ["--data-dir", str(data), "--listen", f"127.0.0.1:{port}"]
+    subprocess.run([COORDINATOR, "init", *listen, "--name", "127.0.0.1"], check=True,
+                   capture_output=True, timeout=60)
     with log.open("wb") as out:
-        process = subprocess.Popen([COORDINATOR, "serve", "--data-dir", str(data),
-                                    "--listen", f"127.0.0.1:{port}"],
+        process = subprocess.Popen([COORDINATOR, "serve", *listen],
                                    stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_until(lambda: process.poll() is None and _answers(url, data / "admin.token"),
+        wait_until(lambda: process.poll() is None and _answers(url, data / "pki" / "ca.crt"),
                    f"coordinator (log {log})", timeout=30, interval=0.1)
-        served = Coordinator(url, data / "admin.token", log)
+        served = Coordinator(url, data, log)
         if cluster:
             served.admin.request("PUT", "/v1/clusters", text=cluster,
                                  content_type="application/yaml")

@@ -74,8 +74,7 @@ def test_machine_logs_show_each_items_output_and_follow_new_reports(coordinator:
     try:
         assert "containerd" in follow.stdout.readline() + follow.stdout.readline() + \
             follow.stdout.readline() + follow.stdout.readline()
-        w1 = coordinator.register("w1")  # registering again keeps the machine
-        w1.report("runtime", "succeeded", attempt=3, output="containerd installed\n")
+        coordinator.agents["w1"].report("runtime", "succeeded", attempt=3, output="containerd installed\n")
         started = time.monotonic()
         assert "prepare/runtime attempt 3 succeeded" in follow.stdout.readline()
         assert follow.stdout.readline() == "containerd installed\n"
@@ -141,7 +140,8 @@ def test_shell_completion_completes_machine_and_cluster_names(coordinator: Coord
         env = {**os.environ, "_COORDINATOR_COMPLETE": "bash_complete", "COMP_WORDS": words,
                "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1)),
                "COORDINATOR_URL": coordinator.url,
-               "COORDINATOR_TOKEN_FILE": str(coordinator.token_file)}
+               "COORDINATOR_TOKEN_FILE": str(coordinator.token_file),
+               "COORDINATOR_CA": str(coordinator.ca_file)}
         result = subprocess.run([coordinator.cli_argv()[0]], env=env, capture_output=True,
                                 text=True, timeout=30, check=True)
         return [line.split(",", 1)[1] for line in result.stdout.splitlines()]

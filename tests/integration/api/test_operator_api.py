@@ -4,6 +4,7 @@ process, with agents simulated over HTTP."""
 from __future__ import annotations
 
 import queue
+import ssl
 import threading
 import time
 import urllib.request
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.client import AdminClient, ClientError
+from coordinator.client import ClientError
 from tests.support.coordinator import Agent, Coordinator, running_coordinator
 
 
@@ -32,6 +33,10 @@ def preparing_worker(c: Coordinator, outputs: tuple[str, str] = ("", "")) -> Age
     w1.report("base", "succeeded", output=outputs[0], seconds=2.0)
     w1.report("runtime", "failed", output=outputs[1], seconds=0.2)
     return w1
+
+
+def tls(c: Coordinator) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(c.ca_file))
 
 
 def stages(c: Coordinator) -> dict[str, dict[str, Any]]:
@@ -98,7 +103,7 @@ def test_the_event_stream_delivers_new_events_at_once_and_resumes_after_the_last
     received: queue.Queue[dict[str, Any]] = queue.Queue()
 
     def listen() -> None:
-        for event in c.admin.stream("/v1/events/stream?cluster=lab"):
+        for event in c.admin.stream("/v1/events/stream?cluster=lab&kind=registered,approved"):
             received.put(event)
 
     threading.Thread(target=listen, daemon=True).start()
@@ -113,14 +118,14 @@ def test_the_event_stream_delivers_new_events_at_once_and_resumes_after_the_last
 
     request = urllib.request.Request(f"{c.url}/v1/events/stream", headers={
         "Authorization": f"Bearer {c.admin.token}", "Last-Event-ID": str(first["id"])})
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=10, context=tls(c)) as response:
         lines = []
         while len([x for x in lines if x.startswith("data:")]) < 2:
             lines.append(response.readline().decode().strip())
     assert any('"kind":"approved"' in x for x in lines)  # what came after the id it had
     assert not any('"hostname":"old"' in x for x in lines)
     with pytest.raises(ClientError) as refused:
-        next(AdminClient(c.url, "wrong").stream("/v1/events/stream"))
+        next(c.client("wrong").stream("/v1/events/stream"))
     assert refused.value.status == 401
 
 
@@ -134,7 +139,8 @@ def metric(text: str, name: str, **labels: str) -> float | None:
 
 
 def scrape(c: Coordinator) -> str:
-    with urllib.request.urlopen(f"{c.url}/metrics", timeout=10) as response:  # no token needed
+    # No token: Prometheus scrapes it as it is.
+    with urllib.request.urlopen(f"{c.url}/metrics", timeout=10, context=tls(c)) as response:
         assert response.headers["Content-Type"].startswith("text/plain")
         return response.read().decode()
 
@@ -169,15 +175,17 @@ def test_metrics_count_machines_items_api_latency_and_connected_agents(coordinat
 
 def test_the_dashboard_is_served_without_a_token_and_the_api_still_needs_one(
         coordinator: Coordinator) -> None:
-    with urllib.request.urlopen(f"{coordinator.url}/", timeout=10) as response:
+    with urllib.request.urlopen(f"{coordinator.url}/", timeout=10,
+                                context=tls(coordinator)) as response:
         assert response.url.endswith("/ui/index.html")
         assert "<title>nodeagent coordinator</title>" in response.read().decode()
     for name in ("app.js", "style.css"):
-        with urllib.request.urlopen(f"{coordinator.url}/ui/{name}", timeout=10) as response:
+        with urllib.request.urlopen(f"{coordinator.url}/ui/{name}", timeout=10,
+                                    context=tls(coordinator)) as response:
             assert response.status == 200 and len(response.read()) > 1000
     with pytest.raises(ClientError) as missing:
-        AdminClient(coordinator.url, None).get("/ui/..%2Fapp.py")
+        coordinator.client(None).get("/ui/..%2Fapp.py")
     assert missing.value.status == 404
     with pytest.raises(ClientError) as refused:
-        AdminClient(coordinator.url, None).get("/v1/clusters/lab/status")
+        coordinator.client(None).get("/v1/clusters/lab/status")
     assert refused.value.status == 401

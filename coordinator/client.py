@@ -6,7 +6,10 @@ import json
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
+
+STREAM_TIMEOUT = 60.0
 
 
 class ClientError(Exception):
@@ -27,10 +30,11 @@ class AdminClient:
             urllib.request.ProxyHandler({}),
             urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=ca_file)))
 
-    def request(self, method: str, path: str, body: Any = None, text: str | None = None,
-                content_type: str = "application/json") -> Any:
+    def _send(self, method: str, path: str, body: Any, text: str | None, content_type: str,
+              accept: str, timeout: float) -> Any:
+        """The open response; HTTP errors and unreachable coordinators become ClientError."""
         data = None
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         if text is not None:
@@ -41,8 +45,7 @@ class AdminClient:
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
-            with self._opener.open(req, timeout=self.timeout) as response:
-                return json.loads(response.read() or b"null")
+            return self._opener.open(req, timeout=timeout)
         except urllib.error.HTTPError as exc:
             try:
                 payload = json.loads(exc.read())
@@ -56,6 +59,34 @@ class AdminClient:
                     if isinstance(reason, ssl.SSLCertVerificationError) else "")
             raise ClientError(0, f"cannot reach the coordinator at {self.url}: {reason}{hint}") \
                 from None
+
+    def request(self, method: str, path: str, body: Any = None, text: str | None = None,
+                content_type: str = "application/json") -> Any:
+        with self._send(method, path, body, text, content_type, "application/json",
+                        self.timeout) as response:
+            try:
+                return json.loads(response.read() or b"null")
+            except OSError as exc:
+                raise ClientError(0, f"the coordinator at {self.url} broke off: {exc}") from None
+
+    def stream(self, path: str) -> Iterator[dict[str, Any]]:
+        """The JSON data of each server-sent event from path, as it arrives. Ends when the
+        server closes the stream; a silent connection fails after STREAM_TIMEOUT seconds
+        (the server sends a keepalive comment every 15)."""
+        with self._send("GET", path, None, None, "", "text/event-stream",
+                        STREAM_TIMEOUT) as response:
+            data: list[str] = []
+            try:
+                for raw in response:
+                    line = raw.decode("utf-8").rstrip("\r\n")
+                    if not line:
+                        if data:
+                            yield json.loads("\n".join(data))
+                        data = []
+                    elif line.startswith("data:"):
+                        data.append(line[5:].removeprefix(" "))
+            except OSError as exc:  # timeouts included
+                raise ClientError(0, f"the stream from {self.url} broke off: {exc}") from None
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)

@@ -110,6 +110,7 @@ class Progress:
     error: str = ""
     next_retry_at: float | None = None
     updated_at: float = 0.0
+    failing_since: float | None = None  # first failure of this item not yet followed by success
 
 
 @dataclass(frozen=True)

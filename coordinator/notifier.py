@@ -1,4 +1,5 @@
-"""Wakes long-polling agents the moment their assignment changes (no polling interval)."""
+"""Wakes long-polling agents the moment their assignment changes (no polling interval), and
+watchers of the event history (dashboard streams, `--follow`) whenever anything is recorded."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterable
 class Notifier:
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
+        self._changed = asyncio.Event()
 
     def subscribe(self, machine_id: str) -> asyncio.Event:
         """The event the next wake of machine_id sets. Subscribe before reading state,
@@ -20,6 +22,16 @@ class Notifier:
             event = self._events.pop(machine_id, None)
             if event is not None:
                 event.set()
+        self.changed()
+
+    def changes(self) -> asyncio.Event:
+        """The event the next change of any kind sets. Subscribe before reading, as above."""
+        return self._changed
+
+    def changed(self) -> None:
+        """Something was recorded (an event, a report): wake every history watcher, but no agent."""
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
     def wake_all(self) -> None:
         """On shutdown: answer every parked long-poll now rather than when it times out."""

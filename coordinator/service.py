@@ -132,6 +132,7 @@ class Coordinator:
                 events.append(self._event(cluster, "approved", "auto-approved", machine,
                                           {"role": machine.role}))
             await self.store.commit([machine], events)
+        self.notifier.changed()
         self.kick()
         return RegisterResponse(machine_id=machine.id, credential=credential,
                                 credential_expires_at=expires)
@@ -180,6 +181,7 @@ class Coordinator:
                        f"{machine.hostname} prechecks still fail: " + "; ".join(failures))
             await self.store.commit([updated], [self._event(
                 machine.cluster, "precheck", message, updated, {"precheck_failures": failures})])
+        self.notifier.changed()
         self.kick()
         return updated
 
@@ -243,7 +245,8 @@ class Coordinator:
                 machine, applied=applied, last_seen=now, responding=True,
                 progress=Progress(item=report.item, attempt=report.attempt, status=report.status,
                                   error=report.error, next_retry_at=report.next_retry_at,
-                                  updated_at=now),
+                                  updated_at=now,
+                                  failing_since=_failing_since(machine.progress, report, now)),
             )
             event = self._event(machine.cluster, "item", _describe(report), updated, {
                 "item": report.item, "phase": report.phase, "status": report.status,
@@ -253,6 +256,7 @@ class Coordinator:
                 "error": report.error, "output": report.output,
             })
             await self.store.commit([updated], [event])
+        self.notifier.changed()
         if report.status == "succeeded":
             self.kick()
 
@@ -277,6 +281,7 @@ class Coordinator:
             await self.store.commit([updated], [self._event(
                 machine.cluster, "approved", f"{machine.hostname} approved{note}", updated,
                 {"role": updated.role})])
+        self.notifier.changed()
         self.kick()
         return updated
 
@@ -290,6 +295,7 @@ class Coordinator:
             await self.store.commit([updated], [self._event(
                 machine.cluster, "role", f"{machine.hostname} role set to {role}", updated,
                 {"role": role})])
+        self.notifier.changed()
         self.kick()
         return updated
 
@@ -373,6 +379,7 @@ class Coordinator:
             await self.store.remove_cluster(spec.name)
             await self.store.commit([], [self._event(spec.name, "cluster-removed",
                                                      f"cluster {spec.name} removed")])
+            self.notifier.changed()
         return decisions
 
     async def run(self, tick: float = 1.0) -> None:
@@ -409,6 +416,16 @@ class Coordinator:
             machine=machine.id if machine else machine_id,
             hostname=machine.hostname if machine else hostname, data=data or {},
         )
+
+
+def _failing_since(before: Progress | None, report: ItemReport, now: float) -> float | None:
+    """When the item began failing: kept while it fails again (retries, or "running" between
+    them), cleared by its success or by another item."""
+    if report.status == "succeeded" or before is None or before.item != report.item:
+        return now if report.status == "failed" else None
+    if before.failing_since is not None:
+        return before.failing_since
+    return now if report.status == "failed" else None
 
 
 def _describe(report: ItemReport) -> str:

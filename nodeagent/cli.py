@@ -133,17 +133,11 @@ def _context(root: str, config: AgentConfig, role: str) -> CheckContext:
               type=click.Choice(["debug", "info", "warning", "error"]))
 def run(config_path: str, root: str, log_level: str) -> None:
     """Run the agent: precheck, register, wait for approval, apply assigned items, report."""
-    import logging
-
+    from nodeagent import logfmt
     from nodeagent.daemon import Agent, AgentError
     from nodeagent.host import Host
 
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from nodeagent.redact import RedactingFilter
-
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RedactingFilter())
+    logfmt.configure(log_level)
     config = _load_config(config_path)
     try:
         asyncio.run(Agent(config, Host(root), config_path).run())

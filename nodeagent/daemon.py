@@ -32,6 +32,7 @@ from nodeagent.config import AgentConfig
 from nodeagent.host import Host
 from nodeagent.items.runner import run_phase
 from nodeagent.journal import Journal
+from nodeagent.logfmt import fields
 from nodeagent.protocol import Assignment, ItemReport, PrecheckReport, RegisterRequest, Status
 from nodeagent.proxy import proxy_for
 
@@ -85,6 +86,14 @@ class Reporter:
         self._queue: asyncio.Queue[ItemReport] = asyncio.Queue()
 
     async def submit(self, report: ItemReport) -> None:
+        """Queue the report for the coordinator, and log it: every item's start, success and
+        failure is also a line in the node's journal."""
+        duration = (report.finished_at - report.started_at) if report.finished_at else None
+        log.log(logging.WARNING if report.status == "failed" else logging.INFO,
+                "item %s", report.status, extra=fields(
+                    item=report.item, phase=report.phase, status=report.status,
+                    attempt=report.attempt, exit_code=report.exit_code, duration=duration,
+                    error=report.error or None))
         self._queue.put_nowait(report)
 
     async def run(self) -> None:
@@ -98,7 +107,8 @@ class Reporter:
                     break
                 except Unreachable as exc:
                     attempt += 1
-                    log.warning("report of %s held back (%s); retrying", report.item, exc)
+                    log.warning("report of %s held back (%s); retrying", report.item, exc,
+                                extra=fields(item=report.item, attempt=attempt))
                     await asyncio.sleep(delay(attempt, 0.5, 15.0, self._rand))
                 except Rejected as exc:
                     log.error("coordinator refused the report of %s: %s", report.item, exc)
@@ -237,7 +247,8 @@ class Agent:
         identity = Identity(response.machine_id, response.credential, time.time(),
                             response.credential_expires_at)
         save_identity(self.identity_path, identity)
-        log.info("registered as machine %s", identity.machine_id)
+        log.info("registered as machine %s", identity.machine_id,
+                 extra=fields(machine=identity.machine_id, hostname=report.hostname))
         return identity
 
     async def _recheck(self, identity: Identity) -> None:
@@ -300,7 +311,9 @@ class Agent:
                         await work
                 current = wanted
                 log.info("assignment %d: %s, phase %s, %d items", generation,
-                         assignment.state, assignment.phase, len(assignment.items))
+                         assignment.state, assignment.phase, len(assignment.items),
+                         extra=fields(generation=generation, state=assignment.state,
+                                      phase=assignment.phase, items=len(assignment.items)))
                 work = asyncio.create_task(run_phase(
                     assignment.items, assignment.values, journal, reporter.submit,
                     assignment.retry, self.host.root,

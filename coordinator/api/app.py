@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,9 +25,12 @@ from coordinator.api.views import (
     machine_view,
 )
 from coordinator.errors import Conflict, Forbidden, NotFound, TooManyRequests, Unauthorized
+from coordinator.metrics import CONTENT_TYPE, METRICS, record_item, record_request
 from coordinator.model import ClusterSpec, Machine
 from coordinator.ratelimit import RateLimiter
 from coordinator.service import Coordinator
+from coordinator.status import HISTORY_KINDS, History, rollout, stages
+from coordinator.store.base import Event
 from coordinator.tokens import parse_duration
 from nodeagent import joinstring
 from nodeagent.protocol import (
@@ -59,8 +64,12 @@ ARTIFACTS = web.AppKey("artifacts", Path)
 MAX_WAIT_SECONDS = 60.0
 MAX_BODY_BYTES = 4 * 1024 * 1024
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/v1/ca.crt",
-                        "/v1/agent/register"})
+                        "/v1/agent/register", "/metrics", "/", "/ui/", "/ui/{name}"})
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+DASHBOARD = Path(__file__).with_name("dashboard")
+STREAM_KEEPALIVE_SECONDS = 15.0
+STREAM_PAGE = 500
+CLOSING = web.AppKey("closing", asyncio.Event)
 
 
 def _error(status: int, message: str, problems: list[Problem] | None = None) -> web.Response:
@@ -69,6 +78,24 @@ def _error(status: int, message: str, problems: list[Problem] | None = None) -> 
         body["problems"] = [{"path": p.path, "line": p.line, "message": p.message}
                             for p in problems]
     return web.json_response(body, status=status)
+
+
+@web.middleware
+async def measure(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """API latency by endpoint: the route's pattern, never the raw path (bounded labels)."""
+    started = time.perf_counter()
+    code = 500
+    try:
+        response = await handler(request)
+        code = response.status
+        return response
+    except web.HTTPException as exc:
+        code = exc.status
+        raise
+    finally:
+        resource = request.match_info.route.resource
+        endpoint = resource.canonical if resource is not None else "unmatched"
+        record_request(request.method, endpoint, code, time.perf_counter() - started)
 
 
 @web.middleware
@@ -107,7 +134,9 @@ async def admin_auth(request: web.Request, handler: Handler) -> web.StreamRespon
     """Admin routes need an admin token (read-only ones may only read), and every change
     they make is audited; agent routes authenticate per machine in their handlers."""
     path = request.path
-    if path in OPEN_PATHS or path.startswith(("/v1/agent/", "/v1/artifacts/")):
+    resource = request.match_info.route.resource  # OPEN_PATHS are route patterns
+    if (resource.canonical if resource else path) in OPEN_PATHS or \
+            path.startswith(("/v1/agent/", "/v1/artifacts/")):
         return await handler(request)
     token = await _c(request).access.authorize_admin(_bearer(request), request.method)
     response = await handler(request)
@@ -193,13 +222,20 @@ async def assignment(request: web.Request) -> web.Response:
         wait = min(float(request.query.get("wait", "0")), MAX_WAIT_SECONDS)
     except ValueError:
         return _error(400, "after must be an integer and wait a number of seconds")
-    result = await _c(request).wait_assignment(machine.id, after, wait)
+    METRICS.poll_opened(machine.id)
+    try:
+        result = await _c(request).wait_assignment(machine.id, after, wait)
+    finally:
+        METRICS.poll_closed(machine.id)
     return web.json_response(result.model_dump(mode="json", by_alias=True))
 
 
 async def report(request: web.Request) -> web.Response:
     machine = await _agent(request)
-    await _c(request).report(machine.id, await _body(request, ItemReport))
+    body = await _body(request, ItemReport)
+    await _c(request).report(machine.id, body)
+    if body.finished_at is not None:
+        record_item(machine.cluster, body.phase, body.status, body.finished_at - body.started_at)
     return web.json_response({"status": "recorded"})
 
 
@@ -302,13 +338,25 @@ async def cluster_status(request: web.Request) -> web.Response:
     counts: dict[str, int] = {}
     for machine in machines:
         counts[machine.state.value] = counts.get(machine.state.value, 0) + 1
+    history = History(await _all_events(coordinator, cluster=stored.spec.name, kinds=HISTORY_KINDS))
+    now = coordinator.clock()
     return web.json_response({
         "cluster": stored.spec.name,
         "release": stored.spec.release,
         "generation": stored.generation,
         "counts": counts,
-        "machines": [machine_view(m, stored.spec) for m in machines],
+        "stages": [asdict(s) for s in stages(stored.spec, stored.created_at, machines, history, now)],
+        "rollout": asdict(rollout(stored.spec, machines, history, now)),
+        "machines": [machine_view(m, stored.spec, now=now) for m in machines],
     })
+
+
+async def _all_events(coordinator: Coordinator, **filters: Any) -> list[Event]:
+    found: list[Event] = []
+    while page := await coordinator.store.list_events(since_id=found[-1].id if found else 0,
+                                                      limit=10000, **filters):
+        found += page
+    return found
 
 
 async def list_machines(request: web.Request) -> web.Response:
@@ -316,14 +364,16 @@ async def list_machines(request: web.Request) -> web.Response:
     cluster = request.query.get("cluster")
     specs = {c.spec.name: c.spec for c in await coordinator.store.list_clusters()}
     machines = await coordinator.store.list_machines(cluster)
-    return web.json_response([machine_view(m, specs.get(m.cluster)) for m in machines])
+    now = coordinator.clock()
+    return web.json_response([machine_view(m, specs.get(m.cluster), now=now) for m in machines])
 
 
 async def get_machine(request: web.Request) -> web.Response:
     coordinator = _c(request)
     machine = await coordinator.machine(request.match_info["ref"])
     stored = await coordinator.store.get_cluster(machine.cluster)
-    return web.json_response(machine_view(machine, stored.spec if stored else None, detail=True))
+    return web.json_response(machine_view(machine, stored.spec if stored else None, detail=True,
+                                          now=coordinator.clock()))
 
 
 async def approve(request: web.Request) -> web.Response:
@@ -359,19 +409,95 @@ async def delete_machine(request: web.Request) -> web.Response:
     return web.json_response({"status": "resetting", "id": machine.id}, status=202)
 
 
-async def events(request: web.Request) -> web.Response:
+async def _event_filters(request: web.Request) -> dict[str, Any]:
+    """cluster; machine (id or hostname); kind (comma-separated); since (unix time);
+    after_id; limit; order (asc, or desc for the newest first)."""
     query = request.query
     try:
-        after_id = int(query.get("after_id", "0"))
-        since = float(query["since"]) if "since" in query else None
-        limit = min(int(query.get("limit", "1000")), 10000)
+        filters: dict[str, Any] = {
+            "cluster": query.get("cluster"),
+            "since_id": int(query.get("after_id", "0")),
+            "since_time": float(query["since"]) if "since" in query else None,
+            "limit": min(int(query.get("limit", "1000")), 10000),
+        }
     except ValueError:
-        return _error(400, "after_id and limit must be integers, since a unix time")
-    found = await _c(request).store.list_events(
-        cluster=query.get("cluster"), machine=query.get("machine"), since_id=after_id,
-        since_time=since, limit=limit,
-    )
+        raise InvalidDocument([Problem("query", "after_id and limit must be integers, "
+                                                "since a unix time in seconds")]) from None
+    if query.get("order", "asc") not in ("asc", "desc"):
+        raise InvalidDocument([Problem("order", "must be asc or desc")])
+    filters["newest_first"] = query.get("order") == "desc"
+    if "kind" in query:
+        filters["kinds"] = [k for k in query["kind"].split(",") if k]
+    if "machine" in query:
+        ref = query["machine"]
+        with contextlib.suppress(NotFound):  # a removed machine's id still finds its history
+            ref = (await _c(request).machine(ref)).id
+        filters["machine"] = ref
+    return filters
+
+
+async def events(request: web.Request) -> web.Response:
+    found = await _c(request).store.list_events(**await _event_filters(request))
     return web.json_response([event_view(e) for e in found])
+
+
+async def event_stream(request: web.Request) -> web.StreamResponse:
+    """Server-sent events: each new event as it is recorded (the same filters as /v1/events).
+    Starts after `after_id`, or the Last-Event-ID a reconnecting client sends, or else after
+    the newest event now: a stream shows what happens from now on."""
+    coordinator = _c(request)
+    filters = await _event_filters(request)
+    filters.update(limit=STREAM_PAGE, newest_first=False)
+    resume = request.headers.get("Last-Event-ID", "")
+    if resume.isdigit():
+        filters["since_id"] = int(resume)
+    elif "after_id" not in request.query:
+        newest = await coordinator.store.list_events(newest_first=True, limit=1)
+        filters["since_id"] = newest[0].id if newest else 0
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache",
+                                           "X-Accel-Buffering": "no"})
+    await response.prepare(request)
+    await response.write(b": stream open\n\n")
+    closing = request.app[CLOSING]
+    with contextlib.suppress(ConnectionError):
+        while not closing.is_set():
+            changed = coordinator.notifier.changes()  # subscribe before reading
+            page = await coordinator.store.list_events(**filters)
+            for event in page:
+                data = json.dumps(event_view(event), separators=(",", ":"))
+                await response.write(f"id: {event.id}\nevent: {event.kind}\ndata: {data}\n\n"
+                                     .encode())
+                filters["since_id"] = event.id
+            if len(page) == STREAM_PAGE:
+                continue
+            woken = asyncio.ensure_future(changed.wait())
+            stop = asyncio.ensure_future(closing.wait())
+            done, _ = await asyncio.wait({woken, stop}, timeout=STREAM_KEEPALIVE_SECONDS,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            woken.cancel()
+            stop.cancel()
+            if not done:
+                await response.write(b": keepalive\n\n")
+    return response
+
+
+async def metrics(request: web.Request) -> web.Response:
+    machines = await _c(request).store.list_machines()
+    return web.Response(body=METRICS.exposition(machines), headers={"Content-Type": CONTENT_TYPE})
+
+
+async def dashboard_root(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPFound("/ui/index.html")
+
+
+async def dashboard(request: web.Request) -> web.StreamResponse:
+    """The dashboard's static files (HTML, JS, CSS shipped in the package; no build step)."""
+    name = request.match_info["name"]
+    files = {p.name: p for p in DASHBOARD.iterdir() if p.is_file()}
+    if name not in files:
+        raise NotFound(f"no dashboard file {name}")
+    return web.FileResponse(files[name], headers={"Cache-Control": "no-cache"})
 
 
 ROUTES: list[tuple[str, str, Handler]] = [
@@ -405,11 +531,17 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("PUT", "/v1/machines/{ref}/role", set_role),
     ("POST", "/v1/machines/{ref}/revoke", revoke_machine_credential),
     ("GET", "/v1/events", events),
+    ("GET", "/v1/events/stream", event_stream),
+    ("GET", "/metrics", metrics),
+    ("GET", "/", dashboard_root),
+    ("GET", "/ui/", dashboard_root),
+    ("GET", "/ui/{name}", dashboard),
 ]
 
 
 def create_app(coordinator: Coordinator, artifacts: Path, settings: Settings) -> web.Application:
-    app = web.Application(middlewares=[errors, admin_auth], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(middlewares=[measure, errors, admin_auth], client_max_size=MAX_BODY_BYTES)
+    app[CLOSING] = asyncio.Event()
     app[COORDINATOR] = coordinator
     app[SETTINGS] = settings
     app[ARTIFACTS] = artifacts
@@ -417,4 +549,10 @@ def create_app(coordinator: Coordinator, artifacts: Path, settings: Settings) ->
         app[REGISTER_LIMIT] = RateLimiter(settings.register_rate, settings.register_burst)
     for method, path, handler in ROUTES:
         app.router.add_route(method, path, handler)
+    app.on_shutdown.append(_close_streams)
     return app
+
+
+async def _close_streams(app: web.Application) -> None:
+    """Open event streams end at shutdown instead of holding it up."""
+    app[CLOSING].set()

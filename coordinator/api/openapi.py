@@ -78,8 +78,16 @@ OPERATIONS: tuple[tuple[str, str, str, str | None, str | None, int, str | None],
      200, None),
     ("post", "/v1/machines/{ref}/revoke", "Revoke a machine's credential", "admin", None, 200,
      None),
-    ("get", "/v1/events", "Event history (query: cluster, machine, after_id, since, limit)",
+    ("get", "/v1/events", "Event history (query: cluster, machine (id or hostname), kind "
+     "(comma-separated), since (unix time), after_id, limit, order=asc|desc)",
      "admin", None, 200, None),
+    ("get", "/v1/events/stream", "Server-sent events: new events as they are recorded (the "
+     "filters of /v1/events; resumes after Last-Event-ID)", "admin", None, 200, None),
+    ("get", "/metrics", "Prometheus metrics (text format)", None, None, 200, None),
+    ("get", "/", "Redirects to the dashboard", None, None, 302, None),
+    ("get", "/ui/", "Redirects to the dashboard", None, None, 302, None),
+    ("get", "/ui/{name}", "The web dashboard's files (the page asks for the admin token)", None,
+     None, 200, None),
 )
 
 def _parameters(path: str) -> list[dict[str, Any]]:

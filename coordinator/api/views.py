@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.model import PHASE_OF_STATE, ClusterSpec, Machine
+from coordinator.model import ClusterSpec, Machine
+from coordinator.status import machine_step
 from coordinator.store.base import AdminToken, Event, JoinToken, StoredCluster
 
 
-def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = False) -> dict[str, Any]:
-    phase = PHASE_OF_STATE.get(machine.state)
+def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = False,
+                 now: float | None = None) -> dict[str, Any]:
+    """With `now`, also the machine's step: item n of m, attempt, elapsed times."""
+    step = machine_step(spec, machine, machine.state_since if now is None else now)
     items: dict[str, Any] | None = None
-    if spec is not None and phase and machine.role:
-        phase_items = spec.items(machine.role, phase)
-        done = sum(1 for i in phase_items if i.fingerprint() in machine.applied)
-        items = {"phase": phase, "done": done, "total": len(phase_items)}
+    if spec is not None and step.phase:
+        items = {"phase": step.phase, "done": step.done, "total": step.total}
     progress = machine.progress
     view: dict[str, Any] = {
         "id": machine.id,
@@ -35,11 +36,14 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
             "error": progress.error,
             "next_retry_at": progress.next_retry_at,
             "updated_at": progress.updated_at,
+            "failing_since": progress.failing_since,
         },
         "precheck_failures": machine.precheck_failures(),
         "credential": {"revoked": not machine.credential_hash,
                        "expires_at": machine.credential_expires_at},
     }
+    if now is not None:
+        view["step"] = dict(vars(step))  # flat: asdict's deep copy costs more than the rest
     if detail:
         view["facts"] = machine.facts
         view["precheck"] = machine.precheck

@@ -155,5 +155,18 @@ class Store(ABC):
         since_id: int = 0,
         since_time: float | None = None,
         limit: int = 1000,
+        *,
+        kinds: Sequence[str] | None = None,
+        newest_first: bool = False,
     ) -> list[Event]:
-        """Events in id order, filtered."""
+        """Events matching every filter given, at most `limit` of them.
+
+        cluster, machine (an id), kinds (any of these kinds): equality filters;
+        since_id: only ids above it (page on with the last id seen); since_time: time >= it.
+        In id order, oldest first; with newest_first, the *last* `limit` matches, newest first
+        (the dashboard's "recent output", the newest id for a stream to start after).
+
+        `kinds` and `newest_first` came with issue 9 (status, logs, event streams); a backend
+        implements them in its query (SQL: `kind IN (...)`, `ORDER BY id DESC`), never by
+        filtering after the limit. tests/integration/store/test_store.py checks both.
+        """

@@ -420,9 +420,11 @@ class SQLiteStore(Store):
         since_id: int = 0,
         since_time: float | None = None,
         limit: int = 1000,
+        *,
+        kinds: Sequence[str] | None = None,
+        newest_first: bool = False,
     ) -> list[Event]:
-        """Events with id > since_id and time >= since_time, oldest first: page on with the
-        last id returned."""
+        """See Store.list_events."""
         where = ["id > ?"]
         params: list[Any] = [since_id]
         if cluster is not None:
@@ -434,5 +436,9 @@ class SQLiteStore(Store):
         if since_time is not None:
             where.append("time >= ?")
             params.append(since_time)
-        query = f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY id LIMIT ?"
+        if kinds is not None:
+            where.append(f"kind IN ({', '.join('?' * len(kinds))})" if kinds else "0")
+            params.extend(kinds)
+        order = "DESC" if newest_first else "ASC"
+        query = f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY id {order} LIMIT ?"
         return await self._all(_event, query, (*params, limit))

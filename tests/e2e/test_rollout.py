@@ -228,6 +228,14 @@ def test_eight_agents_roll_out_to_ready_in_order(tmp_path: Path) -> None:
         assert machines["w1"]["ip"] == f.node("w1").ip  # the default-route address
         table = f.admin("status", "lab")
         assert "8 Ready" in table and "w5" in table
+        assert "✓ Cluster ready" in table and "8 of 8 Ready" in table
+        logs = f.admin("machines", "logs", "w1")
+        assert "prepare/node-env attempt 1 succeeded" in logs
+        assert "deploy/deploy-worker attempt 1 succeeded (exit 0," in logs
+        # The agent's own log: one logfmt line per item result, as the journal would get it.
+        agent_log = (tmp_path / "w1.log").read_text().splitlines()
+        assert any('msg="item succeeded" item=deploy-worker phase=deploy status=succeeded '
+                   'attempt=1 exit_code=0 duration=' in line for line in agent_log), agent_log[-5:]
 
 
 def test_an_agent_killed_mid_item_resumes_and_applies_every_item_once(tmp_path: Path) -> None:

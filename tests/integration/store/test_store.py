@@ -287,6 +287,32 @@ async def test_events_are_filtered_by_cluster_machine_id_and_time(store: Store) 
     assert await listed(cluster="nowhere") == []
 
 
+async def test_events_are_filtered_by_kind_in_the_query_not_after_the_limit(store: Store) -> None:
+    stored = await store.commit(events=[event("item"), event("state"), event("item"),
+                                        event("approved"), event("item", machine_id="m-2")])
+    ids = [e.id for e in stored]
+
+    async def listed(**filters: Any) -> list[int]:
+        return [e.id for e in await store.list_events(**filters)]
+
+    assert await listed(kinds=["item"]) == [ids[0], ids[2], ids[4]]
+    assert await listed(kinds=["state", "approved"]) == [ids[1], ids[3]]
+    assert await listed(kinds=["item"], machine="m-1", limit=1, since_id=ids[0]) == [ids[2]]
+    assert await listed(kinds=[]) == []
+    assert await listed(kinds=["nothing"]) == []
+
+
+async def test_newest_first_gives_the_last_matches(store: Store) -> None:
+    stored = await store.commit(events=[event("item", time=float(i)) for i in range(5)]
+                                + [event("state")])
+    ids = [e.id for e in stored]
+    newest = await store.list_events(kinds=["item"], newest_first=True, limit=2)
+    assert [e.id for e in newest] == [ids[4], ids[3]]
+    assert [e.id for e in await store.list_events(newest_first=True, limit=1)] == [ids[5]]
+    assert [e.id for e in await store.list_events(newest_first=True, since_id=ids[3])] == \
+        [ids[5], ids[4]]
+
+
 async def test_events_are_listed_in_id_order_even_when_times_are_not(store: Store) -> None:
     stored = await store.commit(events=[event(time=9.0), event(time=1.0), event(time=5.0)])
     assert await store.list_events() == stored

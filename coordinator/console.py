@@ -1,0 +1,64 @@
+"""Cluster status for a terminal, drawn with rich: stages, the rollout's bar and ETA, and a
+progress bar per machine. Input is the JSON the status endpoint serves, so the CLI shows
+exactly what the API and the dashboard show."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from coordinator.texts import clock, duration, machine_note
+
+STAGE_STYLE = {"done": ("✓", "green"), "in-progress": ("…", "cyan"),
+               "failing": ("✗", "bold red"), "waiting": ("·", "dim")}
+STATE_STYLE = {"Ready": "green", "Pending": "yellow", "Deleting": "magenta"}
+
+
+def status_renderable(data: dict[str, Any]) -> RenderableType:
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(data["counts"].items())) or "no machines"
+    header = Text.assemble((f"cluster {data['cluster']}", "bold"),
+                           f"  release {data['release']}  generation {data['generation']}  {counts}")
+
+    stages = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for column in ("STAGE", "STATE", "SINCE", "MESSAGE"):
+        stages.add_column(column, overflow="fold" if column == "MESSAGE" else "ellipsis",
+                          no_wrap=column != "MESSAGE")
+    for stage in data["stages"]:
+        mark, style = STAGE_STYLE[stage["state"]]
+        stages.add_row(Text(f"{mark} {stage['title']}", style=style), Text(stage["state"], style),
+                       clock(stage["since"]), stage["message"])
+
+    rollout = data["rollout"]
+    total = rollout["total"]
+    bar = Table.grid(padding=(0, 1))
+    eta = rollout["eta_seconds"]
+    eta_text = "done" if eta == 0 else ("estimating" if eta is None else duration(eta))
+    bar.add_row(Text("rollout", style="bold"),
+                ProgressBar(total=max(total, 1), completed=rollout["done"], width=40),
+                f"{rollout['done']}/{total} items on {rollout['machines']} "
+                f"machine{'' if rollout['machines'] == 1 else 's'}",
+                Text(f"ETA {eta_text}", style="bold"))
+
+    machines = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for column in ("HOSTNAME", "IP", "ROLE", "STATE", "ITEMS", "", "ITEM", "ATTEMPT", "ELAPSED",
+                   "NOTE"):
+        machines.add_column(column, no_wrap=column != "NOTE", overflow="fold")
+    for m in data["machines"]:
+        step = m.get("step") or {}
+        total_items = step.get("total", 0)
+        progress: RenderableType = (ProgressBar(total=total_items, completed=step["done"], width=12)
+                                    if step.get("phase") and total_items else Text(""))
+        item = (f"{step['index']}/{total_items} {step['item']}" if step.get("item") else "-")
+        elapsed = step.get("item_elapsed") if step.get("status") == "running" else None
+        machines.add_row(
+            m["hostname"], m["ip"] or "-", m["role"] or "-",
+            Text(m["state"], style=STATE_STYLE.get(m["state"], "cyan")),
+            f"{step.get('done', 0)}/{total_items}" if step.get("phase") else "-",
+            progress, item, str(step["attempt"]) if step.get("attempt") else "-",
+            f"{duration(elapsed if elapsed is not None else step.get('state_elapsed'))}",
+            Text(machine_note(m), style="red" if step.get("status") == "failed" else ""))
+    return Group(header, Text(""), stages, Text(""), bar, Text(""), machines)

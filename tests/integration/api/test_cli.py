@@ -1,0 +1,154 @@
+"""The admin CLI as an operator runs it, against a real `coordinator serve` process: output
+formats, machine logs, event filters, the live status view in a terminal, shell completion."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.coordinator import Coordinator, running_coordinator
+
+
+@pytest.fixture
+def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
+    with running_coordinator(tmp_path) as served:
+        w1 = served.register("w1")
+        served.register("w2")
+        served.cli("approve", "w1", "--role", "worker")
+        served.wait_state("w1", "Prepare")
+        w1.report("base", "succeeded", output="base: configured\n")
+        w1.report("runtime", "failed", attempt=2, exit_code=100, error="exit status 100",
+                  output="E: Unable to locate package containerd\n")
+        yield served
+
+
+@pytest.mark.parametrize("command", [
+    ("cluster", "get"), ("cluster", "get", "lab"), ("machines",), ("machines", "--cluster", "lab"),
+    ("machines", "get", "w1"), ("status", "lab"),
+])
+def test_every_read_command_prints_the_same_data_as_json_and_yaml(
+        coordinator: Coordinator, command: tuple[str, ...]) -> None:
+    as_json = json.loads(coordinator.cli(*command, "--output", "json").stdout)
+    as_yaml = yaml.safe_load(coordinator.cli(*command, "-o", "yaml").stdout)
+    volatile = ("step", "last_seen", "rollout", "stages")  # elapsed times move between the calls
+
+    def stable(value: object) -> object:
+        if isinstance(value, dict):
+            return {k: stable(v) for k, v in value.items() if k not in volatile}
+        if isinstance(value, list):
+            return [stable(v) for v in value]
+        return value
+
+    assert stable(as_json) == stable(as_yaml) and as_json
+
+
+def test_streams_print_one_json_line_or_yaml_document_per_event(coordinator: Coordinator) -> None:
+    lines = coordinator.cli("events", "--machine", "w1", "-o", "json").stdout.splitlines()
+    docs = [d for d in yaml.safe_load_all(coordinator.cli("events", "--machine", "w1", "-o", "yaml")
+                                          .stdout)]
+    assert [json.loads(x)["id"] for x in lines] == [d["id"] for d in docs]
+    logs = coordinator.cli("machines", "logs", "w1", "-o", "json").stdout.splitlines()
+    assert [json.loads(x)["data"]["item"] for x in logs] == ["base", "runtime"]
+
+
+def test_machine_logs_show_each_items_output_and_follow_new_reports(coordinator: Coordinator) -> None:
+    out = coordinator.cli("machines", "logs", "w1").stdout
+    assert "prepare/base attempt 1 succeeded (exit 0, 1s)\nbase: configured\n" in out
+    assert ("prepare/runtime attempt 2 failed (exit 100, 1s): exit status 100\n"
+            "E: Unable to locate package containerd\n") in out
+    tail = coordinator.cli("machines", "logs", "w1", "--tail", "1").stdout
+    assert "runtime" in tail and "base" not in tail
+
+    follow = subprocess.Popen(coordinator.cli_argv("machines", "logs", "w1", "--follow"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "containerd" in follow.stdout.readline() + follow.stdout.readline() + \
+            follow.stdout.readline() + follow.stdout.readline()
+        coordinator.agents["w1"].report("runtime", "succeeded", attempt=3, output="containerd installed\n")
+        started = time.monotonic()
+        assert "prepare/runtime attempt 3 succeeded" in follow.stdout.readline()
+        assert follow.stdout.readline() == "containerd installed\n"
+        assert time.monotonic() - started < 5
+    finally:
+        follow.send_signal(signal.SIGINT)
+        _, err = follow.communicate(timeout=10)
+    assert follow.returncode == 0 and "Traceback" not in err
+
+
+def test_logs_of_an_unknown_machine_say_so(coordinator: Coordinator) -> None:
+    result = coordinator.cli("machines", "logs", "nope", ok=False)
+    assert result.returncode == 1
+    assert result.stderr == "error: no machine with id or hostname nope\n"
+
+
+def test_events_filter_by_machine_kind_and_since(coordinator: Coordinator) -> None:
+    out = coordinator.cli("events", "--machine", "w1", "--kind", "item", "--since", "10m").stdout
+    assert len(out.splitlines()) == 2 and all(" w1 " in x and " item " in x for x in out.splitlines())
+    assert coordinator.cli("events", "--since", "2099-01-01T00:00").stdout == ""
+    bad = coordinator.cli("events", "--since", "yesterday", ok=False)
+    assert bad.returncode == 2 and "--since" in bad.stderr and "'yesterday'" in bad.stderr
+
+
+def read_terminal(fd: int, until: str, timeout: float = 15) -> str:
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while until not in seen and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            seen += os.read(fd, 65536).decode(errors="replace")
+    assert until in seen, f"{until!r} never appeared; screen so far:\n{seen[-3000:]}"
+    return seen
+
+
+def test_status_watch_redraws_progress_bars_and_an_eta_in_a_terminal(coordinator: Coordinator) -> None:
+    main, terminal = pty.openpty()
+    env = {**os.environ, "COLUMNS": "180", "LINES": "60", "TERM": "xterm-256color"}
+    watch = subprocess.Popen(coordinator.cli_argv("status", "lab", "--watch", "--interval", "0.3"),
+                             stdin=terminal, stdout=terminal, stderr=terminal, env=env)
+    os.close(terminal)
+    try:
+        screen = read_terminal(main, "ETA")
+        assert "━" in screen  # rich's progress bars
+        assert "Machines approved" in screen and "waiting for approval: w2" in screen
+        assert "1/3 items on 1 machine " in screen
+        coordinator.cli("approve", "w2", "--role", "worker")  # the next redraws show it
+        read_terminal(main, "2 of 2 approved")
+        watch.send_signal(signal.SIGINT)
+        rest = ""
+        with pytest.raises(OSError):  # EIO once the process closed the terminal
+            while True:
+                rest += os.read(main, 65536).decode(errors="replace")
+        assert watch.wait(timeout=10) == 0 and "Traceback" not in rest
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+        os.close(main)
+
+
+def test_shell_completion_completes_machine_and_cluster_names(coordinator: Coordinator) -> None:
+    def complete(words: str) -> list[str]:
+        env = {**os.environ, "_COORDINATOR_COMPLETE": "bash_complete", "COMP_WORDS": words,
+               "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1)),
+               "COORDINATOR_URL": coordinator.url,
+               "COORDINATOR_TOKEN_FILE": str(coordinator.token_file),
+               "COORDINATOR_CA": str(coordinator.ca_file)}
+        result = subprocess.run([coordinator.cli_argv()[0]], env=env, capture_output=True,
+                                text=True, timeout=30, check=True)
+        return [line.split(",", 1)[1] for line in result.stdout.splitlines()]
+
+    assert complete("coordinator machines logs ") == ["w1", "w2"]
+    assert complete("coordinator approve w2") == ["w2"]
+    assert complete("coordinator status ") == ["lab"]
+    assert "logs" in complete("coordinator machines ")
+    script = coordinator.cli("completion", "bash").stdout
+    assert "_COORDINATOR_COMPLETE=bash_complete" in script and "complete -o" in script

@@ -1,0 +1,191 @@
+"""Status, event history, event stream, metrics and dashboard files, from a real `coordinator serve`
+process, with agents simulated over HTTP."""
+
+from __future__ import annotations
+
+import queue
+import ssl
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.client import ClientError
+from tests.support.coordinator import Agent, Coordinator, running_coordinator
+
+
+@pytest.fixture
+def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
+    with running_coordinator(tmp_path) as served:
+        yield served
+
+
+def preparing_worker(c: Coordinator, outputs: tuple[str, str] = ("", "")) -> Agent:
+    """w1 approved and in Prepare with its two prepare items reported, and w2 Pending."""
+    w1 = c.register("w1")
+    c.register("w2")
+    c.admin.request("POST", "/v1/machines/w1/approve", body={"role": "worker"})
+    c.wait_state("w1", "Prepare")
+    w1.report("base", "succeeded", output=outputs[0], seconds=2.0)
+    w1.report("runtime", "failed", output=outputs[1], seconds=0.2)
+    return w1
+
+
+def tls(c: Coordinator) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(c.ca_file))
+
+
+def stages(c: Coordinator) -> dict[str, dict[str, Any]]:
+    return {s["name"]: s for s in c.admin.get("/v1/clusters/lab/status")["stages"]}
+
+
+def test_status_shows_stages_rollout_and_each_machines_step(coordinator: Coordinator) -> None:
+    c = coordinator
+    m1, w1 = c.register("m1"), c.register("w1")
+    c.register("w2", failing=True)
+    assert stages(c)["approved"]["state"] == "failing"
+    assert "w2 fails hard prechecks: os: Plan 9 is not supported" in stages(c)["approved"]["message"]
+    c.admin.request("POST", "/v1/machines/m1/approve", body={"role": "manager"})
+    c.admin.request("POST", "/v1/machines/w1/approve", body={"role": "worker"})
+    c.wait_state("w1", "Prepare")
+    w1.report("base", "succeeded")
+    w1.report("runtime", "failed", attempt=3, error="exit status 100", exit_code=100)
+    m1.finish_phase()
+    c.wait_state("m1", "Deploy")
+    m1.report("control-plane", "running")
+
+    status = c.admin.get("/v1/clusters/lab/status")
+    by_name = {s["name"]: s for s in status["stages"]}
+    assert [s["name"] for s in status["stages"]] == [
+        "registered", "approved", "prepared", "first-manager", "managers", "workers", "ready"]
+    assert by_name["first-manager"]["state"] == "in-progress"
+    assert by_name["first-manager"]["message"] == "m1 deploying"
+    assert by_name["prepared"]["state"] == "failing"
+    assert "w1: runtime failing (attempt 3): exit status 100" in by_name["prepared"]["message"]
+    assert all(s["since"] and s["since"] <= time.time() for s in status["stages"])
+    assert (status["rollout"]["done"], status["rollout"]["total"]) == (2, 5)
+
+    steps = {m["hostname"]: m["step"] for m in status["machines"]}
+    assert (steps["m1"]["phase"], steps["m1"]["index"], steps["m1"]["total"]) == ("deploy", 1, 1)
+    assert (steps["m1"]["item"], steps["m1"]["status"], steps["m1"]["attempt"]) == (
+        "control-plane", "running", 1)
+    assert 0 <= steps["m1"]["item_elapsed"] < 10
+    assert (steps["w1"]["index"], steps["w1"]["item"], steps["w1"]["status"]) == (2, "runtime", "failed")
+    assert 20 < steps["w1"]["next_retry_in"] <= 30 and steps["w1"]["error"] == "exit status 100"
+    assert steps["w2"]["status"] is None  # Pending runs no phase
+
+
+def test_events_filter_by_hostname_kind_time_and_come_newest_first(coordinator: Coordinator) -> None:
+    c = coordinator
+    preparing_worker(c, outputs=("one\n", "two\n"))
+
+    mine = c.admin.get("/v1/events?machine=w1")
+    assert {e["hostname"] for e in mine} == {"w1"}
+    assert [e["kind"] for e in mine] == ["registered", "approved", "state", "item", "item"]
+    items = c.admin.get("/v1/events?machine=w1&kind=item&order=desc&limit=1")
+    assert [e["data"]["output"] for e in items] == ["two\n"]
+    assert [e["kind"] for e in c.admin.get("/v1/events?kind=approved,registered")] == [
+        "registered", "registered", "approved"]
+    assert c.admin.get(f"/v1/events?since={time.time() + 60}") == []
+    with pytest.raises(ClientError) as bad:
+        c.admin.get("/v1/events?order=sideways")
+    assert bad.value.status == 422 and "order: must be asc or desc" in str(bad.value)
+
+
+def test_the_event_stream_delivers_new_events_at_once_and_resumes_after_the_last_id(
+        coordinator: Coordinator) -> None:
+    c = coordinator
+    c.register("old")  # before the stream opened: not sent
+    received: queue.Queue[dict[str, Any]] = queue.Queue()
+
+    def listen() -> None:
+        for event in c.admin.stream("/v1/events/stream?cluster=lab&kind=registered,approved"):
+            received.put(event)
+
+    threading.Thread(target=listen, daemon=True).start()
+    time.sleep(0.5)  # the stream is open
+    sent = time.monotonic()
+    c.register("new")
+    first = received.get(timeout=5)
+    assert (first["kind"], first["hostname"]) == ("registered", "new")
+    assert time.monotonic() - sent < 1.0  # woken by the notifier, not by a polling interval
+    c.admin.request("POST", "/v1/machines/new/approve", body={"role": "worker"})
+    assert received.get(timeout=5)["kind"] == "approved"
+
+    request = urllib.request.Request(f"{c.url}/v1/events/stream", headers={
+        "Authorization": f"Bearer {c.admin.token}", "Last-Event-ID": str(first["id"])})
+    with urllib.request.urlopen(request, timeout=10, context=tls(c)) as response:
+        lines = []
+        while len([x for x in lines if x.startswith("data:")]) < 2:
+            lines.append(response.readline().decode().strip())
+    assert any('"kind":"approved"' in x for x in lines)  # what came after the id it had
+    assert not any('"hostname":"old"' in x for x in lines)
+    with pytest.raises(ClientError) as refused:
+        next(c.client("wrong").stream("/v1/events/stream"))
+    assert refused.value.status == 401
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        head, _, value = line.rpartition(" ")
+        if head == (f"{name}{{{wanted}}}" if labels else name):
+            return float(value)
+    return None
+
+
+def scrape(c: Coordinator) -> str:
+    # No token: Prometheus scrapes it as it is.
+    with urllib.request.urlopen(f"{c.url}/metrics", timeout=10, context=tls(c)) as response:
+        assert response.headers["Content-Type"].startswith("text/plain")
+        return response.read().decode()
+
+
+def test_metrics_count_machines_items_api_latency_and_connected_agents(coordinator: Coordinator) -> None:
+    c = coordinator
+    w1 = preparing_worker(c)
+
+    text = scrape(c)
+    assert metric(text, "nodeagent_machines", cluster="lab", state="Prepare") == 1
+    assert metric(text, "nodeagent_machines", cluster="lab", state="Pending") == 1
+    assert metric(text, "nodeagent_machines", cluster="lab", state="Ready") == 0
+    assert metric(text, "nodeagent_item_duration_seconds_count",
+                  cluster="lab", phase="prepare", status="succeeded") == 1
+    assert metric(text, "nodeagent_item_duration_seconds_bucket",
+                  cluster="lab", phase="prepare", status="failed", le="0.5") == 1
+    assert metric(text, "nodeagent_api_request_duration_seconds_count", code="200",
+                  endpoint="/v1/machines/{ref}", method="GET") >= 1
+    assert metric(text, "nodeagent_api_request_duration_seconds_count", code="201",
+                  endpoint="/v1/agent/register", method="POST") == 2
+    assert "nodeagent_drain_duration_seconds" in text and "nodeagent_evictions_blocked" in text
+    assert metric(text, "nodeagent_agents_connected") == 0
+
+    polling = threading.Thread(target=lambda: w1.client.get(
+        f"/v1/agent/machines/{w1.machine_id}/assignment?after=1000&wait=3"), daemon=True)
+    polling.start()
+    time.sleep(0.5)
+    assert metric(scrape(c), "nodeagent_agents_connected") == 1
+    polling.join(10)
+    assert metric(scrape(c), "nodeagent_agents_connected") == 0
+
+
+def test_the_dashboard_is_served_without_a_token_and_the_api_still_needs_one(
+        coordinator: Coordinator) -> None:
+    with urllib.request.urlopen(f"{coordinator.url}/", timeout=10,
+                                context=tls(coordinator)) as response:
+        assert response.url.endswith("/ui/index.html")
+        assert "<title>nodeagent coordinator</title>" in response.read().decode()
+    for name in ("app.js", "style.css"):
+        with urllib.request.urlopen(f"{coordinator.url}/ui/{name}", timeout=10,
+                                    context=tls(coordinator)) as response:
+            assert response.status == 200 and len(response.read()) > 1000
+    with pytest.raises(ClientError) as missing:
+        coordinator.client(None).get("/ui/..%2Fapp.py")
+    assert missing.value.status == 404
+    with pytest.raises(ClientError) as refused:
+        coordinator.client(None).get("/v1/clusters/lab/status")
+    assert refused.value.status == 401

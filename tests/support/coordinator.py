@@ -1,0 +1,166 @@
+"""A real `coordinator serve` process on a loopback port, and agents simulated over its HTTP API
+(registration and item reports exactly as nodeagent sends them), for CLI, API and browser tests."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coordinator.client import AdminClient, ClientError
+from nodeagent.prechecks.runner import summarize
+from nodeagent.protocol import CheckResult, PrecheckReport, Severity, StateItem, Status
+from tests.support.ports import free_port, wait_until
+
+COORDINATOR = str(Path(sys.executable).with_name("coordinator"))
+
+# Exec items that never run here: the simulated agents report their results.
+CLUSTER = """\
+name: lab
+release: "1.0"
+settings: {workerBatchSize: 2}
+machineTypes:
+  manager:
+    - {name: base, phase: prepare, action: {type: exec, argv: ["true"]}}
+    - {name: control-plane, phase: deploy, action: {type: exec, argv: ["true"]}}
+  worker:
+    - {name: base, phase: prepare, action: {type: exec, argv: ["true"]}}
+    - {name: runtime, phase: prepare, action: {type: exec, argv: ["true"]}}
+    - {name: join, phase: deploy, action: {type: exec, argv: ["true"]}}
+"""
+
+
+def precheck_report(hostname: str, failing: bool = False) -> dict[str, Any]:
+    checks = [CheckResult(name="os", severity=Severity.HARD,
+                          status=Status.FAIL if failing else Status.PASS,
+                          message="Plan 9 is not supported" if failing else "ok", duration=0.0)]
+    return PrecheckReport(hostname=hostname, role="worker", started_at=0, duration=0,
+                          ok=not failing, summary=summarize(checks),
+                          checks=checks).model_dump(mode="json", by_alias=True)
+
+
+@dataclass
+class Agent:
+    """A registered machine, driven by the test instead of nodeagent."""
+
+    hostname: str
+    machine_id: str
+    client: AdminClient
+
+    def assignment(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.client.get(f"/v1/agent/machines/{self.machine_id}/assignment")
+        return result
+
+    def report(self, item: str, status: str, attempt: int = 1, output: str = "",
+               error: str = "", exit_code: int | None = 0, seconds: float = 1.5) -> None:
+        """Report an item of the current assignment, as the agent's runner does."""
+        assignment = self.assignment()
+        (found,) = [i for i in assignment["items"] if i["name"] == item]
+        started = time.time() - seconds
+        body = {"item": item, "fingerprint": StateItem.model_validate(found).fingerprint(),
+                "phase": assignment["phase"], "status": status, "attempt": attempt,
+                "started_at": started, "output": output, "error": error}
+        if status != "running":
+            body.update(finished_at=started + seconds, exit_code=exit_code)
+            if status == "failed":
+                body["next_retry_at"] = time.time() + 30
+        self.client.request("POST", f"/v1/agent/machines/{self.machine_id}/reports", body=body)
+
+    def finish_phase(self) -> None:
+        for item in self.assignment()["items"]:
+            self.report(item["name"], "succeeded", output=f"{item['name']} done\n")
+
+
+@dataclass
+class Coordinator:
+    url: str
+    data: Path
+    log: Path
+    admin: AdminClient = field(init=False)
+    agents: dict[str, Agent] = field(default_factory=dict)  # by hostname, as registered
+
+    def __post_init__(self) -> None:
+        self.admin = self.client(self.token_file.read_text().strip())
+
+    @property
+    def token_file(self) -> Path:
+        return self.data / "admin.token"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.data / "pki" / "ca.crt"
+
+    def client(self, token: str | None) -> AdminClient:
+        return AdminClient(self.url, token, ca_file=str(self.ca_file))
+
+    def cli_argv(self, *args: str) -> list[str]:
+        return [COORDINATOR, "--url", self.url, "--token-file", str(self.token_file),
+                "--ca", str(self.ca_file), *args]
+
+    def cli(self, *args: str, ok: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(self.cli_argv(*args), capture_output=True, text=True,
+                                timeout=timeout, check=False)
+        if ok:
+            assert result.returncode == 0, (args, result.stdout, result.stderr)
+        return result
+
+    def register(self, hostname: str, failing: bool = False) -> Agent:
+        token = self.admin.request("POST", "/v1/clusters/lab/join-tokens")["token"]
+        answer = self.admin.request("POST", "/v1/agent/register", body={
+            "join_token": token, "hostname": hostname, "ip": "127.0.0.1", "facts": {},
+            "precheck": precheck_report(hostname, failing)})
+        agent = self.agents[hostname] = Agent(hostname, answer["machine_id"],
+                                              self.client(answer["credential"]))
+        return agent
+
+    def machine(self, hostname: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.admin.get(f"/v1/machines/{hostname}")
+        return result
+
+    def wait_state(self, hostname: str, state: str, timeout: float = 10) -> None:
+        wait_until(lambda: self.machine(hostname)["state"] == state,
+                   f"{hostname} in {state}", timeout=timeout)
+
+
+def _answers(url: str, ca_file: Path) -> bool:
+    try:
+        AdminClient(url, None, timeout=1, ca_file=str(ca_file)).get("/healthz")
+    except ClientError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def running_coordinator(tmp: Path, cluster: str | None = CLUSTER) -> Iterator[Coordinator]:
+    """`coordinator init` then `serve` (HTTPS with its own CA) on 127.0.0.1 with its data in
+    tmp, with `cluster` applied."""
+    port = free_port()
+    data = tmp / "coordinator-data"
+    log = tmp / "coordinator.log"
+    url = f"https://127.0.0.1:{port}"
+    listen = ["--data-dir", str(data), "--listen", f"127.0.0.1:{port}"]
+    subprocess.run([COORDINATOR, "init", *listen, "--name", "127.0.0.1"], check=True,
+                   capture_output=True, timeout=60)
+    with log.open("wb") as out:
+        process = subprocess.Popen([COORDINATOR, "serve", *listen],
+                                   stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: process.poll() is None and _answers(url, data / "pki" / "ca.crt"),
+                   f"coordinator (log {log})", timeout=30, interval=0.1)
+        served = Coordinator(url, data, log)
+        if cluster:
+            served.admin.request("PUT", "/v1/clusters", text=cluster,
+                                 content_type="application/yaml")
+        yield served
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -1,0 +1,77 @@
+"""Small pure pieces of the operator tools: --since, durations, machine gauges, history wakes."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import datetime
+
+import click
+import pytest
+
+from coordinator.cli import parse_since
+from coordinator.metrics import Metrics
+from coordinator.model import MachineState
+from coordinator.notifier import Notifier
+from coordinator.texts import duration
+from tests.unit.coordinator.builders import machine
+
+NOW = 1_800_000_000.0
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("90s", NOW - 90), ("10m", NOW - 600), ("2h", NOW - 7200), ("1.5d", NOW - 129600),
+    ("1700000000", 1_700_000_000.0),
+    ("2026-01-31T14:00:00+00:00", datetime.fromisoformat("2026-01-31T14:00:00+00:00").timestamp()),
+])
+def test_since_takes_durations_iso_times_and_unix_times(text: str, expected: float) -> None:
+    assert parse_since(text, NOW) == expected
+
+
+def test_since_names_the_option_and_the_forms_it_takes() -> None:
+    with pytest.raises(click.BadParameter) as bad:
+        parse_since("last tuesday", NOW)
+    assert bad.value.param_hint == "--since" and "10m" in bad.value.message
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(None, "-"), (0.4, "0s"), (59.9, "59s"),
+                                                (65, "1m05s"), (7260, "2h01m")])
+def test_durations_are_short(seconds: float | None, text: str) -> None:
+    assert duration(seconds) == text
+
+
+def test_machine_gauges_list_every_state_per_cluster_with_zeros() -> None:
+    machines = [machine("w1", state=MachineState.READY),
+                replace(machine("w2", state=MachineState.READY), responding=False),
+                replace(machine("m1", state=MachineState.DEPLOY), cluster="other")]
+    text = Metrics().exposition(machines).decode()
+    assert 'nodeagent_machines{cluster="edge",state="Ready"} 2.0' in text
+    assert 'nodeagent_machines{cluster="edge",state="Deploy"} 0.0' in text
+    assert 'nodeagent_machines{cluster="other",state="Deploy"} 1.0' in text
+    assert 'nodeagent_machines_not_responding{cluster="edge"} 1.0' in text
+    assert 'nodeagent_machines_not_responding{cluster="other"} 0.0' in text
+
+
+def test_connected_agents_count_machines_not_polls() -> None:
+    metrics = Metrics()
+    metrics.poll_opened("a")
+    metrics.poll_opened("a")  # a retried poll overlapping the old one
+    metrics.poll_opened("b")
+    metrics.poll_closed("a")
+    assert "nodeagent_agents_connected 2.0" in metrics.exposition([]).decode()
+    metrics.poll_closed("a")
+    metrics.poll_closed("b")
+    assert "nodeagent_agents_connected 0.0" in metrics.exposition([]).decode()
+
+
+async def test_history_watchers_wake_on_any_change_and_agents_only_on_their_own() -> None:
+    notifier = Notifier()
+    agent = notifier.subscribe("m1")
+    watcher = notifier.changes()
+    notifier.changed()
+    assert watcher.is_set() and not agent.is_set()
+    again = notifier.changes()
+    assert not again.is_set()  # a new subscription waits for the next change
+    notifier.wake(["m1"])
+    await asyncio.sleep(0)
+    assert agent.is_set() and again.is_set()

@@ -1,0 +1,187 @@
+"""Stage conditions, machine steps and rollout progress, on rollouts the real planner drives."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from coordinator.model import Machine, MachineState, Progress
+from coordinator.planner import plan_to_fixpoint
+from coordinator.status import History, machine_step, rollout, stages
+from coordinator.store.base import Event
+from tests.unit.coordinator.builders import cluster, finish_phase, items, machine
+
+SPEC = cluster(manager=items("prepare", 1, "m") + items("deploy", 2, "m"),
+               worker=items("prepare", 2, "w") + items("deploy", 1, "w"))
+
+
+class Rollout:
+    """Machines moved by the planner, with the state events the reconciler would record."""
+
+    def __init__(self, *machines: Machine) -> None:
+        self.now = 100.0
+        self.machines = {m.hostname: replace(m, created_at=self.now, state_since=self.now)
+                         for m in machines}
+        self.events: list[Event] = []
+
+    def tick(self, seconds: float = 10.0) -> None:
+        self.now += seconds
+        after, decisions = plan_to_fixpoint(SPEC, list(self.machines.values()), self.now)
+        for d in decisions:
+            self.events.append(Event(time=self.now, cluster="edge", kind="state", message="",
+                                     machine=d.machine_id, hostname=d.hostname,
+                                     data={"from": d.from_state.value, "to": d.to_state.value
+                                           if d.to_state else None}))
+        self.machines = {m.hostname: m for m in after}
+
+    def finish(self, *hostnames: str) -> None:
+        """Every item of the phase applied, the last success reported now."""
+        for h in hostnames:
+            m = finish_phase(SPEC, self.machines[h])
+            self.machines[h] = replace(m, progress=Progress(
+                item="last", attempt=1, status="succeeded", updated_at=self.now))
+
+    def fail(self, hostname: str, item: str, attempt: int, since: float) -> None:
+        self.machines[hostname] = replace(self.machines[hostname], progress=Progress(
+            item=item, attempt=attempt, status="failed", error="exit status 1",
+            next_retry_at=self.now + 4, updated_at=self.now, failing_since=since))
+
+    def stages(self) -> dict[str, tuple[str, float | None, str]]:
+        found = stages(SPEC, 50.0, list(self.machines.values()), History(self.events), self.now)
+        return {s.name: (s.state, s.since, s.message) for s in found}
+
+
+def states(r: Rollout) -> dict[str, str]:
+    return {name: value[0] for name, value in r.stages().items()}
+
+
+def test_an_empty_cluster_waits_since_it_was_created_and_says_what_to_do() -> None:
+    r = Rollout()
+    assert list(r.stages()) == ["registered", "approved", "prepared", "first-manager", "managers",
+                                "workers", "ready"]
+    assert set(states(r).values()) == {"waiting"}
+    assert r.stages()["registered"] == (
+        "waiting", 50.0, "no machine has registered: create a join token and start agents")
+
+
+def test_approval_waits_on_the_admin_and_fails_on_hard_prechecks() -> None:
+    r = Rollout(machine("m1", "manager", approved=False), machine("w1", approved=False))
+    assert r.stages()["approved"] == ("waiting", 100.0,
+                                      "0 of 2 approved; waiting for approval: m1, w1")
+    r.machines["w2"] = replace(machine("w2", approved=False, hard_failure=True), created_at=105.0)
+    state, since, message = r.stages()["approved"]
+    assert (state, since) == ("failing", 105.0)
+    assert message.endswith("w2 fails hard prechecks: kernel: kernel too old")
+
+
+def test_the_first_manager_deploying_alone_shows_in_each_stage() -> None:
+    r = Rollout(machine("m1", "manager"), machine("w1"), machine("w2"))
+    r.tick()  # 110: all approved machines start Prepare
+    r.now += 5
+    r.finish("m1", "w1", "w2")  # prepared at 115
+    r.tick(5)  # 120: m1 deploys alone; the workers wait, prepared
+    found = r.stages()
+    assert found["registered"][:2] == ("done", 100.0)
+    assert found["approved"][:2] == ("done", 110.0)
+    assert found["prepared"][0] == "done"
+    assert found["first-manager"] == ("in-progress", 120.0, "m1 deploying")
+    assert found["workers"] == ("waiting", 115.0,
+                                "0 of 2 workers deployed; waiting for a deploy slot: w1, w2")
+    assert found["ready"][:2] == ("in-progress", 110.0)
+
+
+def test_a_failing_item_turns_its_stage_failing_since_its_first_failure() -> None:
+    r = Rollout(machine("m1", "manager"), machine("w1"))
+    r.tick()
+    r.finish("m1", "w1")
+    r.tick()  # 120: m1 in Deploy
+    r.tick(30)
+    r.fail("m1", "mdeploy-1", attempt=4, since=125.0)
+    found = r.stages()
+    assert found["first-manager"] == (
+        "failing", 125.0, "m1: mdeploy-1 failing (attempt 4): exit status 1")
+    assert found["ready"][0] == "failing"
+    assert found["prepared"][0] == "done"  # the failure belongs to the deploy stages only
+
+
+def test_a_finished_rollout_is_done_everywhere_with_the_times_each_stage_finished() -> None:
+    r = Rollout(machine("m1", "manager"), machine("m2", "manager"), machine("w1"))
+    r.tick()  # 110 prepare
+    r.finish("m1", "m2", "w1")
+    r.tick()  # 120 m1 deploy
+    r.finish("m1")
+    r.tick()  # 130 m1 ready; m2 and w1 deploy
+    r.finish("m2", "w1")
+    r.tick()  # 140 all ready
+    found = r.stages()
+    assert set(states(r).values()) == {"done"}
+    assert found["first-manager"] == ("done", 130.0, "m1 runs the control plane")
+    assert found["managers"][:2] == ("done", 140.0)
+    assert found["ready"] == ("done", 140.0, "3 of 3 Ready")
+
+
+def test_a_late_worker_reopens_approval_and_workers_but_not_managers() -> None:
+    r = Rollout(machine("m1", "manager"), machine("w1"))
+    for _ in range(3):
+        r.tick()
+        r.finish("m1", "w1")
+    r.tick()
+    assert set(states(r).values()) == {"done"}
+    r.machines["w9"] = replace(machine("w9", approved=False), created_at=r.now)
+    assert states(r)["approved"] == "waiting" and states(r)["ready"] == "done"
+    r.machines["w9"] = replace(r.machines["w9"], approved=True)
+    r.tick()
+    found = states(r)
+    assert found["managers"] == "done" and found["first-manager"] == "done"
+    assert found["workers"] == "waiting" and found["ready"] == "in-progress"
+
+
+def test_machine_step_says_item_n_of_m_attempt_and_elapsed() -> None:
+    m = replace(machine("w1", state=MachineState.PREPARE), state_since=100.0,
+                progress=Progress(item="wprepare-1", attempt=1, status="running", updated_at=110))
+    m = replace(m, applied=frozenset({items("prepare", 2, "w")[0].fingerprint()}))
+    step = machine_step(SPEC, m, now=115.0)
+    assert (step.phase, step.index, step.total, step.done) == ("prepare", 2, 2, 1)
+    assert (step.item, step.status, step.attempt) == ("wprepare-1", "running", 1)
+    assert (step.item_elapsed, step.state_elapsed) == (5.0, 15.0)
+    assert step.failing_for is None and step.next_retry_in is None
+
+
+def test_machine_step_of_a_failed_item_counts_down_to_its_retry() -> None:
+    m = replace(machine("w1", state=MachineState.PREPARE), progress=Progress(
+        item="wprepare-0", attempt=3, status="failed", error="boom", next_retry_at=130.0,
+        updated_at=120.0, failing_since=101.0))
+    step = machine_step(SPEC, m, now=125.0)
+    assert (step.index, step.status, step.attempt, step.error) == (1, "failed", 3, "boom")
+    assert (step.next_retry_in, step.failing_for, step.item_elapsed) == (5.0, 24.0, None)
+
+
+def test_machine_step_names_the_next_item_and_ignores_stale_progress() -> None:
+    stale = Progress(item="mdeploy-0", attempt=1, status="succeeded", updated_at=1.0)
+    m = replace(machine("w1", state=MachineState.PREPARE), progress=stale)
+    assert (machine_step(SPEC, m, 5.0).status, machine_step(SPEC, m, 5.0).item) == (
+        "waiting", "wprepare-0")
+    ready = replace(m, state=MachineState.READY)
+    assert machine_step(SPEC, ready, 5.0).status is None
+    done = finish_phase(SPEC, m)
+    assert (machine_step(SPEC, done, 5.0).status, machine_step(SPEC, done, 5.0).index) == ("done", 0)
+
+
+def test_rollout_eta_follows_the_pace_so_far_and_ignores_long_finished_machines() -> None:
+    r = Rollout(machine("m1", "manager"), machine("w1"))
+    r.tick()  # 110: both start prepare; 6 items in this run
+    assert rollout(SPEC, list(r.machines.values()), History(r.events), r.now).eta_seconds is None
+    r.finish("m1", "w1")  # 3 of 6 items done
+    r.now += 30  # at 140, 30 s after the start
+    progress = rollout(SPEC, list(r.machines.values()), History(r.events), r.now)
+    assert (progress.done, progress.total, progress.started_at) == (3, 6, 110.0)
+    assert progress.eta_seconds == 30.0
+    for _ in range(3):
+        r.tick()
+        r.finish("m1", "w1")
+    r.tick()
+    finished = rollout(SPEC, list(r.machines.values()), History(r.events), r.now)
+    assert (finished.done, finished.total, finished.eta_seconds) == (6, 6, 0.0)
+    r.machines["w2"] = machine("w2")
+    r.tick()  # only w2's run counts now
+    late = rollout(SPEC, list(r.machines.values()), History(r.events), r.now)
+    assert (late.done, late.total, late.machines) == (0, 3, 1)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from coordinator.model import (
     DEPLOYED_STATES,
@@ -177,6 +178,18 @@ def post_deploy_host(spec: ClusterSpec, machines: Sequence[Machine]) -> Machine 
     if not any(m.role == "worker" for m in ready) or not upgrade_settled(spec, machines):
         return None
     return next((m for m in ready if m.role == "manager"), None)
+
+
+def node_action(spec: ClusterSpec, machine: Machine) -> Literal["drain", "uncordon"] | None:
+    """What the coordinator's Kubernetes side owes an upgrading machine's node now."""
+    if machine.state is not S.UPGRADE or not needs_drain(spec, machine):
+        return None
+    stage = machine.drain.stage if machine.drain else None
+    if stage in (None, DrainStage.DRAINING):
+        return "drain"
+    if stage in (DrainStage.DRAINED, DrainStage.SKIPPED) and not pending_items(spec, machine, "upgrade"):
+        return "uncordon"
+    return None
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ async def serve(data_dir: Path, host: str, port: int, artifacts: Path | None,
         with contextlib.suppress(asyncio.CancelledError):
             await reconciler
         await runner.cleanup()
+        await coordinator.close()
         await store.close()
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from coordinator.model import PHASE_OF_STATE, ClusterSpec, Machine
+from coordinator.planner import UpgradePlan
 from coordinator.store.base import Event, StoredCluster
 
 
@@ -37,6 +39,11 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
             "updated_at": progress.updated_at,
         },
         "precheck_failures": machine.precheck_failures(),
+        "release": machine.release,
+        "drain": None if machine.drain is None else {
+            **asdict(machine.drain), "stage": machine.drain.stage.value,
+            "blocking_pods": list(machine.drain.blocking_pods),
+            "blocking_budgets": list(machine.drain.blocking_budgets)},
     }
     if detail:
         view["facts"] = machine.facts
@@ -67,4 +74,16 @@ def event_view(event: Event) -> dict[str, Any]:
         "kind": event.kind,
         "message": event.message,
         "data": event.data,
+    }
+
+
+def upgrade_plan_view(spec: ClusterSpec, plan: UpgradePlan) -> dict[str, Any]:
+    return {
+        "cluster": spec.name,
+        "release": spec.release,
+        "paused": spec.settings.upgrade.paused,
+        "steps": [[{"hostname": m.hostname, "role": m.role, "from": m.release} for m in step]
+                  for step in plan.steps],
+        "waiting": [{"hostname": m.hostname, "role": m.role, "reason": why}
+                    for m, why in plan.waiting],
     }

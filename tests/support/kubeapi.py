@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import ctypes
 import json
 import math
+import os
 import re
 import socket
 import threading
@@ -35,6 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
+CLONE_NEWNET = 0x40000000
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for nodes
 
@@ -558,9 +561,13 @@ def socket_in_netns(netns: str | None, host: str = "127.0.0.1") -> socket.socket
 
     def bind() -> None:
         try:
-            if netns is not None:
-                from pyroute2.netns import setns  # this thread only: the test's thread stays put
-                setns(netns)
+            if netns is not None:  # this thread only: the test's own threads stay put
+                fd = os.open(f"/var/run/netns/{netns}", os.O_RDONLY)
+                try:
+                    if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+                        raise OSError(ctypes.get_errno(), f"setns into {netns} failed")
+                finally:
+                    os.close(fd)
             sock = socket.socket()
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, 0))

@@ -198,7 +198,8 @@ class Machine:
     state_since: float = 0.0
     last_seen: float = 0.0
     generation: int = 1  # grows whenever the agent's assignment changes
-    credential_hash: str = ""
+    credential_hash: str = ""  # "" when revoked: matches no credential
+    credential_expires_at: float | None = None
     responding: bool = True  # false once heartbeats stopped; the state is left as it was
     release: str = ""  # the release whose deploy or upgrade items it last completed
     managers: tuple[str, ...] = ()  # the deployed managers its deploy/reconfigure items last saw

@@ -142,7 +142,7 @@ def run(config_path: str, root: str, log_level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = _load_config(config_path)
     try:
-        asyncio.run(Agent(config, Host(root)).run())
+        asyncio.run(Agent(config, Host(root), config_path).run())
     except AgentError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CHECK_FAILED)

@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from nodeagent import joinstring
 from nodeagent.validation import InvalidDocument, Problem, load_model
 
 DEFAULT_CONFIG_PATH = "/etc/nodeagent/config.yaml"
@@ -22,6 +23,8 @@ class _Section(BaseModel):
 
 class CoordinatorConfig(_Section):
     url: str | None = None
+    ca_file: str | None = Field(default=None, description="CA to trust for an https coordinator "
+                                "(else the one pinned by the join string)")
     health_path: str = "/healthz"
     timeout: float = Field(default=2.0, gt=0, le=60)
 
@@ -74,6 +77,8 @@ class Thresholds(_Section):
 
 class AgentConfig(_Section):
     role: Role = "worker"
+    join: str | None = Field(default=None, description="join string: coordinator URL, join "
+                             "token and CA hash in one (coordinator join-token create)")
     join_token: str | None = Field(default=None, description="used once, to register")
     state_dir: str = "/var/lib/nodeagent"
     heartbeat_seconds: float = Field(default=10.0, gt=0, le=300)
@@ -84,6 +89,28 @@ class AgentConfig(_Section):
     ntp: NtpConfig = Field(default_factory=NtpConfig)
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
     thresholds: Thresholds = Field(default_factory=Thresholds)
+
+    @field_validator("join")
+    @classmethod
+    def _join(cls, value: str | None) -> str | None:
+        if value is not None:
+            joinstring.decode(value)  # BadJoinString is a ValueError: reported as `join`
+        return value
+
+    @model_validator(mode="after")
+    def _join_fills_in(self) -> AgentConfig:
+        """A join string supplies the coordinator URL and token unless they are given."""
+        if self.join is not None:
+            decoded = joinstring.decode(self.join)
+            if self.coordinator.url is None:
+                self.coordinator.url = decoded.url
+            if self.join_token is None:
+                self.join_token = decoded.token
+        return self
+
+    @property
+    def ca_hash(self) -> str | None:
+        return joinstring.decode(self.join).ca_hash if self.join else None
 
 
 def split_host_port(server: str, default_port: int) -> tuple[str, int]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from coordinator.model import PHASE_OF_STATE, ClusterSpec, Machine
 from coordinator.planner import UpgradePlan
-from coordinator.store.base import Event, StoredCluster
+from coordinator.store.base import AdminToken, Event, JoinToken, StoredCluster
 
 
 def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = False) -> dict[str, Any]:
@@ -44,6 +44,8 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
             **asdict(machine.drain), "stage": machine.drain.stage.value,
             "blocking_pods": list(machine.drain.blocking_pods),
             "blocking_budgets": list(machine.drain.blocking_budgets)},
+        "credential": {"revoked": not machine.credential_hash,
+                       "expires_at": machine.credential_expires_at},
     }
     if detail:
         view["facts"] = machine.facts
@@ -87,3 +89,14 @@ def upgrade_plan_view(spec: ClusterSpec, plan: UpgradePlan) -> dict[str, Any]:
         "waiting": [{"hostname": m.hostname, "role": m.role, "reason": why}
                     for m, why in plan.waiting],
     }
+
+
+def join_token_view(token: JoinToken) -> dict[str, Any]:
+    return {"id": token.id, "cluster": token.cluster, "created_at": token.created_at,
+            "expires_at": token.expires_at, "max_uses": token.max_uses, "uses": token.uses,
+            "revoked": token.revoked}
+
+
+def admin_token_view(token: AdminToken) -> dict[str, Any]:
+    return {"id": token.id, "name": token.name, "role": token.role,
+            "created_at": token.created_at, "revoked": token.revoked}

@@ -15,11 +15,11 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from click.testing import CliRunner
 
-from coordinator.api.app import create_app
+from coordinator.api.app import Settings, create_app
 from coordinator.cli import main
 from coordinator.service import Coordinator
 from coordinator.store.sqlite import SQLiteStore
-from tests.integration.api.test_api import Env
+from tests.integration.api.conftest import Env
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 
 SPEC = """\
@@ -62,9 +62,12 @@ async def env(tmp_path: Path, kube: KubeApiServer) -> AsyncIterator[Env]:
     store = SQLiteStore(tmp_path / "coordinator.db")
     await store.open()
     coordinator = Coordinator(store)  # the real clock: drains time out for real
-    client = TestClient(TestServer(create_app(coordinator, "admin-secret", tmp_path)))
+    secret, _ = await coordinator.access.create_admin_token("tests", "admin")
+    client = TestClient(TestServer(create_app(coordinator, tmp_path,
+                                              Settings(advertise_url="http://127.0.0.1:1"))))
     await client.start_server()
-    environment = Env(client, coordinator, time.time)  # type: ignore[arg-type]
+    environment = Env(client, coordinator, time.time,  # type: ignore[arg-type]
+                      {"Authorization": f"Bearer {secret}"})
     await environment.call("PUT", "/v1/clusters", 200,
                            data=spec(kube.write_kubeconfig(tmp_path / "kubeconfig")))
     yield environment
@@ -89,7 +92,8 @@ async def machine(env: Env, hostname: str) -> dict[str, Any]:
 async def cli(env: Env, *args: str) -> str:
     url = str(env.client.make_url("")).rstrip("/")
     result = await asyncio.to_thread(CliRunner().invoke, main,
-                                     ["--url", url, "--token", "admin-secret", *args])
+                                     ["--url", url, "--token",
+                                      env.admin["Authorization"].split()[1], *args])
     assert result.exit_code == 0, result.output
     return result.output
 

@@ -462,22 +462,17 @@ def upgrade_plan(ctx: click.Context, cluster_name: str, path: Any, output: str) 
         click.echo(f"not reached: {m['hostname']} ({m['role']}): {m['reason']}")
 
 
-@upgrade.command("pause")
-@click.argument("cluster_name")
-@click.pass_context
-def upgrade_pause(ctx: click.Context, cluster_name: str) -> None:
-    """No machine starts upgrading; those upgrading finish."""
-    _call(ctx, "POST", f"/v1/clusters/{cluster_name}/upgrade/pause")
-    click.echo(f"cluster {cluster_name}: upgrade paused")
+def _pause_command(verb: str, help_text: str) -> None:
+    @upgrade.command(verb, help=help_text)
+    @click.argument("cluster_name")
+    @click.pass_context
+    def command(ctx: click.Context, cluster_name: str) -> None:
+        _call(ctx, "POST", f"/v1/clusters/{cluster_name}/upgrade/{verb}")
+        click.echo(f"cluster {cluster_name}: upgrade {verb}d")
 
 
-@upgrade.command("resume")
-@click.argument("cluster_name")
-@click.pass_context
-def upgrade_resume(ctx: click.Context, cluster_name: str) -> None:
-    """Let the upgrade go on."""
-    _call(ctx, "POST", f"/v1/clusters/{cluster_name}/upgrade/resume")
-    click.echo(f"cluster {cluster_name}: upgrade resumed")
+_pause_command("pause", "No machine starts upgrading; those upgrading finish.")
+_pause_command("resume", "Let the upgrade go on.")
 
 
 def _drain_command(action: str, help_text: str) -> None:

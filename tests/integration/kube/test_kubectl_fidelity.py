@@ -32,8 +32,13 @@ async def ours(server: KubeApiServer, tmp_path: Path, node: str, timeout: float 
 
 
 def outcome(server: KubeApiServer, node: str) -> tuple[list[str], list[str], list[str]]:
+    """Evicted pods and the node's pods by owner (a replacement's name depends on the order the
+    evictions came in, which differs between the two), and the cordoned nodes."""
+    def owners(pods: list[str]) -> list[str]:
+        return sorted(p.rsplit("-", 1)[0] for p in pods)
+
     with server.locked() as cluster:
-        return sorted(cluster.evictions), cluster.pods_on(node), cluster.cordoned()
+        return owners(cluster.evictions), owners(cluster.pods_on(node)), cluster.cordoned()
 
 
 def with_unmanaged_and_emptydir() -> Cluster:
@@ -64,7 +69,7 @@ async def test_kubectl_drain_evicts_the_same_pods_as_ours(tmp_path: Path) -> Non
         assert theirs == outcome(ours_server, "w1")
         evicted, left, cordoned = theirs
         assert len(evicted) == 3 and cordoned == ["w1"]
-        assert [p.rsplit("-", 1)[0] for p in left] == ["kube-system/etcd", "kube-system/node-exporter"]
+        assert left == ["kube-system/etcd", "kube-system/node-exporter"]
 
 
 async def test_both_refuse_unmanaged_and_emptydir_pods_unless_told(tmp_path: Path) -> None:
@@ -82,7 +87,7 @@ async def test_both_refuse_unmanaged_and_emptydir_pods_unless_told(tmp_path: Pat
         assert allowed.returncode == 0, allowed.stderr
         assert await ours(ours_server, tmp_path, "w1", force=True, deleteEmptyDirData=True)
         assert outcome(theirs_server, "w1") == outcome(ours_server, "w1")
-        assert "default/debug" in theirs_server.cluster.evictions
+        assert "default/debug" in outcome(theirs_server, "w1")[0]
 
 
 async def test_a_drain_blocked_by_a_budget_stays_blocked_for_both(tmp_path: Path) -> None:
@@ -98,7 +103,7 @@ async def test_a_drain_blocked_by_a_budget_stays_blocked_for_both(tmp_path: Path
         assert not await ours(ours_server, tmp_path, "w2", timeout=2)
         theirs, mine = outcome(theirs_server, "w2"), outcome(ours_server, "w2")
         assert theirs == mine
-        assert any(p.startswith("default/web-") for p in theirs[1]), "the protected pod went"
+        assert "default/web" in theirs[1], "the protected pod went"
         for server in (theirs_server, ours_server):
             assert server.cluster.min_healthy["default/web"] == 2
             assert server.cluster.refusals > 0

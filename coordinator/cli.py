@@ -364,6 +364,13 @@ def machines_table(machines: list[dict[str, Any]]) -> str:
                     f"{step['attempt']}, {duration(step['item_elapsed'])}) {text}")
         elif step.get("status") == "failed":
             text = f"{step['index']}/{step['total']} {step['item']} attempt {step['attempt']} {text}"
+        progress = m["progress"]
+        drain = m.get("drain")
+        if drain and drain["stage"] not in ("Uncordoned",) and not (
+                progress and drain["stage"] in ("Drained", "Skipped")):
+            text = f"drain {drain['stage']} (attempt {drain['attempt']}): {drain['message']}"
+            if drain["stage"] == "Blocked":
+                text += f"; coordinator upgrade retry|skip|force {m['hostname']}"
         lines.append(f"{m['hostname']:<20} {m['ip'] or '-':<16} {m['role'] or '-':<8} "
                      f"{m['state']:<12} {items:<7} {text}".rstrip())
     return "\n".join(lines)
@@ -638,6 +645,62 @@ def completion(shell: str) -> None:
     completer = get_completion_class(shell)
     assert completer is not None  # click ships all three
     click.echo(completer(main, {}, "coordinator", "_COORDINATOR_COMPLETE").source())
+
+
+@main.group()
+def upgrade() -> None:
+    """Upgrades: the dry-run plan, pause and resume, and each machine's drain."""
+
+
+@upgrade.command("plan")
+@click.argument("cluster_name")
+@click.option("-f", "--file", "path", type=click.File("r"),
+              help="A new cluster spec: the plan its apply would start (default: the stored one).")
+@output_option
+@click.pass_context
+def upgrade_plan(ctx: click.Context, cluster_name: str, path: Any, output: str) -> None:
+    """Show the order and batches the upgrade will take, before anything runs."""
+    kwargs = {"text": path.read(), "content_type": "application/yaml"} if path else {}
+    data = _call(ctx, "POST", f"/v1/clusters/{cluster_name}/upgrade-plan", **kwargs)
+    if _emit(data, output):
+        return
+    note = " (paused: resume to start)" if data["paused"] else ""
+    click.echo(f"upgrade of {data['cluster']} to release {data['release']}{note}")
+    if not data["steps"] and not data["waiting"]:
+        click.echo("nothing to upgrade")
+    for number, step in enumerate(data["steps"], 1):
+        hosts = ", ".join(f"{m['hostname']} ({m['role']}, from {m['from'] or '-'})" for m in step)
+        click.echo(f"step {number}: {hosts}")
+    for m in data["waiting"]:
+        click.echo(f"not reached: {m['hostname']} ({m['role']}): {m['reason']}")
+
+
+def _pause_command(verb: str, help_text: str) -> None:
+    @upgrade.command(verb, help=help_text)
+    @click.argument("cluster_name")
+    @click.pass_context
+    def command(ctx: click.Context, cluster_name: str) -> None:
+        _call(ctx, "POST", f"/v1/clusters/{cluster_name}/upgrade/{verb}")
+        click.echo(f"cluster {cluster_name}: upgrade {verb}d")
+
+
+_pause_command("pause", "No machine starts upgrading; those upgrading finish.")
+_pause_command("resume", "Let the upgrade go on.")
+
+
+def _drain_command(action: str, help_text: str) -> None:
+    @upgrade.command(action, help=help_text)
+    @click.argument("machine")
+    @click.pass_context
+    def command(ctx: click.Context, machine: str) -> None:
+        data = _call(ctx, "POST", f"/v1/machines/{machine}/drain/{action}")
+        click.echo(f"{data['hostname']}: drain {data['drain']['stage']} "
+                   f"(attempt {data['drain']['attempt']})")
+
+
+_drain_command("retry", "Drain the machine's node again, with a new timeout.")
+_drain_command("skip", "Upgrade the machine with the pods its drain could not move.")
+_drain_command("force", "Drain again, deleting the pods budgets protect (bypassing them).")
 
 
 @main.command()

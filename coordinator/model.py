@@ -5,6 +5,8 @@ No I/O here: the store persists these, the planner decides on them.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Literal
@@ -59,6 +61,40 @@ class ProxySettings(SpecModel):
     no_proxy: list[str] = Field(default_factory=list)
 
 
+class UpgradeSettings(SpecModel):
+    paused: bool = Field(default=False, description="no machine starts an upgrade; running ones finish")
+    worker_batch_size: int | None = Field(
+        default=None, ge=1, description="workers upgrading at once; None: settings.workerBatchSize")
+    max_unavailable_workers: int | None = Field(
+        default=None, ge=1,
+        description="workers upgrading plus workers not responding, at most; None: no such bound")
+    drain_managers: bool = Field(
+        default=True, description="cordon and drain managers too (they may carry workloads)")
+
+
+class DrainSettings(SpecModel):
+    enabled: bool = Field(default=True, description="false: upgrade in place, without cordon/drain")
+    timeout_seconds: float = Field(default=600, gt=0)
+    grace_period_seconds: int | None = Field(
+        default=None, ge=0, description="pod termination grace period; None: each pod's own")
+    delete_empty_dir_data: bool = Field(
+        default=False, description="evict pods using emptyDir (their data is lost), like kubectl's "
+        "--delete-emptydir-data; false: such pods block the drain")
+    force: bool = Field(
+        default=False, description="evict pods no controller manages (kubectl's --force); false: "
+        "such pods block the drain")
+    on_timeout: Literal["block", "force"] = Field(
+        default="block", description="block: stay cordoned in Upgrade for the operator; force: "
+        "delete the pods budgets still protect, bypassing the budgets")
+    eviction_retry_seconds: float = Field(
+        default=5.0, gt=0, description="first wait after a 429 from a budget; doubles, capped at 30s")
+
+
+class KubernetesSettings(SpecModel):
+    kubeconfig: str | None = Field(
+        default=None, description="path of a kubeconfig file on the coordinator's host")
+
+
 class Settings(SpecModel):
     worker_batch_size: int = Field(default=50, ge=1)
     auto_approve: bool = False
@@ -69,6 +105,13 @@ class Settings(SpecModel):
     ntp: NtpSettings = Field(default_factory=NtpSettings)
     proxy: ProxySettings = Field(default_factory=ProxySettings)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    upgrade: UpgradeSettings = Field(default_factory=UpgradeSettings)
+    drain: DrainSettings = Field(default_factory=DrainSettings)
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+
+    @property
+    def upgrade_batch(self) -> int:
+        return self.upgrade.worker_batch_size or self.worker_batch_size
 
 
 class MachineTypes(SpecModel):
@@ -113,6 +156,32 @@ class Progress:
     failing_since: float | None = None  # first failure of this item not yet followed by success
 
 
+class DrainStage(StrEnum):
+    DRAINING = "Draining"  # the coordinator cordons the node and evicts its pods
+    BLOCKED = "Blocked"  # the drain timed out: cordoned, waiting for the operator
+    DRAINED = "Drained"  # no pod left to evict: upgrade items may run
+    SKIPPED = "Skipped"  # the operator skipped the rest of the drain: upgrade items may run
+    UNCORDONED = "Uncordoned"  # upgrade items applied and the node schedulable again
+
+
+# Stages in which the node is empty enough for its upgrade items to run.
+ITEMS_MAY_RUN = frozenset({DrainStage.DRAINED, DrainStage.SKIPPED, DrainStage.UNCORDONED})
+
+
+@dataclass(frozen=True)
+class DrainStatus:
+    """A machine's cordon/drain during Upgrade, written by the coordinator's Kubernetes side."""
+
+    stage: DrainStage
+    started_at: float  # the drain timeout counts from here, across coordinator restarts
+    attempt: int = 1
+    force: bool = False  # the operator forced it: budget-protected pods are deleted
+    message: str = ""
+    blocking_pods: tuple[str, ...] = ()  # namespace/name
+    blocking_budgets: tuple[str, ...] = ()  # namespace/name
+    evicted: int = 0
+
+
 @dataclass(frozen=True)
 class Machine:
     id: str
@@ -133,9 +202,12 @@ class Machine:
     credential_hash: str = ""  # "" when revoked: matches no credential
     credential_expires_at: float | None = None
     responding: bool = True  # false once heartbeats stopped; the state is left as it was
+    release: str = ""  # the release whose deploy or upgrade items it last completed
+    managers: tuple[str, ...] = ()  # the deployed managers its deploy/reconfigure items last saw
+    drain: DrainStatus | None = None  # only in Upgrade
 
     def with_state(self, state: MachineState, now: float) -> Machine:
-        return replace(self, state=state, state_since=now, progress=None,
+        return replace(self, state=state, state_since=now, progress=None, drain=None,
                        generation=self.generation + 1)
 
     def precheck_failures(self) -> list[str]:
@@ -147,13 +219,49 @@ class Machine:
         return [f"{c.name}: {c.message}" for c in report.checks if c.status is Status.FAIL]
 
 
-def pending_items(spec: ClusterSpec, machine: Machine, phase: Phase) -> list[StateItem]:
+# A manager in one of these states runs the control plane: workers may join it.
+DEPLOYED_STATES = frozenset({MachineState.READY, MachineState.UPGRADE, MachineState.RECONFIGURE})
+
+
+def ordered(machines: Iterable[Machine]) -> list[Machine]:
+    """The order every decision considers machines in, whatever order the store returned."""
+    return sorted(machines, key=lambda m: (m.created_at, m.hostname, m.id))
+
+
+def deployed_managers(machines: Iterable[Machine]) -> tuple[str, ...]:
+    """Addresses of the managers running the control plane: a change starts Reconfigure."""
+    return tuple(m.ip or m.hostname for m in ordered(machines)
+                 if m.role == "manager" and m.state in DEPLOYED_STATES)
+
+
+def phase_items(spec: ClusterSpec, role: Role, phase: Phase,
+                managers: Sequence[str] = ()) -> list[StateItem]:
+    """The items a machine of role runs in phase. Reconfigure items are versioned by the
+    manager list they apply, so the agent runs them again for every new list (its journal
+    skips only an identical item) while an unchanged list never runs them twice."""
+    found = spec.items(role, phase)
+    if phase != "reconfigure":
+        return found
+    digest = hashlib.sha256(",".join(managers).encode()).hexdigest()[:10]
+    return [i.model_copy(update={"version": f"{i.version}+managers.{digest}"}) for i in found]
+
+
+def pending_items(spec: ClusterSpec, machine: Machine, phase: Phase,
+                  managers: Sequence[str] = ()) -> list[StateItem]:
     """Items of phase that this machine has not applied in their current version."""
     if machine.role is None:
         return []
-    return [i for i in spec.items(machine.role, phase) if i.fingerprint() not in machine.applied]
+    return [i for i in phase_items(spec, machine.role, phase, managers)
+            if i.fingerprint() not in machine.applied]
 
 
-def phase_complete(spec: ClusterSpec, machine: Machine) -> bool:
-    phase = PHASE_OF_STATE.get(machine.state)
-    return phase is not None and not pending_items(spec, machine, phase)
+def needs_drain(spec: ClusterSpec, machine: Machine) -> bool:
+    """Whether an upgrade of this machine cordons and drains its Kubernetes node first."""
+    return spec.settings.drain.enabled and (
+        machine.role == "worker" or spec.settings.upgrade.drain_managers)
+
+
+def upgrade_items_may_run(spec: ClusterSpec, machine: Machine) -> bool:
+    return not needs_drain(spec, machine) or (
+        machine.drain is not None and machine.drain.stage in ITEMS_MAY_RUN)
+

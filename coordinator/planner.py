@@ -1,33 +1,50 @@
 """The planner: a pure function from (cluster spec, machines) to state transitions.
 
-The ordering invariants of the design (prepare in parallel; the first manager deploys alone,
-the other managers one at a time, workers in batches only once a manager is deployed) live
-here and nowhere else. No I/O and no clock: the reconciler loads, calls `plan`, persists.
+The ordering invariants of the design live here and nowhere else: prepare in parallel; the
+first manager deploys alone, the other managers one at a time, workers in batches only once a
+manager is deployed; upgrades take managers one at a time, then workers in batches (bounded
+by maxUnavailable too), each drained before its items run; a changed manager set sends every
+Ready machine through Reconfigure. No I/O and no clock: the reconciler loads, calls `plan`,
+persists.
 
 Decisions are ordered so that persisting any prefix of them keeps the invariants: the
-transitions that free a deploy slot (or change nothing about slots) come first, and the
-admissions into Deploy, which respect the limits after those, come last.
+transitions that free a slot (or change nothing about slots) come first, and the admissions
+into Deploy and Upgrade, which respect the limits after those, come last.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
-from coordinator.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, Role
+from coordinator.model import (
+    DEPLOYED_STATES,
+    PHASE_OF_STATE,
+    ClusterSpec,
+    DrainStage,
+    DrainStatus,
+    Machine,
+    MachineState,
+    Role,
+    deployed_managers,
+    needs_drain,
+    ordered,
+    pending_items,
+    phase_items,
+)
 from nodeagent.protocol import Phase
 
-# Where a machine goes once every item of its state's phase is applied (None: the record is
-# removed). Upgrade -> Ready belongs here, and admission into Upgrade (its own batches) beside
-# _admit_to_deploy, when upgrades are added; until then machines in Upgrade are left alone.
-_ON_PHASE_COMPLETE: dict[MachineState, tuple[MachineState | None, str]] = {
-    MachineState.DEPLOY: (MachineState.READY, "deploy items applied"),
-    MachineState.RECONFIGURE: (MachineState.READY, "reconfigure items applied"),
-    MachineState.DELETING: (None, "reset items applied: machine removed"),
-}
+S = MachineState
 
-# A manager in one of these states runs the control plane: workers may join it.
-DEPLOYED_STATES = frozenset({MachineState.READY, MachineState.UPGRADE, MachineState.RECONFIGURE})
+# Where a machine goes once every item of its state's phase is applied (None: the record is
+# removed). Upgrade also needs its node uncordoned: see _advance.
+_ON_PHASE_COMPLETE: dict[MachineState, tuple[MachineState | None, str]] = {
+    S.DEPLOY: (S.READY, "deploy items applied"),
+    S.RECONFIGURE: (S.READY, "reconfigure items applied"),
+    S.UPGRADE: (S.READY, "upgrade items applied"),
+    S.DELETING: (None, "reset items applied: machine removed"),
+}
 
 
 @dataclass(frozen=True)
@@ -39,6 +56,30 @@ class Decision:
     from_state: MachineState
     to_state: MachineState | None  # None: remove the machine record (reset finished)
     reason: str  # human text for the event history
+    release: str | None = None  # the release the machine is at once this is applied
+    managers: tuple[str, ...] | None = None  # the manager list its items have now seen
+
+
+@dataclass
+class _Pass:
+    """What one planning pass knows: the machines and their states once its decisions apply."""
+
+    spec: ClusterSpec
+    machines: list[Machine]
+    complete: Callable[[Machine], bool]
+    after: dict[str, MachineState | None] = field(default_factory=dict)
+    role: dict[str, Role | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.after = {m.id: m.state for m in self.machines}
+        self.role = {m.id: m.role for m in self.machines}
+
+    def count(self, state: MachineState, role: Role) -> int:
+        return sum(s is state and self.role[i] == role for i, s in self.after.items())
+
+    def managers_after(self) -> tuple[str, ...]:
+        return deployed_managers(replace(m, state=s) for m in self.machines
+                                 if (s := self.after[m.id]) is not None)
 
 
 def plan(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Decision]:
@@ -47,13 +88,19 @@ def plan(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Decision]:
     Deterministic: machines are considered in (created_at, hostname, id) order, whatever
     order the store returned them in.
     """
-    complete = _phase_completion(spec)
-    ordered = sorted(machines, key=lambda m: (m.created_at, m.hostname, m.id))
-    decisions = [d for m in ordered if (d := _advance(complete, m)) is not None]
-    after = {m.id: m.state for m in ordered}
+    managers_before = deployed_managers(machines)
+    state = _Pass(spec, ordered(machines), _phase_completion(spec, managers_before))
+    decisions = [d for m in state.machines if (d := _advance(state, m)) is not None]
     for d in decisions:
-        after[d.machine_id] = d.to_state
-    return decisions + _admit_to_deploy(spec, complete, ordered, after)
+        state.after[d.machine_id] = d.to_state
+    managers_after = state.managers_after()
+    decisions = [_record(spec, d, managers_before, managers_after) for d in decisions]
+    decided = {d.machine_id for d in decisions}
+    for m in state.machines:
+        if m.id not in decided and _must_reconfigure(spec, m, managers_after):
+            decisions.append(_decide(m, S.RECONFIGURE, "the manager set changed: reconfigure"))
+            state.after[m.id] = S.RECONFIGURE
+    return decisions + _admit_to_deploy(state) + _admit_to_upgrade(state)
 
 
 def apply(machines: Sequence[Machine], decisions: Sequence[Decision], now: float) -> list[Machine]:
@@ -74,7 +121,12 @@ def apply(machines: Sequence[Machine], decisions: Sequence[Decision], now: float
                 f"{machine.hostname}: decision from {decision.from_state} but machine is {machine.state}"
             )
         if decision.to_state is not None:
-            result.append(machine.with_state(decision.to_state, now))
+            moved = machine.with_state(decision.to_state, now)
+            if decision.release is not None:
+                moved = replace(moved, release=decision.release)
+            if decision.managers is not None:
+                moved = replace(moved, managers=decision.managers)
+            result.append(moved)
     return result
 
 
@@ -97,9 +149,91 @@ def plan_to_fixpoint(
     return current, taken
 
 
-def _phase_completion(spec: ClusterSpec) -> Callable[[Machine], bool]:
-    """model.phase_complete, with each item's fingerprint hashed once per pass rather than once
-    per machine: on a large fleet the hashing is most of the planner's work."""
+def behind(spec: ClusterSpec, machine: Machine) -> bool:
+    """A deployed machine behind the spec's release with upgrade items it has not applied. A
+    new release is what starts an upgrade; a release without new upgrade items upgrades nothing."""
+    return (machine.state in DEPLOYED_STATES and machine.release != spec.release
+            and bool(pending_items(spec, machine, "upgrade")))
+
+
+def awaiting_upgrade(spec: ClusterSpec, machine: Machine) -> bool:
+    return machine.state is S.READY and behind(spec, machine)
+
+
+def upgrade_settled(spec: ClusterSpec, machines: Sequence[Machine]) -> bool:
+    """No machine upgrading or waiting to: the post-deploy step may run (again)."""
+    return not any(m.state is S.UPGRADE or awaiting_upgrade(spec, m) for m in machines)
+
+
+def post_deploy_host(spec: ClusterSpec, machines: Sequence[Machine]) -> Machine | None:
+    """The Ready manager that should run the cluster-level post-deploy items now, if any.
+
+    Due once a manager and a worker are Ready, and again after an upgrade that changed the
+    items (a new version): they are done when one manager has applied all of them."""
+    wanted = {i.fingerprint() for i in spec.items("manager", "postdeploy")}
+    live = [m for m in ordered(machines) if m.state is not S.DELETING]
+    if not wanted or any(m.role == "manager" and wanted <= m.applied for m in live):
+        return None
+    ready = [m for m in live if m.state is S.READY and m.responding]
+    if not any(m.role == "worker" for m in ready) or not upgrade_settled(spec, machines):
+        return None
+    return next((m for m in ready if m.role == "manager"), None)
+
+
+def node_action(spec: ClusterSpec, machine: Machine) -> Literal["drain", "uncordon"] | None:
+    """What the coordinator's Kubernetes side owes an upgrading machine's node now."""
+    if machine.state is not S.UPGRADE or not needs_drain(spec, machine):
+        return None
+    stage = machine.drain.stage if machine.drain else None
+    if stage in (None, DrainStage.DRAINING):
+        return "drain"
+    if stage in (DrainStage.DRAINED, DrainStage.SKIPPED) and not pending_items(spec, machine, "upgrade"):
+        return "uncordon"
+    return None
+
+
+@dataclass(frozen=True)
+class UpgradePlan:
+    steps: list[list[Machine]]  # machines entering Upgrade together, in order
+    waiting: list[tuple[Machine, str]]  # outdated machines the plan cannot reach, and why
+
+
+def upgrade_plan(spec: ClusterSpec, machines: Sequence[Machine]) -> UpgradePlan:
+    """The order and batches an upgrade to spec will take if every step succeeds: the planner
+    itself run on a simulated fleet where each admitted machine finishes at once. Pausing is
+    ignored (the plan shows what resuming would do)."""
+    spec = spec.model_copy(update={"settings": spec.settings.model_copy(
+        update={"upgrade": spec.settings.upgrade.model_copy(update={"paused": False})})})
+    current = list(machines)
+    steps: list[list[Machine]] = []
+    for _ in range(len(current) + 2):
+        current = [_finish(spec, m, deployed_managers(current)) for m in current]
+        current, decisions = plan_to_fixpoint(spec, current, 0.0)
+        admitted = {d.machine_id for d in decisions if d.to_state is S.UPGRADE}
+        if not admitted:
+            break
+        steps.append([m for m in ordered(current) if m.id in admitted])
+    waiting = [(m, "not responding" if not m.responding else "blocked by an earlier step")
+               for m in ordered(current) if awaiting_upgrade(spec, m)]
+    return UpgradePlan(steps, waiting)
+
+
+def _finish(spec: ClusterSpec, machine: Machine, managers: tuple[str, ...]) -> Machine:
+    """The machine once its agent applied its phase and, in Upgrade, its node was uncordoned."""
+    phase = PHASE_OF_STATE.get(machine.state)
+    if phase is None or machine.state is S.DELETING or not machine.responding:
+        return machine
+    done = {i.fingerprint() for i in pending_items(spec, machine, phase, managers)}
+    drain = machine.drain
+    if machine.state is S.UPGRADE and needs_drain(spec, machine):
+        drain = DrainStatus(DrainStage.UNCORDONED, started_at=0.0)
+    return replace(machine, applied=machine.applied | done, drain=drain)
+
+
+def _phase_completion(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Machine], bool]:
+    """Whether a machine applied every item of its state's phase, with each item's fingerprint
+    hashed once per pass rather than once per machine: on a large fleet the hashing is most of
+    the planner's work."""
     wanted: dict[tuple[Role, Phase], frozenset[str]] = {}
 
     def complete(machine: Machine) -> bool:
@@ -110,59 +244,110 @@ def _phase_completion(spec: ClusterSpec) -> Callable[[Machine], bool]:
             return True
         key = (machine.role, phase)
         if key not in wanted:
-            wanted[key] = frozenset(i.fingerprint() for i in spec.items(*key))
+            wanted[key] = frozenset(i.fingerprint() for i in phase_items(spec, *key, managers))
         return wanted[key] <= machine.applied
 
     return complete
 
 
-def _advance(complete: Callable[[Machine], bool], machine: Machine) -> Decision | None:
+def _advance(state: _Pass, machine: Machine) -> Decision | None:
     """Transitions that depend on the machine alone: the approval gate and finished phases."""
-    if machine.state is MachineState.PENDING:
+    if machine.state is S.PENDING:
         if machine.approved and machine.role is not None and not machine.precheck_failures():
-            return _decide(machine, MachineState.PREPARE, f"approved as {machine.role}: prepare")
+            return _decide(machine, S.PREPARE, f"approved as {machine.role}: prepare")
         return None
     target = _ON_PHASE_COMPLETE.get(machine.state)
-    if target is not None and complete(machine):
-        return _decide(machine, *target)
-    return None
+    if target is None or not state.complete(machine):
+        return None
+    if machine.state is S.UPGRADE and needs_drain(state.spec, machine):
+        if machine.drain is None or machine.drain.stage is not DrainStage.UNCORDONED:
+            return None
+        return _decide(machine, S.READY, "upgrade items applied; node uncordoned")
+    return _decide(machine, *target)
 
 
-def _admit_to_deploy(
-    spec: ClusterSpec,
-    complete: Callable[[Machine], bool],
-    ordered: Sequence[Machine],
-    after: dict[str, MachineState | None],
-) -> list[Decision]:
+def _record(spec: ClusterSpec, d: Decision, managers_before: tuple[str, ...],
+            managers_after: tuple[str, ...]) -> Decision:
+    """What a machine entering Ready has now applied: the release of its deploy or upgrade
+    items; the manager list of its deploy or reconfigure items."""
+    if d.to_state is not S.READY:
+        return d
+    if d.from_state is S.DEPLOY:
+        return replace(d, release=spec.release, managers=managers_after)
+    if d.from_state is S.UPGRADE:
+        return replace(d, release=spec.release)
+    return replace(d, managers=managers_before)  # Reconfigure: the list its items applied
+
+
+def _must_reconfigure(spec: ClusterSpec, machine: Machine, managers: tuple[str, ...]) -> bool:
+    return (machine.state is S.READY and machine.role is not None
+            and machine.managers != managers and bool(spec.items(machine.role, "reconfigure")))
+
+
+def _admit_to_deploy(state: _Pass) -> list[Decision]:
     """Prepared machines into Deploy, within the slots left once this pass's completions are in."""
-    role_of = {m.id: m.role for m in ordered}
-    deploying = [mid for mid, state in after.items() if state is MachineState.DEPLOY]
-    managers_deploying = sum(role_of[mid] == "manager" for mid in deploying)
-    workers_deploying = sum(role_of[mid] == "worker" for mid in deploying)
-    manager_deployed = any(
-        role_of[mid] == "manager" and state in DEPLOYED_STATES for mid, state in after.items()
-    )
-    batch = spec.settings.worker_batch_size
+    deploying = [mid for mid, s in state.after.items() if s is S.DEPLOY]
+    managers_deploying = state.count(S.DEPLOY, "manager")
+    workers_deploying = state.count(S.DEPLOY, "worker")
+    manager_deployed = any(state.role[mid] == "manager" and s in DEPLOYED_STATES
+                           for mid, s in state.after.items())
+    batch = state.spec.settings.worker_batch_size
     decisions: list[Decision] = []
-    for machine in ordered:
-        if machine.state is not MachineState.PREPARE or not complete(machine):
+    for machine in state.machines:
+        if machine.state is not S.PREPARE or not state.complete(machine):
             continue
+        decision = None
         if machine.role == "manager" and not manager_deployed:
             if not deploying:
-                decisions.append(_decide(machine, MachineState.DEPLOY, "first manager deploys alone"))
-                deploying.append(machine.id)
+                decision = _decide(machine, S.DEPLOY, "first manager deploys alone")
         elif machine.role == "manager":
-            if managers_deploying == 0:
-                decisions.append(
-                    _decide(machine, MachineState.DEPLOY, "next manager deploys (one at a time)")
-                )
+            if managers_deploying == 0 and state.count(S.UPGRADE, "manager") == 0:
+                decision = _decide(machine, S.DEPLOY, "next manager deploys (one at a time)")
                 managers_deploying += 1
         elif machine.role == "worker" and manager_deployed and workers_deploying < batch:
             workers_deploying += 1
-            decisions.append(
-                _decide(machine, MachineState.DEPLOY,
-                        f"worker deploys ({workers_deploying} of {batch} worker slots)")
-            )
+            decision = _decide(machine, S.DEPLOY,
+                               f"worker deploys ({workers_deploying} of {batch} worker slots)")
+        if decision is not None:
+            decisions.append(decision)
+            deploying.append(machine.id)
+            state.after[machine.id] = S.DEPLOY
+    return decisions
+
+
+def _admit_to_upgrade(state: _Pass) -> list[Decision]:
+    """Outdated Ready machines into Upgrade: managers one at a time (none deploying either),
+    then, once every manager is upgraded, workers in batches within maxUnavailable."""
+    spec = state.spec
+    settings = spec.settings.upgrade
+    if settings.paused:
+        return []
+    outdated = [m for m in state.machines if state.after[m.id] is S.READY
+                and m.responding and awaiting_upgrade(spec, m)]
+    managers_busy = state.count(S.UPGRADE, "manager") + state.count(S.DEPLOY, "manager")
+    managers_behind = managers_busy > 0 or any(
+        m.role == "manager" and behind(spec, m) for m in state.machines)
+    for m in outdated:
+        if m.role == "manager" and managers_busy == 0:
+            state.after[m.id] = S.UPGRADE
+            return [_decide(m, S.UPGRADE, "manager upgrades (one at a time)")]
+    if managers_behind:
+        return []
+    batch = spec.settings.upgrade_batch
+    upgrading = state.count(S.UPGRADE, "worker")
+    unavailable = upgrading + sum(
+        1 for m in state.machines if m.role == "worker" and not m.responding
+        and state.after[m.id] in DEPLOYED_STATES and state.after[m.id] is not S.UPGRADE)
+    limit = settings.max_unavailable_workers
+    decisions: list[Decision] = []
+    for m in outdated:
+        if m.role != "worker" or upgrading >= batch or (limit is not None and unavailable >= limit):
+            continue
+        upgrading += 1
+        unavailable += 1
+        state.after[m.id] = S.UPGRADE
+        decisions.append(_decide(m, S.UPGRADE,
+                                 f"worker upgrades ({upgrading} of {batch} worker slots)"))
     return decisions
 
 

@@ -106,6 +106,7 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
             coordinator.notifier.wake_all()
     finally:
         await runner.cleanup()
+        await coordinator.close()
         await coordinator.store.close()
 
 

@@ -16,14 +16,22 @@ from dataclasses import replace
 
 from coordinator import planner
 from coordinator.access import Access
+from coordinator.drainer import Drainer
 from coordinator.errors import Conflict, NotFound, Unauthorized
 from coordinator.model import (
     PHASE_OF_STATE,
+    ROLES,
     ClusterSpec,
+    DrainStage,
+    DrainStatus,
     Machine,
     MachineState,
     Progress,
     Role,
+    deployed_managers,
+    needs_drain,
+    phase_items,
+    upgrade_items_may_run,
 )
 from coordinator.notifier import Notifier
 from coordinator.store.base import Event, JoinToken, Store, StoredCluster
@@ -49,6 +57,10 @@ class Coordinator:
         self.notifier = Notifier()
         self._lock = asyncio.Lock()
         self._kick = asyncio.Event()
+        self.drainer = Drainer(self, clock)
+
+    async def close(self) -> None:
+        await self.drainer.close()
 
     # -- clusters ---------------------------------------------------------------
     async def apply_cluster(self, spec: ClusterSpec) -> tuple[StoredCluster, bool]:
@@ -205,9 +217,15 @@ class Coordinator:
     async def assignment(self, machine: Machine) -> Assignment:
         stored = await self.cluster(machine.cluster)
         spec = stored.spec
-        phase = PHASE_OF_STATE.get(machine.state) if machine.role else None
-        items = spec.items(machine.role, phase) if machine.role and phase else []
         peers = await self.store.list_machines(machine.cluster)
+        phase = PHASE_OF_STATE.get(machine.state) if machine.role else None
+        if machine.state is MachineState.UPGRADE and not upgrade_items_may_run(spec, machine):
+            phase = None  # the node is being drained: its upgrade items wait
+        host = planner.post_deploy_host(spec, peers) if machine.state is MachineState.READY else None
+        if host is not None and host.id == machine.id:
+            phase = "postdeploy"
+        items = (phase_items(spec, machine.role, phase, deployed_managers(peers))
+                 if machine.role and phase else [])
         return Assignment(
             machine_id=machine.id,
             generation=machine.generation,
@@ -233,8 +251,10 @@ class Coordinator:
         async with self._lock:
             machine = await self._machine(machine_id)
             stored = await self.cluster(machine.cluster)
-            known = {i.fingerprint(): i for role in ("manager", "worker")
-                     for i in getattr(stored.spec.machine_types, role)}
+            managers = deployed_managers(await self.store.list_machines(machine.cluster))
+            known = {i.fingerprint(): i for role in ROLES
+                     for i in [*getattr(stored.spec.machine_types, role),
+                               *phase_items(stored.spec, role, "reconfigure", managers)]}
             if report.fingerprint not in known:
                 raise Conflict(f"item {report.item} ({report.fingerprint}) is not in the cluster spec")
             now = self.clock()
@@ -321,6 +341,82 @@ class Coordinator:
         self.kick()
         return updated
 
+    async def set_paused(self, name: str, paused: bool) -> StoredCluster:
+        """Pause or resume upgrades: the spec's settings.upgrade.paused (a later apply of a
+        file sets it to what the file says, as with a Deployment's spec.paused)."""
+        spec = (await self.cluster(name)).spec
+        settings = spec.settings.model_copy(update={
+            "upgrade": spec.settings.upgrade.model_copy(update={"paused": paused})})
+        stored, changed = await self.apply_cluster(spec.model_copy(update={"settings": settings}))
+        if changed:
+            await self.store.commit([], [self._event(
+                name, "upgrade", "upgrade " + ("paused: no machine starts upgrading"
+                                               if paused else "resumed"))])
+        return stored
+
+    async def upgrade_plan(self, name: str, spec: ClusterSpec | None = None) -> planner.UpgradePlan:
+        """The steps an upgrade to spec (default: the stored one) would take; changes nothing."""
+        stored = await self.cluster(name)
+        if spec is not None and spec.name != name:
+            raise Conflict(f"the spec is for cluster {spec.name}, not {name}")
+        return planner.upgrade_plan(spec or stored.spec, await self.store.list_machines(name))
+
+    async def drain_action(self, machine_id: str, action: str) -> Machine:
+        """The operator's answer to a drain: retry (a new attempt and timeout), skip (run the
+        upgrade items with what is left on the node) or force (delete budget-protected pods)."""
+        await self.drainer.cancel(machine_id)
+        async with self._lock:
+            machine = await self._machine(machine_id)
+            stored = await self.cluster(machine.cluster)
+            if machine.state is not MachineState.UPGRADE or not needs_drain(stored.spec, machine):
+                raise Conflict(f"{machine.hostname} is {machine.state.value}: it has no drain to "
+                               f"{action}")
+            current = machine.drain or DrainStatus(DrainStage.DRAINING, self.clock(), attempt=0)
+            if current.stage not in (DrainStage.DRAINING, DrainStage.BLOCKED):
+                raise Conflict(f"{machine.hostname}: its drain is {current.stage.value}, nothing "
+                               f"to {action}")
+            if action == "skip":
+                status = replace(current, stage=DrainStage.SKIPPED, message=(
+                    "drain skipped by the operator; upgrading with "
+                    f"{len(current.blocking_pods)} pods left on the node"))
+            else:
+                status = DrainStatus(DrainStage.DRAINING, self.clock(), current.attempt + 1,
+                                     force=action == "force")
+            updated = replace(machine, drain=status, generation=machine.generation + 1)
+            await self.store.commit([updated], [self._event(
+                machine.cluster, "drain", f"{machine.hostname}: operator chose {action} "
+                f"(drain attempt {status.attempt})", updated, {"action": action})])
+            self.notifier.wake([machine.id])
+        self.kick()
+        return updated
+
+    async def set_drain(self, machine_id: str, expected: DrainStatus | None, status: DrainStatus,
+                        message: str | None) -> bool:
+        """The drainer's write: only while the machine is in Upgrade with the drain attempt the
+        caller ran (None: no drain yet). Events only for messages; the agent is woken when its
+        upgrade items may now run."""
+        async with self._lock:
+            machine = await self.store.get_machine(machine_id)
+            if machine is None or machine.state is not MachineState.UPGRADE:
+                return False
+            now = machine.drain
+            if (now is None) != (expected is None) or (now is not None and expected is not None and (
+                    now.attempt, now.started_at) != (expected.attempt, expected.started_at)):
+                return False
+            stored = await self.cluster(machine.cluster)
+            before = upgrade_items_may_run(stored.spec, machine)
+            updated = replace(machine, drain=status)
+            if upgrade_items_may_run(stored.spec, updated) != before:
+                updated = replace(updated, generation=machine.generation + 1)
+            events = [] if message is None else [self._event(
+                machine.cluster, "drain", message, updated,
+                {"stage": status.stage.value, "blocking_pods": list(status.blocking_pods),
+                 "blocking_budgets": list(status.blocking_budgets), "evicted": status.evicted})]
+            await self.store.commit([updated], events)
+            self.notifier.wake([machine.id])
+        self.kick()
+        return True
+
     async def machine(self, ref: str) -> Machine:
         """A machine by id or hostname (hostnames are unique within a cluster)."""
         machine = await self.store.get_machine(ref)
@@ -371,16 +467,38 @@ class Coordinator:
                     spec.name, "responding" if responding else "not-responding",
                     f"{machine.hostname} " + ("answers again" if responding else
                     f"missed heartbeats for {now - machine.last_seen:.0f}s"), machine))
+        events += self._post_deploy(spec, machines, after, decisions, changed)
         removed = [d.machine_id for d in decisions if d.to_state is None]
         if changed or events or removed:
             await self.store.commit(list(changed.values()), events, removed)
             self.notifier.wake([*changed, *removed])
+        self.drainer.schedule(spec, [changed.get(m.id, m) for m in after])
         if stored.deleting and not after:
             await self.store.remove_cluster(spec.name)
             await self.store.commit([], [self._event(spec.name, "cluster-removed",
                                                      f"cluster {spec.name} removed")])
             self.notifier.changed()
         return decisions
+
+    def _post_deploy(self, spec: ClusterSpec, before: Sequence[Machine], after: Sequence[Machine],
+                     decisions: Sequence[planner.Decision], changed: dict[str, Machine]) -> list[Event]:
+        """Wake the manager that is to run the post-deploy step when it becomes due, and say
+        after an upgrade whether the step's version was already in place."""
+        host = planner.post_deploy_host(spec, after)
+        previous = planner.post_deploy_host(spec, before)
+        events = []
+        if host is not None and (previous is None or previous.id != host.id):
+            machine = changed.get(host.id, host)
+            changed[host.id] = replace(machine, generation=machine.generation + 1)
+            events.append(self._event(spec.name, "post-deploy",
+                                      f"post-deploy step runs on {host.hostname}", host))
+        upgraded = any(d.from_state is MachineState.UPGRADE for d in decisions)
+        if upgraded and host is None and spec.items("manager", "postdeploy") \
+                and planner.upgrade_settled(spec, after):
+            events.append(self._event(spec.name, "post-deploy",
+                                      f"upgrade to {spec.release} done; post-deploy step verified: "
+                                      "its items at this version are applied"))
+        return events
 
     async def run(self, tick: float = 1.0) -> None:
         """The reconcile loop: a pass on every kick, and at least every tick seconds."""

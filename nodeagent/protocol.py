@@ -80,8 +80,9 @@ def precheck_json_schema() -> dict[str, Any]:
 
 # --- StateItems: what the coordinator asks an agent to apply -------------------------
 
-Phase = Literal["prepare", "deploy", "upgrade", "reconfigure", "reset"]
-PHASES: tuple[str, ...] = ("prepare", "deploy", "upgrade", "reconfigure", "reset")
+# postdeploy: the cluster-level step one Ready manager runs once managers and workers are up.
+Phase = Literal["prepare", "deploy", "upgrade", "reconfigure", "reset", "postdeploy"]
+PHASES: tuple[str, ...] = ("prepare", "deploy", "upgrade", "reconfigure", "reset", "postdeploy")
 
 
 class SpecModel(BaseModel):

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from coordinator import planner
 from coordinator.api.bodies import AdminTokenBody, JoinTokenBody, RoleBody
 from coordinator.api.openapi import openapi_document
 from coordinator.api.views import (
@@ -23,6 +24,7 @@ from coordinator.api.views import (
     event_view,
     join_token_view,
     machine_view,
+    upgrade_plan_view,
 )
 from coordinator.errors import Conflict, Forbidden, NotFound, TooManyRequests, Unauthorized
 from coordinator.metrics import CONTENT_TYPE, METRICS, record_item, record_request
@@ -340,10 +342,14 @@ async def cluster_status(request: web.Request) -> web.Response:
         counts[machine.state.value] = counts.get(machine.state.value, 0) + 1
     history = History(await _all_events(coordinator, cluster=stored.spec.name, kinds=HISTORY_KINDS))
     now = coordinator.clock()
+    host = planner.post_deploy_host(stored.spec, machines)
     return web.json_response({
         "cluster": stored.spec.name,
         "release": stored.spec.release,
         "generation": stored.generation,
+        "paused": stored.spec.settings.upgrade.paused,
+        "post_deploy": {"items": len(stored.spec.items("manager", "postdeploy")),
+                        "running_on": host.hostname if host else None},
         "counts": counts,
         "stages": [asdict(s) for s in stages(stored.spec, stored.created_at, machines, history, now)],
         "rollout": asdict(rollout(stored.spec, machines, history, now)),
@@ -407,6 +413,37 @@ async def delete_machine(request: web.Request) -> web.Response:
     if result is None:
         return web.json_response({"status": "removed", "id": machine.id})
     return web.json_response({"status": "resetting", "id": machine.id}, status=202)
+
+
+async def upgrade_plan(request: web.Request) -> web.Response:
+    """The dry run: the stored spec's upgrade, or (with a body) the one a new spec would start."""
+    coordinator = _c(request)
+    name = request.match_info["name"]
+    text = await request.text() if request.can_read_body else ""
+    spec = load_model(ClusterSpec, text, "request body") if text.strip() else None
+    result = await coordinator.upgrade_plan(name, spec)
+    return web.json_response(upgrade_plan_view(spec or (await coordinator.cluster(name)).spec,
+                                               result))
+
+
+async def pause(request: web.Request) -> web.Response:
+    verb = request.match_info["verb"]
+    if verb not in ("pause", "resume"):
+        raise NotFound(f"no upgrade verb {verb}: pause or resume")
+    paused = verb == "pause"
+    stored = await _c(request).set_paused(request.match_info["name"], paused)
+    return web.json_response({"cluster": stored.spec.name, "paused": paused})
+
+
+async def drain_action(request: web.Request) -> web.Response:
+    coordinator = _c(request)
+    action = request.match_info["action"]
+    if action not in ("retry", "skip", "force"):
+        raise NotFound(f"no drain action {action}: retry, skip or force")
+    machine = await coordinator.machine(request.match_info["ref"])
+    updated = await coordinator.drain_action(machine.id, action)
+    stored = await coordinator.store.get_cluster(updated.cluster)
+    return web.json_response(machine_view(updated, stored.spec if stored else None))
 
 
 async def _event_filters(request: web.Request) -> dict[str, Any]:
@@ -529,6 +566,9 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("DELETE", "/v1/machines/{ref}", delete_machine),
     ("POST", "/v1/machines/{ref}/approve", approve),
     ("PUT", "/v1/machines/{ref}/role", set_role),
+    ("POST", "/v1/clusters/{name}/upgrade-plan", upgrade_plan),
+    ("POST", "/v1/clusters/{name}/upgrade/{verb}", pause),
+    ("POST", "/v1/machines/{ref}/drain/{action}", drain_action),
     ("POST", "/v1/machines/{ref}/revoke", revoke_machine_credential),
     ("GET", "/v1/events", events),
     ("GET", "/v1/events/stream", event_stream),

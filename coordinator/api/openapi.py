@@ -76,6 +76,15 @@ OPERATIONS: tuple[tuple[str, str, str, str | None, str | None, int, str | None],
      "admin", "RoleBody", 200, None),
     ("put", "/v1/machines/{ref}/role", "Set a Pending machine's role", "admin", "RoleBody",
      200, None),
+    ("post", "/v1/clusters/{name}/upgrade-plan",
+     "Dry run: the order and batches of the upgrade the stored spec (or the spec in the body, "
+     "YAML or JSON) would take; changes nothing", "admin", None, 200, None),
+    ("post", "/v1/clusters/{name}/upgrade/{verb}",
+     "verb pause: no machine starts upgrading (running ones finish); verb resume", "admin", None,
+     200, None),
+    ("post", "/v1/machines/{ref}/drain/{action}",
+     "A machine's drain: action retry (new attempt and timeout), skip (upgrade with the pods "
+     "left) or force (delete pods their budgets protect)", "admin", None, 200, None),
     ("post", "/v1/machines/{ref}/revoke", "Revoke a machine's credential", "admin", None, 200,
      None),
     ("get", "/v1/events", "Event history (query: cluster, machine (id or hostname), kind "

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from coordinator.model import ClusterSpec, Machine
+from coordinator.planner import UpgradePlan
 from coordinator.status import machine_step
 from coordinator.store.base import AdminToken, Event, JoinToken, StoredCluster
 
@@ -39,6 +41,11 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
             "failing_since": progress.failing_since,
         },
         "precheck_failures": machine.precheck_failures(),
+        "release": machine.release,
+        "drain": None if machine.drain is None else {
+            **asdict(machine.drain), "stage": machine.drain.stage.value,
+            "blocking_pods": list(machine.drain.blocking_pods),
+            "blocking_budgets": list(machine.drain.blocking_budgets)},
         "credential": {"revoked": not machine.credential_hash,
                        "expires_at": machine.credential_expires_at},
     }
@@ -73,6 +80,18 @@ def event_view(event: Event) -> dict[str, Any]:
         "kind": event.kind,
         "message": event.message,
         "data": event.data,
+    }
+
+
+def upgrade_plan_view(spec: ClusterSpec, plan: UpgradePlan) -> dict[str, Any]:
+    return {
+        "cluster": spec.name,
+        "release": spec.release,
+        "paused": spec.settings.upgrade.paused,
+        "steps": [[{"hostname": m.hostname, "role": m.role, "from": m.release} for m in step]
+                  for step in plan.steps],
+        "waiting": [{"hostname": m.hostname, "role": m.role, "reason": why}
+                    for m, why in plan.waiting],
     }
 
 

@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import Any
 
-from coordinator.model import ClusterSpec, Machine, MachineState, Progress
+from coordinator.model import ClusterSpec, DrainStage, DrainStatus, Machine, MachineState, Progress
 
 _MACHINE_FIELDS = tuple(f.name for f in fields(Machine))
 _PROGRESS_FIELDS = tuple(f.name for f in fields(Progress))
+_DRAIN_FIELDS = tuple(f.name for f in fields(DrainStatus))
 
 
 def dumps(value: Any) -> str:
@@ -29,7 +30,9 @@ def machine_to_doc(machine: Machine) -> dict[str, Any]:
     doc = {name: getattr(machine, name) for name in _MACHINE_FIELDS}
     doc["state"] = machine.state.value
     doc["applied"] = sorted(machine.applied)
+    doc["managers"] = list(machine.managers)
     doc["progress"] = None if machine.progress is None else asdict(machine.progress)
+    doc["drain"] = None if machine.drain is None else asdict(machine.drain)
     return doc
 
 
@@ -44,6 +47,14 @@ def machine_from_doc(doc: Mapping[str, Any]) -> Machine:
     if values.get("progress") is not None:
         progress = values["progress"]
         values["progress"] = Progress(**{n: progress[n] for n in _PROGRESS_FIELDS if n in progress})
+    if "managers" in values:
+        values["managers"] = tuple(values["managers"])
+    if values.get("drain") is not None:
+        drain = {n: values["drain"][n] for n in _DRAIN_FIELDS if n in values["drain"]}
+        drain["stage"] = DrainStage(drain["stage"])
+        for name in ("blocking_pods", "blocking_budgets"):
+            drain[name] = tuple(drain.get(name, ()))
+        values["drain"] = DrainStatus(**drain)
     return Machine(**values)
 
 

@@ -61,8 +61,10 @@ ROLE_ITEMS = """\
 """
 
 
-def spec() -> str:
-    return SPEC.format(types="".join(ROLE_ITEMS.format(role=r) for r in ("manager", "worker")))
+def spec(extra_items: str = "") -> str:
+    """The cluster spec; extra_items (a template of {role}) adds items to each role."""
+    return SPEC.format(types="".join((ROLE_ITEMS + extra_items).format(role=r)
+                                     for r in ("manager", "worker")))
 
 
 def free_port() -> int:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.model import Machine, MachineState, Progress
+from coordinator.model import DrainStage, DrainStatus, Machine, MachineState, Progress
 from coordinator.store.codec import dumps, machine_from_doc, machine_to_doc, spec_from_json, spec_to_json
 from tests.integration.store.samples import machine, spec
 
@@ -42,6 +42,12 @@ machines = st.builds(
     generation=st.integers(),
     credential_hash=st.text(),
     responding=st.booleans(),
+    release=st.text(),
+    managers=st.lists(st.text()).map(tuple),
+    drain=st.none() | st.builds(
+        DrainStatus, stage=st.sampled_from(DrainStage), started_at=finite, attempt=st.integers(),
+        force=st.booleans(), message=st.text(), blocking_pods=st.lists(st.text()).map(tuple),
+        blocking_budgets=st.lists(st.text()).map(tuple), evicted=st.integers()),
 )
 
 
@@ -57,6 +63,7 @@ def test_every_machine_survives_a_json_round_trip(m: Machine) -> None:
     assert type(back.state) is MachineState
     assert isinstance(back.applied, frozenset)
     assert back.progress is None or type(back.progress) is Progress
+    assert back.drain is None or type(back.drain.stage) is DrainStage
 
 
 def test_a_document_is_plain_json_with_sorted_applied_fingerprints() -> None:

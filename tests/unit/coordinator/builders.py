@@ -8,6 +8,8 @@ from dataclasses import replace
 from coordinator.model import (
     PHASE_OF_STATE,
     ClusterSpec,
+    DrainStage,
+    DrainStatus,
     Machine,
     MachineState,
     MachineTypes,
@@ -63,17 +65,40 @@ def machine(
     hard_failure: bool = False,
     state: MachineState = MachineState.PENDING,
     created_at: float = 0.0,
+    release: str = "",
 ) -> Machine:
     return Machine(
-        id=f"id-{hostname}", cluster="edge", hostname=hostname, ip="10.0.0.1", state=state,
-        role=role, approved=approved, created_at=created_at,
+        id=f"id-{hostname}", cluster="edge", hostname=hostname, ip=None,
+        state=state, role=role, approved=approved, created_at=created_at, release=release,
         precheck=precheck(hostname, role or "worker", hard_failure),
     )
 
 
-def finish_phase(spec: ClusterSpec, m: Machine) -> Machine:
-    """The agent applied every item of the machine's current phase."""
+def finish_phase(spec: ClusterSpec, m: Machine, managers: tuple[str, ...] = ()) -> Machine:
+    """The agent applied every item of the machine's current phase (reconfigure items for the
+    given manager list)."""
     phase = PHASE_OF_STATE.get(m.state)
     if phase is None:
         return m
-    return replace(m, applied=m.applied | {i.fingerprint() for i in pending_items(spec, m, phase)})
+    done = {i.fingerprint() for i in pending_items(spec, m, phase, managers)}
+    return replace(m, applied=m.applied | done)
+
+
+def upgraded_cluster(spec: ClusterSpec, release: str = "2.0.0", **upgrade: object) -> ClusterSpec:
+    """spec with upgrade settings changed; at another release, with that release's upgrade
+    item (one per role) in place of the previous ones."""
+    settings = spec.settings.model_copy(
+        update={"upgrade": spec.settings.upgrade.model_copy(update=upgrade)})
+    if release == spec.release:
+        return spec.model_copy(update={"settings": settings})
+    types = MachineTypes(**{
+        role: [*(i for i in getattr(spec.machine_types, role) if i.phase != "upgrade"),
+               item(f"upgrade-{role}-{release}", "upgrade")]
+        for role in ("manager", "worker")})
+    return spec.model_copy(update={"release": release, "settings": settings,
+                                   "machine_types": types})
+
+
+def drained(m: Machine, stage: DrainStage = DrainStage.DRAINED) -> Machine:
+    """The coordinator's Kubernetes side got the machine's node to stage."""
+    return replace(m, drain=DrainStatus(stage, started_at=0.0))

@@ -1,6 +1,7 @@
-"""The ordering invariants as properties: random fleets, random agent reports and admin actions
-interleaved with planner passes; after every pass (and every prefix of its decisions) the
-invariants hold, and once agents apply everything the fleet converges within a known bound."""
+"""The ordering invariants as properties: random fleets, random agent reports, admin actions,
+new releases, drains and machines that stop answering, interleaved with planner passes; after
+every pass (and every prefix of its decisions) the invariants hold, and once agents apply
+everything and drains finish the fleet converges, upgraded, within a known bound."""
 
 from __future__ import annotations
 
@@ -8,22 +9,28 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from coordinator.model import (
+    DEPLOYED_STATES,
     PHASE_OF_STATE,
     ROLES,
     ClusterSpec,
+    DrainStage,
     Machine,
     MachineState,
     Progress,
     Role,
+    deployed_managers,
+    needs_drain,
     pending_items,
+    phase_items,
+    upgrade_items_may_run,
 )
-from coordinator.planner import DEPLOYED_STATES, Decision, apply, plan
+from coordinator.planner import Decision, apply, awaiting_upgrade, behind, plan
 from nodeagent.protocol import PHASES, Phase
-from tests.unit.coordinator.builders import cluster, items, machine
+from tests.unit.coordinator.builders import cluster, drained, items, machine, upgraded_cluster
 
 S = MachineState
 # Every transition the planner may make; anything else is skipping or going backwards.
@@ -33,8 +40,12 @@ ALLOWED = {
     (S.DEPLOY, S.READY),
     (S.RECONFIGURE, S.READY),
     (S.DELETING, None),
+    (S.READY, S.UPGRADE),
+    (S.UPGRADE, S.READY),
+    (S.READY, S.RECONFIGURE),
 }
-EVENT_KINDS = ["plan"] * 4 + ["apply", "finish", "all"] * 2 + ["fail", "approve", "role", "delete"]
+EVENT_KINDS = (["plan"] * 4 + ["apply", "finish", "all", "drain"] * 2
+               + ["fail", "approve", "role", "delete", "release", "release", "pause", "silence"])
 
 
 @dataclass
@@ -50,7 +61,10 @@ class World:
     fingerprints: dict[tuple[Role, Phase], list[str]] = field(init=False)
 
     def __post_init__(self) -> None:
-        # Hashed once: recomputing fingerprints per event would dominate the run time.
+        self.rehash()
+
+    def rehash(self) -> None:
+        # Hashed once per spec: recomputing fingerprints per event would dominate the run time.
         self.fingerprints = {(role, phase): [i.fingerprint() for i in self.spec.items(role, phase)]
                              for role in ROLES for phase in PHASES}
 
@@ -64,6 +78,14 @@ class World:
             return
         if kind == "all":  # every agent reports its next item applied
             self.machines = [self.applied_one(m, first=True) for m in self.machines]
+            return
+        if kind == "release":  # the operator applies a new release with new upgrade items
+            self.spec = upgraded_cluster(self.spec, release=f"r{int(self.now)}")
+            self.rehash()
+            return
+        if kind == "pause":
+            self.spec = upgraded_cluster(self.spec, release=self.spec.release,
+                                         paused=not self.spec.settings.upgrade.paused)
             return
         if not self.machines:
             return
@@ -81,7 +103,27 @@ class World:
             m = replace(m, role=self.intended_role[m.id])
         elif kind == "delete" and m.state is not S.DELETING:
             m = m.with_state(S.DELETING, self.now)
+        elif kind == "drain":
+            m = self.drain_step(m, index)
+        elif kind == "silence":  # heartbeats stop, or come back
+            m = replace(m, responding=not m.responding)
         self.machines[i] = m
+
+    def drain_step(self, m: Machine, index: int) -> Machine:
+        """The coordinator's Kubernetes side moves an upgrading node one step on: cordon and
+        drain, a drain blocked then skipped by the operator, uncordon once items are done."""
+        if m.state is not S.UPGRADE or not needs_drain(self.spec, m):
+            return m
+        stage = m.drain.stage if m.drain else None
+        if stage is None:
+            return drained(m, DrainStage.DRAINING)
+        if stage is DrainStage.DRAINING:
+            return drained(m, DrainStage.BLOCKED if index % 3 == 0 else DrainStage.DRAINED)
+        if stage is DrainStage.BLOCKED:
+            return drained(m, DrainStage.SKIPPED)
+        if stage in (DrainStage.DRAINED, DrainStage.SKIPPED) and not self.pending(m):
+            return drained(m, DrainStage.UNCORDONED)
+        return m
 
     def applied_one(self, m: Machine, first: bool) -> Machine:
         pending = self.pending(m)
@@ -94,10 +136,16 @@ class World:
         return replace(m, applied=m.applied | set(pending)) if pending else m
 
     def pending(self, m: Machine) -> list[str]:
-        """Fingerprints of the items the machine's agent is asked to apply now."""
+        """Fingerprints of the items the machine's agent is asked to apply now: upgrade items
+        only once its node is drained; reconfigure items for the current manager list."""
         phase = PHASE_OF_STATE.get(m.state)
-        if phase is None or m.role is None:
+        if phase is None or m.role is None or not m.responding:
             return []
+        if phase == "upgrade" and not upgrade_items_may_run(self.spec, m):
+            return []
+        if phase == "reconfigure":
+            found = phase_items(self.spec, m.role, phase, deployed_managers(self.machines))
+            return [f for i in found if (f := i.fingerprint()) not in m.applied]
         return [f for f in self.fingerprints[m.role, phase] if f not in m.applied]
 
     def plan_pass(self) -> None:
@@ -110,6 +158,9 @@ class World:
             self.check_state(after)
         assert after == apply(before, decisions, self.now)
         check_decisions(self.spec, before, after, decisions)
+        for d in decisions:  # shown by --hypothesis-show-statistics: the paths really ran
+            if d.to_state in (S.UPGRADE, S.RECONFIGURE):
+                event(f"{by_id_role(before, d.machine_id)} enters {d.to_state}")
         check_transitions(before, after)
         self.machines = after
         self.manager_ever_deployed |= any(deployed_manager(m) for m in after)
@@ -120,12 +171,42 @@ class World:
         workers = [m for m in deploying if m.role == "worker"]
         assert len(managers) <= 1, "two managers in Deploy"
         assert len(workers) <= self.spec.settings.worker_batch_size, "worker batch exceeded"
+        upgrading = [m for m in machines if m.state is S.UPGRADE]
+        busy_managers = [m for m in upgrading + deploying if m.role == "manager"]
+        assert len(busy_managers) <= 1, f"managers deploying/upgrading together: {busy_managers}"
+        assert sum(m.role == "worker" for m in upgrading) <= self.spec.settings.upgrade_batch, \
+            "upgrade batch exceeded"
         if not (self.manager_ever_deployed or any(deployed_manager(m) for m in machines)):
             assert not workers, "a worker deploys before any manager was deployed"
             assert len(deploying) <= 1, "the first manager does not deploy alone"
         for m in machines:
             if not self.eligible(m):
                 assert m.state in (S.PENDING, S.DELETING), f"{m.hostname} left Pending unapproved"
+
+
+    def converge(self, passes: int) -> None:
+        for _ in range(passes):
+            for _ in range(4):  # drain, items, uncordon
+                self.machines = [self.drain_step(self.finished(m), 1) for m in self.machines]
+            self.plan_pass()
+
+    def check_converged(self, manager_up: bool) -> None:
+        assert plan(self.spec, self.machines) == []
+        assert not any(m.state is S.DELETING for m in self.machines)
+        for m in self.machines:
+            if not self.eligible(m):
+                assert m.state is S.PENDING
+            elif manager_up:
+                assert m.state is S.READY, f"{m.hostname} stuck in {m.state}"
+                assert not awaiting_upgrade(self.spec, m), f"{m.hostname} never upgraded"
+                assert m.managers == deployed_managers(self.machines) or not self.spec.items(
+                    m.role or "worker", "reconfigure"), f"{m.hostname} never reconfigured"
+            else:  # no manager to join: workers wait prepared (or stay Ready from an earlier one)
+                assert m.state in (S.PREPARE, S.READY)
+
+
+def by_id_role(machines: list[Machine], machine_id: str) -> str | None:
+    return next(m.role for m in machines if m.id == machine_id)
 
 
 def deployed_manager(m: Machine) -> bool:
@@ -151,6 +232,29 @@ def check_decisions(
             assert manager_deployed_after, "a worker was admitted with no manager deployed"
         if d.to_state is S.DEPLOY and m.role == "manager" and not manager_deployed_after:
             assert deploying_after == [m.id], "the first manager was admitted beside others"
+        if d.to_state is S.UPGRADE:
+            check_upgrade_admission(spec, m, after)
+        if d.from_state is S.UPGRADE:
+            assert not needs_drain(spec, m) or (m.drain and m.drain.stage is DrainStage.UNCORDONED), \
+                f"{m.hostname} left Upgrade with its node not uncordoned"
+            assert not pending_items(spec, m, "upgrade"), f"{m.hostname} left Upgrade with items left"
+            assert d.release == spec.release
+        if d.to_state is S.RECONFIGURE:
+            assert m.managers != deployed_managers(after), f"{m.hostname} reconfigured for nothing"
+
+
+def check_upgrade_admission(spec: ClusterSpec, m: Machine, after: list[Machine]) -> None:
+    settings = spec.settings.upgrade
+    assert not settings.paused, f"{m.hostname} admitted into Upgrade while paused"
+    assert m.responding and m.release != spec.release and pending_items(spec, m, "upgrade")
+    if m.role == "worker":
+        managers = [x for x in after if x.role == "manager"]
+        assert not any(x.state is S.UPGRADE or behind(spec, x) for x in managers), \
+            f"worker {m.hostname} admitted before every manager was upgraded"
+        limit = settings.max_unavailable_workers
+        unavailable = [x for x in after if x.role == "worker" and (x.state is S.UPGRADE or (
+            not x.responding and x.state in DEPLOYED_STATES))]
+        assert limit is None or len(unavailable) <= limit, "maxUnavailable exceeded"
 
 
 def check_transitions(before: list[Machine], after: list[Machine]) -> None:
@@ -164,12 +268,19 @@ def check_transitions(before: list[Machine], after: list[Machine]) -> None:
 def worlds(draw: st.DrawFn) -> World:
     """0-6 managers, 0-30 workers, batch 1-5; item lists per role and phase, often empty."""
     role_items = {
-        role: [i for phase in ("prepare", "deploy", "reset")
-               for i in items(phase, draw(st.integers(0, 3)), prefix=f"{role}-")]
+        role: [i for phase in ("prepare", "deploy", "reset", "reconfigure")
+               for i in items(phase, draw(st.integers(0, 3 if phase != "reconfigure" else 1)),
+                              prefix=f"{role}-")]
         for role in ("manager", "worker")
     }
-    spec = cluster(manager=role_items["manager"], worker=role_items["worker"],
-                   batch=draw(st.integers(1, 5)))
+    spec = upgraded_cluster(
+        cluster(manager=role_items["manager"], worker=role_items["worker"],
+                batch=draw(st.integers(1, 5))),
+        release="1.0.0-upgrade",
+        worker_batch_size=draw(st.none() | st.integers(1, 4)),
+        max_unavailable_workers=draw(st.none() | st.integers(1, 4)),
+        drain_managers=draw(st.booleans()),
+    )
     roles: list[Role] = ["manager"] * draw(st.integers(0, 6)) + ["worker"] * draw(st.integers(0, 30))
     some = st.sets(st.integers(0, max(len(roles) - 1, 0)), max_size=len(roles))
     unapproved, roleless, failing = draw(some), draw(some), draw(some)
@@ -206,25 +317,30 @@ def test_invariants_hold_and_the_fleet_converges(
     for kind, index in history:
         world.event(kind, index)
 
-    # Liveness: every agent now applies whatever it is asked, and nobody else acts.
+    # Liveness: every agent answers and applies whatever it is asked, every drain goes through,
+    # the upgrade is resumed, and nobody else acts.
+    world.spec = upgraded_cluster(world.spec, release=world.spec.release, paused=False)
+    world.machines = [replace(m, responding=True) for m in world.machines]
     joining = [m for m in world.machines if world.eligible(m) and m.state is not S.DELETING]
     managers = sum(m.role == "manager" for m in joining)
     workers = len(joining) - managers
+    settings = world.spec.settings
+    upgrade_steps = managers + math.ceil(workers / min(
+        settings.upgrade_batch, settings.upgrade.max_unavailable_workers or settings.upgrade_batch))
     # One pass to Prepare, one to the first Deploy, then each pass finishes one manager and one
-    # worker batch and refills the freed slots at once.
-    bound = 3 + max(managers, math.ceil(workers / world.spec.settings.worker_batch_size))
-    for _ in range(bound):
-        world.machines = [world.finished(m) for m in world.machines]
-        world.plan_pass()
-
-    assert plan(world.spec, world.machines) == []
-    assert not any(m.state is S.DELETING for m in world.machines)
+    # worker batch and refills the freed slots at once; then the upgrade in the same way, and
+    # a Reconfigure pass for each manager joining or leaving.
+    bound = (3 + max(managers, math.ceil(workers / settings.worker_batch_size))
+             + 2 + upgrade_steps + 2 * managers + 2)
+    world.converge(bound)
     manager_up = any(deployed_manager(m) for m in world.machines)
     assert manager_up or managers == 0
-    for m in world.machines:
-        if not world.eligible(m):
-            assert m.state is S.PENDING
-        elif manager_up:
-            assert m.state is S.READY, f"{m.hostname} stuck in {m.state}"
-        else:  # no manager to join: workers wait prepared (or stay Ready from an earlier one)
-            assert m.state in (S.PREPARE, S.READY)
+    world.check_converged(manager_up)
+
+    # A new release on the settled fleet: each pass upgrades one manager, then one worker batch.
+    world.spec = upgraded_cluster(world.spec, release="final")
+    world.rehash()
+    world.converge(upgrade_steps + 2)
+    world.check_converged(manager_up)
+    if manager_up:
+        assert all(m.release == "final" for m in world.machines if m.state is S.READY)

@@ -1,0 +1,124 @@
+"""Runs what the planner's node_action asks of upgrading machines' Kubernetes nodes: a drain
+task (cordon + drain) per machine, then the uncordon once its upgrade items are applied.
+
+Each task writes its outcome into the machine's DrainStatus through the coordinator (under its
+lock, and only if the drain attempt it ran is still the current one: an operator's retry, skip
+or force starts a new attempt and cancels the task). A drain's deadline counts from the
+stored started_at, so a coordinator restart resumes the drain without extending it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from coordinator.kube import DrainResult, Kube, KubeError
+from coordinator.model import ClusterSpec, DrainStage, DrainStatus, Machine
+from coordinator.planner import node_action
+
+if TYPE_CHECKING:
+    from coordinator.service import Coordinator
+
+log = logging.getLogger("coordinator.drainer")
+RETRY_SECONDS = 2.0  # after the API server failed to answer
+
+
+class Drainer:
+    def __init__(self, coordinator: Coordinator, clock: Callable[[], float] = time.time) -> None:
+        self.coordinator = coordinator
+        self.clock = clock
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._not_before: dict[str, float] = {}  # machine id -> when a failed uncordon retries
+
+    def schedule(self, spec: ClusterSpec, machines: Sequence[Machine]) -> None:
+        """Start a task for every machine whose node needs one and has none running."""
+        now = self.clock()
+        for machine in machines:
+            action = node_action(spec, machine)
+            running = self._tasks.get(machine.id)
+            if action is None or (running and not running.done()):
+                continue
+            if self._not_before.get(machine.id, 0) > now:
+                continue
+            work = self._drain(spec, machine) if action == "drain" else self._uncordon(spec, machine)
+            self._tasks[machine.id] = asyncio.create_task(work, name=f"{action} {machine.hostname}")
+
+    async def cancel(self, machine_id: str) -> None:
+        task = self._tasks.pop(machine_id, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def close(self) -> None:
+        for machine_id in list(self._tasks):
+            await self.cancel(machine_id)
+
+    async def _drain(self, spec: ClusterSpec, machine: Machine) -> None:
+        status = machine.drain
+        if status is None:
+            status = DrainStatus(DrainStage.DRAINING, started_at=self.clock())
+            if not await self.coordinator.set_drain(machine.id, None, status,
+                                                    f"{machine.hostname}: cordon and drain"):
+                return
+        settings = spec.settings
+        deadline = status.started_at + settings.drain.timeout_seconds
+        kubeconfig = settings.kubernetes.kubeconfig
+
+        async def progress(result: DrainResult) -> None:
+            await self.coordinator.set_drain(machine.id, status, _status(status, result), None)
+
+        while True:
+            if kubeconfig is None:
+                result = DrainResult(False, "settings.kubernetes.kubeconfig is not set: the node "
+                                     "cannot be cordoned and drained (set it, or set "
+                                     "drain.enabled: false to upgrade in place)")
+                break
+            try:
+                async with await Kube.connect(kubeconfig) as kube:
+                    result = await kube.drain(machine.hostname, settings.drain, deadline,
+                                              force=status.force, clock=self.clock,
+                                              progress=progress)
+                break
+            except KubeError as exc:
+                result = DrainResult(False, str(exc))
+                if self.clock() >= deadline:
+                    break
+                await progress(result)
+                await asyncio.sleep(RETRY_SECONDS)
+        final = _status(status, result, DrainStage.DRAINED if result.drained else DrainStage.BLOCKED)
+        verb = "drained" if result.drained else "drain blocked (still cordoned)"
+        await self.coordinator.set_drain(machine.id, status, final,
+                                         f"{machine.hostname} {verb}: {result.message}")
+
+    async def _uncordon(self, spec: ClusterSpec, machine: Machine) -> None:
+        status = machine.drain
+        assert status is not None  # node_action asks for an uncordon only after a drain
+        kubeconfig = spec.settings.kubernetes.kubeconfig
+        try:
+            if kubeconfig is None:
+                raise KubeError("settings.kubernetes.kubeconfig is not set")
+            async with await Kube.connect(kubeconfig) as kube:
+                await kube.set_unschedulable(machine.hostname, False)
+        except KubeError as exc:
+            self._not_before[machine.id] = self.clock() + RETRY_SECONDS
+            await self.coordinator.set_drain(machine.id, status, replace(
+                status, message=f"uncordon failed, retrying: {exc}"), None)
+            self.coordinator.kick()
+            return
+        self._not_before.pop(machine.id, None)
+        await self.coordinator.set_drain(
+            machine.id, status, replace(status, stage=DrainStage.UNCORDONED,
+                                        message="upgrade items applied; uncordoned"),
+            f"{machine.hostname} uncordoned")
+
+
+def _status(status: DrainStatus, result: DrainResult, stage: DrainStage | None = None) -> DrainStatus:
+    return replace(status, stage=stage or status.stage, message=result.message,
+                   blocking_pods=result.blocking_pods, blocking_budgets=result.blocking_budgets,
+                   evicted=result.evicted)

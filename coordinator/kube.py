@@ -1,0 +1,262 @@
+"""The one seam to a workload cluster's Kubernetes API: cordon, drain, uncordon.
+
+Through kubernetes_asyncio (the asyncio client generated from Kubernetes' own API), never
+hand-written HTTP. A drain is kubectl's, with two differences that matter at scale: every
+pod's eviction runs at once (bounded by the connection pool) and the wait for evicted pods
+lists the node's pods once per poll instead of polling each pod. A 429 from a
+PodDisruptionBudget is retried with capped exponential backoff until the drain's deadline;
+budgets are bypassed (the pod deleted) only when the operator forced this drain, or at the
+deadline when the cluster's drain.onTimeout says force.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config.config_exception import ConfigException
+
+from coordinator.drainpolicy import PodRef, classify, ref
+from coordinator.model import DrainSettings
+
+MAX_RETRY_SECONDS = 30.0
+MAX_POLL_SECONDS = 1.0
+CONCURRENT_REQUESTS = 64
+_BUDGET = re.compile(r"The disruption budget (\S+) needs")
+
+Clock = Callable[[], float]
+
+
+class KubeError(Exception):
+    """The API could not be reached or refused a request: the message says which and why."""
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    drained: bool
+    message: str
+    evicted: int = 0
+    blocking_pods: tuple[str, ...] = ()
+    blocking_budgets: tuple[str, ...] = ()
+
+
+Progress = Callable[[DrainResult], Awaitable[None]]
+
+
+def _describe(exc: ApiException) -> str:
+    try:
+        message = json.loads(exc.body).get("message", "")
+    except (TypeError, ValueError):
+        message = ""
+    return f"{exc.status} {exc.reason}" + (f": {message}" if message else "")
+
+
+def _budget_of(exc: ApiException, namespace: str) -> str | None:
+    """The budget a 429 names in its DisruptionBudget cause (kube-apiserver's own wording)."""
+    try:
+        causes = json.loads(exc.body).get("details", {}).get("causes", [])
+    except (TypeError, ValueError):
+        return None
+    for cause in causes:
+        if cause.get("reason") == "DisruptionBudget":
+            found = _BUDGET.search(cause.get("message", ""))
+            return f"{namespace}/{found.group(1)}" if found else f"{namespace}/(unnamed budget)"
+    return None
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient) -> None:
+        self._api = api
+        self._core = client.CoreV1Api(api)
+        self._limit = asyncio.Semaphore(CONCURRENT_REQUESTS)
+
+    @classmethod
+    async def connect(cls, kubeconfig: str) -> Kube:
+        configuration = client.Configuration()
+        try:
+            await config.load_kube_config(config_file=kubeconfig,
+                                          client_configuration=configuration)
+        except (OSError, ConfigException, ValueError) as exc:
+            raise KubeError(f"cannot load the kubeconfig {kubeconfig}: {exc}") from None
+        return cls(client.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def __aenter__(self) -> Kube:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _call(self, what: str, request: Callable[[], Awaitable[Any]]) -> Any:
+        try:
+            async with self._limit:
+                return await request()
+        except ApiException as exc:
+            raise KubeError(f"{what}: {_describe(exc)}") from None
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise KubeError(f"{what}: the API server does not answer ({exc})") from None
+
+    async def set_unschedulable(self, node: str, unschedulable: bool) -> None:
+        """Cordon (True) or uncordon (False): a strategic merge patch of spec.unschedulable,
+        as kubectl sends it; null removes the field, as uncordon leaves the node."""
+        body = {"spec": {"unschedulable": True if unschedulable else None}}
+        verb = "cordon" if unschedulable else "uncordon"
+        await self._call(f"{verb} node {node}", lambda: self._core.patch_node(node, body))
+
+    async def pods_on(self, node: str) -> list[dict[str, Any]]:
+        """The node's pods as JSON: parsed once, without building a model object per pod."""
+        async def fetch() -> list[dict[str, Any]]:
+            response = await self._core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node}", _preload_content=False)
+            async with response:
+                if response.status != 200:
+                    raise KubeError(f"list pods on {node}: {response.status} {response.reason}")
+                items: list[dict[str, Any]] = (await response.json())["items"]
+                return items
+        found: list[dict[str, Any]] = await self._call(f"list pods on {node}", fetch)
+        return found
+
+    async def drain(self, node: str, settings: DrainSettings, deadline: float, force: bool = False,
+                    clock: Clock = time.time, progress: Progress | None = None,
+                    rand: random.Random | None = None) -> DrainResult:
+        """Cordon node and evict its pods; True in .drained once every evictable pod is gone.
+
+        Not drained, with the pods and budgets in the way: pods the settings do not allow to
+        move, or pods still protected by a budget (or not gone) at the deadline."""
+        await self.set_unschedulable(node, True)
+        plan = classify(await self.pods_on(node), settings)
+        if plan.blocking and not force:
+            names = tuple(str(p) for p, _ in plan.blocking)
+            reasons = "; ".join(f"{p}: {why}" for p, why in plan.blocking)
+            return DrainResult(False, f"cannot evict {len(names)} pods: {reasons}",
+                               blocking_pods=names)
+        evictable = plan.evict + [p for p, _ in plan.blocking]
+        drain = _Drain(self, settings, deadline, force, clock, rand or random.Random())
+        watcher = asyncio.create_task(drain.report_waits(progress)) if progress else None
+        try:
+            outcomes = await asyncio.gather(*(drain.evict(pod) for pod in evictable))
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        gone = [pod for pod, left in zip(evictable, outcomes, strict=True) if left]
+        stuck = {str(p): why for p, why in drain.waits.items() if p not in gone}
+        left = await drain.wait_gone(node, gone + plan.terminating)
+        evicted = sum(1 for p in gone if p not in left)
+        if stuck or left:
+            budgets = tuple(sorted({b for p, b in drain.budgets.items() if str(p) in stuck}))
+            pods = tuple(sorted(stuck)) + tuple(str(p) for p in left)
+            detail = "; ".join(f"{p} ({why})" for p, why in sorted(stuck.items()))
+            if left:
+                detail += ("; " if detail else "") + "still terminating: " + ", ".join(map(str, left))
+            return DrainResult(False, f"drain timed out: {detail}", evicted, pods, budgets)
+        return DrainResult(True, f"{evicted} pods evicted; {len(plan.skipped)} skipped "
+                           "(DaemonSet and mirror pods)", evicted)
+
+
+class _Drain:
+    """One drain's evictions: what each pod still waits for, and the shared deadline."""
+
+    def __init__(self, kube: Kube, settings: DrainSettings, deadline: float, force: bool,
+                 clock: Clock, rand: random.Random) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.deadline = deadline
+        self.force = force
+        self.clock = clock
+        self.rand = rand
+        self.waits: dict[PodRef, str] = {}  # pod -> the budget or error it waits on
+        self.budgets: dict[PodRef, str] = {}  # pod -> the budget that refused it last
+
+    def _eviction(self, pod: PodRef) -> client.V1Eviction:
+        grace = self.settings.grace_period_seconds
+        return client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=pod.name, namespace=pod.namespace),
+            delete_options=None if grace is None else client.V1DeleteOptions(
+                grace_period_seconds=grace))
+
+    async def evict(self, pod: PodRef) -> bool:
+        """True once the pod is evicted (or deleted, or already gone)."""
+        core, attempt = self.kube._core, 0
+        while True:
+            budget = None
+            try:
+                async with self.kube._limit:
+                    await core.create_namespaced_pod_eviction(pod.name, pod.namespace,
+                                                              self._eviction(pod))
+                self.waits.pop(pod, None)
+                return True
+            except ApiException as exc:
+                if exc.status == 404:
+                    self.waits.pop(pod, None)
+                    return True
+                budget = _budget_of(exc, pod.namespace) if exc.status == 429 else None
+                self.waits[pod] = f"budget {budget}" if budget else _describe(exc)
+                if budget:
+                    self.budgets[pod] = budget
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                self.waits[pod] = f"API server unreachable: {exc}"
+            if budget is not None and self.force:
+                return await self._delete(pod)
+            attempt += 1
+            wait = min(MAX_RETRY_SECONDS, self.settings.eviction_retry_seconds * 2 ** (attempt - 1))
+            wait *= 0.5 + self.rand.random() / 2
+            remaining = self.deadline - self.clock()
+            if remaining <= 0:
+                if budget is not None and self.settings.on_timeout == "force":
+                    return await self._delete(pod)
+                return False
+            await asyncio.sleep(min(wait, remaining))
+
+    async def _delete(self, pod: PodRef) -> bool:
+        """Bypass the budget: delete the pod (still with its grace period)."""
+        grace = self.settings.grace_period_seconds
+        try:
+            async with self.kube._limit:
+                await self.kube._core.delete_namespaced_pod(
+                    pod.name, pod.namespace, grace_period_seconds=grace)
+        except ApiException as exc:
+            if exc.status != 404:
+                self.waits[pod] = f"delete refused: {_describe(exc)}"
+                return False
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            self.waits[pod] = f"API server unreachable: {exc}"
+            return False
+        self.waits.pop(pod, None)
+        return True
+
+    async def wait_gone(self, node: str, pods: list[PodRef]) -> list[PodRef]:
+        """Poll the node's pods until these uids are gone or the deadline passes; the ones left."""
+        waiting = {p.uid: p for p in pods}
+        interval = 0.02
+        while waiting:
+            present = {ref(p).uid for p in await self.kube.pods_on(node)}
+            waiting = {uid: p for uid, p in waiting.items() if uid in present}
+            if not waiting or self.clock() >= self.deadline:
+                break
+            await asyncio.sleep(min(interval, max(0.0, self.deadline - self.clock())))
+            interval = min(MAX_POLL_SECONDS, interval * 1.5)
+        return sorted(waiting.values(), key=str)
+
+    async def report_waits(self, progress: Progress) -> None:
+        """Tell the caller, at most every 2 seconds, which pods wait on which budgets."""
+        shown: dict[PodRef, str] = {}
+        while True:
+            await asyncio.sleep(2)
+            if self.waits != shown:
+                shown = dict(self.waits)
+                budgets = tuple(sorted({self.budgets[p] for p in shown if p in self.budgets}))
+                await progress(DrainResult(
+                    False, "waiting: " + "; ".join(f"{p} ({w})" for p, w in sorted(
+                        shown.items(), key=lambda i: str(i[0]))),
+                    blocking_pods=tuple(sorted(map(str, shown))), blocking_budgets=budgets))

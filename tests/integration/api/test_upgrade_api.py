@@ -1,0 +1,181 @@
+"""Upgrades through the API and CLI, against a real SQLite store and the test Kubernetes API
+server: the dry-run plan, pause/resume, a drain blocked by a budget that leaves its machine
+cordoned in Upgrade naming the pod and budget, and the operator's retry, force and skip."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from click.testing import CliRunner
+
+from coordinator.api.app import Settings, create_app
+from coordinator.cli import main
+from coordinator.service import Coordinator
+from coordinator.store.sqlite import SQLiteStore
+from tests.integration.api.conftest import Env
+from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
+
+SPEC = """\
+name: lab
+release: "{release}"
+settings:
+  upgrade: {{workerBatchSize: 1}}
+  drain: {{timeoutSeconds: 1, evictionRetrySeconds: 0.05}}
+  kubernetes: {{kubeconfig: {kubeconfig}}}
+machineTypes:
+  manager:
+    - {{name: control-plane, phase: deploy, action: {{type: exec, argv: ["true"]}}}}
+{upgrade_manager}  worker:
+    - {{name: join, phase: deploy, action: {{type: exec, argv: ["true"]}}}}
+{upgrade_worker}"""
+UPGRADE = ('    - {{name: kubelet-{role}, phase: upgrade, '
+           'action: {{type: exec, argv: ["true", "{release}"]}}}}\n')
+
+
+def spec(kubeconfig: Path, release: str = "1.0") -> str:
+    upgrades = {f"upgrade_{role}": UPGRADE.format(role=role, release=release) if release != "1.0"
+                else "" for role in ("manager", "worker")}
+    return SPEC.format(release=release, kubeconfig=kubeconfig, **upgrades)
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[KubeApiServer]:
+    cluster = Cluster(ready_delay=3600)  # replacements never get Ready: budgets stay tight
+    for node in ("m1", "w1", "w2"):
+        cluster.add_node(node)
+    cluster.add_daemonset("kube-system", "proxy", {"app": "proxy"})
+    cluster.add_replicaset("default", "web", 2, {"app": "web"}, nodes=["w1", "w2"])
+    cluster.add_pdb("default", "web", {"app": "web"}, min_available=2)
+    with kube_api_server(cluster) as server:
+        yield server
+
+
+@pytest.fixture
+async def env(tmp_path: Path, kube: KubeApiServer) -> AsyncIterator[Env]:
+    store = SQLiteStore(tmp_path / "coordinator.db")
+    await store.open()
+    coordinator = Coordinator(store)  # the real clock: drains time out for real
+    secret, _ = await coordinator.access.create_admin_token("tests", "admin")
+    client = TestClient(TestServer(create_app(coordinator, tmp_path,
+                                              Settings(advertise_url="http://127.0.0.1:1"))))
+    await client.start_server()
+    environment = Env(client, coordinator, time.time,  # type: ignore[arg-type]
+                      {"Authorization": f"Bearer {secret}"})
+    await environment.call("PUT", "/v1/clusters", 200,
+                           data=spec(kube.write_kubeconfig(tmp_path / "kubeconfig")))
+    yield environment
+    await coordinator.close()
+    await client.close()
+    await store.close()
+
+
+async def until(env: Env, what: str, predicate: Callable[[], Awaitable[bool]],
+                timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await env.coordinator.reconcile_once()
+        await asyncio.sleep(0.05)
+
+
+async def machine(env: Env, hostname: str) -> dict[str, Any]:
+    return await env.call("GET", f"/v1/machines/{hostname}", 200)  # type: ignore[no-any-return]
+
+
+async def cli(env: Env, *args: str) -> str:
+    url = str(env.client.make_url("")).rstrip("/")
+    result = await asyncio.to_thread(CliRunner().invoke, main,
+                                     ["--url", url, "--token",
+                                      env.admin["Authorization"].split()[1], *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
+        env: Env, kube: KubeApiServer, tmp_path: Path) -> None:
+    agents = {}
+    for hostname, role in (("m1", "manager"), ("w1", "worker"), ("w2", "worker")):
+        agents[hostname] = await env.register(hostname)
+        await env.call("POST", f"/v1/machines/{hostname}/approve", 200, json={"role": role})
+
+    async def agents_apply() -> bool:
+        for agent in agents.values():
+            await env.report_all(agent)
+        status = await env.call("GET", "/v1/clusters/lab/status", 200)
+        return status["counts"] == {"Ready": 3}
+
+    await until(env, "the rollout", agents_apply)
+    new_spec = tmp_path / "v2.yaml"
+    new_spec.write_text(spec(tmp_path / "kubeconfig", "2.0"))
+
+    plan = await cli(env, "upgrade", "plan", "lab", "-f", str(new_spec))
+    assert plan.splitlines()[1:] == ["step 1: m1 (manager, from 1.0)",
+                                     "step 2: w1 (worker, from 1.0)",
+                                     "step 3: w2 (worker, from 1.0)"]
+    assert (await machine(env, "m1"))["release"] == "1.0", "the dry run changed something"
+
+    await cli(env, "upgrade", "pause", "lab")
+    await env.call("PUT", "/v1/clusters", 200, data=new_spec.read_text().replace(
+        "settings:\n", "settings:\n  upgrade: {workerBatchSize: 1, paused: true}\n", 1)
+        .replace("  upgrade: {workerBatchSize: 1}\n", "", 1))
+    await env.coordinator.reconcile_once()
+    assert (await machine(env, "m1"))["state"] == "Ready", "a paused upgrade started"
+    assert "paused" in await cli(env, "upgrade", "plan", "lab")
+    await cli(env, "upgrade", "resume", "lab")
+
+    async def upgraded(hostname: str) -> bool:
+        await env.report_all(agents[hostname])  # the agent applies what it is given
+        found = await machine(env, hostname)
+        return found["state"] == "Ready" and found["release"] == "2.0"
+
+    await until(env, "m1 upgraded", lambda: upgraded("m1"))
+    assert "m1" not in kube.cluster.cordoned()
+
+    async def blocked(hostname: str, attempt: int) -> bool:
+        drain = (await machine(env, hostname))["drain"]
+        return bool(drain) and drain["stage"] == "Blocked" and drain["attempt"] == attempt
+
+    await until(env, "w1's drain blocked", lambda: blocked("w1", 1))
+    w1 = await machine(env, "w1")
+    assert w1["state"] == "Upgrade"
+    assert w1["drain"]["blocking_budgets"] == ["default/web"]
+    [pod] = w1["drain"]["blocking_pods"]
+    assert pod in kube.cluster.pods_on("w1") and kube.cluster.cordoned() == ["w1"]
+    assert (await env.assignment(agents["w1"]))["items"] == [], "upgrade items ran undrained"
+    table = await cli(env, "machines")
+    assert "drain Blocked (attempt 1)" in table and "retry|skip|force w1" in table
+
+    await cli(env, "upgrade", "retry", "w1")
+    await until(env, "w1's retried drain blocked", lambda: blocked("w1", 2))
+    assert kube.cluster.min_healthy["default/web"] == 2, "the budget was violated"
+
+    await cli(env, "upgrade", "force", "w1")
+    await until(env, "w1 upgraded", lambda: upgraded("w1"))
+    assert kube.cluster.min_healthy["default/web"] == 1  # forced: the budget was bypassed
+    assert pod not in kube.cluster.pods_on("w1")
+
+    await until(env, "w2's drain blocked", lambda: blocked("w2", 1))
+    await cli(env, "upgrade", "skip", "w2")
+    await until(env, "w2 upgraded", lambda: upgraded("w2"))
+    assert kube.cluster.cordoned() == []
+    assert any(p.startswith("default/web-") for p in kube.cluster.pods_on("w2")), \
+        "a skipped drain still evicted the pod"
+    events = await env.call("GET", "/v1/events?cluster=lab", 200)
+    drains = [e["message"] for e in events if e["kind"] == "drain"]
+    assert any("w1 drain blocked (still cordoned)" in m and "budget default/web" in m
+               for m in drains), drains
+    assert json.dumps(drains).count("operator chose") == 3
+
+
+async def test_drain_actions_refuse_machines_without_a_drain(env: Env) -> None:
+    await env.register("w9")
+    body = await env.call("POST", "/v1/machines/w9/drain/skip", 409)
+    assert "no drain to skip" in body["error"]
+    await env.call("POST", "/v1/machines/w9/drain/explode", 404)

@@ -1,0 +1,157 @@
+"""Our cordon/drain/uncordon (coordinator/kube.py) against the test Kubernetes API server."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from coordinator.kube import DrainResult, Kube, KubeError
+from coordinator.model import DrainSettings
+from tests.integration.kube.conftest import workload
+from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
+
+
+def settings(**changes: object) -> DrainSettings:
+    return DrainSettings.model_validate({"evictionRetrySeconds": 0.05, **changes})
+
+
+async def drain(server: KubeApiServer, tmp_path: Path, node: str, timeout: float = 10,
+                force: bool = False, **changes: object) -> DrainResult:
+    kube = await Kube.connect(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+    async with kube:
+        return await kube.drain(node, settings(**changes), time.time() + timeout, force=force)
+
+
+async def test_drain_evicts_controlled_pods_and_keeps_daemonset_and_mirror_pods(
+        server: KubeApiServer, tmp_path: Path) -> None:
+    result = await drain(server, tmp_path, "w1")
+    assert result.drained, result.message
+    assert result.evicted == 3
+    with server.locked() as cluster:
+        left = cluster.pods_on("w1")
+        assert [p.split("/")[1].rsplit("-", 1)[0] for p in left] == ["etcd", "node-exporter"]
+        assert cluster.cordoned() == ["w1"]
+        assert sorted(e.split("/")[1].rsplit("-", 1)[0] for e in cluster.evictions) == [
+            "api", "api", "web"]
+        # DaemonSet pods, web pods, and the 3 replacements
+        assert len(cluster.pods_on("w2") + cluster.pods_on("w3")) == 2 + 2 + 3
+        assert cluster.min_healthy["default/web"] >= 2
+
+
+async def test_uncordon_makes_the_node_schedulable_again(server: KubeApiServer,
+                                                         tmp_path: Path) -> None:
+    kube = await Kube.connect(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+    async with kube:
+        await kube.set_unschedulable("w2", True)
+        assert server.cluster.cordoned() == ["w2"]
+        await kube.set_unschedulable("w2", False)
+    with server.locked() as cluster:
+        assert cluster.cordoned() == []
+        assert "unschedulable" not in cluster.nodes["w2"]["spec"]
+
+
+async def test_a_budget_that_cannot_be_met_blocks_until_the_timeout_naming_pod_and_budget(
+        tmp_path: Path) -> None:
+    with kube_api_server(workload(ready_delay=3600)) as server:  # replacements never get Ready
+        first = await drain(server, tmp_path, "w1", timeout=5)
+        assert first.drained  # web 3 -> 2 healthy is allowed
+        started = time.monotonic()
+        result = await drain(server, tmp_path, "w2", timeout=1.0)
+        assert 1.0 <= time.monotonic() - started < 4
+        assert not result.drained
+        assert result.blocking_budgets == ("default/web",)
+        [pod] = result.blocking_pods
+        assert pod.startswith("default/web-") and "budget default/web" in result.message
+        with server.locked() as cluster:
+            assert pod in cluster.pods_on("w2"), "the protected pod was removed"
+            assert cluster.cordoned() == ["w1", "w2"]
+            assert cluster.min_healthy["default/web"] == 2
+            assert cluster.refusals >= 3, "the 429 was not retried"
+
+
+async def test_a_budget_is_waited_on_until_replacements_are_ready(tmp_path: Path) -> None:
+    cluster = Cluster(ready_delay=0.3)
+    for node in ("w1", "w2", "w3", "w4"):
+        cluster.add_node(node)
+    cluster.add_replicaset("default", "db", 3, {"app": "db"}, nodes=["w1"])
+    cluster.add_pdb("default", "db", {"app": "db"}, max_unavailable=1)
+    with kube_api_server(cluster) as server:
+        result = await drain(server, tmp_path, "w1")
+        assert result.drained and result.evicted == 3
+        with server.locked() as state:
+            assert state.min_healthy["default/db"] == 2  # one at a time, never two down
+            assert state.refusals > 0
+
+
+async def test_percentages_follow_the_controllers_scale(tmp_path: Path) -> None:
+    cluster = Cluster(ready_delay=3600)
+    for node in ("w1", "w2"):
+        cluster.add_node(node)
+    cluster.add_replicaset("default", "q", 4, {"app": "q"}, nodes=["w1"])
+    cluster.add_pdb("default", "q", {"app": "q"}, min_available="50%")
+    with kube_api_server(cluster) as server:
+        result = await drain(server, tmp_path, "w1", timeout=0.5)
+        assert not result.drained and len(result.blocking_pods) == 2
+        assert server.cluster.min_healthy["default/q"] == 2
+
+
+@pytest.mark.parametrize("setting, pod_kind", [("force", "unmanaged"),
+                                               ("deleteEmptyDirData", "emptydir")])
+async def test_pods_the_settings_do_not_allow_to_move_block_at_once(
+        tmp_path: Path, setting: str, pod_kind: str) -> None:
+    cluster = Cluster()
+    for node in ("w1", "w2"):
+        cluster.add_node(node)
+    if pod_kind == "unmanaged":
+        cluster.add_pod("default", "debug", "w1")
+    else:
+        cluster.add_replicaset("default", "cache", 1, {"app": "cache"}, nodes=["w1"],
+                               empty_dir=True)
+    with kube_api_server(cluster) as server:
+        blocked = await drain(server, tmp_path, "w1")
+        assert not blocked.drained and setting in blocked.message
+        assert len(blocked.blocking_pods) == 1 and server.cluster.evictions == []
+        allowed = await drain(server, tmp_path, "w1", **{setting: True})
+        assert allowed.drained and allowed.evicted == 1
+
+
+async def test_an_operator_force_deletes_the_pods_a_budget_protects(tmp_path: Path) -> None:
+    with kube_api_server(workload(ready_delay=3600)) as server:
+        await drain(server, tmp_path, "w1")
+        result = await drain(server, tmp_path, "w2", timeout=5, force=True)
+        assert result.drained
+        assert server.cluster.min_healthy["default/web"] == 1  # the budget was bypassed
+
+
+async def test_on_timeout_force_deletes_protected_pods_only_once_the_timeout_passed(
+        tmp_path: Path) -> None:
+    with kube_api_server(workload(ready_delay=3600)) as server:
+        await drain(server, tmp_path, "w1")
+        started = time.monotonic()
+        result = await drain(server, tmp_path, "w2", timeout=0.6, onTimeout="force")
+        assert result.drained and time.monotonic() - started >= 0.6
+
+
+async def test_the_drain_waits_for_evicted_pods_to_terminate_and_honours_the_grace_period(
+        tmp_path: Path) -> None:
+    with kube_api_server(workload(termination_delay=0.5)) as server:
+        started = time.monotonic()
+        result = await drain(server, tmp_path, "w1")
+        assert result.drained and time.monotonic() - started >= 0.5
+        assert len(server.cluster.pods_on("w1")) == 2  # DaemonSet and mirror pod only
+        started = time.monotonic()
+        assert (await drain(server, tmp_path, "w2", gracePeriodSeconds=0)).drained
+        assert time.monotonic() - started < 0.5  # grace 0: the kubelet kills at once
+
+
+async def test_an_unreachable_api_server_or_bad_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(KubeError, match="cannot load the kubeconfig"):
+        await Kube.connect(str(tmp_path / "missing"))
+    with kube_api_server(workload()) as server:
+        path = server.write_kubeconfig(tmp_path / "kubeconfig")
+    kube = await Kube.connect(str(path))  # the server is gone now
+    async with kube:
+        with pytest.raises(KubeError, match="cordon node w1: the API server does not answer"):
+            await kube.set_unschedulable("w1", True)

@@ -1,0 +1,168 @@
+"""Upgrade, Reconfigure and the post-deploy step in the planner, one scenario each."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from coordinator.model import DrainStage, Machine, MachineState
+from coordinator.planner import Decision, apply, plan, plan_to_fixpoint, post_deploy_host, upgrade_plan
+from tests.unit.coordinator.builders import (
+    cluster,
+    drained,
+    finish_phase,
+    item,
+    items,
+    machine,
+    upgraded_cluster,
+)
+
+READY, UPGRADE, RECONF = MachineState.READY, MachineState.UPGRADE, MachineState.RECONFIGURE
+
+
+def moves(decisions: list[Decision]) -> list[tuple[str, MachineState | None]]:
+    return [(d.hostname, d.to_state) for d in decisions]
+
+
+def ready(hostname: str, role: str = "worker", release: str = "1.0.0", created_at: float = 0,
+          managers: tuple[str, ...] = ("m1",)) -> Machine:
+    m = machine(hostname, role, state=READY, release=release, created_at=created_at)  # type: ignore[arg-type]
+    return replace(m, managers=managers)
+
+
+def fleet(managers: int = 2, workers: int = 5) -> list[Machine]:
+    return ([ready(f"m{i}", "manager", created_at=i) for i in range(1, managers + 1)]
+            + [ready(f"w{i}", created_at=10 + i) for i in range(1, workers + 1)])
+
+
+def test_a_new_release_upgrades_managers_one_at_a_time_first() -> None:
+    spec = upgraded_cluster(cluster(batch=2))
+    machines = fleet()
+    decisions = plan(spec, machines)
+    assert moves(decisions) == [("m1", UPGRADE)]
+    assert decisions[0].reason == "manager upgrades (one at a time)"
+    machines = apply(machines, decisions, now=1.0)
+    assert plan(spec, machines) == [], "a second manager or a worker joined a manager's upgrade"
+
+
+def test_deploy_items_done_at_the_same_release_need_no_upgrade() -> None:
+    spec = upgraded_cluster(cluster())
+    assert plan(spec, [ready("m1", "manager", release="2.0.0")]) == []
+    assert plan(cluster(), fleet()) == [], "no release change, no upgrade"
+
+
+def test_the_upgrade_items_wait_for_the_drain_and_ready_waits_for_the_uncordon() -> None:
+    spec = upgraded_cluster(cluster())
+    m1 = apply([ready("m1", "manager")], plan(spec, [ready("m1", "manager")]), now=1.0)[0]
+    assert m1.state is UPGRADE and m1.drain is None
+    items_done = finish_phase(spec, m1)
+    assert plan(spec, [items_done]) == [], "Ready before the node was drained and uncordoned"
+    assert plan(spec, [drained(items_done)]) == [], "Ready while the node is still cordoned"
+    decisions = plan(spec, [drained(items_done, DrainStage.UNCORDONED)])
+    assert moves(decisions) == [("m1", READY)]
+    assert decisions[0].reason == "upgrade items applied; node uncordoned"
+    assert apply([drained(items_done, DrainStage.UNCORDONED)], decisions, 2.0)[0].release == "2.0.0"
+
+
+def test_without_drain_managers_a_manager_upgrades_in_place() -> None:
+    spec = upgraded_cluster(cluster(), drain_managers=False)
+    m1 = apply([ready("m1", "manager")], plan(spec, [ready("m1", "manager")]), now=1.0)[0]
+    assert moves(plan(spec, [finish_phase(spec, m1)])) == [("m1", READY)]
+
+
+def test_workers_upgrade_in_batches_after_every_manager() -> None:
+    spec = upgraded_cluster(cluster(batch=50), worker_batch_size=2)
+    machines = [ready("m1", "manager", release="2.0.0"), *fleet(managers=0)]
+    decisions = plan(spec, machines)
+    assert moves(decisions) == [("w1", UPGRADE), ("w2", UPGRADE)]
+    assert decisions[-1].reason == "worker upgrades (2 of 2 worker slots)"
+    behind = [ready("m1", "manager"), *fleet(managers=0)]
+    in_upgrade = apply(behind, [Decision("id-m1", "m1", READY, UPGRADE, "test")], 1.0)
+    assert plan(spec, in_upgrade) == [], "workers upgraded while a manager was"
+
+
+def test_max_unavailable_counts_workers_that_stopped_responding() -> None:
+    spec = upgraded_cluster(cluster(batch=3), max_unavailable_workers=2)
+    machines = [ready("m1", "manager", release="2.0.0"), *fleet(managers=0)]
+    machines[1] = replace(machines[1], responding=False)
+    assert moves(plan(spec, machines)) == [("w2", UPGRADE)]
+
+
+def test_a_paused_upgrade_admits_nobody_and_the_running_one_finishes() -> None:
+    spec = upgraded_cluster(cluster(), paused=True)
+    upgrading = drained(finish_phase(spec, replace(ready("m1", "manager"), state=UPGRADE)),
+                        DrainStage.UNCORDONED)
+    assert moves(plan(spec, [upgrading, ready("m2", "manager", created_at=2)])) == [("m1", READY)]
+
+
+def test_a_new_manager_waits_for_a_manager_upgrade() -> None:
+    spec = upgraded_cluster(cluster(manager=items("deploy", 1)))
+    upgrading = replace(ready("m1", "manager"), state=UPGRADE)
+    prepared = machine("m2", "manager", state=MachineState.PREPARE)
+    assert plan(spec, [upgrading, prepared]) == []
+
+
+def test_a_changed_manager_set_reconfigures_every_ready_machine_with_reconfigure_items() -> None:
+    spec = cluster(manager=items("reconfigure", 1), worker=items("reconfigure", 1))
+    m2 = finish_phase(spec, machine("m2", "manager", state=MachineState.DEPLOY, created_at=1))
+    machines = [ready("m1", "manager"), m2, ready("w1", created_at=5)]
+    decisions = plan(spec, machines)
+    assert moves(decisions) == [("m2", READY), ("m1", RECONF), ("w1", RECONF)]
+    assert decisions[0].managers == ("m1", "m2")
+    assert decisions[1].reason == "the manager set changed: reconfigure"
+    machines = apply(machines, decisions, now=1.0)
+    assert plan(spec, machines) == [], "reconfigure finished before its items ran"
+    machines = [finish_phase(spec, m, ("m1", "m2")) for m in machines]
+    machines, _ = plan_to_fixpoint(spec, machines, now=2.0)
+    assert all(m.state is READY and m.managers == ("m1", "m2") for m in machines)
+
+
+def test_reconfigure_items_are_versioned_by_the_manager_list() -> None:
+    spec = cluster(worker=items("reconfigure", 1))
+    w1 = replace(ready("w1"), state=RECONF)
+    done_for_old = finish_phase(spec, w1, ("m1",))
+    assert plan(spec, [done_for_old, ready("m1", "manager"), ready("m2", "manager")]) == []
+    done_for_new = finish_phase(spec, w1, ("m1", "m2"))
+    assert ("w1", READY) in moves(plan(spec, [done_for_new, ready("m1", "manager"),
+                                              ready("m2", "manager")]))
+
+
+def test_a_removed_manager_reconfigures_the_rest() -> None:
+    spec = cluster(worker=items("reconfigure", 1))
+    machines = [ready("m1", "manager", managers=("m1", "m2")),
+                replace(ready("m2", "manager", created_at=1), state=MachineState.DELETING),
+                ready("w1", created_at=2, managers=("m1", "m2"))]
+    assert moves(plan(spec, machines)) == [("m2", None), ("w1", RECONF)]
+
+
+def test_the_post_deploy_step_runs_on_a_manager_once_a_manager_and_a_worker_are_ready() -> None:
+    spec = cluster(manager=[item("helm-controller", "postdeploy")])
+    assert post_deploy_host(spec, [ready("m1", "manager")]) is None
+    host = post_deploy_host(spec, [ready("m1", "manager"), ready("m2", "manager"), ready("w1")])
+    assert host is not None and host.hostname == "m1"
+    done = replace(ready("m2", "manager"), applied=frozenset(
+        {spec.items("manager", "postdeploy")[0].fingerprint()}))
+    assert post_deploy_host(spec, [ready("m1", "manager"), done, ready("w1")]) is None
+
+
+def test_the_post_deploy_step_runs_again_after_an_upgrade_changed_its_version() -> None:
+    old = cluster(manager=[item("helm-controller", "postdeploy")])
+    applied = frozenset({old.items("manager", "postdeploy")[0].fingerprint()})
+    spec = upgraded_cluster(cluster(manager=[item("helm-controller-v2", "postdeploy")]))
+    m1 = replace(ready("m1", "manager"), applied=applied)
+    assert post_deploy_host(spec, [m1, ready("w1")]) is None, "ran before the upgrade finished"
+    upgraded = [replace(m1, release="2.0.0"), ready("w1", release="2.0.0")]
+    host = post_deploy_host(spec, upgraded)
+    assert host is not None and host.hostname == "m1"
+
+
+def test_upgrade_plan_lists_the_exact_steps_the_rollout_takes() -> None:
+    spec = upgraded_cluster(cluster(batch=2))
+    machines = fleet(managers=3, workers=5)
+    machines[-1] = replace(machines[-1], responding=False)
+    result = upgrade_plan(spec, machines)
+    assert [[m.hostname for m in step] for step in result.steps] == [
+        ["m1"], ["m2"], ["m3"], ["w1", "w2"], ["w3", "w4"]]
+    assert [(m.hostname, why) for m, why in result.waiting] == [("w5", "not responding")]
+    paused = upgraded_cluster(cluster(batch=2), paused=True)
+    assert upgrade_plan(paused, machines).steps == result.steps
+    assert plan(paused, machines) == []

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import click
@@ -101,6 +103,36 @@ def version() -> None:
     click.echo(__version__)
 
 
+@main.command("check-config")
+@click.option("--config", "config_path", default="/etc/nodeagent/config.yaml", show_default=True,
+              type=click.Path(dir_okay=False), help="Agent config file.")
+@click.option("--quiet", "-q", is_flag=True, help="Only the exit status.")
+def check_config(config_path: str, quiet: bool) -> None:
+    """Whether `nodeagent run` can start with this config: it names a coordinator and either
+    a join token or an identity from an earlier registration.
+
+    Exits 0 when ready, 1 when not configured yet, 2 when the file is invalid. The package's
+    post-install script starts the service only on 0.
+    """
+    from nodeagent.daemon import load_identity
+
+    missing = []
+    if Path(config_path).exists():
+        config = _load_config(config_path)
+        if not config.coordinator.url:
+            missing.append("coordinator.url (or joinString)")
+        if not config.join_token and load_identity(Path(config.state_dir)) is None:
+            missing.append("joinToken (or joinString), as the machine is not registered yet")
+    else:
+        missing.append("the config file itself")
+    if not quiet:
+        if missing:
+            click.echo(f"{config_path}: not configured yet: missing " + "; ".join(missing))
+        else:
+            click.echo(f"{config_path}: ready")
+    sys.exit(EXIT_CHECK_FAILED if missing else EXIT_OK)
+
+
 def _load_config(path: str | None, root: str = "/") -> AgentConfig:
     """The given config file; else the machine's default one (under root) when it exists."""
     from nodeagent.config import DEFAULT_CONFIG_PATH, load_config
@@ -138,8 +170,10 @@ def run(config_path: str, root: str, log_level: str) -> None:
     from nodeagent.daemon import Agent, AgentError
     from nodeagent.host import Host
 
+    # Under systemd the journal stamps every line itself.
+    stamp = "" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s "
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                        format=stamp + "%(levelname)s %(name)s: %(message)s")
     config = _load_config(config_path)
     try:
         asyncio.run(Agent(config, Host(root)).run())

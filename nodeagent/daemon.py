@@ -107,7 +107,10 @@ class Agent:
 
     async def run(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        async with self.client:
+        # Ready as soon as it runs: registering may wait long for the coordinator, and
+        # systemd must neither time the start out nor miss watchdog pings meanwhile.
+        sdnotify.ready()
+        async with self.client, _background(_watchdog()):
             rechecks: list[Coroutine[Any, Any, None]] = []
             identity = load_identity(self.state_dir)
             if identity is None:
@@ -115,11 +118,9 @@ class Agent:
                 identity = await self._register(report)
                 if not report.ok:
                     rechecks.append(self._recheck(identity))
-            sdnotify.ready()
             journal = Journal(self.state_dir / "journal.json")
             reporter = Reporter(self.client, identity, self.rand)
-            async with _background(reporter.run(), self._heartbeat(identity), _watchdog(),
-                                   *rechecks):
+            async with _background(reporter.run(), self._heartbeat(identity), *rechecks):
                 await self._follow(identity, journal, reporter)
 
     async def _precheck(self) -> PrecheckReport:

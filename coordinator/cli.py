@@ -127,9 +127,25 @@ def join_token() -> None:
 @join_token.command("create")
 @click.argument("cluster_name")
 @click.pass_context
-def join_token_create(ctx: click.Context, cluster_name: str) -> None:
+@click.option("--join-string", "as_join_string", is_flag=True,
+              help="Print a join string instead: the token with the coordinator's URL.")
+@click.option("--agent-url", help="URL agents reach the coordinator at (default: --url).")
+def join_token_create(ctx: click.Context, cluster_name: str, as_join_string: bool,
+                      agent_url: str | None) -> None:
     """Create a join token (shown once; the coordinator keeps only its hash)."""
-    click.echo(_call(ctx, "POST", f"/v1/clusters/{cluster_name}/join-tokens")["token"])
+    token = _call(ctx, "POST", f"/v1/clusters/{cluster_name}/join-tokens")["token"]
+    click.echo(_join_string(ctx, token, agent_url) if as_join_string else token)
+
+
+def _join_string(ctx: click.Context, token: str, agent_url: str | None) -> str:
+    from nodeagent.joinstring import JoinString, check_coordinator_url
+
+    url = agent_url or ctx.find_root().obj.url
+    try:
+        check_coordinator_url(url)
+    except ValueError as exc:
+        raise click.BadParameter(f"{url}: {exc}", param_hint="--agent-url") from None
+    return str(JoinString(url, token))
 
 
 def machines_table(machines: list[dict[str, Any]], now: float) -> str:
@@ -159,12 +175,14 @@ def machines_table(machines: list[dict[str, Any]], now: float) -> str:
     return "\n".join(lines)
 
 
-@main.command()
+@main.group(invoke_without_command=True)
 @click.option("--cluster", "cluster_name", help="Only this cluster's machines.")
 @output_option
 @click.pass_context
 def machines(ctx: click.Context, cluster_name: str | None, output: str) -> None:
-    """List machines with their state and item progress."""
+    """List machines with their state and item progress; `machines add` installs an agent."""
+    if ctx.invoked_subcommand is not None:
+        return
     path = "/v1/machines" + (f"?cluster={cluster_name}" if cluster_name else "")
     data = _call(ctx, "GET", path)
     if not _emit(data, output):
@@ -260,3 +278,10 @@ def events(ctx: click.Context, cluster_name: str | None, machine: str | None, fo
 def version() -> None:
     """Print the coordinator version."""
     click.echo(__version__)
+
+
+# The SSH commands live in their own module; registered here so `coordinator --help` lists them.
+from coordinator.ssh_cli import agents, machines_add  # noqa: E402
+
+machines.add_command(machines_add)
+main.add_command(agents)

@@ -90,11 +90,12 @@ def debootstrap(target: Path) -> Path:
 
 
 @contextlib.contextmanager
-def overlay(lower: Path, where: Path) -> Iterator[Path]:
-    """A writable copy-on-write view of lower at where/merged; lower is never changed."""
-    for name in ("upper", "work", "merged"):
-        (where / name).mkdir(parents=True)
-    merged = where / "merged"
+def overlay(lower: Path, where: Path, mountpoint: Path | None = None) -> Iterator[Path]:
+    """A writable copy-on-write view of lower at mountpoint (default where/merged), its
+    changes kept in where; lower is never changed."""
+    merged = mountpoint or where / "merged"
+    for path in (where / "upper", where / "work", merged):
+        path.mkdir(parents=True, exist_ok=path == merged)
     subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
                     f"lowerdir={lower},upperdir={where}/upper,workdir={where}/work", str(merged)],
                    check=True)
@@ -104,10 +105,14 @@ def overlay(lower: Path, where: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(merged)], check=False)
 
 
+def in_root_argv(root: Path, argv: Sequence[str]) -> list[str]:
+    """argv chrooted into root, in its own mount and PID namespaces with a /proc of its own,
+    so the machine's processes and mounts stay out of it; all of it dies with the unshare."""
+    return ["unshare", "--mount", "--pid", "--fork", "--kill-child", f"--mount-proc={root}/proc",
+            "chroot", str(root), *argv]
+
+
 def in_root(root: Path, argv: Sequence[str], timeout: float = 120,
             **kwargs: object) -> subprocess.CompletedProcess[str]:
-    """argv run chrooted into root, in its own mount and PID namespaces with a /proc of its
-    own, so the machine's processes and mounts stay out of it."""
-    return subprocess.run(["unshare", "--mount", "--pid", "--fork", f"--mount-proc={root}/proc",
-                           "chroot", str(root), *argv], capture_output=True, text=True,
+    return subprocess.run(in_root_argv(root, argv), capture_output=True, text=True,
                           timeout=timeout, check=False, **kwargs)  # type: ignore[call-overload]

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.ports import free_port, wait_until
+from tests.support.ports import free_port
+from tests.support.process import serving
 
 COORDINATOR = str(Path(sys.executable).with_name("coordinator"))
 
@@ -39,25 +40,9 @@ class RunningCoordinator:
 def coordinator(data_dir: Path) -> Iterator[RunningCoordinator]:
     """Serve from data_dir (an existing one carries its machines over); stop on exit."""
     port = free_port()
-    log = data_dir.with_suffix(".log")
-    with log.open("ab") as out:
-        proc = subprocess.Popen([COORDINATOR, "serve", "--data-dir", str(data_dir),
-                                 "--listen", f"127.0.0.1:{port}"],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
     running = RunningCoordinator(f"http://127.0.0.1:{port}", data_dir)
-    try:
-        def up() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"coordinator exited: {log.read_text()}")
-            return (data_dir / "admin.token").exists() and running.cli("cluster", "get"
-                                                                       ).returncode == 0
-
-        wait_until(up, f"coordinator on port {port}", timeout=30, interval=0.2)
+    argv = [COORDINATOR, "serve", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}"]
+    with serving(argv, data_dir.with_suffix(".log"), lambda: (data_dir / "admin.token").exists()
+                 and running.cli("cluster", "get").returncode == 0,
+                 f"coordinator on port {port}", timeout=30, interval=0.2):
         yield running
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

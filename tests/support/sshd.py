@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.conftest import require_binary, require_root
-from tests.support.ports import free_port, wait_until
+from tests.support.ports import free_port
+from tests.support.process import serving
 
 
 @dataclass
@@ -72,21 +73,6 @@ def sshd(directory: Path, chroot: Path) -> Iterator[Sshd]:
     # The privilege separation directory the openssh-server service creates at boot.
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
     log = directory / "sshd.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([binary, "-D", "-e", "-f", str(directory / "sshd_config")],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        def up() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"sshd exited with {proc.returncode}: {log.read_text()}")
-            return _accepts(port)
-
-        wait_until(up, f"sshd on 127.0.0.1:{port}", timeout=10)
+    argv = [binary, "-D", "-e", "-f", str(directory / "sshd_config")]
+    with serving(argv, log, lambda: _accepts(port), f"sshd on 127.0.0.1:{port}"):
         yield Sshd(port, directory / "client_key", host_key, directory / "known_hosts", log)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeagent.joinstring import JoinString
 from tests.support.packages import Packages, build_packages, in_root
 
 pytestmark = pytest.mark.integration
@@ -54,6 +55,14 @@ def test_the_coordinator_gets_its_own_user_and_runs_without_python(
     assert user.returncode == 0 and user.stdout.split(":")[6].strip() == "/usr/sbin/nologin"
     version = in_root(node_root, ["coordinator", "version"])
     assert version.stdout.strip() == packages.version, version.stderr
+    # The SSH stack (asyncssh, cryptography) is in the bundle: it gets as far as reading the key.
+    (node_root / "root/known_hosts").touch()
+    join = str(JoinString("http://127.0.0.1:1", "join_x"))
+    ssh = in_root(node_root, ["coordinator", "machines", "add", "--ssh", "root@127.0.0.1:1",
+                              "--key", "/etc/hostname", "--known-hosts", "/root/known_hosts",
+                              "--join-string", join, "--packages", "/tmp"])
+    assert ssh.returncode == 1 and "--key /etc/hostname: not a usable private key" in ssh.stderr, \
+        ssh.stderr
 
 
 def test_an_upgrade_keeps_the_edited_config_and_purge_removes_the_state(

@@ -79,22 +79,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         port = free_port()
-        url = f"http://127.0.0.1:{port}"
+        url = f"https://127.0.0.1:{port}"
+        data = tmp / "data"
+        ca = str(data / "pki" / "ca.crt")
+        subprocess.run([str(BIN / "coordinator"), "init", "--data-dir", str(data), "--name",
+                        "127.0.0.1", "--listen", f"127.0.0.1:{port}"], check=True,
+                       stdout=subprocess.DEVNULL)
         coordinator = subprocess.Popen(
-            [str(BIN / "coordinator"), "serve", "--data-dir", str(tmp / "data"), "--listen",
+            [str(BIN / "coordinator"), "serve", "--data-dir", str(data), "--listen",
              f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         agent = None
         try:
-            token_file = tmp / "data" / "admin.token"
-            wait_for(lambda: token_file.exists() and AdminClient(url, None).get("/healthz"))
-            admin = AdminClient(url, token_file.read_text().strip())
+            admin = AdminClient(url, (data / "admin.token").read_text().strip(), ca_file=ca)
+            wait_for(lambda: admin.get("/healthz"))
             admin.request("PUT", "/v1/clusters", text=SPEC, content_type="application/yaml")
-            join = admin.request("POST", "/v1/clusters/bench/join-tokens")["token"]
+            created = admin.request("POST", "/v1/clusters/bench/join-tokens", body={"ttl": "0"})
             config = tmp / "agent.yaml"
             config.write_text(json.dumps({
-                "coordinator": {"url": url}, "joinToken": join,
-                "stateDir": str(tmp / "agent-state"), "heartbeatSeconds": 10,
-                "ignorePrechecks": ["all"]}))
+                "join": created["join"], "stateDir": str(tmp / "agent-state"),
+                "heartbeatSeconds": 10, "ignorePrechecks": ["all"]}))
             agent = subprocess.Popen([str(BIN / "nodeagent"), "run", "--config", str(config)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             wait_for(lambda: admin.get("/v1/machines"))
@@ -109,13 +112,14 @@ def main() -> None:
             cpu_after = proc.cpu_times()
             elapsed = time.monotonic() - started
             busy = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
-            print(f"idle agent over {elapsed:.0f} s: RSS {proc.memory_info().rss / 2**20:.1f} MiB "
-                  f"(peak {peak_rss / 2**20:.1f} MiB), CPU {100 * busy / elapsed:.3f}% of one core")
+            rss = proc.memory_info().rss
+            print(f"idle agent over {elapsed:.0f} s: RSS {rss / 2**20:.1f} MiB = {rss / 1e6:.1f} MB "
+                  f"(peak {peak_rss / 1e6:.1f} MB), CPU {100 * busy / elapsed:.3f}% of one core")
             agent.terminate()
             agent.wait()
             agent = None
             print(f"wake latency (approve -> long-poll answered), {args.wake_samples} machines: "
-                  + wake_latency(admin, url, join, args.wake_samples))
+                  + wake_latency(admin, url, ca, created["token"], args.wake_samples))
         finally:
             if agent is not None:
                 agent.kill()
@@ -123,7 +127,7 @@ def main() -> None:
             coordinator.wait()
 
 
-def wake_latency(admin: AdminClient, url: str, join: str, samples: int) -> str:
+def wake_latency(admin: AdminClient, url: str, ca: str, join: str, samples: int) -> str:
     """Register bare machines over the API and time the long-poll answer after approval."""
     from nodeagent.prechecks.runner import summarize
     from nodeagent.protocol import PrecheckReport
@@ -132,10 +136,10 @@ def wake_latency(admin: AdminClient, url: str, join: str, samples: int) -> str:
                             summary=summarize([]), checks=[]).model_dump(mode="json", by_alias=True)
     latencies = []
     for index in range(samples):
-        agent = AdminClient(url, None).request("POST", "/v1/agent/register", body={
+        agent = AdminClient(url, None, ca_file=ca).request("POST", "/v1/agent/register", body={
             "join_token": join, "hostname": f"wake-{index}", "ip": None, "facts": {},
             "precheck": report})
-        poller = AdminClient(url, agent["credential"])
+        poller = AdminClient(url, agent["credential"], ca_file=ca)
         first = poller.get(f"/v1/agent/machines/{agent['machine_id']}/assignment")
         answered: list[float] = []
 

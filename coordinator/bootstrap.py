@@ -89,7 +89,7 @@ def install_argv(host: HostProfile, package: str) -> list[str]:
 
 def agent_config(join_string: str, role: Role | None, comment: str) -> str:
     """The config file `machines add` writes; validated as the agent would read it."""
-    data: dict[str, str] = {"joinString": join_string}
+    data: dict[str, str] = {"join": join_string}
     if role:
         data["role"] = role
     text = f"# {comment}\n" + yaml.safe_dump(data, sort_keys=False)

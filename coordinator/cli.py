@@ -18,13 +18,17 @@ EXIT_ERROR, EXIT_USAGE = 1, 2
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="coordinator")
-@click.option("--url", envvar="COORDINATOR_URL", default="http://127.0.0.1:8080", show_default=True,
-              help="Coordinator address (env COORDINATOR_URL).")
+@click.option("--url", envvar="COORDINATOR_URL", default="https://127.0.0.1:8080",
+              show_default=True, help="Coordinator address (env COORDINATOR_URL).")
 @click.option("--token", envvar="COORDINATOR_TOKEN", help="Admin token (env COORDINATOR_TOKEN).")
 @click.option("--token-file", envvar="COORDINATOR_TOKEN_FILE", type=click.Path(dir_okay=False),
               help="File holding the admin token, e.g. DATA_DIR/admin.token.")
+@click.option("--ca", "ca_file", envvar="COORDINATOR_CA", type=click.Path(dir_okay=False),
+              help="CA certificate to trust for https, e.g. DATA_DIR/pki/ca.crt "
+                   "(env COORDINATOR_CA).")
 @click.pass_context
-def main(ctx: click.Context, url: str, token: str | None, token_file: str | None) -> None:
+def main(ctx: click.Context, url: str, token: str | None, token_file: str | None,
+         ca_file: str | None) -> None:
     """Coordinator: holds clusters and machines and orders their rollout."""
     if token is None and token_file:
         try:
@@ -32,7 +36,10 @@ def main(ctx: click.Context, url: str, token: str | None, token_file: str | None
         except OSError as exc:
             raise click.BadParameter(f"cannot read {token_file}: {exc.strerror}",
                                      param_hint="--token-file") from None
-    ctx.obj = AdminClient(url, token)
+    try:
+        ctx.obj = AdminClient(url, token, ca_file=ca_file)
+    except OSError as exc:
+        raise click.BadParameter(f"cannot load {ca_file}: {exc}", param_hint="--ca") from None
 
 
 def _call(ctx: click.Context, method: str, path: str, **kwargs: Any) -> Any:
@@ -60,21 +67,103 @@ output_option = click.option("--output", "-o", type=click.Choice(["table", "json
                              default="table", show_default=True)
 
 
-@main.command()
-@click.option("--data-dir", default="coordinator-data", show_default=True,
-              type=click.Path(file_okay=False), help="SQLite database, admin token, artifacts.")
-@click.option("--listen", default="127.0.0.1:8080", show_default=True, help="HOST:PORT")
-@click.option("--artifacts", type=click.Path(file_okay=False),
-              help="Artifact store directory (default DATA_DIR/artifacts).")
-def serve(data_dir: str, listen: str, artifacts: str | None) -> None:
-    """Run the coordinator: HTTP API plus the reconcile loop, on the embedded SQLite store."""
-    from coordinator.server import serve_forever
+data_dir_option = click.option(
+    "--data-dir", default="coordinator-data", show_default=True, type=click.Path(file_okay=False),
+    help="Database, TLS files (pki/), admin token and artifacts.")
+listen_option = click.option("--listen", default="127.0.0.1:8080", show_default=True,
+                             help="HOST:PORT to serve on.")
+advertise_option = click.option(
+    "--advertise-url", help="URL agents use to reach this coordinator; it goes into join strings "
+                            "(default: from --listen).")
 
+
+def _listen(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit():
         raise click.BadParameter("expected HOST:PORT", param_hint="--listen")
-    serve_forever(Path(data_dir), host.strip("[]"), int(port),
-                  Path(artifacts) if artifacts else None)
+    return host.strip("[]"), int(port)
+
+
+def _duration(value: str, option: str) -> float | None:
+    from coordinator.tokens import parse_duration
+
+    try:
+        return parse_duration(value) or None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+
+
+@main.command()
+@data_dir_option
+@listen_option
+@advertise_option
+@click.option("--artifacts", type=click.Path(file_okay=False),
+              help="Artifact store directory (default DATA_DIR/artifacts).")
+@click.option("--insecure-http", is_flag=True,
+              help="Serve plain HTTP without TLS: only for a demo on one machine.")
+@click.option("--credential-ttl", default="365d", show_default=True,
+              help="Lifetime of a machine credential (agents rotate before it ends); 0: forever.")
+@click.option("--register-rate", default=5.0, show_default=True,
+              help="Registrations a second allowed per client address (bursts of 50); 0: no limit.")
+def serve(data_dir: str, listen: str, advertise_url: str | None, artifacts: str | None,
+          insecure_http: bool, credential_ttl: str, register_rate: float) -> None:
+    """Run the coordinator: HTTPS API plus the reconcile loop, on the embedded SQLite store."""
+    from coordinator.server import ServeOptions, serve_forever
+
+    host, port = _listen(listen)
+    serve_forever(ServeOptions(
+        Path(data_dir), host, port, Path(artifacts) if artifacts else None,
+        insecure_http=insecure_http, advertise_url=advertise_url,
+        credential_ttl=_duration(credential_ttl, "--credential-ttl"),
+        register_rate=register_rate))
+
+
+@main.command()
+@data_dir_option
+@listen_option
+@advertise_option
+@click.option("--name", "names", multiple=True, required=True,
+              help="Host name or IP address agents and admins use to reach the coordinator "
+                   "(repeatable); all go into the server certificate.")
+@click.option("--cluster", "cluster_file", type=click.File("r"),
+              help="A first cluster spec to apply; a join string for it is printed.")
+@click.option("--join-ttl", default="24h", show_default=True, help="Lifetime of that join token.")
+@click.option("--join-max-uses", type=click.IntRange(min=1),
+              help="Registrations that join token allows (default: unlimited).")
+def init(data_dir: str, listen: str, advertise_url: str | None, names: tuple[str, ...],
+         cluster_file: Any, join_ttl: str, join_max_uses: int | None) -> None:
+    """Create the CA, the server certificate, an admin token and a first join string."""
+    import asyncio
+
+    from coordinator.init import initialize
+    from coordinator.model import ClusterSpec
+    from coordinator.pki import PkiError
+    from coordinator.server import ServeOptions
+    from nodeagent.validation import InvalidDocument, load_model
+
+    spec = None
+    if cluster_file is not None:
+        try:
+            spec = load_model(ClusterSpec, cluster_file.read(), cluster_file.name)
+        except InvalidDocument as exc:
+            click.echo(f"error: bad cluster spec\n{exc}", err=True)
+            sys.exit(EXIT_USAGE)
+    host, port = _listen(listen)
+    options = ServeOptions(Path(data_dir), host, port,
+                           advertise_url=advertise_url or f"https://{names[0]}:{port}")
+    try:
+        done = asyncio.run(initialize(options, list(names), spec,
+                                      _duration(join_ttl, "--join-ttl"), join_max_uses))
+    except PkiError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    click.echo(f"CA certificate:  {options.pki().ca_cert}  ({done.ca_hash})")
+    click.echo(f"admin token:     {options.data_dir / 'admin.token'}")
+    click.echo(f"start it with:   coordinator serve --data-dir {data_dir} --listen {listen} "
+               f"--advertise-url {options.url()}")
+    if done.join:
+        click.echo(f"join string for cluster {spec.name if spec else ''} (put it in each "
+                   f"node's /etc/nodeagent/config.yaml as `join:`):\n{done.join}")
 
 
 @main.group()
@@ -121,31 +210,89 @@ def cluster_delete(ctx: click.Context, name: str) -> None:
 
 @main.group("join-token")
 def join_token() -> None:
-    """Join tokens let agents register into a cluster."""
+    """Join tokens let agents register into one cluster; each has a TTL and a use limit."""
 
 
 @join_token.command("create")
 @click.argument("cluster_name")
+@click.option("--ttl", default="24h", show_default=True, help="Lifetime, e.g. 15m, 24h, 7d; 0: forever.")
+@click.option("--max-uses", type=click.IntRange(min=1), help="Registrations allowed (default: unlimited).")
+@click.option("--token-only", is_flag=True, help="Print the bare token instead of the join string.")
 @click.pass_context
-@click.option("--join-string", "as_join_string", is_flag=True,
-              help="Print a join string instead: the token with the coordinator's URL.")
-@click.option("--agent-url", help="URL agents reach the coordinator at (default: --url).")
-def join_token_create(ctx: click.Context, cluster_name: str, as_join_string: bool,
-                      agent_url: str | None) -> None:
-    """Create a join token (shown once; the coordinator keeps only its hash)."""
-    token = _call(ctx, "POST", f"/v1/clusters/{cluster_name}/join-tokens")["token"]
-    click.echo(_join_string(ctx, token, agent_url) if as_join_string else token)
+def join_token_create(ctx: click.Context, cluster_name: str, ttl: str, max_uses: int | None,
+                      token_only: bool) -> None:
+    """Create a join token and print its join string (shown once; only its hash is kept)."""
+    _duration(ttl, "--ttl")
+    data = _call(ctx, "POST", f"/v1/clusters/{cluster_name}/join-tokens",
+                 body={"ttl": ttl, "maxUses": max_uses})
+    click.echo(data["token"] if token_only else data["join"])
 
 
-def _join_string(ctx: click.Context, token: str, agent_url: str | None) -> str:
-    from nodeagent.joinstring import JoinString, check_coordinator_url
+def _when(stamp: float | None, never: str = "never") -> str:
+    return never if stamp is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp))
 
-    url = agent_url or ctx.find_root().obj.url
-    try:
-        check_coordinator_url(url)
-    except ValueError as exc:
-        raise click.BadParameter(f"{url}: {exc}", param_hint="--agent-url") from None
-    return str(JoinString(url, token))
+
+@join_token.command("list")
+@click.argument("cluster_name", required=False)
+@output_option
+@click.pass_context
+def join_token_list(ctx: click.Context, cluster_name: str | None, output: str) -> None:
+    """List join tokens (ids only: the secrets are not kept)."""
+    data = _call(ctx, "GET", f"/v1/clusters/{cluster_name}/join-tokens" if cluster_name
+                 else "/v1/join-tokens")
+    if _emit(data, output):
+        return
+    click.echo(f"{'ID':<14}{'CLUSTER':<16}{'EXPIRES':<18}{'USES':<10}STATUS")
+    for t in data:
+        uses = f"{t['uses']}/{t['max_uses'] or '-'}"
+        expired = t["expires_at"] is not None and t["expires_at"] <= time.time()
+        state = "revoked" if t["revoked"] else "expired" if expired else "active"
+        click.echo(f"{t['id']:<14}{t['cluster']:<16}{_when(t['expires_at']):<18}{uses:<10}{state}")
+
+
+@join_token.command("revoke")
+@click.argument("token_id")
+@click.pass_context
+def join_token_revoke(ctx: click.Context, token_id: str) -> None:
+    """Revoke a join token: no machine can register with it any more."""
+    _call(ctx, "DELETE", f"/v1/join-tokens/{token_id}")
+    click.echo(f"join token {token_id} revoked")
+
+
+@main.group("admin-token")
+def admin_token() -> None:
+    """Tokens for the admin API: role admin (everything) or read-only."""
+
+
+@admin_token.command("create")
+@click.argument("name")
+@click.option("--role", type=click.Choice(["admin", "read-only"]), default="read-only",
+              show_default=True)
+@click.pass_context
+def admin_token_create(ctx: click.Context, name: str, role: str) -> None:
+    """Create an admin API token and print it (shown once)."""
+    click.echo(_call(ctx, "POST", "/v1/admin-tokens", body={"name": name, "role": role})["token"])
+
+
+@admin_token.command("list")
+@output_option
+@click.pass_context
+def admin_token_list(ctx: click.Context, output: str) -> None:
+    data = _call(ctx, "GET", "/v1/admin-tokens")
+    if _emit(data, output):
+        return
+    click.echo(f"{'ID':<14}{'NAME':<24}{'ROLE':<12}STATUS")
+    for t in data:
+        click.echo(f"{t['id']:<14}{t['name']:<24}{t['role']:<12}"
+                   f"{'revoked' if t['revoked'] else 'active'}")
+
+
+@admin_token.command("revoke")
+@click.argument("token_id")
+@click.pass_context
+def admin_token_revoke(ctx: click.Context, token_id: str) -> None:
+    _call(ctx, "DELETE", f"/v1/admin-tokens/{token_id}")
+    click.echo(f"admin token {token_id} revoked")
 
 
 def machines_table(machines: list[dict[str, Any]], now: float) -> str:
@@ -218,6 +365,15 @@ def delete(ctx: click.Context, machine: str, force: bool) -> None:
     """Delete a machine: its agent runs the cluster's reset items, then it is removed."""
     data = _call(ctx, "DELETE", f"/v1/machines/{machine}" + ("?force=true" if force else ""))
     click.echo(f"{machine}: {data['status']}")
+
+
+@main.command()
+@click.argument("machine")
+@click.pass_context
+def revoke(ctx: click.Context, machine: str) -> None:
+    """Revoke a machine's credential: its agent is refused until the machine joins anew."""
+    data = _call(ctx, "POST", f"/v1/machines/{machine}/revoke")
+    click.echo(f"{data['hostname']}: credential revoked")
 
 
 @main.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from typing import Any
@@ -16,12 +17,15 @@ class ClientError(Exception):
 
 
 class AdminClient:
-    def __init__(self, url: str, token: str | None, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, token: str | None, timeout: float = 30.0,
+                 ca_file: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
         # The coordinator is addressed directly; proxies from the environment do not apply.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self._opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}),
+            urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=ca_file)))
 
     def request(self, method: str, path: str, body: Any = None, text: str | None = None,
                 content_type: str = "application/json") -> Any:
@@ -48,7 +52,10 @@ class AdminClient:
                               payload.get("problems")) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise ClientError(0, f"cannot reach the coordinator at {self.url}: {reason}") from None
+            hint = (" (pass --ca DATA_DIR/pki/ca.crt to trust the coordinator's CA)"
+                    if isinstance(reason, ssl.SSLCertVerificationError) else "")
+            raise ClientError(0, f"cannot reach the coordinator at {self.url}: {reason}{hint}") \
+                from None
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)

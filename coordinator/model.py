@@ -129,7 +129,8 @@ class Machine:
     state_since: float = 0.0
     last_seen: float = 0.0
     generation: int = 1  # grows whenever the agent's assignment changes
-    credential_hash: str = ""
+    credential_hash: str = ""  # "" when revoked: matches no credential
+    credential_expires_at: float | None = None
     responding: bool = True  # false once heartbeats stopped; the state is left as it was
 
     def with_state(self, state: MachineState, now: float) -> Machine:

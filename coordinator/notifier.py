@@ -20,3 +20,7 @@ class Notifier:
             event = self._events.pop(machine_id, None)
             if event is not None:
                 event.set()
+
+    def wake_all(self) -> None:
+        """On shutdown: answer every parked long-poll now rather than when it times out."""
+        self.wake(list(self._events))

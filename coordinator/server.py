@@ -1,68 +1,119 @@
-"""Process wiring for `coordinator serve`: store, service, reconcile loop and HTTP server."""
+"""Process wiring for `coordinator serve` and `coordinator init`: store, service, reconcile
+loop, TLS and the HTTP server."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
+import socket
+import ssl
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 
-from coordinator.api.app import create_app
+from coordinator.api.app import Settings, create_app
+from coordinator.pki import Pki
 from coordinator.service import Coordinator
 from coordinator.store.sqlite import SQLiteStore
-from coordinator.tokens import new_token
+from coordinator.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
+
+WILDCARDS = frozenset({"0.0.0.0", "::", ""})
 
 
-def admin_token(data_dir: Path) -> str:
-    """The admin token in DATA_DIR/admin.token, created (mode 0600) on first start."""
-    path = data_dir / "admin.token"
-    if path.exists():
-        return path.read_text().strip()
-    token = new_token("admin")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(token + "\n")
-    return token
+class SetupError(Exception):
+    """The coordinator cannot start as configured; the message says what to do."""
 
 
-async def serve(data_dir: Path, host: str, port: int, artifacts: Path | None,
-                ready: asyncio.Event | None = None) -> None:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    artifacts = artifacts or data_dir / "artifacts"
-    artifacts.mkdir(parents=True, exist_ok=True)
-    store = SQLiteStore(data_dir / "coordinator.db")
+@dataclass(frozen=True)
+class ServeOptions:
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 8080
+    artifacts: Path | None = None
+    insecure_http: bool = False  # plain HTTP: only for demos on one machine
+    advertise_url: str | None = None  # what join strings tell agents; default from the listen address
+    credential_ttl: float | None = DEFAULT_CREDENTIAL_TTL_SECONDS
+    register_rate: float = 5.0
+
+    def pki(self) -> Pki:
+        return Pki(self.data_dir / "pki")
+
+    def url(self) -> str:
+        if self.advertise_url:
+            return self.advertise_url.rstrip("/")
+        host = socket.gethostname() if self.host in WILDCARDS else self.host
+        host = f"[{host}]" if ":" in host else host
+        return f"{'http' if self.insecure_http else 'https'}://{host}:{self.port}"
+
+
+def tls_context(pki: Pki) -> ssl.SSLContext:
+    if not pki.exists():
+        raise SetupError(
+            f"no TLS certificate in {pki.directory}: run `coordinator init --data-dir "
+            f"{pki.directory.parent} --name HOST_OR_IP ...` first (or pass --insecure-http for a "
+            "demo on one machine)")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(pki.server_cert, pki.server_key)
+    return context
+
+
+async def open_coordinator(options: ServeOptions) -> Coordinator:
+    """The store opened and migrated, an admin token ensured (DATA_DIR/admin.token)."""
+    options.data_dir.mkdir(parents=True, exist_ok=True)
+    store = SQLiteStore(options.data_dir / "coordinator.db")
     await store.open()
-    coordinator = Coordinator(store)
-    app = create_app(coordinator, admin_token(data_dir), artifacts)
+    coordinator = Coordinator(store, credential_ttl=options.credential_ttl)
+    await coordinator.access.ensure_admin_token(options.data_dir / "admin.token")
+    return coordinator
+
+
+async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> None:
+    context = None if options.insecure_http else tls_context(options.pki())
+    artifacts = options.artifacts or options.data_dir / "artifacts"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    coordinator = await open_coordinator(options)
+    ca_pem = None if options.insecure_http else options.pki().ca_cert.read_text()
+    app = create_app(coordinator, artifacts, Settings(
+        advertise_url=options.url(), ca_pem=ca_pem, register_rate=options.register_rate))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
-    await site.start()
-    print(f"coordinator listening on http://{host}:{port} (data in {data_dir})", flush=True)
-    reconciler = asyncio.create_task(coordinator.run())
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    if ready is not None:
-        ready.set()
     try:
-        await stop.wait()
+        site = web.TCPSite(runner, options.host, options.port, reuse_address=True,
+                           ssl_context=context)
+        await site.start()
+        scheme = "http" if context is None else "https"
+        print(f"coordinator listening on {scheme}://{options.host}:{options.port} "
+              f"(data in {options.data_dir}; agents use {options.url()})", flush=True)
+        reconciler = asyncio.create_task(coordinator.run())
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        if ready is not None:
+            ready.set()
+        try:
+            await stop.wait()
+        finally:
+            reconciler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reconciler
+            coordinator.notifier.wake_all()
     finally:
-        reconciler.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reconciler
         await runner.cleanup()
-        await store.close()
+        await coordinator.store.close()
 
 
-def serve_forever(data_dir: Path, host: str, port: int, artifacts: Path | None) -> None:
+def serve_forever(options: ServeOptions) -> None:
     try:
-        asyncio.run(serve(data_dir, host, port, artifacts))
+        asyncio.run(serve(options))
+    except SetupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
     except OSError as exc:
-        print(f"error: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
+        print(f"error: cannot listen on {options.host}:{options.port}: {exc.strerror}",
+              file=sys.stderr)
         sys.exit(1)

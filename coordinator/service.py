@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from coordinator import planner
+from coordinator.access import Access
+from coordinator.errors import Conflict, NotFound, Unauthorized
 from coordinator.model import (
     PHASE_OF_STATE,
     ClusterSpec,
@@ -24,8 +26,8 @@ from coordinator.model import (
     Role,
 )
 from coordinator.notifier import Notifier
-from coordinator.store.base import Event, Store, StoredCluster
-from coordinator.tokens import new_token, token_hash
+from coordinator.store.base import Event, JoinToken, Store, StoredCluster
+from coordinator.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS, new_token, token_hash
 from nodeagent.protocol import (
     Assignment,
     ItemReport,
@@ -37,22 +39,13 @@ from nodeagent.protocol import (
 log = logging.getLogger("coordinator")
 
 
-class NotFound(Exception):
-    pass
-
-
-class Conflict(Exception):
-    pass
-
-
-class Unauthorized(Exception):
-    pass
-
-
 class Coordinator:
-    def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time,
+                 credential_ttl: float | None = DEFAULT_CREDENTIAL_TTL_SECONDS) -> None:
         self.store = store
         self.clock = clock
+        self.credential_ttl = credential_ttl  # None: machine credentials never expire
+        self.access = Access(store, clock)
         self.notifier = Notifier()
         self._lock = asyncio.Lock()
         self._kick = asyncio.Event()
@@ -93,30 +86,31 @@ class Coordinator:
             await self.delete_machine(machine.id)
         self.kick()
 
-    async def create_join_token(self, cluster: str) -> str:
-        stored = await self.cluster(cluster)
-        if stored.deleting:
-            raise Conflict(f"cluster {cluster} is being deleted")
-        token = new_token("join")
-        await self.store.add_join_token(cluster, token_hash(token), self.clock())
-        return token
+    async def create_join_token(self, cluster: str, ttl: float | None,
+                                max_uses: int | None) -> tuple[str, JoinToken]:
+        await self.cluster(cluster)
+        return await self.access.create_join_token(cluster, ttl, max_uses)
 
     # -- agents -------------------------------------------------------------------
     async def register(self, request: RegisterRequest) -> RegisterResponse:
-        cluster = await self.store.cluster_for_join_token(token_hash(request.join_token))
-        if cluster is None:
-            raise Unauthorized("unknown join token")
+        cluster = await self.access.consume_join_token(request.join_token)
         stored = await self.cluster(cluster)
         settings = stored.spec.settings
         credential = new_token("machine")
         now = self.clock()
+        expires = self._credential_expiry(now)
         async with self._lock:
             existing = next((m for m in await self.store.list_machines(cluster)
                              if m.hostname == request.hostname), None)
+            if existing is not None and existing.approved:
+                # A join token must never let a second node take over an admitted one.
+                raise Conflict(f"{request.hostname} is already a member of {cluster} "
+                               f"({existing.state.value}); delete it first to register anew")
             precheck = request.precheck.model_dump(mode="json", by_alias=True)
             if existing is not None:
                 machine = replace(existing, ip=request.ip, facts=request.facts, precheck=precheck,
-                                  credential_hash=token_hash(credential), last_seen=now,
+                                  credential_hash=token_hash(credential),
+                                  credential_expires_at=expires, last_seen=now,
                                   responding=True, generation=existing.generation + 1)
                 message = f"{request.hostname} registered again; its credential was replaced"
             else:
@@ -124,7 +118,7 @@ class Coordinator:
                     id=str(uuid.uuid4()), cluster=cluster, hostname=request.hostname,
                     ip=request.ip, facts=request.facts, precheck=precheck,
                     created_at=now, state_since=now, last_seen=now,
-                    credential_hash=token_hash(credential),
+                    credential_hash=token_hash(credential), credential_expires_at=expires,
                 )
                 if settings.auto_approve and not machine.precheck_failures():
                     machine = replace(machine, approved=True, role=settings.auto_approve_role)
@@ -139,7 +133,38 @@ class Coordinator:
                                           {"role": machine.role}))
             await self.store.commit([machine], events)
         self.kick()
-        return RegisterResponse(machine_id=machine.id, credential=credential)
+        return RegisterResponse(machine_id=machine.id, credential=credential,
+                                credential_expires_at=expires)
+
+    def _credential_expiry(self, now: float) -> float | None:
+        return now + self.credential_ttl if self.credential_ttl else None
+
+    async def rotate_credential(self, machine_id: str, credential: str) -> float | None:
+        """Replace a machine's credential with one its agent chose (and saved before asking,
+        so a lost answer never locks it out). Returns the new expiry."""
+        if len(credential) < 32:
+            raise Conflict("a new credential must be at least 32 characters")
+        async with self._lock:
+            machine = await self._machine(machine_id)
+            expires = self._credential_expiry(self.clock())
+            updated = replace(machine, credential_hash=token_hash(credential),
+                              credential_expires_at=expires)
+            await self.store.commit([updated], [self._event(
+                machine.cluster, "credential", f"{machine.hostname} rotated its credential",
+                updated, {"expires_at": expires})])
+        return expires
+
+    async def revoke_credential(self, machine_id: str) -> Machine:
+        """The machine stays listed, but its agent is refused until it is deleted and joins
+        again."""
+        async with self._lock:
+            machine = await self._machine(machine_id)
+            updated = replace(machine, credential_hash="", credential_expires_at=None)
+            await self.store.commit([updated], [self._event(
+                machine.cluster, "credential", f"{machine.hostname}: credential revoked",
+                updated)])
+        self.notifier.wake([machine.id])
+        return updated
 
     async def update_precheck(self, machine_id: str, report: PrecheckReport) -> Machine:
         """A Pending machine re-ran its prechecks (e.g. after the operator fixed something)."""
@@ -162,6 +187,10 @@ class Coordinator:
         machine = await self.store.machine_by_credential(token_hash(credential))
         if machine is None:
             raise Unauthorized("unknown or revoked machine credential")
+        if machine.credential_expires_at is not None and \
+                self.clock() >= machine.credential_expires_at:
+            raise Unauthorized(f"the credential of {machine.hostname} expired: delete the "
+                               "machine and let it join again")
         return machine
 
     async def authenticate(self, machine_id: str, credential: str) -> Machine:
@@ -357,6 +386,13 @@ class Coordinator:
             except Exception:  # a bad pass must not stop the loop; the next one retries
                 log.exception("reconcile pass failed")
                 await asyncio.sleep(tick)
+
+    async def audit(self, actor: str, method: str, path: str, status: int,
+                    cluster: str = "") -> None:
+        """Record an admin change: who, what, when (the event's time)."""
+        await self.store.commit([], [self._event(
+            cluster, "audit", f"{actor}: {method} {path} -> {status}",
+            data={"actor": actor, "method": method, "path": path, "status": status})])
 
     # -- helpers ----------------------------------------------------------------------
     async def _machine(self, machine_id: str) -> Machine:

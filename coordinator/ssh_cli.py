@@ -66,8 +66,7 @@ def _run_ssh(targets: tuple[str, ...], key: str, known_hosts: str | None,
               help="Where to install the agent.")
 @ssh_options
 @click.option("--cluster", "cluster_name", help="Create a join token for this cluster.")
-@click.option("--join-string", help="Use this join string instead of creating a token.")
-@click.option("--agent-url", help="URL the agent reaches the coordinator at (default: --url).")
+@click.option("--join", "join_string", help="Use this join string instead of creating a token.")
 @click.option("--role", type=click.Choice(["manager", "worker"]),
               help="Role the agent checks minimums for.")
 @click.option("--packages", "packages_dir", envvar="COORDINATOR_AGENT_PACKAGES", default="dist",
@@ -76,23 +75,26 @@ def _run_ssh(targets: tuple[str, ...], key: str, known_hosts: str | None,
 @click.pass_context
 def machines_add(ctx: click.Context, target: str, key: str, known_hosts: str | None,
                  host_key: str | None, cluster_name: str | None, join_string: str | None,
-                 agent_url: str | None, role: str | None, packages_dir: str) -> None:
+                 role: str | None, packages_dir: str) -> None:
     """Install the agent on a host over SSH: detect its OS, copy and install the matching
-    package, write its config with a join string, enable and start the service."""
-    from coordinator.cli import _call, _join_string
+    package, write its config with a join string, enable and start the service.
+
+    With --cluster, the join token made for it is good for one registration within an hour.
+    """
+    from coordinator.cli import _call
     from coordinator.ssh import install_agent
-    from nodeagent.joinstring import parse_join_string
+    from nodeagent.joinstring import BadJoinString, decode
 
     if bool(cluster_name) == bool(join_string):
-        raise click.UsageError("give --cluster (to create a join token) or --join-string")
+        raise click.UsageError("give --cluster (to create a join token) or --join")
     if join_string:
         try:
-            parse_join_string(join_string)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--join-string") from None
+            decode(join_string)
+        except BadJoinString as exc:
+            raise click.BadParameter(str(exc), param_hint="--join") from None
     else:
-        token = _call(ctx, "POST", f"/v1/clusters/{cluster_name}/join-tokens")["token"]
-        join_string = _join_string(ctx, token, agent_url)
+        join_string = _call(ctx, "POST", f"/v1/clusters/{cluster_name}/join-tokens",
+                            body={"ttl": "1h", "maxUses": 1})["join"]
     _run_ssh((target,), key, known_hosts, host_key, lambda ssh: install_agent(
         ssh, Path(packages_dir), join_string, cast("Role | None", role), click.echo))
 
@@ -107,20 +109,25 @@ def agents() -> None:
 @click.option("--ssh", "targets", required=True, multiple=True, metavar="USER@HOST[:PORT]",
               help="A host whose agent moves (repeat for more).")
 @ssh_options
-def agents_retarget(new_url: str, targets: tuple[str, ...], key: str, known_hosts: str | None,
-                    host_key: str | None) -> None:
-    """Move agents to another coordinator (which must know their machines, e.g. from a
-    copy of this one's data): set coordinator.url in their config and restart them."""
+@click.pass_context
+def agents_retarget(ctx: click.Context, new_url: str, targets: tuple[str, ...], key: str,
+                    known_hosts: str | None, host_key: str | None) -> None:
+    """Move agents to another coordinator that carries this one's data and CA (a copy of
+    its data directory, pki/ included): set coordinator.url in their config, restart them."""
+    from pydantic import ValidationError
+
     from coordinator.client import AdminClient, ClientError
     from coordinator.ssh import retarget_agent
-    from nodeagent.joinstring import check_coordinator_url
+    from nodeagent.config import CoordinatorConfig
 
     try:
-        check_coordinator_url(new_url)
-    except ValueError as exc:
-        raise click.BadParameter(f"{new_url}: {exc}", param_hint="--url") from None
-    try:
-        AdminClient(new_url, None, timeout=10).get("/healthz")
+        CoordinatorConfig(url=new_url)
+    except ValidationError as exc:
+        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise click.BadParameter(f"{new_url}: {message}", param_hint="--url") from None
+    try:  # with the CA given to `coordinator --ca`, which the agents' kept CA must match
+        AdminClient(new_url, None, timeout=10, ca_file=ctx.find_root().params["ca_file"]
+                    ).get("/healthz")
     except ClientError as exc:
         click.echo(f"error: the new coordinator does not answer, no agent moved: {exc}",
                    err=True)

@@ -1,10 +1,25 @@
-"""Secrets handed to people and agents: generated with the OS's CSPRNG, stored only as hashes."""
+"""Secrets handed to people and agents: generated with the OS's CSPRNG, stored only as hashes,
+and the rules that say whether a presented one is good now (pure: the clock is an argument)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from coordinator.store.base import AdminToken, JoinToken
+
+ADMIN = "admin"
+READ_ONLY = "read-only"
+ADMIN_ROLES = (ADMIN, READ_ONLY)
+DEFAULT_JOIN_TTL_SECONDS = 24 * 3600.0
+DEFAULT_CREDENTIAL_TTL_SECONDS = 365 * 24 * 3600.0
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def new_token(prefix: str) -> str:
@@ -15,5 +30,40 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def token_id(hashed: str) -> str:
+    """The public name of a stored token: a prefix of its hash, useless for authenticating."""
+    return hashed[:12]
+
+
 def same_token(presented: str, expected: str) -> bool:
     return hmac.compare_digest(presented.encode(), expected.encode())
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '15m', '24h', '365d' or plain seconds; 0 means 'never expires' to callers."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration (e.g. 90s, 15m, 24h, 365d)")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def join_refusal(token: JoinToken | None, now: float) -> str | None:
+    """Why a join token cannot be used at `now`, or None when it can."""
+    if token is None:
+        return "unknown join token"
+    if token.revoked:
+        return f"join token {token.id} was revoked"
+    if token.expires_at is not None and now >= token.expires_at:
+        return f"join token {token.id} expired"
+    if token.max_uses is not None and token.uses >= token.max_uses:
+        return f"join token {token.id} was used {token.uses} times, its limit"
+    return None
+
+
+def admin_refusal(token: AdminToken | None, method: str) -> tuple[int, str] | None:
+    """(HTTP status, reason) when this admin token may not make a request with `method`."""
+    if token is None or token.revoked:
+        return 401, "unknown or revoked admin token"
+    if token.role != ADMIN and method not in ("GET", "HEAD", "OPTIONS"):
+        return 403, f"admin token {token.name!r} is {token.role}: it may only read"
+    return None

@@ -120,9 +120,9 @@ def check_config(config_path: str, quiet: bool) -> None:
     if Path(config_path).exists():
         config = _load_config(config_path)
         if not config.coordinator.url:
-            missing.append("coordinator.url (or joinString)")
-        if not config.join_token and load_identity(Path(config.state_dir)) is None:
-            missing.append("joinToken (or joinString), as the machine is not registered yet")
+            missing.append("coordinator.url (or join)")
+        if not config.join_token and load_identity(Path(config.state_dir) / "identity.json") is None:
+            missing.append("joinToken (or join), as the machine is not registered yet")
     else:
         missing.append("the config file itself")
     if not quiet:
@@ -176,7 +176,7 @@ def run(config_path: str, root: str, log_level: str) -> None:
                         format=stamp + "%(levelname)s %(name)s: %(message)s")
     config = _load_config(config_path)
     try:
-        asyncio.run(Agent(config, Host(root)).run())
+        asyncio.run(Agent(config, Host(root), config_path).run())
     except AgentError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CHECK_FAILED)

@@ -3,21 +3,24 @@ and carries its own credential."""
 
 from __future__ import annotations
 
+import json
+import ssl
 from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from typing import Any
+from urllib.parse import quote, urlencode
 
-import aiohttp
 from pydantic import BaseModel
 
+from nodeagent import http_client
 from nodeagent.protocol import (
     Assignment,
     ItemReport,
     PrecheckReport,
     RegisterRequest,
     RegisterResponse,
+    RotateRequest,
+    RotateResponse,
 )
-
-M = TypeVar("M", bound=BaseModel)
 
 
 class Unreachable(Exception):
@@ -33,40 +36,45 @@ class Rejected(Exception):
 
 
 class CoordinatorClient:
-    def __init__(self, url: str, proxy: str | None = None, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, proxy: str | None = None, timeout: float = 10.0,
+                 context: ssl.SSLContext | None = None) -> None:
         self.url = url.rstrip("/")
         self.proxy = proxy
         self.timeout = timeout
-        self._session: aiohttp.ClientSession | None = None
+        self.context = context  # whom to trust over https: the coordinator's pinned CA
 
-    async def __aenter__(self) -> CoordinatorClient:
-        self._session = aiohttp.ClientSession(trust_env=False)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._session is not None:
-            await self._session.close()
+    def _headers(self, credential: str | None) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if credential:
+            headers["Authorization"] = f"Bearer {credential}"
+        return headers
 
     async def _call(self, method: str, path: str, credential: str | None = None,
                     body: BaseModel | None = None, params: dict[str, str] | None = None,
                     timeout: float | None = None) -> Any:
-        assert self._session is not None, "use the client as an async context manager"
-        headers = {"Authorization": f"Bearer {credential}"} if credential else {}
-        json_body = body.model_dump(mode="json", by_alias=True) if body is not None else None
+        headers = self._headers(credential)
+        data = None
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+            data = body.model_dump_json(by_alias=True).encode()
+        url = self.url + path + (f"?{urlencode(params)}" if params else "")
         try:
-            async with self._session.request(
-                method, self.url + path, json=json_body, params=params, headers=headers,
-                proxy=self.proxy, timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
-            ) as response:
-                if response.status >= 500:
-                    raise Unreachable(f"{method} {path}: HTTP {response.status}")
-                payload = await response.json(content_type=None)
-                if response.status >= 400:
-                    message = payload.get("error") if isinstance(payload, dict) else None
-                    raise Rejected(response.status, message or response.reason or "")
-                return payload
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise Unreachable(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+            reply = await http_client.request(method, url, headers=headers, body=data,
+                                              proxy=self.proxy, timeout=timeout or self.timeout,
+                                              context=self.context)
+        except http_client.TransportError as exc:
+            raise Unreachable(f"{method} {path}: {exc}") from None
+        if reply.status >= 500 or reply.status == 429:  # 429: registering too fast, wait
+            raise Unreachable(f"{method} {path}: HTTP {reply.status} {reply.reason}")
+        try:
+            payload = json.loads(reply.body) if reply.body else None
+        except ValueError:
+            raise Unreachable(f"{method} {path}: HTTP {reply.status} with a body that is "
+                              f"not JSON") from None
+        if reply.status >= 400:
+            message = payload.get("error") if isinstance(payload, dict) else None
+            raise Rejected(reply.status, message or reply.reason)
+        return payload
 
     async def register(self, request: RegisterRequest) -> RegisterResponse:
         return RegisterResponse.model_validate(
@@ -86,21 +94,27 @@ class CoordinatorClient:
     async def precheck(self, machine_id: str, credential: str, report: PrecheckReport) -> None:
         await self._call("POST", f"/v1/agent/machines/{machine_id}/precheck", credential, report)
 
+    async def rotate(self, machine_id: str, credential: str, new: str) -> RotateResponse:
+        return RotateResponse.model_validate(await self._call(
+            "POST", f"/v1/agent/machines/{machine_id}/credential", credential,
+            RotateRequest(credential=new)))
+
     async def heartbeat(self, machine_id: str, credential: str) -> None:
         await self._call("POST", f"/v1/agent/machines/{machine_id}/heartbeat", credential)
 
     async def artifact(self, credential: str, name: str) -> AsyncIterator[bytes]:
         """Stream an artifact from the coordinator's store."""
-        assert self._session is not None
+        chunks = http_client.stream(f"{self.url}/v1/artifacts/{quote(name)}",
+                                    headers=self._headers(credential), proxy=self.proxy,
+                                    timeout=self.timeout * 3, context=self.context)
         try:
-            async with self._session.get(
-                f"{self.url}/v1/artifacts/{name}", proxy=self.proxy,
-                headers={"Authorization": f"Bearer {credential}"},
-                timeout=aiohttp.ClientTimeout(total=None, sock_read=self.timeout * 3),
-            ) as response:
-                if response.status >= 400:
-                    raise Rejected(response.status, f"artifact {name}")
-                async for chunk in response.content.iter_chunked(1 << 16):
-                    yield chunk
-        except aiohttp.ClientError as exc:
-            raise Unreachable(f"artifact {name}: {exc}") from exc
+            async for chunk in chunks:
+                yield chunk
+        except http_client.BadStatus as exc:
+            if exc.status >= 500:
+                raise Unreachable(f"artifact {name}: {exc}") from None
+            raise Rejected(exc.status, f"artifact {name}: {exc.reason}") from None
+        except http_client.TransportError as exc:
+            raise Unreachable(f"artifact {name}: {exc}") from None
+        finally:
+            await chunks.aclose()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from nodeagent.joinstring import check_coordinator_url, parse_join_string
+from nodeagent import joinstring
 from nodeagent.validation import InvalidDocument, Problem, load_model
 
 DEFAULT_CONFIG_PATH = "/etc/nodeagent/config.yaml"
@@ -22,14 +23,29 @@ class _Section(BaseModel):
 
 class CoordinatorConfig(_Section):
     url: str | None = None
+    ca_file: str | None = Field(default=None, description="CA to trust for an https coordinator "
+                                "(else the one pinned by the join string)")
     health_path: str = "/healthz"
     timeout: float = Field(default=2.0, gt=0, le=60)
 
     @field_validator("url")
     @classmethod
     def _url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
         # Caught here, not when the coordinator check parses the URL and crashes on it.
-        return value if value is None else check_coordinator_url(value)
+        parts = urlsplit(value)
+        if not parts.hostname:
+            raise ValueError("must name a host, e.g. https://coordinator.example:8443")
+        try:
+            port = parts.port
+        except ValueError:
+            port = 0
+        if port == 0:
+            raise ValueError("port must be a number from 1 to 65535")
+        return value
 
 
 def _ntp_server(value: str) -> str:
@@ -61,10 +77,9 @@ class Thresholds(_Section):
 
 class AgentConfig(_Section):
     role: Role = "worker"
+    join: str | None = Field(default=None, description="join string: coordinator URL, join "
+                             "token and CA hash in one (coordinator join-token create)")
     join_token: str | None = Field(default=None, description="used once, to register")
-    join_string: str | None = Field(
-        default=None, description="coordinator URL and join token in one string; "
-        "an explicit coordinator.url wins (that is how agents are retargeted)")
     state_dir: str = "/var/lib/nodeagent"
     heartbeat_seconds: float = Field(default=10.0, gt=0, le=300)
     ignore_prechecks: list[str] = Field(
@@ -75,24 +90,27 @@ class AgentConfig(_Section):
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
     thresholds: Thresholds = Field(default_factory=Thresholds)
 
-    @field_validator("join_string")
+    @field_validator("join")
     @classmethod
-    def _join_string(cls, value: str | None) -> str | None:
+    def _join(cls, value: str | None) -> str | None:
         if value is not None:
-            parse_join_string(value)
+            joinstring.decode(value)  # BadJoinString is a ValueError: reported as `join`
         return value
 
     @model_validator(mode="after")
-    def _expand_join_string(self) -> Self:
-        if self.join_string is None:
-            return self
-        join = parse_join_string(self.join_string)
-        if self.join_token is not None and self.join_token != join.token:
-            raise ValueError("joinToken and joinString name different tokens: keep one")
-        self.join_token = join.token
-        if self.coordinator.url is None:
-            self.coordinator.url = join.url
+    def _join_fills_in(self) -> AgentConfig:
+        """A join string supplies the coordinator URL and token unless they are given."""
+        if self.join is not None:
+            decoded = joinstring.decode(self.join)
+            if self.coordinator.url is None:
+                self.coordinator.url = decoded.url
+            if self.join_token is None:
+                self.join_token = decoded.token
         return self
+
+    @property
+    def ca_hash(self) -> str | None:
+        return joinstring.decode(self.join).ca_hash if self.join else None
 
 
 def split_host_port(server: str, default_port: int) -> tuple[str, int]:

@@ -9,58 +9,70 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import random
+import secrets
+import ssl
+import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nodeagent import sdnotify
+from nodeagent import sdnotify, trust
 from nodeagent.atomic import atomic_write
 from nodeagent.backoff import delay
 from nodeagent.client import CoordinatorClient, Rejected, Unreachable
 from nodeagent.config import AgentConfig
-from nodeagent.facts import collect
 from nodeagent.host import Host
 from nodeagent.items.runner import run_phase
 from nodeagent.journal import Journal
-from nodeagent.prechecks import CHECKS, NAMES
-from nodeagent.prechecks.base import CheckContext
-from nodeagent.prechecks.runner import resolve_ignores, run_checks
 from nodeagent.protocol import Assignment, ItemReport, PrecheckReport, RegisterRequest, Status
 from nodeagent.proxy import proxy_for
 
 T = TypeVar("T")
 log = logging.getLogger("nodeagent")
 LONG_POLL_SECONDS = 30.0
+CHILD_TIMEOUT_SECONDS = 120.0
 
 
 class AgentError(Exception):
     """A condition the agent cannot recover from by retrying (bad token, removed machine)."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Identity:
+    """The machine's own credential. Mutable: a rotation updates it in place for every task
+    that holds it."""
+
     machine_id: str
     credential: str
+    issued_at: float = 0.0
+    expires_at: float | None = None
+
+    def due_for_rotation(self, now: float) -> bool:
+        """Two thirds into its life, like kubelet's certificate rotation."""
+        if self.expires_at is None:
+            return False
+        return now >= self.issued_at + (self.expires_at - self.issued_at) * 2 / 3
 
 
-def load_identity(state_dir: Path) -> Identity | None:
+def load_identity(path: Path) -> Identity | None:
     try:
-        data = json.loads((state_dir / "identity.json").read_text())
-        return Identity(data["machine_id"], data["credential"])
-    except (OSError, ValueError, KeyError):
+        data = json.loads(path.read_text())
+        return Identity(data["machine_id"], data["credential"], data.get("issued_at", 0.0),
+                        data.get("expires_at"))
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def save_identity(state_dir: Path, identity: Identity) -> None:
-    atomic_write(state_dir / "identity.json",
-                 json.dumps({"machine_id": identity.machine_id,
-                             "credential": identity.credential}).encode(), mode=0o600)
+def save_identity(path: Path, identity: Identity) -> None:
+    atomic_write(path, json.dumps(dataclasses.asdict(identity)).encode(), mode=0o600)
 
 
 class Reporter:
@@ -94,25 +106,30 @@ class Reporter:
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, host: Host, rand: random.Random | None = None) -> None:
+    def __init__(self, config: AgentConfig, host: Host, config_path: str | None = None,
+                 rand: random.Random | None = None) -> None:
         if not config.coordinator.url:
             raise AgentError("coordinator.url is not set in the config file")
         self.config = config
+        self.config_path = config_path
         self.host = host
         self.state_dir = Path(config.state_dir)
         self.rand = rand or random.Random()
-        proxy = proxy_for(config.coordinator.url, config.proxy, os.environ)
-        self.client = CoordinatorClient(config.coordinator.url, proxy,
+        self.proxy = proxy_for(config.coordinator.url, config.proxy, os.environ)
+        self.client = CoordinatorClient(config.coordinator.url, self.proxy,
                                         timeout=config.coordinator.timeout * 5)
+        self.identity_path = self.state_dir / "identity.json"
+        self.next_identity_path = self.state_dir / "identity.next.json"
 
     async def run(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         # Ready as soon as it runs: registering may wait long for the coordinator, and
         # systemd must neither time the start out nor miss watchdog pings meanwhile.
         sdnotify.ready()
-        async with self.client, _background(_watchdog()):
+        async with _background(_watchdog()):
+            self.client.context = await self._trust()
             rechecks: list[Coroutine[Any, Any, None]] = []
-            identity = load_identity(self.state_dir)
+            identity = await self._settle_rotation(load_identity(self.identity_path))
             if identity is None:
                 report = await self._precheck()
                 identity = await self._register(report)
@@ -123,10 +140,89 @@ class Agent:
             async with _background(reporter.run(), self._heartbeat(identity), *rechecks):
                 await self._follow(identity, journal, reporter)
 
+    async def _trust(self) -> ssl.SSLContext | None:
+        """The TLS context for an https coordinator: its CA from the config, or the one the
+        join string pins (fetched and checked once, then kept in the state dir)."""
+        url = self.config.coordinator.url or ""
+        if not url.startswith("https://"):
+            return None
+        if self.config.coordinator.ca_file:
+            return trust.context_for(Path(self.config.coordinator.ca_file))
+        kept = self.state_dir / "ca.crt"
+        if not kept.exists():
+            pin = self.config.ca_hash
+            if pin is None:
+                raise AgentError(f"{url} is https but there is no CA to trust: set "
+                                 "coordinator.caFile or use a join string (join:)")
+            try:
+                await trust.fetch_pinned_ca(url, pin, kept, self.proxy,
+                                            self.config.coordinator.timeout * 5)
+            except trust.TrustError as exc:
+                raise AgentError(str(exc)) from None
+            log.info("trusting the coordinator's CA %s", pin)
+        return trust.context_for(kept)
+
+    async def _settle_rotation(self, identity: Identity | None) -> Identity | None:
+        """A rotation cut short (crash, lost answer) left identity.next.json: whichever of the
+        two credentials the coordinator accepts is the machine's. While it cannot tell,
+        both are kept."""
+        pending = load_identity(self.next_identity_path)
+        if identity is None or pending is None:
+            return identity
+        try:
+            await self.client.heartbeat(pending.machine_id, pending.credential)
+        except Unreachable:
+            return identity
+        except Rejected:
+            self.next_identity_path.unlink(missing_ok=True)
+            return identity
+        save_identity(self.identity_path, pending)
+        self.next_identity_path.unlink(missing_ok=True)
+        log.info("credential rotation completed")
+        return pending
+
+    async def _rotate(self, identity: Identity) -> None:
+        """Choose the next credential and save it before asking, so that a lost answer never
+        locks the machine out (see _settle_rotation). Updates identity in place."""
+        if self.next_identity_path.exists():
+            current = await self._settle_rotation(identity)
+        else:
+            now = time.time()
+            candidate = Identity(identity.machine_id, "machine_" + secrets.token_urlsafe(32), now)
+            save_identity(self.next_identity_path, candidate)
+            answer = await self.client.rotate(identity.machine_id, identity.credential,
+                                              candidate.credential)
+            candidate.expires_at = answer.credential_expires_at
+            save_identity(self.identity_path, candidate)
+            self.next_identity_path.unlink(missing_ok=True)
+            current = candidate
+            log.info("credential rotated; the new one expires at %s", candidate.expires_at)
+        assert current is not None
+        identity.credential, identity.issued_at = current.credential, current.issued_at
+        identity.expires_at = current.expires_at
+
+    async def _own_command(self, *args: str) -> str:
+        """Output of `nodeagent ARGS --root ROOT` in a child process. Prechecks and facts load
+        DNS, netlink, NTP and process-table libraries the idle daemon has no use for; in a
+        child they give their memory back when it exits."""
+        argv = [*_own_argv(), *args, "--root", str(self.host.root)]
+        try:
+            result = await self.host.run(argv, timeout=CHILD_TIMEOUT_SECONDS)
+        except TimeoutError:
+            raise AgentError(f"`nodeagent {args[0]}` did not finish within "
+                             f"{CHILD_TIMEOUT_SECONDS:.0f}s") from None
+        if result.returncode not in (0, 1):
+            raise AgentError(f"`nodeagent {args[0]}` failed (exit {result.returncode}): "
+                             f"{result.stderr.strip()}")
+        return result.stdout
+
     async def _precheck(self) -> PrecheckReport:
-        ignored = resolve_ignores(self.config.ignore_prechecks, NAMES)
-        ctx = CheckContext(self.host, self.config, self.config.role)
-        report = await run_checks(CHECKS, ctx, ignored)
+        args = ["precheck", "--output", "json", "--role", self.config.role]
+        if self.config_path:
+            args += ["--config", self.config_path]
+        if self.config.ignore_prechecks:
+            args += ["--ignore", ",".join(self.config.ignore_prechecks)]
+        report = PrecheckReport.model_validate_json(await self._own_command(*args))
         failures = [f"{c.name}: {c.message}" for c in report.checks if c.status is Status.FAIL]
         if failures:
             log.warning("hard prechecks failed: %s", "; ".join(failures))
@@ -136,12 +232,13 @@ class Agent:
     async def _register(self, report: PrecheckReport) -> Identity:
         if not self.config.join_token:
             raise AgentError("not registered yet and no joinToken in the config file")
-        facts = await asyncio.to_thread(collect, self.host)
+        facts = json.loads(await self._own_command("facts", "--output", "json"))
         request = RegisterRequest(join_token=self.config.join_token, hostname=report.hostname,
                                   ip=facts.get("primary_ip"), facts=facts, precheck=report)
         response = await self._retry("register", partial(self.client.register, request))
-        identity = Identity(response.machine_id, response.credential)
-        save_identity(self.state_dir, identity)
+        identity = Identity(response.machine_id, response.credential, time.time(),
+                            response.credential_expires_at)
+        save_identity(self.identity_path, identity)
         log.info("registered as machine %s", identity.machine_id)
         return identity
 
@@ -179,7 +276,7 @@ class Agent:
                     raise AgentError(
                         f"{what}: the coordinator does not know this machine's credential "
                         f"({exc}); it was deleted or the state dir is stale. Remove "
-                        f"{self.state_dir / 'identity.json'} to register again") from exc
+                        f"{self.identity_path} to register again") from exc
                 raise AgentError(f"{what}: {exc}") from exc
 
     async def _follow(self, identity: Identity, journal: Journal, reporter: Reporter) -> None:
@@ -217,8 +314,17 @@ class Agent:
     async def _heartbeat(self, identity: Identity) -> None:
         while True:
             with contextlib.suppress(Unreachable, Rejected):
+                if identity.due_for_rotation(time.time()):
+                    await self._rotate(identity)
                 await self.client.heartbeat(identity.machine_id, identity.credential)
             await asyncio.sleep(self.config.heartbeat_seconds)
+
+
+def _own_argv() -> list[str]:
+    """How to run this agent's own command line: a frozen bundle is its own executable."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable]
+    return [sys.executable, "-m", "nodeagent"]
 
 
 async def _watchdog() -> None:

@@ -18,8 +18,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-import psutil
-
 
 @dataclass(frozen=True)
 class CommandResult:
@@ -151,6 +149,8 @@ class Host:
 
 
 def _scan_processes() -> list[ProcessInfo]:
+    import psutil  # lazily: the idle daemon never needs it
+
     found = []
     for proc in psutil.process_iter(["pid", "name", "exe", "cmdline"]):
         info = proc.info
@@ -166,6 +166,8 @@ def _scan_processes() -> list[ProcessInfo]:
 
 
 def _scan_listeners() -> list[Listener]:
+    import psutil
+
     found = []
     for conn in psutil.net_connections(kind="inet"):
         if not conn.laddr:

@@ -1,71 +1,67 @@
-"""Join strings: everything a node needs to join, in one string an operator can paste.
-
-`nodeagent-join-v1:` followed by base64url(JSON) of {"url": ..., "token": ...}. The JSON
-form leaves room for what the TLS issue adds (a CA pin, e.g. "caSha256"): a field this
-agent does not know is refused, never ignored, so an older agent can never silently drop a
-pin it was given and trust any certificate.
-"""
+"""The one string a node needs to join safely: the coordinator's URL, a join token and the
+hash of the coordinator's CA certificate (as kubeadm's discovery-token-ca-cert-hash), so the
+agent can tell the real coordinator from anyone else before it trusts anything it says."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
+import re
+import ssl
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
-PREFIX = "nodeagent-join-v1:"
-KNOWN_FIELDS = frozenset({"url", "token"})
+PREFIX = "na1."
+_PIN = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
-def check_coordinator_url(value: str) -> str:
-    """The URL rules for a coordinator address; ValueError saying what is wrong."""
-    if not value.startswith(("http://", "https://")):
-        raise ValueError("must start with http:// or https://")
-    parts = urlsplit(value)
-    if not parts.hostname:
-        raise ValueError("must name a host, e.g. https://coordinator.example:8443")
-    try:
-        port = parts.port
-    except ValueError:
-        port = 0
-    if port == 0:
-        raise ValueError("port must be a number from 1 to 65535")
-    return value
+class BadJoinString(ValueError):
+    pass
 
 
 @dataclass(frozen=True)
 class JoinString:
     url: str
     token: str
+    ca_hash: str | None  # "sha256:<hex>" of the CA certificate (DER); None for plain HTTP
 
-    def __str__(self) -> str:
-        payload = json.dumps({"url": self.url, "token": self.token}, separators=(",", ":"))
-        return PREFIX + base64.urlsafe_b64encode(payload.encode()).decode().rstrip("=")
+    def encode(self) -> str:
+        document = {"url": self.url, "token": self.token, "caHash": self.ca_hash}
+        raw = json.dumps(document, separators=(",", ":")).encode()
+        return PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def parse_join_string(text: str) -> JoinString:
-    """The join string's fields; ValueError naming what is wrong with it."""
+def ca_hash(pem: str) -> str:
+    """The pin of a CA certificate: sha256 of its DER encoding."""
+    return "sha256:" + hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest()
+
+
+def make(url: str, token: str, ca_pem: str | None) -> str:
+    """The join string for a coordinator at url with this CA (None: plain HTTP)."""
+    return JoinString(url, token, ca_hash(ca_pem) if ca_pem else None).encode()
+
+
+def decode(text: str) -> JoinString:
     text = text.strip()
     if not text.startswith(PREFIX):
-        raise ValueError(f"a join string starts with {PREFIX!r}")
-    encoded = text[len(PREFIX):]
+        raise BadJoinString(f"a join string starts with {PREFIX!r} (get one with "
+                            "`coordinator join-token create`)")
+    body = text[len(PREFIX):]
     try:
-        fields = json.loads(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)))
+        document = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     except (binascii.Error, ValueError):
-        raise ValueError("the join string is damaged (not base64url-encoded JSON)") from None
-    if not isinstance(fields, dict):
-        raise ValueError("the join string is damaged (not a JSON object)")
-    unknown = sorted(set(fields) - KNOWN_FIELDS)
-    if unknown:
-        raise ValueError(f"the join string carries {', '.join(unknown)}, which this agent "
-                         "does not support: upgrade the agent")
-    missing = sorted(name for name in KNOWN_FIELDS if not isinstance(fields.get(name), str)
-                     or not fields[name])
-    if missing:
-        raise ValueError(f"the join string has no {', '.join(missing)}")
-    try:
-        check_coordinator_url(fields["url"])
-    except ValueError as exc:
-        raise ValueError(f"the join string's url {exc}") from None
-    return JoinString(fields["url"], fields["token"])
+        raise BadJoinString("the join string is damaged (not base64url JSON): copy it again") \
+            from None
+    if not isinstance(document, dict):
+        raise BadJoinString("the join string is damaged: copy it again")
+    url, token, pin = document.get("url"), document.get("token"), document.get("caHash")
+    if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+        raise BadJoinString("the join string has no coordinator URL")
+    if not isinstance(token, str) or not token:
+        raise BadJoinString("the join string has no token")
+    if pin is not None and (not isinstance(pin, str) or not _PIN.match(pin)):
+        raise BadJoinString("the join string's CA hash is not sha256:<64 hex digits>")
+    if url.startswith("https://") and pin is None:
+        raise BadJoinString("the join string names an https coordinator but no CA hash")
+    return JoinString(url, token, pin)

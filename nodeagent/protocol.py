@@ -180,6 +180,17 @@ class RegisterRequest(_Wire):
 class RegisterResponse(_Wire):
     machine_id: str
     credential: str = Field(description="per-machine bearer token for every later request")
+    credential_expires_at: float | None = Field(
+        default=None, description="unix time; the agent rotates the credential before it")
+
+
+class RotateRequest(_Wire):
+    credential: str = Field(min_length=32, max_length=256,
+                            description="the new credential, chosen and saved by the agent")
+
+
+class RotateResponse(_Wire):
+    credential_expires_at: float | None
 
 
 class Assignment(_Wire):

@@ -30,19 +30,21 @@ bundle() {  # NAME [pyinstaller options...]
     "$@" "packaging/${name}_main.py"
 }
 
-# Maintainer scripts: one set, specialised per package.
-scripts() {  # NAME RUN-ARGS READY-CHECK
+# Maintainer scripts: one set, specialised per package (its name, how it runs, and its
+# ready() check from packaging/NAME/ready.sh).
+scripts() {  # NAME RUN-ARGS
   mkdir -p "$BUILD/scripts/$1"
   for script in postinstall preremove postremove; do
-    sed -e "s|@NAME@|$1|g" -e "s|@BIN@|/opt/$1/$1|g" -e "s|@RUN@|$2|g" -e "s|@READY_CHECK@|$3|g" \
+    sed -e "s|@NAME@|$1|g" -e "s|@BIN@|/opt/$1/$1|g" -e "s|@RUN@|$2|g" \
+      -e "/@READY@/r packaging/$1/ready.sh" -e "/@READY@/d" \
       "packaging/scripts/$script.sh" > "$BUILD/scripts/$1/$script.sh"
   done
 }
 
 bundle nodeagent --collect-submodules nodeagent --collect-submodules pyroute2
 bundle coordinator --collect-submodules coordinator
-scripts nodeagent run "/opt/nodeagent/nodeagent check-config"
-scripts coordinator serve true
+scripts nodeagent run
+scripts coordinator serve
 
 mkdir -p "$DIST"
 for name in nodeagent coordinator; do

@@ -76,22 +76,29 @@ def main() -> None:
         raise SystemExit("demo: run as root (each agent gets its own hostname via unshare --uts)")
     base = Path(tempfile.mkdtemp(prefix="nodeagent-demo-"))
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    url = f"https://127.0.0.1:{port}"
+    data = base / "data"
+    ca = str(data / "pki" / "ca.crt")
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        print(f"== coordinator on {url}, SQLite store in {base / 'data'}")
+        print(f"== coordinator init: CA, server certificate and admin token in {data}")
+        subprocess.run([str(BIN / "coordinator"), "init", "--data-dir", str(data), "--name",
+                        "127.0.0.1", "--listen", f"127.0.0.1:{port}"], check=True,
+                       stdout=subprocess.DEVNULL)
+        print(f"== coordinator on {url} (TLS), SQLite store in {data}")
         procs.append(subprocess.Popen(
-            [str(BIN / "coordinator"), "serve", "--data-dir", str(base / "data"), "--listen",
+            [str(BIN / "coordinator"), "serve", "--data-dir", str(data), "--listen",
              f"127.0.0.1:{port}"], stdout=(base / "coordinator.log").open("wb"),
             stderr=subprocess.STDOUT))
-        token_file = base / "data" / "admin.token"
-        wait_until("the coordinator", lambda: token_file.exists()
-                   and AdminClient(url, None).get("/healthz"))
-        admin = AdminClient(url, token_file.read_text().strip())
+        admin = AdminClient(url, (data / "admin.token").read_text().strip(), ca_file=ca)
+        wait_until("the coordinator", lambda: admin.get("/healthz"))
         spec = (REPO / "examples" / "cluster.yaml").read_text()
         applied = admin.request("PUT", "/v1/clusters", text=spec, content_type="application/yaml")
         print(f"== cluster {applied['name']} applied: release {applied['release']}")
-        join = admin.request("POST", f"/v1/clusters/{applied['name']}/join-tokens")["token"]
+        join = admin.request("POST", f"/v1/clusters/{applied['name']}/join-tokens",
+                             body={"ttl": "1h", "maxUses": len(NODES)})["join"]
+        print("== join string (URL, token and the CA's hash, which each agent checks): "
+              f"{join[:40]}...")
 
         print("== prechecks of this host (what every simulated node sees of the kernel):")
         probe = node_root(base / "roots", "probe")
@@ -109,7 +116,7 @@ def main() -> None:
             root = node_root(base / "roots", hostname)
             config = base / f"{hostname}.yaml"
             config.write_text(json.dumps({
-                "coordinator": {"url": url, "timeout": 5}, "joinToken": join,
+                "join": join, "coordinator": {"timeout": 5},
                 "stateDir": str(root / "var/lib/nodeagent"), "heartbeatSeconds": 2,
                 "ignorePrechecks": failing,
             }))

@@ -3,29 +3,64 @@
 from __future__ import annotations
 
 import json
+import math
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from coordinator.api.bodies import AdminTokenBody, JoinTokenBody, RoleBody
 from coordinator.api.openapi import openapi_document
-from coordinator.api.views import cluster_view, event_view, machine_view
-from coordinator.model import ROLES, ClusterSpec, Machine
-from coordinator.service import Conflict, Coordinator, NotFound, Unauthorized
-from coordinator.tokens import same_token
-from nodeagent.protocol import ItemReport, PrecheckReport, RegisterRequest
+from coordinator.api.views import (
+    admin_token_view,
+    cluster_view,
+    event_view,
+    join_token_view,
+    machine_view,
+)
+from coordinator.errors import Conflict, Forbidden, NotFound, TooManyRequests, Unauthorized
+from coordinator.model import ClusterSpec, Machine
+from coordinator.ratelimit import RateLimiter
+from coordinator.service import Coordinator
+from coordinator.tokens import parse_duration
+from nodeagent import joinstring
+from nodeagent.protocol import (
+    ItemReport,
+    PrecheckReport,
+    RegisterRequest,
+    RotateRequest,
+    RotateResponse,
+)
 from nodeagent.validation import InvalidDocument, Problem, load_model, problems_from
 
 M = TypeVar("M", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+
+@dataclass(frozen=True)
+class Settings:
+    """How this coordinator presents itself: the URL agents use (it goes into join strings),
+    its CA certificate (None when serving plain HTTP), and the registration rate limit."""
+
+    advertise_url: str
+    ca_pem: str | None = None
+    register_rate: float = 5.0  # per second and client address; 0 turns the limit off
+    register_burst: int = 50
+
+
 COORDINATOR = web.AppKey("coordinator", Coordinator)
-ADMIN_TOKEN = web.AppKey("admin_token", str)
+SETTINGS = web.AppKey("settings", Settings)
+REGISTER_LIMIT = web.AppKey("register_limit", RateLimiter)
 ARTIFACTS = web.AppKey("artifacts", Path)
 MAX_WAIT_SECONDS = 60.0
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/v1/agent/register"})
+MAX_BODY_BYTES = 4 * 1024 * 1024
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/v1/ca.crt",
+                        "/v1/agent/register"})
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def _error(status: int, message: str, problems: list[Problem] | None = None) -> web.Response:
@@ -45,6 +80,14 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
                       exc.problems)
     except Unauthorized as exc:
         return _error(401, str(exc))
+    except Forbidden as exc:
+        return _error(403, str(exc))
+    except TooManyRequests as exc:
+        response = _error(429, str(exc))
+        response.headers["Retry-After"] = str(math.ceil(exc.retry_after))
+        return response
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, f"request body larger than {MAX_BODY_BYTES} bytes")
     except NotFound as exc:
         return _error(404, str(exc))
     except Conflict as exc:
@@ -61,18 +104,26 @@ def _bearer(request: web.Request) -> str:
 
 @web.middleware
 async def admin_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Admin routes need the admin token; agent routes authenticate per machine."""
+    """Admin routes need an admin token (read-only ones may only read), and every change
+    they make is audited; agent routes authenticate per machine in their handlers."""
     path = request.path
     if path in OPEN_PATHS or path.startswith(("/v1/agent/", "/v1/artifacts/")):
         return await handler(request)
-    if not same_token(_bearer(request), request.app[ADMIN_TOKEN]):
-        raise Unauthorized("invalid admin token")
-    return await handler(request)
+    token = await _c(request).access.authorize_admin(_bearer(request), request.method)
+    response = await handler(request)
+    if request.method not in READ_METHODS and response.status < 400:
+        await _c(request).audit(f"{token.name} ({token.id})", request.method, path,
+                                response.status, request.match_info.get("name", ""))
+    return response
 
 
-async def _body(request: web.Request, model: type[M]) -> M:
+async def _body(request: web.Request, model: type[M], optional: bool = False) -> M:
+    """The validated JSON body; with optional, an empty body means every field's default."""
+    text = await request.text()
+    if optional and not text.strip():
+        return model()
     try:
-        data = await request.json()
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidDocument([Problem("", f"body is not valid JSON: {exc.msg}", exc.lineno)]) from None
     try:
@@ -107,9 +158,22 @@ async def openapi(request: web.Request) -> web.Response:
     return web.json_response(openapi_document())
 
 
+async def ca_certificate(request: web.Request) -> web.Response:
+    """Public: agents fetch it once and check it against the hash in their join string."""
+    pem = request.app[SETTINGS].ca_pem
+    if pem is None:
+        raise NotFound("this coordinator serves plain HTTP and has no CA")
+    return web.Response(text=pem, content_type="application/x-pem-file")
+
+
 # -- agent --------------------------------------------------------------------------------
 
 async def register(request: web.Request) -> web.Response:
+    limiter = request.app.get(REGISTER_LIMIT)
+    if limiter is not None:
+        wait = limiter.wait(request.remote or "", time.monotonic())
+        if wait:
+            raise TooManyRequests("too many registrations from this address; retry later", wait)
     response = await _c(request).register(await _body(request, RegisterRequest))
     return web.json_response(response.model_dump(mode="json"), status=201)
 
@@ -135,6 +199,13 @@ async def precheck(request: web.Request) -> web.Response:
     machine = await _agent(request)
     await _c(request).update_precheck(machine.id, await _body(request, PrecheckReport))
     return web.json_response({"status": "recorded"})
+
+
+async def rotate_credential(request: web.Request) -> web.Response:
+    machine = await _agent(request)
+    body = await _body(request, RotateRequest)
+    expires = await _c(request).rotate_credential(machine.id, body.credential)
+    return web.json_response(RotateResponse(credential_expires_at=expires).model_dump(mode="json"))
 
 
 async def heartbeat(request: web.Request) -> web.Response:
@@ -177,8 +248,43 @@ async def delete_cluster(request: web.Request) -> web.Response:
 
 
 async def create_join_token(request: web.Request) -> web.Response:
-    token = await _c(request).create_join_token(request.match_info["name"])
-    return web.json_response({"token": token, "cluster": request.match_info["name"]}, status=201)
+    body = await _body(request, JoinTokenBody, optional=True)
+    cluster = request.match_info["name"]
+    secret, token = await _c(request).create_join_token(
+        cluster, parse_duration(body.ttl) or None, body.max_uses)
+    settings = request.app[SETTINGS]
+    join = joinstring.make(settings.advertise_url, secret, settings.ca_pem)
+    return web.json_response({**join_token_view(token), "token": secret, "join": join},
+                             status=201)
+
+
+async def list_join_tokens(request: web.Request) -> web.Response:
+    cluster = request.match_info.get("name")
+    if cluster is not None:
+        await _c(request).cluster(cluster)
+    tokens = await _c(request).store.list_join_tokens(cluster)
+    return web.json_response([join_token_view(t) for t in tokens])
+
+
+async def revoke_join_token(request: web.Request) -> web.Response:
+    token = await _c(request).access.revoke_join_token(request.match_info["id"])
+    return web.json_response(join_token_view(token))
+
+
+async def create_admin_token(request: web.Request) -> web.Response:
+    body = await _body(request, AdminTokenBody)
+    secret, token = await _c(request).access.create_admin_token(body.name, body.role)
+    return web.json_response({**admin_token_view(token), "token": secret}, status=201)
+
+
+async def list_admin_tokens(request: web.Request) -> web.Response:
+    return web.json_response([admin_token_view(t)
+                              for t in await _c(request).store.list_admin_tokens()])
+
+
+async def revoke_admin_token(request: web.Request) -> web.Response:
+    token = await _c(request).access.revoke_admin_token(request.match_info["id"])
+    return web.json_response(admin_token_view(token))
 
 
 async def cluster_status(request: web.Request) -> web.Response:
@@ -212,31 +318,27 @@ async def get_machine(request: web.Request) -> web.Response:
     return web.json_response(machine_view(machine, stored.spec if stored else None, detail=True))
 
 
-class RoleBody(BaseModel):
-    role: str | None = None
-
-
-def _role(body: RoleBody, required: bool) -> Any:
-    if body.role is None and not required:
-        return None
-    if body.role not in ROLES:
-        raise InvalidDocument([Problem("role", f"must be one of {', '.join(ROLES)}")])
-    return body.role
-
-
 async def approve(request: web.Request) -> web.Response:
     coordinator = _c(request)
-    body = await _body(request, RoleBody) if request.can_read_body else RoleBody()
+    body = await _body(request, RoleBody, optional=True)
     machine = await coordinator.machine(request.match_info["ref"])
-    updated = await coordinator.approve(machine.id, _role(body, required=False))
+    updated = await coordinator.approve(machine.id, body.role)
     return web.json_response(machine_view(updated, None))
 
 
 async def set_role(request: web.Request) -> web.Response:
     coordinator = _c(request)
-    role = _role(await _body(request, RoleBody), required=True)
+    role = (await _body(request, RoleBody)).role
+    if role is None:
+        raise InvalidDocument([Problem("role", "required")])
     machine = await coordinator.machine(request.match_info["ref"])
     return web.json_response(machine_view(await coordinator.set_role(machine.id, role), None))
+
+
+async def revoke_machine_credential(request: web.Request) -> web.Response:
+    coordinator = _c(request)
+    machine = await coordinator.machine(request.match_info["ref"])
+    return web.json_response(machine_view(await coordinator.revoke_credential(machine.id), None))
 
 
 async def delete_machine(request: web.Request) -> web.Response:
@@ -268,11 +370,13 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("GET", "/healthz", healthz),
     ("GET", "/readyz", readyz),
     ("GET", "/openapi.json", openapi),
+    ("GET", "/v1/ca.crt", ca_certificate),
     ("POST", "/v1/agent/register", register),
     ("GET", "/v1/agent/machines/{machine_id}/assignment", assignment),
     ("POST", "/v1/agent/machines/{machine_id}/reports", report),
     ("POST", "/v1/agent/machines/{machine_id}/heartbeat", heartbeat),
     ("POST", "/v1/agent/machines/{machine_id}/precheck", precheck),
+    ("POST", "/v1/agent/machines/{machine_id}/credential", rotate_credential),
     ("GET", "/v1/artifacts/{name}", artifact),
     ("GET", "/v1/clusters", list_clusters),
     ("PUT", "/v1/clusters", apply_cluster),
@@ -280,20 +384,29 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("DELETE", "/v1/clusters/{name}", delete_cluster),
     ("GET", "/v1/clusters/{name}/status", cluster_status),
     ("POST", "/v1/clusters/{name}/join-tokens", create_join_token),
+    ("GET", "/v1/clusters/{name}/join-tokens", list_join_tokens),
+    ("GET", "/v1/join-tokens", list_join_tokens),
+    ("DELETE", "/v1/join-tokens/{id}", revoke_join_token),
+    ("GET", "/v1/admin-tokens", list_admin_tokens),
+    ("POST", "/v1/admin-tokens", create_admin_token),
+    ("DELETE", "/v1/admin-tokens/{id}", revoke_admin_token),
     ("GET", "/v1/machines", list_machines),
     ("GET", "/v1/machines/{ref}", get_machine),
     ("DELETE", "/v1/machines/{ref}", delete_machine),
     ("POST", "/v1/machines/{ref}/approve", approve),
     ("PUT", "/v1/machines/{ref}/role", set_role),
+    ("POST", "/v1/machines/{ref}/revoke", revoke_machine_credential),
     ("GET", "/v1/events", events),
 ]
 
 
-def create_app(coordinator: Coordinator, admin_token: str, artifacts: Path) -> web.Application:
-    app = web.Application(middlewares=[errors, admin_auth], client_max_size=4 * 1024 * 1024)
+def create_app(coordinator: Coordinator, artifacts: Path, settings: Settings) -> web.Application:
+    app = web.Application(middlewares=[errors, admin_auth], client_max_size=MAX_BODY_BYTES)
     app[COORDINATOR] = coordinator
-    app[ADMIN_TOKEN] = admin_token
+    app[SETTINGS] = settings
     app[ARTIFACTS] = artifacts
+    if settings.register_rate > 0:
+        app[REGISTER_LIMIT] = RateLimiter(settings.register_rate, settings.register_burst)
     for method, path, handler in ROUTES:
         app.router.add_route(method, path, handler)
     return app

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from coordinator.api.bodies import AdminTokenBody, JoinTokenBody, RoleBody
 from coordinator.model import ClusterSpec
 from nodeagent import __version__
 from nodeagent.protocol import (
@@ -15,17 +16,25 @@ from nodeagent.protocol import (
     PrecheckReport,
     RegisterRequest,
     RegisterResponse,
+    RotateRequest,
+    RotateResponse,
 )
 
 MODELS: tuple[type[BaseModel], ...] = (
-    Assignment, ClusterSpec, ItemReport, PrecheckReport, RegisterRequest, RegisterResponse,
+    AdminTokenBody, Assignment, ClusterSpec, ItemReport, JoinTokenBody, PrecheckReport,
+    RegisterRequest, RegisterResponse, RoleBody, RotateRequest, RotateResponse,
 )
+# Bodies that may be left out: every field then takes its default.
+OPTIONAL_BODIES = frozenset({("post", "/v1/machines/{ref}/approve"),
+                             ("post", "/v1/clusters/{name}/join-tokens")})
 
 # (method, path, summary, security, request schema, success status, response schema)
 OPERATIONS: tuple[tuple[str, str, str, str | None, str | None, int, str | None], ...] = (
     ("get", "/healthz", "Liveness", None, None, 200, None),
     ("get", "/readyz", "Readiness: the store answers", None, None, 200, None),
     ("get", "/openapi.json", "This document", None, None, 200, None),
+    ("get", "/v1/ca.crt", "The CA certificate (PEM) agents check against their join string's "
+     "hash", None, None, 200, None),
     ("post", "/v1/agent/register", "Register a machine with a join token", None,
      "RegisterRequest", 201, "RegisterResponse"),
     ("get", "/v1/agent/machines/{machine_id}/assignment",
@@ -37,6 +46,9 @@ OPERATIONS: tuple[tuple[str, str, str, str | None, str | None, int, str | None],
     ("post", "/v1/agent/machines/{machine_id}/precheck",
      "Replace a Pending machine's precheck report (the agent re-ran its prechecks)", "machine",
      "PrecheckReport", 200, None),
+    ("post", "/v1/agent/machines/{machine_id}/credential",
+     "Rotate the machine's credential to one the agent chose", "machine", "RotateRequest", 200,
+     "RotateResponse"),
     ("get", "/v1/artifacts/{name}", "Download an artifact", "machine", None, 200, None),
     ("get", "/v1/clusters", "List clusters", "admin", None, 200, None),
     ("put", "/v1/clusters", "Apply a cluster spec (YAML or JSON body)", "admin", "ClusterSpec",
@@ -46,7 +58,16 @@ OPERATIONS: tuple[tuple[str, str, str, str | None, str | None, int, str | None],
      None, 202, None),
     ("get", "/v1/clusters/{name}/status", "Machine states and item progress", "admin", None,
      200, None),
-    ("post", "/v1/clusters/{name}/join-tokens", "Create a join token", "admin", None, 201, None),
+    ("post", "/v1/clusters/{name}/join-tokens",
+     "Create a join token and its join string (shown once)", "admin", "JoinTokenBody", 201, None),
+    ("get", "/v1/clusters/{name}/join-tokens", "List a cluster's join tokens", "admin", None,
+     200, None),
+    ("get", "/v1/join-tokens", "List every join token", "admin", None, 200, None),
+    ("delete", "/v1/join-tokens/{id}", "Revoke a join token", "admin", None, 200, None),
+    ("get", "/v1/admin-tokens", "List admin API tokens", "admin", None, 200, None),
+    ("post", "/v1/admin-tokens", "Create an admin API token (admin or read-only; shown once)",
+     "admin", "AdminTokenBody", 201, None),
+    ("delete", "/v1/admin-tokens/{id}", "Revoke an admin API token", "admin", None, 200, None),
     ("get", "/v1/machines", "List machines (query: cluster)", "admin", None, 200, None),
     ("get", "/v1/machines/{ref}", "Get a machine by id or hostname", "admin", None, 200, None),
     ("delete", "/v1/machines/{ref}", "Delete a machine (reset items first unless force=true)",
@@ -55,13 +76,11 @@ OPERATIONS: tuple[tuple[str, str, str, str | None, str | None, int, str | None],
      "admin", "RoleBody", 200, None),
     ("put", "/v1/machines/{ref}/role", "Set a Pending machine's role", "admin", "RoleBody",
      200, None),
+    ("post", "/v1/machines/{ref}/revoke", "Revoke a machine's credential", "admin", None, 200,
+     None),
     ("get", "/v1/events", "Event history (query: cluster, machine, after_id, since, limit)",
      "admin", None, 200, None),
 )
-
-ROLE_BODY = {"type": "object", "properties": {"role": {"enum": ["manager", "worker"]}},
-             "additionalProperties": False}
-
 
 def _parameters(path: str) -> list[dict[str, Any]]:
     names = [part[1:-1] for part in path.split("/") if part.startswith("{")]
@@ -71,7 +90,7 @@ def _parameters(path: str) -> list[dict[str, Any]]:
 
 @cache
 def openapi_document() -> dict[str, Any]:
-    schemas: dict[str, Any] = {"RoleBody": ROLE_BODY}
+    schemas: dict[str, Any] = {}
     for model in MODELS:
         schema = model.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
         schemas.update(schema.pop("$defs", {}))
@@ -82,7 +101,7 @@ def openapi_document() -> dict[str, Any]:
         if security:
             operation["security"] = [{security: []}]
         if request:
-            operation["requestBody"] = {"required": request != "RoleBody", "content": {
+            operation["requestBody"] = {"required": (method, path) not in OPTIONAL_BODIES, "content": {
                 "application/json": {"schema": {"$ref": f"#/components/schemas/{request}"}}}}
         success: dict[str, Any] = {"description": "success"}
         if response:
@@ -90,7 +109,9 @@ def openapi_document() -> dict[str, Any]:
                 "schema": {"$ref": f"#/components/schemas/{response}"}}}
         responses: dict[str, Any] = {str(status): success}
         if security:
-            responses["401"] = {"description": "missing or wrong credential"}
+            responses["401"] = {"description": "missing, unknown, expired or revoked credential"}
+        if security == "admin" and method != "get":
+            responses["403"] = {"description": "a read-only admin token"}
         if request:
             responses["422"] = {"description": "invalid body: every problem with its path"}
         operation["responses"] = responses

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.model import PHASE_OF_STATE, ClusterSpec, Machine
-from coordinator.store.base import Event, StoredCluster
+from coordinator.store.base import AdminToken, Event, JoinToken, StoredCluster
 
 
 def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = False) -> dict[str, Any]:
@@ -37,6 +37,8 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
             "updated_at": progress.updated_at,
         },
         "precheck_failures": machine.precheck_failures(),
+        "credential": {"revoked": not machine.credential_hash,
+                       "expires_at": machine.credential_expires_at},
     }
     if detail:
         view["facts"] = machine.facts
@@ -68,3 +70,14 @@ def event_view(event: Event) -> dict[str, Any]:
         "message": event.message,
         "data": event.data,
     }
+
+
+def join_token_view(token: JoinToken) -> dict[str, Any]:
+    return {"id": token.id, "cluster": token.cluster, "created_at": token.created_at,
+            "expires_at": token.expires_at, "max_uses": token.max_uses, "uses": token.uses,
+            "revoked": token.revoked}
+
+
+def admin_token_view(token: AdminToken) -> dict[str, Any]:
+    return {"id": token.id, "name": token.name, "role": token.role,
+            "created_at": token.created_at, "revoked": token.revoked}

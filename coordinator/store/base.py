@@ -33,6 +33,29 @@ class Event:
     id: int = 0  # assigned by the store, strictly increasing
 
 
+@dataclass(frozen=True)
+class JoinToken:
+    """A join token as stored: its hash only. `id` (a prefix of the hash) names it in lists
+    and revocations without revealing anything that could be used to join."""
+
+    id: str
+    cluster: str
+    created_at: float
+    expires_at: float | None  # None: never expires
+    max_uses: int | None  # None: unlimited
+    uses: int = 0
+    revoked: bool = False
+
+
+@dataclass(frozen=True)
+class AdminToken:
+    id: str
+    name: str
+    role: str  # see coordinator.tokens.ADMIN_ROLES
+    created_at: float
+    revoked: bool = False
+
+
 class StoreError(Exception):
     pass
 
@@ -67,10 +90,36 @@ class Store(ABC):
 
     # -- join tokens (stored as hashes only) ----------------------------------
     @abstractmethod
-    async def add_join_token(self, cluster: str, token_hash: str, now: float) -> None: ...
+    async def add_join_token(self, cluster: str, token_hash: str, now: float,
+                             expires_at: float | None, max_uses: int | None) -> JoinToken: ...
 
     @abstractmethod
-    async def cluster_for_join_token(self, token_hash: str) -> str | None: ...
+    async def list_join_tokens(self, cluster: str | None = None) -> list[JoinToken]:
+        """Oldest first."""
+
+    @abstractmethod
+    async def revoke_join_token(self, token_id: str) -> JoinToken | None:
+        """None when no token has that id."""
+
+    @abstractmethod
+    async def use_join_token(self, token_hash: str, now: float) -> tuple[JoinToken | None, bool]:
+        """Count one use of the token if it is usable at `now` (not revoked, not expired, uses
+        left), atomically, so that concurrent registrations never exceed its limit. Returns the
+        token as it is afterwards (None when unknown) and whether this use counted."""
+
+    # -- admin API tokens (stored as hashes only) -------------------------------
+    @abstractmethod
+    async def add_admin_token(self, token_hash: str, name: str, role: str,
+                              now: float) -> AdminToken: ...
+
+    @abstractmethod
+    async def admin_token(self, token_hash: str) -> AdminToken | None: ...
+
+    @abstractmethod
+    async def list_admin_tokens(self) -> list[AdminToken]: ...
+
+    @abstractmethod
+    async def revoke_admin_token(self, token_id: str) -> AdminToken | None: ...
 
     # -- machines ---------------------------------------------------------------
     @abstractmethod

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from coordinator.model import ClusterSpec, Machine
-from coordinator.store.base import Event, Store, StoredCluster, StoreError
+from coordinator.store.base import AdminToken, Event, JoinToken, Store, StoredCluster, StoreError
 from coordinator.store.codec import dumps, machine_from_doc, machine_to_doc, spec_from_json, spec_to_json
+from coordinator.tokens import token_id
 
 T = TypeVar("T")
 
@@ -69,6 +70,24 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX events_cluster ON events (cluster, id);
     CREATE INDEX events_machine ON events (machine, id);
+    """,
+    # 1 -> 2: join tokens expire, count their uses and can be revoked; admin tokens with roles.
+    """
+    ALTER TABLE join_tokens ADD COLUMN id TEXT;
+    UPDATE join_tokens SET id = substr(hash, 1, 12);
+    CREATE UNIQUE INDEX join_tokens_id ON join_tokens (id);
+    ALTER TABLE join_tokens ADD COLUMN expires_at REAL;
+    ALTER TABLE join_tokens ADD COLUMN max_uses INTEGER;
+    ALTER TABLE join_tokens ADD COLUMN uses INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE join_tokens ADD COLUMN revoked INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE admin_tokens (
+        id TEXT PRIMARY KEY,
+        hash TEXT NOT NULL UNIQUE,
+        name TEXT NOT NULL,
+        role TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        revoked INTEGER NOT NULL DEFAULT 0
+    );
     """,
 ]
 
@@ -134,6 +153,17 @@ def _machine(row: sqlite3.Row) -> Machine:
     return machine_from_doc(doc)
 
 
+def _join_token(row: sqlite3.Row) -> JoinToken:
+    return JoinToken(id=row["id"], cluster=row["cluster"], created_at=row["created_at"],
+                     expires_at=row["expires_at"], max_uses=row["max_uses"], uses=row["uses"],
+                     revoked=bool(row["revoked"]))
+
+
+def _admin_token(row: sqlite3.Row) -> AdminToken:
+    return AdminToken(id=row["id"], name=row["name"], role=row["role"],
+                      created_at=row["created_at"], revoked=bool(row["revoked"]))
+
+
 def _event(row: sqlite3.Row) -> Event:
     return Event(id=row["id"], time=row["time"], cluster=row["cluster"], machine=row["machine"],
                  hostname=row["hostname"], kind=row["kind"], message=row["message"],
@@ -148,6 +178,13 @@ _UPSERT_MACHINE = """
         cluster = excluded.cluster, hostname = excluded.hostname, state = excluded.state,
         credential_hash = excluded.credential_hash,
         last_seen = MAX(machines.last_seen, excluded.last_seen), doc = excluded.doc
+"""
+
+
+_USE_JOIN_TOKEN = """
+    UPDATE join_tokens SET uses = uses + 1
+    WHERE hash = ?1 AND revoked = 0 AND (expires_at IS NULL OR expires_at > ?2)
+      AND (max_uses IS NULL OR uses < max_uses)
 """
 
 
@@ -273,13 +310,55 @@ class SQLiteStore(Store):
             conn.execute("DELETE FROM clusters WHERE name = ?", (name,))
 
     # -- join tokens ------------------------------------------------------------
-    async def add_join_token(self, cluster: str, token_hash: str, now: float) -> None:
-        await self._execute("INSERT INTO join_tokens (hash, cluster, created_at) VALUES (?, ?, ?)",
-                            (token_hash, cluster, now))
+    async def add_join_token(self, cluster: str, token_hash: str, now: float,
+                             expires_at: float | None, max_uses: int | None) -> JoinToken:
+        token = JoinToken(id=token_id(token_hash), cluster=cluster, created_at=now,
+                          expires_at=expires_at, max_uses=max_uses)
+        await self._execute(
+            "INSERT INTO join_tokens (id, hash, cluster, created_at, expires_at, max_uses) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (token.id, token_hash, cluster, now, expires_at, max_uses))
+        return token
 
-    async def cluster_for_join_token(self, token_hash: str) -> str | None:
-        return await self._one(lambda row: str(row["cluster"]),
-                               "SELECT cluster FROM join_tokens WHERE hash = ?", (token_hash,))
+    async def list_join_tokens(self, cluster: str | None = None) -> list[JoinToken]:
+        if cluster is None:
+            return await self._all(_join_token, "SELECT * FROM join_tokens ORDER BY created_at")
+        return await self._all(_join_token, "SELECT * FROM join_tokens WHERE cluster = ? "
+                               "ORDER BY created_at", (cluster,))
+
+    async def revoke_join_token(self, token_id: str) -> JoinToken | None:
+        await self._execute("UPDATE join_tokens SET revoked = 1 WHERE id = ?", (token_id,))
+        return await self._one(_join_token, "SELECT * FROM join_tokens WHERE id = ?", (token_id,))
+
+    async def use_join_token(self, token_hash: str, now: float) -> tuple[JoinToken | None, bool]:
+        return await self._run(self._use_join_token, token_hash, now)
+
+    def _use_join_token(self, token_hash: str, now: float) -> tuple[JoinToken | None, bool]:
+        conn = self._db
+        with _transaction(conn):
+            counted = conn.execute(_USE_JOIN_TOKEN, (token_hash, now)).rowcount == 1
+            row = conn.execute("SELECT * FROM join_tokens WHERE hash = ?", (token_hash,)).fetchone()
+        return (None if row is None else _join_token(row)), counted
+
+    # -- admin tokens -------------------------------------------------------------
+    async def add_admin_token(self, token_hash: str, name: str, role: str,
+                              now: float) -> AdminToken:
+        token = AdminToken(id=token_id(token_hash), name=name, role=role, created_at=now)
+        await self._execute("INSERT INTO admin_tokens (id, hash, name, role, created_at) "
+                            "VALUES (?, ?, ?, ?, ?)", (token.id, token_hash, name, role, now))
+        return token
+
+    async def admin_token(self, token_hash: str) -> AdminToken | None:
+        return await self._one(_admin_token, "SELECT * FROM admin_tokens WHERE hash = ?",
+                               (token_hash,))
+
+    async def list_admin_tokens(self) -> list[AdminToken]:
+        return await self._all(_admin_token, "SELECT * FROM admin_tokens ORDER BY created_at")
+
+    async def revoke_admin_token(self, token_id: str) -> AdminToken | None:
+        await self._execute("UPDATE admin_tokens SET revoked = 1 WHERE id = ?", (token_id,))
+        return await self._one(_admin_token, "SELECT * FROM admin_tokens WHERE id = ?",
+                               (token_id,))
 
     # -- machines ---------------------------------------------------------------
     async def get_machine(self, machine_id: str) -> Machine | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
+from nodeagent import http_client
 from nodeagent.atomic import atomic_file
 from nodeagent.config import ProxyConfig
 from nodeagent.items import machine_path
@@ -53,19 +54,16 @@ async def open_url(url: str) -> AsyncIterator[bytes]:
         return
     if parts.scheme not in ("http", "https"):
         raise ItemFailed(f"unsupported URL scheme {parts.scheme!r} in {url} (http, https, file)")
-    import aiohttp  # costs more than a whole precheck run: only when an item downloads
-
-    proxy = proxy_for(url, ProxyConfig(), os.environ)
+    chunks = http_client.stream(url, proxy=proxy_for(url, ProxyConfig(), os.environ))
     try:
-        async with aiohttp.ClientSession(trust_env=False) as session, session.get(
-            url, proxy=proxy
-        ) as response:
-            if response.status != 200:
-                raise ItemFailed(f"GET {url} answered HTTP {response.status} {response.reason}")
-            async for chunk in response.content.iter_chunked(_CHUNK):
-                yield chunk
-    except aiohttp.ClientError as exc:
-        raise ItemFailed(f"GET {url} failed: {type(exc).__name__}: {exc}") from None
+        async for chunk in chunks:
+            yield chunk
+    except http_client.BadStatus as exc:
+        raise ItemFailed(f"GET {url} answered {exc}") from None
+    except http_client.TransportError as exc:
+        raise ItemFailed(f"GET {url} failed: {exc}") from None
+    finally:
+        await chunks.aclose()
 
 
 @contextlib.asynccontextmanager

@@ -24,6 +24,7 @@ import dns.resolver
 from nodeagent.host import Host
 from nodeagent.prechecks.base import CheckContext, Outcome, failed, passed, skipped
 from nodeagent.proxy import proxy_for
+from nodeagent.trust import unverified_context
 
 
 def hosts_file_lookup(text: str | None, name: str) -> list[str]:
@@ -59,7 +60,25 @@ async def resolve(host: Host, name: str, timeout: float) -> list[str]:
     return addresses
 
 
-def _http_get(url: str, address: str, proxy: str | None, timeout: float) -> int:
+def tls_context(ctx: CheckContext) -> tuple[ssl.SSLContext, str]:
+    """Whom to trust for an https coordinator, and a note for the result: the configured CA,
+    the one a registered agent keeps, or, before the first registration, nobody yet: then the
+    check shows only that TLS answers, and the agent checks the CA against the join string's
+    hash before it sends anything."""
+    cfg = ctx.config
+    kept = ctx.host.path(cfg.state_dir) / "ca.crt"
+    if cfg.coordinator.ca_file:
+        return ssl.create_default_context(cafile=cfg.coordinator.ca_file), ""
+    if kept.exists():
+        return ssl.create_default_context(cafile=str(kept)), ""
+    if cfg.ca_hash:
+        return unverified_context(), " (TLS not verified yet: the agent checks the CA against the join " \
+                           "string's hash when it registers)"
+    return ssl.create_default_context(), ""
+
+
+def _http_get(url: str, address: str, proxy: str | None, timeout: float,
+              context: ssl.SSLContext) -> int:
     """Status of GET url, connecting to address: the one resolved (through the root's files)
     and connected to before, the proxy's when there is one. Not whatever the system
     resolver makes of the name: that may not know it, or know another address.
@@ -72,7 +91,7 @@ def _http_get(url: str, address: str, proxy: str | None, timeout: float) -> int:
     opener = urllib.request.build_opener(
         urllib.request.ProxyHandler({scheme: proxy} if proxy else {}),
         _PinnedHTTPHandler(address),
-        _PinnedHTTPSHandler(address),
+        _PinnedHTTPSHandler(address, context),
         _NoRedirect(),
     )
     try:
@@ -109,9 +128,9 @@ class _PinnedHTTPHandler(urllib.request.HTTPHandler):
 
 
 class _PinnedHTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, address: str) -> None:
-        self.context = ssl.create_default_context()
-        super().__init__(context=self.context)
+    def __init__(self, address: str, context: ssl.SSLContext) -> None:
+        self.context = context
+        super().__init__(context=context)
         self.address = address
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
@@ -166,8 +185,10 @@ async def run(ctx: CheckContext) -> Outcome:
             "and that the coordinator is running",
             **data,
         )
+    context, note = tls_context(ctx)
     try:
-        status = await asyncio.to_thread(_http_get, health_url, addresses[0], proxy, cfg.timeout)
+        status = await asyncio.to_thread(_http_get, health_url, addresses[0], proxy, cfg.timeout,
+                                         context)
     except Exception as exc:
         return failed(
             f"GET {health_url}{via} failed: {type(exc).__name__}: {exc}",
@@ -181,4 +202,4 @@ async def run(ctx: CheckContext) -> Outcome:
             "check the coordinator's logs; its health endpoint must answer 200",
             **data,
         )
-    return passed(f"coordinator at {cfg.url} is healthy{via}", **data)
+    return passed(f"coordinator at {cfg.url} is healthy{via}{note}", **data)

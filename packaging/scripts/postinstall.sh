@@ -3,6 +3,7 @@
 # or 2 (upgrade). Enables the unit always; starts (or, on upgrade, restarts) it only when
 # systemd runs and the service is configured.
 set -e
+@READY@
 case "$1" in configure|1|2) ;; *) exit 0 ;; esac
 unit=@NAME@.service
 if command -v deb-systemd-helper >/dev/null 2>&1; then
@@ -18,7 +19,7 @@ if [ ! -d /run/systemd/system ]; then
     exit 0
 fi
 systemctl daemon-reload
-if why=$(@READY_CHECK@); then
+if why=$(ready); then
     systemctl restart "$unit"
 else
     echo "@NAME@: $unit enabled but not started: $why"

@@ -76,12 +76,17 @@ class Fleet:
     lan: Lan
     tmp: Path
     url: str
-    token_file: Path
+    data: Path
     agents: dict[str, subprocess.Popen[bytes]]
+
+    @property
+    def token_file(self) -> Path:
+        return self.data / "admin.token"
 
     def _admin(self, *args: str) -> subprocess.CompletedProcess[str]:
         return self.lan.hub.run([str(BIN / "coordinator"), "--url", self.url, "--token-file",
-                                 str(self.token_file), *args])
+                                 str(self.token_file), "--ca", str(self.data / "pki" / "ca.crt"),
+                                 *args])
 
     def admin(self, *args: str) -> str:
         result = self._admin(*args)
@@ -103,14 +108,15 @@ class Fleet:
     def open_gate(self, hostname: str) -> None:
         (self.root(hostname) / "gate").touch()
 
-    def start_agent(self, hostname: str, join_token: str) -> None:
+    def start_agent(self, hostname: str, join: str) -> None:
+        """The agent's config holds nothing about the coordinator but the join string: URL,
+        token and the CA's hash, which the agent checks before trusting the coordinator."""
         root = self.root(hostname)
         if not root.exists():
             passing_root(root, hostname)
         config = self.tmp / f"{hostname}.yaml"
         config.write_text(
-            f"coordinator: {{url: 'http://{HUB_IP}:{self.url.rsplit(':', 1)[1]}', timeout: 5}}\n"
-            f"joinToken: {join_token}\nstateDir: {root}/var/lib/nodeagent\n"
+            f"join: {join}\ncoordinator: {{timeout: 5}}\nstateDir: {root}/var/lib/nodeagent\n"
             # Eight agents start at once on a small machine: give the checks room.
             "heartbeatSeconds: 1\nthresholds: {checkTimeout: 15}\n")
         log = (self.tmp / f"{hostname}.log").open("ab")
@@ -149,10 +155,14 @@ def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = ()) -> Iterator[Fleet]
         port = free_port()
         data = tmp_path / "coordinator"
         coordinator_log = (tmp_path / "coordinator.log").open("wb")
-        network.hub.popen([str(BIN / "coordinator"), "serve", "--data-dir", str(data),
-                           "--listen", f"0.0.0.0:{port}"],
+        # HTTPS, as in production: agents reach it at the hub's address on the LAN.
+        advertise = ["--listen", f"0.0.0.0:{port}", "--advertise-url", f"https://{HUB_IP}:{port}"]
+        initialized = network.hub.run([str(BIN / "coordinator"), "init", "--data-dir", str(data),
+                                       "--name", HUB_IP, "--name", "127.0.0.1", *advertise])
+        assert initialized.returncode == 0, initialized.stderr
+        network.hub.popen([str(BIN / "coordinator"), "serve", "--data-dir", str(data), *advertise],
                           stdout=coordinator_log, stderr=subprocess.STDOUT)
-        running = Fleet(network, tmp_path, f"http://127.0.0.1:{port}", data / "admin.token", {})
+        running = Fleet(network, tmp_path, f"https://127.0.0.1:{port}", data, {})
         running.wait_for("the coordinator", lambda: running.token_file.exists()
                          and running.admin_ok("cluster", "get"), timeout=30)
         (tmp_path / "cluster.yaml").write_text(spec())

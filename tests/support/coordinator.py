@@ -1,4 +1,5 @@
-"""A real `coordinator serve` on 127.0.0.1, and its admin CLI, for tests outside e2e/."""
+"""A real `coordinator serve` (HTTPS, its own CA) on 127.0.0.1, and its admin CLI, for tests
+outside e2e/."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ class RunningCoordinator:
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([COORDINATOR, "--url", self.url, "--token-file",
-                               str(self.data_dir / "admin.token"), *args],
+                               str(self.data_dir / "admin.token"), "--ca",
+                               str(self.data_dir / "pki/ca.crt"), *args],
                               capture_output=True, text=True, timeout=120, check=False)
 
     def admin(self, *args: str) -> str:
@@ -38,11 +40,18 @@ class RunningCoordinator:
 
 @contextlib.contextmanager
 def coordinator(data_dir: Path) -> Iterator[RunningCoordinator]:
-    """Serve from data_dir (an existing one carries its machines over); stop on exit."""
+    """Serve from data_dir, made with `coordinator init` unless it exists (a copy carries
+    the machines and the CA over); stop on exit."""
     port = free_port()
-    running = RunningCoordinator(f"http://127.0.0.1:{port}", data_dir)
-    argv = [COORDINATOR, "serve", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}"]
-    with serving(argv, data_dir.with_suffix(".log"), lambda: (data_dir / "admin.token").exists()
-                 and running.cli("cluster", "get").returncode == 0,
+    url = f"https://127.0.0.1:{port}"
+    if not (data_dir / "pki").exists():
+        made = subprocess.run([COORDINATOR, "init", "--data-dir", str(data_dir), "--name",
+                               "127.0.0.1"], capture_output=True, text=True, check=False)
+        assert made.returncode == 0, made.stderr
+    running = RunningCoordinator(url, data_dir)
+    argv = [COORDINATOR, "serve", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}",
+            "--advertise-url", url]
+    with serving(argv, data_dir.with_suffix(".log"),
+                 lambda: running.cli("cluster", "get").returncode == 0,
                  f"coordinator on port {port}", timeout=30, interval=0.2):
         yield running

@@ -7,17 +7,17 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from nodeagent import joinstring
 from nodeagent.cli import main
-from nodeagent.joinstring import JoinString
 
-JOIN = str(JoinString("http://coordinator.test:8080", "join_x"))
+JOIN = joinstring.make("http://coordinator.test:8080", "join_x", None)
 
 
 @pytest.mark.parametrize(("text", "code", "says"), [
-    (f"joinString: {JOIN}\n", 0, "ready"),
+    (f"join: {JOIN}\n", 0, "ready"),
     ("coordinator: {url: 'http://c.test:8080'}\njoinToken: join_x\n", 0, "ready"),
-    ("# everything commented out, as shipped\n", 1, "missing coordinator.url (or joinString); "
-     "joinToken (or joinString)"),
+    ("# everything commented out, as shipped\n", 1, "missing coordinator.url (or join); "
+     "joinToken (or join)"),
     ("coordinator: {url: 'http://c.test:8080'}\n", 1, "missing joinToken"),
     ("coordinator: {url: 'ftp://c.test'}\n", 2, "coordinator.url: must start with http://"),
 ])

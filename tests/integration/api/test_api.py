@@ -3,102 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import pytest
-from aiohttp.test_utils import TestClient, TestServer
-
-from coordinator.api.app import ROUTES, create_app
+from coordinator.api.app import ROUTES
 from coordinator.api.openapi import openapi_document
-from coordinator.service import Coordinator
-from coordinator.store.sqlite import SQLiteStore
 from nodeagent.prechecks.runner import summarize
-from nodeagent.protocol import CheckResult, PrecheckReport, Severity, StateItem, Status
-
-ADMIN = {"Authorization": "Bearer admin-secret"}
-CLUSTER = """\
-name: lab
-release: "1.0"
-settings: {workerBatchSize: 2, heartbeatTimeoutSeconds: 30}
-machineTypes:
-  manager:
-    - {name: setup, phase: prepare, action: {type: exec, argv: ["true"]}}
-    - {name: control-plane, phase: deploy, action: {type: exec, argv: ["true"]}}
-    - {name: wipe, phase: reset, action: {type: exec, argv: ["true"]}}
-  worker:
-    - {name: setup, phase: prepare, action: {type: exec, argv: ["true"]}}
-    - {name: join, phase: deploy, action: {type: exec, argv: ["true"]}}
-"""
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
-class Env:
-    client: TestClient
-    coordinator: Coordinator
-    clock: Clock
-
-    async def call(self, method: str, path: str, status: int, **kwargs: Any) -> Any:
-        kwargs.setdefault("headers", ADMIN)
-        response = await self.client.request(method, path, **kwargs)
-        body = await response.json()
-        assert response.status == status, body
-        return body
-
-    async def join_token(self) -> str:
-        return (await self.call("POST", "/v1/clusters/lab/join-tokens", 201))["token"]
-
-    async def register(self, hostname: str, failing: bool = False) -> dict[str, str]:
-        checks = [CheckResult(name="os", severity=Severity.HARD,
-                              status=Status.FAIL if failing else Status.PASS,
-                              message="Plan 9 is not supported" if failing else "ok",
-                              duration=0.0)]
-        report = PrecheckReport(hostname=hostname, role="worker", started_at=0, duration=0,
-                                ok=not failing, summary=summarize(checks), checks=checks)
-        body = {"join_token": await self.join_token(), "hostname": hostname, "ip": "198.18.0.9",
-                "facts": {}, "precheck": report.model_dump(mode="json", by_alias=True)}
-        return await self.call("POST", "/v1/agent/register", 201, json=body, headers={})
-
-    async def assignment(self, agent: dict[str, str], after: int = 0, wait: float = 0) -> Any:
-        return await self.call(
-            "GET", f"/v1/agent/machines/{agent['machine_id']}/assignment?after={after}&wait={wait}",
-            200, headers={"Authorization": f"Bearer {agent['credential']}"})
-
-    async def report_all(self, agent: dict[str, str]) -> None:
-        """Report every item of the current assignment as applied, as an agent would."""
-        assignment = await self.assignment(agent)
-        for item in assignment["items"]:
-            fingerprint = StateItem.model_validate(item).fingerprint()
-            await self.call("POST", f"/v1/agent/machines/{agent['machine_id']}/reports", 200,
-                            headers={"Authorization": f"Bearer {agent['credential']}"},
-                            json={"item": item["name"], "fingerprint": fingerprint,
-                                  "phase": assignment["phase"], "status": "succeeded",
-                                  "attempt": 1, "started_at": 1.0, "finished_at": 2.0})
-
-
-@pytest.fixture
-async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    store = SQLiteStore(tmp_path / "coordinator.db")
-    await store.open()
-    clock = Clock()
-    coordinator = Coordinator(store, clock)
-    client = TestClient(TestServer(create_app(coordinator, "admin-secret", tmp_path)))
-    await client.start_server()
-    environment = Env(client, coordinator, clock)
-    await environment.call("PUT", "/v1/clusters", 200, data=CLUSTER)
-    yield environment
-    await client.close()
-    await store.close()
+from nodeagent.protocol import PrecheckReport
+from tests.integration.api.conftest import CLUSTER, Env
 
 
 async def test_health_and_readiness_need_no_credential(env: Env) -> None:
@@ -109,7 +20,7 @@ async def test_health_and_readiness_need_no_credential(env: Env) -> None:
 async def test_admin_endpoints_refuse_a_missing_or_wrong_token(env: Env) -> None:
     await env.call("GET", "/v1/machines", 401, headers={})
     body = await env.call("GET", "/v1/machines", 401, headers={"Authorization": "Bearer nope"})
-    assert body["error"] == "invalid admin token"
+    assert body["error"] == "unknown or revoked admin token"
 
 
 async def test_openapi_lists_exactly_the_served_routes(env: Env) -> None:

@@ -118,7 +118,7 @@ async def test_a_refused_connection_fails_the_item(root: Path, server: Server) -
     url = server.url.rsplit(":", 1)[0] + ":1/blob"
     outcome = await apply(download(url=url), root)
     assert not outcome.succeeded
-    assert outcome.error.startswith(f"GET {url} failed: ClientConnectorError")
+    assert outcome.error.startswith(f"GET {url} failed: ConnectionRefusedError")
 
 
 async def test_a_file_url_is_read_from_the_machine(root: Path, tmp_path: Path) -> None:

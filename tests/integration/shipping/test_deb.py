@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.joinstring import JoinString
+from nodeagent import joinstring
 from tests.support.packages import Packages, build_packages, in_root
 
 pytestmark = pytest.mark.integration
@@ -57,10 +57,10 @@ def test_the_coordinator_gets_its_own_user_and_runs_without_python(
     assert version.stdout.strip() == packages.version, version.stderr
     # The SSH stack (asyncssh, cryptography) is in the bundle: it gets as far as reading the key.
     (node_root / "root/known_hosts").touch()
-    join = str(JoinString("http://127.0.0.1:1", "join_x"))
+    join = joinstring.make("http://127.0.0.1:1", "join_x", None)
     ssh = in_root(node_root, ["coordinator", "machines", "add", "--ssh", "root@127.0.0.1:1",
                               "--key", "/etc/hostname", "--known-hosts", "/root/known_hosts",
-                              "--join-string", join, "--packages", "/tmp"])
+                              "--join", join, "--packages", "/tmp"])
     assert ssh.returncode == 1 and "--key /etc/hostname: not a usable private key" in ssh.stderr, \
         ssh.stderr
 

@@ -86,7 +86,7 @@ def test_machines_add_installs_the_agent_which_joins_then_retargets(
                                         "nodeagent"])
         assert installed.stdout == f"install ok installed {packages.version}"
         config = load_config(str(host_root / CONFIG))
-        assert config.join_string and config.coordinator.url == first.url
+        assert config.join and config.coordinator.url == first.url
         assert config.role == "worker"
         assert (host_root / CONFIG).stat().st_mode & 0o777 == 0o640
 
@@ -102,7 +102,7 @@ def test_machines_add_installs_the_agent_which_joins_then_retargets(
         assert f"coordinator.url is now {second.url}" in moved.stdout
         config = load_config(str(host_root / CONFIG))
         assert config.coordinator.url == second.url
-        assert config.join_string  # everything else kept
+        assert config.join  # everything else kept
         since = time.time()
         with running_agent(host_root, tmp_path / "agent.log"):  # what systemd's restart does
             wait_until(lambda: machines_seen_after(second, since),

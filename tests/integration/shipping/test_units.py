@@ -82,5 +82,6 @@ def test_the_units_use_the_directories_the_programs_default_to(installed: Path) 
     assert f"--config {DEFAULT_CONFIG_PATH}" in agent["ExecStart"]
     coordinator = unit(installed, "coordinator.service")["Service"]
     assert f"--data-dir /var/lib/{coordinator['StateDirectory']} " in coordinator["ExecStart"]
+    assert "$COORDINATOR_ARGS" in coordinator["ExecStart"]
     assert (installed / "etc/coordinator/coordinator.env").read_text().count(
-        "COORDINATOR_LISTEN=") == 1
+        "\nCOORDINATOR_ARGS=") == 1

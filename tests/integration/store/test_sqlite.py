@@ -15,9 +15,9 @@ import pytest
 
 from coordinator.store import sqlite as sqlite_store
 from coordinator.store.base import Event, StoreError
-from coordinator.store.codec import machine_to_doc
+from coordinator.store.codec import machine_to_doc, spec_to_json
 from coordinator.store.sqlite import MIGRATIONS, SQLiteStore
-from tests.integration.store.samples import machine
+from tests.integration.store.samples import machine, spec
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -179,3 +179,28 @@ async def test_a_file_that_is_not_a_database_is_a_store_error(tmp_path: Path) ->
     with pytest.raises(StoreError, match=str(path)):
         await SQLiteStore(path).open()
 
+
+
+async def test_join_tokens_of_a_version_1_database_keep_working_after_the_upgrade(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 2 gave join tokens ids, expiry, use counts and revocation: a token created
+    before it still admits machines, without expiry or limit."""
+    path = tmp_path / "coordinator.db"
+    monkeypatch.setattr(sqlite_store, "MIGRATIONS", MIGRATIONS[:1])
+    old = SQLiteStore(path)
+    await old.open()
+    await old._execute("INSERT INTO clusters VALUES ('edge', ?, 1, 1.0, 1.0, 0)",
+                       (json.dumps(json.loads(spec_to_json(spec()))),))
+    await old._execute("INSERT INTO join_tokens (hash, cluster, created_at) VALUES (?, ?, ?)",
+                       ("a" * 64, "edge", 2.0))
+    await old.close()
+    monkeypatch.setattr(sqlite_store, "MIGRATIONS", MIGRATIONS)
+    upgraded = SQLiteStore(path)
+    await upgraded.open()
+    try:
+        token, counted = await upgraded.use_join_token("a" * 64, 3.0)
+        assert counted and token is not None
+        assert (token.id, token.expires_at, token.max_uses, token.uses) == ("a" * 12, None, None, 1)
+    finally:
+        await upgraded.close()
+    assert versions(path) == list(range(1, len(MIGRATIONS) + 1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -10,6 +11,7 @@ import pytest
 
 from coordinator.model import MachineState
 from coordinator.store.base import Event, Store, StoreError
+from coordinator.tokens import token_id
 from tests.integration.store.samples import machine, spec
 
 
@@ -65,13 +67,13 @@ async def test_marking_a_cluster_deleting_keeps_it_and_its_spec(store: Store) ->
 async def test_removing_a_cluster_drops_it_and_its_join_tokens_but_not_history(store: Store) -> None:
     await store.put_cluster(spec(), now=1.0)
     await store.put_cluster(spec("other"), now=1.0)
-    await store.add_join_token("edge", "hash-edge", now=2.0)
-    await store.add_join_token("other", "hash-other", now=2.0)
+    await store.add_join_token("edge", "hash-edge", 2.0, None, None)
+    await store.add_join_token("other", "hash-other", 2.0, None, None)
     await store.commit(events=[event(machine_id=None)])
     await store.remove_cluster("edge")
     assert await store.get_cluster("edge") is None
-    assert await store.cluster_for_join_token("hash-edge") is None
-    assert await store.cluster_for_join_token("hash-other") == "other"
+    assert await store.use_join_token("hash-edge", 3.0) == (None, False)
+    assert [t.cluster for t in await store.list_join_tokens()] == ["other"]
     assert len(await store.list_events(cluster="edge")) == 1
     # The name is free again, starting over at generation 1.
     assert (await store.put_cluster(spec(release="2.0.0"), now=3.0)).generation == 1
@@ -88,19 +90,53 @@ async def test_a_cluster_with_machines_cannot_be_removed(store: Store) -> None:
 # -- join tokens --------------------------------------------------------------------------
 
 
-async def test_join_tokens_lead_to_their_cluster(store: Store) -> None:
+async def test_join_tokens_lead_to_their_cluster_and_count_their_uses(store: Store) -> None:
     await store.put_cluster(spec(), now=1.0)
-    await store.add_join_token("edge", "hash-1", now=2.0)
-    await store.add_join_token("edge", "hash-2", now=2.0)
-    assert await store.cluster_for_join_token("hash-1") == "edge"
-    assert await store.cluster_for_join_token("hash-2") == "edge"
-    assert await store.cluster_for_join_token("unknown") is None
+    first = await store.add_join_token("edge", "hash-1", 2.0, None, None)
+    await store.add_join_token("edge", "hash-2", 2.0, None, None)
+    token, counted = await store.use_join_token("hash-1", 3.0)
+    assert counted and token is not None and (token.cluster, token.uses) == ("edge", 1)
+    assert token.id == first.id == token_id("hash-1")
+    assert [t.id for t in await store.list_join_tokens("edge")] == [first.id, token_id("hash-2")]
+    assert await store.use_join_token("unknown", 3.0) == (None, False)
+
+
+async def test_a_join_token_is_refused_once_expired_used_up_or_revoked(store: Store) -> None:
+    await store.put_cluster(spec(), now=1.0)
+    await store.add_join_token("edge", "expiring", 2.0, 10.0, None)
+    await store.add_join_token("edge", "twice", 2.0, None, 2)
+    revoked = await store.add_join_token("edge", "revoked", 2.0, None, None)
+    assert (await store.use_join_token("expiring", 9.9))[1]
+    assert not (await store.use_join_token("expiring", 10.0))[1]
+    assert [(await store.use_join_token("twice", 3.0))[1] for _ in range(3)] == [True, True, False]
+    assert (await store.use_join_token("twice", 3.0))[0].uses == 2  # type: ignore[union-attr]
+    assert (await store.revoke_join_token(revoked.id)).revoked  # type: ignore[union-attr]
+    token, counted = await store.use_join_token("revoked", 3.0)
+    assert not counted and token is not None and token.revoked and token.uses == 0
+    assert await store.revoke_join_token("no-such-id") is None
+
+
+async def test_concurrent_registrations_never_exceed_a_use_limit(store: Store) -> None:
+    await store.put_cluster(spec(), now=1.0)
+    await store.add_join_token("edge", "limited", 2.0, None, 5)
+    results = await asyncio.gather(*(store.use_join_token("limited", 3.0) for _ in range(20)))
+    assert sum(counted for _, counted in results) == 5
 
 
 async def test_a_join_token_needs_an_existing_cluster(store: Store) -> None:
     with pytest.raises(StoreError):
-        await store.add_join_token("nowhere", "hash-1", now=2.0)
-    assert await store.cluster_for_join_token("hash-1") is None
+        await store.add_join_token("nowhere", "hash-1", 2.0, None, None)
+    assert await store.list_join_tokens() == []
+
+
+async def test_admin_tokens_keep_their_role_and_can_be_revoked(store: Store) -> None:
+    admin = await store.add_admin_token("hash-a", "ops", "admin", 1.0)
+    reader = await store.add_admin_token("hash-r", "dashboard", "read-only", 2.0)
+    assert await store.admin_token("hash-r") == reader
+    assert await store.list_admin_tokens() == [admin, reader]
+    assert (await store.revoke_admin_token(admin.id)).revoked  # type: ignore[union-attr]
+    assert (await store.admin_token("hash-a")).revoked  # type: ignore[union-attr]
+    assert await store.admin_token("unknown") is None
 
 
 # -- machines -------------------------------------------------------------------------------
@@ -273,7 +309,7 @@ async def test_everything_survives_closing_and_reopening(store: Store,
                                                          make_store: Callable[[], Store]) -> None:
     await store.put_cluster(spec(), now=1.0)
     await store.put_cluster(spec(release="2.0.0"), now=2.0)
-    await store.add_join_token("edge", "hash-1", now=3.0)
+    await store.add_join_token("edge", "hash-1", 3.0, None, None)
     await store.commit([machine("m-1"), machine("m-2")], [event(), event()], removed=["m-2"])
     await store.touch_machine("m-1", now=60.0)
     await store.mark_cluster_deleting("edge")
@@ -288,7 +324,7 @@ async def test_everything_survives_closing_and_reopening(store: Store,
         assert clusters[0].generation == 2 and clusters[0].deleting
         assert await reopened.list_machines() == machines == [machine("m-1", last_seen=60.0)]
         assert await reopened.list_events() == events
-        assert await reopened.cluster_for_join_token("hash-1") == "edge"
+        assert [t.cluster for t in await reopened.list_join_tokens()] == ["edge"]
         # Ids keep growing after a restart.
         (later,) = await reopened.commit(events=[event()])
         assert later.id > events[-1].id

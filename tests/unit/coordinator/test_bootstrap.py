@@ -17,11 +17,11 @@ from coordinator.bootstrap import (
     retargeted_config,
 )
 from coordinator.ssh import SshTarget
+from nodeagent import joinstring
 from nodeagent.config import AgentConfig
-from nodeagent.joinstring import JoinString
 from nodeagent.validation import load_model
 
-JOIN = str(JoinString("http://coordinator.test:8080", "join_x"))
+JOIN = joinstring.make("http://coordinator.test:8080", "join_x", None)
 
 
 def probe(os_release: str, machine: str = "x86_64", systemd: bool = True, uid: int = 0) -> str:
@@ -84,7 +84,7 @@ def test_the_written_config_is_one_the_agent_accepts() -> None:
 
 
 def test_retargeting_changes_only_the_coordinator_url() -> None:
-    before = f"joinString: {JOIN}\nrole: worker\nntp: {{servers: [ntp.test]}}\n"
+    before = f"join: {JOIN}\nrole: worker\nntp: {{servers: [ntp.test]}}\n"
     after = retargeted_config(before, "http://new.test:9090")
     config = load_model(AgentConfig, after, "config.yaml")
     assert config.coordinator.url == "http://new.test:9090"

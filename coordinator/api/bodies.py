@@ -1,0 +1,42 @@
+"""Request bodies of the admin endpoints: validated like every other payload, and the source
+of their schemas in /openapi.json."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+from coordinator.model import Role
+from coordinator.tokens import ADMIN_ROLES, parse_duration
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class RoleBody(_Body):
+    role: Role | None = None
+
+
+class JoinTokenBody(_Body):
+    ttl: str = Field(default="24h", description="90s, 15m, 24h, 7d; 0 never expires")
+    max_uses: int | None = Field(default=None, ge=1, le=1_000_000,
+                                 description="registrations allowed; null: unlimited")
+
+    @field_validator("ttl")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        parse_duration(value)
+        return value
+
+
+class AdminTokenBody(_Body):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._@-]*$")
+    role: str = Field(json_schema_extra={"enum": list(ADMIN_ROLES)})
+
+    @field_validator("role")
+    @classmethod
+    def _role(cls, value: str) -> str:
+        if value not in ADMIN_ROLES:
+            raise ValueError(f"must be one of {', '.join(ADMIN_ROLES)}")
+        return value

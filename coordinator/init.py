@@ -1,0 +1,34 @@
+"""`coordinator init`: everything a new coordinator needs before its first start: a CA and a
+server certificate, an admin token, and optionally a first cluster with a join string."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator import pki
+from coordinator.model import ClusterSpec
+from coordinator.server import ServeOptions, open_coordinator
+from nodeagent import joinstring
+
+
+@dataclass(frozen=True)
+class Initialized:
+    ca_hash: str
+    join: str | None  # the first join string, when a cluster was given
+
+
+async def initialize(options: ServeOptions, names: list[str], spec: ClusterSpec | None,
+                     join_ttl: float | None, join_max_uses: int | None) -> Initialized:
+    layout = options.pki()
+    pki.create(layout, names)
+    ca_pem = layout.ca_cert.read_text()
+    coordinator = await open_coordinator(options)
+    try:
+        join = None
+        if spec is not None:
+            await coordinator.apply_cluster(spec)
+            secret, _ = await coordinator.create_join_token(spec.name, join_ttl, join_max_uses)
+            join = joinstring.make(options.url(), secret, ca_pem)
+    finally:
+        await coordinator.store.close()
+    return Initialized(joinstring.ca_hash(ca_pem), join)

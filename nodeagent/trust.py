@@ -1,0 +1,55 @@
+"""Whom the agent trusts: the coordinator's CA, taken from a file or fetched once and checked
+against the hash in the join string before anything secret is sent (kubeadm's discovery
+with a CA cert hash). A mismatch is a refusal, never a warning."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+from nodeagent import http_client
+from nodeagent.atomic import atomic_write
+from nodeagent.joinstring import ca_hash
+
+
+class TrustError(Exception):
+    pass
+
+
+def context_for(ca_file: Path) -> ssl.SSLContext:
+    """Verify the coordinator against this CA only (and its certificate's names)."""
+    return ssl.create_default_context(cafile=str(ca_file))
+
+
+def unverified_context() -> ssl.SSLContext:
+    """Only to fetch the CA certificate, which is then checked against the pin. A bare context:
+    create_default_context() would load the system's whole CA bundle (MBs the idle agent
+    would keep) only to ignore it."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+async def fetch_pinned_ca(url: str, pin: str, destination: Path, proxy: str | None,
+                          timeout: float) -> None:
+    """Fetch the coordinator's CA, check it against pin, keep it at destination."""
+    source = url.rstrip("/") + "/v1/ca.crt"
+    try:
+        reply = await http_client.request("GET", source, proxy=proxy, timeout=timeout,
+                                          context=unverified_context())
+    except http_client.TransportError as exc:
+        raise TrustError(f"cannot fetch the coordinator's CA from {source}: {exc}") from None
+    if reply.status != 200:
+        raise TrustError(f"{source} answered HTTP {reply.status}: is this a coordinator?")
+    pem = reply.body.decode(errors="replace")
+    try:
+        presented = ca_hash(pem)
+    except ValueError:
+        raise TrustError(f"{source} did not answer with a PEM certificate") from None
+    if presented != pin:
+        raise TrustError(
+            f"the coordinator at {url} presented CA {presented}, but the join string pins "
+            f"{pin}: refusing to trust it (a wrong join string, or something between this node "
+            "and the coordinator)")
+    atomic_write(destination, pem.encode(), mode=0o644)

@@ -7,7 +7,7 @@ import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,9 +22,10 @@ COORDINATOR = str(Path(sys.executable).with_name("coordinator"))
 class RunningCoordinator:
     url: str
     data_dir: Path
+    prefix: Sequence[str] = ()  # e.g. nsenter into the network namespace it serves in
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([COORDINATOR, "--url", self.url, "--token-file",
+        return subprocess.run([*self.prefix, COORDINATOR, "--url", self.url, "--token-file",
                                str(self.data_dir / "admin.token"), "--ca",
                                str(self.data_dir / "pki/ca.crt"), *args],
                               capture_output=True, text=True, timeout=120, check=False)
@@ -39,17 +40,18 @@ class RunningCoordinator:
 
 
 @contextlib.contextmanager
-def coordinator(data_dir: Path) -> Iterator[RunningCoordinator]:
+def coordinator(data_dir: Path, prefix: Sequence[str] = ()) -> Iterator[RunningCoordinator]:
     """Serve from data_dir, made with `coordinator init` unless it exists (a copy carries
-    the machines and the CA over); stop on exit."""
+    the machines and the CA over); stop on exit. prefix runs it, and its CLI, through e.g.
+    nsenter."""
     port = free_port()
     url = f"https://127.0.0.1:{port}"
     if not (data_dir / "pki").exists():
         made = subprocess.run([COORDINATOR, "init", "--data-dir", str(data_dir), "--name",
                                "127.0.0.1"], capture_output=True, text=True, check=False)
         assert made.returncode == 0, made.stderr
-    running = RunningCoordinator(url, data_dir)
-    argv = [COORDINATOR, "serve", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}",
+    running = RunningCoordinator(url, data_dir, prefix)
+    argv = [*prefix, COORDINATOR, "serve", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}",
             "--advertise-url", url]
     with serving(argv, data_dir.with_suffix(".log"),
                  lambda: running.cli("cluster", "get").returncode == 0,

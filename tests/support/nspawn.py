@@ -30,6 +30,9 @@ class Container:
         assert result.returncode == 0, f"{argv}: {result.stdout}{result.stderr}"
         return result.stdout + result.stderr
 
+    def active(self, unit: str) -> str:
+        return self.run(["systemctl", "is-active", unit]).stdout.strip()
+
     def unit(self, name: str, *properties: str) -> dict[str, str]:
         out = self.ok("systemctl", "show", name, *(f"--property={p}" for p in properties))
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)

@@ -77,14 +77,15 @@ def apt_mirror(sources_dir: Path = Path("/etc/apt")) -> tuple[str, str]:
 
 
 def debootstrap(target: Path) -> Path:
-    """A minbase Debian root at target: dpkg, apt, coreutils, and systemd so that it can be
-    booted (tests/support/nspawn.py); no python3."""
+    """A minbase Debian root at target: dpkg, apt, coreutils, and systemd and sshd so that it
+    can be booted as an SSH host (tests/support/nspawn.py); no python3."""
     require_root()
     binary = require_binary("debootstrap")
     uri, suite = apt_mirror()
     log = target.with_suffix(".log")
     with log.open("wb") as out:
-        result = subprocess.run([binary, "--variant=minbase", "--include=systemd,systemd-sysv,dbus",
+        result = subprocess.run([binary, "--variant=minbase",
+                                 "--include=systemd,systemd-sysv,dbus,openssh-server",
                                  suite, str(target), uri],
                                 stdout=out, stderr=subprocess.STDOUT, check=False)
     assert result.returncode == 0, f"debootstrap failed: {log.read_text()[-3000:]}"

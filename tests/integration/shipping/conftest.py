@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.nspawn import Container, booted
 from tests.support.packages import Packages, build_packages, debootstrap, overlay
 
 
@@ -25,3 +26,10 @@ def node_root(debian_root: Path, tmp_path: Path) -> Iterator[Path]:
     """A fresh node: a writable overlay of the pristine Debian root."""
     with overlay(debian_root, tmp_path / "node") as merged:
         yield merged
+
+
+@pytest.fixture
+def box(node_root: Path, tmp_path: Path) -> Iterator[Container]:
+    """The fresh node booted, systemd as PID 1, in a network namespace of its own."""
+    with booted(node_root, tmp_path / "nspawn.log") as container:
+        yield container

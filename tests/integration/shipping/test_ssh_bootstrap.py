@@ -1,7 +1,8 @@
-"""`coordinator machines add --ssh` and `coordinator agents retarget` against a real OpenSSH
-sshd whose logins are chrooted into a minimal Debian root: the package is copied, installed
-with dpkg and configured there, the installed agent joins the coordinator, then moves to
-another one. A host key that does not match is refused before anything is sent."""
+"""`coordinator machines add --ssh` and `coordinator agents retarget` against real OpenSSH
+sshds: one whose logins are chrooted into a minimal Debian root (no systemd running), and
+the root booted with systemd running its own sshd. The package is copied, installed with
+dpkg and configured there, the installed agent joins the coordinator, then moves to another
+one. A host key that does not match is refused before anything is sent."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 
 from nodeagent.config import load_config
 from tests.support.coordinator import RunningCoordinator, coordinator
+from tests.support.nspawn import Container
 from tests.support.packages import Packages, in_root, in_root_argv, overlay
 from tests.support.ports import wait_until
 from tests.support.sshd import Sshd, keypair, sshd
@@ -129,3 +131,40 @@ def test_a_wrong_host_key_is_refused_before_anything_is_sent(
     assert in_root(host_root, ["dpkg-query", "-W", "nodeagent"]).returncode != 0
     assert not (host_root / CONFIG).exists()
     assert not list((host_root / "tmp").glob("nodeagent.*"))
+
+
+def test_on_a_host_whose_systemd_runs_the_agent_is_started_and_restarted_by_it(
+    packages: Packages, node_root: Path, box: Container, tmp_path: Path
+) -> None:
+    """The booted root as the host: Debian's sshd run by its systemd; the coordinators run in
+    the host's network namespace, where only loopback exists."""
+    client_pub = keypair(tmp_path / "client_key")
+    ssh_dir = node_root / "root/.ssh"
+    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+    (ssh_dir / "authorized_keys").write_text(client_pub + "\n")
+    host_key = " ".join((node_root / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()[:2])
+    wait_until(lambda: box.active("ssh") == "active", "the host's sshd", timeout=30)
+    in_host_net = ["nsenter", f"--net=/proc/{box.init_pid}/ns/net"]
+    ssh = ("--ssh", "root@127.0.0.1", "--key", str(tmp_path / "client_key"),
+           "--host-key", host_key)
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    with coordinator(tmp_path / "first", in_host_net) as first:
+        first.admin("cluster", "apply", "-f", str(tmp_path / "spec.yaml"))
+        result = first.cli("machines", "add", *ssh, "--cluster", "lab",
+                           "--packages", str(packages.deb["nodeagent"].parent))
+        assert result.returncode == 0, result.stderr + result.stdout
+        assert "systemd running" in result.stdout
+        assert "nodeagent.service enabled and running" in result.stdout
+        assert box.active("nodeagent") == "active"
+        wait_until(lambda: len(first.admin_json("machines")) == 1,
+                   "the registration of the agent systemd started", timeout=60, interval=0.5)
+        started = box.unit("nodeagent", "MainPID")["MainPID"]
+    shutil.copytree(tmp_path / "first", tmp_path / "second")
+    with coordinator(tmp_path / "second", in_host_net) as second:
+        moved = second.cli("agents", "retarget", "--url", second.url, *ssh)
+        assert moved.returncode == 0, moved.stderr + moved.stdout
+        assert "nodeagent.service enabled and running" in moved.stdout
+        assert box.unit("nodeagent", "MainPID")["MainPID"] != started  # restarted by systemd
+        since = time.time()
+        wait_until(lambda: machines_seen_after(second, since),
+                   "the agent's heartbeat at the second coordinator", timeout=60, interval=0.5)

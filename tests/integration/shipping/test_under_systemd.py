@@ -5,32 +5,21 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.nspawn import Container, booted
+from tests.support.nspawn import Container
 from tests.support.packages import Packages
 from tests.support.ports import wait_until
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def box(node_root: Path, tmp_path: Path) -> Iterator[Container]:
-    with booted(node_root, tmp_path / "nspawn.log") as container:
-        yield container
-
-
 def install(box: Container, root: Path, deb: Path) -> str:
     """dpkg -i inside the container (its /tmp is its own tmpfs: the file goes to /var/tmp)."""
     shutil.copy(deb, root / "var/tmp" / deb.name)
     return box.ok("dpkg", "-i", f"/var/tmp/{deb.name}")
-
-
-def active(box: Container, unit: str) -> str:
-    return box.run(["systemctl", "is-active", unit]).stdout.strip()
 
 
 def test_the_agent_starts_once_configured_pets_the_watchdog_and_stops_on_removal(
@@ -40,7 +29,7 @@ def test_the_agent_starts_once_configured_pets_the_watchdog_and_stops_on_removal
     out = install(box, node_root, deb)
     assert "enabled but not started" in out and "not configured yet" in out, out
     assert box.ok("systemctl", "is-enabled", "nodeagent").strip() == "enabled"
-    assert active(box, "nodeagent") == "inactive"
+    assert box.active("nodeagent") == "inactive"
 
     # Configured (its coordinator does not answer: it keeps trying), and a 2 s watchdog so
     # that a missed ping would get it killed within the test.
@@ -56,7 +45,7 @@ def test_the_agent_starts_once_configured_pets_the_watchdog_and_stops_on_removal
     time.sleep(5)
     later = box.unit("nodeagent", "Type", "MainPID", "NRestarts", "WatchdogTimestampMonotonic",
                      "WatchdogUSec")
-    assert active(box, "nodeagent") == "active"
+    assert box.active("nodeagent") == "active"
     assert later["Type"] == "notify" and later["WatchdogUSec"] == "2s"
     assert later["MainPID"] == first["MainPID"] and later["NRestarts"] == "0"
     assert int(later["WatchdogTimestampMonotonic"]) > int(first["WatchdogTimestampMonotonic"])
@@ -64,7 +53,7 @@ def test_the_agent_starts_once_configured_pets_the_watchdog_and_stops_on_removal
     assert "register: coordinator unreachable" in journal
 
     box.ok("dpkg", "--remove", "nodeagent")
-    assert active(box, "nodeagent") == "inactive"
+    assert box.active("nodeagent") == "inactive"
     assert box.unit("nodeagent", "MainPID")["MainPID"] == "0"
 
 

@@ -1,4 +1,4 @@
-.PHONY: test demo lint bench
+.PHONY: test demo lint bench packages
 test:
 	bash scripts/test.sh
 demo:
@@ -7,3 +7,5 @@ lint:
 	bash scripts/bootstrap.sh && .venv/bin/ruff check .
 bench:
 	bash scripts/bootstrap.sh && .venv/bin/python bench/precheck_wall.py
+packages:
+	bash packaging/build.sh

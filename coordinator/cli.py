@@ -382,7 +382,7 @@ def machines_table(machines: list[dict[str, Any]]) -> str:
 @output_option
 @click.pass_context
 def machines(ctx: click.Context, cluster_name: str | None, output: str) -> None:
-    """List machines with their state and item progress (or: machines get|logs NAME)."""
+    """List machines with their state and item progress (or: machines get|logs|add)."""
     if ctx.invoked_subcommand is not None:
         return
     path = "/v1/machines" + (f"?{urlencode({'cluster': cluster_name})}" if cluster_name else "")
@@ -707,3 +707,10 @@ _drain_command("force", "Drain again, deleting the pods budgets protect (bypassi
 def version() -> None:
     """Print the coordinator version."""
     click.echo(__version__)
+
+
+# The SSH commands live in their own module; registered here so `coordinator --help` lists them.
+from coordinator.ssh_cli import agents, machines_add  # noqa: E402
+
+machines.add_command(machines_add)
+main.add_command(agents)

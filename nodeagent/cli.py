@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import click
@@ -99,6 +100,36 @@ def facts(root: str, output: str) -> None:
 def version() -> None:
     """Print the agent version."""
     click.echo(__version__)
+
+
+@main.command("check-config")
+@click.option("--config", "config_path", default="/etc/nodeagent/config.yaml", show_default=True,
+              type=click.Path(dir_okay=False), help="Agent config file.")
+@click.option("--quiet", "-q", is_flag=True, help="Only the exit status.")
+def check_config(config_path: str, quiet: bool) -> None:
+    """Whether `nodeagent run` can start with this config: it names a coordinator and either
+    a join token or an identity from an earlier registration.
+
+    Exits 0 when ready, 1 when not configured yet, 2 when the file is invalid. The package's
+    post-install script starts the service only on 0.
+    """
+    from nodeagent.daemon import load_identity
+
+    missing = []
+    if Path(config_path).exists():
+        config = _load_config(config_path)
+        if not config.coordinator.url:
+            missing.append("coordinator.url (or join)")
+        if not config.join_token and load_identity(Path(config.state_dir) / "identity.json") is None:
+            missing.append("joinToken (or join), as the machine is not registered yet")
+    else:
+        missing.append("the config file itself")
+    if not quiet:
+        if missing:
+            click.echo(f"{config_path}: not configured yet: missing " + "; ".join(missing))
+        else:
+            click.echo(f"{config_path}: ready")
+    sys.exit(EXIT_CHECK_FAILED if missing else EXIT_OK)
 
 
 def _load_config(path: str | None, root: str = "/") -> AgentConfig:

@@ -133,20 +133,22 @@ class Agent:
 
     async def run(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.client.context = await self._trust()
-        rechecks: list[Coroutine[Any, Any, None]] = []
-        identity = await self._settle_rotation(load_identity(self.identity_path))
-        if identity is None:
-            report = await self._precheck()
-            identity = await self._register(report)
-            if not report.ok:
-                rechecks.append(self._recheck(identity))
+        # Ready as soon as it runs: registering may wait long for the coordinator, and
+        # systemd must neither time the start out nor miss watchdog pings meanwhile.
         sdnotify.ready()
-        journal = Journal(self.state_dir / "journal.json")
-        reporter = Reporter(self.client, identity, self.rand)
-        async with _background(reporter.run(), self._heartbeat(identity), _watchdog(),
-                               *rechecks):
-            await self._follow(identity, journal, reporter)
+        async with _background(_watchdog()):
+            self.client.context = await self._trust()
+            rechecks: list[Coroutine[Any, Any, None]] = []
+            identity = await self._settle_rotation(load_identity(self.identity_path))
+            if identity is None:
+                report = await self._precheck()
+                identity = await self._register(report)
+                if not report.ok:
+                    rechecks.append(self._recheck(identity))
+            journal = Journal(self.state_dir / "journal.json")
+            reporter = Reporter(self.client, identity, self.rand)
+            async with _background(reporter.run(), self._heartbeat(identity), *rechecks):
+                await self._follow(identity, journal, reporter)
 
     async def _trust(self) -> ssl.SSLContext | None:
         """The TLS context for an https coordinator: its CA from the config, or the one the

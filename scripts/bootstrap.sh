@@ -21,6 +21,6 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 if [[ ! -f .venv/.installed || pyproject.toml -nt .venv/.installed ]]; then
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e '.[test]'
+  .venv/bin/pip install -q -e '.[test,package]'
   touch .venv/.installed
 fi

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
+import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +15,9 @@ from pathlib import Path
 import pytest
 
 from nodeagent import sdnotify
+from tests.support.agent import NODEAGENT
+from tests.support.ports import free_port
+from tests.support.roots import passing_root
 
 pytestmark = pytest.mark.integration
 
@@ -79,3 +85,33 @@ def test_the_watchdog_interval_is_half_the_timeout(
     if pid is not None:
         monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()) if pid == "self" else pid)
     assert sdnotify.watchdog_interval() == interval
+
+
+def test_the_agent_is_ready_and_pets_the_watchdog_while_the_coordinator_is_away(
+    listener: socket.socket, tmp_path: Path
+) -> None:
+    """`nodeagent run` as systemd starts it (Type=notify, WatchdogSec=2s): READY at once,
+    even though it cannot register yet, and a WATCHDOG ping well within every 2 s."""
+    root = passing_root(tmp_path / "root", "node-1")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"coordinator: {{url: 'http://127.0.0.1:{free_port()}'}}\n"
+                      f"joinToken: join_x\nstateDir: {tmp_path}/state\n")
+    env = {**os.environ, "NOTIFY_SOCKET": os.environ["NOTIFY_SOCKET"],
+           "WATCHDOG_USEC": "2000000"}
+    agent = subprocess.Popen([NODEAGENT, "run", "--config", str(config), "--root", str(root)],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        messages: list[tuple[float, str]] = []
+        deadline = time.monotonic() + 20
+        while sum(m == "WATCHDOG=1" for _, m in messages) < 4 and time.monotonic() < deadline:
+            messages.append((time.monotonic(), listener.recv(4096).decode()))
+    finally:
+        agent.terminate()
+        _, stderr = agent.communicate(timeout=10)
+    texts = [m for _, m in messages]
+    assert texts[0] == "READY=1", (texts, stderr)
+    assert any(m.startswith("STATUS=coordinator unreachable") for m in texts), texts
+    pings = [at for at, m in messages if m == "WATCHDOG=1"]
+    assert len(pings) == 4, (texts, stderr)
+    gaps = [b - a for a, b in itertools.pairwise(pings)]
+    assert max(gaps) < 2.0, f"systemd would have killed the agent: pings {gaps} s apart"

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import ntplib
 
 from tests.conftest import require_binary
-from tests.support.ports import free_port, wait_until
+from tests.support.ports import free_port
+from tests.support.process import serving
 
 
 def answers(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
@@ -50,22 +50,7 @@ def chronyd(directory: Path, local_stratum: int | None = 8) -> Iterator[int]:
     if local_stratum is not None:
         lines.append(f"local stratum {local_stratum}")
     conf.write_text("\n".join(lines) + "\n")
-    log = directory / "chronyd.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([binary, "-x", "-d", "-f", str(conf), "-u", "root"],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        def up() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"chronyd exited with {proc.returncode}: {log.read_text()}")
-            return answers(port)
-
-        wait_until(up, f"chronyd on 127.0.0.1:{port}", timeout=10)
+    argv = [binary, "-x", "-d", "-f", str(conf), "-u", "root"]
+    with serving(argv, directory / "chronyd.log", lambda: answers(port),
+                 f"chronyd on 127.0.0.1:{port}"):
         yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

@@ -1,0 +1,5 @@
+"""Entry point of the frozen coordinator bundle (/opt/coordinator/coordinator)."""
+
+from coordinator.cli import main
+
+main()

@@ -1,0 +1,64 @@
+"""A directory tree booted with systemd as PID 1 (systemd-nspawn, its own network namespace
+with only loopback), and commands run inside it: how the tests see what the packages'
+scripts and units do under a real service manager."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from tests.conftest import require_binary, require_root
+from tests.support.process import serving
+
+
+@dataclass
+class Container:
+    init_pid: int
+
+    def run(self, argv: Sequence[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["nsenter", "-t", str(self.init_pid), "-a", *argv],
+                              capture_output=True, text=True, timeout=timeout, check=False)
+
+    def ok(self, *argv: str) -> str:
+        result = self.run(argv)
+        assert result.returncode == 0, f"{argv}: {result.stdout}{result.stderr}"
+        return result.stdout + result.stderr
+
+    def active(self, unit: str) -> str:
+        return self.run(["systemctl", "is-active", unit]).stdout.strip()
+
+    def unit(self, name: str, *properties: str) -> dict[str, str]:
+        out = self.ok("systemctl", "show", name, *(f"--property={p}" for p in properties))
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+@contextlib.contextmanager
+def booted(root: Path, log: Path) -> Iterator[Container]:
+    """Boot root (which must hold systemd) until systemd says it is up; power off on exit."""
+    require_root()
+    binary = require_binary("systemd-nspawn")
+    require_binary("nsenter")
+    machine = f"na-{uuid.uuid4().hex[:10]}"
+    argv = [binary, "--directory", str(root), "--boot", "--machine", machine, "--register=no",
+            "--keep-unit", "--private-network", "--console=passive"]
+    container: list[Container] = []
+
+    def up() -> bool:
+        if not container:
+            nspawn = [p for p in psutil.process_iter(["cmdline"])
+                      if machine in (p.info["cmdline"] or [])]
+            children = nspawn[0].children() if nspawn else []
+            if not children:
+                return False
+            container.append(Container(children[0].pid))
+        state = container[0].run(["systemctl", "is-system-running"], timeout=10).stdout.strip()
+        return state in ("running", "degraded")
+
+    with serving(argv, log, up, "systemd booting in systemd-nspawn", timeout=90, interval=0.5):
+        yield container[0]

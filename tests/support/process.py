@@ -1,0 +1,36 @@
+"""A server process a test starts itself: its output in a log, up once a probe says so,
+stopped (terminate, then kill) on exit."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from tests.support.ports import wait_until
+
+
+@contextlib.contextmanager
+def serving(argv: Sequence[str], log: Path, up: Callable[[], bool], what: str,
+            timeout: float = 10, interval: float = 0.05) -> Iterator[subprocess.Popen[bytes]]:
+    """Start argv with its output in log; yield once up() is true; fail naming what, with the
+    log, if it exits first or is not up within timeout seconds."""
+    with log.open("ab") as out:
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"{what} exited with {proc.returncode}: {log.read_text()}")
+            return up()
+
+        wait_until(ready, what, timeout=timeout, interval=interval)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -144,7 +144,7 @@ def main() -> None:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             status = admin.get(f"/v1/clusters/{applied['name']}/status")
-            table = machines_table(status["machines"], time.time())
+            table = machines_table(status["machines"])
             if table != shown:
                 counts = ", ".join(f"{n} {s}" for s, n in sorted(status["counts"].items()))
                 print(f"\n-- {time.strftime('%H:%M:%S')}  {counts}\n{table}", flush=True)

@@ -15,18 +15,12 @@ import pytest
 
 from coordinator.client import AdminClient, ClientError
 from nodeagent import joinstring
+from tests.support.coordinator import NOOP_CLUSTER as SPEC
 from tests.support.ports import free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
-SPEC = """\
-name: lab
-release: "1"
-machineTypes:
-  worker:
-    - {name: noop, phase: prepare, action: {type: exec, argv: ["true"]}}
-"""
 
 
 @dataclass

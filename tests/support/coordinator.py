@@ -34,6 +34,15 @@ machineTypes:
     - {name: join, phase: deploy, action: {type: exec, argv: ["true"]}}
 """
 
+# One worker item that does nothing: for tests about the API and trust, not the rollout.
+NOOP_CLUSTER = """\
+name: lab
+release: "1"
+machineTypes:
+  worker:
+    - {name: noop, phase: prepare, action: {type: exec, argv: ["true"]}}
+"""
+
 
 def precheck_report(hostname: str, failing: bool = False) -> dict[str, Any]:
     checks = [CheckResult(name="os", severity=Severity.HARD,

@@ -7,7 +7,7 @@ import contextlib
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +90,7 @@ class Coordinator:
     url: str
     data: Path
     log: Path
+    pid: int
     admin: AdminClient = field(init=False)
     agents: dict[str, Agent] = field(default_factory=dict)  # by hostname, as registered
 
@@ -145,9 +146,10 @@ def _answers(url: str, ca_file: Path) -> bool:
 
 
 @contextlib.contextmanager
-def running_coordinator(tmp: Path, cluster: str | None = CLUSTER) -> Iterator[Coordinator]:
+def running_coordinator(tmp: Path, cluster: str | None = CLUSTER,
+                        serve_args: Sequence[str] = ()) -> Iterator[Coordinator]:
     """`coordinator init` then `serve` (HTTPS with its own CA) on 127.0.0.1 with its data in
-    tmp, with `cluster` applied."""
+    tmp, with `cluster` applied. serve_args go to `serve` (e.g. --register-rate 0)."""
     port = free_port()
     data = tmp / "coordinator-data"
     log = tmp / "coordinator.log"
@@ -156,12 +158,12 @@ def running_coordinator(tmp: Path, cluster: str | None = CLUSTER) -> Iterator[Co
     subprocess.run([COORDINATOR, "init", *listen, "--name", "127.0.0.1"], check=True,
                    capture_output=True, timeout=60)
     with log.open("wb") as out:
-        process = subprocess.Popen([COORDINATOR, "serve", *listen],
+        process = subprocess.Popen([COORDINATOR, "serve", *listen, *serve_args],
                                    stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_until(lambda: process.poll() is None and _answers(url, data / "pki" / "ca.crt"),
                    f"coordinator (log {log})", timeout=30, interval=0.1)
-        served = Coordinator(url, data, log)
+        served = Coordinator(url, data, log, process.pid)
         if cluster:
             served.admin.request("PUT", "/v1/clusters", text=cluster,
                                  content_type="application/yaml")

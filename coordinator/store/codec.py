@@ -6,6 +6,7 @@ schema migration: documents written before the field existed decode with its def
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, fields
@@ -63,5 +64,8 @@ def spec_to_json(spec: ClusterSpec) -> str:
     return dumps(spec.model_dump(mode="json", by_alias=True))
 
 
+@functools.lru_cache(maxsize=64)
 def spec_from_json(text: str) -> ClusterSpec:
+    """Cached: every assignment reads its cluster, and validating the spec each time would
+    cost more than the rest of the request. Specs are frozen, so sharing one is safe."""
     return ClusterSpec.model_validate_json(text)

@@ -12,7 +12,7 @@ import asyncio
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from coordinator.model import ClusterSpec, Machine
+from coordinator.model import ClusterSpec, Machine, Role
 from coordinator.store.base import AdminToken, Event, JoinToken, Store, StoredCluster, StoreError
 from coordinator.store.codec import dumps, machine_from_doc, machine_to_doc, spec_from_json, spec_to_json
 from coordinator.tokens import token_id
@@ -89,7 +89,16 @@ MIGRATIONS: list[str] = [
         revoked INTEGER NOT NULL DEFAULT 0
     );
     """,
+    # 2 -> 3 (issue 8, scale): look-ups that must not scan the fleet. A query uses the role
+    # index only when it spells the expression exactly as _ROLE does.
+    """
+    CREATE INDEX machines_hostname ON machines (hostname);
+    CREATE INDEX machines_last_seen ON machines (cluster, last_seen);
+    CREATE INDEX machines_role ON machines (cluster, json_extract(doc, '$.role'));
+    """,
 ]
+_ROLE = "json_extract(doc, '$.role')"
+_IN_CHUNK = 500  # ids per `IN (...)`: far below SQLite's limit on bound parameters
 
 
 def _statements(script: str) -> list[str]:
@@ -371,19 +380,49 @@ class SQLiteStore(Store):
         return await self._one(_machine, "SELECT doc, last_seen FROM machines "
                                "WHERE credential_hash = ?", (credential_hash,))
 
-    async def list_machines(self, cluster: str | None = None) -> list[Machine]:
-        """Ordered by cluster, then hostname."""
-        query = "SELECT doc, last_seen FROM machines"
-        params: tuple[str, ...] = ()
+    async def list_machines(self, cluster: str | None = None, role: Role | None = None) -> list[Machine]:
+        """See Store.list_machines."""
+        where, params = [], []
         if cluster is not None:
-            query += " WHERE cluster = ?"
-            params = (cluster,)
-        query += " ORDER BY cluster, hostname, id"
-        return await self._all(_machine, query, params)
+            where.append("cluster = ?")
+            params.append(cluster)
+        if role is not None:
+            where.append(f"{_ROLE} = ?")
+            params.append(role)
+        query = "SELECT doc, last_seen FROM machines"
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        return await self._all(_machine, query + " ORDER BY cluster, hostname, id", params)
 
-    async def touch_machine(self, machine_id: str, now: float) -> None:
-        """An unknown id is ignored: a heartbeat may race the machine's removal."""
-        await self._execute("UPDATE machines SET last_seen = ? WHERE id = ?", (now, machine_id))
+    async def get_machines(self, machine_ids: Collection[str]) -> list[Machine]:
+        ids = list(machine_ids)
+        found: list[Machine] = []
+        for start in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[start:start + _IN_CHUNK]
+            found += await self._all(_machine, "SELECT doc, last_seen FROM machines WHERE id IN "
+                                     f"({', '.join('?' * len(chunk))})", chunk)
+        return found
+
+    async def machines_by_hostname(self, hostname: str, cluster: str | None = None) -> list[Machine]:
+        if cluster is None:
+            return await self._all(_machine, "SELECT doc, last_seen FROM machines "
+                                   "WHERE hostname = ? ORDER BY cluster", (hostname,))
+        return await self._all(_machine, "SELECT doc, last_seen FROM machines "
+                               "WHERE cluster = ? AND hostname = ?", (cluster, hostname))
+
+    async def machines_last_seen_between(self, cluster: str, start: float, end: float) -> list[str]:
+        return await self._all(lambda row: str(row["id"]),
+                               "SELECT id FROM machines WHERE cluster = ? AND last_seen >= ? "
+                               "AND last_seen < ?", (cluster, start, end))
+
+    async def touch_machines(self, seen: Mapping[str, float]) -> None:
+        await self._run(self._touch_machines, list(seen.items()))
+
+    def _touch_machines(self, seen: list[tuple[str, float]]) -> None:
+        conn = self._db
+        with _transaction(conn):
+            conn.executemany("UPDATE machines SET last_seen = MAX(last_seen, ?) WHERE id = ?",
+                             [(when, machine_id) for machine_id, when in seen])
 
     # -- atomic writes ----------------------------------------------------------
     async def commit(

@@ -4,7 +4,6 @@ loop, TLS and the HTTP server."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import socket
@@ -90,7 +89,8 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
         scheme = "http" if context is None else "https"
         print(f"coordinator listening on {scheme}://{options.host}:{options.port} "
               f"(data in {options.data_dir}; agents use {options.url()})", flush=True)
-        reconciler = asyncio.create_task(coordinator.run())
+        background = [asyncio.create_task(coordinator.run()),
+                      asyncio.create_task(coordinator.write_heartbeats())]
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -100,9 +100,9 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
         try:
             await stop.wait()
         finally:
-            reconciler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reconciler
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
             coordinator.notifier.wake_all()
     finally:
         await runner.cleanup()

@@ -256,7 +256,7 @@ async def rotate_credential(request: web.Request) -> web.Response:
 
 async def heartbeat(request: web.Request) -> web.Response:
     machine = await _agent(request)
-    await _c(request).heartbeat(machine.id)
+    await _c(request).heartbeat(machine)
     return web.json_response({"status": "ok"})
 
 

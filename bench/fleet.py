@@ -26,8 +26,10 @@ import json
 import multiprocessing
 import os
 import random
+import signal
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -221,16 +223,18 @@ class Simulator:
                                          ttl_dns_cache=None)
         async with aiohttp.ClientSession(connector=connector) as self.session:
             gate = asyncio.Semaphore(self.plan.register_concurrency)
+            tasks: list[asyncio.Task[None]] = []
 
             async def register(agent: SimAgent) -> None:
+                """Then heartbeat and follow at once, as an agent does."""
                 async with gate:
                     await agent.register()
+                tasks.extend(asyncio.create_task(coro) for coro in (
+                    agent.heartbeat_forever(), agent.follow_forever()))
 
             started = time.monotonic()
             await asyncio.gather(*(register(a) for a in self.agents))
             pipe.send(("registered", time.monotonic() - started))
-            tasks = [asyncio.create_task(coro) for a in self.agents
-                     for coro in (a.heartbeat_forever(), a.follow_forever())]
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, pipe.recv)  # "stop"
             for task in tasks:
@@ -318,14 +322,23 @@ def main() -> None:
     parser.add_argument("--heartbeat-timeout", type=float, default=30.0)
     parser.add_argument("--duration", type=float, default=30.0,
                         help="seconds of steady heartbeats measured after registration/rollout")
+    parser.add_argument("--warmup", type=float, default=None,
+                        help="seconds between registration (or rollout) and the steady window; "
+                             "default: one heartbeat interval")
     parser.add_argument("--processes", type=int, default=1, help="simulator processes")
     parser.add_argument("--register-concurrency", type=int, default=64,
                         help="registrations in flight per simulator process")
     parser.add_argument("--store", default="sqlite",
                         help="sqlite (a file in the coordinator's data dir) or a DSN, passed to "
                              "`coordinator serve --store`")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="write a py-spy profile of the coordinator over the whole run here: a "
+                             "flame graph if it ends in .svg, else collapsed stacks (needs "
+                             "py-spy: pip install py-spy)")
     parser.add_argument("--dir", type=Path, default=None, help="where the coordinator's data goes")
     args = parser.parse_args()
+    if args.warmup is None:
+        args.warmup = args.heartbeat_interval
     rollout = bool(args.managers or args.workers)
     managers = [f"manager-{i:02d}" for i in range(args.managers)]
     workers = [f"worker-{i:05d}" for i in range(args.workers)]
@@ -340,6 +353,11 @@ def main() -> None:
                                      body={"ttl": "0"})["token"]
         sampler = Sampler(served.pid)
         sampler.start()
+        profiler = None if args.profile is None else subprocess.Popen(
+            [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(served.pid),
+             "--output", str(args.profile), "--rate", "50", "--nonblocking",
+             "--format", "flamegraph" if args.profile.suffix == ".svg" else "raw"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         pipes: list[Connection] = []
         processes = []
         context = multiprocessing.get_context("spawn")
@@ -367,6 +385,7 @@ def main() -> None:
             print(f"rollout of {args.managers} managers + {args.workers} workers "
                   f"(batches of {args.batch_size}): {rollout_seconds:.1f} s "
                   f"(coordinator CPU {sampler.cpu() - cpu_started:.1f} s)")
+        time.sleep(args.warmup)
         window_started, cpu_started = time.monotonic(), sampler.cpu()
         time.sleep(args.duration)
         window = (window_started, time.monotonic())
@@ -375,6 +394,9 @@ def main() -> None:
         marks: list[tuple[float, str, str]] = []
         errors: dict[str, int] = defaultdict(int)
         client_cpu = 0.0
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes the graph and exits
+            profiler.wait(timeout=60)
         for pipe in pipes:
             pipe.send("stop")
         for pipe in pipes:

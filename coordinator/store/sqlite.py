@@ -1,9 +1,12 @@
-"""The embedded default store: one SQLite file, driven from one dedicated thread.
+"""The embedded default store: one SQLite file, driven from two dedicated threads.
 
-sqlite3 calls block, so they run on a single worker thread: the event loop never waits on
-disk, and writes are serialized without any locking of our own. WAL lets other processes
-(backups, a CLI) read while the coordinator writes; synchronous=FULL makes every
-returned commit survive a power cut.
+sqlite3 calls block, so they run on worker threads: the event loop never waits on disk.
+Writes go through one connection on one thread, so they are serialized without any locking
+of our own; reads go through a second connection on a second thread, so that an agent's
+heartbeat or long-poll never queues behind a commit's fsync (issue 8). WAL lets readers (that
+connection, backups, a CLI) read while the coordinator writes, and a read sees every commit
+that returned before it started; synchronous=FULL makes every returned commit survive a
+power cut.
 """
 
 from __future__ import annotations
@@ -204,6 +207,8 @@ class SQLiteStore(Store):
         self.path = Path(path)
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
+        self._reader_executor: ThreadPoolExecutor | None = None
+        self._reader_conn: sqlite3.Connection | None = None
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -211,12 +216,21 @@ class SQLiteStore(Store):
             raise StoreError(f"store {self.path} is not open")
         return self._conn
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run fn(*args) on the store's thread; sqlite errors become StoreError."""
-        if self._executor is None:
+    @property
+    def _reader(self) -> sqlite3.Connection:
+        if self._reader_conn is None:
+            raise StoreError(f"store {self.path} is not open")
+        return self._reader_conn
+
+    async def _run(self, fn: Callable[..., T], *args: Any,
+                   executor: ThreadPoolExecutor | None = None) -> T:
+        """Run fn(*args) on the writer's thread (or executor's); sqlite errors become
+        StoreError."""
+        executor = executor or self._executor
+        if executor is None:
             raise StoreError(f"store {self.path} is not open")
         return await asyncio.get_running_loop().run_in_executor(
-            self._executor, partial(self._guarded, fn, *args))
+            executor, partial(self._guarded, fn, *args))
 
     def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
         try:
@@ -226,9 +240,10 @@ class SQLiteStore(Store):
 
     async def _all(self, decode: Callable[[sqlite3.Row], T], sql: str,
                    params: Sequence[Any] = ()) -> list[T]:
-        """Rows are decoded on the store's thread too: listing 10k machines does not stall the
-        event loop."""
-        return await self._run(lambda: [decode(row) for row in self._db.execute(sql, params)])
+        """On the reader's thread, where rows are decoded too: listing 10k machines does not
+        stall the event loop."""
+        return await self._run(lambda: [decode(row) for row in self._reader.execute(sql, params)],
+                               executor=self._reader_executor)
 
     async def _one(self, decode: Callable[[sqlite3.Row], T], sql: str,
                    params: Sequence[Any]) -> T | None:
@@ -241,8 +256,11 @@ class SQLiteStore(Store):
     # -- lifecycle --------------------------------------------------------------
     async def open(self) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
+        self._reader_executor = ThreadPoolExecutor(max_workers=1,
+                                                   thread_name_prefix="sqlite-reader")
         try:
             await self._run(self._connect)
+            await self._run(self._connect_reader, executor=self._reader_executor)
         except BaseException:
             await self.close()
             raise
@@ -263,10 +281,21 @@ class SQLiteStore(Store):
             raise
         self._conn = conn
 
+    def _connect_reader(self) -> None:
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA query_only = ON")
+        self._reader_conn = conn
+
     async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._reader_executor is not None:
+            await loop.run_in_executor(self._reader_executor, self._disconnect_reader)
+            self._reader_executor.shutdown(wait=True)
+            self._reader_executor = None
         if self._executor is None:
             return
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._disconnect)
+        await loop.run_in_executor(self._executor, self._disconnect)
         self._executor.shutdown(wait=True)
         self._executor = None
 
@@ -274,6 +303,11 @@ class SQLiteStore(Store):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def _disconnect_reader(self) -> None:
+        if self._reader_conn is not None:
+            self._reader_conn.close()
+            self._reader_conn = None
 
     # -- clusters -------------------------------------------------------------
     async def put_cluster(self, spec: ClusterSpec, now: float) -> StoredCluster:
@@ -389,7 +423,9 @@ class SQLiteStore(Store):
         if role is not None:
             where.append(f"{_ROLE} = ?")
             params.append(role)
-        query = "SELECT doc, last_seen FROM machines"
+        # Without statistics SQLite would pick machines_cluster and decode every document.
+        query = "SELECT doc, last_seen FROM machines" + (
+            " INDEXED BY machines_role" if role and cluster is not None else "")
         if where:
             query += " WHERE " + " AND ".join(where)
         return await self._all(_machine, query + " ORDER BY cluster, hostname, id", params)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import asyncio.sslproto
 import json
 import multiprocessing
 import os
@@ -45,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 import psutil
 
+from coordinator.server import TLS_READ_BUFFER_BYTES
 from nodeagent.daemon import LONG_POLL_SECONDS
 from nodeagent.prechecks.runner import summarize
 from nodeagent.protocol import CheckResult, PrecheckReport, Severity, StateItem, Status
@@ -245,6 +247,8 @@ class Simulator:
 
 
 def simulate(plan: Plan, pipe: Connection) -> None:
+    # The simulator's side of thousands of TLS connections: as small as the coordinator's.
+    asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER_BYTES
     asyncio.run(Simulator(plan).run(pipe))
 
 

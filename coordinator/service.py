@@ -40,7 +40,7 @@ from coordinator.model import (
     upgrade_items_may_run,
 )
 from coordinator.notifier import Notifier
-from coordinator.store.base import Event, JoinToken, Store, StoredCluster
+from coordinator.store.base import CredentialOwner, Event, JoinToken, Store, StoredCluster
 from coordinator.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS, new_token, token_hash
 from nodeagent.protocol import (
     Assignment,
@@ -216,22 +216,21 @@ class Coordinator:
         self.kick()
         return updated
 
-    async def authenticate_any(self, credential: str) -> Machine:
-        machine = await self.store.machine_by_credential(token_hash(credential))
-        if machine is None:
+    async def authenticate_any(self, credential: str) -> CredentialOwner:
+        owner = await self.store.credential_owner(token_hash(credential))
+        if owner is None:
             raise Unauthorized("unknown or revoked machine credential")
-        if machine.credential_expires_at is not None and \
-                self.clock() >= machine.credential_expires_at:
-            raise Unauthorized(f"the credential of {machine.hostname} expired: delete the "
+        if owner.expires_at is not None and self.clock() >= owner.expires_at:
+            raise Unauthorized(f"the credential of {owner.hostname} expired: delete the "
                                "machine and let it join again")
-        return machine
+        return owner
 
-    async def authenticate(self, machine_id: str, credential: str) -> Machine:
+    async def authenticate(self, machine_id: str, credential: str) -> CredentialOwner:
         """The machine the credential belongs to, which must be the one the request names."""
-        machine = await self.authenticate_any(credential)
-        if machine.id != machine_id:
+        owner = await self.authenticate_any(credential)
+        if owner.machine_id != machine_id:
             raise Unauthorized("this credential belongs to another machine")
-        return machine
+        return owner
 
     async def assignment(self, machine: Machine) -> Assignment:
         stored = await self.cluster(machine.cluster)
@@ -308,13 +307,13 @@ class Coordinator:
         if report.status == "succeeded":
             self.kick()
 
-    async def heartbeat(self, machine: Machine) -> None:
+    async def heartbeat(self, machine: CredentialOwner) -> None:
         """Kept in memory until the next flush_heartbeats: a durable write per heartbeat
         would cap the fleet at the disk's fsync rate."""
         now = self.clock()
-        self._seen[machine.id] = max(now, self._seen.get(machine.id, now))
+        self._seen[machine.machine_id] = max(now, self._seen.get(machine.machine_id, now))
         if not machine.responding:
-            self._changed.add(machine.id)
+            self._changed.add(machine.machine_id)
             self.kick()  # the reconciler records that it answers again
 
     async def flush_heartbeats(self) -> None:

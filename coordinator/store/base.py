@@ -56,6 +56,18 @@ class AdminToken:
     revoked: bool = False
 
 
+@dataclass(frozen=True)
+class CredentialOwner:
+    """The machine a credential belongs to, as far as authenticating a request needs: read
+    without decoding the machine's documents, since every agent request does it (issue 8)."""
+
+    machine_id: str
+    cluster: str
+    hostname: str
+    expires_at: float | None
+    responding: bool
+
+
 class StoreError(Exception):
     pass
 
@@ -126,7 +138,8 @@ class Store(ABC):
     async def get_machine(self, machine_id: str) -> Machine | None: ...
 
     @abstractmethod
-    async def machine_by_credential(self, credential_hash: str) -> Machine | None: ...
+    async def credential_owner(self, credential_hash: str) -> CredentialOwner | None:
+        """None for an unknown hash, and always for "" (a revoked credential)."""
 
     @abstractmethod
     async def list_machines(self, cluster: str | None = None, role: Role | None = None) -> list[Machine]:

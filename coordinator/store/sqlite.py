@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from coordinator.model import ClusterSpec, Machine, Role
-from coordinator.store.base import AdminToken, Event, JoinToken, Store, StoredCluster, StoreError
+from coordinator.store.base import (
+    AdminToken,
+    CredentialOwner,
+    Event,
+    JoinToken,
+    Store,
+    StoredCluster,
+    StoreError,
+)
 from coordinator.store.codec import dumps, machine_from_doc, machine_to_doc, spec_from_json, spec_to_json
 from coordinator.tokens import token_id
 
@@ -163,6 +171,19 @@ def _machine(row: sqlite3.Row) -> Machine:
     doc = json.loads(row["doc"])
     doc["last_seen"] = row["last_seen"]
     return machine_from_doc(doc)
+
+
+# json_extract parses the document in C: several times faster than decoding it into a Machine.
+_CREDENTIAL_OWNER = """
+    SELECT id, cluster, hostname, json_extract(doc, '$.credential_expires_at') AS expires_at,
+           json_extract(doc, '$.responding') AS responding
+    FROM machines WHERE credential_hash = ?
+"""
+
+
+def _credential_owner(row: sqlite3.Row) -> CredentialOwner:
+    return CredentialOwner(machine_id=row["id"], cluster=row["cluster"], hostname=row["hostname"],
+                           expires_at=row["expires_at"], responding=bool(row["responding"]))
 
 
 def _join_token(row: sqlite3.Row) -> JoinToken:
@@ -408,11 +429,10 @@ class SQLiteStore(Store):
         return await self._one(_machine, "SELECT doc, last_seen FROM machines WHERE id = ?",
                                (machine_id,))
 
-    async def machine_by_credential(self, credential_hash: str) -> Machine | None:
+    async def credential_owner(self, credential_hash: str) -> CredentialOwner | None:
         if not credential_hash:  # machines without a credential store "": never match them
             return None
-        return await self._one(_machine, "SELECT doc, last_seen FROM machines "
-                               "WHERE credential_hash = ?", (credential_hash,))
+        return await self._one(_credential_owner, _CREDENTIAL_OWNER, (credential_hash,))
 
     async def list_machines(self, cluster: str | None = None, role: Role | None = None) -> list[Machine]:
         """See Store.list_machines."""

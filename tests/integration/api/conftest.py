@@ -77,6 +77,10 @@ class Env:
             "GET", f"/v1/agent/machines/{agent['machine_id']}/assignment?after={after}&wait={wait}",
             200, headers={"Authorization": f"Bearer {agent['credential']}"})
 
+    async def heartbeat(self, agent: dict[str, str]) -> None:
+        await self.call("POST", f"/v1/agent/machines/{agent['machine_id']}/heartbeat", 200,
+                        headers={"Authorization": f"Bearer {agent['credential']}"})
+
     async def report_all(self, agent: dict[str, str]) -> None:
         """Report every item of the current assignment as applied, as an agent would."""
         assignment = await self.assignment(agent)

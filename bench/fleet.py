@@ -341,6 +341,8 @@ def main() -> None:
                              "py-spy: pip install py-spy)")
     parser.add_argument("--dir", type=Path, default=None, help="where the coordinator's data goes")
     args = parser.parse_args()
+    # Killed (e.g. by timeout): unwind, so the coordinator and the simulators are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     if args.warmup is None:
         args.warmup = args.heartbeat_interval
     rollout = bool(args.managers or args.workers)

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from coordinator import planner
@@ -52,6 +52,9 @@ from nodeagent.protocol import (
 
 log = logging.getLogger("coordinator")
 HEARTBEAT_FLUSH_SECONDS = 1.0
+# How long this process trusts what it read of a credential. Its own writes forget the
+# machine's entry at once; the bound is for writes by other processes (a CLI, a replica).
+CREDENTIAL_CACHE_SECONDS = 10.0
 
 
 class Coordinator:
@@ -69,6 +72,9 @@ class Coordinator:
         self._changed: set[str] = set()  # ids of machines written since the last pass
         self._views: dict[str, ClusterView] = {}  # what the last pass kept of each cluster
         self._post_deploy_hosts: dict[str, str | None] = {}  # cluster -> machine id, per pass
+        self._owners: dict[str, tuple[float, CredentialOwner]] = {}  # hash -> (read at, owner)
+        self._owner_hashes: dict[str, str] = {}  # machine id -> its cached credential hash
+        self._forgotten = 0  # grows on every forget: a read that raced one is not cached
 
     async def close(self) -> None:
         await self.drainer.close()
@@ -80,6 +86,15 @@ class Coordinator:
         await self.store.commit(machines, events, removed)
         self._changed.update(m.id for m in machines)
         self._changed.update(removed)
+        self._forget([*(m.id for m in machines), *removed])
+
+    def _forget(self, machine_ids: Iterable[str]) -> None:
+        """Drop what authentication cached of these machines: they were just written."""
+        self._forgotten += 1
+        for machine_id in machine_ids:
+            digest = self._owner_hashes.pop(machine_id, None)
+            if digest is not None:
+                self._owners.pop(digest, None)
 
     # -- clusters ---------------------------------------------------------------
     async def apply_cluster(self, spec: ClusterSpec) -> tuple[StoredCluster, bool]:
@@ -217,7 +232,18 @@ class Coordinator:
         return updated
 
     async def authenticate_any(self, credential: str) -> CredentialOwner:
-        owner = await self.store.credential_owner(token_hash(credential))
+        """Every agent request starts here: what was read is kept CREDENTIAL_CACHE_SECONDS,
+        so that a heartbeat costs no database read."""
+        digest, now = token_hash(credential), self.clock()
+        cached = self._owners.get(digest)
+        if cached is not None and now - cached[0] <= CREDENTIAL_CACHE_SECONDS:
+            owner: CredentialOwner | None = cached[1]
+        else:
+            forgotten = self._forgotten
+            owner = await self.store.credential_owner(digest)
+            if owner is not None and forgotten == self._forgotten:
+                self._owners[digest] = (now, owner)
+                self._owner_hashes[owner.machine_id] = digest
         if owner is None:
             raise Unauthorized("unknown or revoked machine credential")
         if owner.expires_at is not None and self.clock() >= owner.expires_at:
@@ -550,6 +576,7 @@ class Coordinator:
         removed = [d.machine_id for d in decisions if d.to_state is None]
         if changed or events or removed:
             await self.store.commit(list(changed.values()), events, removed)
+            self._forget([*changed, *removed])
             self.notifier.wake([*changed, *removed])
         self.drainer.schedule(spec, [changed.get(m.id, m) for m in after])
         if view.update(list(changed.values()), removed):

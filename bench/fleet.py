@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import asyncio.sslproto
+import gc
 import json
 import multiprocessing
 import os
@@ -249,6 +250,9 @@ class Simulator:
 def simulate(plan: Plan, pipe: Connection) -> None:
     # The simulator's side of thousands of TLS connections: as small as the coordinator's.
     asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER_BYTES
+    # A full collection over thousands of agents stalls this process for 0.3 s, which would
+    # be measured as the coordinator's latency; a run lasts minutes, its cycles can wait.
+    gc.disable()
     asyncio.run(Simulator(plan).run(pipe))
 
 

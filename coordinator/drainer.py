@@ -14,11 +14,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from coordinator.kube import DrainResult, Kube, KubeError
-from coordinator.model import ClusterSpec, DrainStage, DrainStatus, Machine
+from coordinator.model import ClusterSpec, DrainStage, DrainStatus, Machine, kubeconfig_reporter
 from coordinator.planner import node_action
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ class Drainer:
     def schedule(self, spec: ClusterSpec, machines: Sequence[Machine]) -> None:
         """Start a task for every machine whose node needs one and has none running."""
         now = self.clock()
+        access = kube_access(spec, machines)
         for machine in machines:
             action = node_action(spec, machine)
             running = self._tasks.get(machine.id)
@@ -45,7 +46,8 @@ class Drainer:
                 continue
             if self._not_before.get(machine.id, 0) > now:
                 continue
-            work = self._drain(spec, machine) if action == "drain" else self._uncordon(spec, machine)
+            work = (self._drain(spec, machine, access) if action == "drain"
+                    else self._uncordon(machine, access))
             self._tasks[machine.id] = asyncio.create_task(work, name=f"{action} {machine.hostname}")
 
     async def cancel(self, machine_id: str) -> None:
@@ -59,7 +61,7 @@ class Drainer:
         for machine_id in list(self._tasks):
             await self.cancel(machine_id)
 
-    async def _drain(self, spec: ClusterSpec, machine: Machine) -> None:
+    async def _drain(self, spec: ClusterSpec, machine: Machine, access: KubeAccess | None) -> None:
         status = machine.drain
         if status is None:
             status = DrainStatus(DrainStage.DRAINING, started_at=self.clock())
@@ -68,19 +70,17 @@ class Drainer:
                 return
         settings = spec.settings
         deadline = status.started_at + settings.drain.timeout_seconds
-        kubeconfig = settings.kubernetes.kubeconfig
 
         async def progress(result: DrainResult) -> None:
             await self.coordinator.set_drain(machine.id, status, _status(status, result), None)
 
         while True:
-            if kubeconfig is None:
-                result = DrainResult(False, "settings.kubernetes.kubeconfig is not set: the node "
-                                     "cannot be cordoned and drained (set it, or set "
-                                     "drain.enabled: false to upgrade in place)")
+            if access is None:
+                result = DrainResult(False, f"{NO_KUBECONFIG}: the node cannot be cordoned and "
+                                     "drained (or set drain.enabled: false to upgrade in place)")
                 break
             try:
-                async with await Kube.connect(kubeconfig) as kube:
+                async with await Kube.connect(access.path, access.text) as kube:
                     result = await kube.drain(machine.hostname, settings.drain, deadline,
                                               force=status.force, clock=self.clock,
                                               progress=progress)
@@ -96,14 +96,13 @@ class Drainer:
         await self.coordinator.set_drain(machine.id, status, final,
                                          f"{machine.hostname} {verb}: {result.message}")
 
-    async def _uncordon(self, spec: ClusterSpec, machine: Machine) -> None:
+    async def _uncordon(self, machine: Machine, access: KubeAccess | None) -> None:
         status = machine.drain
         assert status is not None  # node_action asks for an uncordon only after a drain
-        kubeconfig = spec.settings.kubernetes.kubeconfig
         try:
-            if kubeconfig is None:
-                raise KubeError("settings.kubernetes.kubeconfig is not set")
-            async with await Kube.connect(kubeconfig) as kube:
+            if access is None:
+                raise KubeError(NO_KUBECONFIG)
+            async with await Kube.connect(access.path, access.text) as kube:
                 await kube.set_unschedulable(machine.hostname, False)
         except KubeError as exc:
             self._not_before[machine.id] = self.clock() + RETRY_SECONDS
@@ -116,6 +115,26 @@ class Drainer:
             machine.id, status, replace(status, stage=DrainStage.UNCORDONED,
                                         message="upgrade items applied; uncordoned"),
             f"{machine.hostname} uncordoned")
+
+
+@dataclass(frozen=True)
+class KubeAccess:
+    """The kubeconfig drains go through: a file on the coordinator's host, or a text."""
+
+    path: str | None = None
+    text: str | None = None
+
+
+NO_KUBECONFIG = ("no kubeconfig: settings.kubernetes.kubeconfig is not set and no manager "
+                 "reported one (kubeconfigFrom on a manager item)")
+
+
+def kube_access(spec: ClusterSpec, machines: Sequence[Machine]) -> KubeAccess | None:
+    """The cluster setting when there is one, else what the first manager reported."""
+    if spec.settings.kubernetes.kubeconfig is not None:
+        return KubeAccess(path=spec.settings.kubernetes.kubeconfig)
+    reporter = kubeconfig_reporter(machines)
+    return None if reporter is None else KubeAccess(text=reporter.kubeconfig)
 
 
 def _status(status: DrainStatus, result: DrainResult, stage: DrainStage | None = None) -> DrainStatus:

@@ -169,8 +169,9 @@ def post_deploy_host(spec: ClusterSpec, machines: Sequence[Machine]) -> Machine 
     """The Ready manager that should run the cluster-level post-deploy items now, if any.
 
     Due once a manager and a worker are Ready, and again after an upgrade that changed the
-    items (a new version): they are done when one manager has applied all of them."""
-    wanted = {i.fingerprint() for i in spec.items("manager", "postdeploy")}
+    items (a new version) or, for items with a versionCommand, after every new release (their
+    checks are versioned by it): done when one manager has applied all of them."""
+    wanted = {i.fingerprint() for i in phase_items(spec, "manager", "postdeploy")}
     live = [m for m in ordered(machines) if m.state is not S.DELETING]
     if not wanted or any(m.role == "manager" and wanted <= m.applied for m in live):
         return None

@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from coordinator import planner
 from coordinator.api.bodies import AdminTokenBody, JoinTokenBody, RoleBody
 from coordinator.api.openapi import openapi_document
 from coordinator.api.views import (
@@ -31,7 +30,7 @@ from coordinator.metrics import CONTENT_TYPE, METRICS, record_item, record_reque
 from coordinator.model import ClusterSpec, Machine
 from coordinator.ratelimit import RateLimiter
 from coordinator.service import Coordinator
-from coordinator.status import HISTORY_KINDS, History, rollout, stages
+from coordinator.status import HISTORY_KINDS, History, post_deploy, rollout, stages
 from coordinator.store.base import Event
 from coordinator.tokens import parse_duration
 from nodeagent import joinstring
@@ -342,14 +341,12 @@ async def cluster_status(request: web.Request) -> web.Response:
         counts[machine.state.value] = counts.get(machine.state.value, 0) + 1
     history = History(await _all_events(coordinator, cluster=stored.spec.name, kinds=HISTORY_KINDS))
     now = coordinator.clock()
-    host = planner.post_deploy_host(stored.spec, machines)
     return web.json_response({
         "cluster": stored.spec.name,
         "release": stored.spec.release,
         "generation": stored.generation,
         "paused": stored.spec.settings.upgrade.paused,
-        "post_deploy": {"items": len(stored.spec.items("manager", "postdeploy")),
-                        "running_on": host.hostname if host else None},
+        "post_deploy": asdict(post_deploy(stored.spec, machines)),
         "counts": counts,
         "stages": [asdict(s) for s in stages(stored.spec, stored.created_at, machines, history, now)],
         "rollout": asdict(rollout(stored.spec, machines, history, now)),

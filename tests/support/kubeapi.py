@@ -593,6 +593,7 @@ class KubeApiServer:
         self._sock = sock or socket_in_netns(None)
         self.port = self._sock.getsockname()[1]
         self.url = f"http://{self._sock.getsockname()[0]}:{self.port}"
+        self.token = f"kube-token-{uuid.uuid4().hex}"
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None
@@ -621,13 +622,18 @@ class KubeApiServer:
         with self.cluster.lock:
             yield self.cluster
 
-    def write_kubeconfig(self, path: Path) -> Path:
-        path.write_text(json.dumps({
+    def kubeconfig(self) -> str:
+        """A kubeconfig for this server, with a bearer token unique to it (the server accepts
+        any): tests look for the token where a kubeconfig must never show."""
+        return json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": "test",
             "clusters": [{"name": "test", "cluster": {"server": self.url}}],
-            "users": [{"name": "test", "user": {"token": "test-token"}}],
+            "users": [{"name": "test", "user": {"token": self.token}}],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
-        }))
+        })
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        path.write_text(self.kubeconfig())
         return path
 
 

@@ -77,16 +77,19 @@ class Env:
             "GET", f"/v1/agent/machines/{agent['machine_id']}/assignment?after={after}&wait={wait}",
             200, headers={"Authorization": f"Bearer {agent['credential']}"})
 
-    async def report_all(self, agent: dict[str, str]) -> None:
-        """Report every item of the current assignment as applied, as an agent would."""
+    async def report_all(self, agent: dict[str, str], kubeconfig: str | None = None) -> None:
+        """Report every item of the current assignment as applied, as an agent would: with
+        the kubeconfig its file holds for an item with kubeconfigFrom."""
         assignment = await self.assignment(agent)
         for item in assignment["items"]:
             fingerprint = StateItem.model_validate(item).fingerprint()
+            reported = kubeconfig if item.get("kubeconfigFrom") else None
             await self.call("POST", f"/v1/agent/machines/{agent['machine_id']}/reports", 200,
                             headers={"Authorization": f"Bearer {agent['credential']}"},
                             json={"item": item["name"], "fingerprint": fingerprint,
                                   "phase": assignment["phase"], "status": "succeeded",
-                                  "attempt": 1, "started_at": 1.0, "finished_at": 2.0})
+                                  "attempt": 1, "started_at": 1.0, "finished_at": 2.0,
+                                  "kubeconfig": reported})
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from coordinator.api.app import Settings, create_app
 from coordinator.cli import main
 from coordinator.service import Coordinator
 from coordinator.store.sqlite import SQLiteStore
+from nodeagent.protocol import StateItem
 from tests.integration.api.conftest import Env
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 
@@ -28,10 +29,9 @@ release: "{release}"
 settings:
   upgrade: {{workerBatchSize: 1}}
   drain: {{timeoutSeconds: 1, evictionRetrySeconds: 0.05}}
-  kubernetes: {{kubeconfig: {kubeconfig}}}
-machineTypes:
+{kubernetes}machineTypes:
   manager:
-    - {{name: control-plane, phase: deploy, action: {{type: exec, argv: ["true"]}}}}
+    - {{name: control-plane, phase: deploy, action: {{type: exec, argv: ["true"]}}{reported}}}
 {upgrade_manager}  worker:
     - {{name: join, phase: deploy, action: {{type: exec, argv: ["true"]}}}}
 {upgrade_worker}"""
@@ -39,10 +39,15 @@ UPGRADE = ('    - {{name: kubelet-{role}, phase: upgrade, '
            'action: {{type: exec, argv: ["true", "{release}"]}}}}\n')
 
 
-def spec(kubeconfig: Path, release: str = "1.0") -> str:
+def spec(kubeconfig: Path | None, release: str = "1.0") -> str:
+    """With kubeconfig, the cluster setting names it; without, the first manager's deploy
+    item reports the one it leaves in /etc/kubernetes/admin.conf."""
     upgrades = {f"upgrade_{role}": UPGRADE.format(role=role, release=release) if release != "1.0"
                 else "" for role in ("manager", "worker")}
-    return SPEC.format(release=release, kubeconfig=kubeconfig, **upgrades)
+    return SPEC.format(
+        release=release, **upgrades,
+        kubernetes=f"  kubernetes: {{kubeconfig: {kubeconfig}}}\n" if kubeconfig else "",
+        reported="" if kubeconfig else ", kubeconfigFrom: /etc/kubernetes/admin.conf")
 
 
 @pytest.fixture
@@ -98,8 +103,12 @@ async def cli(env: Env, *args: str) -> str:
     return result.output
 
 
-async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
-        env: Env, kube: KubeApiServer, tmp_path: Path) -> None:
+Agents = dict[str, dict[str, str]]
+
+
+async def rolled_out(env: Env, kubeconfig: str | None = None) -> Agents:
+    """m1 (manager), w1 and w2 (workers) registered, approved and Ready; m1's agent reports
+    kubeconfig for its item with kubeconfigFrom."""
     agents = {}
     for hostname, role in (("m1", "manager"), ("w1", "worker"), ("w2", "worker")):
         agents[hostname] = await env.register(hostname)
@@ -107,11 +116,24 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
 
     async def agents_apply() -> bool:
         for agent in agents.values():
-            await env.report_all(agent)
+            await env.report_all(agent, kubeconfig)
         status = await env.call("GET", "/v1/clusters/lab/status", 200)
         return status["counts"] == {"Ready": 3}
 
     await until(env, "the rollout", agents_apply)
+    return agents
+
+
+async def upgraded(env: Env, agents: Agents, hostname: str) -> bool:
+    """Whether hostname is Ready at release 2.0, its agent applying what it is given."""
+    await env.report_all(agents[hostname])
+    found = await machine(env, hostname)
+    return found["state"] == "Ready" and found["release"] == "2.0"
+
+
+async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
+        env: Env, kube: KubeApiServer, tmp_path: Path) -> None:
+    agents = await rolled_out(env)
     new_spec = tmp_path / "v2.yaml"
     new_spec.write_text(spec(tmp_path / "kubeconfig", "2.0"))
 
@@ -130,12 +152,7 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
     assert "paused" in await cli(env, "upgrade", "plan", "lab")
     await cli(env, "upgrade", "resume", "lab")
 
-    async def upgraded(hostname: str) -> bool:
-        await env.report_all(agents[hostname])  # the agent applies what it is given
-        found = await machine(env, hostname)
-        return found["state"] == "Ready" and found["release"] == "2.0"
-
-    await until(env, "m1 upgraded", lambda: upgraded("m1"))
+    await until(env, "m1 upgraded", lambda: upgraded(env, agents, "m1"))
     assert "m1" not in kube.cluster.cordoned()
 
     async def blocked(hostname: str, attempt: int) -> bool:
@@ -157,13 +174,13 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
     assert kube.cluster.min_healthy["default/web"] == 2, "the budget was violated"
 
     await cli(env, "upgrade", "force", "w1")
-    await until(env, "w1 upgraded", lambda: upgraded("w1"))
+    await until(env, "w1 upgraded", lambda: upgraded(env, agents, "w1"))
     assert kube.cluster.min_healthy["default/web"] == 1  # forced: the budget was bypassed
     assert pod not in kube.cluster.pods_on("w1")
 
     await until(env, "w2's drain blocked", lambda: blocked("w2", 1))
     await cli(env, "upgrade", "skip", "w2")
-    await until(env, "w2 upgraded", lambda: upgraded("w2"))
+    await until(env, "w2 upgraded", lambda: upgraded(env, agents, "w2"))
     assert kube.cluster.cordoned() == []
     assert any(p.startswith("default/web-") for p in kube.cluster.pods_on("w2")), \
         "a skipped drain still evicted the pod"
@@ -179,3 +196,62 @@ async def test_drain_actions_refuse_machines_without_a_drain(env: Env) -> None:
     body = await env.call("POST", "/v1/machines/w9/drain/skip", 409)
     assert "no drain to skip" in body["error"]
     await env.call("POST", "/v1/machines/w9/drain/explode", 404)
+
+
+async def test_a_kubeconfig_the_first_manager_reports_is_used_to_drain_and_never_shown(
+        env: Env, kube: KubeApiServer, tmp_path: Path) -> None:
+    await env.call("PUT", "/v1/clusters", 200, data=spec(None))
+    agents = await rolled_out(env, kube.kubeconfig())
+    events = await env.call("GET", "/v1/events?cluster=lab&kind=kubeconfig", 200)
+    assert [(e["hostname"], e["message"].split(":")[0]) for e in events] == [
+        ("m1", "m1 reported a kubeconfig (item control-plane, /etc/kubernetes/admin.conf)")]
+
+    await env.call("PUT", "/v1/clusters", 200, data=spec(None, "2.0"))
+    await until(env, "m1 upgraded", lambda: upgraded(env, agents, "m1"))
+    await until(env, "w1's drain blocked by the budget", lambda: _stage(env, "w1", "Blocked"))
+    assert kube.cluster.cordoned() == ["w1"]
+    w1 = await machine(env, "w1")
+    assert w1["drain"]["blocking_budgets"] == ["default/web"], w1["drain"]
+    assert kube.cluster.refusals > 0, "no eviction reached the API server"
+    drained = [e for e in await env.call("GET", "/v1/events?kind=drain", 200)
+               if e["hostname"] == "m1" and "drained" in e["message"]]
+    assert drained, "m1 was not drained through the reported kubeconfig"
+
+    seen = json.dumps([await env.call("GET", path, 200) for path in (
+        "/v1/events", "/v1/machines", "/v1/machines/m1", "/v1/clusters/lab/status",
+        "/v1/clusters/lab")])
+    assert kube.token not in seen and "admin.conf" in seen
+
+
+async def _stage(env: Env, hostname: str, stage: str) -> bool:
+    drain = (await machine(env, hostname))["drain"]
+    return bool(drain) and drain["stage"] == stage
+
+
+async def test_a_report_refuses_or_reports_a_kubeconfig_it_cannot_use(
+        env: Env, kube: KubeApiServer) -> None:
+    await env.call("PUT", "/v1/clusters", 200, data=spec(None))
+    m1 = await env.register("m1")
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+    await until(env, "m1 deploying", lambda: _assigned(env, m1, "deploy"))
+    await env.report_all(m1, "clusters: [this is not: a kubeconfig")
+    [event] = await env.call("GET", "/v1/events?kind=kubeconfig", 200)
+    assert event["message"] == ("m1: the kubeconfig item control-plane left in "
+                                "/etc/kubernetes/admin.conf is not usable: not YAML (line 1)")
+    await env.coordinator.reconcile_once()
+    assert (await machine(env, "m1"))["state"] == "Ready", "the item did not count as applied"
+
+    w1 = await env.register("w1")
+    await env.call("POST", "/v1/machines/w1/approve", 200, json={"role": "worker"})
+    await until(env, "w1 deploying", lambda: _assigned(env, w1, "deploy"))
+    [join] = (await env.assignment(w1))["items"]
+    answer = await env.call("POST", f"/v1/agent/machines/{w1['machine_id']}/reports", 409,
+                            headers={"Authorization": f"Bearer {w1['credential']}"}, json={
+                                "item": "join", "fingerprint": StateItem.model_validate(
+                                    join).fingerprint(), "phase": "deploy", "status": "succeeded",
+                                "attempt": 1, "started_at": 1.0, "kubeconfig": kube.kubeconfig()})
+    assert answer["error"].startswith("kubeconfig: item join is not a manager item")
+
+
+async def _assigned(env: Env, agent: dict[str, str], phase: str) -> bool:
+    return bool((await env.assignment(agent))["phase"] == phase)

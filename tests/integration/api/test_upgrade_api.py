@@ -19,7 +19,6 @@ from coordinator.api.app import Settings, create_app
 from coordinator.cli import main
 from coordinator.service import Coordinator
 from coordinator.store.sqlite import SQLiteStore
-from nodeagent.protocol import StateItem
 from tests.integration.api.conftest import Env
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 
@@ -245,13 +244,68 @@ async def test_a_report_refuses_or_reports_a_kubeconfig_it_cannot_use(
     await env.call("POST", "/v1/machines/w1/approve", 200, json={"role": "worker"})
     await until(env, "w1 deploying", lambda: _assigned(env, w1, "deploy"))
     [join] = (await env.assignment(w1))["items"]
-    answer = await env.call("POST", f"/v1/agent/machines/{w1['machine_id']}/reports", 409,
-                            headers={"Authorization": f"Bearer {w1['credential']}"}, json={
-                                "item": "join", "fingerprint": StateItem.model_validate(
-                                    join).fingerprint(), "phase": "deploy", "status": "succeeded",
-                                "attempt": 1, "started_at": 1.0, "kubeconfig": kube.kubeconfig()})
+    answer = await env.report(w1, join, "deploy", expect=409, kubeconfig=kube.kubeconfig())
     assert answer["error"].startswith("kubeconfig: item join is not a manager item")
 
 
 async def _assigned(env: Env, agent: dict[str, str], phase: str) -> bool:
     return bool((await env.assignment(agent))["phase"] == phase)
+
+
+HELM_CONTROLLER = ('    - {name: helm-controller, phase: postdeploy, version: "0.15.0", '
+                   'versionCommand: [helm-controller, --version], '
+                   'action: {type: exec, argv: [helm, upgrade, --install]}}\n')
+
+
+def with_post_deploy(text: str) -> str:
+    """The spec with a post-deploy item whose installed version is checked, drains off."""
+    return text.replace("  worker:\n", HELM_CONTROLLER + "  worker:\n").replace(
+        "drain: {", "drain: {enabled: false, ")
+
+
+async def test_the_post_deploy_version_is_verified_and_again_after_every_upgrade(
+        env: Env, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    agents = await rolled_out(env)
+    await env.call("PUT", "/v1/clusters", 200, data=with_post_deploy(spec(kubeconfig)))
+    await env.coordinator.reconcile_once()
+    assignment = await env.assignment(agents["m1"])
+    install, check = assignment["items"]
+    assert (assignment["phase"], check["name"], check["action"]["expect"]) == (
+        "postdeploy", "helm-controller.version", "0.15.0")
+
+    await env.report(agents["m1"], install, "postdeploy")
+    await env.report(agents["m1"], check, "postdeploy", "failed", exit_code=0,
+                     output="helm-controller\n0.14.0\n", next_retry_at=9e9,
+                     error="installed version '0.14.0', declared '0.15.0'")
+    status = await env.call("GET", "/v1/clusters/lab/status", 200)
+    assert status["post_deploy"] == {
+        "items": 1, "running_on": "m1", "failing": "m1: helm-controller.version failing "
+        "(attempt 1): installed version '0.14.0', declared '0.15.0'"}
+    assert "post-deploy step: m1: helm-controller.version failing (attempt 1): installed " \
+        "version '0.14.0', declared '0.15.0'" in " ".join((await cli(env, "status", "lab")).split())
+    [mismatch] = await env.call("GET", "/v1/events?kind=post-deploy&order=desc&limit=1", 200)
+    assert mismatch["message"] == (
+        "post-deploy check helm-controller.version failed on m1 at release 1.0 (attempt 1): "
+        "installed version '0.14.0', declared '0.15.0'")
+    assert (mismatch["data"]["installed"], mismatch["data"]["declared"]) == ("0.14.0", "0.15.0")
+
+    await env.report(agents["m1"], check, "postdeploy", exit_code=0, output="0.15.0\n")
+    status = await env.call("GET", "/v1/clusters/lab/status", 200)
+    assert status["post_deploy"] == {"items": 1, "running_on": None, "failing": None}
+
+    await env.call("PUT", "/v1/clusters", 200, data=with_post_deploy(spec(kubeconfig, "2.0")))
+    for hostname in agents:
+        await until(env, f"{hostname} upgraded", lambda h=hostname: upgraded(env, agents, h))
+    await env.coordinator.reconcile_once()
+    again = await env.assignment(agents["m1"])
+    assert again["phase"] == "postdeploy", "the upgrade was not followed by a post-deploy check"
+    assert again["items"][0] == install, "the unchanged install item changed"
+    assert again["items"][1]["version"] == "0.15.0+release.2.0"
+    await env.report_all(agents["m1"])
+    events = await env.call("GET", "/v1/events?kind=post-deploy", 200)
+    verified = [e["message"] for e in events if e["data"].get("verified")]
+    assert verified == ["post-deploy step verified on m1 at release 1.0: helm-controller 0.15.0",
+                        "post-deploy step verified on m1 at release 2.0: helm-controller 0.15.0"]
+    await env.coordinator.reconcile_once()
+    assert (await env.assignment(agents["m1"]))["phase"] is None

@@ -366,7 +366,7 @@ def machines_table(machines: list[dict[str, Any]]) -> str:
             text = f"{step['index']}/{step['total']} {step['item']} attempt {step['attempt']} {text}"
         progress = m["progress"]
         drain = m.get("drain")
-        if drain and drain["stage"] not in ("Uncordoned",) and not (
+        if drain and drain["stage"] != "NodeReady" and not (
                 progress and drain["stage"] in ("Drained", "Skipped")):
             text = f"drain {drain['stage']} (attempt {drain['attempt']}): {drain['message']}"
             if drain["stage"] == "Blocked":

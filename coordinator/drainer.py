@@ -1,5 +1,6 @@
 """Runs what the planner's node_action asks of upgrading machines' Kubernetes nodes: a drain
-task (cordon + drain) per machine, then the uncordon once its upgrade items are applied.
+task (cordon + drain) per machine, then the uncordon once its upgrade items are applied, then
+the wait for the node to report Ready.
 
 Each task writes its outcome into the machine's DrainStatus through the coordinator (under its
 lock, and only if the drain attempt it ran is still the current one: an operator's retry, skip
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coordinator.drainer")
 RETRY_SECONDS = 2.0  # after the API server failed to answer
+NOT_READY_POLL_SECONDS = 2.0  # the longest wait between two looks at a node's Ready condition
 
 
 class Drainer:
@@ -46,8 +48,12 @@ class Drainer:
                 continue
             if self._not_before.get(machine.id, 0) > now:
                 continue
-            work = (self._drain(spec, machine, access) if action == "drain"
-                    else self._uncordon(machine, access))
+            if action == "drain":
+                work = self._drain(spec, machine, access)
+            elif action == "uncordon":
+                work = self._uncordon(machine, access)
+            else:
+                work = self._await_ready(spec, machine, access)
             self._tasks[machine.id] = asyncio.create_task(work, name=f"{action} {machine.hostname}")
 
     async def cancel(self, machine_id: str) -> None:
@@ -113,8 +119,50 @@ class Drainer:
         self._not_before.pop(machine.id, None)
         await self.coordinator.set_drain(
             machine.id, status, replace(status, stage=DrainStage.UNCORDONED,
-                                        message="upgrade items applied; uncordoned"),
+                                        uncordoned_at=self.clock(), message=(
+                                            "upgrade items applied; uncordoned; waiting for node "
+                                            f"{machine.hostname} to report Ready")),
             f"{machine.hostname} uncordoned")
+
+    async def _await_ready(self, spec: ClusterSpec, machine: Machine,
+                           access: KubeAccess | None) -> None:
+        """Poll the node's Ready condition until it is True. Past drain.nodeReadyTimeoutSeconds
+        (from the uncordon, across restarts) the stage says NodeNotReady, naming the node and
+        what its condition says, and the polling goes on: the machine leaves Upgrade once the
+        node is Ready, whenever that is."""
+        status = machine.drain
+        assert status is not None and status.uncordoned_at is not None
+        timeout = spec.settings.drain.node_ready_timeout_seconds
+        deadline = status.uncordoned_at + timeout
+        interval = 0.1
+        while True:
+            try:
+                if access is None:
+                    raise KubeError(NO_KUBECONFIG)
+                async with await Kube.connect(access.path, access.text) as kube:
+                    ready, detail = await kube.node_ready(machine.hostname)
+            except KubeError as exc:
+                ready, detail = False, str(exc)
+            if ready:
+                await self.coordinator.set_drain(machine.id, status, replace(
+                    status, stage=DrainStage.NODE_READY,
+                    message=f"upgrade items applied; uncordoned; node {machine.hostname} Ready"),
+                    f"{machine.hostname}: node Ready")
+                return
+            if self.clock() >= deadline and status.stage is not DrainStage.NOT_READY:
+                late = replace(status, stage=DrainStage.NOT_READY, message=(
+                    f"node {machine.hostname} is not Ready {timeout:g}s after the uncordon: "
+                    f"{detail}; still checking"))
+                if not await self.coordinator.set_drain(
+                        machine.id, status, late, f"{machine.hostname}: {late.message}"):
+                    return
+                status = late
+            await asyncio.sleep(interval)
+            interval = min(NOT_READY_POLL_SECONDS, interval * 2)
+            now = await self.coordinator.store.get_machine(machine.id)
+            if now is None or now.drain is None or now.drain.stage not in (
+                    DrainStage.UNCORDONED, DrainStage.NOT_READY) or now.drain.attempt != status.attempt:
+                return  # deleted, or moved on without this task
 
 
 @dataclass(frozen=True)

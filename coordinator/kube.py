@@ -145,6 +145,18 @@ class Kube:
         verb = "cordon" if unschedulable else "uncordon"
         await self._call(f"{verb} node {node}", lambda: self._core.patch_node(node, body))
 
+    async def node_ready(self, node: str) -> tuple[bool, str]:
+        """Whether the node's Ready condition is True, and the condition as a phrase (status,
+        reason, message: what the kubelet says is wrong)."""
+        found = await self._call(f"get node {node}", lambda: self._core.read_node(node))
+        conditions = (found.status.conditions if found.status else None) or []
+        ready = next((c for c in conditions if c.type == "Ready"), None)
+        if ready is None:
+            return False, "no Ready condition"
+        detail = f"Ready={ready.status}" + "".join(
+            f" ({part})" for part in (ready.reason, ready.message) if part)
+        return ready.status == "True", detail
+
     async def pods_on(self, node: str) -> list[dict[str, Any]]:
         """The node's pods as JSON: parsed once, without building a model object per pod."""
         async def fetch() -> list[dict[str, Any]]:

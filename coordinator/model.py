@@ -89,6 +89,9 @@ class DrainSettings(SpecModel):
         "delete the pods budgets still protect, bypassing the budgets")
     eviction_retry_seconds: float = Field(
         default=5.0, gt=0, description="first wait after a 429 from a budget; doubles, capped at 30s")
+    node_ready_timeout_seconds: float = Field(
+        default=300, gt=0, description="after the uncordon, how long the node may take to report "
+        "Ready before the status says it does not (the machine stays in Upgrade until it does)")
 
 
 class KubernetesSettings(SpecModel):
@@ -166,11 +169,14 @@ class DrainStage(StrEnum):
     BLOCKED = "Blocked"  # the drain timed out: cordoned, waiting for the operator
     DRAINED = "Drained"  # no pod left to evict: upgrade items may run
     SKIPPED = "Skipped"  # the operator skipped the rest of the drain: upgrade items may run
-    UNCORDONED = "Uncordoned"  # upgrade items applied and the node schedulable again
+    UNCORDONED = "Uncordoned"  # upgrade items applied, node schedulable: waiting for it to be Ready
+    NOT_READY = "NodeNotReady"  # not Ready within drain.nodeReadyTimeoutSeconds: still checked
+    NODE_READY = "NodeReady"  # uncordoned and Ready: the machine may return to Ready
 
 
 # Stages in which the node is empty enough for its upgrade items to run.
-ITEMS_MAY_RUN = frozenset({DrainStage.DRAINED, DrainStage.SKIPPED, DrainStage.UNCORDONED})
+ITEMS_MAY_RUN = frozenset({DrainStage.DRAINED, DrainStage.SKIPPED, DrainStage.UNCORDONED,
+                           DrainStage.NOT_READY, DrainStage.NODE_READY})
 
 
 @dataclass(frozen=True)
@@ -185,6 +191,7 @@ class DrainStatus:
     blocking_pods: tuple[str, ...] = ()  # namespace/name
     blocking_budgets: tuple[str, ...] = ()  # namespace/name
     evicted: int = 0
+    uncordoned_at: float | None = None  # the wait for the node's Ready condition counts from here
 
 
 @dataclass(frozen=True)

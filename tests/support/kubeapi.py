@@ -2,8 +2,9 @@
 held in memory, served over HTTP the way kube-apiserver serves them, so that both our drain
 (kubernetes_asyncio) and the real `kubectl cordon`/`kubectl drain` can run against it.
 
-What it implements is what a drain touches: discovery, node get/list/patch, pod list (by the
-spec.nodeName field selector), pod get/delete, the policy/v1 eviction subresource with the
+What it implements is what a drain touches: discovery, node get/list/patch (with the Ready
+condition a test sets, as a kubelet posts it), pod list (by the spec.nodeName field
+selector), pod get/delete, the policy/v1 eviction subresource with the
 disruption controller's arithmetic (minAvailable and maxUnavailable, integers and percentages,
 429 with a DisruptionBudget cause), DaemonSet and ReplicaSet get. Two controllers run: a
 ReplicaSet controller that replaces removed pods on schedulable nodes (they turn Ready after
@@ -216,6 +217,18 @@ class Cluster:
             "metadata": _meta(name, namespace, resourceVersion=self.rv(), generation=1),
             "spec": spec}
         self._record()
+
+    def set_node_ready(self, name: str, ready: bool, reason: str = "KubeletNotReady",
+                       message: str = "") -> None:
+        """The node's Ready condition as its kubelet posts it (False while the kubelet
+        restarts, say); a NotReady node still takes pods here (no taint manager)."""
+        node = self.nodes[name]
+        node["status"]["conditions"] = [{
+            "type": "Ready", "status": "True" if ready else "False",
+            "reason": "KubeletReady" if ready else reason,
+            "message": "kubelet is posting ready status" if ready else message,
+            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+        node["metadata"]["resourceVersion"] = self.rv()
 
     # -- reading ---------------------------------------------------------------------------------
     def pods_on(self, node: str) -> list[str]:

@@ -309,3 +309,31 @@ async def test_the_post_deploy_version_is_verified_and_again_after_every_upgrade
                         "post-deploy step verified on m1 at release 2.0: helm-controller 0.15.0"]
     await env.coordinator.reconcile_once()
     assert (await env.assignment(agents["m1"]))["phase"] is None
+
+
+async def test_an_upgraded_node_that_is_not_ready_keeps_its_machine_in_upgrade(
+        env: Env, kube: KubeApiServer, tmp_path: Path) -> None:
+    agents = await rolled_out(env)
+    await env.call("PUT", "/v1/clusters", 200, data=spec(tmp_path / "kubeconfig", "2.0").replace(
+        "drain: {", "drain: {nodeReadyTimeoutSeconds: 1, "))
+    await until(env, "m1 drained", lambda: _stage(env, "m1", "Drained"))
+    with kube.locked() as cluster:  # the upgrade restarts the kubelet, which does not come back
+        cluster.set_node_ready("m1", False, message="container runtime is down")
+    await env.report_all(agents["m1"])
+    await until(env, "m1 uncordoned", lambda: _stage(env, "m1", "Uncordoned"))
+    assert kube.cluster.cordoned() == []
+    await until(env, "m1 reported not Ready", lambda: _stage(env, "m1", "NodeNotReady"))
+    m1 = await machine(env, "m1")
+    assert m1["state"] == "Upgrade" and m1["release"] == "1.0"
+    expected = ("node m1 is not Ready 1s after the uncordon: Ready=False (KubeletNotReady) "
+                "(container runtime is down); still checking")
+    assert m1["drain"]["message"] == expected
+    assert f"drain NodeNotReady (attempt 1): {expected}" in await cli(env, "machines")
+    assert (await machine(env, "w1"))["state"] == "Ready", "a worker upgraded beside it"
+
+    with kube.locked() as cluster:
+        cluster.set_node_ready("m1", True)
+    await until(env, "m1 Ready at 2.0", lambda: upgraded(env, agents, "m1"))
+    messages = [e["message"] for e in await env.call("GET", "/v1/events?kind=drain", 200)
+                if e["hostname"] == "m1"]
+    assert messages[-3:] == ["m1 uncordoned", f"m1: {expected}", "m1: node Ready"]

@@ -6,7 +6,15 @@ from dataclasses import replace
 
 from coordinator.drainer import KubeAccess, kube_access
 from coordinator.model import DrainStage, KubernetesSettings, Machine, MachineState, phase_items
-from coordinator.planner import Decision, apply, plan, plan_to_fixpoint, post_deploy_host, upgrade_plan
+from coordinator.planner import (
+    Decision,
+    apply,
+    node_action,
+    plan,
+    plan_to_fixpoint,
+    post_deploy_host,
+    upgrade_plan,
+)
 from nodeagent.protocol import StateItem, VersionAction
 from tests.unit.coordinator.builders import (
     cluster,
@@ -59,10 +67,14 @@ def test_the_upgrade_items_wait_for_the_drain_and_ready_waits_for_the_uncordon()
     items_done = finish_phase(spec, m1)
     assert plan(spec, [items_done]) == [], "Ready before the node was drained and uncordoned"
     assert plan(spec, [drained(items_done)]) == [], "Ready while the node is still cordoned"
-    decisions = plan(spec, [drained(items_done, DrainStage.UNCORDONED)])
+    for waiting in (DrainStage.UNCORDONED, DrainStage.NOT_READY):
+        assert plan(spec, [drained(items_done, waiting)]) == [], "Ready before the node was"
+        assert node_action(spec, drained(items_done, waiting)) == "await-ready"
+    decisions = plan(spec, [drained(items_done, DrainStage.NODE_READY)])
     assert moves(decisions) == [("m1", READY)]
-    assert decisions[0].reason == "upgrade items applied; node uncordoned"
-    assert apply([drained(items_done, DrainStage.UNCORDONED)], decisions, 2.0)[0].release == "2.0.0"
+    assert decisions[0].reason == "upgrade items applied; node uncordoned and Ready"
+    assert node_action(spec, drained(items_done, DrainStage.NODE_READY)) is None
+    assert apply([drained(items_done, DrainStage.NODE_READY)], decisions, 2.0)[0].release == "2.0.0"
 
 
 def test_without_drain_managers_a_manager_upgrades_in_place() -> None:
@@ -92,7 +104,7 @@ def test_max_unavailable_counts_workers_that_stopped_responding() -> None:
 def test_a_paused_upgrade_admits_nobody_and_the_running_one_finishes() -> None:
     spec = upgraded_cluster(cluster(), paused=True)
     upgrading = drained(finish_phase(spec, replace(ready("m1", "manager"), state=UPGRADE)),
-                        DrainStage.UNCORDONED)
+                        DrainStage.NODE_READY)
     assert moves(plan(spec, [upgrading, ready("m2", "manager", created_at=2)])) == [("m1", READY)]
 
 

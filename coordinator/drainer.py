@@ -69,12 +69,16 @@ class Drainer:
 
     async def _drain(self, spec: ClusterSpec, machine: Machine, access: KubeAccess | None) -> None:
         status = machine.drain
+        settings = spec.settings
         if status is None:
             status = DrainStatus(DrainStage.DRAINING, started_at=self.clock())
-            if not await self.coordinator.set_drain(machine.id, None, status,
-                                                    f"{machine.hostname}: cordon and drain"):
-                return
-        settings = spec.settings
+            message = f"{machine.hostname}: cordon and drain"
+        else:  # after a restart, or the operator's retry or force: the stored attempt goes on
+            left = status.started_at + settings.drain.timeout_seconds - self.clock()
+            message = (f"{machine.hostname}: draining (attempt {status.attempt}; "
+                       f"{max(0.0, left):.0f}s of its timeout left)")
+        if not await self.coordinator.set_drain(machine.id, machine.drain, status, message):
+            return
         deadline = status.started_at + settings.drain.timeout_seconds
 
         async def progress(result: DrainResult) -> None:

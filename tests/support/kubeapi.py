@@ -10,8 +10,8 @@ disruption controller's arithmetic (minAvailable and maxUnavailable, integers an
 ReplicaSet controller that replaces removed pods on schedulable nodes (they turn Ready after
 `ready_delay`), and the kubelet's part of deletion (a deleted pod goes after
 min(grace period, `termination_delay`)). It records, for every budget, the least number of
-healthy pods it ever had, and the most nodes ever cordoned at once, so tests can assert that
-no budget was violated at any moment.
+healthy pods it ever had, the most nodes ever cordoned at once and every uncordon, so tests
+can assert that no budget was violated, and no node uncordoned early, at any moment.
 
 Run it in a thread of the test process (`KubeApiServer.start()`), on loopback or on a socket
 bound inside a network namespace (`socket_in_netns`).
@@ -147,6 +147,7 @@ class Cluster:
     max_cordoned: int = 0
     evictions: list[str] = field(default_factory=list)  # namespace/name, in order granted
     refusals: int = 0  # evictions answered 429
+    uncordons: list[str] = field(default_factory=list)  # nodes made schedulable again, in order
     requests: int = 0
     lock: threading.RLock = field(default_factory=threading.RLock)
     later: Callable[[float, Callable[[], None]], None] = lambda delay, fn: None
@@ -496,12 +497,15 @@ def create_app(cluster: Cluster) -> web.Application:
             return _status(404, "NotFound", f'nodes "{name}" not found')
         body = await request.json()
         kind = request.content_type
+        cordoned = bool(node["spec"].get("unschedulable"))
         if kind == "application/json-patch+json":
             _json_patch(node, body)
         elif kind in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
             _merge(node, body)
         else:
             return _status(415, "UnsupportedMediaType", f"unsupported patch type {kind}")
+        if cordoned and not node["spec"].get("unschedulable"):
+            cluster.uncordons.append(name)
         node["metadata"]["resourceVersion"] = cluster.rv()
         cluster._reconcile()  # a node uncordoned may take pods that waited
         return web.json_response(node)

@@ -93,11 +93,11 @@ async def machine(env: Env, hostname: str) -> dict[str, Any]:
     return await env.call("GET", f"/v1/machines/{hostname}", 200)  # type: ignore[no-any-return]
 
 
-async def cli(env: Env, *args: str) -> str:
+async def cli(env: Env, *args: str, token: str | None = None) -> str:
+    """The CLI's output, as the admin (or with the given token)."""
     url = str(env.client.make_url("")).rstrip("/")
-    result = await asyncio.to_thread(CliRunner().invoke, main,
-                                     ["--url", url, "--token",
-                                      env.admin["Authorization"].split()[1], *args])
+    result = await asyncio.to_thread(CliRunner().invoke, main, [
+        "--url", url, "--token", token or env.admin["Authorization"].split()[1], *args])
     assert result.exit_code == 0, result.output
     return result.output
 
@@ -136,10 +136,14 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
     new_spec = tmp_path / "v2.yaml"
     new_spec.write_text(spec(tmp_path / "kubeconfig", "2.0"))
 
-    plan = await cli(env, "upgrade", "plan", "lab", "-f", str(new_spec))
+    reader = (await env.call("POST", "/v1/admin-tokens", 201,
+                             json={"name": "viewer", "role": "read-only"}))["token"]
+    plan = await cli(env, "upgrade", "plan", "lab", "-f", str(new_spec), token=reader)
     assert plan.splitlines()[1:] == ["step 1: m1 (manager, from 1.0)",
                                      "step 2: w1 (worker, from 1.0)",
                                      "step 3: w2 (worker, from 1.0)"]
+    assert (await cli(env, "upgrade", "plan", "lab", token=reader)).splitlines() == [
+        "upgrade of lab to release 1.0", "nothing to upgrade"]
     assert (await machine(env, "m1"))["release"] == "1.0", "the dry run changed something"
 
     await cli(env, "upgrade", "pause", "lab")

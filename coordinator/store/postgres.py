@@ -304,7 +304,7 @@ class PostgresStore(Store):
                 self.dsn, min_size=1, max_size=self.pool_size,
                 server_settings={"application_name": "nodeagent-coordinator"})
         except (*_DATABASE_ERRORS, ValueError) as exc:  # ValueError: a malformed DSN
-            raise StoreError(f"cannot connect to {self.name}: {exc}") from exc
+            raise StoreError(f"{self.name}: {exc}") from exc
         try:
             await self._migrate()
         except BaseException:

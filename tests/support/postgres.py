@@ -35,10 +35,11 @@ class Postgres:
     dsn: str  # the maintenance database of a superuser (or a role that may CREATE DATABASE)
     socket_dir: Path | None  # set for a server started here: reachable from any netns
 
-    def psql(self, sql: str, database: str | None = None) -> str:
+    def psql(self, sql: str, dsn: str | None = None) -> str:
+        """Run sql on the database dsn names (default: the maintenance one); its output."""
         argv = [str(BINDIR / "psql") if (BINDIR / "psql").exists() else "psql",
-                "--no-psqlrc", "-X", "-v", "ON_ERROR_STOP=1", "-At", "-d",
-                self.database_dsn(database) if database else self.dsn, "-c", sql]
+                "--no-psqlrc", "-X", "-v", "ON_ERROR_STOP=1", "-At", "-d", dsn or self.dsn,
+                "-c", sql]
         result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
         assert result.returncode == 0, f"psql {sql!r}: {result.stderr}"
         return result.stdout.strip()

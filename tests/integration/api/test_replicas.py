@@ -4,6 +4,8 @@ wake-ups cross between them, one leads, and a deposed leader's writes are refuse
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
@@ -19,6 +21,8 @@ from coordinator.store.base import Fenced, leader_epoch
 from coordinator.store.postgres import LEADER_LOCK, PostgresStore
 from tests.integration.api.conftest import CLUSTER, Clock, Env
 from tests.integration.store.test_postgres import holder_of, soon, terminate
+from tests.support.coordinator import COORDINATOR
+from tests.support.ports import free_port
 from tests.support.postgres import Postgres
 
 
@@ -75,7 +79,7 @@ async def test_one_replica_leads_and_the_other_takes_over_and_fences_it_when_it_
     runs = [asyncio.create_task(env.coordinator.run(tick=0.2)) for env in replicas]
     try:
         def leader() -> str:
-            return postgres.psql("SELECT holder || ' ' || epoch FROM leader", dsn.rsplit("/", 1)[1])
+            return postgres.psql("SELECT holder || ' ' || epoch FROM leader", dsn)
 
         await soon("a leader", lambda: leader() != " 0" and leader() != "")
         first, epoch = leader().split()
@@ -122,3 +126,21 @@ async def _wait_state(env: Env, hostname: str, state: str) -> None:
     while await current() != state:
         assert time.monotonic() < deadline, f"{hostname} not {state} within 10s"
         await asyncio.sleep(0.05)
+
+
+def test_serve_names_a_bad_or_unreachable_store_without_its_password(tmp_path: Path) -> None:
+    def serve(store: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([COORDINATOR, "serve", "--data-dir", str(tmp_path), "--listen",
+                               f"127.0.0.1:{free_port()}", "--insecure-http"],
+                              env={**os.environ, "COORDINATOR_STORE": store},
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    wrong = serve("mysql://db.example/coordinator")
+    assert wrong.returncode == 2
+    assert "--store" in wrong.stderr and "postgresql://" in wrong.stderr
+    port = free_port()
+    down = serve(f"postgresql://coordinator:s3cret@127.0.0.1:{port}/state")
+    assert down.returncode == 2, down.stderr
+    assert down.stderr.startswith(f"error: cannot open the store: postgresql://coordinator@"
+                                  f"127.0.0.1:{port}/state: ")
+    assert "s3cret" not in down.stderr and "Traceback" not in down.stderr

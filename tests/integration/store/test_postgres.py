@@ -38,12 +38,8 @@ async def replicas(dsn: str) -> AsyncIterator[Callable[[], PostgresStore]]:
         await store.close()
 
 
-def database(dsn: str) -> str:
-    return dsn.rsplit("/", 1)[1]
-
-
 def versions(postgres: Postgres, dsn: str) -> list[int]:
-    out = postgres.psql("SELECT version FROM schema_version ORDER BY version", database(dsn))
+    out = postgres.psql("SELECT version FROM schema_version ORDER BY version", dsn)
     return [int(v) for v in out.split()]
 
 
@@ -51,7 +47,8 @@ def holder_of(postgres: Postgres, dsn: str, key: int) -> int:
     """The server pid of the session holding advisory lock `key` (keys below 2**32)."""
     return int(postgres.psql(f"SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND "
                              f"objid = {key} AND granted AND database = "
-                             f"(SELECT oid FROM pg_database WHERE datname = '{database(dsn)}')"))
+                             "(SELECT oid FROM pg_database WHERE datname = current_database())",
+                             dsn))
 
 
 def terminate(postgres: Postgres, pid: int) -> None:
@@ -85,7 +82,7 @@ async def test_replicas_opening_a_new_database_together_migrate_it_once(
 async def test_a_database_from_a_newer_coordinator_is_refused(
         postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore]) -> None:
     await replicas().open()
-    postgres.psql(f"INSERT INTO schema_version VALUES ({len(MIGRATIONS) + 1}, 0)", database(dsn))
+    postgres.psql(f"INSERT INTO schema_version VALUES ({len(MIGRATIONS) + 1}, 0)", dsn)
     newer = replicas()
     with pytest.raises(StoreError, match=rf"schema version {len(MIGRATIONS) + 1} is newer than "
                                          rf"this coordinator supports \({len(MIGRATIONS)}\)"):
@@ -107,7 +104,7 @@ async def test_a_failing_migration_leaves_the_database_as_it_was(
     with pytest.raises(StoreError, match='relation "no_such_table" does not exist'):
         await replicas().open()
     assert versions(postgres, dsn) == list(range(1, len(MIGRATIONS) + 1))
-    assert postgres.psql("SELECT to_regclass('extra') IS NULL", database(dsn)) == "t"
+    assert postgres.psql("SELECT to_regclass('extra') IS NULL", dsn) == "t"
     assert await first.get_machine("m-1") == machine()
 
 
@@ -228,8 +225,8 @@ async def test_published_messages_reach_the_other_replicas_and_a_lost_listener_r
     assert await listener.listen(received.append)
     await sender.publish("hello")
     assert await soon("the message", lambda: received == ["hello"]) < 0.5
-    pid = int(postgres.psql(f"SELECT pid FROM pg_stat_activity WHERE datname = '{database(dsn)}' "
-                            "AND query LIKE 'LISTEN%'"))
+    pid = int(postgres.psql("SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN%' "
+                            "AND datname = current_database()", dsn))
     terminate(postgres, pid)
     # Messages sent while it was away are lost: it says so ("") once it is back.
     await soon("the reconnection", lambda: received == ["hello", ""])

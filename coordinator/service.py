@@ -238,6 +238,8 @@ class Coordinator:
             applied=sorted(machine.applied),
             values=template_values(spec, machine, peers),
             retry=spec.settings.retry,
+            proxy=spec.settings.proxy,
+            ntp=spec.settings.ntp,
         )
 
     async def wait_assignment(self, machine_id: str, after: int, timeout: float) -> Assignment:
@@ -589,7 +591,9 @@ def _describe(report: ItemReport) -> str:
 
 
 def template_values(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]) -> dict[str, str]:
-    """Values StateItem templates may use: ${cluster.name}, ${machine.ip}, ${managers}, ..."""
+    """Values StateItem templates may use: ${cluster.name}, ${machine.ip}, ${managers}, ...
+    The cluster's NTP and proxy settings are among them, for items that configure chrony,
+    containerd or the kubelet."""
     managers = sorted((m for m in peers if m.role == "manager" and m.approved
                        and m.state is not MachineState.DELETING),
                       key=lambda m: (m.created_at, m.hostname, m.id))
@@ -606,4 +610,9 @@ def template_values(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine
         "managers": ",".join(m.ip or m.hostname for m in managers),
         "managers.hostnames": ",".join(m.hostname for m in managers),
         "managers.first": (first.ip or first.hostname) if first else "",
+        "ntp.servers": ",".join(spec.settings.ntp.servers),
+        "ntp.maxSkewSeconds": f"{spec.settings.ntp.max_skew_seconds:g}",
+        "proxy.http": spec.settings.proxy.http or "",
+        "proxy.https": spec.settings.proxy.https or "",
+        "proxy.noProxy": ",".join(spec.settings.proxy.no_proxy),
     }

@@ -18,7 +18,14 @@ from nodeagent.items.exec import run_exec
 from nodeagent.items.file import apply_file
 from nodeagent.items.outcome import ItemFailed, ItemOutcome
 from nodeagent.journal import Journal
-from nodeagent.protocol import ExecAction, FileAction, ItemReport, RetryPolicy, StateItem
+from nodeagent.protocol import (
+    ExecAction,
+    FileAction,
+    ItemReport,
+    ProxySettings,
+    RetryPolicy,
+    StateItem,
+)
 from nodeagent.templates import TemplateError
 
 Report = Callable[[ItemReport], Awaitable[None]]
@@ -26,7 +33,7 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 async def _attempt(item: StateItem, values: Mapping[str, str], root: Path,
-                   artifacts: ArtifactSource) -> ItemOutcome:
+                   artifacts: ArtifactSource, proxy: ProxySettings) -> ItemOutcome:
     action = item.action
     if isinstance(action, ExecAction):  # bounds itself, to keep the output of a timed-out run
         return await run_exec(action, values, root, item.timeout)
@@ -34,18 +41,18 @@ async def _attempt(item: StateItem, values: Mapping[str, str], root: Path,
         async with asyncio.timeout(item.timeout):
             if isinstance(action, FileAction):
                 return await asyncio.to_thread(apply_file, action, values, root)
-            return await apply_download(action, root, artifacts)
+            return await apply_download(action, root, artifacts, proxy)
     except TimeoutError:
         raise ItemFailed(f"timed out after {item.timeout:g}s") from None
 
 
 async def apply_item(item: StateItem, values: Mapping[str, str], root: Path,
-                     artifacts: ArtifactSource) -> ItemOutcome:
+                     artifacts: ArtifactSource, proxy: ProxySettings) -> ItemOutcome:
     """One attempt at one item. An item's own failure, whatever its cause, is an outcome,
     never an exception: it must not take the agent down. Cancellation still propagates."""
     started = time.monotonic()
     try:
-        outcome = await _attempt(item, values, root, artifacts)
+        outcome = await _attempt(item, values, root, artifacts, proxy)
     except ItemFailed as exc:
         outcome = ItemOutcome(False, exc.output, exc.exit_code, str(exc))
     except (TemplateError, OSError) as exc:
@@ -63,6 +70,7 @@ async def run_phase(
     retry: RetryPolicy,
     root: Path,
     artifacts: ArtifactSource,
+    proxy: ProxySettings,
     rand: random.Random | None = None,
     sleep: Sleep = asyncio.sleep,
 ) -> bool:
@@ -84,7 +92,7 @@ async def run_phase(
             attempt += 1
             started = time.time()
             await report(item_report(status="running", attempt=attempt, started_at=started))
-            outcome = await apply_item(item, values, root, artifacts)
+            outcome = await apply_item(item, values, root, artifacts, proxy)
             finished = started + outcome.duration
             if outcome.succeeded:
                 journal.record_applied(item)

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.config import AgentConfig, load_config, split_host_port
+from nodeagent.config import AgentConfig, load_config
+from nodeagent.protocol import split_host_port
 from nodeagent.validation import InvalidDocument
 
 

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from nodeagent import sdnotify, trust
 from nodeagent.atomic import atomic_write
 from nodeagent.backoff import delay
-from nodeagent.client import CoordinatorClient, Rejected, Unreachable
+from nodeagent.client import CoordinatorClient, Endpoint, Rejected, Unreachable
 from nodeagent.config import AgentConfig
 from nodeagent.host import Host
 from nodeagent.items.runner import run_phase
@@ -132,9 +132,10 @@ class Agent:
         self.host = host
         self.state_dir = Path(config.state_dir)
         self.rand = rand or random.Random()
-        self.proxy = proxy_for(config.coordinator.url, config.proxy, os.environ)
-        self.client = CoordinatorClient(config.coordinator.url, self.proxy,
-                                        timeout=config.coordinator.timeout * 5)
+        self.client = CoordinatorClient(
+            [Endpoint(url, proxy_for(url, config.proxy, os.environ))
+             for url in config.coordinator.all_urls],
+            timeout=config.coordinator.timeout * 5)
         self.identity_path = self.state_dir / "identity.json"
         self.next_identity_path = self.state_dir / "identity.next.json"
         # The cluster's NTP settings, once an assignment has told them: prechecks use them
@@ -179,11 +180,17 @@ class Agent:
             if pin is None:
                 raise AgentError(f"{url} is https but there is no CA to trust: set "
                                  "coordinator.caFile or use a join string (join:)")
-            try:
-                await trust.fetch_pinned_ca(url, pin, kept, self.proxy,
-                                            self.config.coordinator.timeout * 5)
-            except trust.TrustError as exc:
-                raise AgentError(str(exc)) from None
+            # The replicas share one CA: the first that presents the pinned one will do.
+            problems = []
+            for endpoint in self.client.endpoints:
+                try:
+                    await trust.fetch_pinned_ca(endpoint.url, pin, kept, endpoint.proxy,
+                                                self.config.coordinator.timeout * 5)
+                    break
+                except trust.TrustError as exc:
+                    problems.append(str(exc))
+            else:
+                raise AgentError("; ".join(problems))
             log.info("trusting the coordinator's CA %s", pin)
         return trust.context_for(kept)
 

@@ -14,8 +14,10 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from nodeagent.protocol import (
+    NtpSettings,
     Phase,
     PrecheckReport,
+    ProxySettings,
     RetryPolicy,
     SpecModel,
     StateItem,
@@ -49,17 +51,6 @@ PHASE_OF_STATE: dict[MachineState, Phase] = {
 
 
 # --- cluster spec (declared in YAML by the operator) ----------------------------------
-
-
-class NtpSettings(SpecModel):
-    servers: list[str] = Field(default_factory=list)
-    max_skew_seconds: float = Field(default=2.0, gt=0)
-
-
-class ProxySettings(SpecModel):
-    http: str | None = None
-    https: str | None = None
-    no_proxy: list[str] = Field(default_factory=list)
 
 
 class UpgradeSettings(SpecModel):

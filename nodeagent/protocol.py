@@ -11,7 +11,7 @@ import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from nodeagent.redact import redact
@@ -198,6 +198,57 @@ class StateItem(SpecModel):
         return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 
+class ProxySettings(SpecModel):
+    """HTTP proxies for what a node fetches. The same section in the agent's config file and
+    in a cluster's settings; the node's own wins field by field (see over())."""
+
+    http: str | None = None
+    https: str | None = None
+    no_proxy: list[str] = Field(default_factory=list)
+
+    def over(self, fallback: ProxySettings) -> ProxySettings:
+        """These settings, with what they leave unset taken from fallback."""
+        return ProxySettings(http=self.http or fallback.http, https=self.https or fallback.https,
+                             no_proxy=[*self.no_proxy, *fallback.no_proxy])
+
+
+def split_host_port(server: str, default_port: int) -> tuple[str, int]:
+    """`host`, `host:port`, `[v6]:port` or bare IPv6 -> (host, port)."""
+    text = server.strip()
+    if not text:
+        raise ValueError("empty server address")
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest.removeprefix(":") if rest else ""
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+    else:
+        host, port_text = text, ""
+    if not host:
+        raise ValueError(f"{server!r}: no host name or address")
+    if not port_text:
+        return host, default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"{server!r}: port must be a number from 1 to 65535")
+    return host, int(port_text)
+
+
+def _ntp_server(value: str) -> str:
+    split_host_port(value, 123)
+    return value
+
+
+# Validated one by one so that a bad entry is reported as ntp.servers[N] on its own line.
+NtpServer = Annotated[str, AfterValidator(_ntp_server)]
+
+
+class NtpSettings(SpecModel):
+    """The time sources a cluster's nodes must agree with, and how far off they may be."""
+
+    servers: list[NtpServer] = Field(default_factory=list)
+    max_skew_seconds: float = Field(default=2.0, gt=0)
+
+
 class RetryPolicy(SpecModel):
     """Capped exponential backoff with jitter; maxAttempts None retries forever."""
 
@@ -248,6 +299,10 @@ class Assignment(_Wire):
         default_factory=dict, description="template values: cluster.name, machine.ip, ..."
     )
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    proxy: ProxySettings = Field(default_factory=ProxySettings,
+                                 description="the cluster's proxies, for downloads from URLs")
+    ntp: NtpSettings = Field(default_factory=NtpSettings,
+                             description="the cluster's time sources, for the clock check")
     remove: bool = Field(default=False, description="the machine was deleted: stop and forget")
 
 

@@ -24,6 +24,7 @@ from nodeagent.protocol import (
     ExecAction,
     FileAction,
     ItemReport,
+    ProxySettings,
     RetryPolicy,
     StateItem,
     VersionAction,
@@ -35,7 +36,7 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 async def _attempt(item: StateItem, values: Mapping[str, str], root: Path,
-                   artifacts: ArtifactSource) -> ItemOutcome:
+                   artifacts: ArtifactSource, proxy: ProxySettings) -> ItemOutcome:
     action = item.action
     if isinstance(action, ExecAction):  # bounds itself, to keep the output of a timed-out run
         return await run_exec(action, values, root, item.timeout)
@@ -45,18 +46,18 @@ async def _attempt(item: StateItem, values: Mapping[str, str], root: Path,
         async with asyncio.timeout(item.timeout):
             if isinstance(action, FileAction):
                 return await asyncio.to_thread(apply_file, action, values, root)
-            return await apply_download(action, root, artifacts)
+            return await apply_download(action, root, artifacts, proxy)
     except TimeoutError:
         raise ItemFailed(f"timed out after {item.timeout:g}s") from None
 
 
 async def apply_item(item: StateItem, values: Mapping[str, str], root: Path,
-                     artifacts: ArtifactSource) -> ItemOutcome:
+                     artifacts: ArtifactSource, proxy: ProxySettings) -> ItemOutcome:
     """One attempt at one item. An item's own failure, whatever its cause, is an outcome,
     never an exception: it must not take the agent down. Cancellation still propagates."""
     started = time.monotonic()
     try:
-        outcome = await _attempt(item, values, root, artifacts)
+        outcome = await _attempt(item, values, root, artifacts, proxy)
         if item.kubeconfig_from is not None:
             outcome = dataclasses.replace(outcome, kubeconfig=read_kubeconfig(item, root))
     except ItemFailed as exc:
@@ -105,6 +106,7 @@ async def run_phase(
     retry: RetryPolicy,
     root: Path,
     artifacts: ArtifactSource,
+    proxy: ProxySettings,
     rand: random.Random | None = None,
     sleep: Sleep = asyncio.sleep,
 ) -> bool:
@@ -128,7 +130,7 @@ async def run_phase(
             attempt += 1
             started = time.time()
             await report(item_report(status="running", attempt=attempt, started_at=started))
-            outcome = await apply_item(item, values, root, artifacts)
+            outcome = await apply_item(item, values, root, artifacts, proxy)
             finished = started + outcome.duration
             if outcome.succeeded:
                 journal.record_applied(item)

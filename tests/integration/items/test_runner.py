@@ -12,7 +12,7 @@ import pytest
 from nodeagent.backoff import delay
 from nodeagent.items.runner import run_phase
 from nodeagent.journal import Journal
-from nodeagent.protocol import ItemReport, RetryPolicy, StateItem
+from nodeagent.protocol import ItemReport, ProxySettings, RetryPolicy, StateItem
 from tests.integration.items.conftest import VALUES, exec_item, make_item, no_artifacts
 
 pytestmark = pytest.mark.integration
@@ -51,6 +51,7 @@ class Recorder:
 async def run(items: list[StateItem], journal: Journal, recorder: Recorder, root: Path,
               retry: RetryPolicy = RETRY, rand: random.Random | None = None) -> bool:
     return await run_phase(items, VALUES, journal, recorder.report, retry, root, no_artifacts,
+                           ProxySettings(),
                            rand or random.Random(0), sleep=recorder.sleep)
 
 

@@ -1,12 +1,15 @@
 """What the coordinator does, independent of HTTP: the operations behind every endpoint.
 
-Every read-modify-write of machines happens under one lock, so an agent's report and a
-reconcile pass never overwrite each other. Planning itself is the pure planner.
+Every read-modify-write of machines happens under one lock (the store's mutex: one for all
+replicas sharing a database), so an agent's report and a reconcile pass never overwrite each
+other. Planning itself is the pure planner; only the leader replica runs the reconcile loop.
 
 At scale (issue 8): heartbeats are kept in memory and written in batches; every machine write
 marks the machine changed, and a reconcile pass reloads and plans on just the changed
 machines and the cluster's working set (fleetview.ClusterView), plus the machines whose last
-heartbeat passed the timeout since the previous pass.
+heartbeat passed the timeout since the previous pass. Replicas relay the ids of the machines
+they wrote (notifier), which marks them changed on the leader and drops them from every
+replica's credential cache.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 
 from coordinator import planner
@@ -24,6 +27,7 @@ from coordinator.access import Access
 from coordinator.drainer import Drainer
 from coordinator.errors import Conflict, NotFound, Unauthorized
 from coordinator.fleetview import ClusterView
+from coordinator.kube import kubeconfig_problem
 from coordinator.model import (
     PHASE_OF_STATE,
     ROLES,
@@ -40,7 +44,14 @@ from coordinator.model import (
     upgrade_items_may_run,
 )
 from coordinator.notifier import Notifier
-from coordinator.store.base import CredentialOwner, Event, JoinToken, Store, StoredCluster
+from coordinator.store.base import (
+    CredentialOwner,
+    Event,
+    JoinToken,
+    Store,
+    StoredCluster,
+    leader_epoch,
+)
 from coordinator.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS, new_token, token_hash
 from nodeagent.protocol import (
     Assignment,
@@ -48,13 +59,20 @@ from nodeagent.protocol import (
     PrecheckReport,
     RegisterRequest,
     RegisterResponse,
+    StateItem,
+    VersionAction,
+    installed_version,
 )
 
 log = logging.getLogger("coordinator")
 HEARTBEAT_FLUSH_SECONDS = 1.0
-# How long this process trusts what it read of a credential. Its own writes forget the
-# machine's entry at once; the bound is for writes by other processes (a CLI, a replica).
+# How long this process trusts what it read of a credential. Writes of the machine, by this
+# replica or (relayed) by another, forget its entry at once; the bound is for writes no
+# replica relays (a CLI on the database).
 CREDENTIAL_CACHE_SECONDS = 10.0
+# A deposed leader waits this long before it campaigns again: the replicas that saw it go
+# (they try every second) take over, rather than it winning back a lock it just lost.
+STANDBY_SECONDS = 3.0
 
 
 class Coordinator:
@@ -65,16 +83,17 @@ class Coordinator:
         self.credential_ttl = credential_ttl  # None: machine credentials never expire
         self.access = Access(store, clock)
         self.notifier = Notifier()
-        self._lock = asyncio.Lock()
-        self._kick = asyncio.Event()
+        self._lock = store.mutex()  # spans every replica when the store is shared
         self.drainer = Drainer(self, clock)
         self._seen: dict[str, float] = {}  # heartbeats not written yet: machine id -> time
         self._changed: set[str] = set()  # ids of machines written since the last pass
         self._views: dict[str, ClusterView] = {}  # what the last pass kept of each cluster
-        self._post_deploy_hosts: dict[str, str | None] = {}  # cluster -> machine id, per pass
+        # cluster -> (spec generation, machine id), as the last pass found
+        self._post_deploy_hosts: dict[str, tuple[int, str | None]] = {}
         self._owners: dict[str, tuple[float, CredentialOwner]] = {}  # hash -> (read at, owner)
         self._owner_hashes: dict[str, str] = {}  # machine id -> its cached credential hash
         self._forgotten = 0  # grows on every forget: a read that raced one is not cached
+        self.notifier.on_written = self._written_elsewhere
 
     async def close(self) -> None:
         await self.drainer.close()
@@ -84,9 +103,24 @@ class Coordinator:
                       removed: Sequence[str] = ()) -> None:
         """Write machines (and events) and mark them changed for the next reconcile pass."""
         await self.store.commit(machines, events, removed)
-        self._changed.update(m.id for m in machines)
-        self._changed.update(removed)
-        self._forget([*(m.id for m in machines), *removed])
+        self._mark_written([*(m.id for m in machines), *removed])
+
+    def _mark_written(self, machine_ids: Sequence[str]) -> None:
+        """Machines just written (or heard from again): the next reconcile pass reloads them,
+        and no replica's credential cache keeps what it read of them."""
+        self._changed.update(machine_ids)
+        self._forget(machine_ids)
+        self.notifier.written(machine_ids)
+
+    def _written_elsewhere(self, machine_ids: Collection[str] | None) -> None:
+        """Another replica wrote these machines (None: some, unknown which)."""
+        self._post_deploy_hosts.clear()
+        if machine_ids is None:
+            self._views.clear()  # the next pass loads every cluster anew
+            self._forget(list(self._owner_hashes))
+            return
+        self._changed.update(machine_ids)
+        self._forget(machine_ids)
 
     def _forget(self, machine_ids: Iterable[str]) -> None:
         """Drop what authentication cached of these machines: they were just written."""
@@ -266,7 +300,7 @@ class Coordinator:
         if machine.state is MachineState.UPGRADE and not upgrade_items_may_run(spec, machine):
             phase = None  # the node is being drained: its upgrade items wait
         if machine.state is MachineState.READY and machine.role == "manager" and \
-                await self._post_deploy_host(spec) == machine.id:
+                await self._post_deploy_host(stored) == machine.id:
             phase = "postdeploy"
         items = (phase_items(spec, machine.role, phase, deployed_managers(peers))
                  if machine.role and phase else [])
@@ -279,14 +313,20 @@ class Coordinator:
             applied=sorted(machine.applied),
             values=template_values(spec, machine, peers),
             retry=spec.settings.retry,
+            proxy=spec.settings.proxy,
+            ntp=spec.settings.ntp,
         )
 
-    async def _post_deploy_host(self, spec: ClusterSpec) -> str | None:
+    async def _post_deploy_host(self, stored: StoredCluster) -> str | None:
         """The id of the manager to run the post-deploy step: as the last reconcile pass found
-        (it wakes that manager when it changes), or else from the whole cluster."""
-        if spec.name in self._post_deploy_hosts:
-            return self._post_deploy_hosts[spec.name]
-        host = planner.post_deploy_host(spec, await self.store.list_machines(spec.name))
+        for this spec (it wakes that manager when it changes), or else from the whole cluster.
+        A post-deploy report, a write by another replica or a new spec makes the pass's
+        answer stale: the items it named may be done, or be others now."""
+        cached = self._post_deploy_hosts.get(stored.spec.name)
+        if cached is not None and cached[0] == stored.generation:
+            return cached[1]
+        host = planner.post_deploy_host(stored.spec,
+                                        await self.store.list_machines(stored.spec.name))
         return host.id if host else None
 
     async def wait_assignment(self, machine_id: str, after: int, timeout: float) -> Assignment:
@@ -303,19 +343,23 @@ class Coordinator:
         async with self._lock:
             machine = await self._machine(machine_id)
             stored = await self.cluster(machine.cluster)
+            spec = stored.spec
             managers = deployed_managers(await self.store.list_machines(machine.cluster,
                                                                         role="manager"))
             known = {i.fingerprint(): i for role in ROLES
-                     for i in [*getattr(stored.spec.machine_types, role),
-                               *phase_items(stored.spec, role, "reconfigure", managers)]}
-            if report.fingerprint not in known:
+                     for i in [*getattr(spec.machine_types, role),
+                               *phase_items(spec, role, "reconfigure", managers),
+                               *phase_items(spec, role, "postdeploy")]}
+            item = known.get(report.fingerprint)
+            if item is None:
                 raise Conflict(f"item {report.item} ({report.fingerprint}) is not in the cluster spec")
             now = self.clock()
             applied = machine.applied
             if report.status == "succeeded":
                 applied = applied | {report.fingerprint}
+            kubeconfig, events = self._reported_kubeconfig(machine, item, report)
             updated = replace(
-                machine, applied=applied, last_seen=now, responding=True,
+                machine, applied=applied, last_seen=now, responding=True, kubeconfig=kubeconfig,
                 progress=Progress(item=report.item, attempt=report.attempt, status=report.status,
                                   error=report.error, next_retry_at=report.next_retry_at,
                                   updated_at=now,
@@ -328,10 +372,52 @@ class Coordinator:
                 if report.finished_at else None,
                 "error": report.error, "output": report.output,
             })
-            await self._commit([updated], [event])
+            events += self._post_deploy_check(spec, updated, item, report)
+            await self._commit([updated], [event, *events])
+            if report.phase == "postdeploy":
+                self._post_deploy_hosts.pop(machine.cluster, None)
         self.notifier.changed()
         if report.status == "succeeded":
             self.kick()
+
+    def _reported_kubeconfig(self, machine: Machine, item: StateItem,
+                             report: ItemReport) -> tuple[str, list[Event]]:
+        """The kubeconfig the machine holds once this report is in, and the event saying it
+        changed. The kubeconfig itself goes into no event: only who sent it, from where."""
+        if report.kubeconfig is None:
+            return machine.kubeconfig, []
+        if item.kubeconfig_from is None or machine.role != "manager" or report.status != "succeeded":
+            raise Conflict(f"kubeconfig: item {item.name} is not a manager item with kubeconfigFrom "
+                           "that succeeded: its report cannot carry one")
+        problem = kubeconfig_problem(report.kubeconfig)
+        if problem is not None:
+            return machine.kubeconfig, [self._event(
+                machine.cluster, "kubeconfig", f"{machine.hostname}: the kubeconfig item "
+                f"{item.name} left in {item.kubeconfig_from} is not usable: {problem}", machine)]
+        if report.kubeconfig == machine.kubeconfig:
+            return machine.kubeconfig, []
+        return report.kubeconfig, [self._event(
+            machine.cluster, "kubeconfig", f"{machine.hostname} reported a kubeconfig (item "
+            f"{item.name}, {item.kubeconfig_from}): drains use the first manager's unless "
+            "settings.kubernetes.kubeconfig is set", machine, {"item": item.name})]
+
+    def _post_deploy_check(self, spec: ClusterSpec, machine: Machine, item: StateItem,
+                           report: ItemReport) -> list[Event]:
+        """A post-deploy version check's outcome, as its own event: verified, or which version
+        is installed instead of the declared one (the agent retries until they match)."""
+        action = item.action
+        if not isinstance(action, VersionAction) or report.status == "running":
+            return []
+        if report.status == "succeeded":
+            message = (f"post-deploy step verified on {machine.hostname} at release "
+                       f"{spec.release}: {item.name.removesuffix('.version')} {action.expect}")
+        else:
+            message = (f"post-deploy check {item.name} failed on {machine.hostname} at release "
+                       f"{spec.release} (attempt {report.attempt}): {report.error}")
+        return [self._event(machine.cluster, "post-deploy", message, machine, {
+            "item": item.name, "declared": action.expect, "release": spec.release,
+            "verified": report.status == "succeeded",
+            "installed": installed_version(report.output) if report.exit_code is not None else None})]
 
     async def heartbeat(self, machine: CredentialOwner) -> None:
         """Kept in memory until the next flush_heartbeats: a durable write per heartbeat
@@ -339,7 +425,7 @@ class Coordinator:
         now = self.clock()
         self._seen[machine.machine_id] = max(now, self._seen.get(machine.machine_id, now))
         if not machine.responding:
-            self._changed.add(machine.machine_id)
+            self._mark_written([machine.machine_id])
             self.kick()  # the reconciler records that it answers again
 
     async def flush_heartbeats(self) -> None:
@@ -508,7 +594,7 @@ class Coordinator:
 
     # -- reconcile ----------------------------------------------------------------------
     def kick(self) -> None:
-        self._kick.set()
+        self.notifier.kick()
 
     async def reconcile_once(self) -> list[planner.Decision]:
         """Load what changed, plan, persist, wake. Safe to repeat or to interrupt at any await:
@@ -572,11 +658,12 @@ class Coordinator:
         changed.update({m.id: m for m in after if m != before.get(m.id)})
         events += self._post_deploy(spec, machines, after, decisions, changed)
         host = planner.post_deploy_host(spec, after)
-        self._post_deploy_hosts[spec.name] = host.id if host else None
+        self._post_deploy_hosts[spec.name] = (stored.generation, host.id if host else None)
         removed = [d.machine_id for d in decisions if d.to_state is None]
         if changed or events or removed:
             await self.store.commit(list(changed.values()), events, removed)
             self._forget([*changed, *removed])
+            self.notifier.written([*changed, *removed])
             self.notifier.wake([*changed, *removed])
         self.drainer.schedule(spec, [changed.get(m.id, m) for m in after])
         if view.update(list(changed.values()), removed):
@@ -624,16 +711,49 @@ class Coordinator:
         if upgraded and host is None and spec.items("manager", "postdeploy") \
                 and planner.upgrade_settled(spec, after):
             events.append(self._event(spec.name, "post-deploy",
-                                      f"upgrade to {spec.release} done; post-deploy step verified: "
-                                      "its items at this version are applied"))
+                                      f"upgrade to {spec.release} done; the post-deploy items at "
+                                      "this version were already applied (none has a "
+                                      "versionCommand to check what is installed)"))
         return events
 
     async def run(self, tick: float = 1.0) -> None:
-        """The reconcile loop: a pass on every kick, and at least every tick seconds."""
+        """Relay wake-ups to and from the other replicas (if any), and reconcile whenever this
+        replica leads: from its election until its term is lost, when reconciling and draining
+        stop at once (and the store fences any write still on its way)."""
+        await self.share()
+        while True:
+            term = await self.store.campaign()
+            if term.epoch is not None:
+                log.info("leading the reconcile loop (leader epoch %d)", term.epoch)
+            epoch = leader_epoch.set(term.epoch)
+            try:
+                work = asyncio.create_task(self._reconcile_loop(tick))  # inherits the epoch
+            finally:
+                leader_epoch.reset(epoch)
+            lost = asyncio.create_task(term.lost.wait())
+            try:
+                await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (work, lost):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                await self.drainer.close()
+            log.warning("lost leadership (leader epoch %s): standing by", term.epoch)
+            await asyncio.sleep(STANDBY_SECONDS)
+
+    async def share(self) -> None:
+        """With replicas sharing the store: their wakes, changes and kicks reach this one's
+        agents, watchers and reconcile loop, and this one's reach theirs."""
+        if await self.store.listen(self.notifier.deliver):
+            self.notifier.relay(self.store.publish)
+
+    async def _reconcile_loop(self, tick: float) -> None:
+        """A pass on every kick, and at least every tick seconds."""
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), tick)
-            self._kick.clear()
+                await asyncio.wait_for(self.notifier.kicked.wait(), tick)
+            self.notifier.kicked.clear()
             try:
                 await self.reconcile_once()
             except Exception:  # a bad pass must not stop the loop; the next one retries
@@ -682,7 +802,9 @@ def _describe(report: ItemReport) -> str:
 
 
 def template_values(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]) -> dict[str, str]:
-    """Values StateItem templates may use: ${cluster.name}, ${machine.ip}, ${managers}, ..."""
+    """Values StateItem templates may use: ${cluster.name}, ${machine.ip}, ${managers}, ...
+    The cluster's NTP and proxy settings are among them, for items that configure chrony,
+    containerd or the kubelet."""
     managers = sorted((m for m in peers if m.role == "manager" and m.approved
                        and m.state is not MachineState.DELETING),
                       key=lambda m: (m.created_at, m.hostname, m.id))
@@ -699,4 +821,9 @@ def template_values(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine
         "managers": ",".join(m.ip or m.hostname for m in managers),
         "managers.hostnames": ",".join(m.hostname for m in managers),
         "managers.first": (first.ip or first.hostname) if first else "",
+        "ntp.servers": ",".join(spec.settings.ntp.servers),
+        "ntp.maxSkewSeconds": f"{spec.settings.ntp.max_skew_seconds:g}",
+        "proxy.http": spec.settings.proxy.http or "",
+        "proxy.https": spec.settings.proxy.https or "",
+        "proxy.noProxy": ",".join(spec.settings.proxy.no_proxy),
     }

@@ -23,6 +23,18 @@ def _split_ignores(values: tuple[str, ...]) -> list[str]:
     return [name for value in values for name in value.split(",")]
 
 
+def _ntp_servers(ctx: click.Context, param: click.Parameter,
+                 values: tuple[str, ...]) -> tuple[str, ...]:
+    from nodeagent.protocol import split_host_port
+
+    for value in values:
+        try:
+            split_host_port(value, 123)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return values
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nodeagent")
 def main() -> None:
@@ -41,8 +53,13 @@ def main() -> None:
               help="Turn these checks' failures into warnings.")
 @click.option("--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
+@click.option("--ntp-server", "ntp_servers", multiple=True, callback=_ntp_servers,
+              metavar="HOST[:PORT]", help="Check the clock against these servers instead of the "
+              "config's ntp.servers (the agent passes its cluster's when the config has none).")
+@click.option("--max-skew-seconds", type=click.FloatRange(min=0, min_open=True),
+              help="Clock offset that fails the check, instead of the config's ntp.maxSkewSeconds.")
 def precheck(config_path: str | None, root: str, role: str | None, ignores: tuple[str, ...],
-             output: str) -> None:
+             output: str, ntp_servers: tuple[str, ...], max_skew_seconds: float | None) -> None:
     """Check whether this machine can join a cluster, and what to fix.
 
     Exits 0 when no hard check failed, 1 when one did, 2 on bad usage or config.
@@ -51,6 +68,10 @@ def precheck(config_path: str | None, root: str, role: str | None, ignores: tupl
     from nodeagent.prechecks.runner import resolve_ignores, run_checks
 
     config = _load_config(config_path, root)
+    ntp = {"servers": list(ntp_servers)} if ntp_servers else {}
+    if max_skew_seconds is not None:
+        ntp["max_skew_seconds"] = max_skew_seconds
+    config = config.model_copy(update={"ntp": config.ntp.model_copy(update=ntp)})
     try:
         ignored = resolve_ignores(_split_ignores(ignores), NAMES)
     except ValueError as exc:

@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic.alias_generators import to_camel
 
 from nodeagent import joinstring
+from nodeagent.protocol import NtpSettings, ProxySettings
 from nodeagent.validation import InvalidDocument, Problem, load_model
 
 DEFAULT_CONFIG_PATH = "/etc/nodeagent/config.yaml"
@@ -21,52 +22,46 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
 
+def _coordinator_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("must start with http:// or https://")
+    # Caught here, not when the coordinator check parses the URL and crashes on it.
+    parts = urlsplit(value)
+    if not parts.hostname:
+        raise ValueError("must name a host, e.g. https://coordinator.example:8443")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ValueError("port must be a number from 1 to 65535")
+    return value
+
+
+# Validated one by one so that a bad entry is reported as coordinator.urls[N].
+CoordinatorUrl = Annotated[str, AfterValidator(_coordinator_url)]
+
+
 class CoordinatorConfig(_Section):
-    url: str | None = None
+    url: CoordinatorUrl | None = None
+    urls: list[CoordinatorUrl] = Field(
+        default_factory=list, description="other replicas of the coordinator (sharing its "
+        "database and CA): the agent moves on to the next when one does not answer")
     ca_file: str | None = Field(default=None, description="CA to trust for an https coordinator "
                                 "(else the one pinned by the join string)")
     health_path: str = "/healthz"
     timeout: float = Field(default=2.0, gt=0, le=60)
 
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        # Caught here, not when the coordinator check parses the URL and crashes on it.
-        parts = urlsplit(value)
-        if not parts.hostname:
-            raise ValueError("must name a host, e.g. https://coordinator.example:8443")
-        try:
-            port = parts.port
-        except ValueError:
-            port = 0
-        if port == 0:
-            raise ValueError("port must be a number from 1 to 65535")
-        return value
+    @property
+    def all_urls(self) -> list[str]:
+        """url first, then the other replicas, each once."""
+        return list(dict.fromkeys(u for u in (self.url, *self.urls) if u))
 
 
-def _ntp_server(value: str) -> str:
-    split_host_port(value, 123)
-    return value
+class NtpConfig(NtpSettings):
+    """The cluster's NTP section plus how long this node waits for each server."""
 
-
-# Validated one by one so that a bad entry is reported as ntp.servers[N] on its own line.
-NtpServer = Annotated[str, AfterValidator(_ntp_server)]
-
-
-class NtpConfig(_Section):
-    servers: list[NtpServer] = Field(default_factory=list)
     timeout: float = Field(default=1.0, gt=0, le=30)
-    max_skew_seconds: float = Field(default=2.0, gt=0)
-
-
-class ProxyConfig(_Section):
-    http: str | None = None
-    https: str | None = None
-    no_proxy: list[str] = Field(default_factory=list)
 
 
 class Thresholds(_Section):
@@ -87,7 +82,7 @@ class AgentConfig(_Section):
     )
     coordinator: CoordinatorConfig = Field(default_factory=CoordinatorConfig)
     ntp: NtpConfig = Field(default_factory=NtpConfig)
-    proxy: ProxyConfig = Field(default_factory=ProxyConfig)
+    proxy: ProxySettings = Field(default_factory=ProxySettings)
     thresholds: Thresholds = Field(default_factory=Thresholds)
 
     @field_validator("join")
@@ -111,27 +106,6 @@ class AgentConfig(_Section):
     @property
     def ca_hash(self) -> str | None:
         return joinstring.decode(self.join).ca_hash if self.join else None
-
-
-def split_host_port(server: str, default_port: int) -> tuple[str, int]:
-    """`host`, `host:port`, `[v6]:port` or bare IPv6 -> (host, port)."""
-    text = server.strip()
-    if not text:
-        raise ValueError("empty server address")
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port_text = rest.removeprefix(":") if rest else ""
-    elif text.count(":") == 1:
-        host, _, port_text = text.partition(":")
-    else:
-        host, port_text = text, ""
-    if not host:
-        raise ValueError(f"{server!r}: no host name or address")
-    if not port_text:
-        return host, default_port
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"{server!r}: port must be a number from 1 to 65535")
-    return host, int(port_text)
 
 
 def load_config(path: str | None) -> AgentConfig:

@@ -27,13 +27,20 @@ from typing import Any, TypeVar
 from nodeagent import sdnotify, trust
 from nodeagent.atomic import atomic_write
 from nodeagent.backoff import delay
-from nodeagent.client import CoordinatorClient, Rejected, Unreachable
+from nodeagent.client import CoordinatorClient, Endpoint, Rejected, Unreachable
 from nodeagent.config import AgentConfig
 from nodeagent.host import Host
 from nodeagent.items.runner import run_phase
 from nodeagent.journal import Journal
 from nodeagent.logfmt import fields
-from nodeagent.protocol import Assignment, ItemReport, PrecheckReport, RegisterRequest, Status
+from nodeagent.protocol import (
+    Assignment,
+    ItemReport,
+    NtpSettings,
+    PrecheckReport,
+    RegisterRequest,
+    Status,
+)
 from nodeagent.proxy import proxy_for
 
 T = TypeVar("T")
@@ -125,11 +132,17 @@ class Agent:
         self.host = host
         self.state_dir = Path(config.state_dir)
         self.rand = rand or random.Random()
-        self.proxy = proxy_for(config.coordinator.url, config.proxy, os.environ)
-        self.client = CoordinatorClient(config.coordinator.url, self.proxy,
-                                        timeout=config.coordinator.timeout * 5)
+        self.client = CoordinatorClient(
+            [Endpoint(url, proxy_for(url, config.proxy, os.environ))
+             for url in config.coordinator.all_urls],
+            timeout=config.coordinator.timeout * 5)
         self.identity_path = self.state_dir / "identity.json"
         self.next_identity_path = self.state_dir / "identity.next.json"
+        # The cluster's NTP settings, once an assignment has told them: prechecks use them
+        # when this node's config names no NTP servers of its own.
+        self.cluster_ntp: NtpSettings | None = None
+        self.checked_ntp: NtpSettings | None = None  # what the last precheck used
+        self.rechecking: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -138,17 +151,20 @@ class Agent:
         sdnotify.ready()
         async with _background(_watchdog()):
             self.client.context = await self._trust()
-            rechecks: list[Coroutine[Any, Any, None]] = []
             identity = await self._settle_rotation(load_identity(self.identity_path))
             if identity is None:
                 report = await self._precheck()
                 identity = await self._register(report)
                 if not report.ok:
-                    rechecks.append(self._recheck(identity))
+                    self._start_recheck(identity, wait_first=True)
             journal = Journal(self.state_dir / "journal.json")
             reporter = Reporter(self.client, identity, self.rand)
-            async with _background(reporter.run(), self._heartbeat(identity), *rechecks):
-                await self._follow(identity, journal, reporter)
+            try:
+                async with _background(reporter.run(), self._heartbeat(identity)):
+                    await self._follow(identity, journal, reporter)
+            finally:
+                if self.rechecking is not None:
+                    self.rechecking.cancel()
 
     async def _trust(self) -> ssl.SSLContext | None:
         """The TLS context for an https coordinator: its CA from the config, or the one the
@@ -164,11 +180,17 @@ class Agent:
             if pin is None:
                 raise AgentError(f"{url} is https but there is no CA to trust: set "
                                  "coordinator.caFile or use a join string (join:)")
-            try:
-                await trust.fetch_pinned_ca(url, pin, kept, self.proxy,
-                                            self.config.coordinator.timeout * 5)
-            except trust.TrustError as exc:
-                raise AgentError(str(exc)) from None
+            # The replicas share one CA: the first that presents the pinned one will do.
+            problems = []
+            for endpoint in self.client.endpoints:
+                try:
+                    await trust.fetch_pinned_ca(endpoint.url, pin, kept, endpoint.proxy,
+                                                self.config.coordinator.timeout * 5)
+                    break
+                except trust.TrustError as exc:
+                    problems.append(str(exc))
+            else:
+                raise AgentError("; ".join(problems))
             log.info("trusting the coordinator's CA %s", pin)
         return trust.context_for(kept)
 
@@ -232,6 +254,11 @@ class Agent:
             args += ["--config", self.config_path]
         if self.config.ignore_prechecks:
             args += ["--ignore", ",".join(self.config.ignore_prechecks)]
+        self.checked_ntp = self._ntp_for_checks()
+        if self.checked_ntp is not None:
+            for server in self.checked_ntp.servers:
+                args += ["--ntp-server", server]
+            args += ["--max-skew-seconds", f"{self.checked_ntp.max_skew_seconds:g}"]
         report = PrecheckReport.model_validate_json(await self._own_command(*args))
         failures = [f"{c.name}: {c.message}" for c in report.checks if c.status is Status.FAIL]
         if failures:
@@ -253,13 +280,27 @@ class Agent:
                  extra=fields(machine=identity.machine_id, hostname=report.hostname))
         return identity
 
-    async def _recheck(self, identity: Identity) -> None:
-        """Re-run failed prechecks until they pass, so a fixed node becomes approvable
-        without a restart. Stops once the machine has left Pending."""
+    def _ntp_for_checks(self) -> NtpSettings | None:
+        """The cluster's NTP settings when the clock check should use them (this node's
+        config names no servers); None: the config's own."""
+        if self.config.ntp.servers or self.cluster_ntp is None or not self.cluster_ntp.servers:
+            return None
+        return self.cluster_ntp
+
+    def _start_recheck(self, identity: Identity, wait_first: bool) -> None:
+        if self.rechecking is not None:
+            self.rechecking.cancel()
+        self.rechecking = asyncio.create_task(self._recheck(identity, wait_first))
+
+    async def _recheck(self, identity: Identity, wait_first: bool) -> None:
+        """Re-run prechecks until they pass, so a fixed node becomes approvable without a
+        restart. Stops once the machine has left Pending."""
         attempt = 0
         while True:
-            attempt += 1
-            await asyncio.sleep(delay(attempt, 5.0, 60.0, self.rand))
+            if wait_first:
+                attempt += 1
+                await asyncio.sleep(delay(attempt, 5.0, 60.0, self.rand))
+            wait_first = True
             report = await self._precheck()
             try:
                 await self.client.precheck(identity.machine_id, identity.credential, report)
@@ -303,6 +344,11 @@ class Agent:
                 if assignment.generation == generation:
                     continue
                 generation = assignment.generation
+                self.cluster_ntp = assignment.ntp
+                if assignment.state == "Pending" and self._ntp_for_checks() != self.checked_ntp:
+                    # Registered with the node's own (or no) NTP servers: the clock must also
+                    # agree with the cluster's before the machine can be approved.
+                    self._start_recheck(identity, wait_first=False)
                 wanted = _work_key(assignment)
                 sdnotify.status(f"{assignment.state}: {len(assignment.items)} items")
                 if wanted == current and work is not None and not work.done():
@@ -319,7 +365,8 @@ class Agent:
                 work = asyncio.create_task(run_phase(
                     assignment.items, assignment.values, journal, reporter.submit,
                     assignment.retry, self.host.root,
-                    partial(self.client.artifact, identity.credential), self.rand))
+                    partial(self.client.artifact, identity.credential),
+                    self.config.proxy.over(assignment.proxy), self.rand))
         finally:
             if work is not None:
                 work.cancel()

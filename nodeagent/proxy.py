@@ -6,7 +6,7 @@ import ipaddress
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from nodeagent.config import ProxyConfig
+from nodeagent.protocol import ProxySettings
 
 
 def _env(environ: Mapping[str, str], name: str) -> str | None:
@@ -42,7 +42,7 @@ def bypassed(host: str, no_proxy: list[str]) -> bool:
     return False
 
 
-def proxy_for(url: str, config: ProxyConfig, environ: Mapping[str, str]) -> str | None:
+def proxy_for(url: str, config: ProxySettings, environ: Mapping[str, str]) -> str | None:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme == "https":

@@ -15,10 +15,9 @@ from urllib.request import url2pathname
 
 from nodeagent import http_client
 from nodeagent.atomic import atomic_file
-from nodeagent.config import ProxyConfig
 from nodeagent.items import machine_path
 from nodeagent.items.outcome import ItemFailed, ItemOutcome
-from nodeagent.protocol import DownloadAction
+from nodeagent.protocol import DownloadAction, ProxySettings
 from nodeagent.proxy import proxy_for
 
 # The daemon's seam to the coordinator: artifact name -> its bytes, streamed. It raises when
@@ -40,9 +39,10 @@ def sha256_of(path: Path) -> str | None:
     return digest.hexdigest()
 
 
-async def open_url(url: str) -> AsyncIterator[bytes]:
-    """Stream a http(s) or file URL. HTTP goes through the proxy the environment names
-    (HTTPS_PROXY, NO_PROXY, ...); a file URL names a path on the real machine."""
+async def open_url(url: str, proxy: ProxySettings) -> AsyncIterator[bytes]:
+    """Stream a http(s) or file URL. HTTP goes through `proxy` (the node's config over the
+    cluster's settings), else the one the environment names (HTTPS_PROXY, NO_PROXY, ...);
+    a file URL names a path on the real machine."""
     parts = urlsplit(url)
     if parts.scheme == "file":
         try:
@@ -54,7 +54,7 @@ async def open_url(url: str) -> AsyncIterator[bytes]:
         return
     if parts.scheme not in ("http", "https"):
         raise ItemFailed(f"unsupported URL scheme {parts.scheme!r} in {url} (http, https, file)")
-    chunks = http_client.stream(url, proxy=proxy_for(url, ProxyConfig(), os.environ))
+    chunks = http_client.stream(url, proxy=proxy_for(url, proxy, os.environ))
     try:
         async for chunk in chunks:
             yield chunk
@@ -78,15 +78,15 @@ async def _closing(stream: AsyncIterator[bytes]) -> AsyncIterator[None]:
             await aclose()
 
 
-async def apply_download(action: DownloadAction, root: Path,
-                         artifacts: ArtifactSource) -> ItemOutcome:
+async def apply_download(action: DownloadAction, root: Path, artifacts: ArtifactSource,
+                         proxy: ProxySettings) -> ItemOutcome:
     target = machine_path(root, action.path)
     mode = int(action.mode, 8)
     if await asyncio.to_thread(sha256_of, target) == action.sha256:
         target.chmod(mode)
         return ItemOutcome(True, output=f"{action.path} already has sha256 {action.sha256}")
     source = action.artifact or action.url or ""
-    stream = artifacts(action.artifact) if action.artifact else open_url(source)
+    stream = artifacts(action.artifact) if action.artifact else open_url(source, proxy)
     digest = hashlib.sha256()
     size = 0
     async with _closing(stream):

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import dns.exception
 import ntplib
 
-from nodeagent.config import split_host_port
 from nodeagent.host import Host
 from nodeagent.prechecks.base import CheckContext, Outcome, failed, passed, skipped, warned
 from nodeagent.prechecks.coordinator import resolve
+from nodeagent.protocol import split_host_port
 
 NO_SERVERS = "no NTP servers configured (ntp.servers in the config file)"
 NTP_VERSION = 4

@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from nodeagent.prechecks import CHECKS, NAMES
 from nodeagent.prechecks.base import Check, CheckContext
 from nodeagent.prechecks.runner import run_checks
 from nodeagent.protocol import CheckResult, PrecheckReport, Status
+from tests.support.agent import checks_by_name, precheck_argv
 from tests.support.chrony import chronyd
 from tests.support.ntp_responder import silent_udp_server, skewed_ntp_server
 from tests.support.ports import free_port
@@ -281,3 +283,34 @@ async def test_server_names_resolve_through_the_roots_hosts_file(
     assert reachable.message.startswith(f"1 of 2 NTP servers did not answer: nosuch.test:{port}: ")
     assert "resolv.conf" in reachable.message
     assert checks["time-skew"].status is Status.PASS
+
+
+# -- the command line's overrides (what the agent passes for its cluster's settings) ---------
+
+def test_command_line_ntp_servers_and_limit_override_the_config(
+    tmp_path: Path, silent: str
+) -> None:
+    """The config names a silent server; --ntp-server and --max-skew-seconds replace it with
+    the cluster's, as the agent does when it rechecks a registered machine."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"ntp:\n  servers: ['{silent}']\n  timeout: 0.3\n")
+    root = tmp_path / "root"
+    root.mkdir()
+    with skewed_ntp_server(30.0) as server:
+        runs = {limit: subprocess.run(
+            precheck_argv(root, "--config", str(config), "--output", "json", "--ntp-server",
+                          server.address, "--max-skew-seconds", limit),
+            capture_output=True, text=True) for limit in ("5", "100")}
+    strict, lenient = (checks_by_name(runs[limit]) for limit in ("5", "100"))
+    assert strict["ntp-reachable"]["status"] == lenient["ntp-reachable"]["status"] == "pass"
+    assert strict["time-skew"]["status"] == "fail"
+    assert "(limit 5s)" in strict["time-skew"]["message"]
+    assert lenient["time-skew"]["status"] == "pass"
+
+
+def test_a_bad_command_line_ntp_server_is_a_usage_error(tmp_path: Path) -> None:
+    result = subprocess.run(precheck_argv(tmp_path, "--ntp-server", "ntp.example:0"),
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "--ntp-server" in result.stderr and "port must be a number" in result.stderr
+    assert "Traceback" not in result.stderr

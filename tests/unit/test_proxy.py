@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.config import ProxyConfig
+from nodeagent.protocol import ProxySettings
 from nodeagent.proxy import bypassed, proxy_for
 
 ENV_PROXY = "http://env-proxy:3128"
@@ -10,22 +10,22 @@ CONFIG_PROXY = "http://config-proxy:3128"
 
 
 def test_no_proxy_anywhere_means_direct() -> None:
-    assert proxy_for("https://coordinator.example", ProxyConfig(), {}) is None
+    assert proxy_for("https://coordinator.example", ProxySettings(), {}) is None
 
 
 def test_environment_proxy_by_scheme_in_either_case() -> None:
     env = {"HTTPS_PROXY": ENV_PROXY, "http_proxy": "http://plain:80"}
-    assert proxy_for("https://coordinator.example", ProxyConfig(), env) == ENV_PROXY
-    assert proxy_for("http://coordinator.example", ProxyConfig(), env) == "http://plain:80"
+    assert proxy_for("https://coordinator.example", ProxySettings(), env) == ENV_PROXY
+    assert proxy_for("http://coordinator.example", ProxySettings(), env) == "http://plain:80"
 
 
 def test_lowercase_environment_variable_wins() -> None:
     env = {"https_proxy": "http://lower:1", "HTTPS_PROXY": "http://upper:2"}
-    assert proxy_for("https://c.example", ProxyConfig(), env) == "http://lower:1"
+    assert proxy_for("https://c.example", ProxySettings(), env) == "http://lower:1"
 
 
 def test_config_overrides_the_environment() -> None:
-    config = ProxyConfig(https=CONFIG_PROXY)
+    config = ProxySettings(https=CONFIG_PROXY)
     env = {"https_proxy": ENV_PROXY, "http_proxy": ENV_PROXY}
     assert proxy_for("https://c.example", config, env) == CONFIG_PROXY
     # Only the scheme the config sets is overridden.
@@ -33,7 +33,7 @@ def test_config_overrides_the_environment() -> None:
 
 
 def test_no_proxy_from_config_and_environment_both_apply() -> None:
-    config = ProxyConfig(https=CONFIG_PROXY, no_proxy=[".cluster.local"])
+    config = ProxySettings(https=CONFIG_PROXY, no_proxy=[".cluster.local"])
     env = {"no_proxy": "internal.example, 10.0.0.0/8"}
     assert proxy_for("https://api.cluster.local", config, env) is None
     assert proxy_for("https://internal.example:8443", config, env) is None
@@ -64,3 +64,15 @@ def test_no_proxy_from_config_and_environment_both_apply() -> None:
 )
 def test_bypassed(host: str, entries: list[str], expected: bool) -> None:
     assert bypassed(host, entries) is expected
+
+
+def test_the_nodes_own_proxy_settings_win_field_by_field_over_the_clusters() -> None:
+    node = ProxySettings(https="http://node:3128", no_proxy=[".node.local"])
+    cluster = ProxySettings(http="http://cluster:80", https="http://cluster:443",
+                            no_proxy=[".cluster.local"])
+    merged = node.over(cluster)
+    assert merged.http == "http://cluster:80"
+    assert merged.https == "http://node:3128"
+    assert merged.no_proxy == [".node.local", ".cluster.local"]
+    assert proxy_for("https://x.cluster.local", merged, {}) is None
+    assert ProxySettings().over(ProxySettings()) == ProxySettings()

@@ -12,7 +12,7 @@ import pytest
 
 from nodeagent.items.outcome import ItemOutcome
 from nodeagent.items.runner import apply_item
-from nodeagent.protocol import StateItem
+from nodeagent.protocol import ProxySettings, StateItem
 
 PYTHON = sys.executable
 VALUES = {"cluster.name": "edge-1", "machine.hostname": "node-a", "machine.ip": "10.0.0.5"}
@@ -41,8 +41,10 @@ def root(tmp_path: Path) -> Path:
     return path
 
 
-async def apply(item: StateItem, root: Path, values: dict[str, str] | None = None) -> ItemOutcome:
-    return await apply_item(item, VALUES if values is None else values, root, no_artifacts)
+async def apply(item: StateItem, root: Path, values: dict[str, str] | None = None,
+                proxy: ProxySettings | None = None) -> ItemOutcome:
+    return await apply_item(item, VALUES if values is None else values, root, no_artifacts,
+                            proxy or ProxySettings())
 
 
 def leftovers(directory: Path) -> list[str]:

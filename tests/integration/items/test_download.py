@@ -3,58 +3,31 @@ source: sha256 verified while streaming, nothing kept on mismatch, no refetch wh
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from nodeagent.items.runner import apply_item
-from nodeagent.protocol import StateItem
+from nodeagent.protocol import ProxySettings, StateItem
 from tests.integration.items.conftest import VALUES, apply, leftovers, make_item
+from tests.support.blob import BLOB, BLOB_SHA, BlobServer, blob_server
 
 pytestmark = pytest.mark.integration
 
-BLOB = bytes(range(256)) * 12_000  # ~3 MB: many chunks
-BLOB_SHA = hashlib.sha256(BLOB).hexdigest()
 WRONG_SHA = "0" * 64
 TARGET = "/opt/bin/tool"
 
 
-class Server:
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.requests: list[str] = []
-
-
 @pytest.fixture
-async def server(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Server]:
-    """Serves /blob and counts requests; loopback only, and no proxy from the environment."""
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[BlobServer]:
+    """No proxy from the environment: only the ones a test gives."""
     for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy",
                  "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
-    state = Server("")
-
-    async def blob(request: web.Request) -> web.StreamResponse:
-        state.requests.append(request.path)
-        response = web.StreamResponse()
-        await response.prepare(request)
-        for start in range(0, len(BLOB), 100_000):
-            await response.write(BLOB[start:start + 100_000])
-        return response
-
-    app = web.Application()
-    app.router.add_get("/blob", blob)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    state.url = f"http://127.0.0.1:{port}"
-    yield state
-    await runner.cleanup()
+    with blob_server() as served:
+        yield served
 
 
 def download(sha256: str = BLOB_SHA, mode: str = "0755", **source: str) -> StateItem:
@@ -62,7 +35,7 @@ def download(sha256: str = BLOB_SHA, mode: str = "0755", **source: str) -> State
                            **source})
 
 
-async def test_a_url_is_downloaded_verified_and_given_its_mode(root: Path, server: Server) -> None:
+async def test_a_url_is_downloaded_verified_and_given_its_mode(root: Path, server: BlobServer) -> None:
     outcome = await apply(download(url=f"{server.url}/blob"), root)
     assert outcome.succeeded, outcome.error
     target = root / TARGET.lstrip("/")
@@ -72,8 +45,31 @@ async def test_a_url_is_downloaded_verified_and_given_its_mode(root: Path, serve
     assert leftovers(target.parent) == []
 
 
+@pytest.mark.parametrize("proxy", [
+    ProxySettings(http="SERVER"),  # the node's config or the cluster's settings, merged
+    ProxySettings(no_proxy=["other.example"]).over(ProxySettings(http="SERVER")),
+])
+async def test_a_url_download_goes_through_the_configured_proxy(
+    root: Path, server: BlobServer, proxy: ProxySettings
+) -> None:
+    """The name below resolves nowhere: only the proxy (our server) can answer for it."""
+    proxy = proxy.model_copy(update={"http": server.url})
+    outcome = await apply(download(url="http://artifacts.example.invalid/blob"), root,
+                          proxy=proxy)
+    assert outcome.succeeded, outcome.error
+    assert server.targets == ["artifacts.example.invalid"]
+    assert (root / TARGET.lstrip("/")).read_bytes() == BLOB
+
+
+async def test_no_proxy_in_the_settings_bypasses_the_proxy(root: Path, server: BlobServer) -> None:
+    proxy = ProxySettings(http="http://127.0.0.1:9", no_proxy=["127.0.0.1"])  # 9: discard
+    outcome = await apply(download(url=f"{server.url}/blob"), root, proxy=proxy)
+    assert outcome.succeeded, outcome.error
+    assert server.targets == ["127.0.0.1"]
+
+
 async def test_a_sha256_mismatch_keeps_nothing_and_says_both_hashes(
-    root: Path, server: Server
+    root: Path, server: BlobServer
 ) -> None:
     outcome = await apply(download(WRONG_SHA, url=f"{server.url}/blob"), root)
     assert not outcome.succeeded
@@ -83,7 +79,7 @@ async def test_a_sha256_mismatch_keeps_nothing_and_says_both_hashes(
     assert list(directory.iterdir()) == []
 
 
-async def test_a_mismatch_leaves_the_previous_file_in_place(root: Path, server: Server) -> None:
+async def test_a_mismatch_leaves_the_previous_file_in_place(root: Path, server: BlobServer) -> None:
     target = root / TARGET.lstrip("/")
     target.parent.mkdir(parents=True)
     target.write_bytes(b"previous version")
@@ -94,7 +90,7 @@ async def test_a_mismatch_leaves_the_previous_file_in_place(root: Path, server: 
 
 
 async def test_a_current_target_is_not_fetched_again_but_gets_its_mode(
-    root: Path, server: Server
+    root: Path, server: BlobServer
 ) -> None:
     target = root / TARGET.lstrip("/")
     target.parent.mkdir(parents=True)
@@ -107,14 +103,14 @@ async def test_a_current_target_is_not_fetched_again_but_gets_its_mode(
     assert target.stat().st_mode & 0o7777 == 0o755
 
 
-async def test_an_http_error_fails_the_item(root: Path, server: Server) -> None:
+async def test_an_http_error_fails_the_item(root: Path, server: BlobServer) -> None:
     outcome = await apply(download(url=f"{server.url}/missing"), root)
     assert not outcome.succeeded
     assert outcome.error == f"GET {server.url}/missing answered HTTP 404 Not Found"
     assert not (root / TARGET.lstrip("/")).exists()
 
 
-async def test_a_refused_connection_fails_the_item(root: Path, server: Server) -> None:
+async def test_a_refused_connection_fails_the_item(root: Path, server: BlobServer) -> None:
     url = server.url.rsplit(":", 1)[0] + ":1/blob"
     outcome = await apply(download(url=url), root)
     assert not outcome.succeeded
@@ -153,7 +149,7 @@ async def test_an_artifact_comes_from_the_daemons_source(root: Path) -> None:
     asked: list[str] = []
     chunks = [BLOB[:1000], BLOB[1000:]]
     outcome = await apply_item(download(artifact="kubelet-1.30"), VALUES, root,
-                               artifact_source(chunks, asked))
+                               artifact_source(chunks, asked), ProxySettings())
     assert outcome.succeeded, outcome.error
     assert asked == ["kubelet-1.30"]
     assert (root / TARGET.lstrip("/")).read_bytes() == BLOB
@@ -162,7 +158,8 @@ async def test_an_artifact_comes_from_the_daemons_source(root: Path) -> None:
 async def test_an_artifact_stream_that_breaks_keeps_nothing(root: Path) -> None:
     asked: list[Any] = []
     outcome = await apply_item(download(artifact="kubelet-1.30"), VALUES, root,
-                               artifact_source([BLOB[:1000], BLOB[1000:]], asked, fail_after=1))
+                               artifact_source([BLOB[:1000], BLOB[1000:]], asked, fail_after=1),
+                               ProxySettings())
     assert not outcome.succeeded
     assert outcome.error == "coordinator went away"
     assert list((root / "opt/bin").iterdir()) == []

@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 
 from coordinator.store.base import MAX_MESSAGE
 
@@ -28,7 +28,11 @@ class Notifier:
         self._publish: Callable[[str], Awaitable[None]] | None = None
         self._replica = uuid.uuid4().hex[:12]  # to recognize, and ignore, our own messages
         self._outbox: set[str] = set()
+        self._out_written: set[str] = set()
         self._out_changed = self._out_kick = False
+        # Told the ids of machines another replica wrote (None: any may have been written,
+        # messages were lost), so that what this replica keeps of them is dropped.
+        self.on_written: Callable[[Collection[str] | None], None] | None = None
         self._sending: asyncio.Task[None] | None = None
 
     def subscribe(self, machine_id: str) -> asyncio.Event:
@@ -55,6 +59,10 @@ class Notifier:
         self.kicked.set()
         self._relay((), kick=True)
 
+    def written(self, machine_ids: Iterable[str]) -> None:
+        """This replica wrote these machines: the other replicas' copies of them are stale."""
+        self._relay((), written=machine_ids)
+
     def wake_all(self) -> None:
         """On shutdown: answer every parked long-poll now rather than when it times out."""
         self._wake(list(self._events))
@@ -70,6 +78,8 @@ class Notifier:
             self.wake_all()
             self._notify_changed()
             self.kicked.set()
+            if self.on_written is not None:
+                self.on_written(None)
             return
         try:
             body = json.loads(message)
@@ -79,6 +89,8 @@ class Notifier:
         if body.get("from") == self._replica:
             return
         self._wake(body.get("wake", ()))
+        if body.get("written") and self.on_written is not None:
+            self.on_written(body["written"])
         if body.get("changed"):
             self._notify_changed()
         if body.get("kick"):
@@ -95,10 +107,12 @@ class Notifier:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    def _relay(self, machine_ids: Iterable[str], changed: bool = False, kick: bool = False) -> None:
+    def _relay(self, machine_ids: Iterable[str], changed: bool = False, kick: bool = False,
+               written: Iterable[str] = ()) -> None:
         if self._publish is None:
             return
         self._outbox.update(machine_ids)
+        self._out_written.update(written)
         self._out_changed |= changed
         self._out_kick |= kick
         if self._sending is None or self._sending.done():
@@ -107,10 +121,11 @@ class Notifier:
     async def _send(self, publish: Callable[[str], Awaitable[None]]) -> None:
         """Send what accumulated, again while more comes in; a lost message only delays the
         other replicas' agents until their long-poll times out."""
-        while self._outbox or self._out_changed or self._out_kick:
+        while self._outbox or self._out_written or self._out_changed or self._out_kick:
             messages = encode(self._replica, sorted(self._outbox), self._out_changed,
-                              self._out_kick)
-            self._outbox, self._out_changed, self._out_kick = set(), False, False
+                              self._out_kick, sorted(self._out_written))
+            self._outbox, self._out_written = set(), set()
+            self._out_changed = self._out_kick = False
             for message in messages:
                 try:
                     await publish(message)
@@ -118,22 +133,29 @@ class Notifier:
                     log.warning("cannot tell the other replicas: %s", exc)
 
 
-def encode(replica: str, machine_ids: list[str], changed: bool, kick: bool) -> list[str]:
-    """Messages of at most MAX_MESSAGE bytes that together say all of it."""
+def encode(replica: str, machine_ids: list[str], changed: bool, kick: bool,
+           written: Sequence[str] = ()) -> list[str]:
+    """Messages of at most MAX_MESSAGE bytes that together say all of it: the machines to
+    wake, and the machines written."""
     head = {"from": replica, "changed": changed, "kick": kick}
 
-    def dump(batch: list[str]) -> str:
-        return json.dumps({**head, "wake": batch}, separators=(",", ":"))
+    def dump(batch: dict[str, list[str]]) -> str:
+        return json.dumps({**head, **batch}, separators=(",", ":"))
+
+    def empty() -> dict[str, list[str]]:
+        return {"wake": [], "written": []}
 
     messages: list[str] = []
-    batch: list[str] = []
-    size = len(dump([]))
-    for machine_id in machine_ids:
+    batch = empty()
+    size = len(dump(batch))
+    for key, machine_id in [*(("wake", i) for i in machine_ids),
+                            *(("written", i) for i in written)]:
         grows = len(json.dumps(machine_id).encode()) + 1  # and a comma
-        if batch and size + grows > MAX_MESSAGE:
+        if (batch["wake"] or batch["written"]) and size + grows > MAX_MESSAGE:
             messages.append(dump(batch))
-            batch, size = [], len(dump([]))
-        batch.append(machine_id)
+            batch = empty()
+            size = len(dump(batch))
+        batch[key].append(machine_id)
         size += grows
     messages.append(dump(batch))
     return messages

@@ -149,6 +149,31 @@ def plan_to_fixpoint(
     return current, taken
 
 
+def inert_filter(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Machine], bool]:
+    """Whether a machine is inert: a planning pass neither moves it nor counts it against any
+    limit, as long as the deployed managers stay `managers`. Unapproved Pending machines,
+    workers still preparing, and Ready workers that answer and have nothing to upgrade or
+    reconfigure are; managers never are (few, and they decide the manager list and the
+    post-deploy host). The reconciler plans on the working set: the machines that are not
+    inert and one inert Ready worker standing in for the others (coordinator/fleetview.py),
+    so that a pass over a large settled fleet costs what changed, not the fleet's size. On
+    it, plan() decides for these machines what it would on the whole fleet, which adds only
+    Reconfigure decisions when the deployed managers change."""
+    complete = _phase_completion(spec, managers)
+
+    def inert(machine: Machine) -> bool:
+        if machine.role == "manager":
+            return False
+        if machine.state is S.PENDING:
+            return _advance_pending(machine) is None
+        if machine.state is S.PREPARE:
+            return not complete(machine)
+        return (machine.state is S.READY and machine.responding and not behind(spec, machine)
+                and not _must_reconfigure(spec, machine, managers))
+
+    return inert
+
+
 def behind(spec: ClusterSpec, machine: Machine) -> bool:
     """A deployed machine behind the spec's release with upgrade items it has not applied. A
     new release is what starts an upgrade; a release without new upgrade items upgrades nothing."""
@@ -259,9 +284,7 @@ def _phase_completion(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[
 def _advance(state: _Pass, machine: Machine) -> Decision | None:
     """Transitions that depend on the machine alone: the approval gate and finished phases."""
     if machine.state is S.PENDING:
-        if machine.approved and machine.role is not None and not machine.precheck_failures():
-            return _decide(machine, S.PREPARE, f"approved as {machine.role}: prepare")
-        return None
+        return _advance_pending(machine)
     target = _ON_PHASE_COMPLETE.get(machine.state)
     if target is None or not state.complete(machine):
         return None
@@ -270,6 +293,13 @@ def _advance(state: _Pass, machine: Machine) -> Decision | None:
             return None
         return _decide(machine, S.READY, "upgrade items applied; node uncordoned and Ready")
     return _decide(machine, *target)
+
+
+def _advance_pending(machine: Machine) -> Decision | None:
+    """The approval gate: approved, with a role, and no hard precheck failure."""
+    if machine.approved and machine.role is not None and not machine.precheck_failures():
+        return _decide(machine, S.PREPARE, f"approved as {machine.role}: prepare")
+    return None
 
 
 def _record(spec: ClusterSpec, d: Decision, managers_before: tuple[str, ...],

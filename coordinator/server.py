@@ -4,7 +4,7 @@ loop, TLS and the HTTP server."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import asyncio.sslproto
 import logging
 import signal
 import socket
@@ -24,6 +24,10 @@ from coordinator.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
 from nodeagent.redact import RedactingFilter
 
 WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+# asyncio gives every TLS connection a 256 KiB read buffer, filled with zeros at once: with an
+# agent's long-poll open per machine, 10,000 agents held 2.5 GiB. Agents send small requests;
+# 32 KiB holds two TLS records (issue 8, docs/benchmarks.md).
+TLS_READ_BUFFER_BYTES = 32 * 1024
 
 
 class SetupError(Exception):
@@ -95,6 +99,7 @@ async def open_coordinator(options: ServeOptions) -> Coordinator:
 
 async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> None:
     context = None if options.insecure_http else tls_context(options.pki())
+    asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER_BYTES
     artifacts = options.artifacts or options.data_dir / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
     coordinator = await open_coordinator(options)
@@ -110,7 +115,8 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
         scheme = "http" if context is None else "https"
         print(f"coordinator listening on {scheme}://{options.host}:{options.port} "
               f"(data in {options.data_dir}; agents use {options.url()})", flush=True)
-        reconciler = asyncio.create_task(coordinator.run())
+        background = [asyncio.create_task(coordinator.run()),
+                      asyncio.create_task(coordinator.write_heartbeats())]
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -120,9 +126,9 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
         try:
             await stop.wait()
         finally:
-            reconciler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reconciler
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
             coordinator.notifier.wake_all()
     finally:
         await runner.cleanup()

@@ -3,6 +3,13 @@
 Every read-modify-write of machines happens under one lock (the store's mutex: one for all
 replicas sharing a database), so an agent's report and a reconcile pass never overwrite each
 other. Planning itself is the pure planner; only the leader replica runs the reconcile loop.
+
+At scale (issue 8): heartbeats are kept in memory and written in batches; every machine write
+marks the machine changed, and a reconcile pass reloads and plans on just the changed
+machines and the cluster's working set (fleetview.ClusterView), plus the machines whose last
+heartbeat passed the timeout since the previous pass. Replicas relay the ids of the machines
+they wrote (notifier), which marks them changed on the leader and drops them from every
+replica's credential cache.
 """
 
 from __future__ import annotations
@@ -12,13 +19,14 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 
 from coordinator import planner
 from coordinator.access import Access
 from coordinator.drainer import Drainer
 from coordinator.errors import Conflict, NotFound, Unauthorized
+from coordinator.fleetview import ClusterView
 from coordinator.kube import kubeconfig_problem
 from coordinator.model import (
     PHASE_OF_STATE,
@@ -36,7 +44,14 @@ from coordinator.model import (
     upgrade_items_may_run,
 )
 from coordinator.notifier import Notifier
-from coordinator.store.base import Event, JoinToken, Store, StoredCluster, leader_epoch
+from coordinator.store.base import (
+    CredentialOwner,
+    Event,
+    JoinToken,
+    Store,
+    StoredCluster,
+    leader_epoch,
+)
 from coordinator.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS, new_token, token_hash
 from nodeagent.protocol import (
     Assignment,
@@ -50,6 +65,11 @@ from nodeagent.protocol import (
 )
 
 log = logging.getLogger("coordinator")
+HEARTBEAT_FLUSH_SECONDS = 1.0
+# How long this process trusts what it read of a credential. Writes of the machine, by this
+# replica or (relayed) by another, forget its entry at once; the bound is for writes no
+# replica relays (a CLI on the database).
+CREDENTIAL_CACHE_SECONDS = 10.0
 # A deposed leader waits this long before it campaigns again: the replicas that saw it go
 # (they try every second) take over, rather than it winning back a lock it just lost.
 STANDBY_SECONDS = 3.0
@@ -65,9 +85,50 @@ class Coordinator:
         self.notifier = Notifier()
         self._lock = store.mutex()  # spans every replica when the store is shared
         self.drainer = Drainer(self, clock)
+        self._seen: dict[str, float] = {}  # heartbeats not written yet: machine id -> time
+        self._changed: set[str] = set()  # ids of machines written since the last pass
+        self._views: dict[str, ClusterView] = {}  # what the last pass kept of each cluster
+        # cluster -> (spec generation, machine id), as the last pass found
+        self._post_deploy_hosts: dict[str, tuple[int, str | None]] = {}
+        self._owners: dict[str, tuple[float, CredentialOwner]] = {}  # hash -> (read at, owner)
+        self._owner_hashes: dict[str, str] = {}  # machine id -> its cached credential hash
+        self._forgotten = 0  # grows on every forget: a read that raced one is not cached
+        self.notifier.on_written = self._written_elsewhere
 
     async def close(self) -> None:
         await self.drainer.close()
+        await self.flush_heartbeats()
+
+    async def _commit(self, machines: Sequence[Machine], events: Sequence[Event],
+                      removed: Sequence[str] = ()) -> None:
+        """Write machines (and events) and mark them changed for the next reconcile pass."""
+        await self.store.commit(machines, events, removed)
+        self._mark_written([*(m.id for m in machines), *removed])
+
+    def _mark_written(self, machine_ids: Sequence[str]) -> None:
+        """Machines just written (or heard from again): the next reconcile pass reloads them,
+        and no replica's credential cache keeps what it read of them."""
+        self._changed.update(machine_ids)
+        self._forget(machine_ids)
+        self.notifier.written(machine_ids)
+
+    def _written_elsewhere(self, machine_ids: Collection[str] | None) -> None:
+        """Another replica wrote these machines (None: some, unknown which)."""
+        self._post_deploy_hosts.clear()
+        if machine_ids is None:
+            self._views.clear()  # the next pass loads every cluster anew
+            self._forget(list(self._owner_hashes))
+            return
+        self._changed.update(machine_ids)
+        self._forget(machine_ids)
+
+    def _forget(self, machine_ids: Iterable[str]) -> None:
+        """Drop what authentication cached of these machines: they were just written."""
+        self._forgotten += 1
+        for machine_id in machine_ids:
+            digest = self._owner_hashes.pop(machine_id, None)
+            if digest is not None:
+                self._owners.pop(digest, None)
 
     # -- clusters ---------------------------------------------------------------
     async def apply_cluster(self, spec: ClusterSpec) -> tuple[StoredCluster, bool]:
@@ -82,7 +143,7 @@ class Coordinator:
                 machines = [replace(m, generation=m.generation + 1)
                             for m in await self.store.list_machines(spec.name)]
                 verb = "created" if before is None else "updated"
-                await self.store.commit(machines, [self._event(
+                await self._commit(machines, [self._event(
                     spec.name, "cluster-applied",
                     f"cluster {verb}: release {spec.release}, generation {stored.generation}",
                     data={"release": spec.release, "generation": stored.generation},
@@ -119,8 +180,8 @@ class Coordinator:
         now = self.clock()
         expires = self._credential_expiry(now)
         async with self._lock:
-            existing = next((m for m in await self.store.list_machines(cluster)
-                             if m.hostname == request.hostname), None)
+            existing = next(iter(await self.store.machines_by_hostname(request.hostname,
+                                                                       cluster)), None)
             if existing is not None and existing.approved:
                 # A join token must never let a second node take over an admitted one.
                 raise Conflict(f"{request.hostname} is already a member of {cluster} "
@@ -150,7 +211,7 @@ class Coordinator:
             if machine.approved and existing is None:
                 events.append(self._event(cluster, "approved", "auto-approved", machine,
                                           {"role": machine.role}))
-            await self.store.commit([machine], events)
+            await self._commit([machine], events)
         self.notifier.changed()
         self.kick()
         return RegisterResponse(machine_id=machine.id, credential=credential,
@@ -169,7 +230,7 @@ class Coordinator:
             expires = self._credential_expiry(self.clock())
             updated = replace(machine, credential_hash=token_hash(credential),
                               credential_expires_at=expires)
-            await self.store.commit([updated], [self._event(
+            await self._commit([updated], [self._event(
                 machine.cluster, "credential", f"{machine.hostname} rotated its credential",
                 updated, {"expires_at": expires})])
         return expires
@@ -180,7 +241,7 @@ class Coordinator:
         async with self._lock:
             machine = await self._machine(machine_id)
             updated = replace(machine, credential_hash="", credential_expires_at=None)
-            await self.store.commit([updated], [self._event(
+            await self._commit([updated], [self._event(
                 machine.cluster, "credential", f"{machine.hostname}: credential revoked",
                 updated)])
         self.notifier.wake([machine.id])
@@ -198,38 +259,48 @@ class Coordinator:
             failures = updated.precheck_failures()
             message = (f"{machine.hostname} prechecks now pass" if not failures else
                        f"{machine.hostname} prechecks still fail: " + "; ".join(failures))
-            await self.store.commit([updated], [self._event(
+            await self._commit([updated], [self._event(
                 machine.cluster, "precheck", message, updated, {"precheck_failures": failures})])
         self.notifier.changed()
         self.kick()
         return updated
 
-    async def authenticate_any(self, credential: str) -> Machine:
-        machine = await self.store.machine_by_credential(token_hash(credential))
-        if machine is None:
+    async def authenticate_any(self, credential: str) -> CredentialOwner:
+        """Every agent request starts here: what was read is kept CREDENTIAL_CACHE_SECONDS,
+        so that a heartbeat costs no database read."""
+        digest, now = token_hash(credential), self.clock()
+        cached = self._owners.get(digest)
+        if cached is not None and now - cached[0] <= CREDENTIAL_CACHE_SECONDS:
+            owner: CredentialOwner | None = cached[1]
+        else:
+            forgotten = self._forgotten
+            owner = await self.store.credential_owner(digest)
+            if owner is not None and forgotten == self._forgotten:
+                self._owners[digest] = (now, owner)
+                self._owner_hashes[owner.machine_id] = digest
+        if owner is None:
             raise Unauthorized("unknown or revoked machine credential")
-        if machine.credential_expires_at is not None and \
-                self.clock() >= machine.credential_expires_at:
-            raise Unauthorized(f"the credential of {machine.hostname} expired: delete the "
+        if owner.expires_at is not None and self.clock() >= owner.expires_at:
+            raise Unauthorized(f"the credential of {owner.hostname} expired: delete the "
                                "machine and let it join again")
-        return machine
+        return owner
 
-    async def authenticate(self, machine_id: str, credential: str) -> Machine:
+    async def authenticate(self, machine_id: str, credential: str) -> CredentialOwner:
         """The machine the credential belongs to, which must be the one the request names."""
-        machine = await self.authenticate_any(credential)
-        if machine.id != machine_id:
+        owner = await self.authenticate_any(credential)
+        if owner.machine_id != machine_id:
             raise Unauthorized("this credential belongs to another machine")
-        return machine
+        return owner
 
     async def assignment(self, machine: Machine) -> Assignment:
         stored = await self.cluster(machine.cluster)
         spec = stored.spec
-        peers = await self.store.list_machines(machine.cluster)
+        peers = await self.store.list_machines(machine.cluster, role="manager")
         phase = PHASE_OF_STATE.get(machine.state) if machine.role else None
         if machine.state is MachineState.UPGRADE and not upgrade_items_may_run(spec, machine):
             phase = None  # the node is being drained: its upgrade items wait
-        host = planner.post_deploy_host(spec, peers) if machine.state is MachineState.READY else None
-        if host is not None and host.id == machine.id:
+        if machine.state is MachineState.READY and machine.role == "manager" and \
+                await self._post_deploy_host(stored) == machine.id:
             phase = "postdeploy"
         items = (phase_items(spec, machine.role, phase, deployed_managers(peers))
                  if machine.role and phase else [])
@@ -246,6 +317,18 @@ class Coordinator:
             ntp=spec.settings.ntp,
         )
 
+    async def _post_deploy_host(self, stored: StoredCluster) -> str | None:
+        """The id of the manager to run the post-deploy step: as the last reconcile pass found
+        for this spec (it wakes that manager when it changes), or else from the whole cluster.
+        A post-deploy report, a write by another replica or a new spec makes the pass's
+        answer stale: the items it named may be done, or be others now."""
+        cached = self._post_deploy_hosts.get(stored.spec.name)
+        if cached is not None and cached[0] == stored.generation:
+            return cached[1]
+        host = planner.post_deploy_host(stored.spec,
+                                        await self.store.list_machines(stored.spec.name))
+        return host.id if host else None
+
     async def wait_assignment(self, machine_id: str, after: int, timeout: float) -> Assignment:
         """Long-poll: return as soon as the machine's generation passes `after`."""
         woken = self.notifier.subscribe(machine_id)
@@ -261,7 +344,8 @@ class Coordinator:
             machine = await self._machine(machine_id)
             stored = await self.cluster(machine.cluster)
             spec = stored.spec
-            managers = deployed_managers(await self.store.list_machines(machine.cluster))
+            managers = deployed_managers(await self.store.list_machines(machine.cluster,
+                                                                        role="manager"))
             known = {i.fingerprint(): i for role in ROLES
                      for i in [*getattr(spec.machine_types, role),
                                *phase_items(spec, role, "reconfigure", managers),
@@ -289,7 +373,9 @@ class Coordinator:
                 "error": report.error, "output": report.output,
             })
             events += self._post_deploy_check(spec, updated, item, report)
-            await self.store.commit([updated], [event, *events])
+            await self._commit([updated], [event, *events])
+            if report.phase == "postdeploy":
+                self._post_deploy_hosts.pop(machine.cluster, None)
         self.notifier.changed()
         if report.status == "succeeded":
             self.kick()
@@ -333,11 +419,35 @@ class Coordinator:
             "verified": report.status == "succeeded",
             "installed": installed_version(report.output) if report.exit_code is not None else None})]
 
-    async def heartbeat(self, machine_id: str) -> None:
-        machine = await self._machine(machine_id)
-        await self.store.touch_machine(machine_id, self.clock())
+    async def heartbeat(self, machine: CredentialOwner) -> None:
+        """Kept in memory until the next flush_heartbeats: a durable write per heartbeat
+        would cap the fleet at the disk's fsync rate."""
+        now = self.clock()
+        self._seen[machine.machine_id] = max(now, self._seen.get(machine.machine_id, now))
         if not machine.responding:
+            self._mark_written([machine.machine_id])
             self.kick()  # the reconciler records that it answers again
+
+    async def flush_heartbeats(self) -> None:
+        """Write the heartbeats received since the last flush, in one transaction."""
+        seen, self._seen = self._seen, {}
+        if not seen:
+            return
+        try:
+            await self.store.touch_machines(seen)
+        except BaseException:
+            for machine_id, when in seen.items():  # kept for the next flush
+                self._seen[machine_id] = max(when, self._seen.get(machine_id, when))
+            raise
+
+    async def write_heartbeats(self, interval: float = HEARTBEAT_FLUSH_SECONDS) -> None:
+        """Flush heartbeats every interval seconds, until cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.flush_heartbeats()
+            except Exception:  # e.g. the database is locked for a while: the next flush retries
+                log.exception("writing heartbeats failed")
 
     # -- admin ----------------------------------------------------------------------
     async def approve(self, machine_id: str, role: Role | None = None) -> Machine:
@@ -351,7 +461,7 @@ class Coordinator:
                 raise Conflict(f"{machine.hostname} is {machine.state.value}, not Pending")
             updated = replace(machine, approved=True, role=role or machine.role)
             note = f" as {updated.role}" if updated.role else " (no role yet: set one to start)"
-            await self.store.commit([updated], [self._event(
+            await self._commit([updated], [self._event(
                 machine.cluster, "approved", f"{machine.hostname} approved{note}", updated,
                 {"role": updated.role})])
         self.notifier.changed()
@@ -365,7 +475,7 @@ class Coordinator:
                 raise Conflict(f"{machine.hostname} is {machine.state.value}: its role is fixed "
                                "once it left Pending")
             updated = replace(machine, role=role)
-            await self.store.commit([updated], [self._event(
+            await self._commit([updated], [self._event(
                 machine.cluster, "role", f"{machine.hostname} role set to {role}", updated,
                 {"role": role})])
         self.notifier.changed()
@@ -379,14 +489,14 @@ class Coordinator:
             machine = await self._machine(machine_id)
             never_started = machine.state is MachineState.PENDING
             if force or never_started or machine.role is None:
-                await self.store.commit([], [self._event(
+                await self._commit([], [self._event(
                     machine.cluster, "removed",
                     f"{machine.hostname} removed" + (" without reset (forced)" if force else ""),
                     machine)], removed=[machine.id])
                 self.notifier.wake([machine.id])
                 return None
             updated = machine.with_state(MachineState.DELETING, self.clock())
-            await self.store.commit([updated], [self._event(
+            await self._commit([updated], [self._event(
                 machine.cluster, "state",
                 f"{machine.hostname} {machine.state.value} -> Deleting: running reset items",
                 updated, {"from": machine.state.value, "to": "Deleting"})])
@@ -436,7 +546,7 @@ class Coordinator:
                 status = DrainStatus(DrainStage.DRAINING, self.clock(), current.attempt + 1,
                                      force=action == "force")
             updated = replace(machine, drain=status, generation=machine.generation + 1)
-            await self.store.commit([updated], [self._event(
+            await self._commit([updated], [self._event(
                 machine.cluster, "drain", f"{machine.hostname}: operator chose {action} "
                 f"(drain attempt {status.attempt})", updated, {"action": action})])
             self.notifier.wake([machine.id])
@@ -465,7 +575,7 @@ class Coordinator:
                 machine.cluster, "drain", message, updated,
                 {"stage": status.stage.value, "blocking_pods": list(status.blocking_pods),
                  "blocking_budgets": list(status.blocking_budgets), "evicted": status.evicted})]
-            await self.store.commit([updated], events)
+            await self._commit([updated], events)
             self.notifier.wake([machine.id])
         self.kick()
         return True
@@ -475,7 +585,7 @@ class Coordinator:
         machine = await self.store.get_machine(ref)
         if machine is not None:
             return machine
-        matches = [m for m in await self.store.list_machines() if m.hostname == ref]
+        matches = await self.store.machines_by_hostname(ref)
         if len(matches) > 1:
             raise Conflict(f"hostname {ref} exists in several clusters: use the machine id")
         if not matches:
@@ -487,51 +597,103 @@ class Coordinator:
         self.notifier.kick()
 
     async def reconcile_once(self) -> list[planner.Decision]:
-        """Load, plan, persist, wake. Safe to repeat or to interrupt at any await."""
+        """Load what changed, plan, persist, wake. Safe to repeat or to interrupt at any await:
+        a pass that fails drops what passes keep, and the next one loads every cluster anew."""
         decided: list[planner.Decision] = []
         async with self._lock:
-            for stored in await self.store.list_clusters():
-                decided += await self._reconcile_cluster(stored)
+            changed, self._changed = self._changed, set()
+            try:
+                await self.flush_heartbeats()
+                reloaded = await self.store.get_machines(changed) if changed else []
+                gone = changed - {m.id for m in reloaded}
+                clusters = await self.store.list_clusters()
+                for stored in clusters:
+                    decided += await self._reconcile_cluster(stored, reloaded, gone)
+            except BaseException:
+                self._views.clear()
+                raise
+            for name in set(self._views) - {c.spec.name for c in clusters}:
+                del self._views[name]
         return decided
 
-    async def _reconcile_cluster(self, stored: StoredCluster) -> list[planner.Decision]:
+    async def _reconcile_cluster(self, stored: StoredCluster, reloaded: Sequence[Machine],
+                                 gone: set[str]) -> list[planner.Decision]:
         spec = stored.spec
         now = self.clock()
-        machines = await self.store.list_machines(spec.name)
+        cutoff = now - spec.settings.heartbeat_timeout_seconds
+        changed: dict[str, Machine] = {}
+        events: list[Event] = []
+        view = self._views.pop(spec.name, None)
+        loaded: list[Machine] = []
+        current = view is not None and view.generation == stored.generation and not stored.deleting
+        if view is not None and current:
+            known = {m.id for m in reloaded}
+            silent = [i for i in await self.store.machines_last_seen_between(
+                spec.name, view.checked_until, cutoff) if i not in known]
+            loaded = [m for m in reloaded if m.cluster == spec.name]
+            loaded += await self.store.get_machines(silent) if silent else []
+            loaded = self._check_responding(spec, loaded, now, changed, events)
+            view.checked_until = max(view.checked_until, cutoff)
+        if view is None or not current or not view.update(loaded, gone):
+            have = {m.id for m in loaded}  # a manager change: the rest of the cluster too
+            rest = [m for m in await self.store.list_machines(spec.name) if m.id not in have]
+            loaded += self._check_responding(spec, rest, now, changed, events)
+            view = ClusterView.load(spec, stored.generation, loaded, cutoff)
+        if (stand_in := view.missing_stand_in()) is not None:
+            view.update(self._check_responding(spec, await self.store.get_machines([stand_in]),
+                                               now, changed, events))
+        machines = view.working()
         after, decisions = planner.plan_to_fixpoint(spec, machines, now)
         by_id = {m.id: m for m in after}
-        events = [self._event(spec.name, "state",
-                              f"{d.hostname} {d.from_state.value} -> "
-                              f"{d.to_state.value if d.to_state else 'removed'}: {d.reason}",
-                              by_id.get(d.machine_id),
-                              {"from": d.from_state.value,
-                               "to": d.to_state.value if d.to_state else None,
-                               "reason": d.reason},
-                              machine_id=d.machine_id, hostname=d.hostname)
-                  for d in decisions]
+        events += [self._event(spec.name, "state",
+                               f"{d.hostname} {d.from_state.value} -> "
+                               f"{d.to_state.value if d.to_state else 'removed'}: {d.reason}",
+                               by_id.get(d.machine_id),
+                               {"from": d.from_state.value,
+                                "to": d.to_state.value if d.to_state else None,
+                                "reason": d.reason},
+                               machine_id=d.machine_id, hostname=d.hostname)
+                   for d in decisions]
         before = {m.id: m for m in machines}
-        changed = {m.id: m for m in after if m != before.get(m.id)}
-        for machine in after:
+        changed.update({m.id: m for m in after if m != before.get(m.id)})
+        events += self._post_deploy(spec, machines, after, decisions, changed)
+        host = planner.post_deploy_host(spec, after)
+        self._post_deploy_hosts[spec.name] = (stored.generation, host.id if host else None)
+        removed = [d.machine_id for d in decisions if d.to_state is None]
+        if changed or events or removed:
+            await self.store.commit(list(changed.values()), events, removed)
+            self._forget([*changed, *removed])
+            self.notifier.written([*changed, *removed])
+            self.notifier.wake([*changed, *removed])
+        self.drainer.schedule(spec, [changed.get(m.id, m) for m in after])
+        if view.update(list(changed.values()), removed):
+            self._views[spec.name] = view
+        else:
+            self.kick()  # the deployed managers changed: the next pass loads the whole cluster
+        if stored.deleting and not after and not await self.store.list_machines(spec.name):
+            await self.store.remove_cluster(spec.name)
+            await self.store.commit([], [self._event(spec.name, "cluster-removed",
+                                                     f"cluster {spec.name} removed")])
+            self._views.pop(spec.name, None)
+            self._post_deploy_hosts.pop(spec.name, None)
+            self.notifier.changed()
+        return decisions
+
+    def _check_responding(self, spec: ClusterSpec, machines: Sequence[Machine], now: float,
+                          changed: dict[str, Machine], events: list[Event]) -> list[Machine]:
+        """The machines with `responding` as their last heartbeat says now; the ones that
+        changed go into changed, with an event each."""
+        checked = []
+        for machine in machines:
             responding = now - machine.last_seen <= spec.settings.heartbeat_timeout_seconds
             if responding != machine.responding:
-                changed[machine.id] = replace(changed.get(machine.id, machine),
-                                              responding=responding)
                 events.append(self._event(
                     spec.name, "responding" if responding else "not-responding",
                     f"{machine.hostname} " + ("answers again" if responding else
                     f"missed heartbeats for {now - machine.last_seen:.0f}s"), machine))
-        events += self._post_deploy(spec, machines, after, decisions, changed)
-        removed = [d.machine_id for d in decisions if d.to_state is None]
-        if changed or events or removed:
-            await self.store.commit(list(changed.values()), events, removed)
-            self.notifier.wake([*changed, *removed])
-        self.drainer.schedule(spec, [changed.get(m.id, m) for m in after])
-        if stored.deleting and not after:
-            await self.store.remove_cluster(spec.name)
-            await self.store.commit([], [self._event(spec.name, "cluster-removed",
-                                                     f"cluster {spec.name} removed")])
-            self.notifier.changed()
-        return decisions
+                machine = changed[machine.id] = replace(machine, responding=responding)
+            checked.append(machine)
+        return checked
 
     def _post_deploy(self, spec: ClusterSpec, before: Sequence[Machine], after: Sequence[Machine],
                      decisions: Sequence[planner.Decision], changed: dict[str, Machine]) -> list[Event]:

@@ -27,11 +27,11 @@ from coordinator.api.views import (
 )
 from coordinator.errors import Conflict, Forbidden, NotFound, TooManyRequests, Unauthorized
 from coordinator.metrics import CONTENT_TYPE, METRICS, record_item, record_request
-from coordinator.model import ClusterSpec, Machine
+from coordinator.model import ClusterSpec
 from coordinator.ratelimit import RateLimiter
 from coordinator.service import Coordinator
 from coordinator.status import HISTORY_KINDS, History, post_deploy, rollout, stages
-from coordinator.store.base import Event
+from coordinator.store.base import CredentialOwner, Event
 from coordinator.tokens import parse_duration
 from nodeagent import joinstring
 from nodeagent.protocol import (
@@ -176,7 +176,7 @@ def _c(request: web.Request) -> Coordinator:
     return request.app[COORDINATOR]
 
 
-async def _agent(request: web.Request) -> Machine:
+async def _agent(request: web.Request) -> CredentialOwner:
     return await _c(request).authenticate(request.match_info["machine_id"], _bearer(request))
 
 
@@ -225,18 +225,18 @@ async def assignment(request: web.Request) -> web.Response:
         wait = min(float(request.query.get("wait", "0")), MAX_WAIT_SECONDS)
     except ValueError:
         return _error(400, "after must be an integer and wait a number of seconds")
-    METRICS.poll_opened(machine.id)
+    METRICS.poll_opened(machine.machine_id)
     try:
-        result = await _c(request).wait_assignment(machine.id, after, wait)
+        result = await _c(request).wait_assignment(machine.machine_id, after, wait)
     finally:
-        METRICS.poll_closed(machine.id)
+        METRICS.poll_closed(machine.machine_id)
     return web.json_response(result.model_dump(mode="json", by_alias=True))
 
 
 async def report(request: web.Request) -> web.Response:
     machine = await _agent(request)
     body = await _body(request, ItemReport)
-    await _c(request).report(machine.id, body)
+    await _c(request).report(machine.machine_id, body)
     if body.finished_at is not None:
         record_item(machine.cluster, body.phase, body.status, body.finished_at - body.started_at)
     return web.json_response({"status": "recorded"})
@@ -244,20 +244,20 @@ async def report(request: web.Request) -> web.Response:
 
 async def precheck(request: web.Request) -> web.Response:
     machine = await _agent(request)
-    await _c(request).update_precheck(machine.id, await _body(request, PrecheckReport))
+    await _c(request).update_precheck(machine.machine_id, await _body(request, PrecheckReport))
     return web.json_response({"status": "recorded"})
 
 
 async def rotate_credential(request: web.Request) -> web.Response:
     machine = await _agent(request)
     body = await _body(request, RotateRequest)
-    expires = await _c(request).rotate_credential(machine.id, body.credential)
+    expires = await _c(request).rotate_credential(machine.machine_id, body.credential)
     return web.json_response(RotateResponse(credential_expires_at=expires).model_dump(mode="json"))
 
 
 async def heartbeat(request: web.Request) -> web.Response:
     machine = await _agent(request)
-    await _c(request).heartbeat(machine.id)
+    await _c(request).heartbeat(machine)
     return web.json_response({"status": "ok"})
 
 

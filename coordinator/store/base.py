@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.model import ClusterSpec, Machine
+from coordinator.model import ClusterSpec, Machine, Role
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,18 @@ class AdminToken:
     role: str  # see coordinator.tokens.ADMIN_ROLES
     created_at: float
     revoked: bool = False
+
+
+@dataclass(frozen=True)
+class CredentialOwner:
+    """The machine a credential belongs to, as far as authenticating a request needs: read
+    without decoding the machine's documents, since every agent request does it (issue 8)."""
+
+    machine_id: str
+    cluster: str
+    hostname: str
+    expires_at: float | None
+    responding: bool
 
 
 class StoreError(Exception):
@@ -150,14 +162,41 @@ class Store(ABC):
     async def get_machine(self, machine_id: str) -> Machine | None: ...
 
     @abstractmethod
-    async def machine_by_credential(self, credential_hash: str) -> Machine | None: ...
+    async def credential_owner(self, credential_hash: str) -> CredentialOwner | None:
+        """None for an unknown hash, and always for "" (a revoked credential)."""
 
     @abstractmethod
-    async def list_machines(self, cluster: str | None = None) -> list[Machine]: ...
+    async def list_machines(self, cluster: str | None = None, role: Role | None = None) -> list[Machine]:
+        """Ordered by cluster, then hostname. With role, only machines of that role: every
+        assignment and report needs a cluster's managers, never its thousands of workers, so
+        the role filter must be served by an index (issue 8)."""
 
     @abstractmethod
+    async def get_machines(self, machine_ids: Collection[str]) -> list[Machine]:
+        """Those of the machines that exist, in any order: the reconciler reloads just the
+        machines that changed since its last pass (issue 8)."""
+
+    @abstractmethod
+    async def machines_by_hostname(self, hostname: str, cluster: str | None = None) -> list[Machine]:
+        """The machines with this hostname, in the cluster or in any: registration and admin
+        look-ups by name, through an index rather than a listing of the fleet (issue 8)."""
+
+    @abstractmethod
+    async def machines_last_seen_between(self, cluster: str, start: float, end: float) -> list[str]:
+        """Ids of the cluster's machines whose last_seen is in [start, end): with end = now
+        minus the heartbeat timeout and start the previous pass's end, those that went silent
+        since, found through an index on (cluster, last_seen) (issue 8)."""
+
     async def touch_machine(self, machine_id: str, now: float) -> None:
-        """Record a heartbeat (last_seen) without rewriting the machine."""
+        """Record one heartbeat; see touch_machines."""
+        await self.touch_machines({machine_id: now})
+
+    @abstractmethod
+    async def touch_machines(self, seen: Mapping[str, float]) -> None:
+        """Record heartbeats (machine id -> time) in one transaction, without rewriting the
+        machines: last_seen becomes the later of the stored and the given time. Unknown ids
+        are ignored (a heartbeat may race the machine's removal). The coordinator batches
+        heartbeats in memory and calls this about once a second (issue 8)."""
 
     # -- atomic writes ----------------------------------------------------------
     @abstractmethod

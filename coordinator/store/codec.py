@@ -7,13 +7,14 @@ schema migration: documents written before the field existed decode with its def
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import Any, Protocol
 
 from coordinator.model import ClusterSpec, DrainStage, DrainStatus, Machine, MachineState, Progress
-from coordinator.store.base import AdminToken, Event, JoinToken, StoredCluster
+from coordinator.store.base import AdminToken, CredentialOwner, Event, JoinToken, StoredCluster
 
 _MACHINE_FIELDS = tuple(f.name for f in fields(Machine))
 _PROGRESS_FIELDS = tuple(f.name for f in fields(Progress))
@@ -65,7 +66,10 @@ def spec_to_json(spec: ClusterSpec) -> str:
     return dumps(spec.model_dump(mode="json", by_alias=True))
 
 
+@functools.lru_cache(maxsize=64)
 def spec_from_json(text: str) -> ClusterSpec:
+    """Cached: every assignment reads its cluster, and validating the spec each time would
+    cost more than the rest of the request. Specs are frozen, so sharing one is safe."""
     return ClusterSpec.model_validate_json(text)
 
 
@@ -86,6 +90,13 @@ def machine_from_row(row: Row) -> Machine:
     doc = json.loads(row["doc"])
     doc["last_seen"] = row["last_seen"]
     return machine_from_doc(doc)
+
+
+def credential_owner_from_row(row: Row) -> CredentialOwner:
+    """Columns id, cluster, hostname, expires_at and responding, which the query extracts
+    from the document without decoding the machine."""
+    return CredentialOwner(machine_id=row["id"], cluster=row["cluster"], hostname=row["hostname"],
+                           expires_at=row["expires_at"], responding=bool(row["responding"]))
 
 
 def join_token_from_row(row: Row) -> JoinToken:

@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -25,9 +25,10 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from coordinator.model import ClusterSpec, Machine
+from coordinator.model import ClusterSpec, Machine, Role
 from coordinator.store.base import (
     AdminToken,
+    CredentialOwner,
     Event,
     Fenced,
     JoinToken,
@@ -41,6 +42,7 @@ from coordinator.store.codec import (
     Row,
     admin_token_from_row,
     cluster_from_row,
+    credential_owner_from_row,
     dumps,
     event_from_row,
     join_token_from_row,
@@ -58,6 +60,13 @@ LEADER_LOCK = 0x6E61_0001
 MUTEX_LOCK = 0x6E61_0002
 MIGRATION_LOCK = 0x6E61_0003
 CHANNEL = "nodeagent_coordinator"
+_ROLE = "(doc::jsonb ->> 'role')"
+_CREDENTIAL_OWNER = """
+    SELECT id, cluster, hostname,
+           (doc::jsonb ->> 'credential_expires_at')::double precision AS expires_at,
+           COALESCE((doc::jsonb ->> 'responding')::boolean, FALSE) AS responding
+    FROM machines WHERE credential_hash = $1
+"""
 RETRY_SECONDS = 1.0  # between election attempts, and reconnections of the listener
 PROBE_SECONDS = 1.0  # the leader checks its lock connection this often
 # A leader cut off from the database (not closed: silent) loses its lock when the server
@@ -132,6 +141,13 @@ MIGRATIONS: list[str] = [
         since DOUBLE PRECISION
     );
     INSERT INTO leader VALUES (1, 0, NULL, NULL);
+    """,
+    # 1 -> 2 (issue 8, scale): look-ups that must not scan the fleet. A query uses the role
+    # index only when it spells the expression exactly as _ROLE does.
+    """
+    CREATE INDEX machines_hostname ON machines (hostname);
+    CREATE INDEX machines_last_seen ON machines (cluster, last_seen);
+    CREATE INDEX machines_role ON machines (cluster, ((doc::jsonb ->> 'role')));
     """,
 ]
 
@@ -444,24 +460,49 @@ class PostgresStore(Store):
         return await self._one(machine_from_row,
                                "SELECT doc, last_seen FROM machines WHERE id = $1", machine_id)
 
-    async def machine_by_credential(self, credential_hash: str) -> Machine | None:
+    async def credential_owner(self, credential_hash: str) -> CredentialOwner | None:
         if not credential_hash:  # machines without a credential store "": never match them
             return None
-        return await self._one(machine_from_row, "SELECT doc, last_seen FROM machines "
-                               "WHERE credential_hash = $1", credential_hash)
+        return await self._one(credential_owner_from_row, _CREDENTIAL_OWNER, credential_hash)
 
-    async def list_machines(self, cluster: str | None = None) -> list[Machine]:
-        """Ordered by cluster, then hostname."""
-        order = " ORDER BY cluster, hostname, id"
-        if cluster is None:
-            return await self._all(machine_from_row, "SELECT doc, last_seen FROM machines" + order)
+    async def list_machines(self, cluster: str | None = None, role: Role | None = None) -> list[Machine]:
+        """See Store.list_machines."""
+        where, params = [], []
+        if cluster is not None:
+            params.append(cluster)
+            where.append(f"cluster = ${len(params)}")
+        if role is not None:
+            params.append(role)
+            where.append(f"{_ROLE} = ${len(params)}")
+        query = "SELECT doc, last_seen FROM machines"
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        return await self._all(machine_from_row, query + " ORDER BY cluster, hostname, id",
+                               *params)
+
+    async def get_machines(self, machine_ids: Collection[str]) -> list[Machine]:
         return await self._all(machine_from_row, "SELECT doc, last_seen FROM machines "
-                               "WHERE cluster = $1" + order, cluster)
+                               "WHERE id = ANY($1::text[])", list(machine_ids))
 
-    async def touch_machine(self, machine_id: str, now: float) -> None:
-        """An unknown id is ignored: a heartbeat may race the machine's removal."""
-        await self._execute("UPDATE machines SET last_seen = GREATEST(last_seen, $1) WHERE id = $2",
-                            now, machine_id)
+    async def machines_by_hostname(self, hostname: str, cluster: str | None = None) -> list[Machine]:
+        if cluster is None:
+            return await self._all(machine_from_row, "SELECT doc, last_seen FROM machines "
+                                   "WHERE hostname = $1 ORDER BY cluster", hostname)
+        return await self._all(machine_from_row, "SELECT doc, last_seen FROM machines "
+                               "WHERE cluster = $1 AND hostname = $2", cluster, hostname)
+
+    async def machines_last_seen_between(self, cluster: str, start: float, end: float) -> list[str]:
+        return await self._all(lambda row: str(row["id"]),
+                               "SELECT id FROM machines WHERE cluster = $1 AND last_seen >= $2 "
+                               "AND last_seen < $3", cluster, start, end)
+
+    async def touch_machines(self, seen: Mapping[str, float]) -> None:
+        if not seen:
+            return
+        await self._execute(
+            "UPDATE machines SET last_seen = GREATEST(machines.last_seen, seen.at) "
+            "FROM unnest($1::text[], $2::double precision[]) AS seen (id, at) "
+            "WHERE machines.id = seen.id", list(seen), list(seen.values()))
 
     # -- atomic writes ----------------------------------------------------------
     async def commit(

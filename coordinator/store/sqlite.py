@@ -1,9 +1,12 @@
-"""The embedded default store: one SQLite file, driven from one dedicated thread.
+"""The embedded default store: one SQLite file, driven from two dedicated threads.
 
-sqlite3 calls block, so they run on a single worker thread: the event loop never waits on
-disk, and writes are serialized without any locking of our own. WAL lets other processes
-(backups, a CLI) read while the coordinator writes; synchronous=FULL makes every
-returned commit survive a power cut.
+sqlite3 calls block, so they run on worker threads: the event loop never waits on disk.
+Writes go through one connection on one thread, so they are serialized without any locking
+of our own; reads go through a second connection on a second thread, so that an agent's
+heartbeat or long-poll never queues behind a commit's fsync (issue 8). WAL lets readers (that
+connection, backups, a CLI) read while the coordinator writes, and a read sees every commit
+that returned before it started; synchronous=FULL makes every returned commit survive a
+power cut.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
@@ -19,11 +22,20 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from coordinator.model import ClusterSpec, Machine
-from coordinator.store.base import AdminToken, Event, JoinToken, Store, StoredCluster, StoreError
+from coordinator.model import ClusterSpec, Machine, Role
+from coordinator.store.base import (
+    AdminToken,
+    CredentialOwner,
+    Event,
+    JoinToken,
+    Store,
+    StoredCluster,
+    StoreError,
+)
 from coordinator.store.codec import (
     admin_token_from_row,
     cluster_from_row,
+    credential_owner_from_row,
     dumps,
     event_from_row,
     join_token_from_row,
@@ -97,7 +109,16 @@ MIGRATIONS: list[str] = [
         revoked INTEGER NOT NULL DEFAULT 0
     );
     """,
+    # 2 -> 3 (issue 8, scale): look-ups that must not scan the fleet. A query uses the role
+    # index only when it spells the expression exactly as _ROLE does.
+    """
+    CREATE INDEX machines_hostname ON machines (hostname);
+    CREATE INDEX machines_last_seen ON machines (cluster, last_seen);
+    CREATE INDEX machines_role ON machines (cluster, json_extract(doc, '$.role'));
+    """,
 ]
+_ROLE = "json_extract(doc, '$.role')"
+_IN_CHUNK = 500  # ids per `IN (...)`: far below SQLite's limit on bound parameters
 
 
 def _statements(script: str) -> list[str]:
@@ -148,6 +169,14 @@ def _migrate(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT INTO schema_version VALUES (?, ?)", (current + 1, time.time()))
 
 
+# json_extract parses the document in C: several times faster than decoding it into a Machine.
+_CREDENTIAL_OWNER = """
+    SELECT id, cluster, hostname, json_extract(doc, '$.credential_expires_at') AS expires_at,
+           json_extract(doc, '$.responding') AS responding
+    FROM machines WHERE credential_hash = ?
+"""
+
+
 # A commit may carry a machine read before a heartbeat touched it: last_seen never goes back.
 _UPSERT_MACHINE = """
     INSERT INTO machines (id, cluster, hostname, state, credential_hash, last_seen, doc)
@@ -173,6 +202,8 @@ class SQLiteStore(Store):
         self.path = Path(path)
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
+        self._reader_executor: ThreadPoolExecutor | None = None
+        self._reader_conn: sqlite3.Connection | None = None
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -180,12 +211,21 @@ class SQLiteStore(Store):
             raise StoreError(f"store {self.path} is not open")
         return self._conn
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run fn(*args) on the store's thread; sqlite errors become StoreError."""
-        if self._executor is None:
+    @property
+    def _reader(self) -> sqlite3.Connection:
+        if self._reader_conn is None:
+            raise StoreError(f"store {self.path} is not open")
+        return self._reader_conn
+
+    async def _run(self, fn: Callable[..., T], *args: Any,
+                   executor: ThreadPoolExecutor | None = None) -> T:
+        """Run fn(*args) on the writer's thread (or executor's); sqlite errors become
+        StoreError."""
+        executor = executor or self._executor
+        if executor is None:
             raise StoreError(f"store {self.path} is not open")
         return await asyncio.get_running_loop().run_in_executor(
-            self._executor, partial(self._guarded, fn, *args))
+            executor, partial(self._guarded, fn, *args))
 
     def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
         try:
@@ -195,9 +235,10 @@ class SQLiteStore(Store):
 
     async def _all(self, decode: Callable[[sqlite3.Row], T], sql: str,
                    params: Sequence[Any] = ()) -> list[T]:
-        """Rows are decoded on the store's thread too: listing 10k machines does not stall the
-        event loop."""
-        return await self._run(lambda: [decode(row) for row in self._db.execute(sql, params)])
+        """On the reader's thread, where rows are decoded too: listing 10k machines does not
+        stall the event loop."""
+        return await self._run(lambda: [decode(row) for row in self._reader.execute(sql, params)],
+                               executor=self._reader_executor)
 
     async def _one(self, decode: Callable[[sqlite3.Row], T], sql: str,
                    params: Sequence[Any]) -> T | None:
@@ -210,8 +251,11 @@ class SQLiteStore(Store):
     # -- lifecycle --------------------------------------------------------------
     async def open(self) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
+        self._reader_executor = ThreadPoolExecutor(max_workers=1,
+                                                   thread_name_prefix="sqlite-reader")
         try:
             await self._run(self._connect)
+            await self._run(self._connect_reader, executor=self._reader_executor)
         except BaseException:
             await self.close()
             raise
@@ -232,10 +276,21 @@ class SQLiteStore(Store):
             raise
         self._conn = conn
 
+    def _connect_reader(self) -> None:
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA query_only = ON")
+        self._reader_conn = conn
+
     async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._reader_executor is not None:
+            await loop.run_in_executor(self._reader_executor, self._disconnect_reader)
+            self._reader_executor.shutdown(wait=True)
+            self._reader_executor = None
         if self._executor is None:
             return
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._disconnect)
+        await loop.run_in_executor(self._executor, self._disconnect)
         self._executor.shutdown(wait=True)
         self._executor = None
 
@@ -243,6 +298,11 @@ class SQLiteStore(Store):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def _disconnect_reader(self) -> None:
+        if self._reader_conn is not None:
+            self._reader_conn.close()
+            self._reader_conn = None
 
     # -- clusters -------------------------------------------------------------
     async def put_cluster(self, spec: ClusterSpec, now: float) -> StoredCluster:
@@ -346,25 +406,56 @@ class SQLiteStore(Store):
         return await self._one(machine_from_row, "SELECT doc, last_seen FROM machines WHERE id = ?",
                                (machine_id,))
 
-    async def machine_by_credential(self, credential_hash: str) -> Machine | None:
+    async def credential_owner(self, credential_hash: str) -> CredentialOwner | None:
         if not credential_hash:  # machines without a credential store "": never match them
             return None
-        return await self._one(machine_from_row, "SELECT doc, last_seen FROM machines "
-                               "WHERE credential_hash = ?", (credential_hash,))
+        return await self._one(credential_owner_from_row, _CREDENTIAL_OWNER, (credential_hash,))
 
-    async def list_machines(self, cluster: str | None = None) -> list[Machine]:
-        """Ordered by cluster, then hostname."""
-        query = "SELECT doc, last_seen FROM machines"
-        params: tuple[str, ...] = ()
+    async def list_machines(self, cluster: str | None = None, role: Role | None = None) -> list[Machine]:
+        """See Store.list_machines."""
+        where, params = [], []
         if cluster is not None:
-            query += " WHERE cluster = ?"
-            params = (cluster,)
-        query += " ORDER BY cluster, hostname, id"
-        return await self._all(machine_from_row, query, params)
+            where.append("cluster = ?")
+            params.append(cluster)
+        if role is not None:
+            where.append(f"{_ROLE} = ?")
+            params.append(role)
+        # Without statistics SQLite would pick machines_cluster and decode every document.
+        query = "SELECT doc, last_seen FROM machines" + (
+            " INDEXED BY machines_role" if role and cluster is not None else "")
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        return await self._all(machine_from_row, query + " ORDER BY cluster, hostname, id", params)
 
-    async def touch_machine(self, machine_id: str, now: float) -> None:
-        """An unknown id is ignored: a heartbeat may race the machine's removal."""
-        await self._execute("UPDATE machines SET last_seen = ? WHERE id = ?", (now, machine_id))
+    async def get_machines(self, machine_ids: Collection[str]) -> list[Machine]:
+        ids = list(machine_ids)
+        found: list[Machine] = []
+        for start in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[start:start + _IN_CHUNK]
+            found += await self._all(machine_from_row, "SELECT doc, last_seen FROM machines WHERE id IN "
+                                     f"({', '.join('?' * len(chunk))})", chunk)
+        return found
+
+    async def machines_by_hostname(self, hostname: str, cluster: str | None = None) -> list[Machine]:
+        if cluster is None:
+            return await self._all(machine_from_row, "SELECT doc, last_seen FROM machines "
+                                   "WHERE hostname = ? ORDER BY cluster", (hostname,))
+        return await self._all(machine_from_row, "SELECT doc, last_seen FROM machines "
+                               "WHERE cluster = ? AND hostname = ?", (cluster, hostname))
+
+    async def machines_last_seen_between(self, cluster: str, start: float, end: float) -> list[str]:
+        return await self._all(lambda row: str(row["id"]),
+                               "SELECT id FROM machines WHERE cluster = ? AND last_seen >= ? "
+                               "AND last_seen < ?", (cluster, start, end))
+
+    async def touch_machines(self, seen: Mapping[str, float]) -> None:
+        await self._run(self._touch_machines, list(seen.items()))
+
+    def _touch_machines(self, seen: list[tuple[str, float]]) -> None:
+        conn = self._db
+        with _transaction(conn):
+            conn.executemany("UPDATE machines SET last_seen = MAX(last_seen, ?) WHERE id = ?",
+                             [(when, machine_id) for machine_id, when in seen])
 
     # -- atomic writes ----------------------------------------------------------
     async def commit(

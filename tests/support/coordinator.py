@@ -7,7 +7,7 @@ import contextlib
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +90,7 @@ class Coordinator:
     url: str
     data: Path
     log: Path
+    serve_args: tuple[str, ...] = ()
     admin: AdminClient = field(init=False)
     agents: dict[str, Agent] = field(default_factory=dict)  # by hostname, as registered
     process: subprocess.Popen[bytes] | None = None
@@ -103,7 +104,8 @@ class Coordinator:
         port = self.url.rsplit(":", 1)[1]
         with self.log.open("ab") as out:
             process = self.process = subprocess.Popen(
-                [COORDINATOR, "serve", "--data-dir", str(self.data), "--listen", f"127.0.0.1:{port}"],
+                [COORDINATOR, "serve", "--data-dir", str(self.data), "--listen", f"127.0.0.1:{port}",
+                 *self.serve_args],
                 stdout=out, stderr=subprocess.STDOUT)
         wait_until(lambda: process.poll() is None and _answers(self.url, self.ca_file),
                    f"coordinator (log {self.log})", timeout=30, interval=0.1)
@@ -122,6 +124,11 @@ class Coordinator:
             self.process.kill()
             self.process.wait()
         self.process = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "not running"
+        return self.process.pid
 
     @property
     def token_file(self) -> Path:
@@ -172,14 +179,16 @@ def _answers(url: str, ca_file: Path) -> bool:
 
 
 @contextlib.contextmanager
-def running_coordinator(tmp: Path, cluster: str | None = CLUSTER) -> Iterator[Coordinator]:
+def running_coordinator(tmp: Path, cluster: str | None = CLUSTER,
+                        serve_args: Sequence[str] = ()) -> Iterator[Coordinator]:
     """`coordinator init` then `serve` (HTTPS with its own CA) on 127.0.0.1 with its data in
-    tmp, with `cluster` applied."""
+    tmp, with `cluster` applied. serve_args go to `serve` (e.g. --register-rate 0)."""
     port = free_port()
     data = tmp / "coordinator-data"
     subprocess.run([COORDINATOR, "init", "--data-dir", str(data), "--listen", f"127.0.0.1:{port}",
                     "--name", "127.0.0.1"], check=True, capture_output=True, timeout=60)
-    served = Coordinator(f"https://127.0.0.1:{port}", data, tmp / "coordinator.log")
+    served = Coordinator(f"https://127.0.0.1:{port}", data, tmp / "coordinator.log",
+                         serve_args=tuple(serve_args))
     try:
         served.start()
         if cluster:

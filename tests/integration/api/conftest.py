@@ -77,6 +77,10 @@ class Env:
             "GET", f"/v1/agent/machines/{agent['machine_id']}/assignment?after={after}&wait={wait}",
             200, headers={"Authorization": f"Bearer {agent['credential']}"})
 
+    async def heartbeat(self, agent: dict[str, str]) -> None:
+        await self.call("POST", f"/v1/agent/machines/{agent['machine_id']}/heartbeat", 200,
+                        headers={"Authorization": f"Bearer {agent['credential']}"})
+
     async def report(self, agent: dict[str, str], item: dict[str, Any], phase: str,
                      status: str = "succeeded", expect: int = 200, **fields: Any) -> Any:
         """Report one item of an assignment as the agent's runner does; the answer's body."""

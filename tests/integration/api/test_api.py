@@ -7,6 +7,7 @@ from pathlib import Path
 
 from coordinator.api.app import ROUTES
 from coordinator.api.openapi import openapi_document
+from coordinator.store.sqlite import SQLiteStore
 from nodeagent.prechecks.runner import summarize
 from nodeagent.protocol import PrecheckReport
 from tests.integration.api.conftest import CLUSTER, Env
@@ -118,12 +119,61 @@ async def test_missed_heartbeats_mark_not_responding_without_changing_state(env:
     await env.coordinator.reconcile_once()
     machine = (await env.call("GET", "/v1/machines/m1", 200))
     assert machine["responding"] is False and machine["state"] == "Pending"
-    await env.call("POST", f"/v1/agent/machines/{agent['machine_id']}/heartbeat", 200,
-                   headers={"Authorization": f"Bearer {agent['credential']}"})
+    await env.heartbeat(agent)
     await env.coordinator.reconcile_once()
     assert (await env.call("GET", "/v1/machines/m1", 200))["responding"] is True
     kinds = [e["kind"] for e in await env.call("GET", "/v1/events?cluster=lab", 200)]
     assert "not-responding" in kinds and "responding" in kinds
+
+
+async def test_a_machine_that_goes_silent_between_passes_is_marked_and_answers_again(
+        env: Env) -> None:
+    quiet = await env.register("quiet")
+    chatty = await env.register("chatty")
+    await env.coordinator.reconcile_once()  # later passes only look at what changed
+    for _ in range(4):
+        env.clock.now += 10
+        await env.heartbeat(chatty)
+        await env.coordinator.reconcile_once()
+    machines = {m["hostname"]: m for m in await env.call("GET", "/v1/machines", 200)}
+    assert machines["quiet"]["responding"] is False and machines["chatty"]["responding"] is True
+    await env.heartbeat(quiet)
+    await env.coordinator.reconcile_once()
+    assert (await env.call("GET", "/v1/machines/quiet", 200))["responding"] is True
+    assert (await env.call("GET", "/v1/machines/chatty", 200))["responding"] is True
+    kinds = [e["kind"] for e in await env.call("GET", "/v1/events?machine=" + quiet["machine_id"], 200)]
+    assert kinds.count("not-responding") == 1 and kinds.count("responding") == 1
+
+
+async def test_heartbeats_are_written_in_batches_and_a_shutdown_writes_the_rest(
+        env: Env, tmp_path: Path) -> None:
+    agent = await env.register("m1")
+    registered = env.clock.now
+    env.clock.now += 5
+    await env.heartbeat(agent)
+    unwritten = await env.coordinator.store.get_machine(agent["machine_id"])
+    assert unwritten is not None and unwritten.last_seen == registered  # not one write each
+    flusher = asyncio.create_task(env.coordinator.write_heartbeats(interval=0.01))
+    try:
+        for _ in range(200):
+            machine = await env.coordinator.store.get_machine(agent["machine_id"])
+            if machine is not None and machine.last_seen == env.clock.now:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the heartbeat was never written")
+    finally:
+        flusher.cancel()
+    env.clock.now += 5
+    await env.heartbeat(agent)
+    await env.coordinator.close()  # as `coordinator serve` does when stopped
+    restarted = SQLiteStore(tmp_path / "coordinator.db")
+    await restarted.open()
+    try:
+        machine = await restarted.get_machine(agent["machine_id"])
+        assert machine is not None and machine.last_seen == env.clock.now
+    finally:
+        await restarted.close()
 
 
 async def test_deleting_a_deployed_machine_runs_its_reset_items_then_removes_it(env: Env) -> None:

@@ -115,6 +115,9 @@ async def test_an_unapproved_machine_receives_no_items(env: Env) -> None:
 async def test_a_revoked_or_deleted_machine_is_refused(env: Env) -> None:
     a = await env.register("node-a")
     b = await env.register("node-b")
+    for agent in (a, b):  # authenticated once: the coordinator keeps what it read (issue 8)
+        await env.call("POST", f"/v1/agent/machines/{agent['machine_id']}/heartbeat", 200,
+                       headers=bearer(agent["credential"]))
     await env.call("POST", "/v1/machines/node-a/revoke", 200)
     await env.call("GET", f"/v1/agent/machines/{a['machine_id']}/assignment", 401,
                    headers=bearer(a["credential"]))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from coordinator.model import MachineState
-from coordinator.store.base import Event, Store, StoreError
+from coordinator.store.base import CredentialOwner, Event, Store, StoreError
 from coordinator.tokens import token_id
 from tests.integration.store.samples import machine, spec
 
@@ -156,8 +156,9 @@ async def test_committing_a_machine_again_replaces_it(store: Store) -> None:
                       generation=5, credential_hash="rotated", last_seen=9.0)
     await store.commit([updated])
     assert await store.get_machine("m-1") == updated
-    assert await store.machine_by_credential("rotated") == updated
-    assert await store.machine_by_credential("cred-m-1") is None
+    owner = await store.credential_owner("rotated")
+    assert owner is not None and owner.machine_id == "m-1"
+    assert await store.credential_owner("cred-m-1") is None
 
 
 async def test_machines_are_listed_per_cluster_by_hostname(store: Store) -> None:
@@ -170,11 +171,14 @@ async def test_machines_are_listed_per_cluster_by_hostname(store: Store) -> None
 
 
 async def test_a_machine_is_found_by_its_credential_hash(store: Store) -> None:
-    await store.commit([machine("m-1"), machine("m-2"), machine("m-3", credential_hash="")])
-    found = await store.machine_by_credential("cred-m-2")
-    assert found is not None and found.id == "m-2"
-    assert await store.machine_by_credential("cred-unknown") is None
-    assert await store.machine_by_credential("") is None  # a machine without a credential
+    await store.commit([machine("m-1"), machine("m-2", credential_expires_at=99.5, responding=False),
+                        machine("m-3", credential_hash="")])
+    assert await store.credential_owner("cred-m-2") == CredentialOwner(
+        machine_id="m-2", cluster="edge", hostname="host-m-2", expires_at=99.5, responding=False)
+    assert await store.credential_owner("cred-m-1") == CredentialOwner(
+        machine_id="m-1", cluster="edge", hostname="host-m-1", expires_at=None, responding=False)
+    assert await store.credential_owner("cred-unknown") is None
+    assert await store.credential_owner("") is None  # a machine without a credential
 
 
 async def test_a_heartbeat_updates_last_seen_everywhere_the_machine_is_read(store: Store) -> None:
@@ -184,7 +188,7 @@ async def test_a_heartbeat_updates_last_seen_everywhere_the_machine_is_read(stor
     assert await store.get_machine("m-1") == expected
     assert await store.list_machines() == [expected]
     assert await store.list_machines("edge") == [expected]
-    assert await store.machine_by_credential("cred-m-1") == expected
+    assert await store.get_machines(["m-1", "m-unknown"]) == [expected]
 
 
 async def test_a_commit_of_a_machine_read_before_a_heartbeat_keeps_the_heartbeat(store: Store) -> None:
@@ -199,6 +203,29 @@ async def test_a_commit_of_a_machine_read_before_a_heartbeat_keeps_the_heartbeat
 async def test_a_heartbeat_for_a_removed_machine_is_ignored(store: Store) -> None:
     await store.touch_machine("gone", now=50.0)
     assert await store.list_machines() == []
+
+
+async def test_batched_heartbeats_never_move_last_seen_back(store: Store) -> None:
+    await store.commit([machine("m-1", last_seen=10.0), machine("m-2", last_seen=60.0)])
+    await store.touch_machines({"m-1": 40.0, "m-2": 50.0, "gone": 70.0})
+    assert {m.id: m.last_seen for m in await store.list_machines()} == {"m-1": 40.0, "m-2": 60.0}
+
+
+async def test_machines_are_found_by_role_hostname_and_silence_without_listing_all(
+        store: Store) -> None:
+    await store.commit([machine("m-1", role="manager", last_seen=10.0),
+                        machine("m-2", role="worker", last_seen=20.0),
+                        machine("m-3", role=None, hostname="twin", last_seen=30.0),
+                        machine("m-4", cluster="other", role="manager", hostname="twin")])
+    assert [m.id for m in await store.list_machines("edge", role="manager")] == ["m-1"]
+    assert [m.id for m in await store.list_machines(role="manager")] == ["m-1", "m-4"]
+    assert [m.id for m in await store.machines_by_hostname("twin")] == ["m-3", "m-4"]
+    assert [m.id for m in await store.machines_by_hostname("twin", "other")] == ["m-4"]
+    assert await store.machines_by_hostname("nobody") == []
+    assert sorted(await store.machines_last_seen_between("edge", 10.0, 30.0)) == ["m-1", "m-2"]
+    assert await store.machines_last_seen_between("edge", 20.5, 30.0) == []
+    assert sorted(m.id for m in await store.get_machines(["m-4", "m-2", "nope"])) == ["m-2", "m-4"]
+    assert await store.get_machines([]) == []
 
 
 # -- commit -----------------------------------------------------------------------------------

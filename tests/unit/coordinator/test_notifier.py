@@ -47,3 +47,30 @@ def test_a_possibly_lost_message_wakes_every_agent_and_the_reconcile_loop() -> N
     agents = [notifier.subscribe(m) for m in ("m1", "m2")]
     notifier.deliver("")
     assert all(a.is_set() for a in agents) and notifier.kicked.is_set()
+
+
+async def test_written_machines_reach_the_other_replicas_handler_and_a_loss_says_all() -> None:
+    here, there = Notifier(), Notifier()
+    heard: list[list[str] | None] = []
+    there.on_written = lambda ids: heard.append(None if ids is None else list(ids))
+
+    async def publish(message: str) -> None:
+        there.deliver(message)
+
+    here.relay(publish)
+    agent = there.subscribe("m1")
+    here.written(["m1", "m2"])
+    await asyncio.sleep(0.01)
+    assert heard == [["m1", "m2"]]
+    assert not agent.is_set()  # written is not a wake: the agent's long-poll stays parked
+    there.deliver("")
+    assert heard[-1] is None
+
+
+def test_wakes_and_writes_share_the_split_messages() -> None:
+    ids = [f"{n:08d}-0000-4000-8000-000000000000" for n in range(600)]
+    messages = encode("r1", ids[:300], changed=False, kick=True, written=ids[300:])
+    assert len(messages) > 1 and all(len(m.encode()) <= MAX_MESSAGE for m in messages)
+    bodies = [json.loads(m) for m in messages]
+    assert [i for b in bodies for i in b["wake"]] == ids[:300]
+    assert [i for b in bodies for i in b["written"]] == ids[300:]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from coordinator.fleetview import ClusterView
 from coordinator.model import (
     DEPLOYED_STATES,
     PHASE_OF_STATE,
@@ -28,7 +29,14 @@ from coordinator.model import (
     phase_items,
     upgrade_items_may_run,
 )
-from coordinator.planner import Decision, apply, awaiting_upgrade, behind, plan
+from coordinator.planner import (
+    Decision,
+    apply,
+    awaiting_upgrade,
+    behind,
+    plan,
+    post_deploy_host,
+)
 from nodeagent.protocol import PHASES, Phase
 from tests.unit.coordinator.builders import cluster, drained, items, machine, upgraded_cluster
 
@@ -59,9 +67,19 @@ class World:
     now: float = 0.0
     manager_ever_deployed: bool = False
     fingerprints: dict[tuple[Role, Phase], list[str]] = field(init=False)
+    view: ClusterView = field(init=False)  # the reconciler's, kept from the changes alone
 
     def __post_init__(self) -> None:
         self.rehash()
+        self.reload()
+
+    def reload(self) -> None:
+        self.view = ClusterView.load(self.spec, 0, self.machines, 0.0)
+
+    def taken_in(self, machines: Sequence[Machine], removed: Sequence[str] = ()) -> None:
+        if not self.view.update(machines, removed):
+            event("manager change: the view is loaded again")
+            self.reload()
 
     def rehash(self) -> None:
         # Hashed once per spec: recomputing fingerprints per event would dominate the run time.
@@ -78,14 +96,17 @@ class World:
             return
         if kind == "all":  # every agent reports its next item applied
             self.machines = [self.applied_one(m, first=True) for m in self.machines]
+            self.taken_in(self.machines)
             return
         if kind == "release":  # the operator applies a new release with new upgrade items
             self.spec = upgraded_cluster(self.spec, release=f"r{int(self.now)}")
             self.rehash()
+            self.reload()
             return
         if kind == "pause":
             self.spec = upgraded_cluster(self.spec, release=self.spec.release,
                                          paused=not self.spec.settings.upgrade.paused)
+            self.reload()
             return
         if not self.machines:
             return
@@ -108,6 +129,7 @@ class World:
         elif kind == "silence":  # heartbeats stop, or come back
             m = replace(m, responding=not m.responding)
         self.machines[i] = m
+        self.taken_in([m])
 
     def drain_step(self, m: Machine, index: int) -> Machine:
         """The coordinator's Kubernetes side moves an upgrading node one step on: cordon and
@@ -157,6 +179,7 @@ class World:
         before = self.machines
         decisions = plan(self.spec, before)
         assert plan(self.spec, before[::-1]) == decisions, "the plan depends on the input order"
+        check_working_set(self.spec, before, decisions, self.view)
         after = before
         for d in decisions:  # the reconciler may persist only part of a pass
             after = apply(after, [d], self.now)
@@ -168,6 +191,10 @@ class World:
                 event(f"{by_id_role(before, d.machine_id)} enters {d.to_state}")
         check_transitions(before, after)
         self.machines = after
+        was = {m.id: m for m in before}
+        remaining = {m.id for m in after}
+        self.taken_in([m for m in after if m != was[m.id]],
+                      [m.id for m in before if m.id not in remaining])
         self.manager_ever_deployed |= any(deployed_manager(m) for m in after)
 
     def check_state(self, machines: Sequence[Machine]) -> None:
@@ -193,6 +220,7 @@ class World:
         for _ in range(passes):
             for _ in range(4):  # drain, items, uncordon
                 self.machines = [self.drain_step(self.finished(m), 1) for m in self.machines]
+            self.taken_in(self.machines)
             self.plan_pass()
 
     def check_converged(self, manager_up: bool) -> None:
@@ -246,6 +274,27 @@ def check_decisions(
             assert d.release == spec.release
         if d.to_state is S.RECONFIGURE:
             assert m.managers != deployed_managers(after), f"{m.hostname} reconfigured for nothing"
+
+
+def check_working_set(spec: ClusterSpec, before: list[Machine], decisions: list[Decision],
+                      view: ClusterView) -> None:
+    """The view kept from changes alone holds the working set a fresh load holds; planning
+    on it decides what planning on the fleet does for its machines; the machines left out
+    only get Reconfigure, and only when the deployed managers change."""
+    fresh = ClusterView.load(spec, 0, before, 0.0)
+    assert view.active == fresh.active, "the view kept from changes went stale"
+    assert (view.stand_in is None) == (fresh.stand_in is None)
+    working = view.working()
+    ids = {m.id for m in working}
+    assert len(ids) == len(working), "a machine twice in the working set"
+    assert plan(spec, working) == [d for d in decisions if d.machine_id in ids]
+    left_out = [d for d in decisions if d.machine_id not in ids]
+    if left_out:
+        event("inert machines reconfigure after a manager change")
+        assert all(d.to_state is S.RECONFIGURE for d in left_out)
+        assert deployed_managers(apply(before, decisions, 0.0)) != deployed_managers(before)
+    host, stand_in_host = post_deploy_host(spec, before), post_deploy_host(spec, working)
+    assert (host and host.id) == (stand_in_host and stand_in_host.id)
 
 
 def check_upgrade_admission(spec: ClusterSpec, m: Machine, after: list[Machine]) -> None:
@@ -326,6 +375,7 @@ def test_invariants_hold_and_the_fleet_converges(
     # the upgrade is resumed, and nobody else acts.
     world.spec = upgraded_cluster(world.spec, release=world.spec.release, paused=False)
     world.machines = [replace(m, responding=True) for m in world.machines]
+    world.reload()
     joining = [m for m in world.machines if world.eligible(m) and m.state is not S.DELETING]
     managers = sum(m.role == "manager" for m in joining)
     workers = len(joining) - managers
@@ -345,6 +395,7 @@ def test_invariants_hold_and_the_fleet_converges(
     # A new release on the settled fleet: each pass upgrades one manager, then one worker batch.
     world.spec = upgraded_cluster(world.spec, release="final")
     world.rehash()
+    world.reload()
     world.converge(upgrade_steps + 2)
     world.check_converged(manager_up)
     if manager_up:

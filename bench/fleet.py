@@ -1,0 +1,447 @@
+"""A fleet of simulated agents against a real `coordinator serve`: how the coordinator holds up.
+
+Each simulated agent speaks the agent protocol as nodeagent does (register with a join token,
+heartbeat every --heartbeat-interval seconds, long-poll its assignment, report each assigned
+item "running" then "succeeded" at once: no-op items), but costs a few kilobytes: the agents
+are asyncio tasks sharing one pooled aiohttp session per process, over HTTPS with the
+coordinator's own CA, on loopback.
+
+    # (a) a steady fleet: N Pending agents heartbeating and long-polling for --duration s
+    .venv/bin/python bench/fleet.py --agents 10000 --heartbeat-interval 10 --duration 60
+    # (b) a rollout: managers and workers approved at once, no-op items, worker batches
+    .venv/bin/python bench/fleet.py --managers 3 --workers 1000 --batch-size 50
+
+Prints the registration rate; agent API latency p50/p99 per endpoint (the long-poll only
+when it answered at once, and how late it answered a poll that timed out); coordinator CPU
+and peak RSS (psutil on its pid); for a rollout its duration and the ordering overhead: for
+each machine admitted to Deploy, the time from the latest "done" report the coordinator
+accepted to the machine receiving its Deploy assignment (plan, commit, wake, answer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import asyncio.sslproto
+import gc
+import json
+import multiprocessing
+import os
+import random
+import signal
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import aiohttp
+import psutil
+
+from coordinator.server import TLS_READ_BUFFER_BYTES
+from nodeagent.daemon import LONG_POLL_SECONDS
+from nodeagent.prechecks.runner import summarize
+from nodeagent.protocol import CheckResult, PrecheckReport, Severity, StateItem, Status
+from tests.support.coordinator import running_coordinator
+
+CLUSTER = "fleet"
+NOOP = '{{name: {name}, phase: {phase}, action: {{type: exec, argv: ["true"]}}}}'
+
+
+def cluster_spec(batch: int, heartbeat_timeout: float) -> str:
+    items = "\n".join(f"    - {NOOP.format(name=f'{phase}-noop', phase=phase)}"
+                      for phase in ("prepare", "deploy"))
+    return (f"name: {CLUSTER}\nrelease: \"1\"\n"
+            f"settings: {{workerBatchSize: {batch}, heartbeatTimeoutSeconds: {heartbeat_timeout}}}\n"
+            f"machineTypes:\n  manager:\n{items}\n  worker:\n{items}\n")
+
+
+def precheck(hostname: str) -> dict[str, Any]:
+    """A passing report of 13 checks, the size a real agent sends."""
+    checks = [CheckResult(name=f"check-{n}", severity=Severity.HARD, status=Status.PASS,
+                          message="ok", data={"value": n}, duration=0.01) for n in range(13)]
+    return PrecheckReport(hostname=hostname, role="worker", started_at=time.time(), duration=0.2,
+                          ok=True, summary=summarize(checks),
+                          checks=checks).model_dump(mode="json", by_alias=True)
+
+
+FACTS = {"cpus": 8, "memory_bytes": 32 << 30, "kernel": "6.1.0-18-amd64",
+         "os": {"id": "debian", "version_id": "12"}, "interfaces": ["eth0", "eth1"]}
+
+
+@dataclass
+class Plan:
+    """What one simulator process does; sent to it at start."""
+
+    url: str
+    ca_file: str
+    join_token: str
+    hostnames: list[str]
+    heartbeat_interval: float
+    register_concurrency: int
+
+
+@dataclass
+class Recorder:
+    """Latencies (time, endpoint, seconds) and rollout marks (time, hostname, what)."""
+
+    calls: list[tuple[float, str, float]] = field(default_factory=list)
+    marks: list[tuple[float, str, str]] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+class SimAgent:
+    def __init__(self, sim: Simulator, hostname: str) -> None:
+        self.sim = sim
+        self.hostname = hostname
+        self.machine_id = ""
+        self.headers: dict[str, str] = {}
+        self.generation = 0
+        self.state = ""
+
+    async def register(self) -> None:
+        """Until the coordinator accepts it (errors are counted, not fatal)."""
+        body = {"join_token": self.sim.plan.join_token, "hostname": self.hostname,
+                "ip": "198.18.0.1", "facts": FACTS, "precheck": precheck(self.hostname)}
+        while (answer := await self.sim.call("POST", "/v1/agent/register", "register",
+                                             json=body)) is None:
+            await asyncio.sleep(0.5)
+        self.machine_id = answer["machine_id"]
+        self.headers = {"Authorization": f"Bearer {answer['credential']}"}
+
+    async def heartbeat_forever(self) -> None:
+        interval = self.sim.plan.heartbeat_interval
+        await asyncio.sleep(random.uniform(0, interval))
+        while True:
+            started = time.monotonic()
+            await self.sim.call("POST", f"{self.path}/heartbeat", "heartbeat",
+                                headers=self.headers)
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+    @property
+    def path(self) -> str:
+        return f"/v1/agent/machines/{self.machine_id}"
+
+    async def follow_forever(self) -> None:
+        """Long-poll; on a new assignment report each item running, then succeeded."""
+        wait = 0.0
+        while True:
+            assignment = await self.sim.call(
+                "GET", f"{self.path}/assignment?after={self.generation}&wait={wait}",
+                "assignment", headers=self.headers, poll=wait, timeout=wait + 60)
+            if assignment is None:
+                await asyncio.sleep(1)
+                continue
+            wait = LONG_POLL_SECONDS
+            if assignment["generation"] == self.generation:
+                continue
+            self.generation = assignment["generation"]
+            now = time.monotonic()
+            if assignment["state"] != self.state:
+                self.state = assignment["state"]
+                self.sim.recorder.marks.append((now, self.hostname, "state:" + self.state))
+                if self.state == "Ready":
+                    self.sim.became_ready()
+            phase = assignment["phase"]
+            if phase is None:
+                continue
+            self.sim.recorder.marks.append((now, self.hostname, "assigned:" + phase))
+            applied = set(assignment["applied"])
+            for item in assignment["items"]:
+                fingerprint = self.sim.fingerprint(item)
+                if fingerprint in applied:
+                    continue
+                for status in ("running", "succeeded"):
+                    report = {"item": item["name"], "fingerprint": fingerprint, "phase": phase,
+                              "status": status, "attempt": 1, "started_at": time.time()}
+                    if status == "succeeded":
+                        report.update(finished_at=time.time(), exit_code=0, output="ok\n")
+                    await self.sim.call("POST", f"{self.path}/reports", "report",
+                                        headers=self.headers, json=report)
+            self.sim.recorder.marks.append((time.monotonic(), self.hostname, "done:" + phase))
+
+
+class Simulator:
+    """Many agents in one process, sharing one connection pool."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.recorder = Recorder()
+        self.agents = [SimAgent(self, h) for h in plan.hostnames]
+        self._fingerprints: dict[str, str] = {}
+        self.session: aiohttp.ClientSession | None = None
+        self.pipe: Connection | None = None
+        self._ready = 0
+
+    def became_ready(self) -> None:
+        """Tell the driver once every agent of this process has seen Ready."""
+        self._ready += 1
+        if self._ready == len(self.agents) and self.pipe is not None:
+            self.pipe.send(("ready", time.monotonic()))
+
+    def fingerprint(self, item: dict[str, Any]) -> str:
+        key = json.dumps(item, sort_keys=True)
+        if key not in self._fingerprints:
+            self._fingerprints[key] = StateItem.model_validate(item).fingerprint()
+        return self._fingerprints[key]
+
+    async def call(self, method: str, path: str, endpoint: str, poll: float = 0.0,
+                   timeout: float = 60.0, **kwargs: Any) -> Any:
+        """The JSON answer, or None after an error (counted). Latency is recorded unless the
+        call was a long poll, whose wait is not the coordinator's cost: then the overshoot of a
+        timed-out poll is recorded instead."""
+        assert self.session is not None
+        started = time.monotonic()
+        try:
+            async with self.session.request(method, self.plan.url + path,
+                                            timeout=aiohttp.ClientTimeout(total=timeout),
+                                            **kwargs) as response:
+                body = await response.json()
+                if response.status >= 400:
+                    self.recorder.errors[f"{endpoint} {response.status}"] += 1
+                    return None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self.recorder.errors[f"{endpoint} {type(exc).__name__}"] += 1
+            return None
+        elapsed = time.monotonic() - started
+        if not poll:
+            self.recorder.calls.append((started, endpoint, elapsed))
+        elif elapsed >= poll:
+            self.recorder.calls.append((started, "assignment (poll overshoot)", elapsed - poll))
+        return body
+
+    async def run(self, pipe: Connection) -> None:
+        self.pipe = pipe
+        context = ssl.create_default_context(cafile=self.plan.ca_file)
+        connector = aiohttp.TCPConnector(limit=len(self.agents) + 256, ssl=context,
+                                         ttl_dns_cache=None)
+        async with aiohttp.ClientSession(connector=connector) as self.session:
+            gate = asyncio.Semaphore(self.plan.register_concurrency)
+            tasks: list[asyncio.Task[None]] = []
+
+            async def register(agent: SimAgent) -> None:
+                """Then heartbeat and follow at once, as an agent does."""
+                async with gate:
+                    await agent.register()
+                tasks.extend(asyncio.create_task(coro) for coro in (
+                    agent.heartbeat_forever(), agent.follow_forever()))
+
+            started = time.monotonic()
+            await asyncio.gather(*(register(a) for a in self.agents))
+            pipe.send(("registered", time.monotonic() - started))
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, pipe.recv)  # "stop"
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        pipe.send(("recorded", self.recorder.calls, self.recorder.marks,
+                   dict(self.recorder.errors), time.process_time()))
+
+
+def simulate(plan: Plan, pipe: Connection) -> None:
+    # The simulator's side of thousands of TLS connections: as small as the coordinator's.
+    asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER_BYTES
+    # A full collection over thousands of agents stalls this process for 0.3 s, which would
+    # be measured as the coordinator's latency; a run lasts minutes, its cycles can wait.
+    gc.disable()
+    asyncio.run(Simulator(plan).run(pipe))
+
+
+# -- the driver ------------------------------------------------------------------------------
+
+class Sampler(threading.Thread):
+    """The coordinator's RSS every 0.2 s (peak) and its CPU time between marks."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.process = psutil.Process(pid)
+        self.peak_rss = 0
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.2):
+            try:
+                self.peak_rss = max(self.peak_rss, self.process.memory_info().rss)
+            except psutil.Error:
+                return
+
+    def cpu(self) -> float:
+        times = self.process.cpu_times()
+        return times.user + times.system
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def ms(value: float) -> str:
+    return f"{value * 1000:.1f} ms"
+
+
+def ordering(marks: list[tuple[float, str, str]]) -> list[float]:
+    """For each admission to Deploy after the first: time since the latest done report."""
+    done_times = sorted(t for t, _, what in marks if what.startswith("done:"))
+    gaps = []
+    for t, _, what in sorted(marks):
+        if what != "assigned:deploy":
+            continue
+        before = [d for d in done_times if d <= t]
+        if before:
+            gaps.append(t - before[-1])
+    return gaps
+
+
+def approve_all(url: str, ca_file: str, token: str, managers: list[str], workers: list[str],
+                concurrency: int = 32) -> None:
+    async def run() -> None:
+        context = ssl.create_default_context(cafile=ca_file)
+        headers = {"Authorization": f"Bearer {token}"}
+        gate = asyncio.Semaphore(concurrency)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+            async def approve(hostname: str, role: str) -> None:
+                async with gate, session.post(f"{url}/v1/machines/{hostname}/approve",
+                                              json={"role": role}, headers=headers) as response:
+                    if response.status != 200:
+                        raise SystemExit(f"approve {hostname}: HTTP {response.status} "
+                                         f"{await response.text()}")
+            for hostname in managers:  # in order: the first registered deploys first
+                await approve(hostname, "manager")
+            await asyncio.gather(*(approve(h, "worker") for h in workers))
+    asyncio.run(run())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=1000, help="Pending agents (no rollout)")
+    parser.add_argument("--managers", type=int, default=0, help="with --workers: a rollout")
+    parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=50, help="settings.workerBatchSize")
+    parser.add_argument("--heartbeat-interval", type=float, default=10.0)
+    parser.add_argument("--heartbeat-timeout", type=float, default=30.0)
+    parser.add_argument("--duration", type=float, default=30.0,
+                        help="seconds of steady heartbeats measured after registration/rollout")
+    parser.add_argument("--warmup", type=float, default=None,
+                        help="seconds between registration (or rollout) and the steady window; "
+                             "default: one heartbeat interval")
+    parser.add_argument("--processes", type=int, default=1, help="simulator processes")
+    parser.add_argument("--register-concurrency", type=int, default=64,
+                        help="registrations in flight per simulator process")
+    parser.add_argument("--store", default="sqlite",
+                        help="sqlite (a file in the coordinator's data dir) or a DSN, passed to "
+                             "`coordinator serve --store`")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="write a py-spy profile of the coordinator over the whole run here: a "
+                             "flame graph if it ends in .svg, else collapsed stacks (needs "
+                             "py-spy: pip install py-spy)")
+    parser.add_argument("--dir", type=Path, default=None, help="where the coordinator's data goes")
+    args = parser.parse_args()
+    # Killed (e.g. by timeout): unwind, so the coordinator and the simulators are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    if args.warmup is None:
+        args.warmup = args.heartbeat_interval
+    rollout = bool(args.managers or args.workers)
+    managers = [f"manager-{i:02d}" for i in range(args.managers)]
+    workers = [f"worker-{i:05d}" for i in range(args.workers)]
+    hostnames = managers + workers if rollout else [f"node-{i:05d}" for i in range(args.agents)]
+    serve_args = ["--register-rate", "0"]
+    if args.store != "sqlite":
+        serve_args += ["--store", args.store]
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp, running_coordinator(
+            Path(tmp), cluster_spec(args.batch_size, args.heartbeat_timeout),
+            serve_args) as served:
+        token = served.admin.request("POST", f"/v1/clusters/{CLUSTER}/join-tokens",
+                                     body={"ttl": "0"})["token"]
+        sampler = Sampler(served.pid)
+        sampler.start()
+        profiler = None if args.profile is None else subprocess.Popen(
+            [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(served.pid),
+             "--output", str(args.profile), "--rate", "50", "--nonblocking",
+             "--format", "flamegraph" if args.profile.suffix == ".svg" else "raw"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        pipes: list[Connection] = []
+        processes = []
+        context = multiprocessing.get_context("spawn")
+        for n in range(args.processes):
+            mine, theirs = context.Pipe()
+            plan = Plan(served.url, str(served.ca_file), token, hostnames[n::args.processes],
+                        args.heartbeat_interval, args.register_concurrency)
+            process = context.Process(target=simulate, args=(plan, theirs), daemon=True)
+            process.start()
+            processes.append(process)
+            pipes.append(mine)
+        started, cpu_started = time.monotonic(), sampler.cpu()
+        for pipe in pipes:
+            assert pipe.recv()[0] == "registered"
+        registered = time.monotonic() - started
+        register_cpu = sampler.cpu() - cpu_started
+        print(f"registered {len(hostnames)} agents in {registered:.1f} s: "
+              f"{len(hostnames) / registered:.0f}/s (coordinator CPU {register_cpu:.1f} s)")
+        if rollout:
+            rollout_started, cpu_started = time.monotonic(), sampler.cpu()
+            approve_all(served.url, str(served.ca_file), served.token_file.read_text().strip(),
+                        managers, workers)
+            finished = max(pipe.recv()[1] for pipe in pipes)  # each says "ready" once
+            rollout_seconds = finished - rollout_started
+            print(f"rollout of {args.managers} managers + {args.workers} workers "
+                  f"(batches of {args.batch_size}): {rollout_seconds:.1f} s "
+                  f"(coordinator CPU {sampler.cpu() - cpu_started:.1f} s)")
+        time.sleep(args.warmup)
+        window_started, cpu_started = time.monotonic(), sampler.cpu()
+        time.sleep(args.duration)
+        window = (window_started, time.monotonic())
+        cpu = sampler.cpu() - cpu_started
+        calls: list[tuple[float, str, float]] = []
+        marks: list[tuple[float, str, str]] = []
+        errors: dict[str, int] = defaultdict(int)
+        client_cpu = 0.0
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes the graph and exits
+            profiler.wait(timeout=60)
+        for pipe in pipes:
+            pipe.send("stop")
+        for pipe in pipes:
+            _, got_calls, got_marks, got_errors, got_cpu = pipe.recv()
+            calls += got_calls
+            marks += got_marks
+            client_cpu += got_cpu
+            for key, count in got_errors.items():
+                errors[key] += count
+        for process in processes:
+            process.join(timeout=30)
+        sampler.stopped.set()
+        steady = defaultdict(list)
+        everything = defaultdict(list)
+        for t, endpoint, seconds in calls:
+            everything[endpoint].append(seconds)
+            if window[0] <= t <= window[1]:
+                steady[endpoint].append(seconds)
+        print(f"steady window {args.duration:.0f} s, heartbeats every {args.heartbeat_interval:g} s; "
+              f"coordinator CPU {cpu / args.duration * 100:.0f} % of a core, "
+              f"peak RSS {sampler.peak_rss / 2**20:.0f} MiB; simulator CPU "
+              f"{client_cpu:.0f} s in {args.processes} process(es); load {os.getloadavg()[0]:.1f}")
+        for label, table in (("steady window", steady), ("whole run", everything)):
+            print(f"  {label}:")
+            for endpoint, values in sorted(table.items()):
+                print(f"    {endpoint:30s} n={len(values):7d}  p50 {ms(statistics.median(values)):>10s}"
+                      f"  p99 {ms(percentile(values, 0.99)):>10s}  max {ms(max(values)):>10s}")
+        if rollout:
+            gaps = ordering(marks)
+            print(f"  ordering overhead over {len(gaps)} Deploy admissions: "
+                  f"p50 {ms(statistics.median(gaps))}, p99 {ms(percentile(gaps, 0.99))}, "
+                  f"max {ms(max(gaps))}")
+        if errors:
+            print("  errors:", dict(errors))
+
+
+if __name__ == "__main__":
+    main()

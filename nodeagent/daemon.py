@@ -359,7 +359,9 @@ class Agent:
                 items = len(assignment.get("items", []))
                 sdnotify.status(f"{assignment['state']}: {items} items")
                 if wanted == current and work is not None and not work.done():
-                    continue  # same phase, same items: let the running phase go on
+                    log.info("assignment %d: same phase and items; the running phase goes on",
+                             generation, extra=fields(generation=generation))
+                    continue
                 if work is not None:
                     work.cancel()
                     with contextlib.suppress(asyncio.CancelledError):

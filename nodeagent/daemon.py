@@ -400,7 +400,11 @@ class Agent:
                 child.stdin.write(json.dumps(assignment).encode() + b"\n")
                 await child.stdin.drain()
             async for line in child.stdout:
-                reporter.submit(json.loads(line))
+                try:
+                    reporter.submit(json.loads(line))
+                except (ValueError, KeyError, TypeError):
+                    log.error("`nodeagent apply` printed something that is not a report: %r",
+                              line[:200])
             return await child.wait()
         finally:
             if child.returncode is None:

@@ -129,6 +129,11 @@ data_dir_option = click.option(
     help="Database, TLS files (pki/), admin token and artifacts.")
 listen_option = click.option("--listen", default="127.0.0.1:8080", show_default=True,
                              help="HOST:PORT to serve on.")
+store_option = click.option(
+    "--store", envvar="COORDINATOR_STORE", metavar="DSN",
+    help="Keep state in PostgreSQL (postgresql://USER@HOST:PORT/DATABASE; password from "
+         "~/.pgpass or PGPASSWORD) so that several replicas can share it. Default: the embedded "
+         "SQLite file DATA_DIR/coordinator.db. Also from $COORDINATOR_STORE.")
 advertise_option = click.option(
     "--advertise-url", help="URL agents use to reach this coordinator; it goes into join strings "
                             "(default: from --listen).")
@@ -154,6 +159,7 @@ def _duration(value: str, option: str) -> float | None:
 @data_dir_option
 @listen_option
 @advertise_option
+@store_option
 @click.option("--artifacts", type=click.Path(file_okay=False),
               help="Artifact store directory (default DATA_DIR/artifacts).")
 @click.option("--insecure-http", is_flag=True,
@@ -162,9 +168,11 @@ def _duration(value: str, option: str) -> float | None:
               help="Lifetime of a machine credential (agents rotate before it ends); 0: forever.")
 @click.option("--register-rate", default=5.0, show_default=True,
               help="Registrations a second allowed per client address (bursts of 50); 0: no limit.")
-def serve(data_dir: str, listen: str, advertise_url: str | None, artifacts: str | None,
-          insecure_http: bool, credential_ttl: str, register_rate: float) -> None:
-    """Run the coordinator: HTTPS API plus the reconcile loop, on the embedded SQLite store."""
+def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
+          artifacts: str | None, insecure_http: bool, credential_ttl: str,
+          register_rate: float) -> None:
+    """Run the coordinator: HTTPS API plus the reconcile loop, on the embedded SQLite store or
+    on PostgreSQL (--store), where several replicas serve the API and one leads."""
     from coordinator.server import ServeOptions, serve_forever
 
     host, port = _listen(listen)
@@ -172,13 +180,23 @@ def serve(data_dir: str, listen: str, advertise_url: str | None, artifacts: str 
         Path(data_dir), host, port, Path(artifacts) if artifacts else None,
         insecure_http=insecure_http, advertise_url=advertise_url,
         credential_ttl=_duration(credential_ttl, "--credential-ttl"),
-        register_rate=register_rate))
+        register_rate=register_rate, store=_store(store)))
+
+
+def _store(location: str | None) -> str | None:
+    from coordinator.server import POSTGRES_SCHEMES
+
+    if location is not None and not location.startswith(POSTGRES_SCHEMES):
+        raise click.BadParameter("expected a postgresql://USER@HOST:PORT/DATABASE DSN",
+                                 param_hint="--store")
+    return location
 
 
 @main.command()
 @data_dir_option
 @listen_option
 @advertise_option
+@store_option
 @click.option("--name", "names", multiple=True, required=True,
               help="Host name or IP address agents and admins use to reach the coordinator "
                    "(repeatable); all go into the server certificate.")
@@ -187,15 +205,16 @@ def serve(data_dir: str, listen: str, advertise_url: str | None, artifacts: str 
 @click.option("--join-ttl", default="24h", show_default=True, help="Lifetime of that join token.")
 @click.option("--join-max-uses", type=click.IntRange(min=1),
               help="Registrations that join token allows (default: unlimited).")
-def init(data_dir: str, listen: str, advertise_url: str | None, names: tuple[str, ...],
-         cluster_file: Any, join_ttl: str, join_max_uses: int | None) -> None:
+def init(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
+         names: tuple[str, ...], cluster_file: Any, join_ttl: str,
+         join_max_uses: int | None) -> None:
     """Create the CA, the server certificate, an admin token and a first join string."""
     import asyncio
 
     from coordinator.init import initialize
     from coordinator.model import ClusterSpec
     from coordinator.pki import PkiError
-    from coordinator.server import ServeOptions
+    from coordinator.server import ServeOptions, SetupError
     from nodeagent.validation import InvalidDocument, load_model
 
     spec = None
@@ -207,17 +226,18 @@ def init(data_dir: str, listen: str, advertise_url: str | None, names: tuple[str
             sys.exit(EXIT_USAGE)
     host, port = _listen(listen)
     options = ServeOptions(Path(data_dir), host, port,
-                           advertise_url=advertise_url or f"https://{names[0]}:{port}")
+                           advertise_url=advertise_url or f"https://{names[0]}:{port}",
+                           store=_store(store))
     try:
         done = asyncio.run(initialize(options, list(names), spec,
                                       _duration(join_ttl, "--join-ttl"), join_max_uses))
-    except PkiError as exc:
+    except (PkiError, SetupError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
     click.echo(f"CA certificate:  {options.pki().ca_cert}  ({done.ca_hash})")
     click.echo(f"admin token:     {options.data_dir / 'admin.token'}")
     click.echo(f"start it with:   coordinator serve --data-dir {data_dir} --listen {listen} "
-               f"--advertise-url {options.url()}")
+               f"--advertise-url {options.url()}" + (" --store DSN" if store else ""))
     if done.join:
         click.echo(f"join string for cluster {spec.name if spec else ''} (put it in each "
                    f"node's /etc/nodeagent/config.yaml as `join:`):\n{done.join}")

@@ -18,6 +18,7 @@ from aiohttp import web
 from coordinator.api.app import Settings, create_app
 from coordinator.pki import Pki
 from coordinator.service import Coordinator
+from coordinator.store.base import Store, StoreError
 from coordinator.store.sqlite import SQLiteStore
 from coordinator.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
 from nodeagent.redact import RedactingFilter
@@ -39,6 +40,7 @@ class ServeOptions:
     advertise_url: str | None = None  # what join strings tell agents; default from the listen address
     credential_ttl: float | None = DEFAULT_CREDENTIAL_TTL_SECONDS
     register_rate: float = 5.0
+    store: str | None = None  # a postgresql:// DSN; None: the SQLite file in data_dir
 
     def pki(self) -> Pki:
         return Pki(self.data_dir / "pki")
@@ -63,11 +65,29 @@ def tls_context(pki: Pki) -> ssl.SSLContext:
     return context
 
 
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def make_store(location: str | None, data_dir: Path) -> Store:
+    """The embedded SQLite file by default; PostgreSQL (which replicas may share) for a DSN."""
+    if location is None:
+        return SQLiteStore(data_dir / "coordinator.db")
+    if location.startswith(POSTGRES_SCHEMES):
+        from coordinator.store.postgres import PostgresStore  # asyncpg only when used
+
+        return PostgresStore(location)
+    raise SetupError("--store: expected a postgresql://USER@HOST:PORT/DATABASE DSN "
+                     "(or no --store, for the embedded SQLite file)")
+
+
 async def open_coordinator(options: ServeOptions) -> Coordinator:
     """The store opened and migrated, an admin token ensured (DATA_DIR/admin.token)."""
     options.data_dir.mkdir(parents=True, exist_ok=True)
-    store = SQLiteStore(options.data_dir / "coordinator.db")
-    await store.open()
+    store = make_store(options.store, options.data_dir)
+    try:
+        await store.open()
+    except StoreError as exc:
+        raise SetupError(f"cannot open the store: {exc}") from None
     coordinator = Coordinator(store, credential_ttl=options.credential_ttl)
     await coordinator.access.ensure_admin_token(options.data_dir / "admin.token")
     return coordinator

@@ -1,7 +1,8 @@
 """What the coordinator does, independent of HTTP: the operations behind every endpoint.
 
-Every read-modify-write of machines happens under one lock, so an agent's report and a
-reconcile pass never overwrite each other. Planning itself is the pure planner.
+Every read-modify-write of machines happens under one lock (the store's mutex: one for all
+replicas sharing a database), so an agent's report and a reconcile pass never overwrite each
+other. Planning itself is the pure planner; only the leader replica runs the reconcile loop.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from coordinator.model import (
     upgrade_items_may_run,
 )
 from coordinator.notifier import Notifier
-from coordinator.store.base import Event, JoinToken, Store, StoredCluster
+from coordinator.store.base import Event, JoinToken, Store, StoredCluster, leader_epoch
 from coordinator.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS, new_token, token_hash
 from nodeagent.protocol import (
     Assignment,
@@ -45,6 +46,9 @@ from nodeagent.protocol import (
 )
 
 log = logging.getLogger("coordinator")
+# A deposed leader waits this long before it campaigns again: the replicas that saw it go
+# (they try every second) take over, rather than it winning back a lock it just lost.
+STANDBY_SECONDS = 3.0
 
 
 class Coordinator:
@@ -55,8 +59,7 @@ class Coordinator:
         self.credential_ttl = credential_ttl  # None: machine credentials never expire
         self.access = Access(store, clock)
         self.notifier = Notifier()
-        self._lock = asyncio.Lock()
-        self._kick = asyncio.Event()
+        self._lock = store.mutex()  # spans every replica when the store is shared
         self.drainer = Drainer(self, clock)
 
     async def close(self) -> None:
@@ -433,7 +436,7 @@ class Coordinator:
 
     # -- reconcile ----------------------------------------------------------------------
     def kick(self) -> None:
-        self._kick.set()
+        self.notifier.kick()
 
     async def reconcile_once(self) -> list[planner.Decision]:
         """Load, plan, persist, wake. Safe to repeat or to interrupt at any await."""
@@ -503,11 +506,43 @@ class Coordinator:
         return events
 
     async def run(self, tick: float = 1.0) -> None:
-        """The reconcile loop: a pass on every kick, and at least every tick seconds."""
+        """Relay wake-ups to and from the other replicas (if any), and reconcile whenever this
+        replica leads: from its election until its term is lost, when reconciling and draining
+        stop at once (and the store fences any write still on its way)."""
+        await self.share()
+        while True:
+            term = await self.store.campaign()
+            if term.epoch is not None:
+                log.info("leading the reconcile loop (leader epoch %d)", term.epoch)
+            epoch = leader_epoch.set(term.epoch)
+            try:
+                work = asyncio.create_task(self._reconcile_loop(tick))  # inherits the epoch
+            finally:
+                leader_epoch.reset(epoch)
+            lost = asyncio.create_task(term.lost.wait())
+            try:
+                await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (work, lost):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                await self.drainer.close()
+            log.warning("lost leadership (leader epoch %s): standing by", term.epoch)
+            await asyncio.sleep(STANDBY_SECONDS)
+
+    async def share(self) -> None:
+        """With replicas sharing the store: their wakes, changes and kicks reach this one's
+        agents, watchers and reconcile loop, and this one's reach theirs."""
+        if await self.store.listen(self.notifier.deliver):
+            self.notifier.relay(self.store.publish)
+
+    async def _reconcile_loop(self, tick: float) -> None:
+        """A pass on every kick, and at least every tick seconds."""
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), tick)
-            self._kick.clear()
+                await asyncio.wait_for(self.notifier.kicked.wait(), tick)
+            self.notifier.kicked.clear()
             try:
                 await self.reconcile_once()
             except Exception:  # a bad pass must not stop the loop; the next one retries

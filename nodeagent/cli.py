@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -162,11 +163,9 @@ def check_config(config_path: str, quiet: bool, output: str) -> None:
 
 def _as_run_takes_it(config: AgentConfig) -> dict[str, object]:
     """The document nodeagent/daemon.py's Settings reads."""
-    from nodeagent.proxy import proxy_for
-
-    url = config.coordinator.url or ""
     return {"config": config.model_dump(mode="json"), "ca_hash": config.ca_hash,
-            "coordinator_proxy": proxy_for(url, config.proxy, os.environ)}
+            "coordinator_endpoints": [dataclasses.asdict(endpoint) for endpoint
+                                      in config.coordinator_endpoints(os.environ)]}
 
 
 def _load_config(path: str | None, root: str = "/") -> AgentConfig:

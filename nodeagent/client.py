@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -31,13 +32,41 @@ class Rejected(Exception):
         super().__init__(f"HTTP {status}: {message}")
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """One coordinator replica, and the proxy (if any) to reach it through."""
+
+    url: str
+    proxy: str | None = None
+
+
 class CoordinatorClient:
-    def __init__(self, url: str, proxy: str | None = None, timeout: float = 10.0,
+    """Calls one replica at a time; when it does not answer (or answers 5xx), the next call
+    goes to the next replica, round the list."""
+
+    def __init__(self, endpoints: Sequence[Endpoint], timeout: float = 10.0,
                  context: ssl.SSLContext | None = None) -> None:
-        self.url = url.rstrip("/")
-        self.proxy = proxy
+        if not endpoints:
+            raise ValueError("no coordinator URL")
+        self.endpoints = [Endpoint(e.url.rstrip("/"), e.proxy) for e in endpoints]
+        self._current = 0
         self.timeout = timeout
         self.context = context  # whom to trust over https: the coordinator's pinned CA
+
+    @property
+    def url(self) -> str:
+        return self.endpoints[self._current].url
+
+    @property
+    def proxy(self) -> str | None:
+        return self.endpoints[self._current].proxy
+
+    def _unreachable(self, url: str, message: str) -> Unreachable:
+        """Move on to the next replica, unless a concurrent call already moved on from url."""
+        if len(self.endpoints) > 1 and url == self.url:
+            self._current = (self._current + 1) % len(self.endpoints)
+            message += f"; trying {self.url} next"
+        return Unreachable(message)
 
     def _headers(self, credential: str | None) -> dict[str, str]:
         headers = {"Accept": "application/json"}
@@ -53,14 +82,18 @@ class CoordinatorClient:
         if body is not None:
             headers["Content-Type"] = "application/json"
             data = json.dumps(body).encode()
-        url = self.url + path + (f"?{urlencode(params)}" if params else "")
+        base, proxy = self.url, self.proxy
+        url = base + path + (f"?{urlencode(params)}" if params else "")
         try:
             reply = await http_client.request(method, url, headers=headers, body=data,
-                                              proxy=self.proxy, timeout=timeout or self.timeout,
+                                              proxy=proxy, timeout=timeout or self.timeout,
                                               context=self.context)
         except http_client.TransportError as exc:
-            raise Unreachable(f"{method} {path}: {exc}") from None
-        if reply.status >= 500 or reply.status == 429:  # 429: registering too fast, wait
+            raise self._unreachable(base, f"{method} {base}{path}: {exc}") from None
+        if reply.status >= 500:
+            raise self._unreachable(base, f"{method} {base}{path}: HTTP {reply.status} "
+                                    f"{reply.reason}")
+        if reply.status == 429:  # registering too fast: wait, here
             raise Unreachable(f"{method} {path}: HTTP {reply.status} {reply.reason}")
         try:
             payload = json.loads(reply.body) if reply.body else None
@@ -112,7 +145,8 @@ class CoordinatorClient:
 
     async def artifact(self, credential: str, name: str) -> AsyncIterator[bytes]:
         """Stream an artifact from the coordinator's store."""
-        chunks = http_client.stream(f"{self.url}/v1/artifacts/{quote(name)}",
+        base = self.url
+        chunks = http_client.stream(f"{base}/v1/artifacts/{quote(name)}",
                                     headers=self._headers(credential), proxy=self.proxy,
                                     timeout=self.timeout * 3, context=self.context)
         try:
@@ -120,9 +154,9 @@ class CoordinatorClient:
                 yield chunk
         except http_client.BadStatus as exc:
             if exc.status >= 500:
-                raise Unreachable(f"artifact {name}: {exc}") from None
+                raise self._unreachable(base, f"artifact {name}: {exc}") from None
             raise Rejected(exc.status, f"artifact {name}: {exc.reason}") from None
         except http_client.TransportError as exc:
-            raise Unreachable(f"artifact {name}: {exc}") from None
+            raise self._unreachable(base, f"artifact {name}: {exc}") from None
         finally:
             await chunks.aclose()

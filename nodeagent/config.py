@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from nodeagent import joinstring
+from nodeagent.client import Endpoint
 from nodeagent.protocol import NtpSettings, ProxySettings
+from nodeagent.proxy import proxy_for
 from nodeagent.validation import InvalidDocument, Problem, load_model
 
 DEFAULT_CONFIG_PATH = "/etc/nodeagent/config.yaml"
@@ -22,31 +25,40 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
 
+def _coordinator_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("must start with http:// or https://")
+    # Caught here, not when the coordinator check parses the URL and crashes on it.
+    parts = urlsplit(value)
+    if not parts.hostname:
+        raise ValueError("must name a host, e.g. https://coordinator.example:8443")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ValueError("port must be a number from 1 to 65535")
+    return value
+
+
+# Validated one by one so that a bad entry is reported as coordinator.urls[N].
+CoordinatorUrl = Annotated[str, AfterValidator(_coordinator_url)]
+
+
 class CoordinatorConfig(_Section):
-    url: str | None = None
+    url: CoordinatorUrl | None = None
+    urls: list[CoordinatorUrl] = Field(
+        default_factory=list, description="other replicas of the coordinator (sharing its "
+        "database and CA): the agent moves on to the next when one does not answer")
     ca_file: str | None = Field(default=None, description="CA to trust for an https coordinator "
                                 "(else the one pinned by the join string)")
     health_path: str = "/healthz"
     timeout: float = Field(default=2.0, gt=0, le=60)
 
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        # Caught here, not when the coordinator check parses the URL and crashes on it.
-        parts = urlsplit(value)
-        if not parts.hostname:
-            raise ValueError("must name a host, e.g. https://coordinator.example:8443")
-        try:
-            port = parts.port
-        except ValueError:
-            port = 0
-        if port == 0:
-            raise ValueError("port must be a number from 1 to 65535")
-        return value
+    @property
+    def all_urls(self) -> list[str]:
+        """url first, then the other replicas, each once."""
+        return list(dict.fromkeys(u for u in (self.url, *self.urls) if u))
 
 
 class NtpConfig(NtpSettings):
@@ -97,6 +109,11 @@ class AgentConfig(_Section):
     @property
     def ca_hash(self) -> str | None:
         return joinstring.decode(self.join).ca_hash if self.join else None
+
+    def coordinator_endpoints(self, environ: Mapping[str, str]) -> list[Endpoint]:
+        """Each of the coordinator's replicas, with the proxy to reach it through."""
+        return [Endpoint(url, proxy_for(url, self.proxy, environ))
+                for url in self.coordinator.all_urls]
 
 
 def load_config(path: str | None) -> AgentConfig:

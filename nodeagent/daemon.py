@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from nodeagent import sdnotify, trust
 from nodeagent.backoff import delay
-from nodeagent.client import CoordinatorClient, Document, Rejected, Unreachable
+from nodeagent.client import CoordinatorClient, Document, Endpoint, Rejected, Unreachable
 from nodeagent.host import CommandResult, Host
 from nodeagent.identity import IDENTITY_FILE, Identity, load_identity, save_identity
 from nodeagent.logfmt import fields
@@ -61,11 +61,10 @@ class Settings:
     gives it: validated (in a child, with config.py's one definition), defaults filled in,
     the join string decoded."""
 
-    url: str
+    endpoints: list[Endpoint]  # the coordinator's replicas, each with its proxy
     ca_file: str | None
     ca_hash: str | None
     timeout: float
-    proxy: str | None  # the one for the coordinator's URL
     state_dir: Path
     join_token: str | None
     heartbeat_seconds: float
@@ -77,9 +76,9 @@ class Settings:
     def from_document(cls, document: Document) -> Settings:
         config = document["config"]
         coordinator = config["coordinator"]
-        return cls(url=coordinator["url"], ca_file=coordinator["ca_file"],
-                   ca_hash=document["ca_hash"], timeout=coordinator["timeout"],
-                   proxy=document["coordinator_proxy"], state_dir=Path(config["state_dir"]),
+        return cls(endpoints=[Endpoint(**e) for e in document["coordinator_endpoints"]],
+                   ca_file=coordinator["ca_file"], ca_hash=document["ca_hash"],
+                   timeout=coordinator["timeout"], state_dir=Path(config["state_dir"]),
                    join_token=config["join_token"],
                    heartbeat_seconds=config["heartbeat_seconds"], role=config["role"],
                    ignore_prechecks=config["ignore_prechecks"],
@@ -155,8 +154,7 @@ class Agent:
         self.host = host
         self.state_dir = settings.state_dir
         self.rand = rand or random.Random()
-        self.client = CoordinatorClient(settings.url, settings.proxy,
-                                        timeout=settings.timeout * 5)
+        self.client = CoordinatorClient(settings.endpoints, timeout=settings.timeout * 5)
         self.identity_path = self.state_dir / IDENTITY_FILE
         self.next_identity_path = self.state_dir / "identity.next.json"
         # The cluster's NTP settings (as the assignment spells them), once an assignment has
@@ -185,7 +183,7 @@ class Agent:
     async def _trust(self) -> ssl.SSLContext | None:
         """The TLS context for an https coordinator: its CA from the config, or the one the
         join string pins (fetched and checked once, then kept in the state dir)."""
-        url = self.settings.url
+        url = self.client.url
         if not url.startswith("https://"):
             return None
         kept = trust.trusted_ca(self.settings.ca_file, self.state_dir)
@@ -194,11 +192,17 @@ class Agent:
             if pin is None:
                 raise AgentError(f"{url} is https but there is no CA to trust: set "
                                  "coordinator.caFile or use a join string (join:)")
-            try:
-                await trust.fetch_pinned_ca(url, pin, kept, self.settings.proxy,
-                                            self.settings.timeout * 5)
-            except trust.TrustError as exc:
-                raise AgentError(str(exc)) from None
+            # The replicas share one CA: the first that presents the pinned one will do.
+            problems = []
+            for endpoint in self.client.endpoints:
+                try:
+                    await trust.fetch_pinned_ca(endpoint.url, pin, kept, endpoint.proxy,
+                                                self.settings.timeout * 5)
+                    break
+                except trust.TrustError as exc:
+                    problems.append(str(exc))
+            else:
+                raise AgentError("; ".join(problems))
             log.info("trusting the coordinator's CA %s", pin)
         return trust.context_for(kept)
 

@@ -33,7 +33,6 @@ from nodeagent.identity import IDENTITY_FILE, load_identity
 from nodeagent.items.runner import run_phase
 from nodeagent.journal import Journal, JournalError
 from nodeagent.protocol import Assignment, ItemReport
-from nodeagent.proxy import proxy_for
 
 EXIT_CANNOT_APPLY = 2  # a bad assignment or an unreadable journal: the daemon tries again
 JOURNAL_FILE = "journal.json"  # in the state dir
@@ -43,12 +42,11 @@ async def apply(config: AgentConfig, root: Path, assignment: Assignment,
                 journal: Journal) -> bool:
     """Run the assignment's phase; True when every item is applied."""
     state_dir = Path(config.state_dir)
-    url = config.coordinator.url or ""
-    context = None
-    if url.startswith("https://"):
-        context = trust.context_for(trust.trusted_ca(config.coordinator.ca_file, state_dir))
-    client = CoordinatorClient(url, proxy_for(url, config.proxy, os.environ),
-                               timeout=config.coordinator.timeout * 5, context=context)
+    client = CoordinatorClient(config.coordinator_endpoints(os.environ),
+                               timeout=config.coordinator.timeout * 5)
+    if client.url.startswith("https://"):
+        client.context = trust.context_for(trust.trusted_ca(config.coordinator.ca_file,
+                                                            state_dir))
 
     async def artifacts(name: str) -> AsyncIterator[bytes]:
         # Read at each download: the daemon may have rotated the credential meanwhile.

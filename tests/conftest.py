@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.support.postgres import Postgres
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 _REQUIRED_DIRS = ("integration", "e2e")
@@ -77,3 +82,12 @@ class RootTree:
 def root_tree(tmp_path: Path) -> RootTree:
     """A fake machine root: write files into it with root_tree.write('/etc/x', 'text')."""
     return RootTree(tmp_path / "root")
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """One PostgreSQL server for the whole session (tests take a database each from it)."""
+    from tests.support.postgres import postgres_server
+
+    with postgres_server() as server:
+        yield server

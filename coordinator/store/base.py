@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,8 +63,29 @@ class StoreError(Exception):
     pass
 
 
+class Fenced(StoreError):
+    """A write of a leader that has been deposed: another replica was elected since."""
+
+
+# The leader epoch the running task writes under: the reconcile loop sets it for its term, and
+# the tasks it starts (drains) inherit it. A store shared by replicas refuses such a task's
+# writes once another replica was elected (Fenced). None: not leader work, never fenced.
+leader_epoch: ContextVar[int | None] = ContextVar("leader_epoch", default=None)
+
+
+@dataclass(frozen=True)
+class Term:
+    """This replica's leadership, from its election until `lost` is set."""
+
+    epoch: int | None  # None: a store no other coordinator shares, led for good
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 class Store(ABC):
-    """Durable state. Every method is atomic; commit() applies several changes atomically."""
+    """Durable state. Every method is atomic; commit() applies several changes atomically.
+
+    The last section (replicas) has defaults for a store only one coordinator uses; a backend
+    several coordinators share overrides it."""
 
     @abstractmethod
     async def open(self) -> None:
@@ -170,3 +194,26 @@ class Store(ABC):
         implements them in its query (SQL: `kind IN (...)`, `ORDER BY id DESC`), never by
         filtering after the limit. tests/integration/store/test_store.py checks both.
         """
+
+    # -- replicas -------------------------------------------------------------------
+    def mutex(self) -> AbstractAsyncContextManager[Any]:
+        """A lock for read-modify-write sequences of machines, held by one task of one
+        coordinator at a time: every replica sharing the store, when it is shared."""
+        return asyncio.Lock()
+
+    async def campaign(self) -> Term:
+        """Wait until this coordinator leads (runs the reconcile loop) and return its term."""
+        return Term(None)
+
+    async def listen(self, deliver: Callable[[str], None]) -> bool:
+        """Deliver to `deliver` what other coordinators publish ("" when some may have been
+        missed). False when no other coordinator can share this store: nothing to publish."""
+        return False
+
+    async def publish(self, message: str) -> None:
+        """Send message (at most MAX_MESSAGE bytes) to every other coordinator that listens;
+        only called when listen() returned True."""
+        raise StoreError(f"{type(self).__name__} is never shared: there is nobody to tell")
+
+
+MAX_MESSAGE = 7900  # bytes: PostgreSQL's NOTIFY payloads stop just under 8000

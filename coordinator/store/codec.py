@@ -1,4 +1,5 @@
-"""How model objects become JSON documents, shared by every store backend (no SQL here).
+"""How model objects become JSON documents and rows become objects, shared by every store
+backend (no SQL here: rows are read by column name, as sqlite3.Row and asyncpg.Record allow).
 
 Machines are stored as one document each so that adding a field to Machine needs no
 schema migration: documents written before the field existed decode with its default.
@@ -9,9 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, fields
-from typing import Any
+from typing import Any, Protocol
 
 from coordinator.model import ClusterSpec, DrainStage, DrainStatus, Machine, MachineState, Progress
+from coordinator.store.base import AdminToken, Event, JoinToken, StoredCluster
 
 _MACHINE_FIELDS = tuple(f.name for f in fields(Machine))
 _PROGRESS_FIELDS = tuple(f.name for f in fields(Progress))
@@ -65,3 +67,39 @@ def spec_to_json(spec: ClusterSpec) -> str:
 
 def spec_from_json(text: str) -> ClusterSpec:
     return ClusterSpec.model_validate_json(text)
+
+
+class Row(Protocol):
+    """A database row read by column name."""
+
+    def __getitem__(self, key: str) -> Any: ...
+
+
+def cluster_from_row(row: Row) -> StoredCluster:
+    return StoredCluster(spec=spec_from_json(row["spec"]), generation=row["generation"],
+                         created_at=row["created_at"], updated_at=row["updated_at"],
+                         deleting=bool(row["deleting"]))
+
+
+def machine_from_row(row: Row) -> Machine:
+    """The last_seen column wins over the document's: touch_machine updates only the column."""
+    doc = json.loads(row["doc"])
+    doc["last_seen"] = row["last_seen"]
+    return machine_from_doc(doc)
+
+
+def join_token_from_row(row: Row) -> JoinToken:
+    return JoinToken(id=row["id"], cluster=row["cluster"], created_at=row["created_at"],
+                     expires_at=row["expires_at"], max_uses=row["max_uses"], uses=row["uses"],
+                     revoked=bool(row["revoked"]))
+
+
+def admin_token_from_row(row: Row) -> AdminToken:
+    return AdminToken(id=row["id"], name=row["name"], role=row["role"],
+                      created_at=row["created_at"], revoked=bool(row["revoked"]))
+
+
+def event_from_row(row: Row) -> Event:
+    return Event(id=row["id"], time=row["time"], cluster=row["cluster"], machine=row["machine"],
+                 hostname=row["hostname"], kind=row["kind"], message=row["message"],
+                 data=json.loads(row["data"]))

@@ -9,7 +9,6 @@ returned commit survive a power cut.
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +21,16 @@ from typing import Any, TypeVar
 
 from coordinator.model import ClusterSpec, Machine
 from coordinator.store.base import AdminToken, Event, JoinToken, Store, StoredCluster, StoreError
-from coordinator.store.codec import dumps, machine_from_doc, machine_to_doc, spec_from_json, spec_to_json
+from coordinator.store.codec import (
+    admin_token_from_row,
+    cluster_from_row,
+    dumps,
+    event_from_row,
+    join_token_from_row,
+    machine_from_row,
+    machine_to_doc,
+    spec_to_json,
+)
 from coordinator.tokens import token_id
 
 T = TypeVar("T")
@@ -140,36 +148,6 @@ def _migrate(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT INTO schema_version VALUES (?, ?)", (current + 1, time.time()))
 
 
-def _cluster(row: sqlite3.Row) -> StoredCluster:
-    return StoredCluster(spec=spec_from_json(row["spec"]), generation=row["generation"],
-                         created_at=row["created_at"], updated_at=row["updated_at"],
-                         deleting=bool(row["deleting"]))
-
-
-def _machine(row: sqlite3.Row) -> Machine:
-    """The last_seen column wins over the document's: touch_machine updates only the column."""
-    doc = json.loads(row["doc"])
-    doc["last_seen"] = row["last_seen"]
-    return machine_from_doc(doc)
-
-
-def _join_token(row: sqlite3.Row) -> JoinToken:
-    return JoinToken(id=row["id"], cluster=row["cluster"], created_at=row["created_at"],
-                     expires_at=row["expires_at"], max_uses=row["max_uses"], uses=row["uses"],
-                     revoked=bool(row["revoked"]))
-
-
-def _admin_token(row: sqlite3.Row) -> AdminToken:
-    return AdminToken(id=row["id"], name=row["name"], role=row["role"],
-                      created_at=row["created_at"], revoked=bool(row["revoked"]))
-
-
-def _event(row: sqlite3.Row) -> Event:
-    return Event(id=row["id"], time=row["time"], cluster=row["cluster"], machine=row["machine"],
-                 hostname=row["hostname"], kind=row["kind"], message=row["message"],
-                 data=json.loads(row["data"]))
-
-
 # A commit may carry a machine read before a heartbeat touched it: last_seen never goes back.
 _UPSERT_MACHINE = """
     INSERT INTO machines (id, cluster, hostname, state, credential_hash, last_seen, doc)
@@ -278,7 +256,7 @@ class SQLiteStore(Store):
                 conn.execute("INSERT INTO clusters (name, spec, generation, created_at, updated_at) "
                              "VALUES (?, ?, 1, ?, ?)", (spec.name, text, now, now))
                 return StoredCluster(spec=spec, generation=1, created_at=now, updated_at=now)
-            stored = _cluster(row)
+            stored = cluster_from_row(row)
             # Compare re-encoded: a spec stored by an older model version (missing a field that
             # now has a default) is not a change.
             if spec_to_json(stored.spec) == text:
@@ -288,10 +266,10 @@ class SQLiteStore(Store):
             return replace(stored, spec=spec, generation=stored.generation + 1, updated_at=now)
 
     async def get_cluster(self, name: str) -> StoredCluster | None:
-        return await self._one(_cluster, "SELECT * FROM clusters WHERE name = ?", (name,))
+        return await self._one(cluster_from_row, "SELECT * FROM clusters WHERE name = ?", (name,))
 
     async def list_clusters(self) -> list[StoredCluster]:
-        return await self._all(_cluster, "SELECT * FROM clusters ORDER BY name")
+        return await self._all(cluster_from_row, "SELECT * FROM clusters ORDER BY name")
 
     async def mark_cluster_deleting(self, name: str) -> None:
         await self._execute("UPDATE clusters SET deleting = 1 WHERE name = ?", (name,))
@@ -322,13 +300,15 @@ class SQLiteStore(Store):
 
     async def list_join_tokens(self, cluster: str | None = None) -> list[JoinToken]:
         if cluster is None:
-            return await self._all(_join_token, "SELECT * FROM join_tokens ORDER BY created_at")
-        return await self._all(_join_token, "SELECT * FROM join_tokens WHERE cluster = ? "
+            return await self._all(join_token_from_row,
+                                   "SELECT * FROM join_tokens ORDER BY created_at")
+        return await self._all(join_token_from_row, "SELECT * FROM join_tokens WHERE cluster = ? "
                                "ORDER BY created_at", (cluster,))
 
     async def revoke_join_token(self, token_id: str) -> JoinToken | None:
         await self._execute("UPDATE join_tokens SET revoked = 1 WHERE id = ?", (token_id,))
-        return await self._one(_join_token, "SELECT * FROM join_tokens WHERE id = ?", (token_id,))
+        return await self._one(join_token_from_row, "SELECT * FROM join_tokens WHERE id = ?",
+                               (token_id,))
 
     async def use_join_token(self, token_hash: str, now: float) -> tuple[JoinToken | None, bool]:
         return await self._run(self._use_join_token, token_hash, now)
@@ -338,7 +318,7 @@ class SQLiteStore(Store):
         with _transaction(conn):
             counted = conn.execute(_USE_JOIN_TOKEN, (token_hash, now)).rowcount == 1
             row = conn.execute("SELECT * FROM join_tokens WHERE hash = ?", (token_hash,)).fetchone()
-        return (None if row is None else _join_token(row)), counted
+        return (None if row is None else join_token_from_row(row)), counted
 
     # -- admin tokens -------------------------------------------------------------
     async def add_admin_token(self, token_hash: str, name: str, role: str,
@@ -349,26 +329,27 @@ class SQLiteStore(Store):
         return token
 
     async def admin_token(self, token_hash: str) -> AdminToken | None:
-        return await self._one(_admin_token, "SELECT * FROM admin_tokens WHERE hash = ?",
+        return await self._one(admin_token_from_row, "SELECT * FROM admin_tokens WHERE hash = ?",
                                (token_hash,))
 
     async def list_admin_tokens(self) -> list[AdminToken]:
-        return await self._all(_admin_token, "SELECT * FROM admin_tokens ORDER BY created_at")
+        return await self._all(admin_token_from_row,
+                               "SELECT * FROM admin_tokens ORDER BY created_at")
 
     async def revoke_admin_token(self, token_id: str) -> AdminToken | None:
         await self._execute("UPDATE admin_tokens SET revoked = 1 WHERE id = ?", (token_id,))
-        return await self._one(_admin_token, "SELECT * FROM admin_tokens WHERE id = ?",
+        return await self._one(admin_token_from_row, "SELECT * FROM admin_tokens WHERE id = ?",
                                (token_id,))
 
     # -- machines ---------------------------------------------------------------
     async def get_machine(self, machine_id: str) -> Machine | None:
-        return await self._one(_machine, "SELECT doc, last_seen FROM machines WHERE id = ?",
+        return await self._one(machine_from_row, "SELECT doc, last_seen FROM machines WHERE id = ?",
                                (machine_id,))
 
     async def machine_by_credential(self, credential_hash: str) -> Machine | None:
         if not credential_hash:  # machines without a credential store "": never match them
             return None
-        return await self._one(_machine, "SELECT doc, last_seen FROM machines "
+        return await self._one(machine_from_row, "SELECT doc, last_seen FROM machines "
                                "WHERE credential_hash = ?", (credential_hash,))
 
     async def list_machines(self, cluster: str | None = None) -> list[Machine]:
@@ -379,7 +360,7 @@ class SQLiteStore(Store):
             query += " WHERE cluster = ?"
             params = (cluster,)
         query += " ORDER BY cluster, hostname, id"
-        return await self._all(_machine, query, params)
+        return await self._all(machine_from_row, query, params)
 
     async def touch_machine(self, machine_id: str, now: float) -> None:
         """An unknown id is ignored: a heartbeat may race the machine's removal."""
@@ -441,4 +422,4 @@ class SQLiteStore(Store):
             params.extend(kinds)
         order = "DESC" if newest_first else "ASC"
         query = f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY id {order} LIMIT ?"
-        return await self._all(_event, query, (*params, limit))
+        return await self._all(event_from_row, query, (*params, limit))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.e2e.test_rollout import BATCH, MANAGERS, WORKERS, all_ready, fleet, item_log, spec
 from tests.support.kubeapi import Cluster, kube_api_server
+from tests.support.rollout import BATCH, MANAGERS, WORKERS, all_ready, fleet, item_log, spec
 
 UPGRADE_ITEMS = """\
     - name: upgrade-{role}

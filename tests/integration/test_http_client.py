@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 
 from nodeagent import http_client
+from nodeagent.client import CoordinatorClient, Endpoint, Rejected, Unreachable
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -43,7 +44,7 @@ async def server() -> AsyncIterator[Recorder]:
 
     async def handle(request: web.Request) -> web.StreamResponse:
         recorder.seen.append((request.method, request.raw_path, request.host))
-        if request.path == "/missing":
+        if "missing" in request.path:
             return web.json_response({"error": "no such machine"}, status=404)
         if request.path == "/park":
             with contextlib.suppress(TimeoutError):
@@ -128,3 +129,28 @@ async def test_a_parked_request_does_not_hold_up_shutdown(server: Recorder) -> N
 
     assert await asyncio.to_thread(run_loop) < 5  # the server parks the poll for 30 s
     assert any(path == "/park" for _, path, _ in server.seen)
+
+
+async def test_the_agent_client_moves_to_the_next_replica_when_one_does_not_answer(
+        server: Recorder) -> None:
+    """A dead replica, then one answering 503, then a live one: each failed call says where
+    the next goes, and calls stay with the replica that answers."""
+    async def unavailable(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"error": "store down"}, status=503)
+
+    runner, sick = await _serve(unavailable)
+    dead = f"http://127.0.0.1:{free_port()}"
+    client = CoordinatorClient([Endpoint(dead), Endpoint(sick), Endpoint(server.url)], timeout=2)
+    try:
+        with pytest.raises(Unreachable, match=f"ConnectionRefused.*; trying {sick} next"):
+            await client.heartbeat("m1", "secret")
+        with pytest.raises(Unreachable, match=f"HTTP 503.*; trying {server.url} next"):
+            await client.heartbeat("m1", "secret")
+        await client.heartbeat("m1", "secret")
+        await client.heartbeat("m1", "secret")
+        assert [s[1] for s in server.seen] == ["/v1/agent/machines/m1/heartbeat"] * 2
+        with pytest.raises(Rejected):  # a refusal is an answer: it stays
+            await client.heartbeat("missing", "secret")
+        assert client.url == server.url
+    finally:
+        await runner.cleanup()

@@ -170,3 +170,17 @@ def test_split_host_port_rejects(server: str, message: str) -> None:
     with pytest.raises(ValueError) as caught:
         split_host_port(server, 123)
     assert str(caught.value) == message
+
+
+def test_coordinator_replicas_follow_the_join_strings_url_each_once() -> None:
+    config = AgentConfig.model_validate({"coordinator": {
+        "url": "https://c1.example:8443",
+        "urls": ["https://c2.example:8443", "https://c1.example:8443", "https://c3.example"]}})
+    assert config.coordinator.all_urls == [
+        "https://c1.example:8443", "https://c2.example:8443", "https://c3.example"]
+
+
+def test_a_bad_replica_url_is_named_by_index(tmp_path: Path) -> None:
+    message = error_of(tmp_path, "coordinator:\n  urls:\n    - https://c2.example\n"
+                                 "    - c3.example:8443\n")
+    assert message.endswith(":4: coordinator.urls[1]: must start with http:// or https://")

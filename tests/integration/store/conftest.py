@@ -1,26 +1,28 @@
-"""A `store` fixture per backend: every behaviour test runs against each of them.
-
-A PostgreSQL store joins by adding its id to BACKENDS and a branch to make_store."""
+"""A `store` fixture per backend: every behaviour test runs against each of them (PostgreSQL
+in a fresh database of the session's server)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from coordinator.store.base import Store
+from coordinator.store.postgres import PostgresStore
 from coordinator.store.sqlite import SQLiteStore
 
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgresql"]
 
 
 @pytest.fixture(params=BACKENDS)
-def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Store]:
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Store]]:
     """Makes unopened stores that all see the same database: reopening shows durability."""
     if request.param == "sqlite":
-        return lambda: SQLiteStore(tmp_path / "coordinator.db")
-    raise AssertionError(f"unknown backend {request.param}")
+        yield lambda: SQLiteStore(tmp_path / "coordinator.db")
+        return
+    with request.getfixturevalue("postgres").database() as dsn:
+        yield lambda: PostgresStore(dsn)
 
 
 @pytest.fixture

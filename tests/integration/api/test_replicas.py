@@ -1,0 +1,146 @@
+"""Two coordinator replicas in-process on one PostgreSQL database, each with its own API:
+wake-ups cross between them, one leads, and a deposed leader's writes are refused."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from coordinator.api.app import Settings, create_app
+from coordinator.model import MachineState
+from coordinator.service import Coordinator
+from coordinator.store.base import Fenced, leader_epoch
+from coordinator.store.postgres import LEADER_LOCK, PostgresStore
+from tests.integration.api.conftest import CLUSTER, Clock, Env
+from tests.integration.store.test_postgres import holder_of, soon, terminate
+from tests.support.coordinator import COORDINATOR
+from tests.support.ports import free_port
+from tests.support.postgres import Postgres
+
+
+@pytest.fixture
+def dsn(postgres: Postgres) -> Iterator[str]:
+    with postgres.database() as fresh:
+        yield fresh
+
+
+@pytest.fixture
+async def replicas(dsn: str, tmp_path: Path) -> AsyncIterator[list[Env]]:
+    """Replicas a and b: each its own store connection pool, coordinator and HTTP server."""
+    envs: list[Env] = []
+    secret = None
+    for name in ("a", "b"):
+        store = PostgresStore(dsn)
+        store.identity = name
+        await store.open()
+        coordinator = Coordinator(store, Clock())
+        if secret is None:
+            secret, _ = await coordinator.access.create_admin_token("tests", "admin")
+        client = TestClient(TestServer(create_app(coordinator, tmp_path,
+                                                  Settings(advertise_url="http://127.0.0.1:1"))))
+        await client.start_server()
+        envs.append(Env(client, coordinator, Clock(), {"Authorization": f"Bearer {secret}"}))
+    await envs[0].call("PUT", "/v1/clusters", 200, data=CLUSTER)
+    yield envs
+    for env in envs:
+        await env.client.close()
+        await env.coordinator.close()
+        await env.coordinator.store.close()
+
+
+async def test_a_change_through_one_replica_wakes_a_long_poll_parked_on_another(
+        replicas: list[Env]) -> None:
+    a, b = replicas
+    for env in replicas:
+        await env.coordinator.share()
+    agent = await a.register("w1")
+    before = (await b.assignment(agent))["generation"]
+    poll = asyncio.create_task(b.assignment(agent, after=before, wait=20))
+    await asyncio.sleep(0.5)  # parked on b
+    assert not poll.done()
+    sent = time.monotonic()
+    await a.call("PUT", "/v1/clusters", 200, data=CLUSTER.replace('"1.0"', '"1.1"'))
+    woken = await asyncio.wait_for(poll, 5)
+    latency = time.monotonic() - sent
+    assert woken["generation"] > before
+    assert latency < 1.0, f"woken after {latency:.3f}s: not by the notification"
+
+
+async def test_one_replica_leads_and_the_other_takes_over_and_fences_it_when_it_loses_the_lock(
+        postgres: Postgres, dsn: str, replicas: list[Env]) -> None:
+    runs = [asyncio.create_task(env.coordinator.run(tick=0.2)) for env in replicas]
+    try:
+        def leader() -> str:
+            return postgres.psql("SELECT holder || ' ' || epoch FROM leader", dsn)
+
+        await soon("a leader", lambda: leader() != " 0" and leader() != "")
+        first, epoch = leader().split()
+        old, new = (replicas[0], replicas[1]) if first == "a" else (replicas[1], replicas[0])
+
+        # The standby replica serves the API, and what it is asked reaches the leader.
+        w1 = await new.register("w1")
+        await new.call("POST", f"/v1/machines/{w1['machine_id']}/approve", 200,
+                       json={"role": "worker"})
+        await _wait_state(new, "w1", "Prepare")
+
+        terminate(postgres, holder_of(postgres, dsn, LEADER_LOCK))
+        taken = await soon("the other replica leading", lambda: leader().split()[0] != first)
+        assert taken < 3.0
+        assert int(leader().split()[1]) == int(epoch) + 1
+
+        # A write of the old term still on its way (a reconcile pass, a drain) is refused.
+        machine = await old.coordinator.store.get_machine(w1["machine_id"])
+        assert machine is not None
+        stale = leader_epoch.set(int(epoch))
+        try:
+            with pytest.raises(Fenced):
+                await old.coordinator.store.commit([replace(machine, state=MachineState.READY)])
+        finally:
+            leader_epoch.reset(stale)
+        assert (await old.call("GET", "/v1/machines/w1", 200))["state"] == "Prepare"
+
+        # The deposed replica still serves the API; the new leader rolls its machines on.
+        w2 = await old.register("w2")
+        await old.call("POST", f"/v1/machines/{w2['machine_id']}/approve", 200,
+                       json={"role": "worker"})
+        await _wait_state(old, "w2", "Prepare")
+    finally:
+        for run in runs:
+            run.cancel()
+        await asyncio.gather(*runs, return_exceptions=True)
+
+
+async def _wait_state(env: Env, hostname: str, state: str) -> None:
+    async def current() -> str:
+        return str((await env.call("GET", f"/v1/machines/{hostname}", 200))["state"])
+
+    deadline = time.monotonic() + 10
+    while await current() != state:
+        assert time.monotonic() < deadline, f"{hostname} not {state} within 10s"
+        await asyncio.sleep(0.05)
+
+
+def test_serve_names_a_bad_or_unreachable_store_without_its_password(tmp_path: Path) -> None:
+    def serve(store: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([COORDINATOR, "serve", "--data-dir", str(tmp_path), "--listen",
+                               f"127.0.0.1:{free_port()}", "--insecure-http"],
+                              env={**os.environ, "COORDINATOR_STORE": store},
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    wrong = serve("mysql://db.example/coordinator")
+    assert wrong.returncode == 2
+    assert "--store" in wrong.stderr and "postgresql://" in wrong.stderr
+    port = free_port()
+    down = serve(f"postgresql://coordinator:s3cret@127.0.0.1:{port}/state")
+    assert down.returncode == 2, down.stderr
+    assert down.stderr.startswith(f"error: cannot open the store: postgresql://coordinator@"
+                                  f"127.0.0.1:{port}/state: ")
+    assert "s3cret" not in down.stderr and "Traceback" not in down.stderr

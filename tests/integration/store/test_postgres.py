@@ -1,0 +1,234 @@
+"""What is particular to the PostgreSQL store: migrations under concurrent replicas, connection
+errors, and what replicas share through it: leader election, fencing, the mutex, NOTIFY."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import pytest
+
+from coordinator.store import postgres as postgres_store
+from coordinator.store.base import Event, Fenced, StoreError, leader_epoch
+from coordinator.store.postgres import LEADER_LOCK, MIGRATIONS, MUTEX_LOCK, PostgresStore
+from tests.integration.store.samples import machine
+from tests.support.ports import free_port
+from tests.support.postgres import Postgres
+
+
+@pytest.fixture
+def dsn(postgres: Postgres) -> Iterator[str]:
+    with postgres.database() as fresh:
+        yield fresh
+
+
+@pytest.fixture
+async def replicas(dsn: str) -> AsyncIterator[Callable[[], PostgresStore]]:
+    """Opens stores on the one database, as replicas would; closes them all at the end."""
+    opened: list[PostgresStore] = []
+
+    def open_one() -> PostgresStore:
+        store = PostgresStore(dsn)
+        opened.append(store)
+        return store
+
+    yield open_one
+    for store in opened:
+        await store.close()
+
+
+def versions(postgres: Postgres, dsn: str) -> list[int]:
+    out = postgres.psql("SELECT version FROM schema_version ORDER BY version", dsn)
+    return [int(v) for v in out.split()]
+
+
+def holder_of(postgres: Postgres, dsn: str, key: int) -> int:
+    """The server pid of the session holding advisory lock `key` (keys below 2**32)."""
+    return int(postgres.psql(f"SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND "
+                             f"objid = {key} AND granted AND database = "
+                             "(SELECT oid FROM pg_database WHERE datname = current_database())",
+                             dsn))
+
+
+def terminate(postgres: Postgres, pid: int) -> None:
+    """What losing a connection looks like from the coordinator: the server ends it."""
+    assert postgres.psql(f"SELECT pg_terminate_backend({pid})") == "t"
+
+
+def event(kind: str = "state") -> Event:
+    return Event(time=1.0, cluster="edge", kind=kind, message=kind)
+
+
+async def soon(what: str, ready: Callable[[], bool], timeout: float = 5.0) -> float:
+    """Seconds until ready() is true; fails naming what after timeout."""
+    start = time.monotonic()
+    while not ready():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"{what} not within {timeout}s")
+        await asyncio.sleep(0.01)
+    return time.monotonic() - start
+
+
+# -- schema ---------------------------------------------------------------------------------
+
+
+async def test_replicas_opening_a_new_database_together_migrate_it_once(
+        postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore]) -> None:
+    await asyncio.gather(*(replicas().open() for _ in range(4)))
+    assert versions(postgres, dsn) == list(range(1, len(MIGRATIONS) + 1))
+
+
+async def test_a_database_from_a_newer_coordinator_is_refused(
+        postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore]) -> None:
+    await replicas().open()
+    postgres.psql(f"INSERT INTO schema_version VALUES ({len(MIGRATIONS) + 1}, 0)", dsn)
+    newer = replicas()
+    with pytest.raises(StoreError, match=rf"schema version {len(MIGRATIONS) + 1} is newer than "
+                                         rf"this coordinator supports \({len(MIGRATIONS)}\)"):
+        await newer.open()
+    with pytest.raises(StoreError, match="not open"):
+        await newer.list_machines()
+
+
+async def test_a_failing_migration_leaves_the_database_as_it_was(
+        postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    first = replicas()
+    await first.open()
+    await first.commit([machine()])
+    monkeypatch.setattr(postgres_store, "MIGRATIONS", [*MIGRATIONS, """
+        CREATE TABLE extra (x INTEGER);
+        INSERT INTO no_such_table VALUES (1);
+    """])
+    with pytest.raises(StoreError, match='relation "no_such_table" does not exist'):
+        await replicas().open()
+    assert versions(postgres, dsn) == list(range(1, len(MIGRATIONS) + 1))
+    assert postgres.psql("SELECT to_regclass('extra') IS NULL", dsn) == "t"
+    assert await first.get_machine("m-1") == machine()
+
+
+async def test_an_unreachable_database_is_a_store_error_that_hides_the_password() -> None:
+    port = free_port()
+    store = PostgresStore(f"postgresql://coordinator:s3cret@127.0.0.1:{port}/state")
+    with pytest.raises(StoreError) as refused:
+        await store.open()
+    message = str(refused.value)
+    assert f"postgresql://coordinator@127.0.0.1:{port}/state" in message
+    assert "s3cret" not in message
+
+
+# -- leader election and fencing ----------------------------------------------------------------
+
+
+async def test_one_replica_leads_and_the_next_takes_over_when_it_resigns(
+        replicas: Callable[[], PostgresStore]) -> None:
+    first, second = replicas(), replicas()
+    await first.open()
+    await second.open()
+    term = await first.campaign()
+    assert term.epoch == 1
+    waiting = asyncio.create_task(second.campaign())
+    await asyncio.sleep(2.5)  # two election attempts at least
+    assert not waiting.done()
+    await first.close()  # a replica stopping resigns
+    taken = await asyncio.wait_for(waiting, 5)
+    assert taken.epoch == 2 and not taken.lost.is_set()
+
+
+async def test_losing_the_lock_connection_ends_the_term_and_fences_the_old_leaders_writes(
+        postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore]) -> None:
+    old, new = replicas(), replicas()
+    await old.open()
+    await new.open()
+    await old.commit([machine()])
+    term = await old.campaign()
+    waiting = asyncio.create_task(new.campaign())
+    terminate(postgres, holder_of(postgres, dsn, LEADER_LOCK))
+    lost_after = await soon("the old leader noticing", term.lost.is_set)
+    assert lost_after < 1.0  # at once, not at the next probe
+    elected = await asyncio.wait_for(waiting, 5)
+    assert elected.epoch == term.epoch + 1  # type: ignore[operator]
+
+    # A reconcile pass of the old term still on its way: refused, and nothing of it written.
+    stale = leader_epoch.set(term.epoch)
+    try:
+        with pytest.raises(Fenced, match=rf"deposed \(leader epoch {term.epoch}, now "
+                                         rf"{elected.epoch}\)"):
+            await old.commit([machine(hostname="stale")], [event()])
+        with pytest.raises(Fenced):
+            await old.remove_cluster("edge")
+    finally:
+        leader_epoch.reset(stale)
+    assert await new.get_machine("m-1") == machine()
+    assert await new.list_events() == []
+
+    # The new leader's work, and anything that is not leader work, goes through.
+    current = leader_epoch.set(elected.epoch)
+    try:
+        await new.commit([machine(hostname="fresh")])
+    finally:
+        leader_epoch.reset(current)
+    await old.commit(events=[event("audit")])  # an API request the old replica still serves
+    assert (await new.get_machine("m-1")).hostname == "fresh"  # type: ignore[union-attr]
+    assert [e.kind for e in await new.list_events()] == ["audit"]
+
+
+# -- the mutex ------------------------------------------------------------------------------------
+
+
+async def test_the_mutex_is_held_by_one_replica_at_a_time(
+        replicas: Callable[[], PostgresStore]) -> None:
+    first, second = replicas(), replicas()
+    await first.open()
+    await second.open()
+    order: list[str] = []
+
+    async def section(store: PostgresStore, name: str, hold: float) -> None:
+        async with store.mutex():
+            order.append(f"{name} in")
+            await asyncio.sleep(hold)
+            order.append(f"{name} out")
+
+    holder = asyncio.create_task(section(first, "first", 0.5))
+    await asyncio.sleep(0.1)
+    await section(second, "second", 0)
+    await holder
+    assert order == ["first in", "first out", "second in", "second out"]
+
+
+async def test_a_holder_that_lost_the_mutex_cannot_write_unprotected(
+        postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore]) -> None:
+    store, other = replicas(), replicas()
+    await store.open()
+    await other.open()
+    async with store.mutex():
+        terminate(postgres, holder_of(postgres, dsn, MUTEX_LOCK))
+        with pytest.raises(StoreError):
+            await store.commit([machine()])
+        async with asyncio.timeout(5), other.mutex():  # the lock went with the connection
+            pass
+    assert await other.list_machines() == []
+    await store.commit([machine()])  # the store itself goes on with other connections
+    assert len(await other.list_machines()) == 1
+
+
+# -- LISTEN/NOTIFY --------------------------------------------------------------------------------
+
+
+async def test_published_messages_reach_the_other_replicas_and_a_lost_listener_reconnects(
+        postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore]) -> None:
+    listener, sender = replicas(), replicas()
+    await listener.open()
+    await sender.open()
+    received: list[str] = []
+    assert await listener.listen(received.append)
+    await sender.publish("hello")
+    assert await soon("the message", lambda: received == ["hello"]) < 0.5
+    pid = int(postgres.psql("SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN%' "
+                            "AND datname = current_database()", dsn))
+    terminate(postgres, pid)
+    # Messages sent while it was away are lost: it says so ("") once it is back.
+    await soon("the reconnection", lambda: received == ["hello", ""])
+    await sender.publish("again")
+    await soon("a message after the reconnection", lambda: received[-1] == "again")

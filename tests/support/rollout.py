@@ -1,0 +1,237 @@
+"""A cluster rolled out by real agents: a LAN of network namespaces, the coordinator (one
+process, or several replicas on one PostgreSQL database) in the hub namespace over HTTPS, and
+one nodeagent per node namespace with its own hostname and root; plus the check that the
+event history kept the ordering invariants."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.support.lan import HUB_IP, Lan, Node, lan
+from tests.support.ports import free_port
+from tests.support.roots import passing_root
+
+BIN = Path(sys.executable).parent
+MANAGERS = ["m1", "m2", "m3"]
+WORKERS = ["w1", "w2", "w3", "w4", "w5"]
+BATCH = 2
+
+# Every exec appends its item's name to var/log/items.log (relative to the agent's root,
+# where exec runs): each line must appear exactly once in the end. Deploy items wait for a
+# gate file in the root, so a test decides when they may finish.
+SPEC = """\
+name: lab
+release: "1.0"
+settings:
+  workerBatchSize: 2
+  heartbeatTimeoutSeconds: 20
+  retry: {{baseSeconds: 0.2, maxSeconds: 1}}
+machineTypes:
+{types}
+"""
+ROLE_ITEMS = """\
+  {role}:
+    - name: node-env
+      phase: prepare
+      action:
+        type: file
+        path: /etc/lab/node.env
+        template: "NODE=${{machine.hostname}}\\nROLE=${{machine.role}}\\nMANAGER=${{managers.first}}\\n"
+    - name: prepare-{role}
+      phase: prepare
+      action:
+        type: exec
+        argv: [sh, -c, 'mkdir -p var/log && echo "$1" >> var/log/items.log', sh, prepare-{role}]
+    - name: deploy-{role}
+      phase: deploy
+      timeout: 30
+      action:
+        type: exec
+        argv: [sh, -c, 'until [ -e gate ]; do sleep 0.1; done; echo "$1" >> var/log/items.log',
+               sh, deploy-{role}]
+"""
+
+
+def spec(extra_items: str = "") -> str:
+    """The cluster spec; extra_items (a template of {role}) adds items to each role."""
+    return SPEC.format(types="".join((ROLE_ITEMS + extra_items).format(role=r)
+                                     for r in ("manager", "worker")))
+
+
+@dataclass
+class Fleet:
+    lan: Lan
+    tmp: Path
+    data: Path
+    ports: list[int]  # one per coordinator replica
+    replicas: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        """Where admin commands go: the first replica still running."""
+        port = next(p for p, r in zip(self.ports, self.replicas, strict=True) if r.poll() is None)
+        return f"https://127.0.0.1:{port}"
+
+    @property
+    def token_file(self) -> Path:
+        return self.data / "admin.token"
+
+    def kill_replica(self, pid: int) -> None:
+        """kill -9 the coordinator replica with this pid."""
+        (replica,) = [r for r in self.replicas if r.pid == pid]
+        replica.send_signal(signal.SIGKILL)
+        replica.wait(timeout=10)
+
+    def _admin(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.lan.hub.run([str(BIN / "coordinator"), "--url", self.url, "--token-file",
+                                 str(self.token_file), "--ca", str(self.data / "pki" / "ca.crt"),
+                                 *args])
+
+    def admin(self, *args: str) -> str:
+        result = self._admin(*args)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def admin_ok(self, *args: str) -> bool:
+        return self._admin(*args).returncode == 0
+
+    def admin_json(self, *args: str) -> Any:
+        return json.loads(self.admin(*args, "--output", "json"))
+
+    def node(self, hostname: str) -> Node:
+        return next(n for n in self.lan.nodes if n.hostname == hostname)
+
+    def root(self, hostname: str) -> Path:
+        return self.tmp / "roots" / hostname
+
+    def open_gate(self, hostname: str) -> None:
+        (self.root(hostname) / "gate").touch()
+
+    def start_agent(self, hostname: str, join: str) -> None:
+        """The agent's config holds nothing about the coordinator but the join string: URL,
+        token and the CA's hash, which the agent checks before trusting the coordinator."""
+        root = self.root(hostname)
+        if not root.exists():
+            passing_root(root, hostname)
+        config = self.tmp / f"{hostname}.yaml"
+        others = [f"https://{HUB_IP}:{port}" for port in self.ports[1:]]  # the join has the first
+        config.write_text(
+            f"join: {join}\ncoordinator: {{timeout: 5, urls: {json.dumps(others)}}}\n"
+            f"stateDir: {root}/var/lib/nodeagent\n"
+            # Eight agents start at once on a small machine: give the checks room.
+            "heartbeatSeconds: 1\nthresholds: {checkTimeout: 15}\n")
+        log = (self.tmp / f"{hostname}.log").open("ab")
+        self.agents[hostname] = self.node(hostname).ns.popen(
+            [str(BIN / "nodeagent"), "run", "--config", str(config), "--root", str(root)],
+            stdout=log, stderr=subprocess.STDOUT)
+
+    def kill_node(self, hostname: str) -> None:
+        """kill -9 the agent and everything it started, as systemd does to a unit's cgroup."""
+        ns = self.node(hostname).ns.name
+        for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
+                                  check=False).stdout.split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        self.agents[hostname].wait(timeout=10)
+
+    def wait_for(self, what: str, predicate: Any, timeout: float = 90) -> Any:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            last = predicate()
+            if last:
+                return last
+            time.sleep(0.3)
+        logs = {p.name: p.read_text()[-1500:] for p in self.tmp.glob("*.log")}
+        raise AssertionError(f"timed out waiting for {what}; last: {last}; logs: {logs}")
+
+    def events(self) -> list[dict[str, Any]]:
+        out = self.admin("events", "--cluster", "lab", "--output", "json")
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+@contextlib.contextmanager
+def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = (), store: str | None = None,
+          replicas: int = 1) -> Iterator[Fleet]:
+    """The cluster with every machine registered and approved. With store (a PostgreSQL DSN
+    reachable from the hub namespace), `replicas` coordinators share it and the data dir."""
+    with lan(MANAGERS + WORKERS) as network:
+        data = tmp_path / "coordinator"
+        running = Fleet(network, tmp_path, data, [free_port() for _ in range(replicas)])
+        # HTTPS, as in production: agents reach it at the hub's address on the LAN.
+        shared = ["--data-dir", str(data), *(["--store", store] if store else [])]
+
+        def listen(port: int) -> list[str]:
+            return ["--listen", f"0.0.0.0:{port}", "--advertise-url", f"https://{HUB_IP}:{port}"]
+
+        initialized = network.hub.run([str(BIN / "coordinator"), "init", *shared,
+                                       "--name", HUB_IP, "--name", "127.0.0.1",
+                                       *listen(running.ports[0])])
+        assert initialized.returncode == 0, initialized.stderr
+        for index, port in enumerate(running.ports):
+            log = (tmp_path / ("coordinator.log" if index == 0 else f"coordinator-{index}.log"))
+            running.replicas.append(network.hub.popen(
+                [str(BIN / "coordinator"), "serve", *shared, *listen(port)],
+                stdout=log.open("wb"), stderr=subprocess.STDOUT))
+            if index == 0:  # up, and so leading, before the others start
+                running.wait_for("the coordinator", lambda: running.token_file.exists()
+                                 and running.admin_ok("cluster", "get"), timeout=30)
+        (tmp_path / "cluster.yaml").write_text(spec())
+        running.admin("cluster", "apply", "-f", str(tmp_path / "cluster.yaml"))
+        token = running.admin("join-token", "create", "lab").strip()
+        for hostname in MANAGERS + WORKERS:
+            running.start_agent(hostname, token)
+            if hostname not in closed_gates:
+                running.open_gate(hostname)
+        running.wait_for("8 registrations", lambda: len(running.admin_json("machines")) == 8)
+        for hostname in MANAGERS + WORKERS:
+            role = "manager" if hostname in MANAGERS else "worker"
+            running.admin("approve", hostname, "--role", role)
+        yield running
+
+
+def all_ready(f: Fleet) -> bool:
+    status = f.admin_json("status", "lab")
+    return status["counts"] == {"Ready": 8}
+
+
+def assert_ordering_held(events: list[dict[str, Any]]) -> None:
+    """Replay the state changes in order; the invariants hold after every one."""
+    deploying: set[str] = set()
+    deployed_managers: set[str] = set()
+    seen_states: dict[str, list[str]] = {}
+    for event in events:
+        if event["kind"] != "state":
+            continue
+        host, to = event["hostname"], event["data"]["to"]
+        seen_states.setdefault(host, [event["data"]["from"]]).append(to)
+        if to == "Deploy":
+            deploying.add(host)
+        elif host in deploying:
+            deploying.discard(host)
+            if to == "Ready" and host in MANAGERS:
+                deployed_managers.add(host)
+        managers = deploying & set(MANAGERS)
+        workers = deploying & set(WORKERS)
+        assert len(managers) <= 1, f"two managers deploying at once: {managers}"
+        if not deployed_managers:
+            assert not workers, f"workers {workers} deployed before the first manager was Ready"
+            assert len(deploying) <= 1, f"the first manager did not deploy alone: {deploying}"
+        assert len(workers) <= BATCH, f"more than {BATCH} workers deploying: {workers}"
+    for host, states in seen_states.items():
+        assert states == ["Pending", "Prepare", "Deploy", "Ready"], (host, states)
+
+
+def item_log(f: Fleet, hostname: str) -> list[str]:
+    return (f.root(hostname) / "var/log/items.log").read_text().split()

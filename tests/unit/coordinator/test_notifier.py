@@ -1,0 +1,49 @@
+"""Relaying wake-ups between replicas: what one replica's notifier is told reaches the others'
+agents, watchers and reconcile loop, in messages a NOTIFY payload can carry."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from coordinator.notifier import Notifier, encode
+from coordinator.store.base import MAX_MESSAGE
+
+
+def test_many_wakes_are_split_into_messages_that_fit_and_carry_every_id() -> None:
+    ids = [f"{n:08d}-0000-4000-8000-000000000000" for n in range(1000)]
+    messages = encode("r1", ids, changed=True, kick=False)
+    assert len(messages) > 1
+    assert all(len(m.encode()) <= MAX_MESSAGE for m in messages)
+    bodies = [json.loads(m) for m in messages]
+    assert [i for b in bodies for i in b["wake"]] == ids
+    assert all(b["from"] == "r1" and b["changed"] and not b["kick"] for b in bodies)
+
+
+async def test_wakes_changes_and_kicks_cross_to_another_replica_but_not_back() -> None:
+    sent: list[str] = []
+    here, there = Notifier(), Notifier()
+
+    async def publish(message: str) -> None:
+        sent.append(message)
+        here.deliver(message)  # a replica hears its own NOTIFY too: it must ignore it
+        there.deliver(message)
+
+    here.relay(publish)
+    agent, watcher = there.subscribe("m1"), there.changes()
+    here.wake(["m1"])
+    here.kick()
+    await asyncio.sleep(0.01)
+    assert agent.is_set() and watcher.is_set() and there.kicked.is_set()
+    assert len(sent) == 1  # batched: one message for both
+    here.kicked.clear()
+    own = here.subscribe("m2")
+    here.deliver(sent[0].replace('"m1"', '"m2"'))
+    assert not own.is_set()  # its own message
+
+
+def test_a_possibly_lost_message_wakes_every_agent_and_the_reconcile_loop() -> None:
+    notifier = Notifier()
+    agents = [notifier.subscribe(m) for m in ("m1", "m2")]
+    notifier.deliver("")
+    assert all(a.is_set() for a in agents) and notifier.kicked.is_set()

@@ -20,6 +20,16 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
 
+_config_option = click.option(
+    "--config", "config_path", default="/etc/nodeagent/config.yaml", show_default=True,
+    type=click.Path(dir_okay=False), help="Agent config file.")
+_root_option = click.option(
+    "--root", default="/", show_default=True, type=click.Path(file_okay=False),
+    help="Machine root: prechecks read and file items write under it.")
+_log_level_option = click.option(
+    "--log-level", default="info", show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]))
+
 
 def _split_ignores(values: tuple[str, ...]) -> list[str]:
     return [name for value in values for name in value.split(",")]
@@ -126,8 +136,7 @@ def version() -> None:
 
 
 @main.command("check-config")
-@click.option("--config", "config_path", default="/etc/nodeagent/config.yaml", show_default=True,
-              type=click.Path(dir_okay=False), help="Agent config file.")
+@_config_option
 @click.option("--quiet", "-q", is_flag=True, help="Only the exit status.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: when ready, the config as `nodeagent run` takes it (defaults filled "
@@ -189,17 +198,6 @@ def _context(root: str, config: AgentConfig, role: str) -> CheckContext:
     from nodeagent.prechecks.base import CheckContext
 
     return CheckContext(Host(root), config, cast("Role", role))
-
-
-_config_option = click.option(
-    "--config", "config_path", default="/etc/nodeagent/config.yaml", show_default=True,
-    type=click.Path(dir_okay=False), help="Agent config file.")
-_root_option = click.option(
-    "--root", default="/", show_default=True, type=click.Path(file_okay=False),
-    help="Machine root: prechecks read and file items write under it.")
-_log_level_option = click.option(
-    "--log-level", default="info", show_default=True,
-    type=click.Choice(["debug", "info", "warning", "error"]))
 
 
 @main.command()

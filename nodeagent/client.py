@@ -2,8 +2,8 @@
 and carries its own credential.
 
 Bodies and answers are plain JSON documents, not the pydantic wire types of
-nodeagent/protocol.py: the daemon that holds this client stays free of pydantic (a third of
-its memory, see docs/benchmarks.md); the coordinator validates what it is sent, and the
+nodeagent/protocol.py: the daemon that holds this client stays free of pydantic (over a quarter
+of its memory, see docs/benchmarks.md); the coordinator validates what it is sent, and the
 child process that applies a phase validates what it applies."""
 
 from __future__ import annotations

@@ -64,9 +64,9 @@ class Access:
             raise NotFound(f"no admin token {token_id}")
         return token
 
-    async def authorize_admin(self, secret: str, method: str) -> AdminToken:
+    async def authorize_admin(self, secret: str, changes: bool) -> AdminToken:
         token = await self.store.admin_token(token_hash(secret))
-        refusal = admin_refusal(token, method)
+        refusal = admin_refusal(token, changes)
         if refusal is not None:
             status, reason = refusal
             raise (Unauthorized if status == 401 else Forbidden)(reason)

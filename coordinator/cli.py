@@ -386,7 +386,7 @@ def machines_table(machines: list[dict[str, Any]]) -> str:
             text = f"{step['index']}/{step['total']} {step['item']} attempt {step['attempt']} {text}"
         progress = m["progress"]
         drain = m.get("drain")
-        if drain and drain["stage"] not in ("Uncordoned",) and not (
+        if drain and drain["stage"] != "NodeReady" and not (
                 progress and drain["stage"] in ("Drained", "Skipped")):
             text = f"drain {drain['stage']} (attempt {drain['attempt']}): {drain['message']}"
             if drain["stage"] == "Blocked":
@@ -680,8 +680,9 @@ def upgrade() -> None:
 @click.pass_context
 def upgrade_plan(ctx: click.Context, cluster_name: str, path: Any, output: str) -> None:
     """Show the order and batches the upgrade will take, before anything runs."""
-    kwargs = {"text": path.read(), "content_type": "application/yaml"} if path else {}
-    data = _call(ctx, "POST", f"/v1/clusters/{cluster_name}/upgrade-plan", **kwargs)
+    where = f"/v1/clusters/{cluster_name}/upgrade-plan"
+    data = (_call(ctx, "POST", where, text=path.read(), content_type="application/yaml") if path
+            else _call(ctx, "GET", where))
     if _emit(data, output):
         return
     note = " (paused: resume to start)" if data["paused"] else ""

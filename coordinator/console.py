@@ -61,4 +61,10 @@ def status_renderable(data: dict[str, Any]) -> RenderableType:
             progress, item, str(step["attempt"]) if step.get("attempt") else "-",
             f"{duration(elapsed if elapsed is not None else step.get('state_elapsed'))}",
             Text(machine_note(m), style="red" if step.get("status") == "failed" else ""))
-    return Group(header, Text(""), stages, Text(""), bar, Text(""), machines)
+    parts: list[RenderableType] = [header, Text(""), stages, Text(""), bar, Text(""), machines]
+    post = data["post_deploy"]
+    if post["failing"]:
+        parts.append(Text(f"\npost-deploy step: {post['failing']}", style="bold red"))
+    elif post["running_on"]:
+        parts.append(Text(f"\npost-deploy step: running on {post['running_on']}"))
+    return Group(*parts)

@@ -1,5 +1,6 @@
 """Runs what the planner's node_action asks of upgrading machines' Kubernetes nodes: a drain
-task (cordon + drain) per machine, then the uncordon once its upgrade items are applied.
+task (cordon + drain) per machine, then the uncordon once its upgrade items are applied, then
+the wait for the node to report Ready.
 
 Each task writes its outcome into the machine's DrainStatus through the coordinator (under its
 lock, and only if the drain attempt it ran is still the current one: an operator's retry, skip
@@ -14,11 +15,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from coordinator.kube import DrainResult, Kube, KubeError
-from coordinator.model import ClusterSpec, DrainStage, DrainStatus, Machine
+from coordinator.model import ClusterSpec, DrainStage, DrainStatus, Machine, kubeconfig_reporter
 from coordinator.planner import node_action
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coordinator.drainer")
 RETRY_SECONDS = 2.0  # after the API server failed to answer
+NOT_READY_POLL_SECONDS = 2.0  # the longest wait between two looks at a node's Ready condition
 
 
 class Drainer:
@@ -38,6 +40,7 @@ class Drainer:
     def schedule(self, spec: ClusterSpec, machines: Sequence[Machine]) -> None:
         """Start a task for every machine whose node needs one and has none running."""
         now = self.clock()
+        access = kube_access(spec, machines)
         for machine in machines:
             action = node_action(spec, machine)
             running = self._tasks.get(machine.id)
@@ -45,7 +48,12 @@ class Drainer:
                 continue
             if self._not_before.get(machine.id, 0) > now:
                 continue
-            work = self._drain(spec, machine) if action == "drain" else self._uncordon(spec, machine)
+            if action == "drain":
+                work = self._drain(spec, machine, access)
+            elif action == "uncordon":
+                work = self._uncordon(machine, access)
+            else:
+                work = self._await_ready(spec, machine, access)
             self._tasks[machine.id] = asyncio.create_task(work, name=f"{action} {machine.hostname}")
 
     async def cancel(self, machine_id: str) -> None:
@@ -59,28 +67,30 @@ class Drainer:
         for machine_id in list(self._tasks):
             await self.cancel(machine_id)
 
-    async def _drain(self, spec: ClusterSpec, machine: Machine) -> None:
+    async def _drain(self, spec: ClusterSpec, machine: Machine, access: KubeAccess | None) -> None:
         status = machine.drain
+        settings = spec.settings
         if status is None:
             status = DrainStatus(DrainStage.DRAINING, started_at=self.clock())
-            if not await self.coordinator.set_drain(machine.id, None, status,
-                                                    f"{machine.hostname}: cordon and drain"):
-                return
-        settings = spec.settings
+            message = f"{machine.hostname}: cordon and drain"
+        else:  # after a restart, or the operator's retry or force: the stored attempt goes on
+            left = status.started_at + settings.drain.timeout_seconds - self.clock()
+            message = (f"{machine.hostname}: draining (attempt {status.attempt}; "
+                       f"{max(0.0, left):.0f}s of its timeout left)")
+        if not await self.coordinator.set_drain(machine.id, machine.drain, status, message):
+            return
         deadline = status.started_at + settings.drain.timeout_seconds
-        kubeconfig = settings.kubernetes.kubeconfig
 
         async def progress(result: DrainResult) -> None:
             await self.coordinator.set_drain(machine.id, status, _status(status, result), None)
 
         while True:
-            if kubeconfig is None:
-                result = DrainResult(False, "settings.kubernetes.kubeconfig is not set: the node "
-                                     "cannot be cordoned and drained (set it, or set "
-                                     "drain.enabled: false to upgrade in place)")
+            if access is None:
+                result = DrainResult(False, f"{NO_KUBECONFIG}: the node cannot be cordoned and "
+                                     "drained (or set drain.enabled: false to upgrade in place)")
                 break
             try:
-                async with await Kube.connect(kubeconfig) as kube:
+                async with await Kube.connect(access.path, access.text) as kube:
                     result = await kube.drain(machine.hostname, settings.drain, deadline,
                                               force=status.force, clock=self.clock,
                                               progress=progress)
@@ -96,14 +106,13 @@ class Drainer:
         await self.coordinator.set_drain(machine.id, status, final,
                                          f"{machine.hostname} {verb}: {result.message}")
 
-    async def _uncordon(self, spec: ClusterSpec, machine: Machine) -> None:
+    async def _uncordon(self, machine: Machine, access: KubeAccess | None) -> None:
         status = machine.drain
         assert status is not None  # node_action asks for an uncordon only after a drain
-        kubeconfig = spec.settings.kubernetes.kubeconfig
         try:
-            if kubeconfig is None:
-                raise KubeError("settings.kubernetes.kubeconfig is not set")
-            async with await Kube.connect(kubeconfig) as kube:
+            if access is None:
+                raise KubeError(NO_KUBECONFIG)
+            async with await Kube.connect(access.path, access.text) as kube:
                 await kube.set_unschedulable(machine.hostname, False)
         except KubeError as exc:
             self._not_before[machine.id] = self.clock() + RETRY_SECONDS
@@ -114,8 +123,70 @@ class Drainer:
         self._not_before.pop(machine.id, None)
         await self.coordinator.set_drain(
             machine.id, status, replace(status, stage=DrainStage.UNCORDONED,
-                                        message="upgrade items applied; uncordoned"),
+                                        uncordoned_at=self.clock(), message=(
+                                            "upgrade items applied; uncordoned; waiting for node "
+                                            f"{machine.hostname} to report Ready")),
             f"{machine.hostname} uncordoned")
+
+    async def _await_ready(self, spec: ClusterSpec, machine: Machine,
+                           access: KubeAccess | None) -> None:
+        """Poll the node's Ready condition until it is True. Past drain.nodeReadyTimeoutSeconds
+        (from the uncordon, across restarts) the stage says NodeNotReady, naming the node and
+        what its condition says, and the polling goes on: the machine leaves Upgrade once the
+        node is Ready, whenever that is."""
+        status = machine.drain
+        assert status is not None and status.uncordoned_at is not None
+        timeout = spec.settings.drain.node_ready_timeout_seconds
+        deadline = status.uncordoned_at + timeout
+        interval = 0.1
+        while True:
+            try:
+                if access is None:
+                    raise KubeError(NO_KUBECONFIG)
+                async with await Kube.connect(access.path, access.text) as kube:
+                    ready, detail = await kube.node_ready(machine.hostname)
+            except KubeError as exc:
+                ready, detail = False, str(exc)
+            if ready:
+                await self.coordinator.set_drain(machine.id, status, replace(
+                    status, stage=DrainStage.NODE_READY,
+                    message=f"upgrade items applied; uncordoned; node {machine.hostname} Ready"),
+                    f"{machine.hostname}: node Ready")
+                return
+            if self.clock() >= deadline and status.stage is not DrainStage.NOT_READY:
+                late = replace(status, stage=DrainStage.NOT_READY, message=(
+                    f"node {machine.hostname} is not Ready {timeout:g}s after the uncordon: "
+                    f"{detail}; still checking"))
+                if not await self.coordinator.set_drain(
+                        machine.id, status, late, f"{machine.hostname}: {late.message}"):
+                    return
+                status = late
+            await asyncio.sleep(interval)
+            interval = min(NOT_READY_POLL_SECONDS, interval * 2)
+            now = await self.coordinator.store.get_machine(machine.id)
+            if now is None or now.drain is None or now.drain.stage not in (
+                    DrainStage.UNCORDONED, DrainStage.NOT_READY) or now.drain.attempt != status.attempt:
+                return  # deleted, or moved on without this task
+
+
+@dataclass(frozen=True)
+class KubeAccess:
+    """The kubeconfig drains go through: a file on the coordinator's host, or a text."""
+
+    path: str | None = None
+    text: str | None = None
+
+
+NO_KUBECONFIG = ("no kubeconfig: settings.kubernetes.kubeconfig is not set and no manager "
+                 "reported one (kubeconfigFrom on a manager item)")
+
+
+def kube_access(spec: ClusterSpec, machines: Sequence[Machine]) -> KubeAccess | None:
+    """The cluster setting when there is one, else what the first manager reported."""
+    if spec.settings.kubernetes.kubeconfig is not None:
+        return KubeAccess(path=spec.settings.kubernetes.kubeconfig)
+    reporter = kubeconfig_reporter(machines)
+    return None if reporter is None else KubeAccess(text=reporter.kubeconfig)
 
 
 def _status(status: DrainStatus, result: DrainResult, stage: DrainStage | None = None) -> DrainStatus:

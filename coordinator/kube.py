@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
@@ -73,6 +74,30 @@ def _budget_of(exc: ApiException, namespace: str) -> str | None:
     return None
 
 
+def parse_kubeconfig(text: str) -> dict[str, Any]:
+    """A kubeconfig's YAML (or JSON) as the client library loads it; ValueError saying what is
+    wrong, never quoting the document (it holds credentials)."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ValueError("not YAML" + (f" (line {mark.line + 1})" if mark else "")) from None
+    if not isinstance(document, dict):
+        raise ValueError("not a mapping")
+    for key in ("clusters", "contexts", "users"):
+        if not isinstance(document.get(key), list) or not document[key]:
+            raise ValueError(f"no {key}")
+    return document
+
+
+def kubeconfig_problem(text: str) -> str | None:
+    try:
+        parse_kubeconfig(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self._api = api
@@ -80,13 +105,19 @@ class Kube:
         self._limit = asyncio.Semaphore(CONCURRENT_REQUESTS)
 
     @classmethod
-    async def connect(cls, kubeconfig: str) -> Kube:
+    async def connect(cls, path: str | None = None, text: str | None = None) -> Kube:
+        """Through the kubeconfig file at path, or the kubeconfig text (as a manager's item
+        reported it): exactly one of them."""
         configuration = client.Configuration()
         try:
-            await config.load_kube_config(config_file=kubeconfig,
-                                          client_configuration=configuration)
+            if text is not None:
+                await config.load_kube_config_from_dict(parse_kubeconfig(text),
+                                                        client_configuration=configuration)
+            else:
+                await config.load_kube_config(config_file=path, client_configuration=configuration)
         except (OSError, ConfigException, ValueError) as exc:
-            raise KubeError(f"cannot load the kubeconfig {kubeconfig}: {exc}") from None
+            what = path if text is None else "reported by a manager"
+            raise KubeError(f"cannot load the kubeconfig {what}: {exc}") from None
         return cls(client.ApiClient(configuration))
 
     async def close(self) -> None:
@@ -113,6 +144,18 @@ class Kube:
         body = {"spec": {"unschedulable": True if unschedulable else None}}
         verb = "cordon" if unschedulable else "uncordon"
         await self._call(f"{verb} node {node}", lambda: self._core.patch_node(node, body))
+
+    async def node_ready(self, node: str) -> tuple[bool, str]:
+        """Whether the node's Ready condition is True, and the condition as a phrase (status,
+        reason, message: what the kubelet says is wrong)."""
+        found = await self._call(f"get node {node}", lambda: self._core.read_node(node))
+        conditions = (found.status.conditions if found.status else None) or []
+        ready = next((c for c in conditions if c.type == "Ready"), None)
+        if ready is None:
+            return False, "no Ready condition"
+        detail = f"Ready={ready.status}" + "".join(
+            f" ({part})" for part in (ready.reason, ready.message) if part)
+        return ready.status == "True", detail
 
     async def pods_on(self, node: str) -> list[dict[str, Any]]:
         """The node's pods as JSON: parsed once, without building a model object per pod."""

@@ -22,6 +22,7 @@ from nodeagent.protocol import (
     SpecModel,
     StateItem,
     Status,
+    VersionAction,
 )
 
 Role = Literal["manager", "worker"]
@@ -79,6 +80,9 @@ class DrainSettings(SpecModel):
         "delete the pods budgets still protect, bypassing the budgets")
     eviction_retry_seconds: float = Field(
         default=5.0, gt=0, description="first wait after a 429 from a budget; doubles, capped at 30s")
+    node_ready_timeout_seconds: float = Field(
+        default=300, gt=0, description="after the uncordon, how long the node may take to report "
+        "Ready before the status says it does not (the machine stays in Upgrade until it does)")
 
 
 class KubernetesSettings(SpecModel):
@@ -118,6 +122,10 @@ class MachineTypes(SpecModel):
                 if key in seen:
                     raise ValueError(f"{role}: item {item.name!r} appears twice in phase {item.phase}")
                 seen.add(key)
+        for index, item in enumerate(self.worker):
+            if item.kubeconfig_from is not None:
+                raise ValueError(f"worker[{index}].kubeconfigFrom: only manager items report a "
+                                 "kubeconfig (the coordinator uses the first manager's)")
         return self
 
 
@@ -152,11 +160,14 @@ class DrainStage(StrEnum):
     BLOCKED = "Blocked"  # the drain timed out: cordoned, waiting for the operator
     DRAINED = "Drained"  # no pod left to evict: upgrade items may run
     SKIPPED = "Skipped"  # the operator skipped the rest of the drain: upgrade items may run
-    UNCORDONED = "Uncordoned"  # upgrade items applied and the node schedulable again
+    UNCORDONED = "Uncordoned"  # upgrade items applied, node schedulable: waiting for it to be Ready
+    NOT_READY = "NodeNotReady"  # not Ready within drain.nodeReadyTimeoutSeconds: still checked
+    NODE_READY = "NodeReady"  # uncordoned and Ready: the machine may return to Ready
 
 
 # Stages in which the node is empty enough for its upgrade items to run.
-ITEMS_MAY_RUN = frozenset({DrainStage.DRAINED, DrainStage.SKIPPED, DrainStage.UNCORDONED})
+ITEMS_MAY_RUN = frozenset({DrainStage.DRAINED, DrainStage.SKIPPED, DrainStage.UNCORDONED,
+                           DrainStage.NOT_READY, DrainStage.NODE_READY})
 
 
 @dataclass(frozen=True)
@@ -171,6 +182,7 @@ class DrainStatus:
     blocking_pods: tuple[str, ...] = ()  # namespace/name
     blocking_budgets: tuple[str, ...] = ()  # namespace/name
     evicted: int = 0
+    uncordoned_at: float | None = None  # the wait for the node's Ready condition counts from here
 
 
 @dataclass(frozen=True)
@@ -196,6 +208,8 @@ class Machine:
     release: str = ""  # the release whose deploy or upgrade items it last completed
     managers: tuple[str, ...] = ()  # the deployed managers its deploy/reconfigure items last saw
     drain: DrainStatus | None = None  # only in Upgrade
+    # What an item's kubeconfigFrom reported (managers only): never shown, logged or in events.
+    kubeconfig: str = field(default="", repr=False)
 
     def with_state(self, state: MachineState, now: float) -> Machine:
         return replace(self, state=state, state_since=now, progress=None, drain=None,
@@ -229,12 +243,32 @@ def phase_items(spec: ClusterSpec, role: Role, phase: Phase,
                 managers: Sequence[str] = ()) -> list[StateItem]:
     """The items a machine of role runs in phase. Reconfigure items are versioned by the
     manager list they apply, so the agent runs them again for every new list (its journal
-    skips only an identical item) while an unchanged list never runs them twice."""
+    skips only an identical item) while an unchanged list never runs them twice. A postdeploy
+    item with a versionCommand is followed by its check, versioned by the release: it runs
+    once per release, so the installed version is checked again after every upgrade."""
     found = spec.items(role, phase)
+    if phase == "postdeploy":
+        return [checked for i in found for checked in (i, *_version_check(spec, i))]
     if phase != "reconfigure":
         return found
     digest = hashlib.sha256(",".join(managers).encode()).hexdigest()[:10]
     return [i.model_copy(update={"version": f"{i.version}+managers.{digest}"}) for i in found]
+
+
+def _version_check(spec: ClusterSpec, item: StateItem) -> list[StateItem]:
+    if item.version_command is None:
+        return []
+    return [StateItem(name=f"{item.name}.version", phase="postdeploy", timeout=item.timeout,
+                      version=f"{item.version}+release.{spec.release}",
+                      action=VersionAction(type="version", argv=item.version_command,
+                                           expect=item.version))]
+
+
+def kubeconfig_reporter(machines: Iterable[Machine]) -> Machine | None:
+    """The manager whose reported kubeconfig the coordinator uses when the cluster settings
+    name none: the first one (in registration order) that reported one and is not leaving."""
+    return next((m for m in ordered(machines) if m.role == "manager" and m.kubeconfig
+                 and m.state is not MachineState.DELETING), None)
 
 
 def pending_items(spec: ClusterSpec, machine: Machine, phase: Phase,

@@ -169,8 +169,9 @@ def post_deploy_host(spec: ClusterSpec, machines: Sequence[Machine]) -> Machine 
     """The Ready manager that should run the cluster-level post-deploy items now, if any.
 
     Due once a manager and a worker are Ready, and again after an upgrade that changed the
-    items (a new version): they are done when one manager has applied all of them."""
-    wanted = {i.fingerprint() for i in spec.items("manager", "postdeploy")}
+    items (a new version) or, for items with a versionCommand, after every new release (their
+    checks are versioned by it): done when one manager has applied all of them."""
+    wanted = {i.fingerprint() for i in phase_items(spec, "manager", "postdeploy")}
     live = [m for m in ordered(machines) if m.state is not S.DELETING]
     if not wanted or any(m.role == "manager" and wanted <= m.applied for m in live):
         return None
@@ -180,7 +181,10 @@ def post_deploy_host(spec: ClusterSpec, machines: Sequence[Machine]) -> Machine 
     return next((m for m in ready if m.role == "manager"), None)
 
 
-def node_action(spec: ClusterSpec, machine: Machine) -> Literal["drain", "uncordon"] | None:
+NodeAction = Literal["drain", "uncordon", "await-ready"]
+
+
+def node_action(spec: ClusterSpec, machine: Machine) -> NodeAction | None:
     """What the coordinator's Kubernetes side owes an upgrading machine's node now."""
     if machine.state is not S.UPGRADE or not needs_drain(spec, machine):
         return None
@@ -189,6 +193,8 @@ def node_action(spec: ClusterSpec, machine: Machine) -> Literal["drain", "uncord
         return "drain"
     if stage in (DrainStage.DRAINED, DrainStage.SKIPPED) and not pending_items(spec, machine, "upgrade"):
         return "uncordon"
+    if stage in (DrainStage.UNCORDONED, DrainStage.NOT_READY):
+        return "await-ready"
     return None
 
 
@@ -226,7 +232,7 @@ def _finish(spec: ClusterSpec, machine: Machine, managers: tuple[str, ...]) -> M
     done = {i.fingerprint() for i in pending_items(spec, machine, phase, managers)}
     drain = machine.drain
     if machine.state is S.UPGRADE and needs_drain(spec, machine):
-        drain = DrainStatus(DrainStage.UNCORDONED, started_at=0.0)
+        drain = DrainStatus(DrainStage.NODE_READY, started_at=0.0)
     return replace(machine, applied=machine.applied | done, drain=drain)
 
 
@@ -260,9 +266,9 @@ def _advance(state: _Pass, machine: Machine) -> Decision | None:
     if target is None or not state.complete(machine):
         return None
     if machine.state is S.UPGRADE and needs_drain(state.spec, machine):
-        if machine.drain is None or machine.drain.stage is not DrainStage.UNCORDONED:
+        if machine.drain is None or machine.drain.stage is not DrainStage.NODE_READY:
             return None
-        return _decide(machine, S.READY, "upgrade items applied; node uncordoned")
+        return _decide(machine, S.READY, "upgrade items applied; node uncordoned and Ready")
     return _decide(machine, *target)
 
 

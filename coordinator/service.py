@@ -19,6 +19,7 @@ from coordinator import planner
 from coordinator.access import Access
 from coordinator.drainer import Drainer
 from coordinator.errors import Conflict, NotFound, Unauthorized
+from coordinator.kube import kubeconfig_problem
 from coordinator.model import (
     PHASE_OF_STATE,
     ROLES,
@@ -43,6 +44,9 @@ from nodeagent.protocol import (
     PrecheckReport,
     RegisterRequest,
     RegisterResponse,
+    StateItem,
+    VersionAction,
+    installed_version,
 )
 
 log = logging.getLogger("coordinator")
@@ -256,18 +260,22 @@ class Coordinator:
         async with self._lock:
             machine = await self._machine(machine_id)
             stored = await self.cluster(machine.cluster)
+            spec = stored.spec
             managers = deployed_managers(await self.store.list_machines(machine.cluster))
             known = {i.fingerprint(): i for role in ROLES
-                     for i in [*getattr(stored.spec.machine_types, role),
-                               *phase_items(stored.spec, role, "reconfigure", managers)]}
-            if report.fingerprint not in known:
+                     for i in [*getattr(spec.machine_types, role),
+                               *phase_items(spec, role, "reconfigure", managers),
+                               *phase_items(spec, role, "postdeploy")]}
+            item = known.get(report.fingerprint)
+            if item is None:
                 raise Conflict(f"item {report.item} ({report.fingerprint}) is not in the cluster spec")
             now = self.clock()
             applied = machine.applied
             if report.status == "succeeded":
                 applied = applied | {report.fingerprint}
+            kubeconfig, events = self._reported_kubeconfig(machine, item, report)
             updated = replace(
-                machine, applied=applied, last_seen=now, responding=True,
+                machine, applied=applied, last_seen=now, responding=True, kubeconfig=kubeconfig,
                 progress=Progress(item=report.item, attempt=report.attempt, status=report.status,
                                   error=report.error, next_retry_at=report.next_retry_at,
                                   updated_at=now,
@@ -280,10 +288,50 @@ class Coordinator:
                 if report.finished_at else None,
                 "error": report.error, "output": report.output,
             })
-            await self.store.commit([updated], [event])
+            events += self._post_deploy_check(spec, updated, item, report)
+            await self.store.commit([updated], [event, *events])
         self.notifier.changed()
         if report.status == "succeeded":
             self.kick()
+
+    def _reported_kubeconfig(self, machine: Machine, item: StateItem,
+                             report: ItemReport) -> tuple[str, list[Event]]:
+        """The kubeconfig the machine holds once this report is in, and the event saying it
+        changed. The kubeconfig itself goes into no event: only who sent it, from where."""
+        if report.kubeconfig is None:
+            return machine.kubeconfig, []
+        if item.kubeconfig_from is None or machine.role != "manager" or report.status != "succeeded":
+            raise Conflict(f"kubeconfig: item {item.name} is not a manager item with kubeconfigFrom "
+                           "that succeeded: its report cannot carry one")
+        problem = kubeconfig_problem(report.kubeconfig)
+        if problem is not None:
+            return machine.kubeconfig, [self._event(
+                machine.cluster, "kubeconfig", f"{machine.hostname}: the kubeconfig item "
+                f"{item.name} left in {item.kubeconfig_from} is not usable: {problem}", machine)]
+        if report.kubeconfig == machine.kubeconfig:
+            return machine.kubeconfig, []
+        return report.kubeconfig, [self._event(
+            machine.cluster, "kubeconfig", f"{machine.hostname} reported a kubeconfig (item "
+            f"{item.name}, {item.kubeconfig_from}): drains use the first manager's unless "
+            "settings.kubernetes.kubeconfig is set", machine, {"item": item.name})]
+
+    def _post_deploy_check(self, spec: ClusterSpec, machine: Machine, item: StateItem,
+                           report: ItemReport) -> list[Event]:
+        """A post-deploy version check's outcome, as its own event: verified, or which version
+        is installed instead of the declared one (the agent retries until they match)."""
+        action = item.action
+        if not isinstance(action, VersionAction) or report.status == "running":
+            return []
+        if report.status == "succeeded":
+            message = (f"post-deploy step verified on {machine.hostname} at release "
+                       f"{spec.release}: {item.name.removesuffix('.version')} {action.expect}")
+        else:
+            message = (f"post-deploy check {item.name} failed on {machine.hostname} at release "
+                       f"{spec.release} (attempt {report.attempt}): {report.error}")
+        return [self._event(machine.cluster, "post-deploy", message, machine, {
+            "item": item.name, "declared": action.expect, "release": spec.release,
+            "verified": report.status == "succeeded",
+            "installed": installed_version(report.output) if report.exit_code is not None else None})]
 
     async def heartbeat(self, machine_id: str) -> None:
         machine = await self._machine(machine_id)
@@ -501,8 +549,9 @@ class Coordinator:
         if upgraded and host is None and spec.items("manager", "postdeploy") \
                 and planner.upgrade_settled(spec, after):
             events.append(self._event(spec.name, "post-deploy",
-                                      f"upgrade to {spec.release} done; post-deploy step verified: "
-                                      "its items at this version are applied"))
+                                      f"upgrade to {spec.release} done; the post-deploy items at "
+                                      "this version were already applied (none has a "
+                                      "versionCommand to check what is installed)"))
         return events
 
     async def run(self, tick: float = 1.0) -> None:

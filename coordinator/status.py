@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from coordinator.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, Role
-from coordinator.planner import DEPLOYED_STATES
+from coordinator.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, Role, phase_items
+from coordinator.planner import DEPLOYED_STATES, post_deploy_host
 from coordinator.store.base import Event
 from nodeagent.protocol import Phase
 
@@ -347,6 +347,28 @@ def stages(spec: ClusterSpec, cluster_created: float, machines: Sequence[Machine
         _combine("workers", "Workers deployed", workers, since, role_message("worker")),
         _combine("ready", "Cluster ready", ready, since, ready_message),
     ]
+
+
+# -- the post-deploy step --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PostDeploy:
+    items: int  # as declared; each with a versionCommand also has its check
+    running_on: str | None  # the manager that has the step in its assignment now
+    failing: str | None  # its item that fails, attempt and error (a version mismatch says so)
+
+
+def post_deploy(spec: ClusterSpec, machines: Sequence[Machine]) -> PostDeploy:
+    host = post_deploy_host(spec, machines)
+    failing = None
+    progress = host.progress if host is not None else None
+    if host is not None and progress is not None and progress.status == "failed" and \
+            progress.item in {i.name for i in phase_items(spec, "manager", "postdeploy")}:
+        failing = f"{host.hostname}: {progress.item} failing (attempt {progress.attempt}): " \
+                  f"{progress.error}"
+    return PostDeploy(len(spec.items("manager", "postdeploy")),
+                      host.hostname if host is not None else None, failing)
 
 
 # -- the rollout as a whole ----------------------------------------------------------------

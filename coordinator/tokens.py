@@ -60,10 +60,11 @@ def join_refusal(token: JoinToken | None, now: float) -> str | None:
     return None
 
 
-def admin_refusal(token: AdminToken | None, method: str) -> tuple[int, str] | None:
-    """(HTTP status, reason) when this admin token may not make a request with `method`."""
+def admin_refusal(token: AdminToken | None, changes: bool) -> tuple[int, str] | None:
+    """(HTTP status, reason) when this admin token may not make the request; `changes`: it
+    may change something (not a read, nor a dry run)."""
     if token is None or token.revoked:
         return 401, "unknown or revoked admin token"
-    if token.role != ADMIN and method not in ("GET", "HEAD", "OPTIONS"):
+    if token.role != ADMIN and changes:
         return 403, f"admin token {token.name!r} is {token.role}: it may only read"
     return None

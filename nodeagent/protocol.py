@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 from nodeagent.redact import redact
 
 PRECHECK_SCHEMA = "nodeagent.precheck/v1"
+MAX_KUBECONFIG_BYTES = 256 * 1024
 
 
 class Status(StrEnum):
@@ -141,7 +142,23 @@ class DownloadAction(SpecModel):
         return self
 
 
-Action = Annotated[ExecAction | FileAction | DownloadAction, Field(discriminator="type")]
+class VersionAction(SpecModel):
+    """Runs argv (as exec does) and succeeds only when the last line it prints is `expect`:
+    the check the coordinator derives from a post-deploy item's versionCommand."""
+
+    type: Literal["version"]
+    argv: list[str] = Field(min_length=1)
+    expect: str = Field(min_length=1)
+
+
+def installed_version(output: str) -> str:
+    """What a version command says is installed: the last non-empty line of its output."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+Action = Annotated[ExecAction | FileAction | DownloadAction | VersionAction,
+                   Field(discriminator="type")]
 
 
 class StateItem(SpecModel):
@@ -150,14 +167,34 @@ class StateItem(SpecModel):
     action: Action
     version: str = "1"
     timeout: float = Field(default=600, gt=0)
+    kubeconfig_from: AbsolutePath | None = Field(
+        default=None, description="a file the item leaves a kubeconfig in (e.g. "
+        "/etc/kubernetes/admin.conf): once the item succeeded the agent sends it to the "
+        "coordinator, which drains through it when settings.kubernetes.kubeconfig is not set; "
+        "manager items only")
+    version_command: list[str] | None = Field(
+        default=None, min_length=1, description="postdeploy items: argv printing the installed "
+        "version (its last line), which must equal `version`; checked after the item ran and "
+        "again after every upgrade")
+
+    @model_validator(mode="after")
+    def _version_command_on_postdeploy(self) -> StateItem:
+        if self.version_command is not None and self.phase != "postdeploy":
+            raise ValueError("versionCommand: only postdeploy items have their installed "
+                             f"version checked, not {self.phase} items")
+        return self
 
     def fingerprint(self) -> str:
-        """Identity of what the item does: a changed version or action means it runs again."""
-        body = json.dumps(
-            {"name": self.name, "version": self.version,
-             "action": self.action.model_dump(mode="json")},
-            sort_keys=True,
-        )
+        """Identity of what the item does: a changed version or action means it runs again.
+        kubeconfigFrom and versionCommand count only when set, so that items written before
+        they existed keep their fingerprints."""
+        identity: dict[str, Any] = {"name": self.name, "version": self.version,
+                                    "action": self.action.model_dump(mode="json")}
+        if self.kubeconfig_from is not None:
+            identity["kubeconfigFrom"] = self.kubeconfig_from
+        if self.version_command is not None:
+            identity["versionCommand"] = self.version_command
+        body = json.dumps(identity, sort_keys=True)
         return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 
@@ -281,6 +318,10 @@ class ItemReport(_Wire):
     output: str = Field(default="", max_length=16384, description="the last 4 KiB of output")
     error: str = Field(default="", max_length=16384)
     next_retry_at: float | None = None
+    kubeconfig: str | None = Field(
+        default=None, max_length=MAX_KUBECONFIG_BYTES,
+        description="the file named by the item's kubeconfigFrom, read once it succeeded: in "
+        "this field only, never in output, error or logs")
 
     @field_validator("output", "error")
     @classmethod

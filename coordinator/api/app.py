@@ -15,9 +15,8 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from coordinator import planner
 from coordinator.api.bodies import AdminTokenBody, JoinTokenBody, RoleBody
-from coordinator.api.openapi import openapi_document
+from coordinator.api.openapi import DRY_RUNS, openapi_document
 from coordinator.api.views import (
     admin_token_view,
     cluster_view,
@@ -31,7 +30,7 @@ from coordinator.metrics import CONTENT_TYPE, METRICS, record_item, record_reque
 from coordinator.model import ClusterSpec, Machine
 from coordinator.ratelimit import RateLimiter
 from coordinator.service import Coordinator
-from coordinator.status import HISTORY_KINDS, History, rollout, stages
+from coordinator.status import HISTORY_KINDS, History, post_deploy, rollout, stages
 from coordinator.store.base import Event
 from coordinator.tokens import parse_duration
 from nodeagent import joinstring
@@ -133,16 +132,18 @@ def _bearer(request: web.Request) -> str:
 
 @web.middleware
 async def admin_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Admin routes need an admin token (read-only ones may only read), and every change
-    they make is audited; agent routes authenticate per machine in their handlers."""
+    """Admin routes need an admin token (read-only ones may only read, or send a dry run), and
+    every change they make is audited; agent routes authenticate per machine in their handlers."""
     path = request.path
     resource = request.match_info.route.resource  # OPEN_PATHS are route patterns
     if (resource.canonical if resource else path) in OPEN_PATHS or \
             path.startswith(("/v1/agent/", "/v1/artifacts/")):
         return await handler(request)
-    token = await _c(request).access.authorize_admin(_bearer(request), request.method)
+    changes = request.method not in READ_METHODS and \
+        (request.method.lower(), resource.canonical if resource else path) not in DRY_RUNS
+    token = await _c(request).access.authorize_admin(_bearer(request), changes)
     response = await handler(request)
-    if request.method not in READ_METHODS and response.status < 400:
+    if changes and response.status < 400:
         await _c(request).audit(f"{token.name} ({token.id})", request.method, path,
                                 response.status, request.match_info.get("name", ""))
     return response
@@ -342,14 +343,12 @@ async def cluster_status(request: web.Request) -> web.Response:
         counts[machine.state.value] = counts.get(machine.state.value, 0) + 1
     history = History(await _all_events(coordinator, cluster=stored.spec.name, kinds=HISTORY_KINDS))
     now = coordinator.clock()
-    host = planner.post_deploy_host(stored.spec, machines)
     return web.json_response({
         "cluster": stored.spec.name,
         "release": stored.spec.release,
         "generation": stored.generation,
         "paused": stored.spec.settings.upgrade.paused,
-        "post_deploy": {"items": len(stored.spec.items("manager", "postdeploy")),
-                        "running_on": host.hostname if host else None},
+        "post_deploy": asdict(post_deploy(stored.spec, machines)),
         "counts": counts,
         "stages": [asdict(s) for s in stages(stored.spec, stored.created_at, machines, history, now)],
         "rollout": asdict(rollout(stored.spec, machines, history, now)),
@@ -416,10 +415,11 @@ async def delete_machine(request: web.Request) -> web.Response:
 
 
 async def upgrade_plan(request: web.Request) -> web.Response:
-    """The dry run: the stored spec's upgrade, or (with a body) the one a new spec would start."""
+    """The dry run: the stored spec's upgrade (GET), or the one a new spec in a POST's body
+    would start."""
     coordinator = _c(request)
     name = request.match_info["name"]
-    text = await request.text() if request.can_read_body else ""
+    text = await _text(request) if request.method == "POST" else ""
     spec = load_model(ClusterSpec, text, "request body") if text.strip() else None
     result = await coordinator.upgrade_plan(name, spec)
     return web.json_response(upgrade_plan_view(spec or (await coordinator.cluster(name)).spec,
@@ -566,6 +566,7 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("DELETE", "/v1/machines/{ref}", delete_machine),
     ("POST", "/v1/machines/{ref}/approve", approve),
     ("PUT", "/v1/machines/{ref}/role", set_role),
+    ("GET", "/v1/clusters/{name}/upgrade-plan", upgrade_plan),
     ("POST", "/v1/clusters/{name}/upgrade-plan", upgrade_plan),
     ("POST", "/v1/clusters/{name}/upgrade/{verb}", pause),
     ("POST", "/v1/machines/{ref}/drain/{action}", drain_action),

@@ -26,7 +26,12 @@ MODELS: tuple[type[BaseModel], ...] = (
 )
 # Bodies that may be left out: every field then takes its default.
 OPTIONAL_BODIES = frozenset({("post", "/v1/machines/{ref}/approve"),
-                             ("post", "/v1/clusters/{name}/join-tokens")})
+                             ("post", "/v1/clusters/{name}/join-tokens"),
+                             ("post", "/v1/clusters/{name}/upgrade-plan")})
+
+# POSTs that change nothing (their body is a what-if): read-only tokens may send them, and
+# they are not audited.
+DRY_RUNS = frozenset({("post", "/v1/clusters/{name}/upgrade-plan")})
 
 # (method, path, summary, security, request schema, success status, response schema)
 OPERATIONS: tuple[tuple[str, str, str, str | None, str | None, int, str | None], ...] = (
@@ -76,9 +81,14 @@ OPERATIONS: tuple[tuple[str, str, str, str | None, str | None, int, str | None],
      "admin", "RoleBody", 200, None),
     ("put", "/v1/machines/{ref}/role", "Set a Pending machine's role", "admin", "RoleBody",
      200, None),
+    ("get", "/v1/clusters/{name}/upgrade-plan",
+     "Dry run: the order and batches of the upgrade the stored spec would take", "admin", None,
+     200, None),
     ("post", "/v1/clusters/{name}/upgrade-plan",
-     "Dry run: the order and batches of the upgrade the stored spec (or the spec in the body, "
-     "YAML or JSON) would take; changes nothing", "admin", None, 200, None),
+     "Dry run of a new spec (the body, YAML or JSON; none: the stored spec): the order and "
+     "batches of the upgrade its apply would start; changes nothing, so read-only tokens may "
+     "send it", "admin",
+     "ClusterSpec", 200, None),
     ("post", "/v1/clusters/{name}/upgrade/{verb}",
      "verb pause: no machine starts upgrading (running ones finish); verb resume", "admin", None,
      200, None),
@@ -127,7 +137,7 @@ def openapi_document() -> dict[str, Any]:
         responses: dict[str, Any] = {str(status): success}
         if security:
             responses["401"] = {"description": "missing, unknown, expired or revoked credential"}
-        if security == "admin" and method != "get":
+        if security == "admin" and method != "get" and (method, path) not in DRY_RUNS:
             responses["403"] = {"description": "a read-only admin token"}
         if request:
             responses["422"] = {"description": "invalid body: every problem with its path"}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nodeagent.items import machine_path
 from nodeagent.items.outcome import ItemFailed, ItemOutcome
-from nodeagent.protocol import ExecAction
+from nodeagent.protocol import ExecAction, VersionAction, installed_version
 from nodeagent.templates import render
 
 OUTPUT_TAIL_BYTES = 4096  # what an ItemReport carries
@@ -73,3 +73,15 @@ async def run_exec(action: ExecAction, values: Mapping[str, str], root: Path,
         expected = ", ".join(str(c) for c in action.expected_exit_codes)
         raise ItemFailed(f"{argv[0]} exited with {code} (expected {expected})", code, tail.text())
     return ItemOutcome(True, output=tail.text(), exit_code=code)
+
+
+async def run_version(action: VersionAction, values: Mapping[str, str], root: Path,
+                      timeout: float) -> ItemOutcome:
+    """Run the version command as exec would; fail unless the version it prints is the one
+    declared, so that the item is retried (with backoff) until the rollout installed it."""
+    outcome = await run_exec(ExecAction(type="exec", argv=action.argv), values, root, timeout)
+    installed = installed_version(outcome.output)
+    if installed != action.expect:
+        raise ItemFailed(f"installed version {installed or '(none printed)'!r}, declared "
+                         f"{action.expect!r}", outcome.exit_code, outcome.output)
+    return outcome

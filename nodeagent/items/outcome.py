@@ -12,6 +12,7 @@ class ItemOutcome:
     exit_code: int | None = None
     error: str = ""  # why it failed, for the operator
     duration: float = 0.0  # seconds the attempt took
+    kubeconfig: str | None = None  # the item's kubeconfigFrom file, once it succeeded
 
 
 class ItemFailed(Exception):

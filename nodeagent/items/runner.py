@@ -13,18 +13,21 @@ from functools import partial
 from pathlib import Path
 
 from nodeagent.backoff import delay
+from nodeagent.items import machine_path
 from nodeagent.items.download import ArtifactSource, apply_download
-from nodeagent.items.exec import run_exec
+from nodeagent.items.exec import run_exec, run_version
 from nodeagent.items.file import apply_file
 from nodeagent.items.outcome import ItemFailed, ItemOutcome
 from nodeagent.journal import Journal
 from nodeagent.protocol import (
+    MAX_KUBECONFIG_BYTES,
     ExecAction,
     FileAction,
     ItemReport,
     ProxySettings,
     RetryPolicy,
     StateItem,
+    VersionAction,
 )
 from nodeagent.templates import TemplateError
 
@@ -37,6 +40,8 @@ async def _attempt(item: StateItem, values: Mapping[str, str], root: Path,
     action = item.action
     if isinstance(action, ExecAction):  # bounds itself, to keep the output of a timed-out run
         return await run_exec(action, values, root, item.timeout)
+    if isinstance(action, VersionAction):
+        return await run_version(action, values, root, item.timeout)
     try:
         async with asyncio.timeout(item.timeout):
             if isinstance(action, FileAction):
@@ -53,6 +58,8 @@ async def apply_item(item: StateItem, values: Mapping[str, str], root: Path,
     started = time.monotonic()
     try:
         outcome = await _attempt(item, values, root, artifacts, proxy)
+        if item.kubeconfig_from is not None:
+            outcome = dataclasses.replace(outcome, kubeconfig=read_kubeconfig(item, root))
     except ItemFailed as exc:
         outcome = ItemOutcome(False, exc.output, exc.exit_code, str(exc))
     except (TemplateError, OSError) as exc:
@@ -60,6 +67,35 @@ async def apply_item(item: StateItem, values: Mapping[str, str], root: Path,
     except Exception as exc:  # e.g. the coordinator went away mid-download
         outcome = ItemOutcome(False, error=f"{type(exc).__name__}: {exc}")
     return dataclasses.replace(outcome, duration=time.monotonic() - started)
+
+
+def read_kubeconfig(item: StateItem, root: Path) -> str:
+    """The kubeconfig the item left in its kubeconfigFrom file: what its report carries back
+    to the coordinator (in its own field; output and logs never hold it)."""
+    assert item.kubeconfig_from is not None
+    path = machine_path(root, item.kubeconfig_from)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ItemFailed(f"kubeconfigFrom {item.kubeconfig_from}: cannot read it: "
+                         f"{exc.strerror or exc}") from None
+    if len(data) > MAX_KUBECONFIG_BYTES:
+        raise ItemFailed(f"kubeconfigFrom {item.kubeconfig_from}: {len(data)} bytes, more than "
+                         f"the {MAX_KUBECONFIG_BYTES} a report carries")
+    return data.decode(errors="replace")
+
+
+def _journaled(item: StateItem, journal: Journal, root: Path) -> tuple[bool, str | None]:
+    """Whether the journal says the item is applied, with the kubeconfig it reports. An item
+    whose kubeconfig file is gone runs again: it is what makes the file."""
+    if not journal.applied(item.fingerprint()):
+        return False, None
+    if item.kubeconfig_from is None:
+        return True, None
+    try:
+        return True, read_kubeconfig(item, root)
+    except ItemFailed:
+        return False, None
 
 
 async def run_phase(
@@ -81,10 +117,12 @@ async def run_phase(
         fingerprint = item.fingerprint()
         item_report = partial(ItemReport, item=item.name, fingerprint=fingerprint,
                               phase=item.phase)
-        if journal.applied(fingerprint):
+        done, kubeconfig = _journaled(item, journal, root)
+        if done:
             now = time.time()
             await report(item_report(status="succeeded", attempt=1, started_at=now,
-                                     finished_at=now, output="already applied (journal)"))
+                                     finished_at=now, output="already applied (journal)",
+                                     kubeconfig=kubeconfig))
             continue
         journal.record_started(item)
         attempt = 0
@@ -98,7 +136,8 @@ async def run_phase(
                 journal.record_applied(item)
                 await report(item_report(status="succeeded", attempt=attempt,
                                          started_at=started, finished_at=finished,
-                                         exit_code=outcome.exit_code, output=outcome.output))
+                                         exit_code=outcome.exit_code, output=outcome.output,
+                                         kubeconfig=outcome.kubeconfig))
                 break
             give_up = retry.max_attempts is not None and attempt >= retry.max_attempts
             wait = delay(attempt, retry.base_seconds, retry.max_seconds, rand)

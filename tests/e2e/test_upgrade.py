@@ -3,7 +3,7 @@ new release while workloads run on a test Kubernetes API server: pods of a Repli
 PodDisruptionBudget of minAvailable 2 spread over the workers, another ReplicaSet, and a
 DaemonSet everywhere. Every node is upgraded; the budget is never violated at any moment; no
 more than the batch size of workers is cordoned at once; all end uncordoned and Ready; then
-the post-deploy step runs once, on a manager."""
+the post-deploy step runs once, on a manager, and its installed version is verified."""
 
 from __future__ import annotations
 
@@ -21,9 +21,12 @@ UPGRADE_ITEMS = """\
         argv: [sh, -c, 'echo "$1" >> var/log/items.log', sh, upgrade-{role}]
     - name: helm-controller
       phase: postdeploy
+      version: "0.15.0"
+      versionCommand: [cat, var/log/helm-controller.version]
       action:
         type: exec
-        argv: [sh, -c, 'echo "$1" >> var/log/items.log', sh, postdeploy]
+        argv: [sh, -c, 'echo "$1" >> var/log/items.log; echo 0.15.0 > var/log/helm-controller.version',
+               sh, postdeploy]
 """
 
 
@@ -82,6 +85,8 @@ def test_an_upgrade_drains_every_node_within_its_budget_and_batch(tmp_path: Path
                                                  f"upgrade-{role}"], hostname
         assert sum(item_log(f, m).count("postdeploy") for m in MANAGERS) == 1
         events = f.events()
+        assert [e["message"].split(" on ")[0] for e in events if e["kind"] == "post-deploy"
+                and e["data"].get("verified")] == ["post-deploy step verified"]
         upgrades = [e for e in events if e["kind"] == "state" and e["data"]["to"] == "Upgrade"]
         # managers first, one at a time, then workers: in the order the dry run showed
         assert [e["hostname"] for e in upgrades] == [h for step in steps for h in step]

@@ -92,9 +92,36 @@ class Coordinator:
     log: Path
     admin: AdminClient = field(init=False)
     agents: dict[str, Agent] = field(default_factory=dict)  # by hostname, as registered
+    process: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
         self.admin = self.client(self.token_file.read_text().strip())
+
+    def start(self) -> None:
+        """`coordinator serve` from the data dir, on the URL's port (so a restarted one is where
+        the agents look), once it answers."""
+        port = self.url.rsplit(":", 1)[1]
+        with self.log.open("ab") as out:
+            process = self.process = subprocess.Popen(
+                [COORDINATOR, "serve", "--data-dir", str(self.data), "--listen", f"127.0.0.1:{port}"],
+                stdout=out, stderr=subprocess.STDOUT)
+        wait_until(lambda: process.poll() is None and _answers(self.url, self.ca_file),
+                   f"coordinator (log {self.log})", timeout=30, interval=0.1)
+
+    def stop(self, crash: bool = False) -> None:
+        """Terminate it (or, with crash, SIGKILL it: no shutdown code runs) and wait."""
+        if self.process is None:
+            return
+        if crash:
+            self.process.kill()
+        else:
+            self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
 
     @property
     def token_file(self) -> Path:
@@ -150,26 +177,14 @@ def running_coordinator(tmp: Path, cluster: str | None = CLUSTER) -> Iterator[Co
     tmp, with `cluster` applied."""
     port = free_port()
     data = tmp / "coordinator-data"
-    log = tmp / "coordinator.log"
-    url = f"https://127.0.0.1:{port}"
-    listen = ["--data-dir", str(data), "--listen", f"127.0.0.1:{port}"]
-    subprocess.run([COORDINATOR, "init", *listen, "--name", "127.0.0.1"], check=True,
-                   capture_output=True, timeout=60)
-    with log.open("wb") as out:
-        process = subprocess.Popen([COORDINATOR, "serve", *listen],
-                                   stdout=out, stderr=subprocess.STDOUT)
+    subprocess.run([COORDINATOR, "init", "--data-dir", str(data), "--listen", f"127.0.0.1:{port}",
+                    "--name", "127.0.0.1"], check=True, capture_output=True, timeout=60)
+    served = Coordinator(f"https://127.0.0.1:{port}", data, tmp / "coordinator.log")
     try:
-        wait_until(lambda: process.poll() is None and _answers(url, data / "pki" / "ca.crt"),
-                   f"coordinator (log {log})", timeout=30, interval=0.1)
-        served = Coordinator(url, data, log)
+        served.start()
         if cluster:
             served.admin.request("PUT", "/v1/clusters", text=cluster,
                                  content_type="application/yaml")
         yield served
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        served.stop()

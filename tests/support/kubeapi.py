@@ -2,15 +2,16 @@
 held in memory, served over HTTP the way kube-apiserver serves them, so that both our drain
 (kubernetes_asyncio) and the real `kubectl cordon`/`kubectl drain` can run against it.
 
-What it implements is what a drain touches: discovery, node get/list/patch, pod list (by the
-spec.nodeName field selector), pod get/delete, the policy/v1 eviction subresource with the
+What it implements is what a drain touches: discovery, node get/list/patch (with the Ready
+condition a test sets, as a kubelet posts it), pod list (by the spec.nodeName field
+selector), pod get/delete, the policy/v1 eviction subresource with the
 disruption controller's arithmetic (minAvailable and maxUnavailable, integers and percentages,
 429 with a DisruptionBudget cause), DaemonSet and ReplicaSet get. Two controllers run: a
 ReplicaSet controller that replaces removed pods on schedulable nodes (they turn Ready after
 `ready_delay`), and the kubelet's part of deletion (a deleted pod goes after
 min(grace period, `termination_delay`)). It records, for every budget, the least number of
-healthy pods it ever had, and the most nodes ever cordoned at once, so tests can assert that
-no budget was violated at any moment.
+healthy pods it ever had, the most nodes ever cordoned at once and every uncordon, so tests
+can assert that no budget was violated, and no node uncordoned early, at any moment.
 
 Run it in a thread of the test process (`KubeApiServer.start()`), on loopback or on a socket
 bound inside a network namespace (`socket_in_netns`).
@@ -146,6 +147,7 @@ class Cluster:
     max_cordoned: int = 0
     evictions: list[str] = field(default_factory=list)  # namespace/name, in order granted
     refusals: int = 0  # evictions answered 429
+    uncordons: list[str] = field(default_factory=list)  # nodes made schedulable again, in order
     requests: int = 0
     lock: threading.RLock = field(default_factory=threading.RLock)
     later: Callable[[float, Callable[[], None]], None] = lambda delay, fn: None
@@ -216,6 +218,18 @@ class Cluster:
             "metadata": _meta(name, namespace, resourceVersion=self.rv(), generation=1),
             "spec": spec}
         self._record()
+
+    def set_node_ready(self, name: str, ready: bool, reason: str = "KubeletNotReady",
+                       message: str = "") -> None:
+        """The node's Ready condition as its kubelet posts it (False while the kubelet
+        restarts, say); a NotReady node still takes pods here (no taint manager)."""
+        node = self.nodes[name]
+        node["status"]["conditions"] = [{
+            "type": "Ready", "status": "True" if ready else "False",
+            "reason": "KubeletReady" if ready else reason,
+            "message": "kubelet is posting ready status" if ready else message,
+            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+        node["metadata"]["resourceVersion"] = self.rv()
 
     # -- reading ---------------------------------------------------------------------------------
     def pods_on(self, node: str) -> list[str]:
@@ -483,12 +497,15 @@ def create_app(cluster: Cluster) -> web.Application:
             return _status(404, "NotFound", f'nodes "{name}" not found')
         body = await request.json()
         kind = request.content_type
+        cordoned = bool(node["spec"].get("unschedulable"))
         if kind == "application/json-patch+json":
             _json_patch(node, body)
         elif kind in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
             _merge(node, body)
         else:
             return _status(415, "UnsupportedMediaType", f"unsupported patch type {kind}")
+        if cordoned and not node["spec"].get("unschedulable"):
+            cluster.uncordons.append(name)
         node["metadata"]["resourceVersion"] = cluster.rv()
         cluster._reconcile()  # a node uncordoned may take pods that waited
         return web.json_response(node)
@@ -593,6 +610,7 @@ class KubeApiServer:
         self._sock = sock or socket_in_netns(None)
         self.port = self._sock.getsockname()[1]
         self.url = f"http://{self._sock.getsockname()[0]}:{self.port}"
+        self.token = f"kube-token-{uuid.uuid4().hex}"
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None
@@ -621,13 +639,18 @@ class KubeApiServer:
         with self.cluster.lock:
             yield self.cluster
 
-    def write_kubeconfig(self, path: Path) -> Path:
-        path.write_text(json.dumps({
+    def kubeconfig(self) -> str:
+        """A kubeconfig for this server, with a bearer token unique to it (the server accepts
+        any): tests look for the token where a kubeconfig must never show."""
+        return json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": "test",
             "clusters": [{"name": "test", "cluster": {"server": self.url}}],
-            "users": [{"name": "test", "user": {"token": "test-token"}}],
+            "users": [{"name": "test", "user": {"token": self.token}}],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
-        }))
+        })
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        path.write_text(self.kubeconfig())
         return path
 
 

@@ -77,16 +77,23 @@ class Env:
             "GET", f"/v1/agent/machines/{agent['machine_id']}/assignment?after={after}&wait={wait}",
             200, headers={"Authorization": f"Bearer {agent['credential']}"})
 
-    async def report_all(self, agent: dict[str, str]) -> None:
-        """Report every item of the current assignment as applied, as an agent would."""
+    async def report(self, agent: dict[str, str], item: dict[str, Any], phase: str,
+                     status: str = "succeeded", expect: int = 200, **fields: Any) -> Any:
+        """Report one item of an assignment as the agent's runner does; the answer's body."""
+        return await self.call(
+            "POST", f"/v1/agent/machines/{agent['machine_id']}/reports", expect,
+            headers={"Authorization": f"Bearer {agent['credential']}"},
+            json={"item": item["name"], "fingerprint": StateItem.model_validate(item).fingerprint(),
+                  "phase": phase, "status": status, "attempt": 1, "started_at": 1.0,
+                  "finished_at": 2.0, **fields})
+
+    async def report_all(self, agent: dict[str, str], kubeconfig: str | None = None) -> None:
+        """Report every item of the current assignment as applied, as an agent would: with
+        the kubeconfig its file holds for an item with kubeconfigFrom."""
         assignment = await self.assignment(agent)
         for item in assignment["items"]:
-            fingerprint = StateItem.model_validate(item).fingerprint()
-            await self.call("POST", f"/v1/agent/machines/{agent['machine_id']}/reports", 200,
-                            headers={"Authorization": f"Bearer {agent['credential']}"},
-                            json={"item": item["name"], "fingerprint": fingerprint,
-                                  "phase": assignment["phase"], "status": "succeeded",
-                                  "attempt": 1, "started_at": 1.0, "finished_at": 2.0})
+            await self.report(agent, item, assignment["phase"],
+                              kubeconfig=kubeconfig if item.get("kubeconfigFrom") else None)
 
 
 @pytest.fixture

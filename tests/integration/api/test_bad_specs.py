@@ -30,6 +30,8 @@ NAMED = {
     "unknown-action.yaml": "teleport",
     "unknown-key.yaml": "settigns: unknown field",
     "unknown-phase.yaml": "machineTypes.worker[0].phase",
+    "version-command-on-deploy.yaml": "machineTypes.manager[0]: versionCommand: only postdeploy",
+    "worker-kubeconfig.yaml": "worker[0].kubeconfigFrom: only manager items",
     "zero-batch.yaml": "settings.workerBatchSize",
 }
 

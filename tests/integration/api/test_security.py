@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from coordinator.api.app import MAX_BODY_BYTES, OPEN_PATHS, ROUTES
-from tests.integration.api.conftest import Env
+from coordinator.api.openapi import DRY_RUNS
+from tests.integration.api.conftest import CLUSTER, Env
 
 AGENT_PREFIXES = ("/v1/agent/machines/", "/v1/artifacts/")
 
@@ -64,11 +65,26 @@ async def test_a_read_only_token_reads_everything_and_changes_nothing(env: Env) 
         if path in OPEN_PATHS or path.startswith(AGENT_PREFIXES):
             continue
         status = await status_of(env, method, concrete(path, "m"), reader)
-        if method == "GET":
+        if method == "GET" or (method.lower(), path) in DRY_RUNS:
             assert status not in (401, 403), (method, path, status)
         else:
             assert status == 403, (method, path, status)
     assert len(await env.call("GET", "/v1/events", 200)) == before  # nothing changed
+
+
+async def test_a_read_only_token_dry_runs_an_upgrade_unaudited(env: Env) -> None:
+    created = await env.call("POST", "/v1/admin-tokens", 201,
+                             json={"name": "dashboard", "role": "read-only"})
+    reader = bearer(created["token"])
+    before = await env.call("GET", "/v1/events", 200)
+    stored = await env.call("GET", "/v1/clusters/lab/upgrade-plan", 200, headers=reader)
+    assert (stored["release"], stored["steps"]) == ("1.0", [])
+    what_if = CLUSTER.replace('release: "1.0"', 'release: "2.0"')
+    planned = await env.call("POST", "/v1/clusters/lab/upgrade-plan", 200, headers=reader,
+                             data=what_if)
+    assert planned["release"] == "2.0"
+    assert (await env.call("GET", "/v1/clusters/lab", 200))["release"] == "1.0"
+    assert await env.call("GET", "/v1/events", 200) == before, "a dry run was audited"
 
 
 async def test_every_admin_change_is_audited_with_who_did_it(env: Env) -> None:

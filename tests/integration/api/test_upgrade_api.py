@@ -28,10 +28,9 @@ release: "{release}"
 settings:
   upgrade: {{workerBatchSize: 1}}
   drain: {{timeoutSeconds: 1, evictionRetrySeconds: 0.05}}
-  kubernetes: {{kubeconfig: {kubeconfig}}}
-machineTypes:
+{kubernetes}machineTypes:
   manager:
-    - {{name: control-plane, phase: deploy, action: {{type: exec, argv: ["true"]}}}}
+    - {{name: control-plane, phase: deploy, action: {{type: exec, argv: ["true"]}}{reported}}}
 {upgrade_manager}  worker:
     - {{name: join, phase: deploy, action: {{type: exec, argv: ["true"]}}}}
 {upgrade_worker}"""
@@ -39,10 +38,15 @@ UPGRADE = ('    - {{name: kubelet-{role}, phase: upgrade, '
            'action: {{type: exec, argv: ["true", "{release}"]}}}}\n')
 
 
-def spec(kubeconfig: Path, release: str = "1.0") -> str:
+def spec(kubeconfig: Path | None, release: str = "1.0") -> str:
+    """With kubeconfig, the cluster setting names it; without, the first manager's deploy
+    item reports the one it leaves in /etc/kubernetes/admin.conf."""
     upgrades = {f"upgrade_{role}": UPGRADE.format(role=role, release=release) if release != "1.0"
                 else "" for role in ("manager", "worker")}
-    return SPEC.format(release=release, kubeconfig=kubeconfig, **upgrades)
+    return SPEC.format(
+        release=release, **upgrades,
+        kubernetes=f"  kubernetes: {{kubeconfig: {kubeconfig}}}\n" if kubeconfig else "",
+        reported="" if kubeconfig else ", kubeconfigFrom: /etc/kubernetes/admin.conf")
 
 
 @pytest.fixture
@@ -89,17 +93,21 @@ async def machine(env: Env, hostname: str) -> dict[str, Any]:
     return await env.call("GET", f"/v1/machines/{hostname}", 200)  # type: ignore[no-any-return]
 
 
-async def cli(env: Env, *args: str) -> str:
+async def cli(env: Env, *args: str, token: str | None = None) -> str:
+    """The CLI's output, as the admin (or with the given token)."""
     url = str(env.client.make_url("")).rstrip("/")
-    result = await asyncio.to_thread(CliRunner().invoke, main,
-                                     ["--url", url, "--token",
-                                      env.admin["Authorization"].split()[1], *args])
+    result = await asyncio.to_thread(CliRunner().invoke, main, [
+        "--url", url, "--token", token or env.admin["Authorization"].split()[1], *args])
     assert result.exit_code == 0, result.output
     return result.output
 
 
-async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
-        env: Env, kube: KubeApiServer, tmp_path: Path) -> None:
+Agents = dict[str, dict[str, str]]
+
+
+async def rolled_out(env: Env, kubeconfig: str | None = None) -> Agents:
+    """m1 (manager), w1 and w2 (workers) registered, approved and Ready; m1's agent reports
+    kubeconfig for its item with kubeconfigFrom."""
     agents = {}
     for hostname, role in (("m1", "manager"), ("w1", "worker"), ("w2", "worker")):
         agents[hostname] = await env.register(hostname)
@@ -107,18 +115,35 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
 
     async def agents_apply() -> bool:
         for agent in agents.values():
-            await env.report_all(agent)
+            await env.report_all(agent, kubeconfig)
         status = await env.call("GET", "/v1/clusters/lab/status", 200)
         return status["counts"] == {"Ready": 3}
 
     await until(env, "the rollout", agents_apply)
+    return agents
+
+
+async def upgraded(env: Env, agents: Agents, hostname: str) -> bool:
+    """Whether hostname is Ready at release 2.0, its agent applying what it is given."""
+    await env.report_all(agents[hostname])
+    found = await machine(env, hostname)
+    return found["state"] == "Ready" and found["release"] == "2.0"
+
+
+async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
+        env: Env, kube: KubeApiServer, tmp_path: Path) -> None:
+    agents = await rolled_out(env)
     new_spec = tmp_path / "v2.yaml"
     new_spec.write_text(spec(tmp_path / "kubeconfig", "2.0"))
 
-    plan = await cli(env, "upgrade", "plan", "lab", "-f", str(new_spec))
+    reader = (await env.call("POST", "/v1/admin-tokens", 201,
+                             json={"name": "viewer", "role": "read-only"}))["token"]
+    plan = await cli(env, "upgrade", "plan", "lab", "-f", str(new_spec), token=reader)
     assert plan.splitlines()[1:] == ["step 1: m1 (manager, from 1.0)",
                                      "step 2: w1 (worker, from 1.0)",
                                      "step 3: w2 (worker, from 1.0)"]
+    assert (await cli(env, "upgrade", "plan", "lab", token=reader)).splitlines() == [
+        "upgrade of lab to release 1.0", "nothing to upgrade"]
     assert (await machine(env, "m1"))["release"] == "1.0", "the dry run changed something"
 
     await cli(env, "upgrade", "pause", "lab")
@@ -130,12 +155,7 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
     assert "paused" in await cli(env, "upgrade", "plan", "lab")
     await cli(env, "upgrade", "resume", "lab")
 
-    async def upgraded(hostname: str) -> bool:
-        await env.report_all(agents[hostname])  # the agent applies what it is given
-        found = await machine(env, hostname)
-        return found["state"] == "Ready" and found["release"] == "2.0"
-
-    await until(env, "m1 upgraded", lambda: upgraded("m1"))
+    await until(env, "m1 upgraded", lambda: upgraded(env, agents, "m1"))
     assert "m1" not in kube.cluster.cordoned()
 
     async def blocked(hostname: str, attempt: int) -> bool:
@@ -157,13 +177,13 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
     assert kube.cluster.min_healthy["default/web"] == 2, "the budget was violated"
 
     await cli(env, "upgrade", "force", "w1")
-    await until(env, "w1 upgraded", lambda: upgraded("w1"))
+    await until(env, "w1 upgraded", lambda: upgraded(env, agents, "w1"))
     assert kube.cluster.min_healthy["default/web"] == 1  # forced: the budget was bypassed
     assert pod not in kube.cluster.pods_on("w1")
 
     await until(env, "w2's drain blocked", lambda: blocked("w2", 1))
     await cli(env, "upgrade", "skip", "w2")
-    await until(env, "w2 upgraded", lambda: upgraded("w2"))
+    await until(env, "w2 upgraded", lambda: upgraded(env, agents, "w2"))
     assert kube.cluster.cordoned() == []
     assert any(p.startswith("default/web-") for p in kube.cluster.pods_on("w2")), \
         "a skipped drain still evicted the pod"
@@ -179,3 +199,145 @@ async def test_drain_actions_refuse_machines_without_a_drain(env: Env) -> None:
     body = await env.call("POST", "/v1/machines/w9/drain/skip", 409)
     assert "no drain to skip" in body["error"]
     await env.call("POST", "/v1/machines/w9/drain/explode", 404)
+
+
+async def test_a_kubeconfig_the_first_manager_reports_is_used_to_drain_and_never_shown(
+        env: Env, kube: KubeApiServer, tmp_path: Path) -> None:
+    await env.call("PUT", "/v1/clusters", 200, data=spec(None))
+    agents = await rolled_out(env, kube.kubeconfig())
+    events = await env.call("GET", "/v1/events?cluster=lab&kind=kubeconfig", 200)
+    assert [(e["hostname"], e["message"].split(":")[0]) for e in events] == [
+        ("m1", "m1 reported a kubeconfig (item control-plane, /etc/kubernetes/admin.conf)")]
+
+    await env.call("PUT", "/v1/clusters", 200, data=spec(None, "2.0"))
+    await until(env, "m1 upgraded", lambda: upgraded(env, agents, "m1"))
+    await until(env, "w1's drain blocked by the budget", lambda: _stage(env, "w1", "Blocked"))
+    assert kube.cluster.cordoned() == ["w1"]
+    w1 = await machine(env, "w1")
+    assert w1["drain"]["blocking_budgets"] == ["default/web"], w1["drain"]
+    assert kube.cluster.refusals > 0, "no eviction reached the API server"
+    drained = [e for e in await env.call("GET", "/v1/events?kind=drain", 200)
+               if e["hostname"] == "m1" and "drained" in e["message"]]
+    assert drained, "m1 was not drained through the reported kubeconfig"
+
+    seen = json.dumps([await env.call("GET", path, 200) for path in (
+        "/v1/events", "/v1/machines", "/v1/machines/m1", "/v1/clusters/lab/status",
+        "/v1/clusters/lab")])
+    assert kube.token not in seen and "admin.conf" in seen
+
+
+async def _stage(env: Env, hostname: str, stage: str) -> bool:
+    drain = (await machine(env, hostname))["drain"]
+    return bool(drain) and drain["stage"] == stage
+
+
+async def test_a_report_refuses_or_reports_a_kubeconfig_it_cannot_use(
+        env: Env, kube: KubeApiServer) -> None:
+    await env.call("PUT", "/v1/clusters", 200, data=spec(None))
+    m1 = await env.register("m1")
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+    await until(env, "m1 deploying", lambda: _assigned(env, m1, "deploy"))
+    await env.report_all(m1, "clusters: [this is not: a kubeconfig")
+    [event] = await env.call("GET", "/v1/events?kind=kubeconfig", 200)
+    assert event["message"] == ("m1: the kubeconfig item control-plane left in "
+                                "/etc/kubernetes/admin.conf is not usable: not YAML (line 1)")
+    await env.coordinator.reconcile_once()
+    assert (await machine(env, "m1"))["state"] == "Ready", "the item did not count as applied"
+
+    w1 = await env.register("w1")
+    await env.call("POST", "/v1/machines/w1/approve", 200, json={"role": "worker"})
+    await until(env, "w1 deploying", lambda: _assigned(env, w1, "deploy"))
+    [join] = (await env.assignment(w1))["items"]
+    answer = await env.report(w1, join, "deploy", expect=409, kubeconfig=kube.kubeconfig())
+    assert answer["error"].startswith("kubeconfig: item join is not a manager item")
+
+
+async def _assigned(env: Env, agent: dict[str, str], phase: str) -> bool:
+    return bool((await env.assignment(agent))["phase"] == phase)
+
+
+HELM_CONTROLLER = ('    - {name: helm-controller, phase: postdeploy, version: "0.15.0", '
+                   'versionCommand: [helm-controller, --version], '
+                   'action: {type: exec, argv: [helm, upgrade, --install]}}\n')
+
+
+def with_post_deploy(text: str) -> str:
+    """The spec with a post-deploy item whose installed version is checked, drains off."""
+    return text.replace("  worker:\n", HELM_CONTROLLER + "  worker:\n").replace(
+        "drain: {", "drain: {enabled: false, ")
+
+
+async def test_the_post_deploy_version_is_verified_and_again_after_every_upgrade(
+        env: Env, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    agents = await rolled_out(env)
+    await env.call("PUT", "/v1/clusters", 200, data=with_post_deploy(spec(kubeconfig)))
+    await env.coordinator.reconcile_once()
+    assignment = await env.assignment(agents["m1"])
+    install, check = assignment["items"]
+    assert (assignment["phase"], check["name"], check["action"]["expect"]) == (
+        "postdeploy", "helm-controller.version", "0.15.0")
+
+    await env.report(agents["m1"], install, "postdeploy")
+    await env.report(agents["m1"], check, "postdeploy", "failed", exit_code=0,
+                     output="helm-controller\n0.14.0\n", next_retry_at=9e9,
+                     error="installed version '0.14.0', declared '0.15.0'")
+    status = await env.call("GET", "/v1/clusters/lab/status", 200)
+    assert status["post_deploy"] == {
+        "items": 1, "running_on": "m1", "failing": "m1: helm-controller.version failing "
+        "(attempt 1): installed version '0.14.0', declared '0.15.0'"}
+    assert "post-deploy step: m1: helm-controller.version failing (attempt 1): installed " \
+        "version '0.14.0', declared '0.15.0'" in " ".join((await cli(env, "status", "lab")).split())
+    [mismatch] = await env.call("GET", "/v1/events?kind=post-deploy&order=desc&limit=1", 200)
+    assert mismatch["message"] == (
+        "post-deploy check helm-controller.version failed on m1 at release 1.0 (attempt 1): "
+        "installed version '0.14.0', declared '0.15.0'")
+    assert (mismatch["data"]["installed"], mismatch["data"]["declared"]) == ("0.14.0", "0.15.0")
+
+    await env.report(agents["m1"], check, "postdeploy", exit_code=0, output="0.15.0\n")
+    status = await env.call("GET", "/v1/clusters/lab/status", 200)
+    assert status["post_deploy"] == {"items": 1, "running_on": None, "failing": None}
+
+    await env.call("PUT", "/v1/clusters", 200, data=with_post_deploy(spec(kubeconfig, "2.0")))
+    for hostname in agents:
+        await until(env, f"{hostname} upgraded", lambda h=hostname: upgraded(env, agents, h))
+    await env.coordinator.reconcile_once()
+    again = await env.assignment(agents["m1"])
+    assert again["phase"] == "postdeploy", "the upgrade was not followed by a post-deploy check"
+    assert again["items"][0] == install, "the unchanged install item changed"
+    assert again["items"][1]["version"] == "0.15.0+release.2.0"
+    await env.report_all(agents["m1"])
+    events = await env.call("GET", "/v1/events?kind=post-deploy", 200)
+    verified = [e["message"] for e in events if e["data"].get("verified")]
+    assert verified == ["post-deploy step verified on m1 at release 1.0: helm-controller 0.15.0",
+                        "post-deploy step verified on m1 at release 2.0: helm-controller 0.15.0"]
+    await env.coordinator.reconcile_once()
+    assert (await env.assignment(agents["m1"]))["phase"] is None
+
+
+async def test_an_upgraded_node_that_is_not_ready_keeps_its_machine_in_upgrade(
+        env: Env, kube: KubeApiServer, tmp_path: Path) -> None:
+    agents = await rolled_out(env)
+    await env.call("PUT", "/v1/clusters", 200, data=spec(tmp_path / "kubeconfig", "2.0").replace(
+        "drain: {", "drain: {nodeReadyTimeoutSeconds: 1, "))
+    await until(env, "m1 drained", lambda: _stage(env, "m1", "Drained"))
+    with kube.locked() as cluster:  # the upgrade restarts the kubelet, which does not come back
+        cluster.set_node_ready("m1", False, message="container runtime is down")
+    await env.report_all(agents["m1"])
+    await until(env, "m1 uncordoned", lambda: _stage(env, "m1", "Uncordoned"))
+    assert kube.cluster.cordoned() == []
+    await until(env, "m1 reported not Ready", lambda: _stage(env, "m1", "NodeNotReady"))
+    m1 = await machine(env, "m1")
+    assert m1["state"] == "Upgrade" and m1["release"] == "1.0"
+    expected = ("node m1 is not Ready 1s after the uncordon: Ready=False (KubeletNotReady) "
+                "(container runtime is down); still checking")
+    assert m1["drain"]["message"] == expected
+    assert f"drain NodeNotReady (attempt 1): {expected}" in await cli(env, "machines")
+    assert (await machine(env, "w1"))["state"] == "Ready", "a worker upgraded beside it"
+
+    with kube.locked() as cluster:
+        cluster.set_node_ready("m1", True)
+    await until(env, "m1 Ready at 2.0", lambda: upgraded(env, agents, "m1"))
+    messages = [e["message"] for e in await env.call("GET", "/v1/events?kind=drain", 200)
+                if e["hostname"] == "m1"]
+    assert messages[-3:] == ["m1 uncordoned", f"m1: {expected}", "m1: node Ready"]

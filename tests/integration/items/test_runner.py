@@ -178,3 +178,58 @@ async def test_an_interrupted_item_runs_again(root: Path, tmp_path: Path) -> Non
     await run([item], journal, Recorder(), root)
     assert runs(tmp_path / "one") == 1
     assert Journal(path).in_progress() is None
+
+
+KUBECONFIG = "apiVersion: v1\nusers: [{name: admin, user: {client-key-data: c2VjcmV0}}]\n"
+
+
+async def test_a_kubeconfig_item_reports_its_file_in_its_own_field_also_from_the_journal(
+        root: Path, tmp_path: Path) -> None:
+    item = make_item("admin-conf", {"type": "file", "path": "/etc/kubernetes/admin.conf",
+                                    "content": KUBECONFIG}, kubeconfigFrom="/etc/kubernetes/admin.conf",
+                     phase="deploy")
+    journal, recorder = Journal(tmp_path / "journal.json"), Recorder()
+    assert await run([item], journal, recorder, root)
+    done = recorder.reports[-1]
+    assert (done.status, done.kubeconfig) == ("succeeded", KUBECONFIG)
+    assert "c2VjcmV0" not in done.output + done.error
+    assert all(r.kubeconfig is None for r in recorder.reports[:-1]), "a running report carried it"
+
+    again = Recorder()  # a restarted agent given the phase again reports it from the journal
+    assert await run([item], Journal(tmp_path / "journal.json"), again, root)
+    assert [(r.output, r.kubeconfig) for r in again.reports] == [
+        ("already applied (journal)", KUBECONFIG)]
+
+    (root / "etc/kubernetes/admin.conf").unlink()  # gone: the item that makes it runs again
+    third = Recorder()
+    assert await run([item], Journal(tmp_path / "journal.json"), third, root)
+    assert [r.status for r in third.reports] == ["running", "succeeded"]
+    assert third.reports[-1].kubeconfig == KUBECONFIG
+
+
+async def test_an_item_that_leaves_no_kubeconfig_fails_naming_the_file(
+        root: Path, tmp_path: Path) -> None:
+    item = exec_item("init", ["true"], kubeconfigFrom="/etc/kubernetes/admin.conf")
+    recorder = Recorder()
+    assert not await run([item], Journal(tmp_path / "journal.json"), recorder, root,
+                         RetryPolicy(max_attempts=1))
+    failed = recorder.reports[-1]
+    assert failed.status == "failed" and failed.kubeconfig is None
+    assert failed.error.startswith("kubeconfigFrom /etc/kubernetes/admin.conf: cannot read it")
+
+
+async def test_a_version_check_fails_until_the_declared_version_is_installed(
+        root: Path, tmp_path: Path) -> None:
+    installed = root / "installed"
+    installed.write_text("0.14.0\n")
+    check = make_item("helm-controller.version", {
+        "type": "version", "argv": ["sh", "-c", f"echo helm-controller; cat {installed}"],
+        "expect": "0.15.0"}, phase="postdeploy")
+    recorder = Recorder()
+    assert not await run([check], Journal(tmp_path / "journal.json"), recorder, root,
+                         RetryPolicy(max_attempts=1))
+    assert recorder.reports[-1].error == "installed version '0.14.0', declared '0.15.0'"
+    installed.write_text("0.15.0\n")
+    recorder = Recorder()
+    assert await run([check], Journal(tmp_path / "journal.json"), recorder, root)
+    assert recorder.reports[-1].status == "succeeded"

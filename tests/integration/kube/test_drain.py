@@ -52,6 +52,19 @@ async def test_uncordon_makes_the_node_schedulable_again(server: KubeApiServer,
         assert "unschedulable" not in cluster.nodes["w2"]["spec"]
 
 
+async def test_node_ready_reads_the_condition_the_kubelet_posts(server: KubeApiServer,
+                                                               tmp_path: Path) -> None:
+    kube = await Kube.connect(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+    async with kube:
+        assert await kube.node_ready("w1") == (True, "Ready=True (KubeletReady)")
+        with server.locked() as cluster:
+            cluster.set_node_ready("w1", False, message="PLEG is not healthy")
+        assert await kube.node_ready("w1") == (
+            False, "Ready=False (KubeletNotReady) (PLEG is not healthy)")
+        with pytest.raises(KubeError, match="get node w9: 404"):
+            await kube.node_ready("w9")
+
+
 async def test_a_budget_that_cannot_be_met_blocks_until_the_timeout_naming_pod_and_budget(
         tmp_path: Path) -> None:
     with kube_api_server(workload(ready_delay=3600)) as server:  # replacements never get Ready

@@ -47,7 +47,9 @@ machines = st.builds(
     drain=st.none() | st.builds(
         DrainStatus, stage=st.sampled_from(DrainStage), started_at=finite, attempt=st.integers(),
         force=st.booleans(), message=st.text(), blocking_pods=st.lists(st.text()).map(tuple),
-        blocking_budgets=st.lists(st.text()).map(tuple), evicted=st.integers()),
+        blocking_budgets=st.lists(st.text()).map(tuple), evicted=st.integers(),
+        uncordoned_at=st.none() | finite),
+    kubeconfig=st.text(),
 )
 
 

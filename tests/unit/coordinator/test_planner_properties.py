@@ -111,7 +111,8 @@ class World:
 
     def drain_step(self, m: Machine, index: int) -> Machine:
         """The coordinator's Kubernetes side moves an upgrading node one step on: cordon and
-        drain, a drain blocked then skipped by the operator, uncordon once items are done."""
+        drain, a drain blocked then skipped by the operator, uncordon once items are done, the node
+        Ready (at once, or after the timeout said it was not)."""
         if m.state is not S.UPGRADE or not needs_drain(self.spec, m):
             return m
         stage = m.drain.stage if m.drain else None
@@ -123,6 +124,10 @@ class World:
             return drained(m, DrainStage.SKIPPED)
         if stage in (DrainStage.DRAINED, DrainStage.SKIPPED) and not self.pending(m):
             return drained(m, DrainStage.UNCORDONED)
+        if stage is DrainStage.UNCORDONED:
+            return drained(m, DrainStage.NOT_READY if index % 2 == 0 else DrainStage.NODE_READY)
+        if stage is DrainStage.NOT_READY:
+            return drained(m, DrainStage.NODE_READY)
         return m
 
     def applied_one(self, m: Machine, first: bool) -> Machine:
@@ -235,8 +240,8 @@ def check_decisions(
         if d.to_state is S.UPGRADE:
             check_upgrade_admission(spec, m, after)
         if d.from_state is S.UPGRADE:
-            assert not needs_drain(spec, m) or (m.drain and m.drain.stage is DrainStage.UNCORDONED), \
-                f"{m.hostname} left Upgrade with its node not uncordoned"
+            assert not needs_drain(spec, m) or (m.drain and m.drain.stage is DrainStage.NODE_READY), \
+                f"{m.hostname} left Upgrade with its node not uncordoned and Ready"
             assert not pending_items(spec, m, "upgrade"), f"{m.hostname} left Upgrade with items left"
             assert d.release == spec.release
         if d.to_state is S.RECONFIGURE:

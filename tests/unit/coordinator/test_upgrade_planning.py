@@ -4,8 +4,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coordinator.model import DrainStage, Machine, MachineState
-from coordinator.planner import Decision, apply, plan, plan_to_fixpoint, post_deploy_host, upgrade_plan
+from coordinator.drainer import KubeAccess, kube_access
+from coordinator.model import DrainStage, KubernetesSettings, Machine, MachineState, phase_items
+from coordinator.planner import (
+    Decision,
+    apply,
+    node_action,
+    plan,
+    plan_to_fixpoint,
+    post_deploy_host,
+    upgrade_plan,
+)
+from nodeagent.protocol import StateItem, VersionAction
 from tests.unit.coordinator.builders import (
     cluster,
     drained,
@@ -57,10 +67,14 @@ def test_the_upgrade_items_wait_for_the_drain_and_ready_waits_for_the_uncordon()
     items_done = finish_phase(spec, m1)
     assert plan(spec, [items_done]) == [], "Ready before the node was drained and uncordoned"
     assert plan(spec, [drained(items_done)]) == [], "Ready while the node is still cordoned"
-    decisions = plan(spec, [drained(items_done, DrainStage.UNCORDONED)])
+    for waiting in (DrainStage.UNCORDONED, DrainStage.NOT_READY):
+        assert plan(spec, [drained(items_done, waiting)]) == [], "Ready before the node was"
+        assert node_action(spec, drained(items_done, waiting)) == "await-ready"
+    decisions = plan(spec, [drained(items_done, DrainStage.NODE_READY)])
     assert moves(decisions) == [("m1", READY)]
-    assert decisions[0].reason == "upgrade items applied; node uncordoned"
-    assert apply([drained(items_done, DrainStage.UNCORDONED)], decisions, 2.0)[0].release == "2.0.0"
+    assert decisions[0].reason == "upgrade items applied; node uncordoned and Ready"
+    assert node_action(spec, drained(items_done, DrainStage.NODE_READY)) is None
+    assert apply([drained(items_done, DrainStage.NODE_READY)], decisions, 2.0)[0].release == "2.0.0"
 
 
 def test_without_drain_managers_a_manager_upgrades_in_place() -> None:
@@ -90,7 +104,7 @@ def test_max_unavailable_counts_workers_that_stopped_responding() -> None:
 def test_a_paused_upgrade_admits_nobody_and_the_running_one_finishes() -> None:
     spec = upgraded_cluster(cluster(), paused=True)
     upgrading = drained(finish_phase(spec, replace(ready("m1", "manager"), state=UPGRADE)),
-                        DrainStage.UNCORDONED)
+                        DrainStage.NODE_READY)
     assert moves(plan(spec, [upgrading, ready("m2", "manager", created_at=2)])) == [("m1", READY)]
 
 
@@ -166,3 +180,52 @@ def test_upgrade_plan_lists_the_exact_steps_the_rollout_takes() -> None:
     paused = upgraded_cluster(cluster(batch=2), paused=True)
     assert upgrade_plan(paused, machines).steps == result.steps
     assert plan(paused, machines) == []
+
+
+def checked(version: str) -> StateItem:
+    """The helm-controller post-deploy item at version, with a command saying what is installed."""
+    return StateItem.model_validate({
+        "name": "helm-controller", "phase": "postdeploy", "version": version,
+        "versionCommand": ["helm-controller", "--version"],
+        "action": {"type": "exec", "argv": ["helm", "upgrade", "--install", version]}})
+
+
+def test_a_version_command_adds_a_check_of_the_declared_version_per_release() -> None:
+    spec = cluster(manager=[checked("0.15.0")])
+    item, check = phase_items(spec, "manager", "postdeploy")
+    assert item == checked("0.15.0")
+    assert (check.name, check.version) == ("helm-controller.version", "0.15.0+release.1.0.0")
+    assert check.action == VersionAction(type="version", argv=["helm-controller", "--version"],
+                                         expect="0.15.0")
+    later = upgraded_cluster(spec)
+    assert phase_items(later, "manager", "postdeploy")[0] == item, "the install runs again"
+    assert phase_items(later, "manager", "postdeploy")[1].fingerprint() != check.fingerprint()
+
+
+def test_the_post_deploy_step_is_checked_again_after_every_upgrade() -> None:
+    spec = cluster(manager=[checked("0.15.0")])
+    done = frozenset(i.fingerprint() for i in phase_items(spec, "manager", "postdeploy"))
+    m1 = replace(ready("m1", "manager"), applied=done)
+    assert post_deploy_host(spec, [m1, ready("w1")]) is None
+    later = upgraded_cluster(spec)  # new release, the same post-deploy item
+    upgraded = [replace(m1, release="2.0.0"), ready("w1", release="2.0.0")]
+    host = post_deploy_host(later, upgraded)
+    assert host is not None and host.hostname == "m1"
+    assert post_deploy_host(later, [replace(upgraded[0], applied=done | {
+        phase_items(later, "manager", "postdeploy")[1].fingerprint()}), upgraded[1]]) is None
+
+
+def test_drains_use_the_setting_else_the_first_managers_reported_kubeconfig() -> None:
+    spec = cluster()
+    m1, m2 = ready("m1", "manager", created_at=1), ready("m2", "manager", created_at=2)
+    w1 = replace(ready("w1"), kubeconfig="from a worker: never")
+    assert kube_access(spec, [m1, m2, w1]) is None
+    m2 = replace(m2, kubeconfig="m2's")
+    assert kube_access(spec, [m1, m2, w1]) == KubeAccess(text="m2's")
+    m1 = replace(m1, kubeconfig="m1's")
+    assert kube_access(spec, [m2, w1, m1]) == KubeAccess(text="m1's")
+    assert kube_access(spec, [replace(m1, state=MachineState.DELETING), m2]) == KubeAccess(text="m2's")
+    configured = spec.model_copy(update={"settings": spec.settings.model_copy(update={
+        "kubernetes": KubernetesSettings(kubeconfig="/etc/coordinator/kubeconfig")})})
+    assert kube_access(configured, [m1]) == KubeAccess(path="/etc/coordinator/kubeconfig")
+    assert "m1's" not in repr(m1), "a machine's repr shows its kubeconfig"

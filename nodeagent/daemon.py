@@ -454,12 +454,13 @@ async def _watchdog() -> None:
 
 
 def _work_key(assignment: Document) -> tuple[Any, ...]:
-    """What makes a running phase obsolete: another phase or other items, i.e. another name,
-    version or action (what StateItem.fingerprint() covers). Changed values (e.g. a new
-    manager's address) reach the next phase; Reconfigure exists to apply them."""
+    """What makes a running phase obsolete: another phase or other items, i.e. anything
+    about an item but its timeout (what StateItem.fingerprint() covers, raw: a field added
+    to items counts here unchanged). Changed values (e.g. a new manager's address) reach the
+    next phase; Reconfigure exists to apply them."""
     return (assignment.get("phase"),
-            tuple(json.dumps([i["name"], i.get("version"), i["action"]], sort_keys=True)
-                  for i in assignment.get("items", [])))
+            tuple(json.dumps({k: v for k, v in item.items() if k != "timeout"}, sort_keys=True)
+                  for item in assignment.get("items", [])))
 
 
 @contextlib.asynccontextmanager

@@ -2,7 +2,8 @@
 
 - start-up: wall time of `nodeagent --help` (interpreter start and imports included);
 - idle: RSS and CPU of a registered agent waiting for approval (connected, long-polling,
-  heartbeating every 10 s), against a real coordinator on 127.0.0.1;
+  heartbeating every 10 s), against a real coordinator on 127.0.0.1; then again once it is
+  approved, has applied its (no-op) items and is Ready: the daemon's steady state;
 - wake latency: from the approval call returning to a long-polling client receiving its new
   assignment (the approval triggers a reconcile pass, the pass wakes the poller).
 
@@ -27,10 +28,14 @@ import psutil
 from coordinator.client import AdminClient
 
 BIN = Path(sys.executable).parent
+# A manager alone goes Pending -> Prepare -> Deploy -> Ready; workers only wake-latency.
 SPEC = """\
 name: bench
 release: "1"
 machineTypes:
+  manager:
+    - {name: noop, phase: prepare, action: {type: exec, argv: ["true"]}}
+    - {name: noop-deploy, phase: deploy, action: {type: exec, argv: ["true"]}}
   worker:
     - {name: noop, phase: prepare, action: {type: exec, argv: ["true"]}}
 """
@@ -103,18 +108,13 @@ def main() -> None:
             wait_for(lambda: admin.get("/v1/machines"))
             time.sleep(2)  # registration done; let start-up work settle
             proc = psutil.Process(agent.pid)
-            cpu_before = proc.cpu_times()
-            started = time.monotonic()
-            peak_rss = proc.memory_info().rss
-            while time.monotonic() - started < args.idle_seconds:
-                time.sleep(1)
-                peak_rss = max(peak_rss, proc.memory_info().rss)
-            cpu_after = proc.cpu_times()
-            elapsed = time.monotonic() - started
-            busy = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
-            rss = proc.memory_info().rss
-            print(f"idle agent over {elapsed:.0f} s: RSS {rss / 2**20:.1f} MiB = {rss / 1e6:.1f} MB "
-                  f"(peak {peak_rss / 1e6:.1f} MB), CPU {100 * busy / elapsed:.3f}% of one core")
+            print("idle agent waiting for approval, " + idle(proc, args.idle_seconds))
+            (machine,) = admin.get("/v1/machines")
+            admin.request("POST", f"/v1/machines/{machine['id']}/approve",
+                          body={"role": "manager"})
+            wait_for(lambda: admin.get(f"/v1/machines/{machine['id']}")["state"] == "Ready", 60)
+            time.sleep(2)  # the last report delivered, the phase's child gone
+            print("idle agent Ready after applying its items, " + idle(proc, args.idle_seconds))
             agent.terminate()
             agent.wait()
             agent = None
@@ -125,6 +125,22 @@ def main() -> None:
                 agent.kill()
             coordinator.terminate()
             coordinator.wait()
+
+
+def idle(proc: psutil.Process, seconds: float) -> str:
+    """RSS at the end and at its peak, and CPU use, of the agent process over seconds."""
+    cpu_before = proc.cpu_times()
+    started = time.monotonic()
+    peak_rss = proc.memory_info().rss
+    while time.monotonic() - started < seconds:
+        time.sleep(1)
+        peak_rss = max(peak_rss, proc.memory_info().rss)
+    cpu_after = proc.cpu_times()
+    elapsed = time.monotonic() - started
+    busy = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
+    rss = proc.memory_info().rss
+    return (f"over {elapsed:.0f} s: RSS {rss / 2**20:.1f} MiB = {rss / 1e6:.1f} MB "
+            f"(peak {peak_rss / 1e6:.1f} MB), CPU {100 * busy / elapsed:.3f}% of one core")
 
 
 def wake_latency(admin: AdminClient, url: str, ca: str, join: str, samples: int) -> str:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -17,6 +19,16 @@ if TYPE_CHECKING:
     from nodeagent.prechecks.base import CheckContext
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
+
+_config_option = click.option(
+    "--config", "config_path", default="/etc/nodeagent/config.yaml", show_default=True,
+    type=click.Path(dir_okay=False), help="Agent config file.")
+_root_option = click.option(
+    "--root", default="/", show_default=True, type=click.Path(file_okay=False),
+    help="Machine root: prechecks read and file items write under it.")
+_log_level_option = click.option(
+    "--log-level", default="info", show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]))
 
 
 def _split_ignores(values: tuple[str, ...]) -> list[str]:
@@ -124,33 +136,45 @@ def version() -> None:
 
 
 @main.command("check-config")
-@click.option("--config", "config_path", default="/etc/nodeagent/config.yaml", show_default=True,
-              type=click.Path(dir_okay=False), help="Agent config file.")
+@_config_option
 @click.option("--quiet", "-q", is_flag=True, help="Only the exit status.")
-def check_config(config_path: str, quiet: bool) -> None:
+@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: when ready, the config as `nodeagent run` takes it (defaults filled "
+                   "in, the join string decoded) on stdout; else the message on stderr.")
+def check_config(config_path: str, quiet: bool, output: str) -> None:
     """Whether `nodeagent run` can start with this config: it names a coordinator and either
     a join token or an identity from an earlier registration.
 
     Exits 0 when ready, 1 when not configured yet, 2 when the file is invalid. The package's
-    post-install script starts the service only on 0.
+    post-install script starts the service only on 0, and `nodeagent run` itself starts only
+    on 0 (it reads its config this way, in a child, to stay small).
     """
-    from nodeagent.daemon import load_identity
+    from nodeagent.identity import IDENTITY_FILE, load_identity
 
     missing = []
+    config = None
     if Path(config_path).exists():
         config = _load_config(config_path)
         if not config.coordinator.url:
             missing.append("coordinator.url (or join)")
-        if not config.join_token and load_identity(Path(config.state_dir) / "identity.json") is None:
+        if not config.join_token and load_identity(Path(config.state_dir) / IDENTITY_FILE) is None:
             missing.append("joinToken (or join), as the machine is not registered yet")
     else:
         missing.append("the config file itself")
-    if not quiet:
-        if missing:
-            click.echo(f"{config_path}: not configured yet: missing " + "; ".join(missing))
-        else:
-            click.echo(f"{config_path}: ready")
+    message = (f"{config_path}: not configured yet: missing " + "; ".join(missing) if missing
+               else f"{config_path}: ready")
+    if output == "json" and config is not None and not missing:
+        click.echo(json.dumps(_as_run_takes_it(config)))
+    elif not quiet:
+        click.echo(message, err=output == "json")
     sys.exit(EXIT_CHECK_FAILED if missing else EXIT_OK)
+
+
+def _as_run_takes_it(config: AgentConfig) -> dict[str, object]:
+    """The document nodeagent/daemon.py's Settings reads."""
+    return {"config": config.model_dump(mode="json"), "ca_hash": config.ca_hash,
+            "coordinator_endpoints": [dataclasses.asdict(endpoint) for endpoint
+                                      in config.coordinator_endpoints(os.environ)]}
 
 
 def _load_config(path: str | None, root: str = "/") -> AgentConfig:
@@ -177,24 +201,42 @@ def _context(root: str, config: AgentConfig, role: str) -> CheckContext:
 
 
 @main.command()
-@click.option("--config", "config_path", default="/etc/nodeagent/config.yaml", show_default=True,
-              type=click.Path(dir_okay=False), help="Agent config file.")
-@click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False),
-              help="Machine root: prechecks read and file items write under it.")
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))
+@_config_option
+@_root_option
+@_log_level_option
 def run(config_path: str, root: str, log_level: str) -> None:
     """Run the agent: precheck, register, wait for approval, apply assigned items, report."""
     from nodeagent import logfmt
-    from nodeagent.daemon import Agent, AgentError
+    from nodeagent.daemon import AgentError, BadConfig, run_agent
     from nodeagent.host import Host
 
     logfmt.configure(log_level)
-    config = _load_config(config_path)
     try:
-        asyncio.run(Agent(config, Host(root), config_path).run())
+        asyncio.run(run_agent(config_path, Host(root)))
+    except BadConfig as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_USAGE)
     except AgentError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CHECK_FAILED)
     except KeyboardInterrupt:
         pass
+
+
+@main.command(hidden=True)
+@_config_option
+@_root_option
+@_log_level_option
+def apply(config_path: str, root: str, log_level: str) -> None:
+    """Apply one assignment's phase, for `nodeagent run`: the Assignment as a JSON line on
+    stdin (a pipe), each ItemReport as a JSON line on stdout. Closing stdin stops it.
+
+    Exits 0 when every item is applied, 3 when one failed retry.maxAttempts times, 4 when
+    stopped, 2 on a bad config, assignment or journal.
+    """
+    from nodeagent import logfmt
+    from nodeagent.phase import apply_from_stdin
+
+    logfmt.configure(log_level)
+    config = _load_config(config_path)
+    sys.exit(asyncio.run(apply_from_stdin(config, Path(root))))

@@ -1,5 +1,10 @@
 """The agent's side of the coordinator API. Every call after registration names the machine
-and carries its own credential."""
+and carries its own credential.
+
+Bodies and answers are plain JSON documents, not the pydantic wire types of
+nodeagent/protocol.py: the daemon that holds this client stays free of pydantic (over a quarter
+of its memory, see docs/benchmarks.md); the coordinator validates what it is sent, and the
+child process that applies a phase validates what it applies."""
 
 from __future__ import annotations
 
@@ -10,18 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from pydantic import BaseModel
-
 from nodeagent import http_client
-from nodeagent.protocol import (
-    Assignment,
-    ItemReport,
-    PrecheckReport,
-    RegisterRequest,
-    RegisterResponse,
-    RotateRequest,
-    RotateResponse,
-)
+
+Document = dict[str, Any]
 
 
 class Unreachable(Exception):
@@ -79,13 +75,13 @@ class CoordinatorClient:
         return headers
 
     async def _call(self, method: str, path: str, credential: str | None = None,
-                    body: BaseModel | None = None, params: dict[str, str] | None = None,
+                    body: Document | None = None, params: dict[str, str] | None = None,
                     timeout: float | None = None) -> Any:
         headers = self._headers(credential)
         data = None
         if body is not None:
             headers["Content-Type"] = "application/json"
-            data = body.model_dump_json(by_alias=True).encode()
+            data = json.dumps(body).encode()
         base, proxy = self.url, self.proxy
         url = base + path + (f"?{urlencode(params)}" if params else "")
         try:
@@ -109,28 +105,40 @@ class CoordinatorClient:
             raise Rejected(reply.status, message or reply.reason)
         return payload
 
-    async def register(self, request: RegisterRequest) -> RegisterResponse:
-        return RegisterResponse.model_validate(
-            await self._call("POST", "/v1/agent/register", body=request))
+    async def _document(self, method: str, path: str, credential: str | None = None,
+                        body: Document | None = None, params: dict[str, str] | None = None,
+                        timeout: float | None = None) -> Document:
+        """A call whose answer must be a JSON object (a RegisterResponse, an Assignment...)."""
+        payload = await self._call(method, path, credential, body, params, timeout)
+        if not isinstance(payload, dict):
+            raise Unreachable(f"{method} {path}: the answer is not a JSON object")
+        return payload
+
+    async def register(self, request: Document) -> Document:
+        """A RegisterRequest in, a RegisterResponse back."""
+        return await self._document("POST", "/v1/agent/register", body=request)
 
     async def assignment(self, machine_id: str, credential: str, after: int,
-                         wait: float) -> Assignment:
-        data = await self._call(
+                         wait: float) -> Document:
+        """The machine's Assignment once its generation passes `after` (or `wait` is up)."""
+        return await self._document(
             "GET", f"/v1/agent/machines/{machine_id}/assignment", credential,
             params={"after": str(after), "wait": str(wait)}, timeout=wait + self.timeout,
         )
-        return Assignment.model_validate(data)
 
-    async def report(self, machine_id: str, credential: str, report: ItemReport) -> None:
+    async def report(self, machine_id: str, credential: str, report: Document) -> None:
+        """An ItemReport."""
         await self._call("POST", f"/v1/agent/machines/{machine_id}/reports", credential, report)
 
-    async def precheck(self, machine_id: str, credential: str, report: PrecheckReport) -> None:
+    async def precheck(self, machine_id: str, credential: str, report: Document) -> None:
+        """A PrecheckReport."""
         await self._call("POST", f"/v1/agent/machines/{machine_id}/precheck", credential, report)
 
-    async def rotate(self, machine_id: str, credential: str, new: str) -> RotateResponse:
-        return RotateResponse.model_validate(await self._call(
+    async def rotate(self, machine_id: str, credential: str, new: str) -> Document:
+        """A RotateResponse: when the new credential expires."""
+        return await self._document(
             "POST", f"/v1/agent/machines/{machine_id}/credential", credential,
-            RotateRequest(credential=new)))
+            {"credential": new})
 
     async def heartbeat(self, machine_id: str, credential: str) -> None:
         await self._call("POST", f"/v1/agent/machines/{machine_id}/heartbeat", credential)

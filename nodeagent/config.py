@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -10,7 +11,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic.alias_generators import to_camel
 
 from nodeagent import joinstring
+from nodeagent.client import Endpoint
 from nodeagent.protocol import NtpSettings, ProxySettings
+from nodeagent.proxy import proxy_for
 from nodeagent.validation import InvalidDocument, Problem, load_model
 
 DEFAULT_CONFIG_PATH = "/etc/nodeagent/config.yaml"
@@ -106,6 +109,11 @@ class AgentConfig(_Section):
     @property
     def ca_hash(self) -> str | None:
         return joinstring.decode(self.join).ca_hash if self.join else None
+
+    def coordinator_endpoints(self, environ: Mapping[str, str]) -> list[Endpoint]:
+        """Each of the coordinator's replicas, with the proxy to reach it through."""
+        return [Endpoint(url, proxy_for(url, self.proxy, environ))
+                for url in self.coordinator.all_urls]
 
 
 def load_config(path: str | None) -> AgentConfig:

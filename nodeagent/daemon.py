@@ -1,18 +1,23 @@
-"""`nodeagent run`: precheck, register, wait for approval, apply assigned items, report.
+"""`nodeagent run`: precheck, register, wait for approval, have assigned items applied, report.
 
 The agent never decides what to run: it applies the phase the coordinator assigns, in
 order, skipping what its journal says is done, and tells the coordinator everything.
 When the coordinator is away it keeps working and sends its buffered reports later.
+
+This process stays up on every node, so it is a small supervisor: it long-polls,
+heartbeats, rotates the credential and delivers reports, reading only the few raw JSON
+fields it needs. All that needs the validated wire types (pydantic), YAML or the item code
+runs in a child, its own command line, which gives its memory back when it exits:
+`check-config --output json` (the config file, with file:line:field errors), `precheck`,
+`facts`, and `apply` (one phase's items, nodeagent/phase.py). docs/benchmarks.md has why.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
-import os
 import random
 import secrets
 import ssl
@@ -25,62 +30,80 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nodeagent import sdnotify, trust
-from nodeagent.atomic import atomic_write
 from nodeagent.backoff import delay
-from nodeagent.client import CoordinatorClient, Endpoint, Rejected, Unreachable
-from nodeagent.config import AgentConfig
-from nodeagent.host import Host
-from nodeagent.items.runner import run_phase
-from nodeagent.journal import Journal
+from nodeagent.client import CoordinatorClient, Document, Endpoint, Rejected, Unreachable
+from nodeagent.host import CommandResult, Host
+from nodeagent.identity import IDENTITY_FILE, Identity, load_identity, save_identity
 from nodeagent.logfmt import fields
-from nodeagent.protocol import (
-    Assignment,
-    ItemReport,
-    NtpSettings,
-    PrecheckReport,
-    RegisterRequest,
-    Status,
-)
-from nodeagent.proxy import proxy_for
 
 T = TypeVar("T")
 log = logging.getLogger("nodeagent")
 LONG_POLL_SECONDS = 30.0
 CHILD_TIMEOUT_SECONDS = 120.0
+STOP_SECONDS = 30.0  # for a phase's child to stop its running item before it is killed
+# How a `nodeagent apply` child (nodeagent/phase.py) ends: every item applied, one failed
+# retry.maxAttempts times, or stopped (stdin closed, SIGTERM). Any other exit (a crash, a
+# journal it cannot read) and the daemon starts it again.
+EXIT_APPLIED, EXIT_GAVE_UP, EXIT_STOPPED = 0, 3, 4
 
 
 class AgentError(Exception):
     """A condition the agent cannot recover from by retrying (bad token, removed machine)."""
 
 
-@dataclass
-class Identity:
-    """The machine's own credential. Mutable: a rotation updates it in place for every task
-    that holds it."""
-
-    machine_id: str
-    credential: str
-    issued_at: float = 0.0
-    expires_at: float | None = None
-
-    def due_for_rotation(self, now: float) -> bool:
-        """Two thirds into its life, like kubelet's certificate rotation."""
-        if self.expires_at is None:
-            return False
-        return now >= self.issued_at + (self.expires_at - self.issued_at) * 2 / 3
+class BadConfig(AgentError):
+    """The config file is invalid; the message names file, line and field."""
 
 
-def load_identity(path: Path) -> Identity | None:
-    try:
-        data = json.loads(path.read_text())
-        return Identity(data["machine_id"], data["credential"], data.get("issued_at", 0.0),
-                        data.get("expires_at"))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+@dataclass(frozen=True)
+class Settings:
+    """What the daemon needs of its config file, as `nodeagent check-config --output json`
+    gives it: validated (in a child, with config.py's one definition), defaults filled in,
+    the join string decoded."""
+
+    endpoints: list[Endpoint]  # the coordinator's replicas, each with its proxy
+    ca_file: str | None
+    ca_hash: str | None
+    timeout: float
+    state_dir: Path
+    join_token: str | None
+    heartbeat_seconds: float
+    role: str
+    ignore_prechecks: list[str]
+    own_ntp_servers: bool  # the config names NTP servers: the cluster's do not replace them
+
+    @classmethod
+    def from_document(cls, document: Document) -> Settings:
+        config = document["config"]
+        coordinator = config["coordinator"]
+        return cls(endpoints=[Endpoint(**e) for e in document["coordinator_endpoints"]],
+                   ca_file=coordinator["ca_file"], ca_hash=document["ca_hash"],
+                   timeout=coordinator["timeout"], state_dir=Path(config["state_dir"]),
+                   join_token=config["join_token"],
+                   heartbeat_seconds=config["heartbeat_seconds"], role=config["role"],
+                   ignore_prechecks=config["ignore_prechecks"],
+                   own_ntp_servers=bool(config["ntp"]["servers"]))
 
 
-def save_identity(path: Path, identity: Identity) -> None:
-    atomic_write(path, json.dumps(dataclasses.asdict(identity)).encode(), mode=0o600)
+async def run_agent(config_path: str, host: Host) -> None:
+    """The daemon's life: ready for systemd at once (registering may wait long for the
+    coordinator, and systemd must neither time the start out nor miss watchdog pings
+    meanwhile), then the config, then the agent until it stops."""
+    sdnotify.ready()
+    async with _background(_watchdog()):
+        settings = await load_settings(config_path, host)
+        await Agent(settings, host, config_path).run()
+
+
+async def load_settings(config_path: str, host: Host) -> Settings:
+    """The config file, validated by `nodeagent check-config` in a child."""
+    result = await _own_command(host, "check-config", "--config", config_path,
+                                "--output", "json")
+    if result.returncode == 2:
+        raise BadConfig(result.stderr.strip())
+    if result.returncode != 0:
+        raise AgentError(result.stderr.strip())
+    return Settings.from_document(json.loads(result.stdout))
 
 
 class Reporter:
@@ -90,17 +113,18 @@ class Reporter:
         self._client = client
         self._identity = identity
         self._rand = rand
-        self._queue: asyncio.Queue[ItemReport] = asyncio.Queue()
+        self._queue: asyncio.Queue[Document] = asyncio.Queue()
 
-    async def submit(self, report: ItemReport) -> None:
-        """Queue the report for the coordinator, and log it: every item's start, success and
-        failure is also a line in the node's journal."""
-        duration = (report.finished_at - report.started_at) if report.finished_at else None
-        log.log(logging.WARNING if report.status == "failed" else logging.INFO,
-                "item %s", report.status, extra=fields(
-                    item=report.item, phase=report.phase, status=report.status,
-                    attempt=report.attempt, exit_code=report.exit_code, duration=duration,
-                    error=report.error or None))
+    def submit(self, report: Document) -> None:
+        """Queue an ItemReport for the coordinator, and log it: every item's start, success
+        and failure is also a line in the node's journal."""
+        finished = report.get("finished_at")
+        duration = finished - report["started_at"] if finished else None
+        log.log(logging.WARNING if report["status"] == "failed" else logging.INFO,
+                "item %s", report["status"], extra=fields(
+                    item=report["item"], phase=report["phase"], status=report["status"],
+                    attempt=report["attempt"], exit_code=report.get("exit_code"),
+                    duration=duration, error=report.get("error") or None))
         self._queue.put_nowait(report)
 
     async def run(self) -> None:
@@ -114,69 +138,57 @@ class Reporter:
                     break
                 except Unreachable as exc:
                     attempt += 1
-                    log.warning("report of %s held back (%s); retrying", report.item, exc,
-                                extra=fields(item=report.item, attempt=attempt))
+                    log.warning("report of %s held back (%s); retrying", report["item"], exc,
+                                extra=fields(item=report["item"], attempt=attempt))
                     await asyncio.sleep(delay(attempt, 0.5, 15.0, self._rand))
                 except Rejected as exc:
-                    log.error("coordinator refused the report of %s: %s", report.item, exc)
+                    log.error("coordinator refused the report of %s: %s", report["item"], exc)
                     break
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, host: Host, config_path: str | None = None,
+    def __init__(self, settings: Settings, host: Host, config_path: str,
                  rand: random.Random | None = None) -> None:
-        if not config.coordinator.url:
-            raise AgentError("coordinator.url is not set in the config file")
-        self.config = config
+        self.settings = settings
         self.config_path = config_path
         self.host = host
-        self.state_dir = Path(config.state_dir)
+        self.state_dir = settings.state_dir
         self.rand = rand or random.Random()
-        self.client = CoordinatorClient(
-            [Endpoint(url, proxy_for(url, config.proxy, os.environ))
-             for url in config.coordinator.all_urls],
-            timeout=config.coordinator.timeout * 5)
-        self.identity_path = self.state_dir / "identity.json"
+        self.client = CoordinatorClient(settings.endpoints, timeout=settings.timeout * 5)
+        self.identity_path = self.state_dir / IDENTITY_FILE
         self.next_identity_path = self.state_dir / "identity.next.json"
-        # The cluster's NTP settings, once an assignment has told them: prechecks use them
-        # when this node's config names no NTP servers of its own.
-        self.cluster_ntp: NtpSettings | None = None
-        self.checked_ntp: NtpSettings | None = None  # what the last precheck used
+        # The cluster's NTP settings (as the assignment spells them), once an assignment has
+        # told them: prechecks use them when this node's config names no NTP servers.
+        self.cluster_ntp: Document | None = None
+        self.checked_ntp: Document | None = None  # what the last precheck used
         self.rechecking: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        # Ready as soon as it runs: registering may wait long for the coordinator, and
-        # systemd must neither time the start out nor miss watchdog pings meanwhile.
-        sdnotify.ready()
-        async with _background(_watchdog()):
-            self.client.context = await self._trust()
-            identity = await self._settle_rotation(load_identity(self.identity_path))
-            if identity is None:
-                report = await self._precheck()
-                identity = await self._register(report)
-                if not report.ok:
-                    self._start_recheck(identity, wait_first=True)
-            journal = Journal(self.state_dir / "journal.json")
-            reporter = Reporter(self.client, identity, self.rand)
-            try:
-                async with _background(reporter.run(), self._heartbeat(identity)):
-                    await self._follow(identity, journal, reporter)
-            finally:
-                if self.rechecking is not None:
-                    self.rechecking.cancel()
+        self.client.context = await self._trust()
+        identity = await self._settle_rotation(load_identity(self.identity_path))
+        if identity is None:
+            report = await self._precheck()
+            identity = await self._register(report)
+            if not report["ok"]:
+                self._start_recheck(identity, wait_first=True)
+        reporter = Reporter(self.client, identity, self.rand)
+        try:
+            async with _background(reporter.run(), self._heartbeat(identity)):
+                await self._follow(identity, reporter)
+        finally:
+            if self.rechecking is not None:
+                self.rechecking.cancel()
 
     async def _trust(self) -> ssl.SSLContext | None:
         """The TLS context for an https coordinator: its CA from the config, or the one the
         join string pins (fetched and checked once, then kept in the state dir)."""
-        url = self.config.coordinator.url or ""
+        url = self.client.url
         if not url.startswith("https://"):
             return None
-        if self.config.coordinator.ca_file:
-            return trust.context_for(Path(self.config.coordinator.ca_file))
-        kept = self.state_dir / "ca.crt"
-        if not kept.exists():
-            pin = self.config.ca_hash
+        kept = trust.trusted_ca(self.settings.ca_file, self.state_dir)
+        if not self.settings.ca_file and not kept.exists():
+            pin = self.settings.ca_hash
             if pin is None:
                 raise AgentError(f"{url} is https but there is no CA to trust: set "
                                  "coordinator.caFile or use a join string (join:)")
@@ -185,7 +197,7 @@ class Agent:
             for endpoint in self.client.endpoints:
                 try:
                     await trust.fetch_pinned_ca(endpoint.url, pin, kept, endpoint.proxy,
-                                                self.config.coordinator.timeout * 5)
+                                                self.settings.timeout * 5)
                     break
                 except trust.TrustError as exc:
                     problems.append(str(exc))
@@ -224,7 +236,7 @@ class Agent:
             save_identity(self.next_identity_path, candidate)
             answer = await self.client.rotate(identity.machine_id, identity.credential,
                                               candidate.credential)
-            candidate.expires_at = answer.credential_expires_at
+            candidate.expires_at = answer.get("credential_expires_at")
             save_identity(self.identity_path, candidate)
             self.next_identity_path.unlink(missing_ok=True)
             current = candidate
@@ -233,57 +245,53 @@ class Agent:
         identity.credential, identity.issued_at = current.credential, current.issued_at
         identity.expires_at = current.expires_at
 
-    async def _own_command(self, *args: str) -> str:
-        """Output of `nodeagent ARGS --root ROOT` in a child process. Prechecks and facts load
-        DNS, netlink, NTP and process-table libraries the idle daemon has no use for; in a
-        child they give their memory back when it exits."""
-        argv = [*_own_argv(), *args, "--root", str(self.host.root)]
-        try:
-            result = await self.host.run(argv, timeout=CHILD_TIMEOUT_SECONDS)
-        except TimeoutError:
-            raise AgentError(f"`nodeagent {args[0]}` did not finish within "
-                             f"{CHILD_TIMEOUT_SECONDS:.0f}s") from None
+    async def _checked(self, *args: str) -> str:
+        """Output of `nodeagent ARGS --root ROOT` (prechecks or facts) in a child: they load
+        DNS, netlink, NTP and process-table libraries the idle daemon has no use for."""
+        result = await _own_command(self.host, *args, "--root", str(self.host.root))
         if result.returncode not in (0, 1):
             raise AgentError(f"`nodeagent {args[0]}` failed (exit {result.returncode}): "
                              f"{result.stderr.strip()}")
         return result.stdout
 
-    async def _precheck(self) -> PrecheckReport:
-        args = ["precheck", "--output", "json", "--role", self.config.role]
-        if self.config_path:
-            args += ["--config", self.config_path]
-        if self.config.ignore_prechecks:
-            args += ["--ignore", ",".join(self.config.ignore_prechecks)]
+    async def _precheck(self) -> Document:
+        """A PrecheckReport, as JSON."""
+        args = ["precheck", "--output", "json", "--role", self.settings.role,
+                "--config", self.config_path]
+        if self.settings.ignore_prechecks:
+            args += ["--ignore", ",".join(self.settings.ignore_prechecks)]
         self.checked_ntp = self._ntp_for_checks()
         if self.checked_ntp is not None:
-            for server in self.checked_ntp.servers:
+            for server in self.checked_ntp["servers"]:
                 args += ["--ntp-server", server]
-            args += ["--max-skew-seconds", f"{self.checked_ntp.max_skew_seconds:g}"]
-        report = PrecheckReport.model_validate_json(await self._own_command(*args))
-        failures = [f"{c.name}: {c.message}" for c in report.checks if c.status is Status.FAIL]
+            args += ["--max-skew-seconds", f"{self.checked_ntp['maxSkewSeconds']:g}"]
+        report: Document = json.loads(await self._checked(*args))
+        failures = [f"{c['name']}: {c['message']}" for c in report["checks"]
+                    if c["status"] == "fail"]
         if failures:
             log.warning("hard prechecks failed: %s", "; ".join(failures))
-        sdnotify.status("prechecks " + ("passed" if report.ok else "FAILED"))
+        sdnotify.status("prechecks " + ("passed" if report["ok"] else "FAILED"))
         return report
 
-    async def _register(self, report: PrecheckReport) -> Identity:
-        if not self.config.join_token:
+    async def _register(self, report: Document) -> Identity:
+        if not self.settings.join_token:
             raise AgentError("not registered yet and no joinToken in the config file")
-        facts = json.loads(await self._own_command("facts", "--output", "json"))
-        request = RegisterRequest(join_token=self.config.join_token, hostname=report.hostname,
-                                  ip=facts.get("primary_ip"), facts=facts, precheck=report)
+        facts = json.loads(await self._checked("facts", "--output", "json"))
+        request = {"join_token": self.settings.join_token, "hostname": report["hostname"],
+                   "ip": facts.get("primary_ip"), "facts": facts, "precheck": report}
         response = await self._retry("register", partial(self.client.register, request))
-        identity = Identity(response.machine_id, response.credential, time.time(),
-                            response.credential_expires_at)
+        identity = Identity(response["machine_id"], response["credential"], time.time(),
+                            response.get("credential_expires_at"))
         save_identity(self.identity_path, identity)
         log.info("registered as machine %s", identity.machine_id,
-                 extra=fields(machine=identity.machine_id, hostname=report.hostname))
+                 extra=fields(machine=identity.machine_id, hostname=report["hostname"]))
         return identity
 
-    def _ntp_for_checks(self) -> NtpSettings | None:
+    def _ntp_for_checks(self) -> Document | None:
         """The cluster's NTP settings when the clock check should use them (this node's
         config names no servers); None: the config's own."""
-        if self.config.ntp.servers or self.cluster_ntp is None or not self.cluster_ntp.servers:
+        if self.settings.own_ntp_servers or not self.cluster_ntp \
+                or not self.cluster_ntp.get("servers"):
             return None
         return self.cluster_ntp
 
@@ -308,7 +316,7 @@ class Agent:
                 return  # approved meanwhile, or removed
             except Unreachable:
                 continue
-            if report.ok:
+            if report["ok"]:
                 return
 
     async def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
@@ -331,45 +339,85 @@ class Agent:
                         f"{self.identity_path} to register again") from exc
                 raise AgentError(f"{what}: {exc}") from exc
 
-    async def _follow(self, identity: Identity, journal: Journal, reporter: Reporter) -> None:
+    async def _follow(self, identity: Identity, reporter: Reporter) -> None:
         """Long-poll the assignment; restart the phase whenever what to run changes."""
         generation = 0
         current: tuple[Any, ...] | None = None
-        work: asyncio.Task[bool] | None = None
+        work: asyncio.Task[None] | None = None
         try:
             while True:
                 assignment = await self._retry("fetch assignment", partial(
                     self.client.assignment, identity.machine_id, identity.credential,
                     generation, LONG_POLL_SECONDS))
-                if assignment.generation == generation:
+                if assignment["generation"] == generation:
                     continue
-                generation = assignment.generation
-                self.cluster_ntp = assignment.ntp
-                if assignment.state == "Pending" and self._ntp_for_checks() != self.checked_ntp:
+                generation = assignment["generation"]
+                self.cluster_ntp = assignment.get("ntp")
+                if assignment["state"] == "Pending" and self._ntp_for_checks() != self.checked_ntp:
                     # Registered with the node's own (or no) NTP servers: the clock must also
                     # agree with the cluster's before the machine can be approved.
                     self._start_recheck(identity, wait_first=False)
                 wanted = _work_key(assignment)
-                sdnotify.status(f"{assignment.state}: {len(assignment.items)} items")
+                items = len(assignment.get("items", []))
+                sdnotify.status(f"{assignment['state']}: {items} items")
                 if wanted == current and work is not None and not work.done():
-                    continue  # same phase, same items: let the running phase go on
+                    log.info("assignment %d: same phase and items; the running phase goes on",
+                             generation, extra=fields(generation=generation))
+                    continue
                 if work is not None:
                     work.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await work
                 current = wanted
                 log.info("assignment %d: %s, phase %s, %d items", generation,
-                         assignment.state, assignment.phase, len(assignment.items),
-                         extra=fields(generation=generation, state=assignment.state,
-                                      phase=assignment.phase, items=len(assignment.items)))
-                work = asyncio.create_task(run_phase(
-                    assignment.items, assignment.values, journal, reporter.submit,
-                    assignment.retry, self.host.root,
-                    partial(self.client.artifact, identity.credential),
-                    self.config.proxy.over(assignment.proxy), self.rand))
+                         assignment["state"], assignment.get("phase"), items,
+                         extra=fields(generation=generation, state=assignment["state"],
+                                      phase=assignment.get("phase"), items=items))
+                work = asyncio.create_task(self._apply(assignment, reporter)) if items else None
         finally:
             if work is not None:
                 work.cancel()
+
+    async def _apply(self, assignment: Document, reporter: Reporter) -> None:
+        """Have the phase applied by a `nodeagent apply` child, passing its reports on. One
+        that neither applied every item nor gave up on one (it crashed, or could not read
+        its journal) is started again after a pause: the journal skips what it did."""
+        attempt = 0
+        while (code := await self._apply_once(assignment, reporter)) not in (EXIT_APPLIED, EXIT_GAVE_UP):
+            attempt += 1
+            wait = delay(attempt, 1.0, 60.0, self.rand)
+            log.error("`nodeagent apply` exited with %d; starting it again in %.1fs", code,
+                      wait, extra=fields(exit_code=code, attempt=attempt))
+            await asyncio.sleep(wait)
+
+    async def _apply_once(self, assignment: Document, reporter: Reporter) -> int:
+        """One `nodeagent apply` child: the assignment on its stdin, a report per line on its
+        stdout; its log lines go to this daemon's stderr. Cancelled, it closes the child's
+        stdin, which stops the running item, and kills it if it takes too long."""
+        level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+        child = await asyncio.create_subprocess_exec(
+            *_own_argv(), "apply", "--config", self.config_path, "--root", str(self.host.root),
+            "--log-level", level, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            with contextlib.suppress(ConnectionError):  # it died at once: its exit code says
+                child.stdin.write(json.dumps(assignment).encode() + b"\n")
+                await child.stdin.drain()
+            async for line in child.stdout:
+                try:
+                    reporter.submit(json.loads(line))
+                except (ValueError, KeyError, TypeError):
+                    log.error("`nodeagent apply` printed something that is not a report: %r",
+                              line[:200])
+            return await child.wait()
+        finally:
+            if child.returncode is None:
+                child.stdin.close()
+                try:
+                    await asyncio.wait_for(child.wait(), STOP_SECONDS)
+                except TimeoutError:
+                    child.kill()
+                    await child.wait()
 
     async def _heartbeat(self, identity: Identity) -> None:
         while True:
@@ -377,7 +425,16 @@ class Agent:
                 if identity.due_for_rotation(time.time()):
                     await self._rotate(identity)
                 await self.client.heartbeat(identity.machine_id, identity.credential)
-            await asyncio.sleep(self.config.heartbeat_seconds)
+            await asyncio.sleep(self.settings.heartbeat_seconds)
+
+
+async def _own_command(host: Host, *args: str) -> CommandResult:
+    """`nodeagent ARGS` in a child: its memory goes back to the node when it exits."""
+    try:
+        return await host.run([*_own_argv(), *args], timeout=CHILD_TIMEOUT_SECONDS)
+    except TimeoutError:
+        raise AgentError(f"`nodeagent {args[0]}` did not finish within "
+                         f"{CHILD_TIMEOUT_SECONDS:.0f}s") from None
 
 
 def _own_argv() -> list[str]:
@@ -396,10 +453,14 @@ async def _watchdog() -> None:
         await asyncio.sleep(interval)
 
 
-def _work_key(assignment: Assignment) -> tuple[Any, ...]:
-    """What makes a running phase obsolete: another phase or other items. Changed values
-    (e.g. a new manager's address) reach the next phase; Reconfigure exists to apply them."""
-    return (assignment.phase, tuple(i.fingerprint() for i in assignment.items))
+def _work_key(assignment: Document) -> tuple[Any, ...]:
+    """What makes a running phase obsolete: another phase or other items, i.e. anything
+    about an item but its timeout (what StateItem.fingerprint() covers, raw: a field added
+    to items counts here unchanged). Changed values (e.g. a new manager's address) reach the
+    next phase; Reconfigure exists to apply them."""
+    return (assignment.get("phase"),
+            tuple(json.dumps({k: v for k, v in item.items() if k != "timeout"}, sort_keys=True)
+                  for item in assignment.get("items", [])))
 
 
 @contextlib.asynccontextmanager

@@ -11,9 +11,18 @@ from nodeagent import http_client
 from nodeagent.atomic import atomic_write
 from nodeagent.joinstring import ca_hash
 
+KEPT_CA = "ca.crt"  # in the state dir: the CA fetched once and checked against the pin
+
 
 class TrustError(Exception):
     pass
+
+
+def trusted_ca(ca_file: str | None, state_dir: Path) -> Path:
+    """The CA an https coordinator is verified against: the config's coordinator.caFile, else
+    the one the join string pinned, kept in the state dir. The daemon and a phase's child
+    process (for its artifact downloads) trust the same one."""
+    return Path(ca_file) if ca_file else state_dir / KEPT_CA
 
 
 def context_for(ca_file: Path) -> ssl.SSLContext:

@@ -24,7 +24,7 @@ import dns.resolver
 from nodeagent.host import Host
 from nodeagent.prechecks.base import CheckContext, Outcome, failed, passed, skipped
 from nodeagent.proxy import proxy_for
-from nodeagent.trust import unverified_context
+from nodeagent.trust import KEPT_CA, unverified_context
 
 
 def hosts_file_lookup(text: str | None, name: str) -> list[str]:
@@ -66,7 +66,7 @@ def tls_context(ctx: CheckContext) -> tuple[ssl.SSLContext, str]:
     check shows only that TLS answers, and the agent checks the CA against the join string's
     hash before it sends anything."""
     cfg = ctx.config
-    kept = ctx.host.path(cfg.state_dir) / "ca.crt"
+    kept = ctx.host.path(cfg.state_dir) / KEPT_CA
     if cfg.coordinator.ca_file:
         return ssl.create_default_context(cafile=cfg.coordinator.ca_file), ""
     if kept.exists():

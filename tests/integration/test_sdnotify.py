@@ -102,8 +102,11 @@ def test_the_agent_is_ready_and_pets_the_watchdog_while_the_coordinator_is_away(
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         messages: list[tuple[float, str]] = []
-        deadline = time.monotonic() + 20
-        while sum(m == "WATCHDOG=1" for _, m in messages) < 4 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30
+        # Up to registering, which finds the coordinator away, then a few more pings.
+        while time.monotonic() < deadline and (
+                not any(m.startswith("STATUS=coordinator unreachable") for _, m in messages)
+                or sum(m == "WATCHDOG=1" for _, m in messages) < 4):
             messages.append((time.monotonic(), listener.recv(4096).decode()))
     finally:
         agent.terminate()
@@ -112,6 +115,6 @@ def test_the_agent_is_ready_and_pets_the_watchdog_while_the_coordinator_is_away(
     assert texts[0] == "READY=1", (texts, stderr)
     assert any(m.startswith("STATUS=coordinator unreachable") for m in texts), texts
     pings = [at for at, m in messages if m == "WATCHDOG=1"]
-    assert len(pings) == 4, (texts, stderr)
+    assert len(pings) >= 4, (texts, stderr)
     gaps = [b - a for a, b in itertools.pairwise(pings)]
     assert max(gaps) < 2.0, f"systemd would have killed the agent: pings {gaps} s apart"

@@ -190,10 +190,15 @@ def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = (), store: str | None 
         (tmp_path / "cluster.yaml").write_text(spec())
         running.admin("cluster", "apply", "-f", str(tmp_path / "cluster.yaml"))
         token = running.admin("join-token", "create", "lab").strip()
-        for hostname in MANAGERS + WORKERS:
+        for count, hostname in enumerate(MANAGERS + WORKERS, start=1):
             running.start_agent(hostname, token)
             if hostname not in closed_gates:
                 running.open_gate(hostname)
+            if hostname in MANAGERS:
+                # The planner deploys managers in registration order, and the tests name
+                # them in it (m1 first): agents started at once would register in any order.
+                running.wait_for(f"{hostname} registered",
+                                 lambda n=count: len(running.admin_json("machines")) == n)
         running.wait_for("8 registrations", lambda: len(running.admin_json("machines")) == 8)
         for hostname in MANAGERS + WORKERS:
             role = "manager" if hostname in MANAGERS else "worker"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ from click.testing import CliRunner
 
 from nodeagent import joinstring
 from nodeagent.cli import main
+from nodeagent.client import Endpoint
+from nodeagent.daemon import Settings
 
 JOIN = joinstring.make("http://coordinator.test:8080", "join_x", None)
 
@@ -43,3 +46,34 @@ def test_a_registered_machine_needs_no_join_token(tmp_path: Path) -> None:
 def test_a_missing_file_is_not_configured_yet(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["check-config", "--config", str(tmp_path / "none")])
     assert result.exit_code == 1 and "missing the config file itself" in result.output
+
+
+def test_json_output_is_the_config_as_the_daemon_takes_it(tmp_path: Path) -> None:
+    """`nodeagent run` reads its config through `check-config --output json` (in a child, to
+    stay without pydantic): every replica with its proxy, the pin, the defaults."""
+    pin = "sha256:" + "ab" * 32
+    pinned = joinstring.JoinString("https://c1.test:8443", "join_x", pin).encode()
+    config = tmp_path / "config.yaml"
+    config.write_text(f"join: {pinned}\ncoordinator: {{urls: ['https://c2.internal:8443']}}\n"
+                      f"stateDir: {tmp_path}/state\nproxy: {{https: 'http://proxy.test:3128', "
+                      "noProxy: [.internal]}\nntp: {servers: [ntp.test]}\nrole: manager\n")
+    result = CliRunner().invoke(main, ["check-config", "--config", str(config),
+                                       "--output", "json"])
+    assert result.exit_code == 0, result.output
+    settings = Settings.from_document(json.loads(result.stdout))
+    assert settings.endpoints == [Endpoint("https://c1.test:8443", "http://proxy.test:3128"),
+                                  Endpoint("https://c2.internal:8443", None)]
+    assert settings.ca_hash == pin
+    assert (settings.join_token, settings.role, settings.own_ntp_servers) == \
+        ("join_x", "manager", True)
+    assert (settings.state_dir, settings.heartbeat_seconds, settings.timeout) == \
+        (tmp_path / "state", 10.0, 2.0)
+
+
+def test_json_output_when_not_ready_says_why_on_stderr(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"coordinator: {{url: 'http://c.test:8080'}}\nstateDir: {tmp_path}/s\n")
+    result = CliRunner().invoke(main, ["check-config", "--config", str(config),
+                                       "--output", "json"])
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert "not configured yet: missing joinToken" in result.stderr

@@ -1,0 +1,42 @@
+"""The machine's own credential, kept in the state dir (identity.json). Read by the daemon,
+which rotates it, and by a phase's child process, for its artifact downloads."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from nodeagent.atomic import atomic_write
+
+IDENTITY_FILE = "identity.json"  # in the state dir
+
+
+@dataclass
+class Identity:
+    """Mutable: a rotation updates it in place for every task that holds it."""
+
+    machine_id: str
+    credential: str
+    issued_at: float = 0.0
+    expires_at: float | None = None
+
+    def due_for_rotation(self, now: float) -> bool:
+        """Two thirds into its life, like kubelet's certificate rotation."""
+        if self.expires_at is None:
+            return False
+        return now >= self.issued_at + (self.expires_at - self.issued_at) * 2 / 3
+
+
+def load_identity(path: Path) -> Identity | None:
+    try:
+        data = json.loads(path.read_text())
+        return Identity(data["machine_id"], data["credential"], data.get("issued_at", 0.0),
+                        data.get("expires_at"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def save_identity(path: Path, identity: Identity) -> None:
+    atomic_write(path, json.dumps(dataclasses.asdict(identity)).encode(), mode=0o600)

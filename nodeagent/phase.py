@@ -1,0 +1,88 @@
+"""`nodeagent apply`: one phase of an assignment, applied in a process of its own.
+
+`nodeagent run` (nodeagent/daemon.py) starts it for every phase it is assigned and writes the
+Assignment, as the coordinator sent it, as one JSON line on its stdin. This process validates
+it with the wire types (nodeagent/protocol.py), applies the items in order with the journal
+(items/runner.py) and prints each ItemReport as one JSON line on stdout, which the daemon
+delivers in order. So the daemon never loads pydantic or the item code, and what a phase
+needed goes back to the node when the phase ends.
+
+The daemon closes stdin to stop the phase (a new assignment replaced it); stdin closes too
+when the daemon dies. Either way, as on SIGTERM, the running item is stopped (a command's
+whole process group is killed) and the process exits; the journal makes that safe at any
+point, as it does a kill -9.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from nodeagent import trust
+from nodeagent.client import CoordinatorClient
+from nodeagent.config import AgentConfig
+from nodeagent.daemon import EXIT_APPLIED, EXIT_GAVE_UP, EXIT_STOPPED
+from nodeagent.identity import IDENTITY_FILE, load_identity
+from nodeagent.items.runner import run_phase
+from nodeagent.journal import Journal, JournalError
+from nodeagent.protocol import Assignment, ItemReport
+
+EXIT_CANNOT_APPLY = 2  # a bad assignment or an unreadable journal: the daemon tries again
+JOURNAL_FILE = "journal.json"  # in the state dir
+
+
+async def apply(config: AgentConfig, root: Path, assignment: Assignment,
+                journal: Journal) -> bool:
+    """Run the assignment's phase; True when every item is applied."""
+    state_dir = Path(config.state_dir)
+    client = CoordinatorClient(config.coordinator_endpoints(os.environ),
+                               timeout=config.coordinator.timeout * 5)
+    if client.url.startswith("https://"):
+        client.context = trust.context_for(trust.trusted_ca(config.coordinator.ca_file,
+                                                            state_dir))
+
+    async def artifacts(name: str) -> AsyncIterator[bytes]:
+        # Read at each download: the daemon may have rotated the credential meanwhile.
+        identity = load_identity(state_dir / IDENTITY_FILE)
+        async for chunk in client.artifact(identity.credential if identity else "", name):
+            yield chunk
+
+    async def report(item_report: ItemReport) -> None:
+        sys.stdout.write(item_report.model_dump_json() + "\n")
+        sys.stdout.flush()
+
+    return await run_phase(assignment.items, assignment.values, journal, report,
+                           assignment.retry, root, artifacts, config.proxy.over(assignment.proxy))
+
+
+async def apply_from_stdin(config: AgentConfig, root: Path) -> int:
+    """The assignment from stdin, applied until done or until stdin closes; the exit code."""
+    loop = asyncio.get_running_loop()
+    stdin = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+    try:
+        assignment = Assignment.model_validate_json(await stdin.readline())
+        journal = Journal(Path(config.state_dir) / JOURNAL_FILE)
+    except ValidationError as exc:
+        print(f"error: bad assignment on stdin: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_APPLY
+    except JournalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_APPLY
+    work = asyncio.create_task(apply(config, root, assignment, journal))
+    loop.add_signal_handler(signal.SIGTERM, work.cancel)
+    closed = asyncio.create_task(stdin.read())
+    await asyncio.wait({work, closed}, return_when=asyncio.FIRST_COMPLETED)
+    closed.cancel()
+    if not work.done():
+        work.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        return EXIT_APPLIED if await work else EXIT_GAVE_UP
+    return EXIT_STOPPED

@@ -1,0 +1,113 @@
+"""A real `nodeagent run` against a real coordinator: the daemon stays small (a phase's work
+happens in a child that exits when the phase is done), and a new assignment stops a running
+phase only when it changes what to run."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.support.agent import NODEAGENT
+from tests.support.coordinator import Coordinator, running_coordinator
+from tests.support.ports import wait_until
+
+pytestmark = pytest.mark.integration
+
+# What a phase needs and the daemon must never have mapped: pydantic's compiled core and
+# libyaml's binding (the config file and the assignment are validated in children).
+PHASE_ONLY_LIBRARIES = ("pydantic_core", "yaml/_yaml")
+
+
+def cluster(deploy: str, batch: int = 50) -> str:
+    return f"""\
+name: lab
+release: "1"
+settings: {{workerBatchSize: {batch}}}
+machineTypes:
+  manager:
+    - {{name: marker, phase: prepare, action: {{type: file, path: /etc/lab/marker,
+        content: "prepared\\n"}}}}
+    - {deploy}
+"""
+
+
+QUICK = '{name: finish, phase: deploy, action: {type: exec, argv: ["true"]}}'
+# Records its pid ($$$$: the shell's $$) and waits for a gate file that never comes.
+BLOCKING = ('{name: finish, phase: deploy, action: {type: exec, argv: [sh, -c, '
+            '"echo $$$$ > started; until [ -e gate ]; do sleep 0.1; done; touch finished"]}}')
+
+
+@contextlib.contextmanager
+def agent_of(coordinator: Coordinator, tmp: Path) -> Iterator[psutil.Process]:
+    """`nodeagent run` with a join string, its root at tmp/root; registered when yielded."""
+    join = coordinator.cli("join-token", "create", "lab").stdout.strip()
+    root = tmp / "root"
+    root.mkdir()
+    config = tmp / "agent.yaml"
+    config.write_text(f"join: {join}\nstateDir: {root}/var/lib/nodeagent\n"
+                      "heartbeatSeconds: 1\nignorePrechecks: [all]\n")
+    with (tmp / "agent.log").open("wb") as log:
+        process = subprocess.Popen([NODEAGENT, "run", "--config", str(config), "--root",
+                                    str(root)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: bool(coordinator.admin.get("/v1/machines")), "registration",
+                   timeout=60, interval=0.2)
+        yield psutil.Process(process.pid)
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def mapped(process: psutil.Process) -> str:
+    return Path(f"/proc/{process.pid}/maps").read_text()
+
+
+def approve(coordinator: Coordinator) -> str:
+    (machine,) = coordinator.admin.get("/v1/machines")
+    coordinator.cli("approve", machine["id"], "--role", "manager")
+    return str(machine["hostname"])
+
+
+def test_the_daemon_stays_small_and_a_phase_gives_its_memory_back(tmp_path: Path) -> None:
+    with running_coordinator(tmp_path, cluster(QUICK)) as coordinator, \
+            agent_of(coordinator, tmp_path) as agent:
+        waiting = mapped(agent)
+        assert not [lib for lib in PHASE_ONLY_LIBRARIES if lib in waiting]
+        coordinator.wait_state(approve(coordinator), "Ready", timeout=60)
+        # The items were applied (by a child, under the agent's root)...
+        assert (tmp_path / "root/etc/lab/marker").read_text() == "prepared\n"
+        # ...and the child is gone, with all it loaded: the Ready daemon is as small as before.
+        wait_until(lambda: not agent.children(), "the phase's child to exit", timeout=30)
+        ready = mapped(agent)
+        assert not [lib for lib in PHASE_ONLY_LIBRARIES if lib in ready]
+        assert agent.memory_info().rss < 36 * 2**20
+
+
+def test_only_a_change_in_what_to_run_stops_the_running_phase(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    with running_coordinator(tmp_path, cluster(BLOCKING)) as coordinator, \
+            agent_of(coordinator, tmp_path):
+        hostname = approve(coordinator)
+        wait_until(lambda: (root / "started").exists(), "the blocking item", timeout=60)
+        command = psutil.Process(int((root / "started").read_text()))
+        apply = tmp_path / "cluster.yaml"
+
+        # A new generation, the same items: the running item is left alone.
+        apply.write_text(cluster(BLOCKING, batch=10))
+        coordinator.cli("cluster", "apply", "-f", str(apply))
+        wait_until(lambda: "the running phase goes on" in (tmp_path / "agent.log").read_text(),
+                   "the agent to see the new generation", timeout=30)
+        assert command.is_running() and command.status() != psutil.STATUS_ZOMBIE
+
+        # Another version of the item: the phase is stopped, its command killed, and the
+        # new item runs instead.
+        apply.write_text(cluster(QUICK.replace("finish,", "finish, version: '2',")))
+        coordinator.cli("cluster", "apply", "-f", str(apply))
+        coordinator.wait_state(hostname, "Ready", timeout=60)
+        wait_until(lambda: not command.is_running(), "the old command to be killed")
+        assert not (root / "finished").exists()

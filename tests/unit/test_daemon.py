@@ -1,0 +1,40 @@
+"""What makes the daemon stop a running phase: it reads the assignment as raw JSON (it holds
+no pydantic), so this checks it against the wire types' own idea of an item's identity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodeagent.daemon import _work_key
+from nodeagent.protocol import Assignment, StateItem
+
+ITEM: dict[str, Any] = {"name": "join", "phase": "deploy",
+                        "action": {"type": "exec", "argv": ["kubeadm", "join"]}}
+
+
+def sent(*items: dict[str, Any], phase: str = "deploy", generation: int = 1,
+         **fields: Any) -> dict[str, Any]:
+    """The assignment as the coordinator puts it on the wire."""
+    return Assignment(machine_id="m1", generation=generation, state="Deploy", phase=phase,
+                      items=[StateItem.model_validate(i) for i in items],
+                      **fields).model_dump(mode="json", by_alias=True)
+
+
+def test_an_item_the_fingerprint_tells_apart_is_other_work() -> None:
+    for changed in ({"version": "2"}, {"kubeconfigFrom": "/etc/kubernetes/admin.conf"},
+                    {"action": {"type": "exec", "argv": ["kubeadm", "join", "--v=5"]}},
+                    {"name": "join2"}):
+        other = {**ITEM, **changed}
+        assert StateItem.model_validate(other).fingerprint() != \
+            StateItem.model_validate(ITEM).fingerprint()
+        assert _work_key(sent(other)) != _work_key(sent(ITEM)), changed
+
+
+def test_the_same_items_are_the_same_work() -> None:
+    """Another timeout, other template values or another generation leave a running phase
+    alone; another phase does not."""
+    assert _work_key(sent({**ITEM, "timeout": 30})) == _work_key(sent(ITEM))
+    assert _work_key(sent(ITEM, values={"cluster.name": "b"}, generation=7)) == \
+        _work_key(sent(ITEM))
+    assert _work_key(sent(ITEM, phase="upgrade")) != _work_key(sent(ITEM))
+    assert _work_key(sent(ITEM, ITEM | {"name": "other"})) != _work_key(sent(ITEM))

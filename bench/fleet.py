@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import asyncio.sslproto
+import contextlib
 import gc
 import json
 import multiprocessing
@@ -52,6 +53,7 @@ from nodeagent.daemon import LONG_POLL_SECONDS
 from nodeagent.prechecks.runner import summarize
 from nodeagent.protocol import CheckResult, PrecheckReport, Severity, StateItem, Status
 from tests.support.coordinator import running_coordinator
+from tests.support.postgres import postgres_server
 
 CLUSTER = "fleet"
 NOOP = '{{name: {name}, phase: {phase}, action: {{type: exec, argv: ["true"]}}}}'
@@ -337,8 +339,9 @@ def main() -> None:
     parser.add_argument("--register-concurrency", type=int, default=64,
                         help="registrations in flight per simulator process")
     parser.add_argument("--store", default="sqlite",
-                        help="sqlite (a file in the coordinator's data dir) or a DSN, passed to "
-                             "`coordinator serve --store`")
+                        help="sqlite (a file in the coordinator's data dir), postgres (a "
+                             "throwaway PostgreSQL 15 started here, as the tests start it: "
+                             "fsync off) or the DSN of a database to use")
     parser.add_argument("--profile", type=Path, default=None,
                         help="write a py-spy profile of the coordinator over the whole run here: a "
                              "flame graph if it ends in .svg, else collapsed stacks (needs "
@@ -353,12 +356,20 @@ def main() -> None:
     managers = [f"manager-{i:02d}" for i in range(args.managers)]
     workers = [f"worker-{i:05d}" for i in range(args.workers)]
     hostnames = managers + workers if rollout else [f"node-{i:05d}" for i in range(args.agents)]
-    serve_args = ["--register-rate", "0"]
-    if args.store != "sqlite":
-        serve_args += ["--store", args.store]
+    with contextlib.ExitStack() as stack:
+        if args.store == "postgres":
+            server = stack.enter_context(postgres_server())
+            os.environ["COORDINATOR_STORE"] = stack.enter_context(server.database())
+        elif args.store != "sqlite":
+            os.environ["COORDINATOR_STORE"] = args.store  # `coordinator init` and `serve`
+        run(args, rollout, managers, workers, hostnames)
+
+
+def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: list[str],
+        hostnames: list[str]) -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp, running_coordinator(
             Path(tmp), cluster_spec(args.batch_size, args.heartbeat_timeout),
-            serve_args) as served:
+            ["--register-rate", "0"]) as served:
         token = served.admin.request("POST", f"/v1/clusters/{CLUSTER}/join-tokens",
                                      body={"ttl": "0"})["token"]
         sampler = Sampler(served.pid)

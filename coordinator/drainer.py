@@ -16,9 +16,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from coordinator.kube import DrainResult, Kube, KubeError
+from coordinator.metrics import record_blocked_eviction, record_drain
 from coordinator.model import ClusterSpec, DrainStage, DrainStatus, Machine, kubeconfig_reporter
 from coordinator.planner import node_action
 
@@ -91,9 +93,10 @@ class Drainer:
                 break
             try:
                 async with await Kube.connect(access.path, access.text) as kube:
-                    result = await kube.drain(machine.hostname, settings.drain, deadline,
-                                              force=status.force, clock=self.clock,
-                                              progress=progress)
+                    result = await kube.drain(
+                        machine.hostname, settings.drain, deadline, force=status.force,
+                        clock=self.clock, progress=progress,
+                        refused=partial(record_blocked_eviction, machine.cluster))
                 break
             except KubeError as exc:
                 result = DrainResult(False, str(exc))
@@ -102,6 +105,8 @@ class Drainer:
                 await progress(result)
                 await asyncio.sleep(RETRY_SECONDS)
         final = _status(status, result, DrainStage.DRAINED if result.drained else DrainStage.BLOCKED)
+        record_drain(machine.cluster, self.clock() - status.started_at,
+                     ("forced" if status.force else "drained") if result.drained else "timed-out")
         verb = "drained" if result.drained else "drain blocked (still cordoned)"
         await self.coordinator.set_drain(machine.id, status, final,
                                          f"{machine.hostname} {verb}: {result.message}")

@@ -172,11 +172,13 @@ class Kube:
 
     async def drain(self, node: str, settings: DrainSettings, deadline: float, force: bool = False,
                     clock: Clock = time.time, progress: Progress | None = None,
-                    rand: random.Random | None = None) -> DrainResult:
+                    rand: random.Random | None = None,
+                    refused: Callable[[], None] | None = None) -> DrainResult:
         """Cordon node and evict its pods; True in .drained once every evictable pod is gone.
 
         Not drained, with the pods and budgets in the way: pods the settings do not allow to
-        move, or pods still protected by a budget (or not gone) at the deadline."""
+        move, or pods still protected by a budget (or not gone) at the deadline. refused is
+        called on every eviction a budget refuses (a 429), as it happens."""
         await self.set_unschedulable(node, True)
         plan = classify(await self.pods_on(node), settings)
         if plan.blocking and not force:
@@ -185,7 +187,7 @@ class Kube:
             return DrainResult(False, f"cannot evict {len(names)} pods: {reasons}",
                                blocking_pods=names)
         evictable = plan.evict + [p for p, _ in plan.blocking]
-        drain = _Drain(self, settings, deadline, force, clock, rand or random.Random())
+        drain = _Drain(self, settings, deadline, force, clock, rand or random.Random(), refused)
         watcher = asyncio.create_task(drain.report_waits(progress)) if progress else None
         try:
             outcomes = await asyncio.gather(*(drain.evict(pod) for pod in evictable))
@@ -211,8 +213,9 @@ class _Drain:
     """One drain's evictions: what each pod still waits for, and the shared deadline."""
 
     def __init__(self, kube: Kube, settings: DrainSettings, deadline: float, force: bool,
-                 clock: Clock, rand: random.Random) -> None:
+                 clock: Clock, rand: random.Random, refused: Callable[[], None] | None) -> None:
         self.kube = kube
+        self.refused = refused
         self.settings = settings
         self.deadline = deadline
         self.force = force
@@ -247,6 +250,8 @@ class _Drain:
                 self.waits[pod] = f"budget {budget}" if budget else _describe(exc)
                 if budget:
                     self.budgets[pod] = budget
+                    if self.refused is not None:
+                        self.refused()
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                 self.waits[pod] = f"API server unreachable: {exc}"
             if budget is not None and self.force:

@@ -109,8 +109,8 @@ def record_item(cluster: str, phase: str, status: str, seconds: float) -> None:
 
 
 def record_drain(cluster: str, seconds: float, outcome: str = "drained") -> None:
-    """One drain of one node, when it ends: how long it took and how it ended (drained,
-    timed-out, forced or skipped)."""
+    """One drain attempt of one node, when it ends: how long it took and how it ended
+    (drained, forced: drained with budgets bypassed, or timed-out)."""
     METRICS.drain_seconds.labels(cluster, outcome).observe(max(0.0, seconds))
 
 

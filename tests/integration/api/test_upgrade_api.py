@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from coordinator.api.app import Settings, create_app
 from coordinator.cli import main
+from coordinator.metrics import METRICS
 from coordinator.service import Coordinator
 from coordinator.store.sqlite import SQLiteStore
 from tests.integration.api.conftest import Env
@@ -162,6 +163,17 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
         drain = (await machine(env, hostname))["drain"]
         return bool(drain) and drain["stage"] == "Blocked" and drain["attempt"] == attempt
 
+    def drain_count(outcome: str) -> float:
+        return METRICS.registry.get_sample_value(
+            "nodeagent_drain_duration_seconds_count", {"cluster": "lab", "outcome": outcome}) or 0
+
+    def refusals() -> float:
+        return METRICS.registry.get_sample_value(
+            "nodeagent_evictions_blocked_total", {"cluster": "lab"}) or 0
+
+    before = {o: drain_count(o) for o in ("drained", "forced", "timed-out")}
+    refused_before = refusals()
+
     await until(env, "w1's drain blocked", lambda: blocked("w1", 1))
     w1 = await machine(env, "w1")
     assert w1["state"] == "Upgrade"
@@ -187,6 +199,10 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
     assert kube.cluster.cordoned() == []
     assert any(p.startswith("default/web-") for p in kube.cluster.pods_on("w2")), \
         "a skipped drain still evicted the pod"
+    # /metrics: each attempt's outcome and every refusal the budget gave
+    assert drain_count("timed-out") - before["timed-out"] == 3  # w1 twice, w2 once
+    assert drain_count("forced") - before["forced"] == 1
+    assert refusals() - refused_before >= 3
     events = await env.call("GET", "/v1/events?cluster=lab", 200)
     drains = [e["message"] for e in events if e["kind"] == "drain"]
     assert any("w1 drain blocked (still cordoned)" in m and "budget default/web" in m

@@ -95,7 +95,7 @@ class Coordinator:
         self._owner_hashes: dict[str, str] = {}  # machine id -> its cached credential hash
         self._forgotten = 0  # grows on every forget: a read that raced one is not cached
         self.notifier.on_written = self._written_elsewhere
-        self._reports = GroupCommit(self._write_reports)
+        self._reports = GroupCommit(self._lock, self._write_reports)
 
     async def close(self) -> None:
         await self._reports.wait_idle()
@@ -351,36 +351,36 @@ class Coordinator:
     async def _write_reports(self, batch: list[Pending[tuple[str, ItemReport]]]) -> None:
         """Apply the reports in arrival order (a machine's second report on top of its
         first) and commit them in one transaction; a report that does not fit (unknown
-        machine or item, bad kubeconfig) is refused alone and changes nothing."""
-        async with self._lock:
-            machines = {m.id: m for m in await self.store.get_machines(
-                {p.request[0] for p in batch})}
-            known: dict[str, tuple[ClusterSpec, dict[str, StateItem]]] = {}
-            updated: dict[str, Machine] = {}
-            events: list[Event] = []
-            accepted: list[tuple[Machine, ItemReport]] = []
-            for pending in batch:
-                machine_id, report = pending.request
-                try:
-                    machine = machines.get(machine_id)
-                    if machine is None:
-                        raise NotFound(f"no machine {machine_id}")
-                    if machine.cluster not in known:
-                        known[machine.cluster] = await self._reportable_items(machine.cluster)
-                    spec, items = known[machine.cluster]
-                    machine, reported = self._reported(spec, items, machine, report)
-                except Exception as exc:  # this caller's answer, not the batch's
-                    pending.fail(exc)
-                    continue
-                machines[machine.id] = updated[machine.id] = machine
-                events += reported
-                accepted.append((machine, report))
-            if not accepted:
-                return
-            await self._commit(list(updated.values()), events)
-            for machine, report in accepted:
-                if report.phase == "postdeploy":
-                    self._post_deploy_hosts.pop(machine.cluster, None)
+        machine or item, bad kubeconfig) is refused alone and changes nothing. Runs under
+        self._lock (taken by the group commit)."""
+        machines = {m.id: m for m in await self.store.get_machines(
+            {p.request[0] for p in batch})}
+        known: dict[str, tuple[ClusterSpec, dict[str, StateItem]]] = {}
+        updated: dict[str, Machine] = {}
+        events: list[Event] = []
+        accepted: list[tuple[Machine, ItemReport]] = []
+        for pending in batch:
+            machine_id, report = pending.request
+            try:
+                machine = machines.get(machine_id)
+                if machine is None:
+                    raise NotFound(f"no machine {machine_id}")
+                if machine.cluster not in known:
+                    known[machine.cluster] = await self._reportable_items(machine.cluster)
+                spec, items = known[machine.cluster]
+                machine, reported = self._reported(spec, items, machine, report)
+            except Exception as exc:  # this caller's answer, not the batch's
+                pending.fail(exc)
+                continue
+            machines[machine.id] = updated[machine.id] = machine
+            events += reported
+            accepted.append((machine, report))
+        if not accepted:
+            return
+        await self._commit(list(updated.values()), events)
+        for machine, report in accepted:
+            if report.phase == "postdeploy":
+                self._post_deploy_hosts.pop(machine.cluster, None)
         self.notifier.changed()
         if any(report.status == "succeeded" for _, report in accepted):
             self.kick()

@@ -9,7 +9,8 @@ marks the machine changed, and a reconcile pass reloads and plans on just the ch
 machines and the cluster's working set (fleetview.ClusterView), plus the machines whose last
 heartbeat passed the timeout since the previous pass. Replicas relay the ids of the machines
 they wrote (notifier), which marks them changed on the leader and drops them from every
-replica's credential cache.
+replica's credential cache. Item reports are group-committed (groupcommit.GroupCommit): all
+that queued behind the lock go in one transaction, each answered on its own once durable.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ marks the machine changed, and a reconcile pass reloads and plans on just the ch
 machines and the cluster's working set (fleetview.ClusterView), plus the machines whose last
 heartbeat passed the timeout since the previous pass. Replicas relay the ids of the machines
 they wrote (notifier), which marks them changed on the leader and drops them from every
-replica's credential cache.
+replica's credential cache. Item reports are group-committed (groupcommit.GroupCommit): all
+that queued behind the lock go in one transaction, each answered on its own once durable.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from coordinator.access import Access
 from coordinator.drainer import Drainer
 from coordinator.errors import Conflict, NotFound, Unauthorized
 from coordinator.fleetview import ClusterView
+from coordinator.groupcommit import GroupCommit, Pending
 from coordinator.kube import kubeconfig_problem
 from coordinator.model import (
     PHASE_OF_STATE,
@@ -94,8 +96,10 @@ class Coordinator:
         self._owner_hashes: dict[str, str] = {}  # machine id -> its cached credential hash
         self._forgotten = 0  # grows on every forget: a read that raced one is not cached
         self.notifier.on_written = self._written_elsewhere
+        self._reports = GroupCommit(self._lock, self._write_reports)
 
     async def close(self) -> None:
+        await self._reports.wait_idle()
         await self.drainer.close()
         await self.flush_heartbeats()
 
@@ -340,45 +344,83 @@ class Coordinator:
         return await self.assignment(machine)
 
     async def report(self, machine_id: str, report: ItemReport) -> None:
-        async with self._lock:
-            machine = await self._machine(machine_id)
-            stored = await self.cluster(machine.cluster)
-            spec = stored.spec
-            managers = deployed_managers(await self.store.list_machines(machine.cluster,
-                                                                        role="manager"))
-            known = {i.fingerprint(): i for role in ROLES
-                     for i in [*getattr(spec.machine_types, role),
-                               *phase_items(spec, role, "reconfigure", managers),
-                               *phase_items(spec, role, "postdeploy")]}
-            item = known.get(report.fingerprint)
-            if item is None:
-                raise Conflict(f"item {report.item} ({report.fingerprint}) is not in the cluster spec")
-            now = self.clock()
-            applied = machine.applied
-            if report.status == "succeeded":
-                applied = applied | {report.fingerprint}
-            kubeconfig, events = self._reported_kubeconfig(machine, item, report)
-            updated = replace(
-                machine, applied=applied, last_seen=now, responding=True, kubeconfig=kubeconfig,
-                progress=Progress(item=report.item, attempt=report.attempt, status=report.status,
-                                  error=report.error, next_retry_at=report.next_retry_at,
-                                  updated_at=now,
-                                  failing_since=_failing_since(machine.progress, report, now)),
-            )
-            event = self._event(machine.cluster, "item", _describe(report), updated, {
-                "item": report.item, "phase": report.phase, "status": report.status,
-                "attempt": report.attempt, "exit_code": report.exit_code,
-                "duration": (report.finished_at - report.started_at)
-                if report.finished_at else None,
-                "error": report.error, "output": report.output,
-            })
-            events += self._post_deploy_check(spec, updated, item, report)
-            await self._commit([updated], [event, *events])
+        """Record an item report; returns once it is durable. Reports arriving while others
+        are being written are written together (group commit: one lock, one transaction,
+        one fsync for the lot), each refused or accepted on its own."""
+        await self._reports.submit((machine_id, report))
+
+    async def _write_reports(self, batch: list[Pending[tuple[str, ItemReport]]]) -> None:
+        """Apply the reports in arrival order (a machine's second report on top of its
+        first) and commit them in one transaction; a report that does not fit (unknown
+        machine or item, bad kubeconfig) is refused alone and changes nothing. Runs under
+        self._lock (taken by the group commit)."""
+        machines = {m.id: m for m in await self.store.get_machines(
+            {p.request[0] for p in batch})}
+        known: dict[str, tuple[ClusterSpec, dict[str, StateItem]]] = {}
+        updated: dict[str, Machine] = {}
+        events: list[Event] = []
+        accepted: list[tuple[Machine, ItemReport]] = []
+        for pending in batch:
+            machine_id, report = pending.request
+            try:
+                machine = machines.get(machine_id)
+                if machine is None:
+                    raise NotFound(f"no machine {machine_id}")
+                if machine.cluster not in known:
+                    known[machine.cluster] = await self._reportable_items(machine.cluster)
+                spec, items = known[machine.cluster]
+                machine, reported = self._reported(spec, items, machine, report)
+            except Exception as exc:  # this caller's answer, not the batch's
+                pending.fail(exc)
+                continue
+            machines[machine.id] = updated[machine.id] = machine
+            events += reported
+            accepted.append((machine, report))
+        if not accepted:
+            return
+        await self._commit(list(updated.values()), events)
+        for machine, report in accepted:
             if report.phase == "postdeploy":
                 self._post_deploy_hosts.pop(machine.cluster, None)
         self.notifier.changed()
-        if report.status == "succeeded":
+        if any(report.status == "succeeded" for _, report in accepted):
             self.kick()
+
+    async def _reportable_items(self, cluster: str) -> tuple[ClusterSpec, dict[str, StateItem]]:
+        """The cluster's spec and every item a report may name, by fingerprint."""
+        spec = (await self.cluster(cluster)).spec
+        managers = deployed_managers(await self.store.list_machines(cluster, role="manager"))
+        return spec, {i.fingerprint(): i for role in ROLES
+                      for i in [*getattr(spec.machine_types, role),
+                                *phase_items(spec, role, "reconfigure", managers),
+                                *phase_items(spec, role, "postdeploy")]}
+
+    def _reported(self, spec: ClusterSpec, items: dict[str, StateItem], machine: Machine,
+                  report: ItemReport) -> tuple[Machine, list[Event]]:
+        """The machine once report is in, and the events saying so."""
+        item = items.get(report.fingerprint)
+        if item is None:
+            raise Conflict(f"item {report.item} ({report.fingerprint}) is not in the cluster spec")
+        now = self.clock()
+        applied = machine.applied
+        if report.status == "succeeded":
+            applied = applied | {report.fingerprint}
+        kubeconfig, events = self._reported_kubeconfig(machine, item, report)
+        updated = replace(
+            machine, applied=applied, last_seen=now, responding=True, kubeconfig=kubeconfig,
+            progress=Progress(item=report.item, attempt=report.attempt, status=report.status,
+                              error=report.error, next_retry_at=report.next_retry_at,
+                              updated_at=now,
+                              failing_since=_failing_since(machine.progress, report, now)),
+        )
+        event = self._event(machine.cluster, "item", _describe(report), updated, {
+            "item": report.item, "phase": report.phase, "status": report.status,
+            "attempt": report.attempt, "exit_code": report.exit_code,
+            "duration": (report.finished_at - report.started_at)
+            if report.finished_at else None,
+            "error": report.error, "output": report.output,
+        })
+        return updated, [event, *events, *self._post_deploy_check(spec, updated, item, report)]
 
     def _reported_kubeconfig(self, machine: Machine, item: StateItem,
                              report: ItemReport) -> tuple[str, list[Event]]:

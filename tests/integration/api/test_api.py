@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from coordinator.api.app import ROUTES
 from coordinator.api.openapi import openapi_document
 from coordinator.store.sqlite import SQLiteStore
 from nodeagent.prechecks.runner import summarize
-from nodeagent.protocol import PrecheckReport
+from nodeagent.protocol import PrecheckReport, StateItem
 from tests.integration.api.conftest import CLUSTER, Env
+from tests.integration.store.test_postgres import soon
 
 
 async def test_health_and_readiness_need_no_credential(env: Env) -> None:
@@ -208,3 +212,49 @@ async def test_artifacts_are_served_to_machines_only_and_never_outside_the_store
     assert (await env.client.get("/v1/artifacts/bundle.tar")).status == 401
     escaped = await env.client.get("/v1/artifacts/..%2Fsecret", headers=headers)
     assert escaped.status == 404
+
+
+async def test_reports_sent_together_are_committed_together_and_each_answered_on_its_own(
+        env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    agents = [await env.register(f"w{n:02}") for n in range(24)]
+    for agent in agents:
+        await env.call("POST", f"/v1/machines/{agent['machine_id']}/approve", 200,
+                       json={"role": "worker"})
+    await env.coordinator.reconcile_once()
+    setup = (await env.assignment(agents[0]))["items"][0]
+    ghost = {**setup, "name": "ghost"}
+    store = env.coordinator.store
+    commits: list[int] = []
+    commit = store.commit
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        commits.append(1)
+        return await commit(*args, **kwargs)
+
+    monkeypatch.setattr(store, "commit", counted)
+    queue = env.coordinator._reports
+    async with env.coordinator._lock:  # as a reconcile pass would: the reports queue behind it
+        sends = [asyncio.create_task(env.report(agents[0], setup, "prepare", "running"))]
+        await soon("the first report queued", lambda: queue.unanswered == 1)
+        sends += [asyncio.create_task(env.report(agent, setup, "prepare")) for agent in agents]
+        sends.append(asyncio.create_task(env.report(agents[1], ghost, "prepare", expect=409)))
+        await soon("every report queued", lambda: queue.unanswered == len(sends))
+    answers = await asyncio.gather(*sends)
+
+    assert answers[:-1] == [{"status": "recorded"}] * 25
+    assert "ghost" in answers[-1]["error"]  # refused alone: its machine's other report counts
+    assert len(commits) == 1
+    fingerprint = StateItem.model_validate(setup).fingerprint()
+    reopened = SQLiteStore(tmp_path / "coordinator.db")  # answered, so on disk
+    await reopened.open()
+    try:
+        for agent in agents:
+            machine = await reopened.get_machine(agent["machine_id"])
+            assert machine is not None and fingerprint in machine.applied
+            assert machine.progress is not None and machine.progress.status == "succeeded"
+        items = [[e.data["status"] for e in await reopened.list_events(
+            machine=agent["machine_id"], kinds=["item"])] for agent in agents]
+    finally:
+        await reopened.close()
+    assert items[0] == ["running", "succeeded"]  # one machine's reports in the order sent
+    assert items[1:] == [["succeeded"]] * 23

@@ -19,6 +19,7 @@ from coordinator.model import MachineState
 from coordinator.service import Coordinator
 from coordinator.store.base import Fenced, leader_epoch
 from coordinator.store.postgres import LEADER_LOCK, PostgresStore
+from nodeagent.protocol import StateItem
 from tests.integration.api.conftest import CLUSTER, Clock, Env
 from tests.integration.store.test_postgres import holder_of, soon, terminate
 from tests.support.coordinator import COORDINATOR
@@ -144,3 +145,29 @@ def test_serve_names_a_bad_or_unreachable_store_without_its_password(tmp_path: P
     assert down.stderr.startswith(f"error: cannot open the store: postgresql://coordinator@"
                                   f"127.0.0.1:{port}/state: ")
     assert "s3cret" not in down.stderr and "Traceback" not in down.stderr
+
+
+async def test_reports_through_both_replicas_at_once_are_all_recorded_and_a_bad_one_refused(
+        dsn: str, replicas: list[Env]) -> None:
+    a, b = replicas
+    agents = [await a.register(f"w{n:02}") for n in range(16)]
+    for agent in agents:
+        await b.call("POST", f"/v1/machines/{agent['machine_id']}/approve", 200,
+                     json={"role": "worker"})
+    await a.coordinator.reconcile_once()
+    setup = (await a.assignment(agents[0]))["items"][0]
+    sends = [(a, b)[n % 2].report(agent, setup, "prepare", status)
+             for n, agent in enumerate(agents) for status in ("running", "succeeded")]
+    sends.append(b.report(agents[0], {**setup, "name": "ghost"}, "prepare", expect=409))
+    answers = await asyncio.gather(*sends)
+    assert answers[:-1] == [{"status": "recorded"}] * 32 and "ghost" in answers[-1]["error"]
+    fresh = PostgresStore(dsn)
+    await fresh.open()
+    try:
+        machines = await fresh.get_machines([agent["machine_id"] for agent in agents])
+        events = await fresh.list_events(kinds=["item"])
+    finally:
+        await fresh.close()
+    fingerprint = StateItem.model_validate(setup).fingerprint()
+    assert len(machines) == 16 and all(fingerprint in m.applied for m in machines)
+    assert len(events) == 32 and [e.id for e in events] == sorted({e.id for e in events})

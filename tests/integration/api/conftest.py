@@ -81,6 +81,17 @@ class Env:
         await self.call("POST", f"/v1/agent/machines/{agent['machine_id']}/heartbeat", 200,
                         headers={"Authorization": f"Bearer {agent['credential']}"})
 
+    async def approved_workers(self, count: int, admin: Env | None = None
+                               ) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        """count workers registered here and approved (through admin, e.g. another replica),
+        after a reconcile pass here: their agents, and the first item they are assigned."""
+        agents = [await self.register(f"w{n:02}") for n in range(count)]
+        for agent in agents:
+            await (admin or self).call("POST", f"/v1/machines/{agent['machine_id']}/approve",
+                                       200, json={"role": "worker"})
+        await self.coordinator.reconcile_once()
+        return agents, (await self.assignment(agents[0]))["items"][0]
+
     async def report(self, agent: dict[str, str], item: dict[str, Any], phase: str,
                      status: str = "succeeded", expect: int = 200, **fields: Any) -> Any:
         """Report one item of an assignment as the agent's runner does; the answer's body."""

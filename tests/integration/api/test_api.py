@@ -216,12 +216,7 @@ async def test_artifacts_are_served_to_machines_only_and_never_outside_the_store
 
 async def test_reports_sent_together_are_committed_together_and_each_answered_on_its_own(
         env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    agents = [await env.register(f"w{n:02}") for n in range(24)]
-    for agent in agents:
-        await env.call("POST", f"/v1/machines/{agent['machine_id']}/approve", 200,
-                       json={"role": "worker"})
-    await env.coordinator.reconcile_once()
-    setup = (await env.assignment(agents[0]))["items"][0]
+    agents, setup = await env.approved_workers(24)
     ghost = {**setup, "name": "ghost"}
     store = env.coordinator.store
     commits: list[int] = []

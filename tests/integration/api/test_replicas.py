@@ -150,12 +150,7 @@ def test_serve_names_a_bad_or_unreachable_store_without_its_password(tmp_path: P
 async def test_reports_through_both_replicas_at_once_are_all_recorded_and_a_bad_one_refused(
         dsn: str, replicas: list[Env]) -> None:
     a, b = replicas
-    agents = [await a.register(f"w{n:02}") for n in range(16)]
-    for agent in agents:
-        await b.call("POST", f"/v1/machines/{agent['machine_id']}/approve", 200,
-                     json={"role": "worker"})
-    await a.coordinator.reconcile_once()
-    setup = (await a.assignment(agents[0]))["items"][0]
+    agents, setup = await a.approved_workers(16, admin=b)
     sends = [(a, b)[n % 2].report(agent, setup, "prepare", status)
              for n, agent in enumerate(agents) for status in ("running", "succeeded")]
     sends.append(b.report(agents[0], {**setup, "name": "ghost"}, "prepare", expect=409))

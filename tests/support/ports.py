@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import Callable
@@ -22,3 +23,14 @@ def wait_until(ready: Callable[[], bool], what: str, timeout: float = 10.0,
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not ready within {timeout:g}s")
         time.sleep(interval)
+
+
+async def soon(what: str, ready: Callable[[], bool], timeout: float = 5.0) -> float:
+    """wait_until for async tests: seconds until ready() is true; fails naming what after
+    timeout."""
+    start = time.monotonic()
+    while not ready():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"{what} not within {timeout}s")
+        await asyncio.sleep(0.01)
+    return time.monotonic() - start

@@ -121,3 +121,16 @@ def postgres_server() -> Iterator[Postgres]:
 def _accepts(socket_dir: Path, port: int) -> bool:
     return subprocess.run([str(BINDIR / "pg_isready"), "-q", "-h", str(socket_dir), "-p",
                            str(port)], check=False, timeout=10).returncode == 0
+
+
+def holder_of(postgres: Postgres, dsn: str, key: int) -> int:
+    """The server pid of the session holding advisory lock `key` (keys below 2**32)."""
+    return int(postgres.psql(f"SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND "
+                             f"objid = {key} AND granted AND database = "
+                             "(SELECT oid FROM pg_database WHERE datname = current_database())",
+                             dsn))
+
+
+def terminate(postgres: Postgres, pid: int) -> None:
+    """What losing a connection looks like from the coordinator: the server ends it."""
+    assert postgres.psql(f"SELECT pg_terminate_backend({pid})") == "t"

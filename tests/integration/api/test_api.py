@@ -14,7 +14,7 @@ from coordinator.store.sqlite import SQLiteStore
 from nodeagent.prechecks.runner import summarize
 from nodeagent.protocol import PrecheckReport, StateItem
 from tests.integration.api.conftest import CLUSTER, Env
-from tests.integration.store.test_postgres import soon
+from tests.support.ports import soon
 
 
 async def test_health_and_readiness_need_no_credential(env: Env) -> None:

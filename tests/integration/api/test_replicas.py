@@ -21,10 +21,9 @@ from coordinator.store.base import Fenced, leader_epoch
 from coordinator.store.postgres import LEADER_LOCK, PostgresStore
 from nodeagent.protocol import StateItem
 from tests.integration.api.conftest import CLUSTER, Clock, Env
-from tests.integration.store.test_postgres import holder_of, soon, terminate
 from tests.support.coordinator import COORDINATOR
-from tests.support.ports import free_port
-from tests.support.postgres import Postgres
+from tests.support.ports import free_port, soon
+from tests.support.postgres import Postgres, holder_of, terminate
 
 
 @pytest.fixture

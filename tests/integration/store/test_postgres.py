@@ -4,7 +4,6 @@ errors, and what replicas share through it: leader election, fencing, the mutex,
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
@@ -13,8 +12,8 @@ from coordinator.store import postgres as postgres_store
 from coordinator.store.base import Event, Fenced, StoreError, leader_epoch
 from coordinator.store.postgres import LEADER_LOCK, MIGRATIONS, MUTEX_LOCK, PostgresStore
 from tests.integration.store.samples import machine
-from tests.support.ports import free_port
-from tests.support.postgres import Postgres
+from tests.support.ports import free_port, soon
+from tests.support.postgres import Postgres, holder_of, terminate
 
 
 @pytest.fixture
@@ -43,31 +42,8 @@ def versions(postgres: Postgres, dsn: str) -> list[int]:
     return [int(v) for v in out.split()]
 
 
-def holder_of(postgres: Postgres, dsn: str, key: int) -> int:
-    """The server pid of the session holding advisory lock `key` (keys below 2**32)."""
-    return int(postgres.psql(f"SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND "
-                             f"objid = {key} AND granted AND database = "
-                             "(SELECT oid FROM pg_database WHERE datname = current_database())",
-                             dsn))
-
-
-def terminate(postgres: Postgres, pid: int) -> None:
-    """What losing a connection looks like from the coordinator: the server ends it."""
-    assert postgres.psql(f"SELECT pg_terminate_backend({pid})") == "t"
-
-
 def event(kind: str = "state") -> Event:
     return Event(time=1.0, cluster="edge", kind=kind, message=kind)
-
-
-async def soon(what: str, ready: Callable[[], bool], timeout: float = 5.0) -> float:
-    """Seconds until ready() is true; fails naming what after timeout."""
-    start = time.monotonic()
-    while not ready():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"{what} not within {timeout}s")
-        await asyncio.sleep(0.01)
-    return time.monotonic() - start
 
 
 # -- schema ---------------------------------------------------------------------------------

@@ -51,12 +51,10 @@ def booted(root: Path, log: Path) -> Iterator[Container]:
 
     def up() -> bool:
         if not container:
-            nspawn = [p for p in psutil.process_iter(["cmdline"])
-                      if machine in (p.info["cmdline"] or [])]
-            children = nspawn[0].children() if nspawn else []
-            if not children:
+            init = container_init(machine)
+            if init is None:
                 return False
-            container.append(Container(children[0].pid))
+            container.append(Container(init))
         state = container[0].run(["systemctl", "is-system-running"], timeout=10).stdout.strip()
         return state in ("running", "degraded")
 
@@ -64,3 +62,22 @@ def booted(root: Path, log: Path) -> Iterator[Container]:
     # over 90 s. The bound only decides when a boot that never finishes fails the test.
     with serving(argv, log, up, "systemd booting in systemd-nspawn", timeout=180, interval=0.5):
         yield container[0]
+
+
+def container_init(machine: str) -> int | None:
+    """The host pid of the container's PID 1, once it exists.
+
+    Not simply nspawn's first child: nspawn forks an outer child that forks the container's
+    init and exits, and a test that caught the outer child would wait on a dead pid forever.
+    The init is the descendant whose pid inside its own pid namespace is 1."""
+    for proc in psutil.process_iter(["cmdline"]):
+        if machine not in (proc.info["cmdline"] or []):
+            continue
+        for child in proc.children(recursive=True):
+            with contextlib.suppress(OSError):
+                status = Path(f"/proc/{child.pid}/status").read_text()
+                nspid = next(line.split()[1:] for line in status.splitlines()
+                             if line.startswith("NSpid:"))
+                if len(nspid) > 1 and nspid[-1] == "1":
+                    return child.pid
+    return None

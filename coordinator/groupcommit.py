@@ -44,12 +44,15 @@ class GroupCommit(Generic[T]):
     that arrived until the lock was taken, in order (so all that queued behind another
     holder of the lock go in one batch). write refuses single requests with Pending.fail;
     the others succeed when it returns (so it must return only once they are durable); if it
-    raises, the batch is written again one request at a time, still under the lock."""
+    raises, the batch is written again one request at a time, still under the lock. after,
+    if given, runs once the batch is answered, before the lock is let go; it must not raise."""
 
     def __init__(self, lock: AbstractAsyncContextManager[Any],
-                 write: Callable[[list[Pending[T]]], Awaitable[None]]) -> None:
+                 write: Callable[[list[Pending[T]]], Awaitable[None]],
+                 after: Callable[[], Awaitable[None]] | None = None) -> None:
         self._lock = lock
         self._write = write
+        self._after = after
         self._queue: list[Pending[T]] = []
         self._writer: asyncio.Task[None] | None = None
         self.unanswered = 0  # requests submitted and not answered yet
@@ -82,6 +85,8 @@ class GroupCommit(Generic[T]):
                     async with self._lock:
                         batch, self._queue = self._queue, []
                         await self._write_batch([p for p in batch if not p.answer.done()])
+                        if self._after is not None:
+                            await self._after()
                 except Exception as exc:
                     if not batch:  # taking the lock failed: nothing was written
                         failed, self._queue = self._queue, []

@@ -10,7 +10,10 @@ machines and the cluster's working set (fleetview.ClusterView), plus the machine
 heartbeat passed the timeout since the previous pass. Replicas relay the ids of the machines
 they wrote (notifier), which marks them changed on the leader and drops them from every
 replica's credential cache. Item reports are group-committed (groupcommit.GroupCommit): all
-that queued behind the lock go in one transaction, each answered on its own once durable.
+that queued behind the lock go in one transaction, each answered on its own once durable;
+on the leader, a batch in which an item succeeded is followed at once, under the same lock,
+by the reconcile pass it asks for. A pass plans on the machines this replica wrote as it
+wrote them (with the heartbeats written since), and reads again only those written elsewhere.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from coordinator.store.base import (
     JoinToken,
     Store,
     StoredCluster,
+    Term,
     leader_epoch,
 )
 from coordinator.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS, new_token, token_hash
@@ -88,7 +92,10 @@ class Coordinator:
         self._lock = store.mutex()  # spans every replica when the store is shared
         self.drainer = Drainer(self, clock)
         self._seen: dict[str, float] = {}  # heartbeats not written yet: machine id -> time
-        self._changed: set[str] = set()  # ids of machines written since the last pass
+        # Machines written since the last pass: as this replica committed them (kept current
+        # with the heartbeats flushed since), or None where the pass must read them again.
+        self._changed: dict[str, Machine | None] = {}
+        self._term: Term | None = None  # while this replica leads the reconcile loop
         self._views: dict[str, ClusterView] = {}  # what the last pass kept of each cluster
         # cluster -> (spec generation, machine id), as the last pass found
         self._post_deploy_hosts: dict[str, tuple[int, str | None]] = {}
@@ -96,7 +103,8 @@ class Coordinator:
         self._owner_hashes: dict[str, str] = {}  # machine id -> its cached credential hash
         self._forgotten = 0  # grows on every forget: a read that raced one is not cached
         self.notifier.on_written = self._written_elsewhere
-        self._reports = GroupCommit(self._lock, self._write_reports)
+        self._reports = GroupCommit(self._lock, self._write_reports,
+                                    after=self._reconcile_after_reports)
 
     async def close(self) -> None:
         await self._reports.wait_idle()
@@ -107,14 +115,17 @@ class Coordinator:
                       removed: Sequence[str] = ()) -> None:
         """Write machines (and events) and mark them changed for the next reconcile pass."""
         await self.store.commit(machines, events, removed)
-        self._mark_written([*(m.id for m in machines), *removed])
+        self._mark_written(removed, machines)
 
-    def _mark_written(self, machine_ids: Sequence[str]) -> None:
-        """Machines just written (or heard from again): the next reconcile pass reloads them,
-        and no replica's credential cache keeps what it read of them."""
-        self._changed.update(machine_ids)
-        self._forget(machine_ids)
-        self.notifier.written(machine_ids)
+    def _mark_written(self, machine_ids: Sequence[str], machines: Sequence[Machine] = ()) -> None:
+        """Machines just written (or heard from again): the next reconcile pass plans on them
+        as written (machines) or reads them again (machine_ids), and no replica's credential
+        cache keeps what it read of them."""
+        self._changed.update(dict.fromkeys(machine_ids))
+        self._changed.update((m.id, m) for m in machines)
+        written = [*machine_ids, *(m.id for m in machines)]
+        self._forget(written)
+        self.notifier.written(written)
 
     def _written_elsewhere(self, machine_ids: Collection[str] | None) -> None:
         """Another replica wrote these machines (None: some, unknown which)."""
@@ -123,7 +134,7 @@ class Coordinator:
             self._views.clear()  # the next pass loads every cluster anew
             self._forget(list(self._owner_hashes))
             return
-        self._changed.update(machine_ids)
+        self._changed.update(dict.fromkeys(machine_ids))
         self._forget(machine_ids)
 
     def _forget(self, machine_ids: Iterable[str]) -> None:
@@ -481,6 +492,10 @@ class Coordinator:
             for machine_id, when in seen.items():  # kept for the next flush
                 self._seen[machine_id] = max(when, self._seen.get(machine_id, when))
             raise
+        for machine_id, when in seen.items():  # the written copies stay what the store holds
+            written = self._changed.get(machine_id)
+            if written is not None and written.last_seen < when:
+                self._changed[machine_id] = replace(written, last_seen=when)
 
     async def write_heartbeats(self, interval: float = HEARTBEAT_FLUSH_SECONDS) -> None:
         """Flush heartbeats every interval seconds, until cancelled."""
@@ -641,22 +656,46 @@ class Coordinator:
     async def reconcile_once(self) -> list[planner.Decision]:
         """Load what changed, plan, persist, wake. Safe to repeat or to interrupt at any await:
         a pass that fails drops what passes keep, and the next one loads every cluster anew."""
-        decided: list[planner.Decision] = []
         async with self._lock:
-            changed, self._changed = self._changed, set()
-            try:
-                await self.flush_heartbeats()
-                reloaded = await self.store.get_machines(changed) if changed else []
-                gone = changed - {m.id for m in reloaded}
-                clusters = await self.store.list_clusters()
-                for stored in clusters:
-                    decided += await self._reconcile_cluster(stored, reloaded, gone)
-            except BaseException:
-                self._views.clear()
-                raise
-            for name in set(self._views) - {c.spec.name for c in clusters}:
-                del self._views[name]
+            return await self._reconcile_locked()
+
+    async def _reconcile_locked(self) -> list[planner.Decision]:
+        """reconcile_once, with the lock already held."""
+        decided: list[planner.Decision] = []
+        try:
+            await self.flush_heartbeats()
+            changed, self._changed = self._changed, {}
+            unknown = [i for i, m in changed.items() if m is None]
+            reloaded = [m for m in changed.values() if m is not None]
+            reloaded += await self.store.get_machines(unknown) if unknown else []
+            gone = set(unknown) - {m.id for m in reloaded}
+            clusters = await self.store.list_clusters()
+            for stored in clusters:
+                decided += await self._reconcile_cluster(stored, reloaded, gone)
+        except BaseException:
+            self._views.clear()
+            raise
+        for name in set(self._views) - {c.spec.name for c in clusters}:
+            del self._views[name]
         return decided
+
+    async def _reconcile_after_reports(self) -> None:
+        """Right after a batch of reports, still under the lock: when one asked for a pass
+        (an item succeeded) and this replica leads, plan now rather than let the reconcile
+        loop queue for the lock behind the next batch: the next worker of a rollout is
+        admitted as soon as the one before it is recorded done."""
+        term = self._term
+        if term is None or term.lost.is_set() or not self.notifier.kicked.is_set():
+            return
+        self.notifier.kicked.clear()
+        epoch = leader_epoch.set(term.epoch)  # the store fences it as it fences the loop
+        try:
+            await self._reconcile_locked()
+        except Exception:  # the reports are recorded; the loop tries again
+            log.exception("reconcile pass failed")
+            self.kick()
+        finally:
+            leader_epoch.reset(epoch)
 
     async def _reconcile_cluster(self, stored: StoredCluster, reloaded: Sequence[Machine],
                                  gone: set[str]) -> list[planner.Decision]:
@@ -767,6 +806,7 @@ class Coordinator:
             term = await self.store.campaign()
             if term.epoch is not None:
                 log.info("leading the reconcile loop (leader epoch %d)", term.epoch)
+            self._term = term
             epoch = leader_epoch.set(term.epoch)
             try:
                 work = asyncio.create_task(self._reconcile_loop(tick))  # inherits the epoch
@@ -776,6 +816,7 @@ class Coordinator:
             try:
                 await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
             finally:
+                self._term = None
                 for task in (work, lost):
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -793,8 +834,13 @@ class Coordinator:
     async def _reconcile_loop(self, tick: float) -> None:
         """A pass on every kick, and at least every tick seconds."""
         while True:
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(self.notifier.kicked.wait(), tick)
+            except TimeoutError:
+                pass
+            else:
+                if not self.notifier.kicked.is_set():
+                    continue  # a pass after a batch of reports took the kick meanwhile
             self.notifier.kicked.clear()
             try:
                 await self.reconcile_once()

@@ -149,6 +149,25 @@ async def test_a_machine_that_goes_silent_between_passes_is_marked_and_answers_a
     assert kinds.count("not-responding") == 1 and kinds.count("responding") == 1
 
 
+async def test_a_pass_plans_on_a_reported_machine_with_the_heartbeats_written_since(
+        env: Env) -> None:
+    """A pass takes the machines the coordinator just wrote as it wrote them, not read again:
+    heartbeats written after the report must still count, or it would call the node silent."""
+    agent = await env.register("m1")
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+    await env.coordinator.reconcile_once()
+    await env.report_all(agent)  # written, and kept for the next pass
+    env.clock.now += 25
+    await env.heartbeat(agent)
+    await env.coordinator.flush_heartbeats()  # as the writer does every second
+    env.clock.now += 10  # 35 s after the report, 10 s after the heartbeat
+    await env.coordinator.reconcile_once()
+    machine = await env.call("GET", "/v1/machines/m1", 200)
+    assert machine["responding"] is True and machine["state"] == "Deploy"
+    kinds = [e["kind"] for e in await env.call("GET", "/v1/events?cluster=lab", 200)]
+    assert "not-responding" not in kinds
+
+
 async def test_heartbeats_are_written_in_batches_and_a_shutdown_writes_the_rest(
         env: Env, tmp_path: Path) -> None:
     agent = await env.register("m1")

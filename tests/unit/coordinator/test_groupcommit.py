@@ -16,8 +16,10 @@ class Log:
 
     def __init__(self) -> None:
         self.committed: list[list[str]] = []
+        self.batches: list[list[Pending[str]]] = []
 
     async def write(self, batch: list[Pending[str]]) -> None:
+        self.batches.append(batch)
         await asyncio.sleep(0)  # a real write awaits its store
         for pending in batch:
             if pending.request == "refused":
@@ -68,3 +70,29 @@ async def test_a_caller_that_gave_up_before_its_batch_is_left_out() -> None:
     with pytest.raises(asyncio.CancelledError):
         await dropped
     assert log.committed == [["kept"]]
+
+
+async def test_after_runs_once_the_batch_is_answered_and_before_the_lock_is_let_go() -> None:
+    """What runs after a batch (the reconcile pass after item reports) sees its callers
+    answered, and nobody queued for the lock meanwhile gets in before it."""
+    log, lock = Log(), asyncio.Lock()
+    seen: list[tuple[str, object]] = []
+
+    async def after() -> None:
+        seen.append(("answered", [p.answer.done() for p in log.batches[-1]]))
+        await asyncio.sleep(0)  # a real pass awaits its store: the lock must stay held
+        seen.append(("after", lock.locked()))
+
+    async def waiter() -> None:
+        async with lock:
+            seen.append(("waiter", None))
+
+    group = GroupCommit(lock, log.write, after=after)
+    async with lock:
+        calls = [asyncio.create_task(group.submit(r)) for r in ("a", "b")]
+        while group.unanswered < 2:
+            await asyncio.sleep(0)
+    waiting = asyncio.create_task(waiter())  # queued behind the batch's writer
+    await asyncio.gather(*calls, waiting)
+    assert log.committed == [["a", "b"]]
+    assert seen == [("answered", [True, True]), ("after", True), ("waiter", None)]

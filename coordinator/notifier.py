@@ -13,16 +13,23 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 
 from coordinator.store.base import MAX_MESSAGE
 
 log = logging.getLogger("coordinator.notifier")
 
 
+class Wake(asyncio.Event):
+    """A machine's next wake, and what the waker had at hand of the machine (its news), so
+    that the woken need not read back what was just written."""
+
+    news: object = None
+
+
 class Notifier:
     def __init__(self) -> None:
-        self._events: dict[str, asyncio.Event] = {}
+        self._events: dict[str, Wake] = {}
         self._changed = asyncio.Event()
         self.kicked = asyncio.Event()  # set by kick(); the reconcile loop clears it
         self._publish: Callable[[str], Awaitable[None]] | None = None
@@ -35,14 +42,20 @@ class Notifier:
         self.on_written: Callable[[Collection[str] | None], None] | None = None
         self._sending: asyncio.Task[None] | None = None
 
-    def subscribe(self, machine_id: str) -> asyncio.Event:
+    def subscribe(self, machine_id: str) -> Wake:
         """The event the next wake of machine_id sets. Subscribe before reading state,
         so a change between the read and the wait is never missed."""
-        return self._events.setdefault(machine_id, asyncio.Event())
+        return self._events.setdefault(machine_id, Wake())
 
-    def wake(self, machine_ids: Iterable[str]) -> None:
+    def waiting(self, machine_id: str) -> bool:
+        """Whether anyone waits for the next wake of machine_id."""
+        return machine_id in self._events
+
+    def wake(self, machine_ids: Iterable[str], news: Mapping[str, object] | None = None) -> None:
+        """Wake whoever waits for these machines, handing them news[machine_id] if given
+        (here only: other replicas' waiters read for themselves)."""
         machine_ids = list(machine_ids)
-        self._wake(machine_ids)
+        self._wake(machine_ids, news)
         self._relay(machine_ids, changed=True)
 
     def changes(self) -> asyncio.Event:
@@ -96,10 +109,12 @@ class Notifier:
         if body.get("kick"):
             self.kicked.set()
 
-    def _wake(self, machine_ids: Iterable[str]) -> None:
+    def _wake(self, machine_ids: Iterable[str], news: Mapping[str, object] | None = None) -> None:
         for machine_id in machine_ids:
             event = self._events.pop(machine_id, None)
             if event is not None:
+                if news is not None:
+                    event.news = news.get(machine_id)
                 event.set()
         self._notify_changed()
 

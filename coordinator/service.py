@@ -24,7 +24,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from coordinator import planner
 from coordinator.access import Access
@@ -79,6 +79,15 @@ CREDENTIAL_CACHE_SECONDS = 10.0
 # A deposed leader waits this long before it campaigns again: the replicas that saw it go
 # (they try every second) take over, rather than it winning back a lock it just lost.
 STANDBY_SECONDS = 3.0
+
+
+@dataclass(frozen=True)
+class AssignmentInputs:
+    """What a machine's assignment is made of: its cluster, itself and the managers."""
+
+    stored: StoredCluster
+    machine: Machine
+    peers: Sequence[Machine]
 
 
 class Coordinator:
@@ -309,8 +318,12 @@ class Coordinator:
 
     async def assignment(self, machine: Machine) -> Assignment:
         stored = await self.cluster(machine.cluster)
-        spec = stored.spec
         peers = await self.store.list_machines(machine.cluster, role="manager")
+        return await self._assignment(AssignmentInputs(stored, machine, peers))
+
+    async def _assignment(self, inputs: AssignmentInputs) -> Assignment:
+        stored, machine, peers = inputs.stored, inputs.machine, inputs.peers
+        spec = stored.spec
         phase = PHASE_OF_STATE.get(machine.state) if machine.role else None
         if machine.state is MachineState.UPGRADE and not upgrade_items_may_run(spec, machine):
             phase = None  # the node is being drained: its upgrade items wait
@@ -351,6 +364,9 @@ class Coordinator:
         if machine.generation <= after:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), timeout)
+            news = woken.news
+            if isinstance(news, AssignmentInputs) and news.machine.generation > after:
+                return await self._assignment(news)  # what the pass that woke it wrote
             machine = await self._machine(machine_id)
         return await self.assignment(machine)
 
@@ -745,7 +761,8 @@ class Coordinator:
             await self.store.commit(list(changed.values()), events, removed)
             self._forget([*changed, *removed])
             self.notifier.written([*changed, *removed])
-            self.notifier.wake([*changed, *removed])
+            self.notifier.wake([*changed, *removed],
+                               await self._assignment_news(stored, changed.values()))
         self.drainer.schedule(spec, [changed.get(m.id, m) for m in after])
         if view.update(list(changed.values()), removed):
             self._views[spec.name] = view
@@ -759,6 +776,16 @@ class Coordinator:
             self._post_deploy_hosts.pop(spec.name, None)
             self.notifier.changed()
         return decisions
+
+    async def _assignment_news(self, stored: StoredCluster,
+                               written: Iterable[Machine]) -> dict[str, AssignmentInputs]:
+        """For the machines a pass wrote whose agents are waiting: what their assignments are
+        made of, read once for all of them (their long-polls would each read it again)."""
+        waiting = [m for m in written if self.notifier.waiting(m.id)]
+        if not waiting:
+            return {}
+        peers = await self.store.list_machines(stored.spec.name, role="manager")
+        return {m.id: AssignmentInputs(stored, m, peers) for m in waiting}
 
     def _check_responding(self, spec: ClusterSpec, machines: Sequence[Machine], now: float,
                           changed: dict[str, Machine], events: list[Event]) -> list[Machine]:

@@ -132,9 +132,8 @@ class Coordinator:
         cache keeps what it read of them."""
         self._changed.update(dict.fromkeys(machine_ids))
         self._changed.update((m.id, m) for m in machines)
-        written = [*machine_ids, *(m.id for m in machines)]
-        self._forget(written)
-        self.notifier.written(written)
+        self._forget(machine_ids, machines)
+        self.notifier.written([*machine_ids, *(m.id for m in machines)])
 
     def _written_elsewhere(self, machine_ids: Collection[str] | None) -> None:
         """Another replica wrote these machines (None: some, unknown which)."""
@@ -146,13 +145,26 @@ class Coordinator:
         self._changed.update(dict.fromkeys(machine_ids))
         self._forget(machine_ids)
 
-    def _forget(self, machine_ids: Iterable[str]) -> None:
-        """Drop what authentication cached of these machines: they were just written."""
+    def _forget(self, machine_ids: Iterable[str], written: Iterable[Machine] = ()) -> None:
+        """Drop what authentication cached of the machines just written (machine_ids), or
+        keep it as written here (written): an item report, say, then costs the agent's next
+        request no read, and a revoked or replaced credential still takes effect at once."""
         self._forgotten += 1
         for machine_id in machine_ids:
             digest = self._owner_hashes.pop(machine_id, None)
             if digest is not None:
                 self._owners.pop(digest, None)
+        for machine in written:
+            digest = self._owner_hashes.get(machine.id)
+            cached = self._owners.get(digest) if digest is not None else None
+            if cached is None:
+                continue
+            if digest != machine.credential_hash:
+                self._forget([machine.id])
+                continue
+            self._owners[digest] = (cached[0], CredentialOwner(
+                machine_id=machine.id, cluster=machine.cluster, hostname=machine.hostname,
+                expires_at=machine.credential_expires_at, responding=machine.responding))
 
     # -- clusters ---------------------------------------------------------------
     async def apply_cluster(self, spec: ClusterSpec) -> tuple[StoredCluster, bool]:
@@ -759,7 +771,7 @@ class Coordinator:
         removed = [d.machine_id for d in decisions if d.to_state is None]
         if changed or events or removed:
             await self.store.commit(list(changed.values()), events, removed)
-            self._forget([*changed, *removed])
+            self._forget(removed, changed.values())
             self.notifier.written([*changed, *removed])
             self.notifier.wake([*changed, *removed],
                                await self._assignment_news(stored, changed.values()))

@@ -168,6 +168,40 @@ async def test_a_pass_plans_on_a_reported_machine_with_the_heartbeats_written_si
     assert "not-responding" not in kinds
 
 
+async def test_an_agent_heard_from_before_it_went_silent_answers_again_at_its_next_heartbeat(
+        env: Env) -> None:
+    """What authentication keeps of a credential follows the coordinator's own writes of the
+    machine (here: marked not responding) instead of being read again."""
+    agent = await env.register("m1")
+    await env.heartbeat(agent)
+    await env.coordinator.reconcile_once()
+    env.clock.now += 29
+    await env.assignment(agent)  # authenticated (no heartbeat): kept for a while
+    env.clock.now += 2
+    await env.coordinator.reconcile_once()
+    assert (await env.call("GET", "/v1/machines/m1", 200))["responding"] is False
+    await env.heartbeat(agent)
+    await env.coordinator.reconcile_once()
+    assert (await env.call("GET", "/v1/machines/m1", 200))["responding"] is True
+
+
+async def test_a_long_poll_woken_by_a_pass_gets_what_a_fresh_read_gets(env: Env) -> None:
+    """The pass hands the woken long-polls what it wrote (the machine, the cluster and its
+    managers, read once for all): the answer must be the one a read afterwards gives."""
+    manager, worker = await env.register("m1"), await env.register("w1")
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+    await env.call("POST", "/v1/machines/w1/approve", 200, json={"role": "worker"})
+    before = {a["machine_id"]: await env.assignment(a) for a in (manager, worker)}
+    polls = [asyncio.create_task(env.assignment(a, after=before[a["machine_id"]]["generation"],
+                                                wait=10)) for a in (manager, worker)]
+    await asyncio.sleep(0.1)  # both parked
+    await env.coordinator.reconcile_once()
+    woken = await asyncio.gather(*polls)
+    assert [a["state"] for a in woken] == ["Prepare", "Prepare"]
+    assert woken == [await env.assignment(a) for a in (manager, worker)]
+    assert woken[1]["values"]["managers.hostnames"] == "m1"
+
+
 async def test_heartbeats_are_written_in_batches_and_a_shutdown_writes_the_rest(
         env: Env, tmp_path: Path) -> None:
     agent = await env.register("m1")

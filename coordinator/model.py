@@ -235,8 +235,8 @@ def ordered(machines: Iterable[Machine]) -> list[Machine]:
 
 def deployed_managers(machines: Iterable[Machine]) -> tuple[str, ...]:
     """Addresses of the managers running the control plane: a change starts Reconfigure."""
-    return tuple(m.ip or m.hostname for m in ordered(machines)
-                 if m.role == "manager" and m.state in DEPLOYED_STATES)
+    return tuple(m.ip or m.hostname for m in ordered(
+        m for m in machines if m.role == "manager" and m.state in DEPLOYED_STATES))
 
 
 def phase_items(spec: ClusterSpec, role: Role, phase: Phase,

@@ -79,7 +79,7 @@ class _Pass:
 
     def managers_after(self) -> tuple[str, ...]:
         return deployed_managers(replace(m, state=s) for m in self.machines
-                                 if (s := self.after[m.id]) is not None)
+                                 if m.role == "manager" and (s := self.after[m.id]) is not None)
 
 
 def plan(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Decision]:

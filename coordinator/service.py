@@ -101,6 +101,7 @@ class Coordinator:
         self._lock = store.mutex()  # spans every replica when the store is shared
         self.drainer = Drainer(self, clock)
         self._seen: dict[str, float] = {}  # heartbeats not written yet: machine id -> time
+        self._flushing: list[dict[str, float]] = []  # heartbeats being written now
         # Machines written since the last pass: as this replica committed them (kept current
         # with the heartbeats flushed since), or None where the pass must read them again.
         self._changed: dict[str, Machine | None] = {}
@@ -514,12 +515,15 @@ class Coordinator:
         seen, self._seen = self._seen, {}
         if not seen:
             return
+        self._flushing.append(seen)
         try:
             await self.store.touch_machines(seen)
         except BaseException:
             for machine_id, when in seen.items():  # kept for the next flush
                 self._seen[machine_id] = max(when, self._seen.get(machine_id, when))
             raise
+        finally:
+            self._flushing.remove(seen)
         for machine_id, when in seen.items():  # the written copies stay what the store holds
             written = self._changed.get(machine_id)
             if written is not None and written.last_seen < when:
@@ -691,7 +695,6 @@ class Coordinator:
         """reconcile_once, with the lock already held."""
         decided: list[planner.Decision] = []
         try:
-            await self.flush_heartbeats()
             changed, self._changed = self._changed, {}
             unknown = [i for i, m in changed.items() if m is None]
             reloaded = [m for m in changed.values() if m is not None]
@@ -799,18 +802,25 @@ class Coordinator:
         peers = await self.store.list_machines(stored.spec.name, role="manager")
         return {m.id: AssignmentInputs(stored, m, peers) for m in waiting}
 
+    def _last_heard(self, machine: Machine) -> float:
+        """When the machine was last heard from, counting heartbeats not written yet: a pass
+        need not write them first (a durable write on every pass)."""
+        return max(machine.last_seen, self._seen.get(machine.id, 0.0),
+                   *(seen.get(machine.id, 0.0) for seen in self._flushing))
+
     def _check_responding(self, spec: ClusterSpec, machines: Sequence[Machine], now: float,
                           changed: dict[str, Machine], events: list[Event]) -> list[Machine]:
         """The machines with `responding` as their last heartbeat says now; the ones that
         changed go into changed, with an event each."""
         checked = []
         for machine in machines:
-            responding = now - machine.last_seen <= spec.settings.heartbeat_timeout_seconds
+            silent = now - self._last_heard(machine)
+            responding = silent <= spec.settings.heartbeat_timeout_seconds
             if responding != machine.responding:
                 events.append(self._event(
                     spec.name, "responding" if responding else "not-responding",
                     f"{machine.hostname} " + ("answers again" if responding else
-                    f"missed heartbeats for {now - machine.last_seen:.0f}s"), machine))
+                    f"missed heartbeats for {silent:.0f}s"), machine))
                 machine = changed[machine.id] = replace(machine, responding=responding)
             checked.append(machine)
         return checked

@@ -8,61 +8,29 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from coordinator.client import AdminClient, ClientError
+from coordinator.client import ClientError
 from nodeagent import joinstring
-from tests.support.coordinator import NOOP_CLUSTER as SPEC
-from tests.support.ports import free_port, wait_until
+from tests.support.coordinator import NOOP_CLUSTER, Coordinator, running_coordinator
+from tests.support.ports import wait_until
 
 pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
 
 
-@dataclass
-class Coordinator:
-    url: str
-    data: Path
-    admin: AdminClient
-
-    def join(self) -> dict[str, str]:
-        return self.admin.request("POST", "/v1/clusters/lab/join-tokens", body={"ttl": "1h"})
-
-
-def start_coordinator(tmp: Path, *serve_args: str) -> tuple[Coordinator, subprocess.Popen[bytes]]:
-    port = free_port()
-    data = tmp / "coordinator"
-    listen = ["--listen", f"127.0.0.1:{port}"]
-    subprocess.run([str(BIN / "coordinator"), "init", "--data-dir", str(data), "--name",
-                    "127.0.0.1", *listen], check=True, capture_output=True)
-    proc = subprocess.Popen([str(BIN / "coordinator"), "serve", "--data-dir", str(data), *listen,
-                             *serve_args], stdout=(tmp / "coordinator.log").open("wb"),
-                            stderr=subprocess.STDOUT)
-    url = f"https://127.0.0.1:{port}"
-    admin = AdminClient(url, (data / "admin.token").read_text().strip(),
-                        ca_file=str(data / "pki" / "ca.crt"))
-
-    def healthy() -> bool:
-        try:
-            return bool(admin.get("/healthz"))
-        except ClientError:
-            return False
-
-    wait_until(healthy, "the coordinator")
-    admin.request("PUT", "/v1/clusters", text=SPEC, content_type="application/yaml")
-    return Coordinator(url, data, admin), proc
-
-
 @pytest.fixture
 def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
-    started, proc = start_coordinator(tmp_path, "--credential-ttl", "6s")
-    yield started
-    proc.terminate()
-    proc.wait(timeout=10)
+    with running_coordinator(tmp_path, NOOP_CLUSTER, ["--credential-ttl", "6s"]) as served:
+        yield served
+
+
+def join_string(coordinator: Coordinator) -> str:
+    return str(coordinator.admin.request("POST", "/v1/clusters/lab/join-tokens",
+                                         body={"ttl": "1h"})["join"])
 
 
 def agent_config(tmp: Path, join: str, name: str) -> Path:
@@ -74,7 +42,7 @@ def agent_config(tmp: Path, join: str, name: str) -> Path:
 
 def test_an_agent_refuses_a_coordinator_whose_ca_is_not_the_pinned_one(
         coordinator: Coordinator, tmp_path: Path) -> None:
-    good = joinstring.decode(coordinator.join()["join"])
+    good = joinstring.decode(join_string(coordinator))
     forged = joinstring.JoinString(good.url, good.token, "sha256:" + "0" * 64).encode()
     result = subprocess.run([str(BIN / "nodeagent"), "run", "--config",
                              str(agent_config(tmp_path, forged, "forged"))],
@@ -88,23 +56,21 @@ def test_an_agent_refuses_a_coordinator_whose_ca_is_not_the_pinned_one(
 
 def test_an_agent_trusts_the_pinned_ca_and_rotates_its_credential_before_expiry(
         coordinator: Coordinator, tmp_path: Path) -> None:
-    config = agent_config(tmp_path, coordinator.join()["join"], "node")
+    config = agent_config(tmp_path, join_string(coordinator), "node")
     agent = subprocess.Popen([str(BIN / "nodeagent"), "run", "--config", str(config)],
                              stdout=(tmp_path / "agent.log").open("wb"), stderr=subprocess.STDOUT)
     try:
         identity_file = tmp_path / "node" / "identity.json"
         wait_until(identity_file.exists, "registration", timeout=60)
         first = json.loads(identity_file.read_text())
-        assert (tmp_path / "node" / "ca.crt").read_text() == \
-            (coordinator.data / "pki" / "ca.crt").read_text()
+        assert (tmp_path / "node" / "ca.crt").read_text() == coordinator.ca_file.read_text()
         # Issued for 6 s, rotated at 2/3 of that; wait past the first credential's expiry.
         wait_until(lambda: json.loads(identity_file.read_text())["credential"]
                    != first["credential"], "rotation", timeout=30)
         time.sleep(max(0.0, first["expires_at"] - time.time()) + 1)
         (machine,) = coordinator.admin.get("/v1/machines")
         assert machine["responding"] and time.time() - machine["last_seen"] < 3
-        old = AdminClient(coordinator.url, first["credential"],
-                          ca_file=str(coordinator.data / "pki" / "ca.crt"))
+        old = coordinator.client(first["credential"])
         with pytest.raises(ClientError) as refused:
             old.request("POST", f"/v1/agent/machines/{first['machine_id']}/heartbeat")
         assert refused.value.status == 401

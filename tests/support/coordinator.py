@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import subprocess
 import sys
 import time
@@ -16,6 +18,7 @@ from coordinator.client import AdminClient, ClientError
 from nodeagent.prechecks.runner import summarize
 from nodeagent.protocol import CheckResult, PrecheckReport, Severity, StateItem, Status
 from tests.support.ports import free_port, wait_until
+from tests.support.process import serving
 
 COORDINATOR = str(Path(sys.executable).with_name("coordinator"))
 
@@ -87,28 +90,38 @@ class Agent:
 
 @dataclass
 class Coordinator:
+    """`coordinator serve` from a data dir on the URL's port, stopped and started at will (a
+    restarted one is where the agents look). Plain HTTP (--insecure-http) when the URL says
+    http. prefix (e.g. nsenter into a network namespace) runs it and its CLI: then only cli()
+    reaches it, not admin or client() from this process."""
+
     url: str
     data: Path
     log: Path
     serve_args: tuple[str, ...] = ()
-    admin: AdminClient = field(init=False)
+    prefix: tuple[str, ...] = ()
     agents: dict[str, Agent] = field(default_factory=dict)  # by hostname, as registered
     process: subprocess.Popen[bytes] | None = None
+    _serving: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
 
-    def __post_init__(self) -> None:
-        self.admin = self.client(self.token_file.read_text().strip())
+    @functools.cached_property
+    def admin(self) -> AdminClient:
+        """With the token init (or, over plain HTTP, serve) wrote."""
+        return self.client(self.token_file.read_text().strip())
+
+    @property
+    def tls(self) -> bool:
+        return self.url.startswith("https:")
 
     def start(self) -> None:
-        """`coordinator serve` from the data dir, on the URL's port (so a restarted one is where
-        the agents look), once it answers."""
+        """Serve, and return once it answers; fail with its log if it exits first."""
         port = self.url.rsplit(":", 1)[1]
-        with self.log.open("ab") as out:
-            process = self.process = subprocess.Popen(
-                [COORDINATOR, "serve", "--data-dir", str(self.data), "--listen", f"127.0.0.1:{port}",
-                 *self.serve_args],
-                stdout=out, stderr=subprocess.STDOUT)
-        wait_until(lambda: process.poll() is None and _answers(self.url, self.ca_file),
-                   f"coordinator (log {self.log})", timeout=30, interval=0.1)
+        argv = [*self.prefix, COORDINATOR, "serve", "--data-dir", str(self.data),
+                "--listen", f"127.0.0.1:{port}", *([] if self.tls else ["--insecure-http"]),
+                *self.serve_args]
+        self.process = self._serving.enter_context(serving(
+            argv, self.log, self._answers, f"coordinator on port {port}", timeout=30,
+            interval=0.1))
 
     def stop(self, crash: bool = False) -> None:
         """Terminate it (or, with crash, SIGKILL it: no shutdown code runs) and wait."""
@@ -116,14 +129,17 @@ class Coordinator:
             return
         if crash:
             self.process.kill()
-        else:
-            self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        self._serving.close()  # terminates (a no-op after the kill) and waits
         self.process = None
+
+    def _answers(self) -> bool:
+        if self.prefix:  # this process cannot reach the namespace it serves in
+            return self.cli("cluster", "get", ok=False).returncode == 0
+        try:
+            AdminClient(self.url, None, timeout=1, ca_file=self._ca).get("/healthz")
+        except ClientError:
+            return False
+        return True
 
     @property
     def pid(self) -> int:
@@ -138,12 +154,16 @@ class Coordinator:
     def ca_file(self) -> Path:
         return self.data / "pki" / "ca.crt"
 
+    @property
+    def _ca(self) -> str | None:
+        return str(self.ca_file) if self.tls else None
+
     def client(self, token: str | None) -> AdminClient:
-        return AdminClient(self.url, token, ca_file=str(self.ca_file))
+        return AdminClient(self.url, token, ca_file=self._ca)
 
     def cli_argv(self, *args: str) -> list[str]:
-        return [COORDINATOR, "--url", self.url, "--token-file", str(self.token_file),
-                "--ca", str(self.ca_file), *args]
+        return [*self.prefix, COORDINATOR, "--url", self.url, "--token-file",
+                str(self.token_file), *(["--ca", str(self.ca_file)] if self.tls else []), *args]
 
     def cli(self, *args: str, ok: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(self.cli_argv(*args), capture_output=True, text=True,
@@ -151,6 +171,9 @@ class Coordinator:
         if ok:
             assert result.returncode == 0, (args, result.stdout, result.stderr)
         return result
+
+    def cli_json(self, *args: str, timeout: float = 30) -> Any:
+        return json.loads(self.cli(*args, "--output", "json", timeout=timeout).stdout)
 
     def register(self, hostname: str, failing: bool = False) -> Agent:
         token = self.admin.request("POST", "/v1/clusters/lab/join-tokens")["token"]
@@ -170,25 +193,21 @@ class Coordinator:
                    f"{hostname} in {state}", timeout=timeout)
 
 
-def _answers(url: str, ca_file: Path) -> bool:
-    try:
-        AdminClient(url, None, timeout=1, ca_file=str(ca_file)).get("/healthz")
-    except ClientError:
-        return False
-    return True
-
-
 @contextlib.contextmanager
-def running_coordinator(tmp: Path, cluster: str | None = CLUSTER,
-                        serve_args: Sequence[str] = ()) -> Iterator[Coordinator]:
-    """`coordinator init` then `serve` (HTTPS with its own CA) on 127.0.0.1 with its data in
-    tmp, with `cluster` applied. serve_args go to `serve` (e.g. --register-rate 0)."""
+def running_coordinator(tmp: Path, cluster: str | None = CLUSTER, serve_args: Sequence[str] = (),
+                        prefix: Sequence[str] = (), tls: bool = True) -> Iterator[Coordinator]:
+    """`coordinator serve` on a free 127.0.0.1 port from tmp/coordinator-data, with `cluster`
+    applied. HTTPS with its own CA, made by `coordinator init` unless the data dir has one (a
+    copy of another's carries its CA and machines over); tls=False: plain HTTP, no init.
+    serve_args go to `serve` (e.g. --register-rate 0); prefix: see Coordinator."""
     port = free_port()
     data = tmp / "coordinator-data"
-    subprocess.run([COORDINATOR, "init", "--data-dir", str(data), "--listen", f"127.0.0.1:{port}",
-                    "--name", "127.0.0.1"], check=True, capture_output=True, timeout=60)
-    served = Coordinator(f"https://127.0.0.1:{port}", data, tmp / "coordinator.log",
-                         serve_args=tuple(serve_args))
+    if tls and not (data / "pki").exists():
+        subprocess.run([COORDINATOR, "init", "--data-dir", str(data), "--listen",
+                        f"127.0.0.1:{port}", "--name", "127.0.0.1"],
+                       check=True, capture_output=True, timeout=60)
+    served = Coordinator(f"{'https' if tls else 'http'}://127.0.0.1:{port}", data,
+                         tmp / "coordinator.log", tuple(serve_args), tuple(prefix))
     try:
         served.start()
         if cluster:

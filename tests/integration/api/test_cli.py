@@ -38,7 +38,7 @@ def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
 ])
 def test_every_read_command_prints_the_same_data_as_json_and_yaml(
         coordinator: Coordinator, command: tuple[str, ...]) -> None:
-    as_json = json.loads(coordinator.cli(*command, "--output", "json").stdout)
+    as_json = coordinator.cli_json(*command)
     as_yaml = yaml.safe_load(coordinator.cli(*command, "-o", "yaml").stdout)
     volatile = ("step", "last_seen", "rollout", "stages")  # elapsed times move between the calls
 

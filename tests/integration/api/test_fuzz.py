@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.client import AdminClient, ClientError
-from tests.support.coordinator import NOOP_CLUSTER as SPEC
-from tests.support.ports import free_port, wait_until
+from tests.support.coordinator import NOOP_CLUSTER, Coordinator, running_coordinator
 
 pytestmark = pytest.mark.integration
 
@@ -21,30 +19,12 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    tmp = tmp_path_factory.mktemp("fuzz")
-    port = free_port()
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
     # Plain HTTP: the API is under test here, TLS has its own tests (test_trust.py).
-    proc = subprocess.Popen(
-        [str(BIN / "coordinator"), "serve", "--data-dir", str(tmp / "data"), "--listen",
-         f"127.0.0.1:{port}", "--insecure-http"],
-        stdout=(tmp / "coordinator.log").open("wb"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return bool(AdminClient(url, None).get("/healthz"))
-        except ClientError:
-            return False
-
-    try:
-        wait_until(up, "the coordinator", timeout=30)
-        yield url, tmp
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with running_coordinator(tmp_path_factory.mktemp("fuzz"), cluster=None, tls=False) as c:
+        yield c
     # aiohttp logs the malformed-header probe it refused with 400; anything else is a bug.
-    crashes = [t for t in (tmp / "coordinator.log").read_text().split("Traceback")[1:]
+    crashes = [t for t in c.log.read_text().split("Traceback")[1:]
                if "BadHttpMessage" not in t]
     assert not crashes, crashes[0][-3000:]
 
@@ -57,25 +37,21 @@ def fuzz(url: str, credential: str, *extra: str) -> subprocess.CompletedProcess[
         capture_output=True, text=True, timeout=600)
 
 
-def test_no_operation_answers_a_5xx_to_an_admin(served: tuple[str, Path]) -> None:
-    url, tmp = served
-    admin = (tmp / "data" / "admin.token").read_text().strip()
-    AdminClient(url, admin).request("PUT", "/v1/clusters", text=SPEC,
-                                    content_type="application/yaml")
-    result = fuzz(url, admin)
+def test_no_operation_answers_a_5xx_to_an_admin(served: Coordinator) -> None:
+    served.admin.request("PUT", "/v1/clusters", text=NOOP_CLUSTER, content_type="application/yaml")
+    result = fuzz(served.url, served.token_file.read_text().strip())
     assert result.returncode == 0, result.stdout[-4000:]
     assert "Server error" not in result.stdout
 
 
-def test_no_agent_operation_answers_a_5xx_to_a_machine(served: tuple[str, Path]) -> None:
-    url, tmp = served
-    admin = AdminClient(url, (tmp / "data" / "admin.token").read_text().strip())
-    admin.request("PUT", "/v1/clusters", text=SPEC, content_type="application/yaml")
+def test_no_agent_operation_answers_a_5xx_to_a_machine(served: Coordinator) -> None:
+    admin = served.admin
+    admin.request("PUT", "/v1/clusters", text=NOOP_CLUSTER, content_type="application/yaml")
     token = admin.request("POST", "/v1/clusters/lab/join-tokens", body={})["token"]
     report = {"schema": "nodeagent.precheck/v1", "hostname": "fuzz", "role": "worker",
               "started_at": 0, "duration": 0, "ok": True,
               "summary": {}, "checks": []}
-    machine = AdminClient(url, None).request("POST", "/v1/agent/register", body={
+    machine = served.client(None).request("POST", "/v1/agent/register", body={
         "join_token": token, "hostname": "fuzz", "ip": None, "facts": {}, "precheck": report})
-    result = fuzz(url, machine["credential"], "--include-path-regex", "^/v1/agent/")
+    result = fuzz(served.url, machine["credential"], "--include-path-regex", "^/v1/agent/")
     assert result.returncode == 0, result.stdout[-4000:]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.config import load_config
-from tests.support.https_coordinator import RunningCoordinator, coordinator
+from tests.support.coordinator import Coordinator, running_coordinator
 from tests.support.nspawn import Container
 from tests.support.packages import Packages, in_root, in_root_argv, overlay
 from tests.support.ports import wait_until
@@ -59,24 +59,24 @@ def running_agent(root: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
         agent.wait(timeout=10)
 
 
-def add(c: RunningCoordinator, host: Sshd, packages: Packages, *trust: str
+def add(c: Coordinator, host: Sshd, packages: Packages, *trust: str
         ) -> subprocess.CompletedProcess[str]:
     trust = trust or ("--known-hosts", str(host.known_hosts))
     return c.cli("machines", "add", "--ssh", host.target, "--key", str(host.client_key), *trust,
                  "--cluster", "lab", "--role", "worker",
-                 "--packages", str(packages.deb["nodeagent"].parent))
+                 "--packages", str(packages.deb["nodeagent"].parent), ok=False, timeout=120)
 
 
-def machines_seen_after(c: RunningCoordinator, since: float) -> list[str]:
-    return [m["hostname"] for m in c.admin_json("machines") if (m["last_seen"] or 0) > since]
+def machines_seen_after(c: Coordinator, since: float) -> list[str]:
+    return [m["hostname"] for m in c.cli_json("machines") if (m["last_seen"] or 0) > since]
 
 
 def test_machines_add_installs_the_agent_which_joins_then_retargets(
     packages: Packages, host: Sshd, host_root: Path, tmp_path: Path
 ) -> None:
     (tmp_path / "spec.yaml").write_text(SPEC)
-    with coordinator(tmp_path / "first") as first:
-        first.admin("cluster", "apply", "-f", str(tmp_path / "spec.yaml"))
+    with running_coordinator(tmp_path / "first", cluster=None) as first:
+        first.cli("cluster", "apply", "-f", str(tmp_path / "spec.yaml"))
         result = add(first, host, packages)
         assert result.returncode == 0, result.stderr + result.stdout
         out = result.stdout
@@ -93,13 +93,14 @@ def test_machines_add_installs_the_agent_which_joins_then_retargets(
         assert (host_root / CONFIG).stat().st_mode & 0o777 == 0o640
 
         with running_agent(host_root, tmp_path / "agent.log"):
-            wait_until(lambda: len(first.admin_json("machines")) == 1,
+            wait_until(lambda: len(first.cli_json("machines")) == 1,
                        "the installed agent's registration", timeout=60, interval=0.5)
     # The pivot: a second coordinator takes over the first one's data; agents move to it.
     shutil.copytree(tmp_path / "first", tmp_path / "second")
-    with coordinator(tmp_path / "second") as second:
+    with running_coordinator(tmp_path / "second", cluster=None) as second:
         moved = second.cli("agents", "retarget", "--url", second.url, "--ssh", host.target,
-                           "--key", str(host.client_key), "--host-key", host.host_key)
+                           "--key", str(host.client_key), "--host-key", host.host_key,
+                           ok=False, timeout=120)
         assert moved.returncode == 0, moved.stderr + moved.stdout
         assert f"coordinator.url is now {second.url}" in moved.stdout
         config = load_config(str(host_root / CONFIG))
@@ -119,8 +120,8 @@ def test_a_wrong_host_key_is_refused_before_anything_is_sent(
     wrong = tmp_path / "known_hosts"
     wrong.write_text(f"[127.0.0.1]:{host.port} {impostor}\n")
     (tmp_path / "spec.yaml").write_text(SPEC)
-    with coordinator(tmp_path / "c") as c:
-        c.admin("cluster", "apply", "-f", str(tmp_path / "spec.yaml"))
+    with running_coordinator(tmp_path, cluster=None) as c:
+        c.cli("cluster", "apply", "-f", str(tmp_path / "spec.yaml"))
         for trust in (("--known-hosts", str(wrong)), ("--host-key", impostor),
                       ("--known-hosts", str(tmp_path / "missing"))):
             result = add(c, host, packages, *trust)
@@ -148,20 +149,22 @@ def test_on_a_host_whose_systemd_runs_the_agent_is_started_and_restarted_by_it(
     ssh = ("--ssh", "root@127.0.0.1", "--key", str(tmp_path / "client_key"),
            "--host-key", host_key)
     (tmp_path / "spec.yaml").write_text(SPEC)
-    with coordinator(tmp_path / "first", in_host_net) as first:
-        first.admin("cluster", "apply", "-f", str(tmp_path / "spec.yaml"))
+    with running_coordinator(tmp_path / "first", cluster=None, prefix=in_host_net) as first:
+        first.cli("cluster", "apply", "-f", str(tmp_path / "spec.yaml"))
         result = first.cli("machines", "add", *ssh, "--cluster", "lab",
-                           "--packages", str(packages.deb["nodeagent"].parent))
+                           "--packages", str(packages.deb["nodeagent"].parent),
+                           ok=False, timeout=120)
         assert result.returncode == 0, result.stderr + result.stdout
         assert "systemd running" in result.stdout
         assert "nodeagent.service enabled and running" in result.stdout
         assert box.active("nodeagent") == "active"
-        wait_until(lambda: len(first.admin_json("machines")) == 1,
+        wait_until(lambda: len(first.cli_json("machines")) == 1,
                    "the registration of the agent systemd started", timeout=60, interval=0.5)
         started = box.unit("nodeagent", "MainPID")["MainPID"]
     shutil.copytree(tmp_path / "first", tmp_path / "second")
-    with coordinator(tmp_path / "second", in_host_net) as second:
-        moved = second.cli("agents", "retarget", "--url", second.url, *ssh)
+    with running_coordinator(tmp_path / "second", cluster=None, prefix=in_host_net) as second:
+        moved = second.cli("agents", "retarget", "--url", second.url, *ssh, ok=False,
+                           timeout=120)
         assert moved.returncode == 0, moved.stderr + moved.stdout
         assert "nodeagent.service enabled and running" in moved.stdout
         assert box.unit("nodeagent", "MainPID")["MainPID"] != started  # restarted by systemd

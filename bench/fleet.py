@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -281,6 +282,24 @@ class Sampler(threading.Thread):
         return times.user + times.system
 
 
+def gc_pauses(url: str, ca_file: str) -> dict[str, tuple[float, float, float]]:
+    """The coordinator's garbage collections so far, from /metrics: generation -> (count,
+    seconds paused, longest pause since start)."""
+    context = ssl.create_default_context(cafile=ca_file)
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30, context=context) as response:
+        text = response.read().decode()
+    found: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    names = ("nodeagent_gc_collections_total", "nodeagent_gc_pause_seconds_total",
+             "nodeagent_gc_pause_longest_seconds")
+    for line in text.splitlines():
+        name, _, rest = line.partition('{generation="')
+        if name in names:
+            generation, _, value = rest.partition('"} ')
+            found[generation][names.index(name)] = float(value)
+    return {generation: (count, seconds, longest)
+            for generation, (count, seconds, longest) in found.items()}
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -408,9 +427,11 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
                   f"(coordinator CPU {sampler.cpu() - cpu_started:.1f} s)")
         time.sleep(args.warmup)
         window_started, cpu_started = time.monotonic(), sampler.cpu()
+        gc_before = gc_pauses(served.url, str(served.ca_file))
         time.sleep(args.duration)
         window = (window_started, time.monotonic())
         cpu = sampler.cpu() - cpu_started
+        gc_after = gc_pauses(served.url, str(served.ca_file))
         calls: list[tuple[float, str, float]] = []
         marks: list[tuple[float, str, str]] = []
         errors: dict[str, int] = defaultdict(int)
@@ -440,6 +461,11 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
               f"coordinator CPU {cpu / args.duration * 100:.0f} % of a core, "
               f"peak RSS {sampler.peak_rss / 2**20:.0f} MiB; simulator CPU "
               f"{client_cpu:.0f} s in {args.processes} process(es); load {os.getloadavg()[0]:.1f}")
+        print("  coordinator garbage collections in the window (generation: count, paused, "
+              "longest since start):", ", ".join(
+                  f"{g}: {gc_after[g][0] - gc_before[g][0]:.0f}, "
+                  f"{ms(gc_after[g][1] - gc_before[g][1])}, {ms(gc_after[g][2])}"
+                  for g in sorted(gc_after)))
         for label, table in (("steady window", steady), ("whole run", everything)):
             print(f"  {label}:")
             for endpoint, values in sorted(table.items()):

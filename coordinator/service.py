@@ -70,8 +70,9 @@ log = logging.getLogger("coordinator")
 HEARTBEAT_FLUSH_SECONDS = 1.0
 # How long this process trusts what it read of a credential. Writes of the machine, by this
 # replica or (relayed) by another, forget its entry at once; the bound is for writes no
-# replica relays (a CLI on the database).
-CREDENTIAL_CACHE_SECONDS = 10.0
+# replica relays (a CLI on the database). Several heartbeat intervals (10 s by default): at
+# 10 s, every heartbeat found its entry just expired and read the store (issue 8).
+CREDENTIAL_CACHE_SECONDS = 60.0
 # A deposed leader waits this long before it campaigns again: the replicas that saw it go
 # (they try every second) take over, rather than it winning back a lock it just lost.
 STANDBY_SECONDS = 3.0

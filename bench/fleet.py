@@ -425,13 +425,13 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
             print(f"rollout of {args.managers} managers + {args.workers} workers "
                   f"(batches of {args.batch_size}): {rollout_seconds:.1f} s "
                   f"(coordinator CPU {sampler.cpu() - cpu_started:.1f} s)")
+        # /metrics decodes every machine: read it where the scrape delays no measured call
+        gc_before = gc_pauses(served.url, str(served.ca_file))
         time.sleep(args.warmup)
         window_started, cpu_started = time.monotonic(), sampler.cpu()
-        gc_before = gc_pauses(served.url, str(served.ca_file))
         time.sleep(args.duration)
         window = (window_started, time.monotonic())
         cpu = sampler.cpu() - cpu_started
-        gc_after = gc_pauses(served.url, str(served.ca_file))
         calls: list[tuple[float, str, float]] = []
         marks: list[tuple[float, str, str]] = []
         errors: dict[str, int] = defaultdict(int)
@@ -450,6 +450,7 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
                 errors[key] += count
         for process in processes:
             process.join(timeout=30)
+        gc_after = gc_pauses(served.url, str(served.ca_file))
         sampler.stopped.set()
         steady = defaultdict(list)
         everything = defaultdict(list)
@@ -461,8 +462,8 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
               f"coordinator CPU {cpu / args.duration * 100:.0f} % of a core, "
               f"peak RSS {sampler.peak_rss / 2**20:.0f} MiB; simulator CPU "
               f"{client_cpu:.0f} s in {args.processes} process(es); load {os.getloadavg()[0]:.1f}")
-        print("  coordinator garbage collections in the window (generation: count, paused, "
-              "longest since start):", ", ".join(
+        print("  coordinator garbage collections from the warm-up to the end (generation: count, "
+              "CPU time, longest since start):", ", ".join(
                   f"{g}: {gc_after[g][0] - gc_before[g][0]:.0f}, "
                   f"{ms(gc_after[g][1] - gc_before[g][1])}, {ms(gc_after[g][2])}"
                   for g in sorted(gc_after)))

@@ -168,7 +168,7 @@ def _duration(value: str, option: str) -> float | None:
               help="Lifetime of a machine credential (agents rotate before it ends); 0: forever.")
 @click.option("--register-rate", default=5.0, show_default=True,
               help="Registrations a second allowed per client address (bursts of 50); 0: no limit.")
-@click.option("--gc-interval", default=1.0, show_default=True, type=click.FloatRange(min=0),
+@click.option("--gc-interval", default=0.25, show_default=True, type=click.FloatRange(min=0),
               help="Seconds between the coordinator's own collections of cyclic garbage, which "
                    "replace CPython's long automatic ones (docs/coordinator.md); 0: CPython's.")
 def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | None,

@@ -339,6 +339,9 @@ class Coordinator:
         woken = self.notifier.subscribe(machine_id)
         machine = await self._machine(machine_id)
         if machine.generation <= after:
+            # Not held across the wait: thousands of waiting polls would keep thousands of
+            # decoded documents for the garbage collector to walk (issue 8).
+            del machine
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), timeout)
             machine = await self._machine(machine_id)

@@ -151,7 +151,6 @@ def test_the_coordinator_collects_cyclic_garbage_on_its_own_schedule(tmp_path: P
     second and frees the cycles that requests leave behind (refused ones, here)."""
     with running_coordinator(tmp_path, serve_args=["--gc-interval", "1"]) as c:
         text = scrape(c)
-        assert metric(text, "nodeagent_gc_frozen_objects") > 10000
         assert metric(text, "nodeagent_gc_collections_total", generation="all") == 1
         scheduled = metric(text, "nodeagent_gc_collections_total", generation="2")
         agent = c.register("w1")

@@ -277,6 +277,9 @@ class Sampler(threading.Thread):
             except psutil.Error:
                 return
 
+    def rss(self) -> int:
+        return int(self.process.memory_info().rss)
+
     def cpu(self) -> float:
         times = self.process.cpu_times()
         return times.user + times.system
@@ -428,10 +431,10 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
         # /metrics decodes every machine: read it where the scrape delays no measured call
         gc_before = gc_pauses(served.url, str(served.ca_file))
         time.sleep(args.warmup)
-        window_started, cpu_started = time.monotonic(), sampler.cpu()
+        window_started, cpu_started, rss_started = time.monotonic(), sampler.cpu(), sampler.rss()
         time.sleep(args.duration)
         window = (window_started, time.monotonic())
-        cpu = sampler.cpu() - cpu_started
+        cpu, rss_ended = sampler.cpu() - cpu_started, sampler.rss()
         calls: list[tuple[float, str, float]] = []
         marks: list[tuple[float, str, str]] = []
         errors: dict[str, int] = defaultdict(int)
@@ -460,7 +463,8 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
                 steady[endpoint].append(seconds)
         print(f"steady window {args.duration:.0f} s, heartbeats every {args.heartbeat_interval:g} s; "
               f"coordinator CPU {cpu / args.duration * 100:.0f} % of a core, "
-              f"peak RSS {sampler.peak_rss / 2**20:.0f} MiB; simulator CPU "
+              f"peak RSS {sampler.peak_rss / 2**20:.0f} MiB (window: {rss_started / 2**20:.0f} → "
+              f"{rss_ended / 2**20:.0f} MiB); simulator CPU "
               f"{client_cpu:.0f} s in {args.processes} process(es); load {os.getloadavg()[0]:.1f}")
         print("  coordinator garbage collections from the warm-up to the end (generation: count, "
               "CPU time, longest since start):", ", ".join(

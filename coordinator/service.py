@@ -337,15 +337,13 @@ class Coordinator:
     async def wait_assignment(self, machine_id: str, after: int, timeout: float) -> Assignment:
         """Long-poll: return as soon as the machine's generation passes `after`."""
         woken = self.notifier.subscribe(machine_id)
-        machine = await self._machine(machine_id)
-        if machine.generation <= after:
-            # Not held across the wait: thousands of waiting polls would keep thousands of
-            # decoded documents for the garbage collector to walk (issue 8).
-            del machine
+        generation = await self.store.machine_generation(machine_id)  # not decoded (issue 8)
+        if generation is None:
+            raise NotFound(f"no machine {machine_id}")
+        if generation <= after:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), timeout)
-            machine = await self._machine(machine_id)
-        return await self.assignment(machine)
+        return await self.assignment(await self._machine(machine_id))
 
     async def report(self, machine_id: str, report: ItemReport) -> None:
         """Record an item report; returns once it is durable. Reports arriving while others

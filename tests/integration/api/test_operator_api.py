@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import ssl
+import subprocess
 import threading
 import time
 import urllib.request
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from coordinator.client import ClientError
-from tests.support.coordinator import Agent, Coordinator, running_coordinator
+from tests.support.coordinator import COORDINATOR, Agent, Coordinator, running_coordinator
 from tests.support.ports import wait_until
 
 
@@ -166,6 +167,14 @@ def test_the_coordinator_collects_cyclic_garbage_on_its_own_schedule(tmp_path: P
         wait_until(lambda: freed() > 0, "cyclic garbage freed")
         wait_until(lambda: metric(scrape(c), "nodeagent_gc_collections_total",
                                   generation="2") >= scheduled + 2, "two scheduled collections")
+
+
+def test_a_negative_gc_interval_is_refused_naming_the_option(tmp_path: Path) -> None:
+    refused = subprocess.run([COORDINATOR, "serve", "--data-dir", str(tmp_path),
+                              "--gc-interval", "-1"], capture_output=True, text=True, timeout=60,
+                             check=False)
+    assert refused.returncode == 2 and "--gc-interval" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
 
 
 def test_metrics_count_machines_items_api_latency_and_connected_agents(coordinator: Coordinator) -> None:

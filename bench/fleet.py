@@ -369,6 +369,9 @@ def main() -> None:
                              "flame graph if it ends in .svg, else collapsed stacks (needs "
                              "py-spy: pip install py-spy)")
     parser.add_argument("--dir", type=Path, default=None, help="where the coordinator's data goes")
+    parser.add_argument("--serve-arg", action="append", default=[], dest="serve_args",
+                        help="an argument for `coordinator serve` (repeatable), e.g. "
+                             "--serve-arg=--gc-interval --serve-arg=0 for CPython's own GC")
     args = parser.parse_args()
     # Killed (e.g. by timeout): unwind, so the coordinator and the simulators are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -391,7 +394,7 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
         hostnames: list[str]) -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp, running_coordinator(
             Path(tmp), cluster_spec(args.batch_size, args.heartbeat_timeout),
-            ["--register-rate", "0"]) as served:
+            ["--register-rate", "0", *args.serve_args]) as served:
         token = served.admin.request("POST", f"/v1/clusters/{CLUSTER}/join-tokens",
                                      body={"ttl": "0"})["token"]
         sampler = Sampler(served.pid)

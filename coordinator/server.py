@@ -121,6 +121,7 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
         background = [asyncio.create_task(coordinator.run()),
                       asyncio.create_task(coordinator.write_heartbeats())]
         policy = None
+        METRICS.gc_pauses.install()  # at /metrics, whoever schedules the collections
         if options.gc_interval > 0:
             policy = GcPolicy(METRICS.gc_pauses, options.gc_interval)
             policy.start()

@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -276,9 +277,30 @@ class Sampler(threading.Thread):
             except psutil.Error:
                 return
 
+    def rss(self) -> int:
+        return int(self.process.memory_info().rss)
+
     def cpu(self) -> float:
         times = self.process.cpu_times()
         return times.user + times.system
+
+
+def gc_pauses(url: str, ca_file: str) -> dict[str, tuple[float, float, float]]:
+    """The coordinator's garbage collections so far, from /metrics: generation -> (count,
+    seconds paused, longest pause since start)."""
+    context = ssl.create_default_context(cafile=ca_file)
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30, context=context) as response:
+        text = response.read().decode()
+    found: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    names = ("nodeagent_gc_collections_total", "nodeagent_gc_pause_seconds_total",
+             "nodeagent_gc_pause_longest_seconds")
+    for line in text.splitlines():
+        name, _, rest = line.partition('{generation="')
+        if name in names:
+            generation, _, value = rest.partition('"} ')
+            found[generation][names.index(name)] = float(value)
+    return {generation: (count, seconds, longest)
+            for generation, (count, seconds, longest) in found.items()}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -347,6 +369,9 @@ def main() -> None:
                              "flame graph if it ends in .svg, else collapsed stacks (needs "
                              "py-spy: pip install py-spy)")
     parser.add_argument("--dir", type=Path, default=None, help="where the coordinator's data goes")
+    parser.add_argument("--serve-arg", action="append", default=[], dest="serve_args",
+                        help="an argument for `coordinator serve` (repeatable), e.g. "
+                             "--serve-arg=--gc-interval --serve-arg=0 for CPython's own GC")
     args = parser.parse_args()
     # Killed (e.g. by timeout): unwind, so the coordinator and the simulators are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -369,7 +394,7 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
         hostnames: list[str]) -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp, running_coordinator(
             Path(tmp), cluster_spec(args.batch_size, args.heartbeat_timeout),
-            ["--register-rate", "0"]) as served:
+            ["--register-rate", "0", *args.serve_args]) as served:
         token = served.admin.request("POST", f"/v1/clusters/{CLUSTER}/join-tokens",
                                      body={"ttl": "0"})["token"]
         sampler = Sampler(served.pid)
@@ -406,11 +431,13 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
             print(f"rollout of {args.managers} managers + {args.workers} workers "
                   f"(batches of {args.batch_size}): {rollout_seconds:.1f} s "
                   f"(coordinator CPU {sampler.cpu() - cpu_started:.1f} s)")
+        # /metrics decodes every machine: read it where the scrape delays no measured call
+        gc_before = gc_pauses(served.url, str(served.ca_file))
         time.sleep(args.warmup)
-        window_started, cpu_started = time.monotonic(), sampler.cpu()
+        window_started, cpu_started, rss_started = time.monotonic(), sampler.cpu(), sampler.rss()
         time.sleep(args.duration)
         window = (window_started, time.monotonic())
-        cpu = sampler.cpu() - cpu_started
+        cpu, rss_ended = sampler.cpu() - cpu_started, sampler.rss()
         calls: list[tuple[float, str, float]] = []
         marks: list[tuple[float, str, str]] = []
         errors: dict[str, int] = defaultdict(int)
@@ -429,6 +456,7 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
                 errors[key] += count
         for process in processes:
             process.join(timeout=30)
+        gc_after = gc_pauses(served.url, str(served.ca_file))
         sampler.stopped.set()
         steady = defaultdict(list)
         everything = defaultdict(list)
@@ -438,8 +466,14 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
                 steady[endpoint].append(seconds)
         print(f"steady window {args.duration:.0f} s, heartbeats every {args.heartbeat_interval:g} s; "
               f"coordinator CPU {cpu / args.duration * 100:.0f} % of a core, "
-              f"peak RSS {sampler.peak_rss / 2**20:.0f} MiB; simulator CPU "
+              f"peak RSS {sampler.peak_rss / 2**20:.0f} MiB (window: {rss_started / 2**20:.0f} → "
+              f"{rss_ended / 2**20:.0f} MiB); simulator CPU "
               f"{client_cpu:.0f} s in {args.processes} process(es); load {os.getloadavg()[0]:.1f}")
+        print("  coordinator garbage collections from the warm-up to the end (generation: count, "
+              "CPU time, longest since start):", ", ".join(
+                  f"{g}: {gc_after[g][0] - gc_before[g][0]:.0f}, "
+                  f"{ms(gc_after[g][1] - gc_before[g][1])}, {ms(gc_after[g][2])}"
+                  for g in sorted(gc_after)))
         for label, table in (("steady window", steady), ("whole run", everything)):
             print(f"  {label}:")
             for endpoint, values in sorted(table.items()):

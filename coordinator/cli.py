@@ -168,9 +168,12 @@ def _duration(value: str, option: str) -> float | None:
               help="Lifetime of a machine credential (agents rotate before it ends); 0: forever.")
 @click.option("--register-rate", default=5.0, show_default=True,
               help="Registrations a second allowed per client address (bursts of 50); 0: no limit.")
+@click.option("--gc-interval", default=0.25, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds between the coordinator's own collections of cyclic garbage, which "
+                   "replace CPython's long automatic ones (docs/coordinator.md); 0: CPython's.")
 def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
           artifacts: str | None, insecure_http: bool, credential_ttl: str,
-          register_rate: float) -> None:
+          register_rate: float, gc_interval: float) -> None:
     """Run the coordinator: HTTPS API plus the reconcile loop, on the embedded SQLite store or
     on PostgreSQL (--store), where several replicas serve the API and one leads."""
     from coordinator.server import ServeOptions, serve_forever
@@ -180,7 +183,7 @@ def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | No
         Path(data_dir), host, port, Path(artifacts) if artifacts else None,
         insecure_http=insecure_http, advertise_url=advertise_url,
         credential_ttl=_duration(credential_ttl, "--credential-ttl"),
-        register_rate=register_rate, store=_store(store)))
+        register_rate=register_rate, store=_store(store), gc_interval=gc_interval))
 
 
 def _store(location: str | None) -> str | None:

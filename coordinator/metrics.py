@@ -24,6 +24,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from coordinator.gcpolicy import GcPauses
 from coordinator.model import Machine, MachineState
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -54,6 +55,8 @@ class Metrics:
             "nodeagent_agents_connected", "Machines with an assignment long-poll open now",
             registry=self.registry)
         self._polling: dict[str, int] = {}
+        self.gc_pauses = GcPauses()  # counts only once `coordinator serve` installs it
+        self.registry.register(self.gc_pauses)
 
     def poll_opened(self, machine_id: str) -> None:
         self._polling[machine_id] = self._polling.get(machine_id, 0) + 1

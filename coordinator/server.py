@@ -16,6 +16,8 @@ from pathlib import Path
 from aiohttp import web
 
 from coordinator.api.app import Settings, create_app
+from coordinator.gcpolicy import DEFAULT_INTERVAL_SECONDS, GcPolicy
+from coordinator.metrics import METRICS
 from coordinator.pki import Pki
 from coordinator.service import Coordinator
 from coordinator.store.base import Store, StoreError
@@ -45,6 +47,7 @@ class ServeOptions:
     credential_ttl: float | None = DEFAULT_CREDENTIAL_TTL_SECONDS
     register_rate: float = 5.0
     store: str | None = None  # a postgresql:// DSN; None: the SQLite file in data_dir
+    gc_interval: float = DEFAULT_INTERVAL_SECONDS  # 0: CPython's own garbage collection
 
     def pki(self) -> Pki:
         return Pki(self.data_dir / "pki")
@@ -117,6 +120,12 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
               f"(data in {options.data_dir}; agents use {options.url()})", flush=True)
         background = [asyncio.create_task(coordinator.run()),
                       asyncio.create_task(coordinator.write_heartbeats())]
+        policy = None
+        METRICS.gc_pauses.install()  # at /metrics, whoever schedules the collections
+        if options.gc_interval > 0:
+            policy = GcPolicy(METRICS.gc_pauses, options.gc_interval)
+            policy.start()
+            background.append(asyncio.create_task(policy.run()))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -129,6 +138,8 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            if policy is not None:
+                policy.stop()
             coordinator.notifier.wake_all()
     finally:
         await runner.cleanup()

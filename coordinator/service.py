@@ -74,8 +74,9 @@ log = logging.getLogger("coordinator")
 HEARTBEAT_FLUSH_SECONDS = 1.0
 # How long this process trusts what it read of a credential. Writes of the machine, by this
 # replica or (relayed) by another, forget its entry at once; the bound is for writes no
-# replica relays (a CLI on the database).
-CREDENTIAL_CACHE_SECONDS = 10.0
+# replica relays (a CLI on the database). Several heartbeat intervals (10 s by default): at
+# 10 s, every heartbeat found its entry just expired and read the store (issue 8).
+CREDENTIAL_CACHE_SECONDS = 60.0
 # A deposed leader waits this long before it campaigns again: the replicas that saw it go
 # (they try every second) take over, rather than it winning back a lock it just lost.
 STANDBY_SECONDS = 3.0
@@ -373,15 +374,16 @@ class Coordinator:
     async def wait_assignment(self, machine_id: str, after: int, timeout: float) -> Assignment:
         """Long-poll: return as soon as the machine's generation passes `after`."""
         woken = self.notifier.subscribe(machine_id)
-        machine = await self._machine(machine_id)
-        if machine.generation <= after:
+        generation = await self.store.machine_generation(machine_id)  # not decoded (issue 8)
+        if generation is None:
+            raise NotFound(f"no machine {machine_id}")
+        if generation <= after:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), timeout)
             news = woken.news
             if isinstance(news, AssignmentInputs) and news.machine.generation > after:
                 return await self._assignment(news)  # what the pass that woke it wrote
-            machine = await self._machine(machine_id)
-        return await self.assignment(machine)
+        return await self.assignment(await self._machine(machine_id))
 
     async def report(self, machine_id: str, report: ItemReport) -> None:
         """Record an item report; returns once it is durable. Reports arriving while others

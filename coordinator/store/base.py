@@ -162,6 +162,11 @@ class Store(ABC):
     async def get_machine(self, machine_id: str) -> Machine | None: ...
 
     @abstractmethod
+    async def machine_generation(self, machine_id: str) -> int | None:
+        """The machine's generation (None: no such machine), without decoding it: every
+        long-poll starts by comparing it (issue 8)."""
+
+    @abstractmethod
     async def credential_owner(self, credential_hash: str) -> CredentialOwner | None:
         """None for an unknown hash, and always for "" (a revoked credential)."""
 

@@ -460,6 +460,10 @@ class PostgresStore(Store):
         return await self._one(machine_from_row,
                                "SELECT doc, last_seen FROM machines WHERE id = $1", machine_id)
 
+    async def machine_generation(self, machine_id: str) -> int | None:
+        return await self._one(lambda row: int(row[0]), "SELECT (doc::jsonb ->> 'generation')"
+                               "::bigint FROM machines WHERE id = $1", machine_id)
+
     async def credential_owner(self, credential_hash: str) -> CredentialOwner | None:
         if not credential_hash:  # machines without a credential store "": never match them
             return None

@@ -406,6 +406,10 @@ class SQLiteStore(Store):
         return await self._one(machine_from_row, "SELECT doc, last_seen FROM machines WHERE id = ?",
                                (machine_id,))
 
+    async def machine_generation(self, machine_id: str) -> int | None:
+        return await self._one(lambda row: int(row[0]), "SELECT json_extract(doc, "
+                               "'$.generation') FROM machines WHERE id = ?", (machine_id,))
+
     async def credential_owner(self, credential_hash: str) -> CredentialOwner | None:
         if not credential_hash:  # machines without a credential store "": never match them
             return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import ssl
+import subprocess
 import threading
 import time
 import urllib.request
@@ -15,7 +16,8 @@ from typing import Any
 import pytest
 
 from coordinator.client import ClientError
-from tests.support.coordinator import Agent, Coordinator, running_coordinator
+from tests.support.coordinator import COORDINATOR, Agent, Coordinator, running_coordinator
+from tests.support.ports import wait_until
 
 
 @pytest.fixture
@@ -143,6 +145,36 @@ def scrape(c: Coordinator) -> str:
     with urllib.request.urlopen(f"{c.url}/metrics", timeout=10, context=tls(c)) as response:
         assert response.headers["Content-Type"].startswith("text/plain")
         return response.read().decode()
+
+
+def test_the_coordinator_collects_cyclic_garbage_on_its_own_schedule(tmp_path: Path) -> None:
+    """`serve --gc-interval 1`: the survivors of start-up are frozen, a collection runs every
+    second and frees the cycles that requests leave behind (refused ones, here)."""
+    with running_coordinator(tmp_path, serve_args=["--gc-interval", "1"]) as c:
+        text = scrape(c)
+        assert metric(text, "nodeagent_gc_collections_total", generation="all") == 1
+        scheduled = metric(text, "nodeagent_gc_collections_total", generation="2")
+        agent = c.register("w1")
+        stranger = c.client("not-a-credential")
+        for _ in range(20):
+            with pytest.raises(ClientError):
+                stranger.get(f"/v1/agent/machines/{agent.machine_id}/assignment")
+
+        def freed() -> float:
+            text = scrape(c)
+            return sum(metric(text, "nodeagent_gc_collected_objects_total", generation=g) or 0
+                       for g in ("0", "1", "2"))
+        wait_until(lambda: freed() > 0, "cyclic garbage freed")
+        wait_until(lambda: metric(scrape(c), "nodeagent_gc_collections_total",
+                                  generation="2") >= scheduled + 2, "two scheduled collections")
+
+
+def test_a_negative_gc_interval_is_refused_naming_the_option(tmp_path: Path) -> None:
+    refused = subprocess.run([COORDINATOR, "serve", "--data-dir", str(tmp_path),
+                              "--gc-interval", "-1"], capture_output=True, text=True, timeout=60,
+                             check=False)
+    assert refused.returncode == 2 and "--gc-interval" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
 
 
 def test_metrics_count_machines_items_api_latency_and_connected_agents(coordinator: Coordinator) -> None:

@@ -4,12 +4,15 @@ credentials; join token limits; audit; rate limits and body limits."""
 from __future__ import annotations
 
 import re
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from coordinator.api.app import MAX_BODY_BYTES, OPEN_PATHS, ROUTES
 from coordinator.api.openapi import DRY_RUNS
+from coordinator.service import CREDENTIAL_CACHE_SECONDS
 from tests.integration.api.conftest import CLUSTER, Env
 
 AGENT_PREFIXES = ("/v1/agent/machines/", "/v1/artifacts/")
@@ -125,6 +128,22 @@ async def test_a_revoked_or_deleted_machine_is_refused(env: Env) -> None:
     await env.call("DELETE", "/v1/machines/node-b", 200)
     await env.call("POST", f"/v1/agent/machines/{b['machine_id']}/heartbeat", 401,
                    headers=bearer(b["credential"]))
+
+
+async def test_heartbeats_reuse_what_was_read_of_a_credential_for_a_minute(
+        env: Env, tmp_path: Path) -> None:
+    """A heartbeat every 10 s (the agent's default) costs no read of the store; a change no
+    coordinator made (another process on the database file) counts within a minute."""
+    agent = await env.register("node-a")
+    heartbeat = f"/v1/agent/machines/{agent['machine_id']}/heartbeat"
+    await env.call("POST", heartbeat, 200, headers=bearer(agent["credential"]))
+    with sqlite3.connect(tmp_path / "coordinator.db") as db:
+        db.execute("UPDATE machines SET credential_hash = '' WHERE id = ?", (agent["machine_id"],))
+    for _ in range(int(CREDENTIAL_CACHE_SECONDS // 10)):
+        env.clock.now += 10
+        await env.call("POST", heartbeat, 200, headers=bearer(agent["credential"]))
+    env.clock.now += 10
+    await env.call("POST", heartbeat, 401, headers=bearer(agent["credential"]))
 
 
 async def test_an_expired_machine_credential_is_refused(env: Env) -> None:

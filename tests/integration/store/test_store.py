@@ -159,6 +159,8 @@ async def test_committing_a_machine_again_replaces_it(store: Store) -> None:
     owner = await store.credential_owner("rotated")
     assert owner is not None and owner.machine_id == "m-1"
     assert await store.credential_owner("cred-m-1") is None
+    assert await store.machine_generation("m-1") == 5
+    assert await store.machine_generation("m-unknown") is None
 
 
 async def test_machines_are_listed_per_cluster_by_hostname(store: Store) -> None:

@@ -421,10 +421,13 @@ class Agent:
 
     async def _heartbeat(self, identity: Identity) -> None:
         while True:
-            with contextlib.suppress(Unreachable, Rejected):
-                if identity.due_for_rotation(time.time()):
-                    await self._rotate(identity)
-                await self.client.heartbeat(identity.machine_id, identity.credential)
+            try:
+                with contextlib.suppress(Rejected):  # the long-poll says a credential is refused
+                    if identity.due_for_rotation(time.time()):
+                        await self._rotate(identity)
+                    await self.client.heartbeat(identity.machine_id, identity.credential)
+            except Unreachable as exc:  # said: it may be what moved on to another replica
+                log.warning("heartbeat: coordinator unreachable (%s)", exc)
             await asyncio.sleep(self.settings.heartbeat_seconds)
 
 

@@ -134,6 +134,12 @@ class Coordinator:
         cache keeps what it read of them."""
         self._changed.update(dict.fromkeys(machine_ids))
         self._changed.update((m.id, m) for m in machines)
+        self._written_here(machine_ids, machines)
+
+    def _written_here(self, machine_ids: Sequence[str], machines: Iterable[Machine]) -> None:
+        """This replica just wrote these machines (ids: removed, or unknown how): keep
+        authentication's cache as written, and tell the other replicas theirs is stale."""
+        machines = list(machines)
         self._forget(machine_ids, machines)
         self.notifier.written([*machine_ids, *(m.id for m in machines)])
 
@@ -152,19 +158,18 @@ class Coordinator:
         keep it as written here (written): an item report, say, then costs the agent's next
         request no read, and a revoked or replaced credential still takes effect at once."""
         self._forgotten += 1
-        for machine_id in machine_ids:
+        written = list(written)
+        replaced = [m.id for m in written if self._owner_hashes.get(m.id, m.credential_hash)
+                    != m.credential_hash]  # a new or revoked credential
+        for machine_id in [*machine_ids, *replaced]:
             digest = self._owner_hashes.pop(machine_id, None)
             if digest is not None:
                 self._owners.pop(digest, None)
-        for machine in written:
-            digest = self._owner_hashes.get(machine.id)
-            cached = self._owners.get(digest) if digest is not None else None
+        for machine in written:  # what is still cached has the credential it was read with
+            cached = self._owners.get(self._owner_hashes.get(machine.id, ""))
             if cached is None:
                 continue
-            if digest != machine.credential_hash:
-                self._forget([machine.id])
-                continue
-            self._owners[digest] = (cached[0], CredentialOwner(
+            self._owners[machine.credential_hash] = (cached[0], CredentialOwner(
                 machine_id=machine.id, cluster=machine.cluster, hostname=machine.hostname,
                 expires_at=machine.credential_expires_at, responding=machine.responding))
 
@@ -776,8 +781,7 @@ class Coordinator:
         removed = [d.machine_id for d in decisions if d.to_state is None]
         if changed or events or removed:
             await self.store.commit(list(changed.values()), events, removed)
-            self._forget(removed, changed.values())
-            self.notifier.written([*changed, *removed])
+            self._written_here(removed, changed.values())
             self.notifier.wake([*changed, *removed],
                                await self._assignment_news(stored, changed.values()))
         self.drainer.schedule(spec, [changed.get(m.id, m) for m in after])

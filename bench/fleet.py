@@ -58,6 +58,7 @@ from tests.support.postgres import postgres_server
 
 CLUSTER = "fleet"
 NOOP = '{{name: {name}, phase: {phase}, action: {{type: exec, argv: ["true"]}}}}'
+NOT_MODIFIED: dict[str, Any] = {}  # a poll answered 304: the assignment held is current
 
 
 def cluster_spec(batch: int, heartbeat_timeout: float) -> str:
@@ -140,12 +141,13 @@ class SimAgent:
         while True:
             assignment = await self.sim.call(
                 "GET", f"{self.path}/assignment?after={self.generation}&wait={wait}",
-                "assignment", headers=self.headers, poll=wait, timeout=wait + 60)
+                "assignment", poll=wait, timeout=wait + 60,
+                headers={**self.headers, "If-None-Match": f'W/"{self.generation}"'})
             if assignment is None:
                 await asyncio.sleep(1)
                 continue
             wait = LONG_POLL_SECONDS
-            if assignment["generation"] == self.generation:
+            if assignment is NOT_MODIFIED or assignment["generation"] == self.generation:
                 continue
             self.generation = assignment["generation"]
             now = time.monotonic()
@@ -208,7 +210,7 @@ class Simulator:
             async with self.session.request(method, self.plan.url + path,
                                             timeout=aiohttp.ClientTimeout(total=timeout),
                                             **kwargs) as response:
-                body = await response.json()
+                body = NOT_MODIFIED if response.status == 304 else await response.json()
                 if response.status >= 400:
                     self.recorder.errors[f"{endpoint} {response.status}"] += 1
                     return None

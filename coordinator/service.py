@@ -376,19 +376,29 @@ class Coordinator:
                                         await self.store.list_machines(stored.spec.name))
         return host.id if host else None
 
-    async def wait_assignment(self, machine_id: str, after: int, timeout: float) -> Assignment:
-        """Long-poll: return as soon as the machine's generation passes `after`."""
+    async def current_assignment(self, machine_id: str) -> Assignment:
+        return await self.assignment(await self._machine(machine_id))
+
+    async def wait_assignment(self, machine_id: str, after: int,
+                              timeout: float) -> Assignment | None:
+        """Long-poll: the assignment as soon as the machine's generation passes `after`; None
+        when the wait ran out with nothing written to the machine and its generation is
+        `after`: the caller has this assignment already, and answering without reading it
+        again is most of what a fleet's idle polls cost (issue 8)."""
         woken = self.notifier.subscribe(machine_id)
         generation = await self.store.machine_generation(machine_id)  # not decoded (issue 8)
         if generation is None:
             raise NotFound(f"no machine {machine_id}")
         if generation <= after:
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(woken.wait(), timeout)
+            except TimeoutError:
+                if generation == after:
+                    return None
             news = woken.news
             if isinstance(news, AssignmentInputs) and news.machine.generation > after:
                 return await self._assignment(news)  # what the pass that woke it wrote
-        return await self.assignment(await self._machine(machine_id))
+        return await self.current_assignment(machine_id)
 
     async def report(self, machine_id: str, report: ItemReport) -> None:
         """Record an item report; returns once it is durable. Reports arriving while others

@@ -76,8 +76,11 @@ class CoordinatorClient:
 
     async def _call(self, method: str, path: str, credential: str | None = None,
                     body: Document | None = None, params: dict[str, str] | None = None,
-                    timeout: float | None = None) -> Any:
+                    timeout: float | None = None, etag: str | None = None) -> Any:
+        """The JSON answer; None for 304 Not Modified when `etag` was sent as If-None-Match."""
         headers = self._headers(credential)
+        if etag is not None:
+            headers["If-None-Match"] = etag
         data = None
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -93,6 +96,8 @@ class CoordinatorClient:
         if reply.status >= 500:
             raise self._unreachable(base, f"{method} {base}{path}: HTTP {reply.status} "
                                     f"{reply.reason}")
+        if reply.status == 304 and etag is not None:
+            return None
         if reply.status == 429:  # registering too fast: wait, here
             raise Unreachable(f"{method} {path}: HTTP {reply.status} {reply.reason}")
         try:
@@ -109,22 +114,22 @@ class CoordinatorClient:
                         body: Document | None = None, params: dict[str, str] | None = None,
                         timeout: float | None = None) -> Document:
         """A call whose answer must be a JSON object (a RegisterResponse, an Assignment...)."""
-        payload = await self._call(method, path, credential, body, params, timeout)
-        if not isinstance(payload, dict):
-            raise Unreachable(f"{method} {path}: the answer is not a JSON object")
-        return payload
+        return _object(await self._call(method, path, credential, body, params, timeout),
+                       f"{method} {path}")
 
     async def register(self, request: Document) -> Document:
         """A RegisterRequest in, a RegisterResponse back."""
         return await self._document("POST", "/v1/agent/register", body=request)
 
     async def assignment(self, machine_id: str, credential: str, after: int,
-                         wait: float) -> Document:
-        """The machine's Assignment once its generation passes `after` (or `wait` is up)."""
-        return await self._document(
-            "GET", f"/v1/agent/machines/{machine_id}/assignment", credential,
-            params={"after": str(after), "wait": str(wait)}, timeout=wait + self.timeout,
-        )
+                         wait: float) -> Document | None:
+        """The machine's Assignment once its generation passes `after`; None when `wait` ran
+        out and generation `after` (which the agent holds) is still current."""
+        path = f"/v1/agent/machines/{machine_id}/assignment"
+        payload = await self._call("GET", path, credential,
+                                   params={"after": str(after), "wait": str(wait)},
+                                   timeout=wait + self.timeout, etag=f'W/"{after}"')
+        return None if payload is None else _object(payload, f"GET {path}")
 
     async def report(self, machine_id: str, credential: str, report: Document) -> None:
         """An ItemReport."""
@@ -160,3 +165,10 @@ class CoordinatorClient:
             raise self._unreachable(base, f"artifact {name}: {exc}") from None
         finally:
             await chunks.aclose()
+
+
+def _object(payload: Any, call: str) -> Document:
+    """An answer that must be a JSON object (a RegisterResponse, an Assignment...)."""
+    if not isinstance(payload, dict):
+        raise Unreachable(f"{call}: the answer is not a JSON object")
+    return payload

@@ -349,8 +349,8 @@ class Agent:
                 assignment = await self._retry("fetch assignment", partial(
                     self.client.assignment, identity.machine_id, identity.credential,
                     generation, LONG_POLL_SECONDS))
-                if assignment["generation"] == generation:
-                    continue
+                if assignment is None or assignment["generation"] == generation:
+                    continue  # nothing new
                 generation = assignment["generation"]
                 self.cluster_ntp = assignment.get("ntp")
                 if assignment["state"] == "Pending" and self._ntp_for_checks() != self.checked_ntp:

@@ -234,7 +234,20 @@ async def assignment(request: web.Request) -> web.Response:
         result = await _c(request).wait_assignment(machine.machine_id, after, wait)
     finally:
         METRICS.poll_closed(machine.machine_id)
-    return web.json_response(result.model_dump(mode="json", by_alias=True))
+    if result is None:  # nothing new: the generation is still `after`
+        if any(tag.value == str(after) for tag in request.if_none_match or ()):
+            return web.Response(status=304, headers={"ETag": _generation_tag(after)})
+        result = await _c(request).current_assignment(machine.machine_id)
+    return web.json_response(result.model_dump(mode="json", by_alias=True),
+                             headers={"ETag": _generation_tag(result.generation)})
+
+
+def _generation_tag(generation: int) -> str:
+    """An assignment's entity tag: its generation. Weak, as its values (peers' addresses) may
+    be rendered anew within one generation; an agent that sends the generation it holds in
+    If-None-Match gets 304 Not Modified when a poll times out with nothing new, instead of
+    the same assignment again (older agents, sending none, still get it)."""
+    return f'W/"{generation}"'
 
 
 async def report(request: web.Request) -> web.Response:

@@ -11,6 +11,7 @@ import pytest
 from coordinator.api.app import ROUTES
 from coordinator.api.openapi import openapi_document
 from coordinator.store.sqlite import SQLiteStore
+from nodeagent.client import CoordinatorClient, Endpoint
 from nodeagent.prechecks.runner import summarize
 from nodeagent.protocol import PrecheckReport, StateItem
 from tests.integration.api.conftest import CLUSTER, Env
@@ -90,6 +91,40 @@ async def test_approval_moves_the_machine_to_prepare_and_wakes_its_long_poll(env
     assert woken["state"] == "Prepare"
     assert [i["name"] for i in woken["items"]] == ["setup"]
     assert woken["values"]["machine.hostname"] == "m1"
+
+
+async def test_a_poll_that_waited_for_nothing_is_not_modified_for_the_agent_holding_it(
+        env: Env) -> None:
+    agent = await env.register("m1")
+    path = f"/v1/agent/machines/{agent['machine_id']}/assignment"
+    auth = {"Authorization": f"Bearer {agent['credential']}"}
+    first = await env.client.get(path, headers=auth)
+    held = (await first.json())["generation"]
+    assert first.headers["ETag"] == f'W/"{held}"'
+
+    def poll(after: int, tag: int | None, wait: float = 0.2) -> Any:
+        headers = auth if tag is None else {**auth, "If-None-Match": f'W/"{tag}"'}
+        return env.client.get(f"{path}?after={after}&wait={wait}", headers=headers)
+
+    timed_out = await poll(held, held)
+    assert timed_out.status == 304 and await timed_out.read() == b""
+    assert timed_out.headers["ETag"] == f'W/"{held}"'
+    # An agent that names no tag (an older one) still gets the assignment again.
+    again = await poll(held, None)
+    assert again.status == 200 and (await again.json())["generation"] == held
+    # A tag older than the machine's generation is answered at once, in full.
+    stale = await poll(held - 1, held - 1, wait=20)
+    assert stale.status == 200 and (await stale.json())["generation"] == held
+
+    # The agent's own client: nothing new is None; what changed arrives as before.
+    client = CoordinatorClient([Endpoint(str(env.client.make_url("")))])
+    assert await client.assignment(agent["machine_id"], agent["credential"], held, 0.2) is None
+    waiting = asyncio.create_task(
+        client.assignment(agent["machine_id"], agent["credential"], held, 20))
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+    await env.coordinator.reconcile_once()
+    woken = await asyncio.wait_for(waiting, 5)
+    assert woken is not None and woken["state"] == "Prepare" and woken["generation"] > held
 
 
 async def test_reports_drive_the_machine_to_ready(env: Env) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import asyncio.sslproto
 import contextlib
 import gc
 import json
@@ -48,8 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
 import psutil
+import uvloop
 
-from coordinator.server import TLS_READ_BUFFER_BYTES
 from nodeagent.daemon import LONG_POLL_SECONDS
 from nodeagent.prechecks.runner import summarize
 from nodeagent.protocol import CheckResult, PrecheckReport, Severity, StateItem, Status
@@ -253,12 +252,10 @@ class Simulator:
 
 
 def simulate(plan: Plan, pipe: Connection) -> None:
-    # The simulator's side of thousands of TLS connections: as small as the coordinator's.
-    asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER_BYTES
     # A full collection over thousands of agents stalls this process for 0.3 s, which would
     # be measured as the coordinator's latency; a run lasts minutes, its cycles can wait.
     gc.disable()
-    asyncio.run(Simulator(plan).run(pipe))
+    uvloop.run(Simulator(plan).run(pipe))
 
 
 # -- the driver ------------------------------------------------------------------------------
@@ -314,8 +311,9 @@ def ms(value: float) -> str:
     return f"{value * 1000:.1f} ms"
 
 
-def ordering(marks: list[tuple[float, str, str]]) -> list[float]:
-    """For each admission to Deploy after the first: time since the latest done report."""
+def ordering(marks: list[tuple[float, str, str]]) -> list[tuple[float, float]]:
+    """For each admission to Deploy after the first: when, and the time since the latest done
+    report."""
     done_times = sorted(t for t, _, what in marks if what.startswith("done:"))
     gaps = []
     for t, _, what in sorted(marks):
@@ -323,8 +321,16 @@ def ordering(marks: list[tuple[float, str, str]]) -> list[float]:
             continue
         before = [d for d in done_times if d <= t]
         if before:
-            gaps.append(t - before[-1])
+            gaps.append((t, t - before[-1]))
     return gaps
+
+
+def gc_summary(before: dict[str, tuple[float, float, float]],
+               after: dict[str, tuple[float, float, float]]) -> str:
+    """Collections between two /metrics reads (generation: count, CPU time, longest since
+    start)."""
+    return ", ".join(f"{g}: {after[g][0] - before[g][0]:.0f}, "
+                     f"{ms(after[g][1] - before[g][1])}, {ms(after[g][2])}" for g in sorted(after))
 
 
 def approve_all(url: str, ca_file: str, token: str, managers: list[str], workers: list[str],
@@ -425,6 +431,7 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
         print(f"registered {len(hostnames)} agents in {registered:.1f} s: "
               f"{len(hostnames) / registered:.0f}/s (coordinator CPU {register_cpu:.1f} s)")
         if rollout:
+            gc_before = gc_pauses(served.url, str(served.ca_file))
             rollout_started, cpu_started = time.monotonic(), sampler.cpu()
             approve_all(served.url, str(served.ca_file), served.token_file.read_text().strip(),
                         managers, workers)
@@ -433,6 +440,9 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
             print(f"rollout of {args.managers} managers + {args.workers} workers "
                   f"(batches of {args.batch_size}): {rollout_seconds:.1f} s "
                   f"(coordinator CPU {sampler.cpu() - cpu_started:.1f} s)")
+            print("  coordinator garbage collections during the rollout (generation: count, CPU "
+                  "time, longest since start):",
+                  gc_summary(gc_before, gc_pauses(served.url, str(served.ca_file))))
         # /metrics decodes every machine: read it where the scrape delays no measured call
         gc_before = gc_pauses(served.url, str(served.ca_file))
         time.sleep(args.warmup)
@@ -472,20 +482,20 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
               f"{rss_ended / 2**20:.0f} MiB); simulator CPU "
               f"{client_cpu:.0f} s in {args.processes} process(es); load {os.getloadavg()[0]:.1f}")
         print("  coordinator garbage collections from the warm-up to the end (generation: count, "
-              "CPU time, longest since start):", ", ".join(
-                  f"{g}: {gc_after[g][0] - gc_before[g][0]:.0f}, "
-                  f"{ms(gc_after[g][1] - gc_before[g][1])}, {ms(gc_after[g][2])}"
-                  for g in sorted(gc_after)))
+              "CPU time, longest since start):", gc_summary(gc_before, gc_after))
         for label, table in (("steady window", steady), ("whole run", everything)):
             print(f"  {label}:")
             for endpoint, values in sorted(table.items()):
                 print(f"    {endpoint:30s} n={len(values):7d}  p50 {ms(statistics.median(values)):>10s}"
                       f"  p99 {ms(percentile(values, 0.99)):>10s}  max {ms(max(values)):>10s}")
         if rollout:
-            gaps = ordering(marks)
+            admissions = ordering(marks)
+            gaps = [gap for _, gap in admissions]
             print(f"  ordering overhead over {len(gaps)} Deploy admissions: "
                   f"p50 {ms(statistics.median(gaps))}, p99 {ms(percentile(gaps, 0.99))}, "
                   f"max {ms(max(gaps))}")
+            late = [f"{t - rollout_started:.2f} s: {ms(gap)}" for t, gap in admissions if gap > 0.1]
+            print(f"  admissions over 100 ms (time since the approvals): {', '.join(late) or 'none'}")
         if errors:
             print("  errors:", dict(errors))
 

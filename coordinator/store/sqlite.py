@@ -48,6 +48,7 @@ from coordinator.tokens import token_id
 T = TypeVar("T")
 
 BUSY_TIMEOUT_SECONDS = 10.0
+LOOKUP_BUSY_TIMEOUT_SECONDS = 1.0  # on the event loop's thread: see SQLiteStore._one
 
 # Schema migrations in order: MIGRATIONS[n] takes a database from version n to n + 1.
 # Append only; never edit one that has shipped.
@@ -195,6 +196,14 @@ _USE_JOIN_TOKEN = """
 """
 
 
+def _read_only(path: Path, busy_timeout: float) -> sqlite3.Connection:
+    """A connection that only reads (WAL: it never waits for the writer)."""
+    conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
 class SQLiteStore(Store):
     """Store on one SQLite file; open() creates the file and brings its schema up to date."""
 
@@ -204,6 +213,7 @@ class SQLiteStore(Store):
         self._conn: sqlite3.Connection | None = None
         self._reader_executor: ThreadPoolExecutor | None = None
         self._reader_conn: sqlite3.Connection | None = None
+        self._lookup_conn: sqlite3.Connection | None = None  # the event loop's own
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -242,8 +252,17 @@ class SQLiteStore(Store):
 
     async def _one(self, decode: Callable[[sqlite3.Row], T], sql: str,
                    params: Sequence[Any]) -> T | None:
-        found = await self._all(decode, sql, params)
-        return found[0] if found else None
+        """A row by its key, read on the event loop's own thread: an indexed lookup takes tens
+        of microseconds, while a hop to the reader's thread and back waits for the GIL behind a
+        busy event loop, several times for each read (every agent's credential and every
+        long-poll's generation: at 10,000 agents those hops set the p99, issue 8)."""
+        if self._lookup_conn is None:
+            raise StoreError(f"store {self.path} is not open")
+        try:
+            rows = self._lookup_conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: {exc}") from exc
+        return decode(rows[0]) if rows else None
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> None:
         await self._run(lambda: self._db.execute(sql, params))
@@ -256,6 +275,9 @@ class SQLiteStore(Store):
         try:
             await self._run(self._connect)
             await self._run(self._connect_reader, executor=self._reader_executor)
+            # In WAL mode a reader waits for no writer; only another process's recovery of
+            # the file (after a crash) can hold it up, for milliseconds.
+            self._lookup_conn = _read_only(self.path, LOOKUP_BUSY_TIMEOUT_SECONDS)
         except BaseException:
             await self.close()
             raise
@@ -277,12 +299,12 @@ class SQLiteStore(Store):
         self._conn = conn
 
     def _connect_reader(self) -> None:
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA query_only = ON")
-        self._reader_conn = conn
+        self._reader_conn = _read_only(self.path, BUSY_TIMEOUT_SECONDS)
 
     async def close(self) -> None:
+        if self._lookup_conn is not None:
+            self._lookup_conn.close()
+            self._lookup_conn = None
         loop = asyncio.get_running_loop()
         if self._reader_executor is not None:
             await loop.run_in_executor(self._reader_executor, self._disconnect_reader)

@@ -246,9 +246,9 @@ class _Dropped(Exception):
 
 def _answer(connection: http.client.HTTPConnection, route: _Route, method: str,
             headers: Mapping[str, str], body: bytes | None, timeout: float,
-            reused: bool) -> Reply:
+            reused: bool, keep: bool) -> Reply:
     """Send the request on connection and read the whole answer; the connection goes back to
-    the pool if the server keeps it open."""
+    the pool if the caller keeps it and the server keeps it open."""
     try:
         if connection.sock is not None:
             connection.sock.settimeout(timeout)
@@ -266,7 +266,7 @@ def _answer(connection: http.client.HTTPConnection, route: _Route, method: str,
     except (OSError, http.client.HTTPException) as exc:
         connection.close()
         raise TransportError(f"while reading the body: {_describe(exc)}") from None
-    if response.will_close:
+    if response.will_close or not keep:
         connection.close()
     else:
         _pool.give(route.destination, connection)
@@ -274,7 +274,8 @@ def _answer(connection: http.client.HTTPConnection, route: _Route, method: str,
 
 
 def _exchange(method: str, url: str, headers: Mapping[str, str], body: bytes | None,
-              proxy: str | None, timeout: float, context: ssl.SSLContext | None) -> Reply:
+              proxy: str | None, timeout: float, context: ssl.SSLContext | None,
+              keep: bool) -> Reply:
     """On an idle connection if there is one; once more on a new one if that turns out to
     have been closed by the server."""
     try:
@@ -284,18 +285,21 @@ def _exchange(method: str, url: str, headers: Mapping[str, str], body: bytes | N
     idle = _pool.take(route.destination)
     if idle is not None:
         with contextlib.suppress(_Dropped):
-            return _answer(idle, route, method, headers, body, timeout, reused=True)
-    return _answer(_connect(route, timeout), route, method, headers, body, timeout,
-                   reused=False)
+            return _answer(idle, route, method, headers, body, timeout, True, keep)
+    return _answer(_connect(route, timeout), route, method, headers, body, timeout, False,
+                   keep)
 
 
 async def request(method: str, url: str, *, headers: Mapping[str, str] | None = None,
                   body: bytes | None = None, proxy: str | None = None,
-                  timeout: float = 10.0, context: ssl.SSLContext | None = None) -> Reply:
+                  timeout: float = 10.0, context: ssl.SSLContext | None = None,
+                  keep_alive: bool = True) -> Reply:
     """One request and its whole answer, on a kept-alive connection to the same destination
     when one is idle. `timeout` bounds each connect and read, so a long-poll gives its wait
-    plus a margin. `context` says whom to trust over https (default: the system's CAs)."""
-    return await in_thread(_exchange, method, url, headers or {}, body, proxy, timeout, context)
+    plus a margin. `context` says whom to trust over https (default: the system's CAs).
+    keep_alive=False closes the connection after a one-off call that nothing will follow."""
+    return await in_thread(_exchange, method, url, headers or {}, body, proxy, timeout, context,
+                           keep_alive)
 
 
 async def stream(url: str, *, headers: Mapping[str, str] | None = None,

@@ -120,7 +120,7 @@ def _open(method: str, url: str, headers: Mapping[str, str], body: bytes | None,
         raise TransportError(_describe(exc)) from None
 
 
-def _read(response: http.client.HTTPResponse, size: int = -1) -> bytes:
+def _read(response: http.client.HTTPResponse, size: int | None = None) -> bytes:
     try:
         return response.read(size)
     except (OSError, http.client.HTTPException) as exc:
@@ -136,20 +136,10 @@ class _Route:
     """Where a request goes and what its request line names."""
 
     destination: Destination
+    address: tuple[str, int]  # what to connect to: the server, or the proxy
     target: str  # the path and query; the whole URL when an HTTP proxy forwards it
-    proxy_headers: dict[str, str] = field(default_factory=dict)
-
-
-def _proxy_parts(proxy: str) -> tuple[str, int, dict[str, str]]:
-    """Host, port and Proxy-Authorization (from user:password@, as urllib sends it)."""
-    parts = urlsplit(proxy if "://" in proxy else "http://" + proxy)
-    if not parts.hostname:
-        raise ValueError(f"proxy {proxy!r} names no host")
-    headers = {}
-    if parts.username is not None:
-        userinfo = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        headers["Proxy-Authorization"] = "Basic " + base64.b64encode(userinfo.encode()).decode()
-    return parts.hostname, parts.port or 80, headers
+    headers: dict[str, str] = field(default_factory=dict)  # the proxy's, on each request
+    tunnel_headers: dict[str, str] | None = None  # CONNECT through the proxy with these
 
 
 def _route(url: str, proxy: str | None, context: ssl.SSLContext | None) -> _Route:
@@ -161,36 +151,39 @@ def _route(url: str, proxy: str | None, context: ssl.SSLContext | None) -> _Rout
     destination = (scheme, parts.hostname, port, proxy, context if scheme == "https" else None)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if proxy is None:
-        return _Route(destination, path)
-    _, _, proxy_headers = _proxy_parts(proxy)
+        return _Route(destination, (parts.hostname, port), path)
+    via = urlsplit(proxy if "://" in proxy else "http://" + proxy)
+    if not via.hostname:
+        raise ValueError(f"proxy {proxy!r} names no host")
+    auth = {}
+    if via.username is not None:  # user:password@, sent as urllib sends it
+        userinfo = f"{unquote(via.username)}:{unquote(via.password or '')}"
+        auth["Proxy-Authorization"] = "Basic " + base64.b64encode(userinfo.encode()).decode()
+    address = via.hostname, via.port or 80
     if scheme == "http":  # absolute-form: the proxy forwards it
-        return _Route(destination, parts._replace(fragment="").geturl(), proxy_headers)
-    return _Route(destination, path)  # through a CONNECT tunnel, whose request carries the auth
+        return _Route(destination, address, parts._replace(fragment="").geturl(), auth)
+    return _Route(destination, address, path, tunnel_headers=auth)
 
 
 def _connect(route: _Route, timeout: float) -> http.client.HTTPConnection:
     """A new connection, not yet open: it connects (and tunnels) on its first request."""
-    scheme, host, port, proxy, context = route.destination
-    if proxy is None:
-        address = host, port
-    else:
-        proxy_host, proxy_port, proxy_headers = _proxy_parts(proxy)
-        address = proxy_host, proxy_port
-    connection: http.client.HTTPConnection
-    if scheme == "https":
-        connection = http.client.HTTPSConnection(*address, timeout=timeout, context=context)
-        if proxy is not None:
-            connection.set_tunnel(host, port, headers=proxy_headers)
-    else:
-        connection = http.client.HTTPConnection(*address, timeout=timeout)
+    scheme, host, port, _, context = route.destination
+    if scheme == "http":
+        return http.client.HTTPConnection(*route.address, timeout=timeout)
+    connection = http.client.HTTPSConnection(*route.address, timeout=timeout, context=context)
+    if route.tunnel_headers is not None:
+        connection.set_tunnel(host, port, headers=route.tunnel_headers)
     return connection
 
 
 def _closed_by_peer(connection: http.client.HTTPConnection) -> bool:
     """An idle connection with something to read has been closed by the server (or holds
     bytes nobody asked for): either way it cannot carry a request."""
-    sock = connection.sock
-    return sock is None or bool(select.select([sock], [], [], 0)[0])
+    if connection.sock is None:
+        return True
+    poller = select.poll()
+    poller.register(connection.sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class _Pool:
@@ -252,7 +245,7 @@ def _answer(connection: http.client.HTTPConnection, route: _Route, method: str,
     try:
         if connection.sock is not None:
             connection.sock.settimeout(timeout)
-        connection.request(method, route.target, body, {**route.proxy_headers, **headers})
+        connection.request(method, route.target, body, {**route.headers, **headers})
         response = connection.getresponse()
     except (OSError, http.client.HTTPException) as exc:
         connection.close()
@@ -262,10 +255,10 @@ def _answer(connection: http.client.HTTPConnection, route: _Route, method: str,
             raise _Dropped from None
         raise TransportError(_describe(exc)) from None
     try:
-        data = response.read()
-    except (OSError, http.client.HTTPException) as exc:
+        data = _read(response)
+    except TransportError:
         connection.close()
-        raise TransportError(f"while reading the body: {_describe(exc)}") from None
+        raise
     if response.will_close or not keep:
         connection.close()
     else:

@@ -1,4 +1,11 @@
-"""The agent's HTTP client: the standard library's urllib, each call in its own daemon thread.
+"""The agent's HTTP client: the standard library's http.client, each call in its own daemon
+thread.
+
+Calls to the coordinator (request()) keep their connections alive and reuse them: a heartbeat
+every 10 s that opened a new TCP + TLS connection each time would cost the coordinator a TLS
+handshake per heartbeat, far more CPU than answering it (at 10,000 agents, more than its whole
+budget). Downloads (stream()) go to arbitrary URLs that may redirect: urllib, one connection
+each.
 
 Not aiohttp: on a node the agent sits idle almost all the time, making a request every few
 seconds at most, and aiohttp alone would be a third of its resident memory (see
@@ -10,19 +17,31 @@ read from the environment here.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import http.client
+import select
 import ssl
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 T = TypeVar("T")
 
 CHUNK = 1 << 18
+
+# The coordinator's server (aiohttp) closes a keep-alive connection after 75 s idle. The agent
+# drops its own well before, so it never sends on a connection the server is closing that very
+# moment (a retry would cover that race, but need not be the usual path).
+IDLE_LIMIT = 60.0
+# Idle connections kept per destination: the agent's calls that overlap (long-poll, heartbeat,
+# a report) are a handful at most, and each kept TLS connection costs memory on the node.
+IDLE_PER_DESTINATION = 4
 
 
 class TransportError(Exception):
@@ -101,26 +120,179 @@ def _open(method: str, url: str, headers: Mapping[str, str], body: bytes | None,
         raise TransportError(_describe(exc)) from None
 
 
-def _read(response: http.client.HTTPResponse, size: int = -1) -> bytes:
+def _read(response: http.client.HTTPResponse, size: int | None = None) -> bytes:
     try:
         return response.read(size)
     except (OSError, http.client.HTTPException) as exc:
         raise TransportError(f"while reading the body: {_describe(exc)}") from None
 
 
+# scheme, host, port, proxy, TLS context: the connections that can carry a request.
+Destination = tuple[str, str, int, str | None, ssl.SSLContext | None]
+
+
+@dataclass(frozen=True)
+class _Route:
+    """Where a request goes and what its request line names."""
+
+    destination: Destination
+    address: tuple[str, int]  # what to connect to: the server, or the proxy
+    target: str  # the path and query; the whole URL when an HTTP proxy forwards it
+    headers: dict[str, str] = field(default_factory=dict)  # the proxy's, on each request
+    tunnel_headers: dict[str, str] | None = None  # CONNECT through the proxy with these
+
+
+def _route(url: str, proxy: str | None, context: ssl.SSLContext | None) -> _Route:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url}")
+    port = parts.port or (443 if scheme == "https" else 80)
+    destination = (scheme, parts.hostname, port, proxy, context if scheme == "https" else None)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if proxy is None:
+        return _Route(destination, (parts.hostname, port), path)
+    via = urlsplit(proxy if "://" in proxy else "http://" + proxy)
+    if not via.hostname:
+        raise ValueError(f"proxy {proxy!r} names no host")
+    auth = {}
+    if via.username is not None:  # user:password@, sent as urllib sends it
+        userinfo = f"{unquote(via.username)}:{unquote(via.password or '')}"
+        auth["Proxy-Authorization"] = "Basic " + base64.b64encode(userinfo.encode()).decode()
+    address = via.hostname, via.port or 80
+    if scheme == "http":  # absolute-form: the proxy forwards it
+        return _Route(destination, address, parts._replace(fragment="").geturl(), auth)
+    return _Route(destination, address, path, tunnel_headers=auth)
+
+
+def _connect(route: _Route, timeout: float) -> http.client.HTTPConnection:
+    """A new connection, not yet open: it connects (and tunnels) on its first request."""
+    scheme, host, port, _, context = route.destination
+    if scheme == "http":
+        return http.client.HTTPConnection(*route.address, timeout=timeout)
+    connection = http.client.HTTPSConnection(*route.address, timeout=timeout, context=context)
+    if route.tunnel_headers is not None:
+        connection.set_tunnel(host, port, headers=route.tunnel_headers)
+    return connection
+
+
+def _closed_by_peer(connection: http.client.HTTPConnection) -> bool:
+    """An idle connection with something to read has been closed by the server (or holds
+    bytes nobody asked for): either way it cannot carry a request."""
+    if connection.sock is None:
+        return True
+    poller = select.poll()
+    poller.register(connection.sock, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+class _Pool:
+    """Idle keep-alive connections by destination, shared by the calls' threads. A call takes
+    a connection for itself (concurrent calls each get their own) and gives it back only once
+    the whole answer was read and the server did not ask to close it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[Destination, list[tuple[float, http.client.HTTPConnection]]] = {}
+
+    def take(self, destination: Destination) -> http.client.HTTPConnection | None:
+        """The most recently used idle connection to destination still open, if any."""
+        while True:
+            with self._lock:
+                expired = self._expire()
+                idle = self._idle.get(destination)
+                connection = idle.pop()[1] if idle else None
+            for old in expired:
+                old.close()
+            if connection is None or not _closed_by_peer(connection):
+                return connection
+            connection.close()
+
+    def give(self, destination: Destination, connection: http.client.HTTPConnection) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(destination, [])
+            idle.append((time.monotonic(), connection))
+            surplus = [old for _, old in idle[:-IDLE_PER_DESTINATION]]
+            del idle[:-IDLE_PER_DESTINATION]
+        for old in surplus:
+            old.close()
+
+    def _expire(self) -> list[http.client.HTTPConnection]:
+        """Forget connections idle past IDLE_LIMIT, of every destination (a one-off one such as
+        the CA fetch's is not kept open for good); the caller closes them."""
+        horizon = time.monotonic() - IDLE_LIMIT
+        expired = []
+        for destination, idle in list(self._idle.items()):
+            expired += [connection for since, connection in idle if since < horizon]
+            idle[:] = [(since, connection) for since, connection in idle if since >= horizon]
+            if not idle:
+                del self._idle[destination]
+        return expired
+
+
+_pool = _Pool()
+
+
+class _Dropped(Exception):
+    """A reused connection the server had closed: it never saw the request."""
+
+
+def _answer(connection: http.client.HTTPConnection, route: _Route, method: str,
+            headers: Mapping[str, str], body: bytes | None, timeout: float,
+            reused: bool, keep: bool) -> Reply:
+    """Send the request on connection and read the whole answer; the connection goes back to
+    the pool if the caller keeps it and the server keeps it open."""
+    try:
+        if connection.sock is not None:
+            connection.sock.settimeout(timeout)
+        connection.request(method, route.target, body, {**route.headers, **headers})
+        response = connection.getresponse()
+    except (OSError, http.client.HTTPException) as exc:
+        connection.close()
+        # Reset or closed before a byte of the answer came: the server closed the idle
+        # connection as the request went out. What urllib3 retries, too.
+        if reused and isinstance(exc, (ConnectionError, ssl.SSLEOFError)):
+            raise _Dropped from None
+        raise TransportError(_describe(exc)) from None
+    try:
+        data = _read(response)
+    except TransportError:
+        connection.close()
+        raise
+    if response.will_close or not keep:
+        connection.close()
+    else:
+        _pool.give(route.destination, connection)
+    return Reply(response.status, response.reason or "", data)
+
+
 def _exchange(method: str, url: str, headers: Mapping[str, str], body: bytes | None,
-              proxy: str | None, timeout: float, context: ssl.SSLContext | None) -> Reply:
-    with _open(method, url, headers, body, proxy, timeout, context) as response:
-        return Reply(response.status, response.reason or "", _read(response))
+              proxy: str | None, timeout: float, context: ssl.SSLContext | None,
+              keep: bool) -> Reply:
+    """On an idle connection if there is one; once more on a new one if that turns out to
+    have been closed by the server."""
+    try:
+        route = _route(url, proxy, context)
+    except ValueError as exc:
+        raise TransportError(str(exc)) from None
+    idle = _pool.take(route.destination)
+    if idle is not None:
+        with contextlib.suppress(_Dropped):
+            return _answer(idle, route, method, headers, body, timeout, True, keep)
+    return _answer(_connect(route, timeout), route, method, headers, body, timeout, False,
+                   keep)
 
 
 async def request(method: str, url: str, *, headers: Mapping[str, str] | None = None,
                   body: bytes | None = None, proxy: str | None = None,
-                  timeout: float = 10.0, context: ssl.SSLContext | None = None) -> Reply:
-    """One request and its whole answer. `timeout` bounds each connect and read, so a
-    long-poll gives its wait plus a margin. `context` says whom to trust over https (default:
-    the system's CAs)."""
-    return await in_thread(_exchange, method, url, headers or {}, body, proxy, timeout, context)
+                  timeout: float = 10.0, context: ssl.SSLContext | None = None,
+                  keep_alive: bool = True) -> Reply:
+    """One request and its whole answer, on a kept-alive connection to the same destination
+    when one is idle. `timeout` bounds each connect and read, so a long-poll gives its wait
+    plus a margin. `context` says whom to trust over https (default: the system's CAs).
+    keep_alive=False closes the connection after a one-off call that nothing will follow."""
+    return await in_thread(_exchange, method, url, headers or {}, body, proxy, timeout, context,
+                           keep_alive)
 
 
 async def stream(url: str, *, headers: Mapping[str, str] | None = None,

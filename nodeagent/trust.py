@@ -45,8 +45,10 @@ async def fetch_pinned_ca(url: str, pin: str, destination: Path, proxy: str | No
     """Fetch the coordinator's CA, check it against pin, keep it at destination."""
     source = url.rstrip("/") + "/v1/ca.crt"
     try:
+        # Not kept alive: its unverified context is the only one of its kind, and no call
+        # after it would use the connection.
         reply = await http_client.request("GET", source, proxy=proxy, timeout=timeout,
-                                          context=unverified_context())
+                                          context=unverified_context(), keep_alive=False)
     except http_client.TransportError as exc:
         raise TrustError(f"cannot fetch the coordinator's CA from {source}: {exc}") from None
     if reply.status != 200:

@@ -1,11 +1,13 @@
 """A real `nodeagent run` against a real coordinator: the daemon stays small (a phase's work
-happens in a child that exits when the phase is done), and a new assignment stops a running
-phase only when it changes what to run."""
+happens in a child that exits when the phase is done), keeps its connections to the
+coordinator alive, and a new assignment stops a running phase only when it changes what to
+run."""
 
 from __future__ import annotations
 
 import contextlib
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,6 +88,30 @@ def test_the_daemon_stays_small_and_a_phase_gives_its_memory_back(tmp_path: Path
         ready = mapped(agent)
         assert not [lib for lib in PHASE_ONLY_LIBRARIES if lib in ready]
         assert agent.memory_info().rss < 36 * 2**20
+
+
+def client_ports(coordinator: Coordinator) -> set[int]:
+    """The client ports of every TCP connection to the coordinator the kernel still knows,
+    whoever holds it, including those closed lately (TIME_WAIT): one per connection made."""
+    port = int(coordinator.url.rsplit(":", 1)[1])
+    return {c.laddr.port for c in psutil.net_connections("tcp4")
+            if c.raddr and c.raddr.port == port}
+
+
+def test_heartbeats_over_https_reuse_the_agents_connections(tmp_path: Path) -> None:
+    """A new TLS connection per heartbeat would cost the coordinator a handshake each time: the
+    agent keeps one for its heartbeats and one for its parked long-poll."""
+    with running_coordinator(tmp_path, cluster(QUICK)) as coordinator, \
+            agent_of(coordinator, tmp_path) as agent:
+        time.sleep(2)  # its first heartbeat and poll are under way
+        known = client_ports(coordinator)
+        time.sleep(5)  # five heartbeats, 1 s apart
+        assert client_ports(coordinator) - known == set()  # not a single new connection
+        port = int(coordinator.url.rsplit(":", 1)[1])
+        held = [c for c in agent.net_connections("tcp4") if c.raddr and c.raddr.port == port]
+        assert len(held) == 2 and all(c.status == psutil.CONN_ESTABLISHED for c in held)
+        (machine,) = coordinator.admin.get("/v1/machines")
+        assert machine["responding"] and time.time() - machine["last_seen"] < 2.5
 
 
 def test_only_a_change_in_what_to_run_stops_the_running_phase(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
-"""The agent's urllib-in-threads HTTP client against real servers on 127.0.0.1: answers of
+"""The agent's HTTP client (calls in threads) against real servers on 127.0.0.1: answers of
 every status come back, failures are named, the given proxy is used and the environment's
-is not, and a parked long-poll does not hold up a caller that gives up."""
+is not, a parked long-poll does not hold up a caller that gives up, and calls reuse their
+kept-alive connections (one at a time each), also over TLS through a CONNECT proxy."""
 
 from __future__ import annotations
 
@@ -8,42 +9,53 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
 
-from nodeagent import http_client
+from nodeagent import http_client, trust
 from nodeagent.client import CoordinatorClient, Endpoint, Rejected, Unreachable
+from tests.support.coordinator import running_coordinator
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 
 
 class Recorder:
-    """A server that records the request line's target and host of everything it gets."""
+    """A server that records the request line's target and host of everything it gets, and
+    the client port each came from (one per connection)."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, str, str]] = []
+        self.ports: list[int] = []
         self.url = ""
         self.release = asyncio.Event()  # ends parked requests
 
+    @property
+    def connections(self) -> int:
+        return len(set(self.ports))
 
-async def _serve(handler: web.Handler) -> tuple[web.AppRunner, str]:
+
+async def _serve(handler: web.Handler, port: int | None = None,
+                 **runner_options: Any) -> tuple[web.AppRunner, str]:
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handler)
-    runner = web.AppRunner(app)
+    runner = web.AppRunner(app, **runner_options)
     await runner.setup()
-    port = free_port()
+    port = port or free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     return runner, f"http://127.0.0.1:{port}"
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[Recorder]:
-    recorder = Recorder()
+def recording(recorder: Recorder) -> web.Handler:
+    """The handler of a Recorder's server: /missing is 404, /park waits for release, /close
+    answers with Connection: close, /big is a large body; anything else echoes its body."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
         recorder.seen.append((request.method, request.raw_path, request.host))
+        recorder.ports.append(request.transport.get_extra_info("peername")[1])  # type: ignore[union-attr]
         if "missing" in request.path:
             return web.json_response({"error": "no such machine"}, status=404)
         if request.path == "/park":
@@ -51,9 +63,18 @@ async def server() -> AsyncIterator[Recorder]:
                 await asyncio.wait_for(recorder.release.wait(), 30)
         if request.path == "/big":
             return web.Response(body=b"x" * (3 * http_client.CHUNK + 5))
-        return web.json_response({"echo": (await request.read()).decode()})
+        response = web.json_response({"echo": (await request.read()).decode()})
+        if request.path == "/close":
+            response.force_close()
+        return response
 
-    runner, recorder.url = await _serve(handle)
+    return handle
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[Recorder]:
+    recorder = Recorder()
+    runner, recorder.url = await _serve(recording(recorder))
     yield recorder
     recorder.release.set()
     await runner.cleanup()
@@ -154,3 +175,131 @@ async def test_the_agent_client_moves_to_the_next_replica_when_one_does_not_answ
         assert client.url == server.url
     finally:
         await runner.cleanup()
+
+
+async def test_consecutive_calls_reuse_one_connection_and_concurrent_ones_have_their_own(
+        server: Recorder) -> None:
+    """Heartbeats over one kept-alive connection; a heartbeat while the long-poll is parked
+    takes a second one rather than waiting for the first."""
+    for _ in range(3):
+        assert (await http_client.request("POST", server.url + "/heartbeat")).status == 200
+    assert server.connections == 1
+    poll = asyncio.create_task(http_client.request("GET", server.url + "/park"))
+    await asyncio.sleep(0.2)
+    for _ in range(2):
+        assert (await http_client.request("POST", server.url + "/heartbeat")).status == 200
+    server.release.set()
+    assert (await poll).status == 200
+    assert server.connections == 2
+    poll_port, *heartbeat_ports = server.ports[3:]
+    assert poll_port not in heartbeat_ports  # the parked poll kept its connection to itself
+
+
+async def test_an_answer_saying_close_is_not_reused(server: Recorder) -> None:
+    for _ in range(2):
+        assert (await http_client.request("GET", server.url + "/close")).status == 200
+    assert server.connections == 2
+
+
+async def test_a_connection_the_server_closed_while_idle_gives_way_to_a_new_one(
+        server: Recorder) -> None:
+    """A coordinator restarted, or one that closed an idle connection after its keep-alive
+    timeout: the next call still gets its answer."""
+    brief = Recorder()
+    runner, brief.url = await _serve(recording(brief), keepalive_timeout=0.2)
+    port = int(brief.url.rsplit(":", 1)[1])
+    try:
+        await http_client.request("GET", brief.url + "/a")
+        await asyncio.sleep(0.5)  # past the server's keep-alive timeout
+        assert (await http_client.request("GET", brief.url + "/b")).status == 200
+        assert brief.connections == 2
+        await runner.cleanup()  # the restart closes the idle connection
+        runner, _ = await _serve(recording(brief), port)
+        assert (await http_client.request("GET", brief.url + "/c")).status == 200
+        assert brief.connections == 3
+    finally:
+        await runner.cleanup()
+
+
+async def _raw_server(answers_per_connection: int) -> tuple[asyncio.Server, str, list[int]]:
+    """A server answering `ok` to the first answers_per_connection requests on a connection,
+    then closing it on the next one without a word: a keep-alive connection that the server
+    closes just as a request goes out on it. Records each connection's requests."""
+    requests: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        requests.append(0)
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while await reader.readuntil(b"\r\n\r\n"):
+                requests[-1] += 1
+                if requests[-1] > answers_per_connection:
+                    break
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+        writer.close()
+
+    port = free_port()
+    return await asyncio.start_server(serve, "127.0.0.1", port), f"http://127.0.0.1:{port}", \
+        requests
+
+
+async def test_a_reused_connection_closed_without_an_answer_is_retried_once_afresh() -> None:
+    server, url, requests = await _raw_server(answers_per_connection=1)
+    async with server:
+        for _ in range(3):
+            reply = await http_client.request("GET", url + "/heartbeat")
+            assert (reply.status, reply.body) == (200, b"ok")
+        # Each reuse was closed unanswered and retried on a new connection, which answered.
+        assert requests == [2, 2, 1]
+
+
+async def test_a_new_connection_closed_without_an_answer_is_a_transport_error() -> None:
+    server, url, requests = await _raw_server(answers_per_connection=0)
+    async with server:
+        with pytest.raises(http_client.TransportError, match="RemoteDisconnected"):
+            await http_client.request("GET", url + "/heartbeat")
+        assert requests == [1]  # not retried
+
+
+class ConnectProxy:
+    """An HTTPS proxy: CONNECT host:port opens a tunnel to it. Records each CONNECT line and
+    its Proxy-Authorization."""
+
+    def __init__(self) -> None:
+        self.tunnels: list[tuple[str, str]] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
+        _, target, _ = head[0].split(" ")
+        auth = next((line.split(": ", 1)[1] for line in head
+                     if line.lower().startswith("proxy-authorization:")), "")
+        self.tunnels.append((target, auth))
+        host, port = target.rsplit(":", 1)
+        upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError):
+                while data := await source.read(1 << 16):
+                    sink.write(data)
+                    await sink.drain()
+            sink.close()
+
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+
+
+async def test_https_through_a_connect_proxy_keeps_its_tunnel(tmp_path: Path) -> None:
+    """The coordinator over TLS, through an HTTPS proxy that asks for credentials: one tunnel
+    (one CONNECT, one TLS handshake) carries consecutive calls."""
+    proxy = ConnectProxy()
+    port = free_port()
+    async with await asyncio.start_server(proxy.serve, "127.0.0.1", port):
+        with running_coordinator(tmp_path, cluster=None) as coordinator:
+            context = trust.context_for(coordinator.ca_file)
+            for _ in range(3):
+                reply = await http_client.request(
+                    "GET", coordinator.url + "/healthz", proxy=f"http://node:s%40cret@127.0.0.1:{port}",
+                    context=context)
+                assert reply.status == 200
+    target = coordinator.url.removeprefix("https://")
+    assert proxy.tunnels == [(target, "Basic bm9kZTpzQGNyZXQ=")]  # node:s@cret

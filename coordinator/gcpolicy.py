@@ -18,7 +18,10 @@ What runs instead:
   by a collection of everything: one runs (unfreeze, collect, freeze) when the interpreter's
   allocated memory blocks grew by THAW_GROWTH since the last such collection, so such garbage
   cannot grow memory by more than that between two. (Counting the frozen objects instead
-  walks them all: 60 ms at 5,000 agents, every time.)
+  walks them all: 60 ms at 5,000 agents, every time.) It stops the coordinator for 0.1-0.2 s
+  at 1,000 agents (over a second at 10,000), so while the coordinator is busy (a rollout
+  admitting machines, which that pause would hold up) it waits until memory grew by
+  BUSY_THAW_GROWTH.
 
 Every collection's pause is counted and exposed at /metrics (`GcPauses`), so what is left can
 be seen.
@@ -31,7 +34,7 @@ import gc
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -40,8 +43,10 @@ from prometheus_client.registry import Collector
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_SECONDS = 0.25
-# A collection of everything when allocated blocks grew by this share since the last one.
+# A collection of everything when allocated blocks grew by this share since the last one;
+# while the coordinator is busy, by the second.
 THAW_GROWTH = 0.25
+BUSY_THAW_GROWTH = 1.0
 # CPython's young collections only as a safety net, for what a burst allocates between two
 # scheduled collections (CPython's default, 700, ran ~25 a second at 5,000 agents, each
 # walking much the same waiting requests again); generation 2 never automatic.
@@ -108,10 +113,12 @@ class GcPolicy:
     background task; `stop()` gives CPython its own collection back."""
 
     def __init__(self, pauses: GcPauses, interval: float = DEFAULT_INTERVAL_SECONDS,
-                 young_threshold: int = YOUNG_THRESHOLD) -> None:
+                 young_threshold: int = YOUNG_THRESHOLD,
+                 busy: Callable[[], bool] = lambda: False) -> None:
         self.pauses = pauses
         self.interval = interval
         self.young_threshold = young_threshold
+        self.busy = busy
         self._thresholds = gc.get_threshold()
         self._blocks_after_thaw = 0
 
@@ -128,8 +135,10 @@ class GcPolicy:
 
     def collect(self) -> None:
         """The scheduled step: collect what is not frozen, freeze the survivors; everything
-        when allocated blocks grew by THAW_GROWTH since the last collection of everything."""
-        if sys.getallocatedblocks() > self._blocks_after_thaw * (1 + THAW_GROWTH):
+        when allocated blocks grew by THAW_GROWTH since the last collection of everything
+        (BUSY_THAW_GROWTH while busy)."""
+        growth = sys.getallocatedblocks() / max(self._blocks_after_thaw, 1) - 1
+        if growth > BUSY_THAW_GROWTH or (growth > THAW_GROWTH and not self.busy()):
             self.collect_all()
             return
         gc.collect()

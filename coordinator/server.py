@@ -118,7 +118,8 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
         policy = None
         METRICS.gc_pauses.install()  # at /metrics, whoever schedules the collections
         if options.gc_interval > 0:
-            policy = GcPolicy(METRICS.gc_pauses, options.gc_interval)
+            policy = GcPolicy(METRICS.gc_pauses, options.gc_interval,
+                              busy=coordinator.rolling_out)
             policy.start()
             background.append(asyncio.create_task(policy.run()))
         stop = asyncio.Event()

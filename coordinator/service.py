@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -80,6 +81,9 @@ CREDENTIAL_CACHE_SECONDS = 60.0
 # A deposed leader waits this long before it campaigns again: the replicas that saw it go
 # (they try every second) take over, rather than it winning back a lock it just lost.
 STANDBY_SECONDS = 3.0
+# A rollout is under way while its passes keep moving machines: a batch's next step follows
+# its items, which take seconds to minutes (see Coordinator.rolling_out).
+ROLLING_OUT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,7 @@ class Coordinator:
         self._owners: dict[str, tuple[float, CredentialOwner]] = {}  # hash -> (read at, owner)
         self._owner_hashes: dict[str, str] = {}  # machine id -> its cached credential hash
         self._forgotten = 0  # grows on every forget: a read that raced one is not cached
+        self._last_decision = -math.inf  # when a pass here last moved a machine
         self.notifier.on_written = self._written_elsewhere
         self._reports = GroupCommit(self._lock, self._write_reports,
                                     after=self._reconcile_after_reports)
@@ -725,7 +730,14 @@ class Coordinator:
             raise
         for name in set(self._views) - {c.spec.name for c in clusters}:
             del self._views[name]
+        if decided:
+            self._last_decision = self.clock()
         return decided
+
+    def rolling_out(self) -> bool:
+        """Whether a pass here moved a machine within ROLLING_OUT_SECONDS: the next step of a
+        rollout may be due any moment, and what would pause the process had better wait."""
+        return self.clock() - self._last_decision < ROLLING_OUT_SECONDS
 
     async def _reconcile_after_reports(self) -> None:
         """Right after a batch of reports, still under the lock: when one asked for a pass

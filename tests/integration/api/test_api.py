@@ -10,6 +10,7 @@ import pytest
 
 from coordinator.api.app import ROUTES
 from coordinator.api.openapi import openapi_document
+from coordinator.service import ROLLING_OUT_SECONDS
 from coordinator.store.sqlite import SQLiteStore
 from nodeagent.client import CoordinatorClient, Endpoint
 from nodeagent.prechecks.runner import summarize
@@ -125,6 +126,19 @@ async def test_a_poll_that_waited_for_nothing_is_not_modified_for_the_agent_hold
     await env.coordinator.reconcile_once()
     woken = await asyncio.wait_for(waiting, 5)
     assert woken is not None and woken["state"] == "Prepare" and woken["generation"] > held
+
+
+async def test_the_coordinator_is_rolling_out_while_its_passes_move_machines(env: Env) -> None:
+    """What the garbage collection schedule asks before pausing the process (gcpolicy)."""
+    await env.register("m1")
+    await env.coordinator.reconcile_once()
+    assert not env.coordinator.rolling_out()  # a pass that moved nothing
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+    await env.coordinator.reconcile_once()  # Pending -> Prepare
+    assert env.coordinator.rolling_out()
+    env.clock.now += ROLLING_OUT_SECONDS
+    await env.coordinator.reconcile_once()
+    assert not env.coordinator.rolling_out()
 
 
 async def test_reports_drive_the_machine_to_ready(env: Env) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from coordinator.gcpolicy import THAW_GROWTH, GcPauses, GcPolicy
+from coordinator.gcpolicy import BUSY_THAW_GROWTH, THAW_GROWTH, GcPauses, GcPolicy
 
 
 class Node:
@@ -69,4 +69,30 @@ def test_a_cycle_that_was_frozen_is_freed_once_memory_in_use_grew_by_a_quarter(
     policy.collect()
     assert freed == [True]
     assert policy.pauses.count["all"] == 2 and policy.pauses.collected["all"] >= 2
+    del grown
+
+
+def test_while_busy_the_collection_of_everything_waits_until_memory_doubled(
+        policy: GcPolicy) -> None:
+    busy = [True]
+    policy.busy = lambda: busy[0]
+    node, freed = cycle()
+    policy.collect()  # alive: frozen
+    del node
+    blocks = sys.getallocatedblocks()
+    grown = [[] for _ in range(int(blocks * (THAW_GROWTH + BUSY_THAW_GROWTH) / 2))]
+    policy.collect()
+    assert freed == [] and policy.pauses.count["all"] == 1  # a rollout is not held up
+
+    busy[0] = False
+    policy.collect()
+    assert freed == [True] and policy.pauses.count["all"] == 2
+
+    node, freed = cycle()
+    policy.collect()
+    del node
+    busy[0] = True
+    grown += [[] for _ in range(int(sys.getallocatedblocks() * BUSY_THAW_GROWTH) + 1)]
+    policy.collect()
+    assert freed == [True] and policy.pauses.count["all"] == 3  # busy or not: bounded
     del grown

@@ -498,6 +498,20 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
             print(f"  admissions over 100 ms (time since the approvals): {', '.join(late) or 'none'}")
         if errors:
             print("  errors:", dict(errors))
+        print_complaints((Path(tmp) / "coordinator.log").read_text().splitlines())
+
+
+def print_complaints(log: list[str], most: int = 5) -> None:
+    """The coordinator's warnings and errors, the first few with their tracebacks."""
+    complaints: list[list[str]] = []
+    for line in log:
+        if " WARNING " in line or " ERROR " in line:
+            complaints.append([line])
+        elif complaints and not line[:4].isdigit() and len(complaints) <= most:
+            complaints[-1].append(line)  # a traceback's
+    print(f"  coordinator warnings and errors: {len(complaints)}")
+    for lines in complaints[:most]:
+        print(*(f"    {line[:200]}" for line in lines), sep="\n")
 
 
 if __name__ == "__main__":

@@ -197,6 +197,16 @@ class _Held:
 _held: ContextVar[_Held | None] = ContextVar("postgres_mutex_held", default=None)
 
 
+async def _lock_machines(conn: asyncpg.Connection, ids: Sequence[str]) -> None:
+    """Lock the rows of machines about to be written, in the order of their ids. The
+    heartbeat flush writes machines outside the mutex, beside commits: two transactions that
+    lock the same rows in different orders deadlock, and PostgreSQL fails one of them only
+    after deadlock_timeout (1 s; it held up a rollout step, issue 8)."""
+    if ids:
+        await conn.execute("SELECT FROM machines WHERE id = ANY($1::text[]) ORDER BY id "
+                           "FOR UPDATE", ids)
+
+
 class _Mutex:
     """One task of one replica at a time: a local lock first (so one connection per replica
     waits), then the advisory lock on a pooled connection kept for the holder's queries."""
@@ -503,10 +513,12 @@ class PostgresStore(Store):
     async def touch_machines(self, seen: Mapping[str, float]) -> None:
         if not seen:
             return
-        await self._execute(
-            "UPDATE machines SET last_seen = GREATEST(machines.last_seen, seen.at) "
-            "FROM unnest($1::text[], $2::double precision[]) AS seen (id, at) "
-            "WHERE machines.id = seen.id", list(seen), list(seen.values()))
+        async with self._transaction() as conn:
+            await _lock_machines(conn, list(seen))
+            await conn.execute(
+                "UPDATE machines SET last_seen = GREATEST(machines.last_seen, seen.at) "
+                "FROM unnest($1::text[], $2::double precision[]) AS seen (id, at) "
+                "WHERE machines.id = seen.id", list(seen), list(seen.values()))
 
     # -- atomic writes ----------------------------------------------------------
     async def commit(
@@ -522,6 +534,7 @@ class PostgresStore(Store):
         if not (rows or events or removed):
             return []
         async with self._transaction() as conn:
+            await _lock_machines(conn, [*(m.id for m in machines), *removed])
             if rows:
                 await conn.executemany(_UPSERT_MACHINE, rows)
             if removed:

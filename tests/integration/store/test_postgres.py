@@ -189,6 +189,21 @@ async def test_a_holder_that_lost_the_mutex_cannot_write_unprotected(
     assert len(await other.list_machines()) == 1
 
 
+async def test_heartbeats_written_while_a_commit_writes_the_same_machines_never_deadlock(
+        replicas: Callable[[], PostgresStore]) -> None:
+    """The heartbeat flush runs outside the mutex, beside commits (issue 8's rollout
+    benchmark hit PostgreSQL's deadlock detection, which fails one of the two after 1 s)."""
+    store = replicas()
+    await store.open()
+    machines = [machine(f"m-{n:03d}") for n in range(300)]
+    await store.commit(machines)
+    for round_ in range(5):
+        seen = {m.id: 100.0 + round_ for m in machines}  # one order...
+        await asyncio.gather(store.commit(machines[::-1]),  # ...and the other
+                             store.touch_machines(seen), store.touch_machines(seen))
+    assert {m.last_seen for m in await store.list_machines()} == {104.0}
+
+
 # -- LISTEN/NOTIFY --------------------------------------------------------------------------------
 
 

@@ -396,7 +396,8 @@ class Coordinator:
             raise NotFound(f"no machine {machine_id}")
         if generation <= after:
             try:
-                await asyncio.wait_for(woken.wait(), timeout)
+                async with asyncio.timeout(timeout):  # no task of its own, unlike wait_for
+                    await woken.wait()
             except TimeoutError:
                 if generation == after:
                     return None

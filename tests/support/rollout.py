@@ -200,7 +200,14 @@ def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = (), store: str | None 
                 running.wait_for(f"{hostname} registered",
                                  lambda n=count: len(running.admin_json("machines")) == n)
         running.wait_for("8 registrations", lambda: len(running.admin_json("machines")) == 8)
-        for hostname in MANAGERS + WORKERS:
+        # The first manager to finish Prepare deploys first, and under load m2 can finish
+        # before m1: m1 (which the tests expect first) is approved alone until it is past
+        # Prepare.
+        first, *rest = MANAGERS + WORKERS
+        running.admin("approve", first, "--role", "manager")
+        running.wait_for(f"{first} past Prepare", lambda: running.admin_json(
+            "machines", "get", first)["state"] in ("Deploy", "Ready"))
+        for hostname in rest:
             role = "manager" if hostname in MANAGERS else "worker"
             running.admin("approve", hostname, "--role", role)
         yield running

@@ -49,6 +49,7 @@ import aiohttp
 import psutil
 import uvloop
 
+from nodeagent.client import generation_tag
 from nodeagent.daemon import LONG_POLL_SECONDS
 from nodeagent.prechecks.runner import summarize
 from nodeagent.protocol import CheckResult, PrecheckReport, Severity, StateItem, Status
@@ -141,7 +142,7 @@ class SimAgent:
             assignment = await self.sim.call(
                 "GET", f"{self.path}/assignment?after={self.generation}&wait={wait}",
                 "assignment", poll=wait, timeout=wait + 60,
-                headers={**self.headers, "If-None-Match": f'W/"{self.generation}"'})
+                headers={**self.headers, "If-None-Match": generation_tag(self.generation)})
             if assignment is None:
                 await asyncio.sleep(1)
                 continue

@@ -128,7 +128,7 @@ class CoordinatorClient:
         path = f"/v1/agent/machines/{machine_id}/assignment"
         payload = await self._call("GET", path, credential,
                                    params={"after": str(after), "wait": str(wait)},
-                                   timeout=wait + self.timeout, etag=f'W/"{after}"')
+                                   timeout=wait + self.timeout, etag=generation_tag(after))
         return None if payload is None else _object(payload, f"GET {path}")
 
     async def report(self, machine_id: str, credential: str, report: Document) -> None:
@@ -172,3 +172,11 @@ def _object(payload: Any, call: str) -> Document:
     if not isinstance(payload, dict):
         raise Unreachable(f"{call}: the answer is not a JSON object")
     return payload
+
+
+def generation_tag(generation: int) -> str:
+    """An assignment's entity tag: its generation. Weak, as its values (peers' addresses) may
+    be rendered anew within one generation; an agent that sends the generation it holds in
+    If-None-Match gets 304 Not Modified when a poll times out with nothing new, instead of
+    the same assignment again (older agents, sending none, still get it)."""
+    return f'W/"{generation}"'

@@ -34,6 +34,7 @@ from coordinator.status import HISTORY_KINDS, History, post_deploy, rollout, sta
 from coordinator.store.base import CredentialOwner, Event
 from coordinator.tokens import parse_duration
 from nodeagent import joinstring
+from nodeagent.client import generation_tag
 from nodeagent.protocol import (
     ItemReport,
     PrecheckReport,
@@ -236,18 +237,10 @@ async def assignment(request: web.Request) -> web.Response:
         METRICS.poll_closed(machine.machine_id)
     if result is None:  # nothing new: the generation is still `after`
         if any(tag.value == str(after) for tag in request.if_none_match or ()):
-            return web.Response(status=304, headers={"ETag": _generation_tag(after)})
+            return web.Response(status=304, headers={"ETag": generation_tag(after)})
         result = await _c(request).current_assignment(machine.machine_id)
     return web.json_response(result.model_dump(mode="json", by_alias=True),
-                             headers={"ETag": _generation_tag(result.generation)})
-
-
-def _generation_tag(generation: int) -> str:
-    """An assignment's entity tag: its generation. Weak, as its values (peers' addresses) may
-    be rendered anew within one generation; an agent that sends the generation it holds in
-    If-None-Match gets 304 Not Modified when a poll times out with nothing new, instead of
-    the same assignment again (older agents, sending none, still get it)."""
-    return f'W/"{generation}"'
+                             headers={"ETag": generation_tag(result.generation)})
 
 
 async def report(request: web.Request) -> web.Response:

@@ -285,12 +285,33 @@ class Sampler(threading.Thread):
         return times.user + times.system
 
 
+def metrics_text(url: str, ca_file: str) -> str:
+    context = ssl.create_default_context(cafile=ca_file)
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30, context=context) as response:
+        return str(response.read().decode())
+
+
+class Scraper(threading.Thread):
+    """Reads /metrics every `interval` seconds, as a Prometheus would, for as long as the
+    fleet runs: what a monitored coordinator costs is part of its latency."""
+
+    def __init__(self, url: str, ca_file: str, interval: float) -> None:
+        super().__init__(daemon=True)
+        self.url, self.ca_file, self.interval = url, ca_file, interval
+        self.scrapes: list[tuple[float, float]] = []  # (started, seconds)
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            started = time.monotonic()
+            metrics_text(self.url, self.ca_file)
+            self.scrapes.append((started, time.monotonic() - started))
+
+
 def gc_pauses(url: str, ca_file: str) -> dict[str, tuple[float, float, float]]:
     """The coordinator's garbage collections so far, from /metrics: generation -> (count,
     seconds paused, longest pause since start)."""
-    context = ssl.create_default_context(cafile=ca_file)
-    with urllib.request.urlopen(f"{url}/metrics", timeout=30, context=context) as response:
-        text = response.read().decode()
+    text = metrics_text(url, ca_file)
     found: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     names = ("nodeagent_gc_collections_total", "nodeagent_gc_pause_seconds_total",
              "nodeagent_gc_pause_longest_seconds")
@@ -366,6 +387,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=None,
                         help="seconds between registration (or rollout) and the steady window; "
                              "default: one heartbeat interval")
+    parser.add_argument("--scrape-interval", type=float, default=15.0,
+                        help="read /metrics this often, as a Prometheus would (0: never)")
     parser.add_argument("--processes", type=int, default=1, help="simulator processes")
     parser.add_argument("--register-concurrency", type=int, default=64,
                         help="registrations in flight per simulator process")
@@ -408,6 +431,9 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
                                      body={"ttl": "0"})["token"]
         sampler = Sampler(served.pid)
         sampler.start()
+        scraper = Scraper(served.url, str(served.ca_file), args.scrape_interval)
+        if args.scrape_interval > 0:
+            scraper.start()
         profiler = None if args.profile is None else subprocess.Popen(
             [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(served.pid),
              "--output", str(args.profile), "--rate", "50", "--nonblocking",
@@ -444,7 +470,6 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
             print("  coordinator garbage collections during the rollout (generation: count, CPU "
                   "time, longest since start):",
                   gc_summary(gc_before, gc_pauses(served.url, str(served.ca_file))))
-        # /metrics decodes every machine: read it where the scrape delays no measured call
         gc_before = gc_pauses(served.url, str(served.ca_file))
         time.sleep(args.warmup)
         window_started, cpu_started, rss_started = time.monotonic(), sampler.cpu(), sampler.rss()
@@ -471,6 +496,9 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
             process.join(timeout=30)
         gc_after = gc_pauses(served.url, str(served.ca_file))
         sampler.stopped.set()
+        scraper.stopped.set()
+        for t, seconds in scraper.scrapes:
+            calls.append((t, f"/metrics (every {args.scrape_interval:g} s)", seconds))
         steady = defaultdict(list)
         everything = defaultdict(list)
         for t, endpoint, seconds in calls:

@@ -9,7 +9,7 @@ For code recording what it does (the drain of issue 5 included), the entry point
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -25,7 +25,8 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from coordinator.gcpolicy import GcPauses
-from coordinator.model import Machine, MachineState
+from coordinator.model import MachineState
+from coordinator.store.base import MachineCount
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 # Item and drain times run from a second to many minutes; API calls from a millisecond.
@@ -70,16 +71,16 @@ class Metrics:
             self._polling.pop(machine_id, None)
         self.agents_connected.set(len(self._polling))
 
-    def exposition(self, machines: Sequence[Machine]) -> bytes:
+    def exposition(self, counts: Iterable[MachineCount]) -> bytes:
         """The text format: this registry plus the machine gauges of this scrape."""
         snapshot = CollectorRegistry(auto_describe=False)
-        snapshot.register(_MachineGauges(machines))
+        snapshot.register(_MachineGauges(counts))
         return generate_latest(self.registry) + generate_latest(snapshot)
 
 
 class _MachineGauges(Collector):
-    def __init__(self, machines: Iterable[Machine]) -> None:
-        self._machines = list(machines)
+    def __init__(self, counts: Iterable[MachineCount]) -> None:
+        self._counts = list(counts)
 
     def collect(self) -> Iterator[Metric]:
         by_state = GaugeMetricFamily("nodeagent_machines", "Machines by cluster and state",
@@ -87,15 +88,16 @@ class _MachineGauges(Collector):
         silent = GaugeMetricFamily("nodeagent_machines_not_responding",
                                    "Machines whose heartbeats stopped, by cluster",
                                    labels=["cluster"])
-        counts: dict[tuple[str, str], int] = {}
+        states: dict[tuple[str, str], int] = {}
         not_responding: dict[str, int] = {}
-        for m in self._machines:
+        for c in self._counts:
             # Every state of every cluster is listed, zeros included, so rates and alerts see 0.
             for state in MachineState:
-                counts.setdefault((m.cluster, state.value), 0)
-            counts[(m.cluster, m.state.value)] += 1
-            not_responding[m.cluster] = not_responding.get(m.cluster, 0) + (not m.responding)
-        for (cluster, state), count in sorted(counts.items()):
+                states.setdefault((c.cluster, state.value), 0)
+            states[(c.cluster, c.state)] = states.get((c.cluster, c.state), 0) + c.count
+            not_responding[c.cluster] = not_responding.get(c.cluster, 0) + (
+                0 if c.responding else c.count)
+        for (cluster, state), count in sorted(states.items()):
             by_state.add_metric([cluster, state], count)
         for cluster, count in sorted(not_responding.items()):
             silent.add_metric([cluster], count)

@@ -530,8 +530,8 @@ async def event_stream(request: web.Request) -> web.StreamResponse:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    machines = await _c(request).store.list_machines()
-    return web.Response(body=METRICS.exposition(machines), headers={"Content-Type": CONTENT_TYPE})
+    counts = await _c(request).store.count_machines()
+    return web.Response(body=METRICS.exposition(counts), headers={"Content-Type": CONTENT_TYPE})
 
 
 async def dashboard_root(request: web.Request) -> web.StreamResponse:

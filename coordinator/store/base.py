@@ -71,6 +71,16 @@ class CredentialOwner:
     responding: bool
 
 
+@dataclass(frozen=True)
+class MachineCount:
+    """How many machines of a cluster are in a state, responding or not."""
+
+    cluster: str
+    state: str
+    responding: bool
+    count: int
+
+
 class StoreError(Exception):
     pass
 
@@ -175,6 +185,12 @@ class Store(ABC):
         """Ordered by cluster, then hostname. With role, only machines of that role: every
         assignment and report needs a cluster's managers, never its thousands of workers, so
         the role filter must be served by an index (issue 8)."""
+
+    @abstractmethod
+    async def count_machines(self) -> list[MachineCount]:
+        """The fleet counted by cluster, state and responding, by the database without
+        decoding a machine: /metrics is scraped every few seconds, and decoding 10,000
+        machines for each scrape stopped the coordinator for ~0.7 s (issue 8)."""
 
     @abstractmethod
     async def get_machines(self, machine_ids: Collection[str]) -> list[Machine]:

@@ -14,7 +14,14 @@ from dataclasses import asdict, fields
 from typing import Any, Protocol
 
 from coordinator.model import ClusterSpec, DrainStage, DrainStatus, Machine, MachineState, Progress
-from coordinator.store.base import AdminToken, CredentialOwner, Event, JoinToken, StoredCluster
+from coordinator.store.base import (
+    AdminToken,
+    CredentialOwner,
+    Event,
+    JoinToken,
+    MachineCount,
+    StoredCluster,
+)
 
 _MACHINE_FIELDS = tuple(f.name for f in fields(Machine))
 _PROGRESS_FIELDS = tuple(f.name for f in fields(Progress))
@@ -97,6 +104,12 @@ def credential_owner_from_row(row: Row) -> CredentialOwner:
     from the document without decoding the machine."""
     return CredentialOwner(machine_id=row["id"], cluster=row["cluster"], hostname=row["hostname"],
                            expires_at=row["expires_at"], responding=bool(row["responding"]))
+
+
+def machine_count_from_row(row: Row) -> MachineCount:
+    """Columns cluster, state, responding and count (of a GROUP BY)."""
+    return MachineCount(cluster=row["cluster"], state=row["state"],
+                        responding=bool(row["responding"]), count=row["count"])
 
 
 def join_token_from_row(row: Row) -> JoinToken:

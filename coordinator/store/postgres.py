@@ -32,6 +32,7 @@ from coordinator.store.base import (
     Event,
     Fenced,
     JoinToken,
+    MachineCount,
     Store,
     StoredCluster,
     StoreError,
@@ -46,6 +47,7 @@ from coordinator.store.codec import (
     dumps,
     event_from_row,
     join_token_from_row,
+    machine_count_from_row,
     machine_from_row,
     machine_to_doc,
     spec_to_json,
@@ -66,6 +68,11 @@ _CREDENTIAL_OWNER = """
            (doc::jsonb ->> 'credential_expires_at')::double precision AS expires_at,
            COALESCE((doc::jsonb ->> 'responding')::boolean, FALSE) AS responding
     FROM machines WHERE credential_hash = $1
+"""
+_COUNT_MACHINES = """
+    SELECT cluster, state, COALESCE((doc::jsonb ->> 'responding')::boolean, FALSE) AS responding,
+           COUNT(*) AS count
+    FROM machines GROUP BY cluster, state, responding
 """
 RETRY_SECONDS = 1.0  # between election attempts, and reconnections of the listener
 PROBE_SECONDS = 1.0  # the leader checks its lock connection this often
@@ -478,6 +485,9 @@ class PostgresStore(Store):
         if not credential_hash:  # machines without a credential store "": never match them
             return None
         return await self._one(credential_owner_from_row, _CREDENTIAL_OWNER, credential_hash)
+
+    async def count_machines(self) -> list[MachineCount]:
+        return await self._all(machine_count_from_row, _COUNT_MACHINES)
 
     async def list_machines(self, cluster: str | None = None, role: Role | None = None) -> list[Machine]:
         """See Store.list_machines."""

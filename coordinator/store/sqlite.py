@@ -28,6 +28,7 @@ from coordinator.store.base import (
     CredentialOwner,
     Event,
     JoinToken,
+    MachineCount,
     Store,
     StoredCluster,
     StoreError,
@@ -39,6 +40,7 @@ from coordinator.store.codec import (
     dumps,
     event_from_row,
     join_token_from_row,
+    machine_count_from_row,
     machine_from_row,
     machine_to_doc,
     spec_to_json,
@@ -175,6 +177,11 @@ _CREDENTIAL_OWNER = """
     SELECT id, cluster, hostname, json_extract(doc, '$.credential_expires_at') AS expires_at,
            json_extract(doc, '$.responding') AS responding
     FROM machines WHERE credential_hash = ?
+"""
+_COUNT_MACHINES = """
+    SELECT cluster, state, COALESCE(json_extract(doc, '$.responding'), 0) AS responding,
+           COUNT(*) AS count
+    FROM machines GROUP BY cluster, state, responding
 """
 
 
@@ -452,6 +459,9 @@ class SQLiteStore(Store):
         if where:
             query += " WHERE " + " AND ".join(where)
         return await self._all(machine_from_row, query + " ORDER BY cluster, hostname, id", params)
+
+    async def count_machines(self) -> list[MachineCount]:
+        return await self._all(machine_count_from_row, _COUNT_MACHINES)
 
     async def get_machines(self, machine_ids: Collection[str]) -> list[Machine]:
         ids = list(machine_ids)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from coordinator.model import MachineState
-from coordinator.store.base import CredentialOwner, Event, Store, StoreError
+from coordinator.store.base import CredentialOwner, Event, MachineCount, Store, StoreError
 from coordinator.tokens import token_id
 from tests.integration.store.samples import machine, spec
 
@@ -170,6 +170,18 @@ async def test_machines_are_listed_per_cluster_by_hostname(store: Store) -> None
     assert [m.id for m in await store.list_machines("other")] == ["m-9"]
     assert [m.id for m in await store.list_machines()] == ["m-2", "m-1", "m-3", "m-9"]
     assert await store.list_machines("none") == []
+
+
+async def test_machines_are_counted_by_cluster_state_and_responding(store: Store) -> None:
+    assert await store.count_machines() == []
+    await store.commit([machine("m-1", responding=True), machine("m-2", responding=True),
+                        machine("m-3"), machine("m-4", state=MachineState.READY, responding=True),
+                        machine("m-9", cluster="other")])
+    assert sorted(await store.count_machines(), key=lambda c: (c.cluster, c.state, c.responding)) == [
+        MachineCount("edge", "Deploy", responding=False, count=1),
+        MachineCount("edge", "Deploy", responding=True, count=2),
+        MachineCount("edge", "Ready", responding=True, count=1),
+        MachineCount("other", "Deploy", responding=False, count=1)]
 
 
 async def test_a_machine_is_found_by_its_credential_hash(store: Store) -> None:

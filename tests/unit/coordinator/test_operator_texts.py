@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from datetime import datetime
 
 import click
@@ -11,10 +10,9 @@ import pytest
 
 from coordinator.cli import parse_since
 from coordinator.metrics import Metrics
-from coordinator.model import MachineState
 from coordinator.notifier import Notifier
+from coordinator.store.base import MachineCount
 from coordinator.texts import duration
-from tests.unit.coordinator.builders import machine
 
 NOW = 1_800_000_000.0
 
@@ -41,10 +39,10 @@ def test_durations_are_short(seconds: float | None, text: str) -> None:
 
 
 def test_machine_gauges_list_every_state_per_cluster_with_zeros() -> None:
-    machines = [machine("w1", state=MachineState.READY),
-                replace(machine("w2", state=MachineState.READY), responding=False),
-                replace(machine("m1", state=MachineState.DEPLOY), cluster="other")]
-    text = Metrics().exposition(machines).decode()
+    counts = [MachineCount("edge", "Ready", responding=True, count=1),
+              MachineCount("edge", "Ready", responding=False, count=1),
+              MachineCount("other", "Deploy", responding=True, count=1)]
+    text = Metrics().exposition(counts).decode()
     assert 'nodeagent_machines{cluster="edge",state="Ready"} 2.0' in text
     assert 'nodeagent_machines{cluster="edge",state="Deploy"} 0.0' in text
     assert 'nodeagent_machines{cluster="other",state="Deploy"} 1.0' in text

@@ -46,6 +46,14 @@ def machine_to_doc(machine: Machine) -> dict[str, Any]:
     return doc
 
 
+def machine_to_row(machine: Machine) -> tuple[Any, ...]:
+    """The values of a machine's columns in the order both stores' upserts name them: id,
+    cluster, hostname, state, credential_hash, responding, last_seen, doc."""
+    return (machine.id, machine.cluster, machine.hostname, machine.state.value,
+            machine.credential_hash, machine.responding, machine.last_seen,
+            dumps(machine_to_doc(machine)))
+
+
 def machine_from_doc(doc: Mapping[str, Any]) -> Machine:
     """The inverse of machine_to_doc. Missing keys take the field's default and unknown keys
     are ignored, so documents survive fields being added to or dropped from Machine."""

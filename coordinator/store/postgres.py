@@ -49,7 +49,7 @@ from coordinator.store.codec import (
     join_token_from_row,
     machine_count_from_row,
     machine_from_row,
-    machine_to_doc,
+    machine_to_row,
     spec_to_json,
 )
 from coordinator.tokens import token_id
@@ -66,12 +66,11 @@ _ROLE = "(doc::jsonb ->> 'role')"
 _CREDENTIAL_OWNER = """
     SELECT id, cluster, hostname,
            (doc::jsonb ->> 'credential_expires_at')::double precision AS expires_at,
-           COALESCE((doc::jsonb ->> 'responding')::boolean, FALSE) AS responding
+           responding
     FROM machines WHERE credential_hash = $1
 """
 _COUNT_MACHINES = """
-    SELECT cluster, state, COALESCE((doc::jsonb ->> 'responding')::boolean, FALSE) AS responding,
-           COUNT(*) AS count
+    SELECT cluster, state, responding, COUNT(*) AS count
     FROM machines GROUP BY cluster, state, responding
 """
 RETRY_SECONDS = 1.0  # between election attempts, and reconnections of the listener
@@ -156,14 +155,22 @@ MIGRATIONS: list[str] = [
     CREATE INDEX machines_last_seen ON machines (cluster, last_seen);
     CREATE INDEX machines_role ON machines (cluster, ((doc::jsonb ->> 'role')));
     """,
+    # 2 -> 3 (issue 8, scale): whether a machine responds, as a column: /metrics counts the
+    # fleet by it at every scrape (parsing every document took 0.4 s of the server's CPU at
+    # 10,000 machines) and every agent request's authentication reads it.
+    """
+    ALTER TABLE machines ADD COLUMN responding BOOLEAN NOT NULL DEFAULT TRUE;
+    UPDATE machines SET responding = COALESCE((doc::jsonb ->> 'responding')::boolean, FALSE);
+    """,
 ]
 
 _UPSERT_MACHINE = """
-    INSERT INTO machines (id, cluster, hostname, state, credential_hash, last_seen, doc)
-    VALUES ($1, $2, $3, $4, $5, $6, $7)
+    INSERT INTO machines (id, cluster, hostname, state, credential_hash, responding, last_seen,
+                          doc)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
     ON CONFLICT (id) DO UPDATE SET
         cluster = excluded.cluster, hostname = excluded.hostname, state = excluded.state,
-        credential_hash = excluded.credential_hash,
+        credential_hash = excluded.credential_hash, responding = excluded.responding,
         last_seen = GREATEST(machines.last_seen, excluded.last_seen), doc = excluded.doc
 """
 
@@ -538,8 +545,7 @@ class PostgresStore(Store):
         removed: Sequence[str] = (),
     ) -> list[Event]:
         # Encoded before the transaction: a value JSON cannot hold fails with nothing written.
-        rows = [(m.id, m.cluster, m.hostname, m.state.value, m.credential_hash, m.last_seen,
-                 dumps(machine_to_doc(m))) for m in machines]
+        rows = [machine_to_row(m) for m in machines]
         data = [dumps(e.data) for e in events]
         if not (rows or events or removed):
             return []

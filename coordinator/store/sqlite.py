@@ -42,7 +42,7 @@ from coordinator.store.codec import (
     join_token_from_row,
     machine_count_from_row,
     machine_from_row,
-    machine_to_doc,
+    machine_to_row,
     spec_to_json,
 )
 from coordinator.tokens import token_id
@@ -119,6 +119,12 @@ MIGRATIONS: list[str] = [
     CREATE INDEX machines_last_seen ON machines (cluster, last_seen);
     CREATE INDEX machines_role ON machines (cluster, json_extract(doc, '$.role'));
     """,
+    # 3 -> 4 (issue 8, scale): whether a machine responds, as a column: /metrics counts the
+    # fleet by it at every scrape and every agent request's authentication reads it.
+    """
+    ALTER TABLE machines ADD COLUMN responding INTEGER NOT NULL DEFAULT 1;
+    UPDATE machines SET responding = COALESCE(json_extract(doc, '$.responding'), 0);
+    """,
 ]
 _ROLE = "json_extract(doc, '$.role')"
 _IN_CHUNK = 500  # ids per `IN (...)`: far below SQLite's limit on bound parameters
@@ -175,23 +181,23 @@ def _migrate(conn: sqlite3.Connection) -> None:
 # json_extract parses the document in C: several times faster than decoding it into a Machine.
 _CREDENTIAL_OWNER = """
     SELECT id, cluster, hostname, json_extract(doc, '$.credential_expires_at') AS expires_at,
-           json_extract(doc, '$.responding') AS responding
+           responding
     FROM machines WHERE credential_hash = ?
 """
 _COUNT_MACHINES = """
-    SELECT cluster, state, COALESCE(json_extract(doc, '$.responding'), 0) AS responding,
-           COUNT(*) AS count
+    SELECT cluster, state, responding, COUNT(*) AS count
     FROM machines GROUP BY cluster, state, responding
 """
 
 
 # A commit may carry a machine read before a heartbeat touched it: last_seen never goes back.
 _UPSERT_MACHINE = """
-    INSERT INTO machines (id, cluster, hostname, state, credential_hash, last_seen, doc)
-    VALUES (?, ?, ?, ?, ?, ?, ?)
+    INSERT INTO machines (id, cluster, hostname, state, credential_hash, responding, last_seen,
+                          doc)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (id) DO UPDATE SET
         cluster = excluded.cluster, hostname = excluded.hostname, state = excluded.state,
-        credential_hash = excluded.credential_hash,
+        credential_hash = excluded.credential_hash, responding = excluded.responding,
         last_seen = MAX(machines.last_seen, excluded.last_seen), doc = excluded.doc
 """
 
@@ -508,9 +514,7 @@ class SQLiteStore(Store):
         stored: list[Event] = []
         with _transaction(conn):
             for m in machines:
-                conn.execute(_UPSERT_MACHINE, (m.id, m.cluster, m.hostname, m.state.value,
-                                               m.credential_hash, m.last_seen,
-                                               dumps(machine_to_doc(m))))
+                conn.execute(_UPSERT_MACHINE, machine_to_row(m))
             conn.executemany("DELETE FROM machines WHERE id = ?", [(i,) for i in removed])
             for e in events:
                 cursor = conn.execute(

@@ -10,6 +10,7 @@ import pytest
 
 from coordinator.store import postgres as postgres_store
 from coordinator.store.base import Event, Fenced, StoreError, leader_epoch
+from coordinator.store.codec import dumps, machine_to_doc
 from coordinator.store.postgres import LEADER_LOCK, MIGRATIONS, MUTEX_LOCK, PostgresStore
 from tests.integration.store.samples import machine
 from tests.support.ports import free_port, soon
@@ -82,6 +83,28 @@ async def test_a_failing_migration_leaves_the_database_as_it_was(
     assert versions(postgres, dsn) == list(range(1, len(MIGRATIONS) + 1))
     assert postgres.psql("SELECT to_regclass('extra') IS NULL", dsn) == "t"
     assert await first.get_machine("m-1") == machine()
+
+
+async def test_machines_stored_before_the_responding_column_keep_their_responding(
+        postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 2 -> 3 copies each document's `responding` into the column that /metrics and
+    authentication read."""
+    monkeypatch.setattr(postgres_store, "MIGRATIONS", MIGRATIONS[:2])
+    await replicas().open()
+    for m in (machine("m-1", responding=False), machine("m-2", responding=True)):
+        doc = dumps(machine_to_doc(m)).replace("'", "''")
+        postgres.psql("INSERT INTO machines (id, cluster, hostname, state, credential_hash, "
+                      f"last_seen, doc) VALUES ('{m.id}', '{m.cluster}', '{m.hostname}', "
+                      f"'{m.state.value}', '{m.credential_hash}', {m.last_seen}, '{doc}')", dsn)
+    monkeypatch.setattr(postgres_store, "MIGRATIONS", MIGRATIONS)
+    upgraded = replicas()
+    await upgraded.open()
+    assert sorted((c.responding, c.count) for c in await upgraded.count_machines()) == [
+        (False, 1), (True, 1)]
+    owner = await upgraded.credential_owner("cred-m-1")
+    assert owner is not None and not owner.responding
+    assert await upgraded.get_machine("m-2") == machine("m-2", responding=True)
 
 
 async def test_an_unreachable_database_is_a_store_error_that_hides_the_password() -> None:

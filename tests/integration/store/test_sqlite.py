@@ -15,7 +15,7 @@ import pytest
 
 from coordinator.store import sqlite as sqlite_store
 from coordinator.store.base import Event, StoreError
-from coordinator.store.codec import machine_to_doc, spec_to_json
+from coordinator.store.codec import dumps, machine_to_doc, spec_to_json
 from coordinator.store.sqlite import MIGRATIONS, SQLiteStore
 from tests.integration.store.samples import machine, spec
 
@@ -153,6 +153,34 @@ async def test_an_older_database_is_migrated_and_keeps_its_data(
     assert versions(path) == list(range(1, len(MIGRATIONS) + 2))
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT zone FROM machines").fetchall() == [("a",)]
+
+
+async def test_machines_stored_before_the_responding_column_keep_their_responding(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 3 -> 4 copies each document's `responding` into the column that /metrics and
+    authentication read."""
+    path = tmp_path / "coordinator.db"
+    monkeypatch.setattr(sqlite_store, "MIGRATIONS", MIGRATIONS[:3])
+    old = SQLiteStore(path)
+    await old.open()
+    await old.close()
+    with sqlite3.connect(path) as conn:  # as a coordinator of schema version 3 wrote them
+        for m in (machine("m-1", responding=False), machine("m-2", responding=True)):
+            conn.execute("INSERT INTO machines (id, cluster, hostname, state, credential_hash, "
+                         "last_seen, doc) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         (m.id, m.cluster, m.hostname, m.state.value, m.credential_hash,
+                          m.last_seen, dumps(machine_to_doc(m))))
+    monkeypatch.setattr(sqlite_store, "MIGRATIONS", MIGRATIONS)
+    upgraded = SQLiteStore(path)
+    await upgraded.open()
+    try:
+        assert sorted((c.responding, c.count) for c in await upgraded.count_machines()) == [
+            (False, 1), (True, 1)]
+        owner = await upgraded.credential_owner("cred-m-1")
+        assert owner is not None and not owner.responding
+        assert await upgraded.get_machine("m-2") == machine("m-2", responding=True)
+    finally:
+        await upgraded.close()
 
 
 async def test_a_failing_migration_leaves_the_database_as_it_was(

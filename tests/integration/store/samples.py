@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from coordinator.model import ClusterSpec, Machine, MachineState, Progress
+from coordinator.store.base import Store
 
 
 def spec(name: str = "edge", release: str = "1.0.0", **settings: Any) -> ClusterSpec:
@@ -43,3 +44,16 @@ def machine(machine_id: str = "m-1", cluster: str = "edge", **changes: Any) -> M
         responding=False,
     )
     return replace(full, **changes)
+
+
+# Written by a coordinator from before `responding` was a column, to migrate.
+BEFORE_RESPONDING_COLUMN = (machine("m-1", responding=False), machine("m-2", responding=True))
+
+
+async def assert_responding_kept(store: Store) -> None:
+    """After the migration, every reader of `responding` sees what the documents said."""
+    assert sorted((c.responding, c.count) for c in await store.count_machines()) == [
+        (False, 1), (True, 1)]
+    owner = await store.credential_owner("cred-m-1")
+    assert owner is not None and not owner.responding
+    assert await store.get_machine("m-2") == BEFORE_RESPONDING_COLUMN[1]

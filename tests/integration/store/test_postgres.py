@@ -12,7 +12,7 @@ from coordinator.store import postgres as postgres_store
 from coordinator.store.base import Event, Fenced, StoreError, leader_epoch
 from coordinator.store.codec import dumps, machine_to_doc
 from coordinator.store.postgres import LEADER_LOCK, MIGRATIONS, MUTEX_LOCK, PostgresStore
-from tests.integration.store.samples import machine
+from tests.integration.store.samples import BEFORE_RESPONDING_COLUMN, assert_responding_kept, machine
 from tests.support.ports import free_port, soon
 from tests.support.postgres import Postgres, holder_of, terminate
 
@@ -92,7 +92,7 @@ async def test_machines_stored_before_the_responding_column_keep_their_respondin
     authentication read."""
     monkeypatch.setattr(postgres_store, "MIGRATIONS", MIGRATIONS[:2])
     await replicas().open()
-    for m in (machine("m-1", responding=False), machine("m-2", responding=True)):
+    for m in BEFORE_RESPONDING_COLUMN:
         doc = dumps(machine_to_doc(m)).replace("'", "''")
         postgres.psql("INSERT INTO machines (id, cluster, hostname, state, credential_hash, "
                       f"last_seen, doc) VALUES ('{m.id}', '{m.cluster}', '{m.hostname}', "
@@ -100,11 +100,7 @@ async def test_machines_stored_before_the_responding_column_keep_their_respondin
     monkeypatch.setattr(postgres_store, "MIGRATIONS", MIGRATIONS)
     upgraded = replicas()
     await upgraded.open()
-    assert sorted((c.responding, c.count) for c in await upgraded.count_machines()) == [
-        (False, 1), (True, 1)]
-    owner = await upgraded.credential_owner("cred-m-1")
-    assert owner is not None and not owner.responding
-    assert await upgraded.get_machine("m-2") == machine("m-2", responding=True)
+    await assert_responding_kept(upgraded)
 
 
 async def test_an_unreachable_database_is_a_store_error_that_hides_the_password() -> None:

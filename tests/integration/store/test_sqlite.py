@@ -17,7 +17,12 @@ from coordinator.store import sqlite as sqlite_store
 from coordinator.store.base import Event, StoreError
 from coordinator.store.codec import dumps, machine_to_doc, spec_to_json
 from coordinator.store.sqlite import MIGRATIONS, SQLiteStore
-from tests.integration.store.samples import machine, spec
+from tests.integration.store.samples import (
+    BEFORE_RESPONDING_COLUMN,
+    assert_responding_kept,
+    machine,
+    spec,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -165,7 +170,7 @@ async def test_machines_stored_before_the_responding_column_keep_their_respondin
     await old.open()
     await old.close()
     with sqlite3.connect(path) as conn:  # as a coordinator of schema version 3 wrote them
-        for m in (machine("m-1", responding=False), machine("m-2", responding=True)):
+        for m in BEFORE_RESPONDING_COLUMN:
             conn.execute("INSERT INTO machines (id, cluster, hostname, state, credential_hash, "
                          "last_seen, doc) VALUES (?, ?, ?, ?, ?, ?, ?)",
                          (m.id, m.cluster, m.hostname, m.state.value, m.credential_hash,
@@ -174,11 +179,7 @@ async def test_machines_stored_before_the_responding_column_keep_their_respondin
     upgraded = SQLiteStore(path)
     await upgraded.open()
     try:
-        assert sorted((c.responding, c.count) for c in await upgraded.count_machines()) == [
-            (False, 1), (True, 1)]
-        owner = await upgraded.credential_owner("cred-m-1")
-        assert owner is not None and not owner.responding
-        assert await upgraded.get_machine("m-2") == machine("m-2", responding=True)
+        await assert_responding_kept(upgraded)
     finally:
         await upgraded.close()
 

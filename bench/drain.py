@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from coordinator.domain.model import DrainSettings
 from coordinator.kube import Kube
-from coordinator.model import DrainSettings
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 
 

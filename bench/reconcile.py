@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleet import precheck
 from store_sqlite import sample_machine
 
-from coordinator.model import ClusterSpec, MachineState
-from coordinator.service import Coordinator
+from coordinator.domain.model import ClusterSpec, MachineState
+from coordinator.service.coordinator import Coordinator
 from coordinator.store.sqlite import SQLiteStore
 
 SPEC = ClusterSpec.model_validate({

@@ -19,11 +19,11 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient, TestServer
 
 from coordinator.api.app import create_app
+from coordinator.domain.model import ClusterSpec, Machine, MachineState, Progress
+from coordinator.domain.records import Event
+from coordinator.domain.status import History, machine_step, rollout, stages
 from coordinator.metrics import Metrics
-from coordinator.model import ClusterSpec, Machine, MachineState, Progress
-from coordinator.service import Coordinator
-from coordinator.status import History, machine_step, rollout, stages
-from coordinator.store.base import Event
+from coordinator.service.coordinator import Coordinator
 from coordinator.store.sqlite import SQLiteStore
 
 ITEMS = [{"name": f"item-{i}", "phase": phase, "action": {"type": "exec", "argv": ["true"]}}

@@ -18,8 +18,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from coordinator.model import Machine, MachineState, Progress
-from coordinator.store.base import Event
+from coordinator.domain.model import Machine, MachineState, Progress
+from coordinator.domain.records import Event
 from coordinator.store.sqlite import SQLiteStore
 
 

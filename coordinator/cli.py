@@ -147,7 +147,7 @@ def _listen(listen: str) -> tuple[str, int]:
 
 
 def _duration(value: str, option: str) -> float | None:
-    from coordinator.tokens import parse_duration
+    from coordinator.domain.tokens import parse_duration
 
     try:
         return parse_duration(value) or None
@@ -176,7 +176,7 @@ def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | No
           register_rate: float, gc_interval: float) -> None:
     """Run the coordinator: HTTPS API plus the reconcile loop, on the embedded SQLite store or
     on PostgreSQL (--store), where several replicas serve the API and one leads."""
-    from coordinator.server import ServeOptions, serve_forever
+    from coordinator.server.serve import ServeOptions, serve_forever
 
     host, port = _listen(listen)
     serve_forever(ServeOptions(
@@ -187,7 +187,7 @@ def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | No
 
 
 def _store(location: str | None) -> str | None:
-    from coordinator.server import POSTGRES_SCHEMES
+    from coordinator.server.serve import POSTGRES_SCHEMES
 
     if location is not None and not location.startswith(POSTGRES_SCHEMES):
         raise click.BadParameter("expected a postgresql://USER@HOST:PORT/DATABASE DSN",
@@ -214,10 +214,10 @@ def init(data_dir: str, listen: str, advertise_url: str | None, store: str | Non
     """Create the CA, the server certificate, an admin token and a first join string."""
     import asyncio
 
-    from coordinator.init import initialize
-    from coordinator.model import ClusterSpec
-    from coordinator.pki import PkiError
-    from coordinator.server import ServeOptions, SetupError
+    from coordinator.domain.model import ClusterSpec
+    from coordinator.server.init import initialize
+    from coordinator.server.pki import PkiError
+    from coordinator.server.serve import ServeOptions, SetupError
     from nodeagent.validation import InvalidDocument, load_model
 
     spec = None

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
-from coordinator.drainpolicy import PodRef, classify, ref
-from coordinator.model import DrainSettings
+from coordinator.domain.drain import PodRef, classify, ref
+from coordinator.domain.kubeconfig import parse_kubeconfig
+from coordinator.domain.model import DrainSettings
 
 MAX_RETRY_SECONDS = 30.0
 MAX_POLL_SECONDS = 1.0
@@ -71,30 +71,6 @@ def _budget_of(exc: ApiException, namespace: str) -> str | None:
         if cause.get("reason") == "DisruptionBudget":
             found = _BUDGET.search(cause.get("message", ""))
             return f"{namespace}/{found.group(1)}" if found else f"{namespace}/(unnamed budget)"
-    return None
-
-
-def parse_kubeconfig(text: str) -> dict[str, Any]:
-    """A kubeconfig's YAML (or JSON) as the client library loads it; ValueError saying what is
-    wrong, never quoting the document (it holds credentials)."""
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ValueError("not YAML" + (f" (line {mark.line + 1})" if mark else "")) from None
-    if not isinstance(document, dict):
-        raise ValueError("not a mapping")
-    for key in ("clusters", "contexts", "users"):
-        if not isinstance(document.get(key), list) or not document[key]:
-            raise ValueError(f"no {key}")
-    return document
-
-
-def kubeconfig_problem(text: str) -> str | None:
-    try:
-        parse_kubeconfig(text)
-    except ValueError as exc:
-        return str(exc)
     return None
 
 

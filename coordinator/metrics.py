@@ -24,9 +24,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from coordinator.domain.model import MachineState
+from coordinator.domain.records import MachineCount
 from coordinator.gcpolicy import GcPauses
-from coordinator.model import MachineState
-from coordinator.store.base import MachineCount
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 # Item and drain times run from a second to many minutes; API calls from a millisecond.

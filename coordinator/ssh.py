@@ -15,7 +15,7 @@ from pathlib import Path
 
 import asyncssh
 
-from coordinator.bootstrap import (
+from coordinator.domain.install import (
     AGENT_CONFIG,
     PROBE,
     BootstrapError,

@@ -25,14 +25,14 @@ from coordinator.api.views import (
     machine_view,
     upgrade_plan_view,
 )
-from coordinator.errors import Conflict, Forbidden, NotFound, TooManyRequests, Unauthorized
+from coordinator.domain.errors import Conflict, Forbidden, NotFound, TooManyRequests, Unauthorized
+from coordinator.domain.model import ClusterSpec
+from coordinator.domain.ratelimit import RateLimiter
+from coordinator.domain.records import CredentialOwner, Event
+from coordinator.domain.status import HISTORY_KINDS, History, post_deploy, rollout, stages
+from coordinator.domain.tokens import parse_duration
 from coordinator.metrics import CONTENT_TYPE, METRICS, record_item, record_request
-from coordinator.model import ClusterSpec
-from coordinator.ratelimit import RateLimiter
-from coordinator.service import Coordinator
-from coordinator.status import HISTORY_KINDS, History, post_deploy, rollout, stages
-from coordinator.store.base import CredentialOwner, Event
-from coordinator.tokens import parse_duration
+from coordinator.service.coordinator import Coordinator
 from nodeagent import joinstring
 from nodeagent.client import generation_tag
 from nodeagent.protocol import (

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from coordinator.model import Role
-from coordinator.tokens import ADMIN_ROLES, parse_duration
+from coordinator.domain.model import Role
+from coordinator.domain.tokens import ADMIN_ROLES, parse_duration
 
 
 class _Body(BaseModel):

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from coordinator.api.bodies import AdminTokenBody, JoinTokenBody, RoleBody
-from coordinator.model import ClusterSpec
+from coordinator.domain.model import ClusterSpec
 from nodeagent import __version__
 from nodeagent.protocol import (
     Assignment,

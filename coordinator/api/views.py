@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from coordinator.model import ClusterSpec, Machine
-from coordinator.planner import UpgradePlan
-from coordinator.status import machine_step
-from coordinator.store.base import AdminToken, Event, JoinToken, StoredCluster
+from coordinator.domain.model import ClusterSpec, Machine
+from coordinator.domain.planner import UpgradePlan
+from coordinator.domain.records import AdminToken, Event, JoinToken, StoredCluster
+from coordinator.domain.status import machine_step
 
 
 def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = False,

@@ -10,75 +10,15 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.model import ClusterSpec, Machine, Role
-
-
-@dataclass(frozen=True)
-class StoredCluster:
-    spec: ClusterSpec
-    generation: int  # grows on every apply that changed the spec
-    created_at: float
-    updated_at: float
-    deleting: bool = False
-
-
-@dataclass(frozen=True)
-class Event:
-    """One line of history: what happened to which machine, and when."""
-
-    time: float
-    cluster: str
-    kind: str  # e.g. registered, approved, state, item, heartbeat-lost, cluster-applied
-    message: str
-    machine: str | None = None
-    hostname: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
-    id: int = 0  # assigned by the store, strictly increasing
-
-
-@dataclass(frozen=True)
-class JoinToken:
-    """A join token as stored: its hash only. `id` (a prefix of the hash) names it in lists
-    and revocations without revealing anything that could be used to join."""
-
-    id: str
-    cluster: str
-    created_at: float
-    expires_at: float | None  # None: never expires
-    max_uses: int | None  # None: unlimited
-    uses: int = 0
-    revoked: bool = False
-
-
-@dataclass(frozen=True)
-class AdminToken:
-    id: str
-    name: str
-    role: str  # see coordinator.tokens.ADMIN_ROLES
-    created_at: float
-    revoked: bool = False
-
-
-@dataclass(frozen=True)
-class CredentialOwner:
-    """The machine a credential belongs to, as far as authenticating a request needs: read
-    without decoding the machine's documents, since every agent request does it (issue 8)."""
-
-    machine_id: str
-    cluster: str
-    hostname: str
-    expires_at: float | None
-    responding: bool
-
-
-@dataclass(frozen=True)
-class MachineCount:
-    """How many machines of a cluster are in a state, responding or not."""
-
-    cluster: str
-    state: str
-    responding: bool
-    count: int
+from coordinator.domain.model import ClusterSpec, Machine, Role
+from coordinator.domain.records import (
+    AdminToken,
+    CredentialOwner,
+    Event,
+    JoinToken,
+    MachineCount,
+    StoredCluster,
+)
 
 
 class StoreError(Exception):

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import Any, Protocol
 
-from coordinator.model import ClusterSpec, DrainStage, DrainStatus, Machine, MachineState, Progress
-from coordinator.store.base import (
+from coordinator.domain.model import ClusterSpec, DrainStage, DrainStatus, Machine, MachineState, Progress
+from coordinator.domain.records import (
     AdminToken,
     CredentialOwner,
     Event,

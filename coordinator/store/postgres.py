@@ -25,20 +25,17 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from coordinator.model import ClusterSpec, Machine, Role
-from coordinator.store.base import (
+from coordinator.domain.model import ClusterSpec, Machine, Role
+from coordinator.domain.records import (
     AdminToken,
     CredentialOwner,
     Event,
-    Fenced,
     JoinToken,
     MachineCount,
-    Store,
     StoredCluster,
-    StoreError,
-    Term,
-    leader_epoch,
 )
+from coordinator.domain.tokens import token_id
+from coordinator.store.base import Fenced, Store, StoreError, Term, leader_epoch
 from coordinator.store.codec import (
     Row,
     admin_token_from_row,
@@ -52,7 +49,6 @@ from coordinator.store.codec import (
     machine_to_row,
     spec_to_json,
 )
-from coordinator.tokens import token_id
 
 T = TypeVar("T")
 log = logging.getLogger("coordinator.store")

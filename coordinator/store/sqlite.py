@@ -22,17 +22,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from coordinator.model import ClusterSpec, Machine, Role
-from coordinator.store.base import (
+from coordinator.domain.model import ClusterSpec, Machine, Role
+from coordinator.domain.records import (
     AdminToken,
     CredentialOwner,
     Event,
     JoinToken,
     MachineCount,
-    Store,
     StoredCluster,
-    StoreError,
 )
+from coordinator.domain.tokens import token_id
+from coordinator.store.base import Store, StoreError
 from coordinator.store.codec import (
     admin_token_from_row,
     cluster_from_row,
@@ -45,7 +45,6 @@ from coordinator.store.codec import (
     machine_to_row,
     spec_to_json,
 )
-from coordinator.tokens import token_id
 
 T = TypeVar("T")
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from coordinator.tokens import new_token
+from coordinator.domain.tokens import new_token
 from nodeagent import joinstring
 from nodeagent.protocol import ItemReport
 from nodeagent.redact import MASK, RedactingFilter, redact

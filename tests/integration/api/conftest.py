@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from coordinator.api.app import Settings, create_app
-from coordinator.service import Coordinator
+from coordinator.service.coordinator import Coordinator
 from coordinator.store.sqlite import SQLiteStore
 from nodeagent.prechecks.runner import summarize
 from nodeagent.protocol import CheckResult, PrecheckReport, Severity, StateItem, Status

@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.api.app import ROUTES
 from coordinator.api.openapi import openapi_document
-from coordinator.service import ROLLING_OUT_SECONDS
+from coordinator.service.coordinator import ROLLING_OUT_SECONDS
 from coordinator.store.sqlite import SQLiteStore
 from nodeagent.client import CoordinatorClient, Endpoint
 from nodeagent.prechecks.runner import summarize

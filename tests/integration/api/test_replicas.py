@@ -15,8 +15,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from coordinator.api.app import Settings, create_app
-from coordinator.model import MachineState
-from coordinator.service import Coordinator
+from coordinator.domain.model import MachineState
+from coordinator.service.coordinator import Coordinator
 from coordinator.store.base import Fenced, leader_epoch
 from coordinator.store.postgres import LEADER_LOCK, PostgresStore
 from nodeagent.protocol import StateItem

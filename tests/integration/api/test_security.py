@@ -12,7 +12,7 @@ import pytest
 
 from coordinator.api.app import MAX_BODY_BYTES, OPEN_PATHS, ROUTES
 from coordinator.api.openapi import DRY_RUNS
-from coordinator.service import CREDENTIAL_CACHE_SECONDS
+from coordinator.service.coordinator import CREDENTIAL_CACHE_SECONDS
 from tests.integration.api.conftest import CLUSTER, Env
 
 AGENT_PREFIXES = ("/v1/agent/machines/", "/v1/artifacts/")

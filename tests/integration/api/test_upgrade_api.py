@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from coordinator.api.app import Settings, create_app
 from coordinator.cli import main
 from coordinator.metrics import METRICS
-from coordinator.service import Coordinator
+from coordinator.service.coordinator import Coordinator
 from coordinator.store.sqlite import SQLiteStore
 from tests.integration.api.conftest import Env
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server

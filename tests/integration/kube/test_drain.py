@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.domain.model import DrainSettings
 from coordinator.kube import DrainResult, Kube, KubeError
-from coordinator.model import DrainSettings
 from tests.integration.kube.conftest import workload
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 

@@ -9,8 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from coordinator.domain.model import DrainSettings
 from coordinator.kube import Kube
-from coordinator.model import DrainSettings
 from tests.conftest import require_binary
 from tests.integration.kube.conftest import workload
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from coordinator.model import ClusterSpec, Machine, MachineState, Progress
+from coordinator.domain.model import ClusterSpec, Machine, MachineState, Progress
 from coordinator.store.base import Store
 
 

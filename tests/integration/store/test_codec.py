@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.model import DrainStage, DrainStatus, Machine, MachineState, Progress
+from coordinator.domain.model import DrainStage, DrainStatus, Machine, MachineState, Progress
 from coordinator.store.codec import dumps, machine_from_doc, machine_to_doc, spec_from_json, spec_to_json
 from tests.integration.store.samples import machine, spec
 

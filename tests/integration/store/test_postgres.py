@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
+from coordinator.domain.records import Event
 from coordinator.store import postgres as postgres_store
-from coordinator.store.base import Event, Fenced, StoreError, leader_epoch
+from coordinator.store.base import Fenced, StoreError, leader_epoch
 from coordinator.store.codec import dumps, machine_to_doc
 from coordinator.store.postgres import LEADER_LOCK, MIGRATIONS, MUTEX_LOCK, PostgresStore
 from tests.integration.store.samples import BEFORE_RESPONDING_COLUMN, assert_responding_kept, machine

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.domain.records import Event
 from coordinator.store import sqlite as sqlite_store
-from coordinator.store.base import Event, StoreError
+from coordinator.store.base import StoreError
 from coordinator.store.codec import dumps, machine_to_doc, spec_to_json
 from coordinator.store.sqlite import MIGRATIONS, SQLiteStore
 from tests.integration.store.samples import (
@@ -73,7 +74,7 @@ async def test_a_commit_survives_its_process_being_killed(tmp_path: Path) -> Non
     path = tmp_path / "coordinator.db"
     result = run_python(f"""
         import asyncio, os, signal
-        from coordinator.model import Machine
+        from coordinator.domain.model import Machine
         from coordinator.store.sqlite import SQLiteStore
 
         async def main():

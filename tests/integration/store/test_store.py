@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from coordinator.model import MachineState
-from coordinator.store.base import CredentialOwner, Event, MachineCount, Store, StoreError
-from coordinator.tokens import token_id
+from coordinator.domain.model import MachineState
+from coordinator.domain.records import CredentialOwner, Event, MachineCount
+from coordinator.domain.tokens import token_id
+from coordinator.store.base import Store, StoreError
 from tests.integration.store.samples import machine, spec
 
 

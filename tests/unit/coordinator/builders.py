@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from coordinator.model import (
+from coordinator.domain.model import (
     PHASE_OF_STATE,
     ClusterSpec,
     DrainStage,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from coordinator.bootstrap import (
+from coordinator.domain.install import (
     BootstrapError,
     agent_config,
     find_package,

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from coordinator.groupcommit import GroupCommit, Pending
+from coordinator.service.groupcommit import GroupCommit, Pending
 
 
 class Log:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from coordinator.notifier import Notifier, encode
+from coordinator.service.notifier import Notifier, encode
 from coordinator.store.base import MAX_MESSAGE
 
 

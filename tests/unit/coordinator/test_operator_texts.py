@@ -9,9 +9,9 @@ import click
 import pytest
 
 from coordinator.cli import parse_since
+from coordinator.domain.records import MachineCount
 from coordinator.metrics import Metrics
-from coordinator.notifier import Notifier
-from coordinator.store.base import MachineCount
+from coordinator.service.notifier import Notifier
 from coordinator.texts import duration
 
 NOW = 1_800_000_000.0

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.model import Machine, MachineState, Progress
-from coordinator.planner import Decision, apply, plan, plan_to_fixpoint
+from coordinator.domain.model import Machine, MachineState, Progress
+from coordinator.domain.planner import Decision, apply, plan, plan_to_fixpoint
 from tests.unit.coordinator.builders import cluster, finish_phase, items, machine
 
 P, PREP, DEP, READY = MachineState.PENDING, MachineState.PREPARE, MachineState.DEPLOY, MachineState.READY

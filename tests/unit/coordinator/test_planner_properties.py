@@ -12,8 +12,7 @@ from dataclasses import dataclass, field, replace
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from coordinator.fleetview import ClusterView
-from coordinator.model import (
+from coordinator.domain.model import (
     DEPLOYED_STATES,
     PHASE_OF_STATE,
     ROLES,
@@ -29,7 +28,7 @@ from coordinator.model import (
     phase_items,
     upgrade_items_may_run,
 )
-from coordinator.planner import (
+from coordinator.domain.planner import (
     Decision,
     apply,
     awaiting_upgrade,
@@ -37,6 +36,7 @@ from coordinator.planner import (
     plan,
     post_deploy_host,
 )
+from coordinator.domain.workingset import ClusterView
 from nodeagent.protocol import PHASES, Phase
 from tests.unit.coordinator.builders import cluster, drained, items, machine, upgraded_cluster
 

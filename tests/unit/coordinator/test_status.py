@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coordinator.model import Machine, MachineState, Progress
-from coordinator.planner import plan_to_fixpoint
-from coordinator.status import History, machine_step, rollout, stages
-from coordinator.store.base import Event
+from coordinator.domain.model import Machine, MachineState, Progress
+from coordinator.domain.planner import plan_to_fixpoint
+from coordinator.domain.records import Event
+from coordinator.domain.status import History, machine_step, rollout, stages
 from tests.unit.coordinator.builders import cluster, finish_phase, items, machine
 
 SPEC = cluster(manager=items("prepare", 1, "m") + items("deploy", 2, "m"),

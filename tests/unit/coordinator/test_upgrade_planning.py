@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coordinator.drainer import KubeAccess, kube_access
-from coordinator.model import DrainStage, KubernetesSettings, Machine, MachineState, phase_items
-from coordinator.planner import (
+from coordinator.domain.model import DrainStage, KubernetesSettings, Machine, MachineState, phase_items
+from coordinator.domain.planner import (
     Decision,
     apply,
     node_action,
@@ -15,6 +14,7 @@ from coordinator.planner import (
     post_deploy_host,
     upgrade_plan,
 )
+from coordinator.service.drainer import KubeAccess, kube_access
 from nodeagent.protocol import StateItem, VersionAction
 from tests.unit.coordinator.builders import (
     cluster,

@@ -10,7 +10,7 @@ import secrets
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from coordinator.store.base import AdminToken, JoinToken
+    from coordinator.domain.records import AdminToken, JoinToken
 
 ADMIN = "admin"
 READ_ONLY = "read-only"

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 
 from coordinator.store.base import MAX_MESSAGE
 
-log = logging.getLogger("coordinator.notifier")
+log = logging.getLogger("coordinator.service.notifier")
 
 
 class Wake(asyncio.Event):

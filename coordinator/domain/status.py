@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from coordinator.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, Role, phase_items
-from coordinator.planner import DEPLOYED_STATES, post_deploy_host
-from coordinator.store.base import Event
+from coordinator.domain.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, Role, phase_items
+from coordinator.domain.planner import DEPLOYED_STATES, post_deploy_host
+from coordinator.domain.records import Event
 from nodeagent.protocol import Phase
 
 StageState = Literal["waiting", "in-progress", "failing", "done"]

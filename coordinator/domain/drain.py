@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.model import DrainSettings
+from coordinator.domain.model import DrainSettings
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator import pki
-from coordinator.model import ClusterSpec
-from coordinator.server import ServeOptions, open_coordinator
+from coordinator.domain.model import ClusterSpec
+from coordinator.server import pki
+from coordinator.server.serve import ServeOptions, open_coordinator
 from nodeagent import joinstring
 
 

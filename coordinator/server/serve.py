@@ -16,13 +16,13 @@ import uvloop
 from aiohttp import web
 
 from coordinator.api.app import Settings, create_app
+from coordinator.domain.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
 from coordinator.gcpolicy import DEFAULT_INTERVAL_SECONDS, GcPolicy
 from coordinator.metrics import METRICS
-from coordinator.pki import Pki
-from coordinator.service import Coordinator
+from coordinator.server.pki import Pki
+from coordinator.service.coordinator import Coordinator
 from coordinator.store.base import Store, StoreError
 from coordinator.store.sqlite import SQLiteStore
-from coordinator.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
 from nodeagent.redact import RedactingFilter
 
 WILDCARDS = frozenset({"0.0.0.0", "::", ""})

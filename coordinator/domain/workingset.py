@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from coordinator.model import ROLES, ClusterSpec, Machine, MachineState, deployed_managers
-from coordinator.planner import inert_filter
+from coordinator.domain.model import ROLES, ClusterSpec, Machine, MachineState, deployed_managers
+from coordinator.domain.planner import inert_filter
 
 
 @dataclass

@@ -19,15 +19,15 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
+from coordinator.domain.model import ClusterSpec, DrainStage, DrainStatus, Machine, kubeconfig_reporter
+from coordinator.domain.planner import node_action
 from coordinator.kube import DrainResult, Kube, KubeError
 from coordinator.metrics import record_blocked_eviction, record_drain
-from coordinator.model import ClusterSpec, DrainStage, DrainStatus, Machine, kubeconfig_reporter
-from coordinator.planner import node_action
 
 if TYPE_CHECKING:
-    from coordinator.service import Coordinator
+    from coordinator.service.coordinator import Coordinator
 
-log = logging.getLogger("coordinator.drainer")
+log = logging.getLogger("coordinator.service.drainer")
 RETRY_SECONDS = 2.0  # after the API server failed to answer
 NOT_READY_POLL_SECONDS = 2.0  # the longest wait between two looks at a node's Ready condition
 

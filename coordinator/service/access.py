@@ -8,9 +8,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from coordinator.errors import Forbidden, NotFound, Unauthorized
-from coordinator.store.base import AdminToken, JoinToken, Store
-from coordinator.tokens import (
+from coordinator.domain.errors import Forbidden, NotFound, Unauthorized
+from coordinator.domain.records import AdminToken, JoinToken
+from coordinator.domain.tokens import (
     ADMIN,
     ADMIN_ROLES,
     admin_refusal,
@@ -18,6 +18,7 @@ from coordinator.tokens import (
     new_token,
     token_hash,
 )
+from coordinator.store.base import Store
 
 
 class Access:

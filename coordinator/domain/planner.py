@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from coordinator.model import (
+from coordinator.domain.model import (
     DEPLOYED_STATES,
     PHASE_OF_STATE,
     ClusterSpec,

@@ -27,14 +27,10 @@ import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from coordinator import planner
-from coordinator.access import Access
-from coordinator.drainer import Drainer
-from coordinator.errors import Conflict, NotFound, Unauthorized
-from coordinator.fleetview import ClusterView
-from coordinator.groupcommit import GroupCommit, Pending
-from coordinator.kube import kubeconfig_problem
-from coordinator.model import (
+from coordinator.domain import planner
+from coordinator.domain.errors import Conflict, NotFound, Unauthorized
+from coordinator.domain.kubeconfig import kubeconfig_problem
+from coordinator.domain.model import (
     PHASE_OF_STATE,
     ROLES,
     ClusterSpec,
@@ -49,17 +45,14 @@ from coordinator.model import (
     phase_items,
     upgrade_items_may_run,
 )
-from coordinator.notifier import Notifier
-from coordinator.store.base import (
-    CredentialOwner,
-    Event,
-    JoinToken,
-    Store,
-    StoredCluster,
-    Term,
-    leader_epoch,
-)
-from coordinator.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS, new_token, token_hash
+from coordinator.domain.records import CredentialOwner, Event, JoinToken, StoredCluster
+from coordinator.domain.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS, new_token, token_hash
+from coordinator.domain.workingset import ClusterView
+from coordinator.service.access import Access
+from coordinator.service.drainer import Drainer
+from coordinator.service.groupcommit import GroupCommit, Pending
+from coordinator.service.notifier import Notifier
+from coordinator.store.base import Store, Term, leader_epoch
 from nodeagent.protocol import (
     Assignment,
     ItemReport,

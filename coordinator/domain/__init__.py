@@ -1,0 +1,1 @@
+"""The pure core of the coordinator: its model, rules and texts. No I/O, no asyncio."""

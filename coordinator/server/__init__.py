@@ -1,0 +1,1 @@
+"""Process wiring: serving the API over TLS, and initializing a data directory."""

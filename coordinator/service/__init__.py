@@ -1,0 +1,1 @@
+"""The operations behind every endpoint, split by owner; no HTTP, no click."""

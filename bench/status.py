@@ -19,7 +19,7 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient, TestServer
 
 from coordinator.api.app import create_app
-from coordinator.domain.model import ClusterSpec, Machine, MachineState, Progress
+from coordinator.domain.model import ClusterSpec, ItemProgress, Machine, MachineState
 from coordinator.domain.records import Event
 from coordinator.domain.status import History, machine_step, rollout, stages
 from coordinator.metrics import Metrics
@@ -46,7 +46,7 @@ def fleet(count: int) -> tuple[list[Machine], list[Event]]:
                     state=state, role="manager" if n < 3 else "worker", approved=True,
                     applied=frozenset(fingerprints) if state is not MachineState.PREPARE
                     else frozenset(), created_at=1.0, state_since=10.0, last_seen=100.0,
-                    progress=Progress(item="item-1", attempt=3, status="failed", error="exit 1",
+                    progress=ItemProgress(item="item-1", attempt=3, status="failed", error="exit 1",
                                       updated_at=90.0, failing_since=50.0))
         machines.append(m)
         for step, to in enumerate(PATH[1:PATH.index(state.value) + 1]):

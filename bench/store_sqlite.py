@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from coordinator.domain.model import Machine, MachineState, Progress
+from coordinator.domain.model import ItemProgress, Machine, MachineState
 from coordinator.domain.records import Event
 from coordinator.store.sqlite import SQLiteStore
 
@@ -37,7 +37,7 @@ def sample_machine(index: int) -> Machine:
         precheck={"schema": "nodeagent.precheck/v1", "hostname": f"node-{index:05d}",
                   "role": "worker", "ok": True, "checks": checks},
         applied=frozenset(f"{index:08d}{item:024d}" for item in range(20)),
-        progress=Progress(item="kubelet", attempt=1, status="succeeded", updated_at=1.0),
+        progress=ItemProgress(item="kubelet", attempt=1, status="succeeded", updated_at=1.0),
         credential_hash=f"{index:064d}",
     )
 

@@ -50,7 +50,7 @@ class DrainResult:
     blocking_budgets: tuple[str, ...] = ()
 
 
-Progress = Callable[[DrainResult], Awaitable[None]]
+OnProgress = Callable[[DrainResult], Awaitable[None]]
 
 
 def _describe(exc: ApiException) -> str:
@@ -147,7 +147,7 @@ class Kube:
         return found
 
     async def drain(self, node: str, settings: DrainSettings, deadline: float, force: bool = False,
-                    clock: Clock = time.time, progress: Progress | None = None,
+                    clock: Clock = time.time, progress: OnProgress | None = None,
                     rand: random.Random | None = None,
                     refused: Callable[[], None] | None = None) -> DrainResult:
         """Cordon node and evict its pods; True in .drained once every evictable pod is gone.
@@ -272,7 +272,7 @@ class _Drain:
             interval = min(MAX_POLL_SECONDS, interval * 1.5)
         return sorted(waiting.values(), key=str)
 
-    async def report_waits(self, progress: Progress) -> None:
+    async def report_waits(self, progress: OnProgress) -> None:
         """Tell the caller, at most every 2 seconds, which pods wait on which budgets."""
         shown: dict[PodRef, str] = {}
         while True:

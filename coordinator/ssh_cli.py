@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 import click
 
 if TYPE_CHECKING:
-    from nodeagent.config import Role
+    from nodeagent.contract import Role
 
 EXIT_ERROR = 1
 

@@ -15,7 +15,8 @@ import click
 from nodeagent import __version__
 
 if TYPE_CHECKING:
-    from nodeagent.config import AgentConfig, Role
+    from nodeagent.config import AgentConfig
+    from nodeagent.contract import Role
     from nodeagent.prechecks.base import CheckContext
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
@@ -171,7 +172,7 @@ def check_config(config_path: str, quiet: bool, output: str) -> None:
 
 
 def _as_run_takes_it(config: AgentConfig) -> dict[str, object]:
-    """The document nodeagent/daemon.py's Settings reads."""
+    """The document nodeagent/daemon.py's DaemonSettings reads."""
     return {"config": config.model_dump(mode="json"), "ca_hash": config.ca_hash,
             "coordinator_endpoints": [dataclasses.asdict(endpoint) for endpoint
                                       in config.coordinator_endpoints(os.environ)]}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -12,13 +12,13 @@ from pydantic.alias_generators import to_camel
 
 from nodeagent import joinstring
 from nodeagent.client import Endpoint
+from nodeagent.contract import Role
 from nodeagent.protocol import NtpSettings, ProxySettings
 from nodeagent.proxy import proxy_for
 from nodeagent.validation import InvalidDocument, Problem, load_model
 
 DEFAULT_CONFIG_PATH = "/etc/nodeagent/config.yaml"
 
-Role = Literal["manager", "worker"]
 
 
 class _Section(BaseModel):

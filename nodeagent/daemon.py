@@ -56,7 +56,7 @@ class BadConfig(AgentError):
 
 
 @dataclass(frozen=True)
-class Settings:
+class DaemonSettings:
     """What the daemon needs of its config file, as `nodeagent check-config --output json`
     gives it: validated (in a child, with config.py's one definition), defaults filled in,
     the join string decoded."""
@@ -73,7 +73,7 @@ class Settings:
     own_ntp_servers: bool  # the config names NTP servers: the cluster's do not replace them
 
     @classmethod
-    def from_document(cls, document: Document) -> Settings:
+    def from_document(cls, document: Document) -> DaemonSettings:
         config = document["config"]
         coordinator = config["coordinator"]
         return cls(endpoints=[Endpoint(**e) for e in document["coordinator_endpoints"]],
@@ -95,7 +95,7 @@ async def run_agent(config_path: str, host: Host) -> None:
         await Agent(settings, host, config_path).run()
 
 
-async def load_settings(config_path: str, host: Host) -> Settings:
+async def load_settings(config_path: str, host: Host) -> DaemonSettings:
     """The config file, validated by `nodeagent check-config` in a child."""
     result = await _own_command(host, "check-config", "--config", config_path,
                                 "--output", "json")
@@ -103,7 +103,7 @@ async def load_settings(config_path: str, host: Host) -> Settings:
         raise BadConfig(result.stderr.strip())
     if result.returncode != 0:
         raise AgentError(result.stderr.strip())
-    return Settings.from_document(json.loads(result.stdout))
+    return DaemonSettings.from_document(json.loads(result.stdout))
 
 
 class Reporter:
@@ -147,7 +147,7 @@ class Reporter:
 
 
 class Agent:
-    def __init__(self, settings: Settings, host: Host, config_path: str,
+    def __init__(self, settings: DaemonSettings, host: Host, config_path: str,
                  rand: random.Random | None = None) -> None:
         self.settings = settings
         self.config_path = config_path

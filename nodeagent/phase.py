@@ -38,7 +38,7 @@ EXIT_CANNOT_APPLY = 2  # a bad assignment or an unreadable journal: the daemon t
 JOURNAL_FILE = "journal.json"  # in the state dir
 
 
-async def apply(config: AgentConfig, root: Path, assignment: Assignment,
+async def run_items(config: AgentConfig, root: Path, assignment: Assignment,
                 journal: Journal) -> bool:
     """Run the assignment's phase; True when every item is applied."""
     state_dir = Path(config.state_dir)
@@ -76,7 +76,7 @@ async def apply_from_stdin(config: AgentConfig, root: Path) -> int:
     except JournalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CANNOT_APPLY
-    work = asyncio.create_task(apply(config, root, assignment, journal))
+    work = asyncio.create_task(run_items(config, root, assignment, journal))
     loop.add_signal_handler(signal.SIGTERM, work.cancel)
     closed = asyncio.create_task(stdin.read())
     await asyncio.wait({work, closed}, return_when=asyncio.FIRST_COMPLETED)

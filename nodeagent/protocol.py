@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from nodeagent.contract import Phase, Role
 from nodeagent.redact import redact
 
 PRECHECK_SCHEMA = "nodeagent.precheck/v1"
@@ -59,7 +60,7 @@ class Summary(_Wire):
 class PrecheckReport(_Wire):
     schema_: Literal["nodeagent.precheck/v1"] = Field(default=PRECHECK_SCHEMA, alias="schema")
     hostname: str
-    role: Literal["manager", "worker"]
+    role: Role
     started_at: float = Field(description="unix time the run started")
     duration: float = Field(description="wall-clock seconds of the whole run")
     ok: bool = Field(description="true when no hard check failed")
@@ -82,8 +83,6 @@ def precheck_json_schema() -> dict[str, Any]:
 # --- StateItems: what the coordinator asks an agent to apply -------------------------
 
 # postdeploy: the cluster-level step one Ready manager runs once managers and workers are up.
-Phase = Literal["prepare", "deploy", "upgrade", "reconfigure", "reset", "postdeploy"]
-PHASES: tuple[str, ...] = ("prepare", "deploy", "upgrade", "reconfigure", "reset", "postdeploy")
 
 
 class SpecModel(BaseModel):

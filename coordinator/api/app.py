@@ -49,7 +49,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @dataclass(frozen=True)
-class Settings:
+class Presentation:
     """How this coordinator presents itself: the URL agents use (it goes into join strings),
     its CA certificate (None when serving plain HTTP), and the registration rate limit."""
 
@@ -60,7 +60,7 @@ class Settings:
 
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
-SETTINGS = web.AppKey("settings", Settings)
+PRESENTATION = web.AppKey("presentation", Presentation)
 REGISTER_LIMIT = web.AppKey("register_limit", RateLimiter)
 ARTIFACTS = web.AppKey("artifacts", Path)
 MAX_WAIT_SECONDS = 60.0
@@ -205,7 +205,7 @@ async def openapi(request: web.Request) -> web.Response:
 
 async def ca_certificate(request: web.Request) -> web.Response:
     """Public: agents fetch it once and check it against the hash in their join string."""
-    pem = request.app[SETTINGS].ca_pem
+    pem = request.app[PRESENTATION].ca_pem
     if pem is None:
         raise NotFound("this coordinator serves plain HTTP and has no CA")
     return web.Response(text=pem, content_type="application/x-pem-file")
@@ -309,7 +309,7 @@ async def create_join_token(request: web.Request) -> web.Response:
     cluster = request.match_info["name"]
     secret, token = await _c(request).create_join_token(
         cluster, parse_duration(body.ttl) or None, body.max_uses)
-    settings = request.app[SETTINGS]
+    settings = request.app[PRESENTATION]
     join = joinstring.make(settings.advertise_url, secret, settings.ca_pem)
     return web.json_response({**join_token_view(token), "token": secret, "join": join},
                              status=201)
@@ -590,11 +590,11 @@ ROUTES: list[tuple[str, str, Handler]] = [
 ]
 
 
-def create_app(coordinator: Coordinator, artifacts: Path, settings: Settings) -> web.Application:
+def create_app(coordinator: Coordinator, artifacts: Path, settings: Presentation) -> web.Application:
     app = web.Application(middlewares=[middleware], client_max_size=MAX_BODY_BYTES)
     app[CLOSING] = asyncio.Event()
     app[COORDINATOR] = coordinator
-    app[SETTINGS] = settings
+    app[PRESENTATION] = settings
     app[ARTIFACTS] = artifacts
     if settings.register_rate > 0:
         app[REGISTER_LIMIT] = RateLimiter(settings.register_rate, settings.register_burst)

@@ -11,7 +11,8 @@ from typing import Literal
 
 import yaml
 
-from nodeagent.config import AgentConfig, Role
+from nodeagent.config import AgentConfig
+from nodeagent.contract import Role
 from nodeagent.validation import InvalidDocument, load_model
 
 PackageFormat = Literal["deb", "rpm"]

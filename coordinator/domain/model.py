@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from nodeagent.contract import ROLES, Role
 from nodeagent.protocol import (
     NtpSettings,
     Phase,
@@ -24,9 +25,6 @@ from nodeagent.protocol import (
     Status,
     VersionAction,
 )
-
-Role = Literal["manager", "worker"]
-ROLES: tuple[Role, ...] = ("manager", "worker")
 
 
 class MachineState(StrEnum):
@@ -90,7 +88,7 @@ class KubernetesSettings(SpecModel):
         default=None, description="path of a kubeconfig file on the coordinator's host")
 
 
-class Settings(SpecModel):
+class ClusterSettings(SpecModel):
     worker_batch_size: int = Field(default=50, ge=1)
     auto_approve: bool = False
     auto_approve_role: Role | None = Field(
@@ -132,7 +130,7 @@ class MachineTypes(SpecModel):
 class ClusterSpec(SpecModel):
     name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
     release: str = Field(min_length=1)
-    settings: Settings = Field(default_factory=Settings)
+    settings: ClusterSettings = Field(default_factory=ClusterSettings)
     machine_types: MachineTypes
 
     def items(self, role: Role, phase: Phase) -> list[StateItem]:
@@ -143,7 +141,7 @@ class ClusterSpec(SpecModel):
 
 
 @dataclass(frozen=True)
-class Progress:
+class ItemProgress:
     """Where a machine is within its current phase, as the agent last reported it."""
 
     item: str
@@ -197,7 +195,7 @@ class Machine:
     facts: dict[str, Any] = field(default_factory=dict)
     precheck: dict[str, Any] = field(default_factory=dict)
     applied: frozenset[str] = frozenset()  # fingerprints of items known to be applied
-    progress: Progress | None = None
+    progress: ItemProgress | None = None
     created_at: float = 0.0
     state_since: float = 0.0
     last_seen: float = 0.0

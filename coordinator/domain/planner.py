@@ -33,7 +33,7 @@ from coordinator.domain.model import (
     pending_items,
     phase_items,
 )
-from nodeagent.protocol import Phase
+from nodeagent.contract import Phase
 
 S = MachineState
 
@@ -103,7 +103,7 @@ def plan(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Decision]:
     return decisions + _admit_to_deploy(state) + _admit_to_upgrade(state)
 
 
-def apply(machines: Sequence[Machine], decisions: Sequence[Decision], now: float) -> list[Machine]:
+def enact(machines: Sequence[Machine], decisions: Sequence[Decision], now: float) -> list[Machine]:
     """The machines after the decisions, in their input order; removed ones are dropped.
 
     A decision made from another state than the machine's is refused: it was planned on a
@@ -144,7 +144,7 @@ def plan_to_fixpoint(
         decisions = plan(spec, current)
         if not decisions:
             break
-        current = apply(current, decisions, now)
+        current = enact(current, decisions, now)
         taken.extend(decisions)
     return current, taken
 

@@ -15,7 +15,7 @@ from typing import Literal
 from coordinator.domain.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, Role, phase_items
 from coordinator.domain.planner import DEPLOYED_STATES, post_deploy_host
 from coordinator.domain.records import Event
-from nodeagent.protocol import Phase
+from nodeagent.contract import Phase
 
 StageState = Literal["waiting", "in-progress", "failing", "done"]
 StepStatus = Literal["running", "failed", "waiting", "done"]

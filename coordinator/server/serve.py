@@ -15,7 +15,7 @@ from pathlib import Path
 import uvloop
 from aiohttp import web
 
-from coordinator.api.app import Settings, create_app
+from coordinator.api.app import Presentation, create_app
 from coordinator.domain.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
 from coordinator.gcpolicy import DEFAULT_INTERVAL_SECONDS, GcPolicy
 from coordinator.metrics import METRICS
@@ -102,7 +102,7 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
     artifacts.mkdir(parents=True, exist_ok=True)
     coordinator = await open_coordinator(options)
     ca_pem = None if options.insecure_http else options.pki().ca_cert.read_text()
-    app = create_app(coordinator, artifacts, Settings(
+    app = create_app(coordinator, artifacts, Presentation(
         advertise_url=options.url(), ca_pem=ca_pem, register_rate=options.register_rate))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

@@ -36,9 +36,9 @@ from coordinator.domain.model import (
     ClusterSpec,
     DrainStage,
     DrainStatus,
+    ItemProgress,
     Machine,
     MachineState,
-    Progress,
     Role,
     deployed_managers,
     needs_drain,
@@ -464,7 +464,7 @@ class Coordinator:
         kubeconfig, events = self._reported_kubeconfig(machine, item, report)
         updated = replace(
             machine, applied=applied, last_seen=now, responding=True, kubeconfig=kubeconfig,
-            progress=Progress(item=report.item, attempt=report.attempt, status=report.status,
+            progress=ItemProgress(item=report.item, attempt=report.attempt, status=report.status,
                               error=report.error, next_retry_at=report.next_retry_at,
                               updated_at=now,
                               failing_since=_failing_since(machine.progress, report, now)),
@@ -943,7 +943,7 @@ class Coordinator:
         )
 
 
-def _failing_since(before: Progress | None, report: ItemReport, now: float) -> float | None:
+def _failing_since(before: ItemProgress | None, report: ItemReport, now: float) -> float | None:
     """When the item began failing: kept while it fails again (retries, or "running" between
     them), cleared by its success or by another item."""
     if report.status == "succeeded" or before is None or before.item != report.item:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import Any, Protocol
 
-from coordinator.domain.model import ClusterSpec, DrainStage, DrainStatus, Machine, MachineState, Progress
+from coordinator.domain.model import ClusterSpec, DrainStage, DrainStatus, ItemProgress, Machine, MachineState
 from coordinator.domain.records import (
     AdminToken,
     CredentialOwner,
@@ -24,7 +24,7 @@ from coordinator.domain.records import (
 )
 
 _MACHINE_FIELDS = tuple(f.name for f in fields(Machine))
-_PROGRESS_FIELDS = tuple(f.name for f in fields(Progress))
+_PROGRESS_FIELDS = tuple(f.name for f in fields(ItemProgress))
 _DRAIN_FIELDS = tuple(f.name for f in fields(DrainStatus))
 
 
@@ -64,7 +64,7 @@ def machine_from_doc(doc: Mapping[str, Any]) -> Machine:
         values["applied"] = frozenset(values["applied"])
     if values.get("progress") is not None:
         progress = values["progress"]
-        values["progress"] = Progress(**{n: progress[n] for n in _PROGRESS_FIELDS if n in progress})
+        values["progress"] = ItemProgress(**{n: progress[n] for n in _PROGRESS_FIELDS if n in progress})
     if "managers" in values:
         values["managers"] = tuple(values["managers"])
     if values.get("drain") is not None:

@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeagent.config import AgentConfig, Role
+from nodeagent.config import AgentConfig
+from nodeagent.contract import Role
 from nodeagent.host import Host
 from nodeagent.protocol import Severity, Status
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nodeagent.config import Role
+from nodeagent.contract import Role
 from nodeagent.prechecks.base import CheckContext, Outcome, failed, passed
 
 MiB = 1024 * 1024

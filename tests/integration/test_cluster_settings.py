@@ -13,7 +13,7 @@ import pytest
 
 from nodeagent.prechecks import NAMES
 from tests.support.blob import BLOB, BLOB_SHA, blob_server
-from tests.support.coordinator import Coordinator, running_coordinator
+from tests.support.coordinator import ServedCoordinator, running_coordinator
 from tests.support.ntp_responder import skewed_ntp_server
 from tests.support.ports import wait_until
 
@@ -49,7 +49,7 @@ machineTypes:
 """
 
 
-def start_agent(coordinator: Coordinator, tmp: Path) -> subprocess.Popen[bytes]:
+def start_agent(coordinator: ServedCoordinator, tmp: Path) -> subprocess.Popen[bytes]:
     join = coordinator.cli("join-token", "create", "lab").stdout.strip()
     root = tmp / "root"
     root.mkdir(exist_ok=True)
@@ -61,7 +61,7 @@ def start_agent(coordinator: Coordinator, tmp: Path) -> subprocess.Popen[bytes]:
                             stdout=log, stderr=subprocess.STDOUT)
 
 
-def clock_check(coordinator: Coordinator) -> dict[str, Any]:
+def clock_check(coordinator: ServedCoordinator) -> dict[str, Any]:
     machines = coordinator.admin.get("/v1/machines")
     if not machines:
         return {}

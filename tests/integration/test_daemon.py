@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from tests.support.agent import NODEAGENT
-from tests.support.coordinator import Coordinator, running_coordinator
+from tests.support.coordinator import ServedCoordinator, running_coordinator
 from tests.support.ports import wait_until
 
 pytestmark = pytest.mark.integration
@@ -45,7 +45,7 @@ BLOCKING = ('{name: finish, phase: deploy, action: {type: exec, argv: [sh, -c, '
 
 
 @contextlib.contextmanager
-def agent_of(coordinator: Coordinator, tmp: Path) -> Iterator[psutil.Process]:
+def agent_of(coordinator: ServedCoordinator, tmp: Path) -> Iterator[psutil.Process]:
     """`nodeagent run` with a join string, its root at tmp/root; registered when yielded."""
     join = coordinator.cli("join-token", "create", "lab").stdout.strip()
     root = tmp / "root"
@@ -69,7 +69,7 @@ def mapped(process: psutil.Process) -> str:
     return Path(f"/proc/{process.pid}/maps").read_text()
 
 
-def approve(coordinator: Coordinator) -> str:
+def approve(coordinator: ServedCoordinator) -> str:
     (machine,) = coordinator.admin.get("/v1/machines")
     coordinator.cli("approve", machine["id"], "--role", "manager")
     return str(machine["hostname"])
@@ -90,7 +90,7 @@ def test_the_daemon_stays_small_and_a_phase_gives_its_memory_back(tmp_path: Path
         assert agent.memory_info().rss < 36 * 2**20
 
 
-def client_ports(coordinator: Coordinator) -> set[int]:
+def client_ports(coordinator: ServedCoordinator) -> set[int]:
     """The client ports of every TCP connection to the coordinator the kernel still knows,
     whoever holds it, including those closed lately (TIME_WAIT): one per connection made."""
     port = int(coordinator.url.rsplit(":", 1)[1])

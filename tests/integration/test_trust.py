@@ -14,7 +14,7 @@ import pytest
 
 from coordinator.client import ClientError
 from nodeagent import joinstring
-from tests.support.coordinator import NOOP_CLUSTER, Coordinator, running_coordinator
+from tests.support.coordinator import NOOP_CLUSTER, ServedCoordinator, running_coordinator
 from tests.support.ports import wait_until
 
 pytestmark = pytest.mark.integration
@@ -23,12 +23,12 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture
-def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
+def coordinator(tmp_path: Path) -> Iterator[ServedCoordinator]:
     with running_coordinator(tmp_path, NOOP_CLUSTER, ["--credential-ttl", "6s"]) as served:
         yield served
 
 
-def join_string(coordinator: Coordinator) -> str:
+def join_string(coordinator: ServedCoordinator) -> str:
     return str(coordinator.admin.request("POST", "/v1/clusters/lab/join-tokens",
                                          body={"ttl": "1h"})["join"])
 
@@ -41,7 +41,7 @@ def agent_config(tmp: Path, join: str, name: str) -> Path:
 
 
 def test_an_agent_refuses_a_coordinator_whose_ca_is_not_the_pinned_one(
-        coordinator: Coordinator, tmp_path: Path) -> None:
+        coordinator: ServedCoordinator, tmp_path: Path) -> None:
     good = joinstring.decode(join_string(coordinator))
     forged = joinstring.JoinString(good.url, good.token, "sha256:" + "0" * 64).encode()
     result = subprocess.run([str(BIN / "nodeagent"), "run", "--config",
@@ -55,7 +55,7 @@ def test_an_agent_refuses_a_coordinator_whose_ca_is_not_the_pinned_one(
 
 
 def test_an_agent_trusts_the_pinned_ca_and_rotates_its_credential_before_expiry(
-        coordinator: Coordinator, tmp_path: Path) -> None:
+        coordinator: ServedCoordinator, tmp_path: Path) -> None:
     config = agent_config(tmp_path, join_string(coordinator), "node")
     agent = subprocess.Popen([str(BIN / "nodeagent"), "run", "--config", str(config)],
                              stdout=(tmp_path / "agent.log").open("wb"), stderr=subprocess.STDOUT)

@@ -89,7 +89,7 @@ class Agent:
 
 
 @dataclass
-class Coordinator:
+class ServedCoordinator:
     """`coordinator serve` from a data dir on the URL's port, stopped and started at will (a
     restarted one is where the agents look). Plain HTTP (--insecure-http) when the URL says
     http. prefix (e.g. nsenter into a network namespace) runs it and its CLI: then only cli()
@@ -195,7 +195,7 @@ class Coordinator:
 
 @contextlib.contextmanager
 def running_coordinator(tmp: Path, cluster: str | None = CLUSTER, serve_args: Sequence[str] = (),
-                        prefix: Sequence[str] = (), tls: bool = True) -> Iterator[Coordinator]:
+                        prefix: Sequence[str] = (), tls: bool = True) -> Iterator[ServedCoordinator]:
     """`coordinator serve` on a free 127.0.0.1 port from tmp/coordinator-data, with `cluster`
     applied. HTTPS with its own CA, made by `coordinator init` unless the data dir has one (a
     copy of another's carries its CA and machines over); tls=False: plain HTTP, no init.
@@ -206,7 +206,7 @@ def running_coordinator(tmp: Path, cluster: str | None = CLUSTER, serve_args: Se
         subprocess.run([COORDINATOR, "init", "--data-dir", str(data), "--listen",
                         f"127.0.0.1:{port}", "--name", "127.0.0.1"],
                        check=True, capture_output=True, timeout=60)
-    served = Coordinator(f"{'https' if tls else 'http'}://127.0.0.1:{port}", data,
+    served = ServedCoordinator(f"{'https' if tls else 'http'}://127.0.0.1:{port}", data,
                          tmp / "coordinator.log", tuple(serve_args), tuple(prefix))
     try:
         served.start()

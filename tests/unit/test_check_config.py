@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from nodeagent import joinstring
 from nodeagent.cli import main
 from nodeagent.client import Endpoint
-from nodeagent.daemon import Settings
+from nodeagent.daemon import DaemonSettings
 
 JOIN = joinstring.make("http://coordinator.test:8080", "join_x", None)
 
@@ -60,7 +60,7 @@ def test_json_output_is_the_config_as_the_daemon_takes_it(tmp_path: Path) -> Non
     result = CliRunner().invoke(main, ["check-config", "--config", str(config),
                                        "--output", "json"])
     assert result.exit_code == 0, result.output
-    settings = Settings.from_document(json.loads(result.stdout))
+    settings = DaemonSettings.from_document(json.loads(result.stdout))
     assert settings.endpoints == [Endpoint("https://c1.test:8443", "http://proxy.test:3128"),
                                   Endpoint("https://c2.internal:8443", None)]
     assert settings.ca_hash == pin

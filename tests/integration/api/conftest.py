@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from coordinator.api.app import Settings, create_app
+from coordinator.api.app import Presentation, create_app
 from coordinator.service.coordinator import Coordinator
 from coordinator.store.sqlite import SQLiteStore
 from nodeagent.prechecks.runner import summarize
@@ -119,7 +119,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     coordinator = Coordinator(store, clock)
     secret, _ = await coordinator.access.create_admin_token("tests", "admin")
     client = TestClient(TestServer(create_app(coordinator, tmp_path,
-                                              Settings(advertise_url="http://127.0.0.1:1"))))
+                                              Presentation(advertise_url="http://127.0.0.1:1"))))
     await client.start_server()
     environment = Env(client, coordinator, clock, {"Authorization": f"Bearer {secret}"})
     await environment.call("PUT", "/v1/clusters", 200, data=CLUSTER)

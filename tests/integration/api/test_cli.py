@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.coordinator import Coordinator, running_coordinator
+from tests.support.coordinator import ServedCoordinator, running_coordinator
 
 
 @pytest.fixture
-def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
+def coordinator(tmp_path: Path) -> Iterator[ServedCoordinator]:
     with running_coordinator(tmp_path) as served:
         w1 = served.register("w1")
         served.register("w2")
@@ -37,7 +37,7 @@ def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
     ("machines", "get", "w1"), ("status", "lab"),
 ])
 def test_every_read_command_prints_the_same_data_as_json_and_yaml(
-        coordinator: Coordinator, command: tuple[str, ...]) -> None:
+        coordinator: ServedCoordinator, command: tuple[str, ...]) -> None:
     as_json = coordinator.cli_json(*command)
     as_yaml = yaml.safe_load(coordinator.cli(*command, "-o", "yaml").stdout)
     volatile = ("step", "last_seen", "rollout", "stages")  # elapsed times move between the calls
@@ -52,7 +52,7 @@ def test_every_read_command_prints_the_same_data_as_json_and_yaml(
     assert stable(as_json) == stable(as_yaml) and as_json
 
 
-def test_streams_print_one_json_line_or_yaml_document_per_event(coordinator: Coordinator) -> None:
+def test_streams_print_one_json_line_or_yaml_document_per_event(coordinator: ServedCoordinator) -> None:
     lines = coordinator.cli("events", "--machine", "w1", "-o", "json").stdout.splitlines()
     docs = [d for d in yaml.safe_load_all(coordinator.cli("events", "--machine", "w1", "-o", "yaml")
                                           .stdout)]
@@ -61,7 +61,7 @@ def test_streams_print_one_json_line_or_yaml_document_per_event(coordinator: Coo
     assert [json.loads(x)["data"]["item"] for x in logs] == ["base", "runtime"]
 
 
-def test_machine_logs_show_each_items_output_and_follow_new_reports(coordinator: Coordinator) -> None:
+def test_machine_logs_show_each_items_output_and_follow_new_reports(coordinator: ServedCoordinator) -> None:
     out = coordinator.cli("machines", "logs", "w1").stdout
     assert "prepare/base attempt 1 succeeded (exit 0, 1s)\nbase: configured\n" in out
     assert ("prepare/runtime attempt 2 failed (exit 100, 1s): exit status 100\n"
@@ -85,13 +85,13 @@ def test_machine_logs_show_each_items_output_and_follow_new_reports(coordinator:
     assert follow.returncode == 0 and "Traceback" not in err
 
 
-def test_logs_of_an_unknown_machine_say_so(coordinator: Coordinator) -> None:
+def test_logs_of_an_unknown_machine_say_so(coordinator: ServedCoordinator) -> None:
     result = coordinator.cli("machines", "logs", "nope", ok=False)
     assert result.returncode == 1
     assert result.stderr == "error: no machine with id or hostname nope\n"
 
 
-def test_events_filter_by_machine_kind_and_since(coordinator: Coordinator) -> None:
+def test_events_filter_by_machine_kind_and_since(coordinator: ServedCoordinator) -> None:
     out = coordinator.cli("events", "--machine", "w1", "--kind", "item", "--since", "10m").stdout
     assert len(out.splitlines()) == 2 and all(" w1 " in x and " item " in x for x in out.splitlines())
     assert coordinator.cli("events", "--since", "2099-01-01T00:00").stdout == ""
@@ -110,7 +110,7 @@ def read_terminal(fd: int, until: str, timeout: float = 15) -> str:
     return seen
 
 
-def test_status_watch_redraws_progress_bars_and_an_eta_in_a_terminal(coordinator: Coordinator) -> None:
+def test_status_watch_redraws_progress_bars_and_an_eta_in_a_terminal(coordinator: ServedCoordinator) -> None:
     main, terminal = pty.openpty()
     env = {**os.environ, "COLUMNS": "180", "LINES": "60", "TERM": "xterm-256color"}
     watch = subprocess.Popen(coordinator.cli_argv("status", "lab", "--watch", "--interval", "0.3"),
@@ -135,7 +135,7 @@ def test_status_watch_redraws_progress_bars_and_an_eta_in_a_terminal(coordinator
         os.close(main)
 
 
-def test_shell_completion_completes_machine_and_cluster_names(coordinator: Coordinator) -> None:
+def test_shell_completion_completes_machine_and_cluster_names(coordinator: ServedCoordinator) -> None:
     def complete(words: str) -> list[str]:
         env = {**os.environ, "_COORDINATOR_COMPLETE": "bash_complete", "COMP_WORDS": words,
                "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1)),

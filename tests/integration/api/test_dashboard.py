@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.conftest import require_binary
-from tests.support.coordinator import Coordinator, running_coordinator
+from tests.support.coordinator import ServedCoordinator, running_coordinator
 
 ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS_DIR",
                                 Path(__file__).resolve().parents[3] / "build" / "test-artifacts"))
@@ -32,13 +32,13 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
+def coordinator(tmp_path: Path) -> Iterator[ServedCoordinator]:
     with running_coordinator(tmp_path) as served:
         yield served
 
 
 @pytest.fixture
-def page(browser: Browser, coordinator: Coordinator) -> Iterator[Page]:
+def page(browser: Browser, coordinator: ServedCoordinator) -> Iterator[Page]:
     # The coordinator's certificate is signed by its own CA, which this fresh browser profile
     # does not know: accept it, as an operator does once (or imports ca.crt).
     context = browser.new_context(viewport={"width": 1400, "height": 950}, ignore_https_errors=True)
@@ -50,7 +50,7 @@ def page(browser: Browser, coordinator: Coordinator) -> Iterator[Page]:
     assert errors == [], f"JavaScript errors on the page: {errors}"
 
 
-def sign_in(page: Page, c: Coordinator) -> None:
+def sign_in(page: Page, c: ServedCoordinator) -> None:
     page.goto(c.url + "/")
     page.get_by_label("Token").fill(c.token_file.read_text().strip())
     page.get_by_role("button", name="Connect").click()
@@ -67,7 +67,7 @@ def keep(page: Page, tmp_path: Path, name: str) -> Path:
 
 
 def test_approving_a_machine_shows_its_rollout_live_without_a_reload(
-        page: Page, coordinator: Coordinator, tmp_path: Path) -> None:
+        page: Page, coordinator: ServedCoordinator, tmp_path: Path) -> None:
     c = coordinator
     m1 = c.register("m1")
     c.register("w1")
@@ -113,7 +113,7 @@ def test_approving_a_machine_shows_its_rollout_live_without_a_reload(
     keep(page, tmp_path, "dashboard-machine-detail.png")
 
 
-def test_search_filters_sort_and_role_assignment(page: Page, coordinator: Coordinator) -> None:
+def test_search_filters_sort_and_role_assignment(page: Page, coordinator: ServedCoordinator) -> None:
     c = coordinator
     for hostname in ("worker-b", "worker-a", "edge-1"):
         c.register(hostname)
@@ -144,7 +144,7 @@ def test_search_filters_sort_and_role_assignment(page: Page, coordinator: Coordi
 
 
 def test_a_wrong_token_is_refused_and_a_good_one_is_kept_for_the_tab(
-        page: Page, coordinator: Coordinator) -> None:
+        page: Page, coordinator: ServedCoordinator) -> None:
     page.goto(coordinator.url + "/")
     page.get_by_label("Token").fill("admin_wrong")
     page.get_by_role("button", name="Connect").click()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.coordinator import Coordinator, running_coordinator
+from tests.support.coordinator import ServedCoordinator, running_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 from tests.support.ports import wait_until
 
@@ -49,7 +49,7 @@ def web_on_w1(kube: KubeApiServer) -> list[str]:
     return [p for p in kube.cluster.pods_on("w1") if p.startswith("default/web-")]
 
 
-def w1_drain(c: Coordinator) -> dict[str, Any]:
+def w1_drain(c: ServedCoordinator) -> dict[str, Any]:
     drain: dict[str, Any] = c.machine("w1")["drain"] or {}
     return drain
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.coordinator import NOOP_CLUSTER, Coordinator, running_coordinator
+from tests.support.coordinator import NOOP_CLUSTER, ServedCoordinator, running_coordinator
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +19,7 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedCoordinator]:
     # Plain HTTP: the API is under test here, TLS has its own tests (test_trust.py).
     with running_coordinator(tmp_path_factory.mktemp("fuzz"), cluster=None, tls=False) as c:
         yield c
@@ -37,14 +37,14 @@ def fuzz(url: str, credential: str, *extra: str) -> subprocess.CompletedProcess[
         capture_output=True, text=True, timeout=600)
 
 
-def test_no_operation_answers_a_5xx_to_an_admin(served: Coordinator) -> None:
+def test_no_operation_answers_a_5xx_to_an_admin(served: ServedCoordinator) -> None:
     served.admin.request("PUT", "/v1/clusters", text=NOOP_CLUSTER, content_type="application/yaml")
     result = fuzz(served.url, served.token_file.read_text().strip())
     assert result.returncode == 0, result.stdout[-4000:]
     assert "Server error" not in result.stdout
 
 
-def test_no_agent_operation_answers_a_5xx_to_a_machine(served: Coordinator) -> None:
+def test_no_agent_operation_answers_a_5xx_to_a_machine(served: ServedCoordinator) -> None:
     admin = served.admin
     admin.request("PUT", "/v1/clusters", text=NOOP_CLUSTER, content_type="application/yaml")
     token = admin.request("POST", "/v1/clusters/lab/join-tokens", body={})["token"]

@@ -16,17 +16,17 @@ from typing import Any
 import pytest
 
 from coordinator.client import ClientError
-from tests.support.coordinator import COORDINATOR, Agent, Coordinator, running_coordinator
+from tests.support.coordinator import COORDINATOR, Agent, ServedCoordinator, running_coordinator
 from tests.support.ports import wait_until
 
 
 @pytest.fixture
-def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
+def coordinator(tmp_path: Path) -> Iterator[ServedCoordinator]:
     with running_coordinator(tmp_path) as served:
         yield served
 
 
-def preparing_worker(c: Coordinator, outputs: tuple[str, str] = ("", "")) -> Agent:
+def preparing_worker(c: ServedCoordinator, outputs: tuple[str, str] = ("", "")) -> Agent:
     """w1 approved and in Prepare with its two prepare items reported, and w2 Pending."""
     w1 = c.register("w1")
     c.register("w2")
@@ -37,15 +37,15 @@ def preparing_worker(c: Coordinator, outputs: tuple[str, str] = ("", "")) -> Age
     return w1
 
 
-def tls(c: Coordinator) -> ssl.SSLContext:
+def tls(c: ServedCoordinator) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(c.ca_file))
 
 
-def stages(c: Coordinator) -> dict[str, dict[str, Any]]:
+def stages(c: ServedCoordinator) -> dict[str, dict[str, Any]]:
     return {s["name"]: s for s in c.admin.get("/v1/clusters/lab/status")["stages"]}
 
 
-def test_status_shows_stages_rollout_and_each_machines_step(coordinator: Coordinator) -> None:
+def test_status_shows_stages_rollout_and_each_machines_step(coordinator: ServedCoordinator) -> None:
     c = coordinator
     m1, w1 = c.register("m1"), c.register("w1")
     c.register("w2", failing=True)
@@ -81,7 +81,7 @@ def test_status_shows_stages_rollout_and_each_machines_step(coordinator: Coordin
     assert steps["w2"]["status"] is None  # Pending runs no phase
 
 
-def test_events_filter_by_hostname_kind_time_and_come_newest_first(coordinator: Coordinator) -> None:
+def test_events_filter_by_hostname_kind_time_and_come_newest_first(coordinator: ServedCoordinator) -> None:
     c = coordinator
     preparing_worker(c, outputs=("one\n", "two\n"))
 
@@ -99,7 +99,7 @@ def test_events_filter_by_hostname_kind_time_and_come_newest_first(coordinator: 
 
 
 def test_the_event_stream_delivers_new_events_at_once_and_resumes_after_the_last_id(
-        coordinator: Coordinator) -> None:
+        coordinator: ServedCoordinator) -> None:
     c = coordinator
     c.register("old")  # before the stream opened: not sent
     received: queue.Queue[dict[str, Any]] = queue.Queue()
@@ -140,7 +140,7 @@ def metric(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
-def scrape(c: Coordinator) -> str:
+def scrape(c: ServedCoordinator) -> str:
     # No token: Prometheus scrapes it as it is.
     with urllib.request.urlopen(f"{c.url}/metrics", timeout=10, context=tls(c)) as response:
         assert response.headers["Content-Type"].startswith("text/plain")
@@ -176,7 +176,8 @@ def test_a_negative_gc_interval_is_refused_naming_the_option(tmp_path: Path) -> 
     assert "Traceback" not in refused.stderr
 
 
-def test_metrics_count_machines_items_api_latency_and_connected_agents(coordinator: Coordinator) -> None:
+def test_metrics_count_machines_items_api_latency_and_connected_agents(
+        coordinator: ServedCoordinator) -> None:
     c = coordinator
     w1 = preparing_worker(c)
 
@@ -205,7 +206,7 @@ def test_metrics_count_machines_items_api_latency_and_connected_agents(coordinat
 
 
 def test_the_dashboard_is_served_without_a_token_and_the_api_still_needs_one(
-        coordinator: Coordinator) -> None:
+        coordinator: ServedCoordinator) -> None:
     with urllib.request.urlopen(f"{coordinator.url}/", timeout=10,
                                 context=tls(coordinator)) as response:
         assert response.url.endswith("/ui/index.html")

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from coordinator.api.app import Settings, create_app
+from coordinator.api.app import Presentation, create_app
 from coordinator.domain.model import MachineState
-from coordinator.service.coordinator import Coordinator
+from coordinator.service.coordinator import ServedCoordinator
 from coordinator.store.base import Fenced, leader_epoch
 from coordinator.store.postgres import LEADER_LOCK, PostgresStore
 from nodeagent.protocol import StateItem
@@ -41,11 +41,11 @@ async def replicas(dsn: str, tmp_path: Path) -> AsyncIterator[list[Env]]:
         store = PostgresStore(dsn)
         store.identity = name
         await store.open()
-        coordinator = Coordinator(store, Clock())
+        coordinator = ServedCoordinator(store, Clock())
         if secret is None:
             secret, _ = await coordinator.access.create_admin_token("tests", "admin")
         client = TestClient(TestServer(create_app(coordinator, tmp_path,
-                                                  Settings(advertise_url="http://127.0.0.1:1"))))
+                                                  Presentation(advertise_url="http://127.0.0.1:1"))))
         await client.start_server()
         envs.append(Env(client, coordinator, Clock(), {"Authorization": f"Bearer {secret}"}))
     await envs[0].call("PUT", "/v1/clusters", 200, data=CLUSTER)

@@ -15,7 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from click.testing import CliRunner
 
-from coordinator.api.app import Settings, create_app
+from coordinator.api.app import Presentation, create_app
 from coordinator.cli import main
 from coordinator.metrics import METRICS
 from coordinator.service.coordinator import Coordinator
@@ -69,7 +69,7 @@ async def env(tmp_path: Path, kube: KubeApiServer) -> AsyncIterator[Env]:
     coordinator = Coordinator(store)  # the real clock: drains time out for real
     secret, _ = await coordinator.access.create_admin_token("tests", "admin")
     client = TestClient(TestServer(create_app(coordinator, tmp_path,
-                                              Settings(advertise_url="http://127.0.0.1:1"))))
+                                              Presentation(advertise_url="http://127.0.0.1:1"))))
     await client.start_server()
     environment = Env(client, coordinator, time.time,  # type: ignore[arg-type]
                       {"Authorization": f"Bearer {secret}"})

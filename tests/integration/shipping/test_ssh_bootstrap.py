@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.config import load_config
-from tests.support.coordinator import Coordinator, running_coordinator
+from tests.support.coordinator import ServedCoordinator, running_coordinator
 from tests.support.nspawn import Container
 from tests.support.packages import Packages, in_root, in_root_argv, overlay
 from tests.support.ports import wait_until
@@ -59,7 +59,7 @@ def running_agent(root: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
         agent.wait(timeout=10)
 
 
-def add(c: Coordinator, host: Sshd, packages: Packages, *trust: str
+def add(c: ServedCoordinator, host: Sshd, packages: Packages, *trust: str
         ) -> subprocess.CompletedProcess[str]:
     trust = trust or ("--known-hosts", str(host.known_hosts))
     return c.cli("machines", "add", "--ssh", host.target, "--key", str(host.client_key), *trust,
@@ -67,7 +67,7 @@ def add(c: Coordinator, host: Sshd, packages: Packages, *trust: str
                  "--packages", str(packages.deb["nodeagent"].parent), ok=False, timeout=120)
 
 
-def machines_seen_after(c: Coordinator, since: float) -> list[str]:
+def machines_seen_after(c: ServedCoordinator, since: float) -> list[str]:
     return [m["hostname"] for m in c.cli_json("machines") if (m["last_seen"] or 0) > since]
 
 

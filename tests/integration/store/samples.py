@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from coordinator.domain.model import ClusterSpec, Machine, MachineState, Progress
+from coordinator.domain.model import ClusterSpec, ItemProgress, Machine, MachineState
 from coordinator.store.base import Store
 
 
@@ -34,7 +34,7 @@ def machine(machine_id: str = "m-1", cluster: str = "edge", **changes: Any) -> M
         facts={"cpus": 4, "memory": 8.5, "os": {"id": "debian", "version": "12"}, "tags": []},
         precheck={"ok": True, "checks": [{"name": "kernel", "status": "pass"}]},
         applied=frozenset({"a" * 32, "b" * 32}),
-        progress=Progress(item="kubelet", attempt=2, status="failed", error="exit 1",
+        progress=ItemProgress(item="kubelet", attempt=2, status="failed", error="exit 1",
                           next_retry_at=17.5, updated_at=16.25, failing_since=14.0),
         created_at=1.5,
         state_since=2.5,

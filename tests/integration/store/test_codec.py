@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.domain.model import DrainStage, DrainStatus, Machine, MachineState, Progress
+from coordinator.domain.model import DrainStage, DrainStatus, ItemProgress, Machine, MachineState
 from coordinator.store.codec import dumps, machine_from_doc, machine_to_doc, spec_from_json, spec_to_json
 from tests.integration.store.samples import machine, spec
 
@@ -33,7 +33,7 @@ machines = st.builds(
     facts=json_objects,
     precheck=json_objects,
     applied=st.frozensets(st.text()),
-    progress=st.none() | st.builds(Progress, item=st.text(), attempt=st.integers(), status=st.text(),
+    progress=st.none() | st.builds(ItemProgress, item=st.text(), attempt=st.integers(), status=st.text(),
                                    error=st.text(), next_retry_at=st.none() | finite,
                                    updated_at=finite),
     created_at=finite,
@@ -64,7 +64,7 @@ def test_every_machine_survives_a_json_round_trip(m: Machine) -> None:
     assert back == m
     assert type(back.state) is MachineState
     assert isinstance(back.applied, frozenset)
-    assert back.progress is None or type(back.progress) is Progress
+    assert back.progress is None or type(back.progress) is ItemProgress
     assert back.drain is None or type(back.drain.stage) is DrainStage
 
 

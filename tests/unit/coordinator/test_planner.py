@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.domain.model import Machine, MachineState, Progress
-from coordinator.domain.planner import Decision, apply, plan, plan_to_fixpoint
+from coordinator.domain.model import ItemProgress, Machine, MachineState
+from coordinator.domain.planner import Decision, enact, plan, plan_to_fixpoint
 from tests.unit.coordinator.builders import cluster, finish_phase, items, machine
 
 P, PREP, DEP, READY = MachineState.PENDING, MachineState.PREPARE, MachineState.DEPLOY, MachineState.READY
@@ -90,7 +90,7 @@ def test_remaining_managers_deploy_one_at_a_time() -> None:
     decisions = plan(spec, [m1, *others])
     assert moves(decisions) == [("m2", DEP)]
     assert decisions[0].reason == "next manager deploys (one at a time)"
-    fleet = apply([m1, *others], decisions, now=5.0)
+    fleet = enact([m1, *others], decisions, now=5.0)
     assert plan(spec, fleet) == []
 
 
@@ -105,7 +105,7 @@ def test_workers_deploy_in_batches_alongside_a_second_manager() -> None:
     decisions = plan(spec, fleet)
     assert moves(decisions) == [("m2", DEP), ("w1", DEP), ("w2", DEP)]
     assert decisions[-1].reason == "worker deploys (3 of 3 worker slots)"
-    fleet = apply(fleet, decisions, now=1.0)
+    fleet = enact(fleet, decisions, now=1.0)
     assert plan(spec, fleet) == []
     fleet = [finish_phase(spec, m) if m.hostname in ("w1", "w2") else m for m in fleet]
     assert moves(plan(spec, fleet)) == [("w1", READY), ("w2", READY), ("w3", DEP), ("w4", DEP)]
@@ -135,7 +135,7 @@ def test_a_failing_machine_stays_put_and_the_others_go_on() -> None:
     spec = cluster(worker=items("deploy", 1), batch=2)
     failing = replace(
         machine("w1", state=DEP),
-        progress=Progress(item="deploy-0", attempt=4, status="failed", error="exit 1"),
+        progress=ItemProgress(item="deploy-0", attempt=4, status="failed", error="exit 1"),
     )
     fleet = [machine("m1", "manager", state=READY), failing,
              finish_phase(spec, machine("w2", state=DEP)), machine("w3", state=PREP)]
@@ -150,7 +150,7 @@ def test_delete_flow_removes_the_record_once_reset_items_are_applied() -> None:
     decisions = plan(spec, [finish_phase(spec, w1), keep])
     assert decisions == [Decision("id-w1", "w1", MachineState.DELETING, None,
                                   "reset items applied: machine removed")]
-    assert apply([finish_phase(spec, w1), keep], decisions, now=1.0) == [keep]
+    assert enact([finish_phase(spec, w1), keep], decisions, now=1.0) == [keep]
 
 
 def test_empty_phases_complete_through_plan_to_fixpoint() -> None:
@@ -179,10 +179,10 @@ def test_plan_ignores_the_order_machines_come_in() -> None:
     assert moves(plan(spec, fleet)) == [("w0", DEP), ("w3", DEP)]
 
 
-def test_apply_refuses_a_decision_planned_on_a_stale_snapshot() -> None:
+def test_enact_refuses_a_decision_planned_on_a_stale_snapshot() -> None:
     w1 = machine("w1")
     decisions = plan(cluster(), [w1])
-    moved = apply([w1], decisions, now=1.0)
+    moved = enact([w1], decisions, now=1.0)
     assert moved[0].generation == w1.generation + 1
     with pytest.raises(ValueError, match="decision from Pending"):
-        apply(moved, decisions, now=2.0)
+        enact(moved, decisions, now=2.0)

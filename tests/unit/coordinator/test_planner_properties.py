@@ -18,9 +18,9 @@ from coordinator.domain.model import (
     ROLES,
     ClusterSpec,
     DrainStage,
+    ItemProgress,
     Machine,
     MachineState,
-    Progress,
     Role,
     deployed_managers,
     needs_drain,
@@ -30,14 +30,14 @@ from coordinator.domain.model import (
 )
 from coordinator.domain.planner import (
     Decision,
-    apply,
     awaiting_upgrade,
     behind,
+    enact,
     plan,
     post_deploy_host,
 )
 from coordinator.domain.workingset import ClusterView
-from nodeagent.protocol import PHASES, Phase
+from nodeagent.contract import PHASES, Phase
 from tests.unit.coordinator.builders import cluster, drained, items, machine, upgraded_cluster
 
 S = MachineState
@@ -117,7 +117,7 @@ class World:
         elif kind == "finish":  # the agent reports all items of its phase applied
             m = self.finished(m)
         elif kind == "fail" and self.pending(m):
-            m = replace(m, progress=Progress(self.pending(m)[0], int(self.now), "failed", "exit 1"))
+            m = replace(m, progress=ItemProgress(self.pending(m)[0], int(self.now), "failed", "exit 1"))
         elif kind == "approve":
             m = replace(m, approved=True)
         elif kind == "role" and m.role is None and m.state is S.PENDING:
@@ -182,9 +182,9 @@ class World:
         check_working_set(self.spec, before, decisions, self.view)
         after = before
         for d in decisions:  # the reconciler may persist only part of a pass
-            after = apply(after, [d], self.now)
+            after = enact(after, [d], self.now)
             self.check_state(after)
-        assert after == apply(before, decisions, self.now)
+        assert after == enact(before, decisions, self.now)
         check_decisions(self.spec, before, after, decisions)
         for d in decisions:  # shown by --hypothesis-show-statistics: the paths really ran
             if d.to_state in (S.UPGRADE, S.RECONFIGURE):
@@ -292,7 +292,7 @@ def check_working_set(spec: ClusterSpec, before: list[Machine], decisions: list[
     if left_out:
         event("inert machines reconfigure after a manager change")
         assert all(d.to_state is S.RECONFIGURE for d in left_out)
-        assert deployed_managers(apply(before, decisions, 0.0)) != deployed_managers(before)
+        assert deployed_managers(enact(before, decisions, 0.0)) != deployed_managers(before)
     host, stand_in_host = post_deploy_host(spec, before), post_deploy_host(spec, working)
     assert (host and host.id) == (stand_in_host and stand_in_host.id)
 

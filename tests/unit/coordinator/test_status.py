@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coordinator.domain.model import Machine, MachineState, Progress
+from coordinator.domain.model import ItemProgress, Machine, MachineState
 from coordinator.domain.planner import plan_to_fixpoint
 from coordinator.domain.records import Event
 from coordinator.domain.status import History, machine_step, rollout, stages
@@ -37,11 +37,11 @@ class Rollout:
         """Every item of the phase applied, the last success reported now."""
         for h in hostnames:
             m = finish_phase(SPEC, self.machines[h])
-            self.machines[h] = replace(m, progress=Progress(
+            self.machines[h] = replace(m, progress=ItemProgress(
                 item="last", attempt=1, status="succeeded", updated_at=self.now))
 
     def fail(self, hostname: str, item: str, attempt: int, since: float) -> None:
-        self.machines[hostname] = replace(self.machines[hostname], progress=Progress(
+        self.machines[hostname] = replace(self.machines[hostname], progress=ItemProgress(
             item=item, attempt=attempt, status="failed", error="exit status 1",
             next_retry_at=self.now + 4, updated_at=self.now, failing_since=since))
 
@@ -137,7 +137,7 @@ def test_a_late_worker_reopens_approval_and_workers_but_not_managers() -> None:
 
 def test_machine_step_says_item_n_of_m_attempt_and_elapsed() -> None:
     m = replace(machine("w1", state=MachineState.PREPARE), state_since=100.0,
-                progress=Progress(item="wprepare-1", attempt=1, status="running", updated_at=110))
+                progress=ItemProgress(item="wprepare-1", attempt=1, status="running", updated_at=110))
     m = replace(m, applied=frozenset({items("prepare", 2, "w")[0].fingerprint()}))
     step = machine_step(SPEC, m, now=115.0)
     assert (step.phase, step.index, step.total, step.done) == ("prepare", 2, 2, 1)
@@ -147,7 +147,7 @@ def test_machine_step_says_item_n_of_m_attempt_and_elapsed() -> None:
 
 
 def test_machine_step_of_a_failed_item_counts_down_to_its_retry() -> None:
-    m = replace(machine("w1", state=MachineState.PREPARE), progress=Progress(
+    m = replace(machine("w1", state=MachineState.PREPARE), progress=ItemProgress(
         item="wprepare-0", attempt=3, status="failed", error="boom", next_retry_at=130.0,
         updated_at=120.0, failing_since=101.0))
     step = machine_step(SPEC, m, now=125.0)
@@ -156,7 +156,7 @@ def test_machine_step_of_a_failed_item_counts_down_to_its_retry() -> None:
 
 
 def test_machine_step_names_the_next_item_and_ignores_stale_progress() -> None:
-    stale = Progress(item="mdeploy-0", attempt=1, status="succeeded", updated_at=1.0)
+    stale = ItemProgress(item="mdeploy-0", attempt=1, status="succeeded", updated_at=1.0)
     m = replace(machine("w1", state=MachineState.PREPARE), progress=stale)
     assert (machine_step(SPEC, m, 5.0).status, machine_step(SPEC, m, 5.0).item) == (
         "waiting", "wprepare-0")

@@ -7,7 +7,7 @@ from dataclasses import replace
 from coordinator.domain.model import DrainStage, KubernetesSettings, Machine, MachineState, phase_items
 from coordinator.domain.planner import (
     Decision,
-    apply,
+    enact,
     node_action,
     plan,
     plan_to_fixpoint,
@@ -50,7 +50,7 @@ def test_a_new_release_upgrades_managers_one_at_a_time_first() -> None:
     decisions = plan(spec, machines)
     assert moves(decisions) == [("m1", UPGRADE)]
     assert decisions[0].reason == "manager upgrades (one at a time)"
-    machines = apply(machines, decisions, now=1.0)
+    machines = enact(machines, decisions, now=1.0)
     assert plan(spec, machines) == [], "a second manager or a worker joined a manager's upgrade"
 
 
@@ -62,7 +62,7 @@ def test_deploy_items_done_at_the_same_release_need_no_upgrade() -> None:
 
 def test_the_upgrade_items_wait_for_the_drain_and_ready_waits_for_the_uncordon() -> None:
     spec = upgraded_cluster(cluster())
-    m1 = apply([ready("m1", "manager")], plan(spec, [ready("m1", "manager")]), now=1.0)[0]
+    m1 = enact([ready("m1", "manager")], plan(spec, [ready("m1", "manager")]), now=1.0)[0]
     assert m1.state is UPGRADE and m1.drain is None
     items_done = finish_phase(spec, m1)
     assert plan(spec, [items_done]) == [], "Ready before the node was drained and uncordoned"
@@ -74,12 +74,12 @@ def test_the_upgrade_items_wait_for_the_drain_and_ready_waits_for_the_uncordon()
     assert moves(decisions) == [("m1", READY)]
     assert decisions[0].reason == "upgrade items applied; node uncordoned and Ready"
     assert node_action(spec, drained(items_done, DrainStage.NODE_READY)) is None
-    assert apply([drained(items_done, DrainStage.NODE_READY)], decisions, 2.0)[0].release == "2.0.0"
+    assert enact([drained(items_done, DrainStage.NODE_READY)], decisions, 2.0)[0].release == "2.0.0"
 
 
 def test_without_drain_managers_a_manager_upgrades_in_place() -> None:
     spec = upgraded_cluster(cluster(), drain_managers=False)
-    m1 = apply([ready("m1", "manager")], plan(spec, [ready("m1", "manager")]), now=1.0)[0]
+    m1 = enact([ready("m1", "manager")], plan(spec, [ready("m1", "manager")]), now=1.0)[0]
     assert moves(plan(spec, [finish_phase(spec, m1)])) == [("m1", READY)]
 
 
@@ -90,7 +90,7 @@ def test_workers_upgrade_in_batches_after_every_manager() -> None:
     assert moves(decisions) == [("w1", UPGRADE), ("w2", UPGRADE)]
     assert decisions[-1].reason == "worker upgrades (2 of 2 worker slots)"
     behind = [ready("m1", "manager"), *fleet(managers=0)]
-    in_upgrade = apply(behind, [Decision("id-m1", "m1", READY, UPGRADE, "test")], 1.0)
+    in_upgrade = enact(behind, [Decision("id-m1", "m1", READY, UPGRADE, "test")], 1.0)
     assert plan(spec, in_upgrade) == [], "workers upgraded while a manager was"
 
 
@@ -123,7 +123,7 @@ def test_a_changed_manager_set_reconfigures_every_ready_machine_with_reconfigure
     assert moves(decisions) == [("m2", READY), ("m1", RECONF), ("w1", RECONF)]
     assert decisions[0].managers == ("m1", "m2")
     assert decisions[1].reason == "the manager set changed: reconfigure"
-    machines = apply(machines, decisions, now=1.0)
+    machines = enact(machines, decisions, now=1.0)
     assert plan(spec, machines) == [], "reconfigure finished before its items ran"
     machines = [finish_phase(spec, m, ("m1", "m2")) for m in machines]
     machines, _ = plan_to_fixpoint(spec, machines, now=2.0)

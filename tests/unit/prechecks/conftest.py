@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from nodeagent.config import AgentConfig, Role
+from nodeagent.config import AgentConfig
+from nodeagent.contract import Role
 from nodeagent.host import Host
 from nodeagent.prechecks.base import CheckContext
 from tests.conftest import RootTree

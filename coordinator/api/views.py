@@ -9,6 +9,7 @@ from coordinator.domain.model import ClusterSpec, Machine
 from coordinator.domain.planner import UpgradePlan
 from coordinator.domain.records import AdminToken, Event, JoinToken, StoredCluster
 from coordinator.domain.status import machine_step
+from coordinator.service.queries import ClusterStatus
 
 
 def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = False,
@@ -104,3 +105,18 @@ def join_token_view(token: JoinToken) -> dict[str, Any]:
 def admin_token_view(token: AdminToken) -> dict[str, Any]:
     return {"id": token.id, "name": token.name, "role": token.role,
             "created_at": token.created_at, "revoked": token.revoked}
+
+
+def cluster_status_view(status: ClusterStatus) -> dict[str, Any]:
+    spec = status.stored.spec
+    return {
+        "cluster": spec.name,
+        "release": spec.release,
+        "generation": status.stored.generation,
+        "paused": spec.settings.upgrade.paused,
+        "post_deploy": asdict(status.post_deploy),
+        "counts": status.counts,
+        "stages": [asdict(s) for s in status.stages],
+        "rollout": asdict(status.rollout),
+        "machines": [machine_view(m, spec, now=status.now) for m in status.machines],
+    }

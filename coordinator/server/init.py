@@ -26,8 +26,8 @@ async def initialize(options: ServeOptions, names: list[str], spec: ClusterSpec 
     try:
         join = None
         if spec is not None:
-            await coordinator.apply_cluster(spec)
-            secret, _ = await coordinator.create_join_token(spec.name, join_ttl, join_max_uses)
+            await coordinator.admin.apply_cluster(spec)
+            secret, _ = await coordinator.admin.create_join_token(spec.name, join_ttl, join_max_uses)
             join = joinstring.make(options.url(), secret, ca_pem)
     finally:
         await coordinator.store.close()

@@ -15,7 +15,8 @@ from pathlib import Path
 import uvloop
 from aiohttp import web
 
-from coordinator.api.app import Presentation, create_app
+from coordinator.api.app import create_app
+from coordinator.api.context import Presentation
 from coordinator.domain.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
 from coordinator.gcpolicy import DEFAULT_INTERVAL_SECONDS, GcPolicy
 from coordinator.metrics import METRICS
@@ -119,7 +120,7 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
         METRICS.gc_pauses.install()  # at /metrics, whoever schedules the collections
         if options.gc_interval > 0:
             policy = GcPolicy(METRICS.gc_pauses, options.gc_interval,
-                              busy=coordinator.rolling_out)
+                              busy=coordinator.reconciler.rolling_out)
             policy.start()
             background.append(asyncio.create_task(policy.run()))
         stop = asyncio.Event()

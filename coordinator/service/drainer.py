@@ -2,9 +2,9 @@
 task (cordon + drain) per machine, then the uncordon once its upgrade items are applied, then
 the wait for the node to report Ready.
 
-Each task writes its outcome into the machine's DrainStatus through the coordinator (under its
-lock, and only if the drain attempt it ran is still the current one: an operator's retry, skip
-or force starts a new attempt and cancels the task). A drain's deadline counts from the
+Each task writes its outcome into the machine's DrainStatus through a DrainLedger (under the
+write lock, and only if the drain attempt it ran is still the current one: an operator's retry,
+skip or force starts a new attempt and cancels the task). A drain's deadline counts from the
 stored started_at, so a coordinator restart resumes the drain without extending it.
 """
 
@@ -17,24 +17,32 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from coordinator.domain.model import ClusterSpec, DrainStage, DrainStatus, Machine, kubeconfig_reporter
 from coordinator.domain.planner import node_action
 from coordinator.kube import DrainResult, Kube, KubeError
 from coordinator.metrics import record_blocked_eviction, record_drain
 
-if TYPE_CHECKING:
-    from coordinator.service.coordinator import Coordinator
-
 log = logging.getLogger("coordinator.service.drainer")
 RETRY_SECONDS = 2.0  # after the API server failed to answer
 NOT_READY_POLL_SECONDS = 2.0  # the longest wait between two looks at a node's Ready condition
 
 
+class DrainLedger(Protocol):
+    """Where drain tasks record what they did, and read the machine they work on."""
+
+    async def set_drain(self, machine_id: str, expected: DrainStatus | None, status: DrainStatus,
+                        message: str | None) -> bool: ...
+
+    async def machine(self, machine_id: str) -> Machine | None: ...
+
+    def kick(self) -> None: ...
+
+
 class Drainer:
-    def __init__(self, coordinator: Coordinator, clock: Callable[[], float] = time.time) -> None:
-        self.coordinator = coordinator
+    def __init__(self, ledger: DrainLedger, clock: Callable[[], float] = time.time) -> None:
+        self.ledger = ledger
         self.clock = clock
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._not_before: dict[str, float] = {}  # machine id -> when a failed uncordon retries
@@ -79,12 +87,12 @@ class Drainer:
             left = status.started_at + settings.drain.timeout_seconds - self.clock()
             message = (f"{machine.hostname}: draining (attempt {status.attempt}; "
                        f"{max(0.0, left):.0f}s of its timeout left)")
-        if not await self.coordinator.set_drain(machine.id, machine.drain, status, message):
+        if not await self.ledger.set_drain(machine.id, machine.drain, status, message):
             return
         deadline = status.started_at + settings.drain.timeout_seconds
 
         async def progress(result: DrainResult) -> None:
-            await self.coordinator.set_drain(machine.id, status, _status(status, result), None)
+            await self.ledger.set_drain(machine.id, status, _status(status, result), None)
 
         while True:
             if access is None:
@@ -108,7 +116,7 @@ class Drainer:
         record_drain(machine.cluster, self.clock() - status.started_at,
                      ("forced" if status.force else "drained") if result.drained else "timed-out")
         verb = "drained" if result.drained else "drain blocked (still cordoned)"
-        await self.coordinator.set_drain(machine.id, status, final,
+        await self.ledger.set_drain(machine.id, status, final,
                                          f"{machine.hostname} {verb}: {result.message}")
 
     async def _uncordon(self, machine: Machine, access: KubeAccess | None) -> None:
@@ -121,12 +129,12 @@ class Drainer:
                 await kube.set_unschedulable(machine.hostname, False)
         except KubeError as exc:
             self._not_before[machine.id] = self.clock() + RETRY_SECONDS
-            await self.coordinator.set_drain(machine.id, status, replace(
+            await self.ledger.set_drain(machine.id, status, replace(
                 status, message=f"uncordon failed, retrying: {exc}"), None)
-            self.coordinator.kick()
+            self.ledger.kick()
             return
         self._not_before.pop(machine.id, None)
-        await self.coordinator.set_drain(
+        await self.ledger.set_drain(
             machine.id, status, replace(status, stage=DrainStage.UNCORDONED,
                                         uncordoned_at=self.clock(), message=(
                                             "upgrade items applied; uncordoned; waiting for node "
@@ -153,7 +161,7 @@ class Drainer:
             except KubeError as exc:
                 ready, detail = False, str(exc)
             if ready:
-                await self.coordinator.set_drain(machine.id, status, replace(
+                await self.ledger.set_drain(machine.id, status, replace(
                     status, stage=DrainStage.NODE_READY,
                     message=f"upgrade items applied; uncordoned; node {machine.hostname} Ready"),
                     f"{machine.hostname}: node Ready")
@@ -162,13 +170,13 @@ class Drainer:
                 late = replace(status, stage=DrainStage.NOT_READY, message=(
                     f"node {machine.hostname} is not Ready {timeout:g}s after the uncordon: "
                     f"{detail}; still checking"))
-                if not await self.coordinator.set_drain(
+                if not await self.ledger.set_drain(
                         machine.id, status, late, f"{machine.hostname}: {late.message}"):
                     return
                 status = late
             await asyncio.sleep(interval)
             interval = min(NOT_READY_POLL_SECONDS, interval * 2)
-            now = await self.coordinator.store.get_machine(machine.id)
+            now = await self.ledger.machine(machine.id)
             if now is None or now.drain is None or now.drain.stage not in (
                     DrainStage.UNCORDONED, DrainStage.NOT_READY) or now.drain.attempt != status.attempt:
                 return  # deleted, or moved on without this task

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from coordinator.api.app import Presentation, create_app
+from coordinator.api.app import create_app
+from coordinator.api.context import Presentation
 from coordinator.service.coordinator import Coordinator
 from coordinator.store.sqlite import SQLiteStore
 from nodeagent.prechecks.runner import summarize
@@ -89,7 +90,7 @@ class Env:
         for agent in agents:
             await (admin or self).call("POST", f"/v1/machines/{agent['machine_id']}/approve",
                                        200, json={"role": "worker"})
-        await self.coordinator.reconcile_once()
+        await self.coordinator.reconciler.reconcile_once()
         return agents, (await self.assignment(agents[0]))["items"][0]
 
     async def report(self, agent: dict[str, str], item: dict[str, Any], phase: str,

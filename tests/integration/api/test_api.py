@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from coordinator.api.app import ROUTES
 from coordinator.api.openapi import openapi_document
-from coordinator.service.coordinator import ROLLING_OUT_SECONDS
+from coordinator.api.routes import ROUTES
+from coordinator.service.reconciler import ROLLING_OUT_SECONDS
 from coordinator.store.sqlite import SQLiteStore
 from nodeagent.client import CoordinatorClient, Endpoint
 from nodeagent.prechecks.runner import summarize
@@ -31,12 +31,13 @@ async def test_admin_endpoints_refuse_a_missing_or_wrong_token(env: Env) -> None
 
 
 async def test_openapi_lists_exactly_the_served_routes(env: Env) -> None:
-    served = {(method.lower(), path) for method, path, _ in ROUTES}
-    documented = {(method, path) for path, ops in openapi_document()["paths"].items()
+    served = {(route.method.lower(), route.resource.canonical)
+              for route in env.client.app.router.routes() if route.resource is not None}
+    documented = {(method, path) for path, ops in openapi_document(ROUTES)["paths"].items()
                   for method in ops}
     assert documented == served
     fetched = await env.call("GET", "/openapi.json", 200, headers={})
-    assert fetched["paths"].keys() == openapi_document()["paths"].keys()
+    assert fetched["paths"].keys() == openapi_document(ROUTES)["paths"].keys()
 
 
 async def test_invalid_cluster_names_every_problem_and_stores_nothing(env: Env) -> None:
@@ -87,7 +88,7 @@ async def test_approval_moves_the_machine_to_prepare_and_wakes_its_long_poll(env
     await asyncio.sleep(0.05)
     assert not waiting.done()
     await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     woken = await asyncio.wait_for(waiting, 5)  # long before the 20 s wait ran out
     assert woken["state"] == "Prepare"
     assert [i["name"] for i in woken["items"]] == ["setup"]
@@ -123,7 +124,7 @@ async def test_a_poll_that_waited_for_nothing_is_not_modified_for_the_agent_hold
     waiting = asyncio.create_task(
         client.assignment(agent["machine_id"], agent["credential"], held, 20))
     await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     woken = await asyncio.wait_for(waiting, 5)
     assert woken is not None and woken["state"] == "Prepare" and woken["generation"] > held
 
@@ -131,25 +132,25 @@ async def test_a_poll_that_waited_for_nothing_is_not_modified_for_the_agent_hold
 async def test_the_coordinator_is_rolling_out_while_its_passes_move_machines(env: Env) -> None:
     """What the garbage collection schedule asks before pausing the process (gcpolicy)."""
     await env.register("m1")
-    await env.coordinator.reconcile_once()
-    assert not env.coordinator.rolling_out()  # a pass that moved nothing
+    await env.coordinator.reconciler.reconcile_once()
+    assert not env.coordinator.reconciler.rolling_out()  # a pass that moved nothing
     await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
-    await env.coordinator.reconcile_once()  # Pending -> Prepare
-    assert env.coordinator.rolling_out()
+    await env.coordinator.reconciler.reconcile_once()  # Pending -> Prepare
+    assert env.coordinator.reconciler.rolling_out()
     env.clock.now += ROLLING_OUT_SECONDS
-    await env.coordinator.reconcile_once()
-    assert not env.coordinator.rolling_out()
+    await env.coordinator.reconciler.reconcile_once()
+    assert not env.coordinator.reconciler.rolling_out()
 
 
 async def test_reports_drive_the_machine_to_ready(env: Env) -> None:
     agent = await env.register("m1")
     await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     await env.report_all(agent)
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     assert (await env.assignment(agent))["state"] == "Deploy"
     await env.report_all(agent)
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     status = await env.call("GET", "/v1/clusters/lab/status", 200)
     assert status["counts"] == {"Ready": 1}
     kinds = [e["kind"] for e in await env.call("GET", "/v1/events?machine=" + agent["machine_id"], 200)]
@@ -169,11 +170,11 @@ async def test_a_report_for_an_item_not_in_the_spec_is_refused(env: Env) -> None
 async def test_missed_heartbeats_mark_not_responding_without_changing_state(env: Env) -> None:
     agent = await env.register("m1")
     env.clock.now += 31
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     machine = (await env.call("GET", "/v1/machines/m1", 200))
     assert machine["responding"] is False and machine["state"] == "Pending"
     await env.heartbeat(agent)
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     assert (await env.call("GET", "/v1/machines/m1", 200))["responding"] is True
     kinds = [e["kind"] for e in await env.call("GET", "/v1/events?cluster=lab", 200)]
     assert "not-responding" in kinds and "responding" in kinds
@@ -183,15 +184,15 @@ async def test_a_machine_that_goes_silent_between_passes_is_marked_and_answers_a
         env: Env) -> None:
     quiet = await env.register("quiet")
     chatty = await env.register("chatty")
-    await env.coordinator.reconcile_once()  # later passes only look at what changed
+    await env.coordinator.reconciler.reconcile_once()  # later passes only look at what changed
     for _ in range(4):
         env.clock.now += 10
         await env.heartbeat(chatty)
-        await env.coordinator.reconcile_once()
+        await env.coordinator.reconciler.reconcile_once()
     machines = {m["hostname"]: m for m in await env.call("GET", "/v1/machines", 200)}
     assert machines["quiet"]["responding"] is False and machines["chatty"]["responding"] is True
     await env.heartbeat(quiet)
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     assert (await env.call("GET", "/v1/machines/quiet", 200))["responding"] is True
     assert (await env.call("GET", "/v1/machines/chatty", 200))["responding"] is True
     kinds = [e["kind"] for e in await env.call("GET", "/v1/events?machine=" + quiet["machine_id"], 200)]
@@ -204,13 +205,13 @@ async def test_a_pass_plans_on_a_reported_machine_with_the_heartbeats_written_si
     heartbeats written after the report must still count, or it would call the node silent."""
     agent = await env.register("m1")
     await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     await env.report_all(agent)  # written, and kept for the next pass
     env.clock.now += 25
     await env.heartbeat(agent)
-    await env.coordinator.flush_heartbeats()  # as the writer does every second
+    await env.coordinator.heartbeats.flush()  # as the writer does every second
     env.clock.now += 10  # 35 s after the report, 10 s after the heartbeat
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     machine = await env.call("GET", "/v1/machines/m1", 200)
     assert machine["responding"] is True and machine["state"] == "Deploy"
     kinds = [e["kind"] for e in await env.call("GET", "/v1/events?cluster=lab", 200)]
@@ -223,14 +224,14 @@ async def test_an_agent_heard_from_before_it_went_silent_answers_again_at_its_ne
     machine (here: marked not responding) instead of being read again."""
     agent = await env.register("m1")
     await env.heartbeat(agent)
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     env.clock.now += 29
     await env.assignment(agent)  # authenticated (no heartbeat): kept for a while
     env.clock.now += 2
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     assert (await env.call("GET", "/v1/machines/m1", 200))["responding"] is False
     await env.heartbeat(agent)
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     assert (await env.call("GET", "/v1/machines/m1", 200))["responding"] is True
 
 
@@ -244,7 +245,7 @@ async def test_a_long_poll_woken_by_a_pass_gets_what_a_fresh_read_gets(env: Env)
     polls = [asyncio.create_task(env.assignment(a, after=before[a["machine_id"]]["generation"],
                                                 wait=10)) for a in (manager, worker)]
     await asyncio.sleep(0.1)  # both parked
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     woken = await asyncio.gather(*polls)
     assert [a["state"] for a in woken] == ["Prepare", "Prepare"]
     assert woken == [await env.assignment(a) for a in (manager, worker)]
@@ -285,13 +286,13 @@ async def test_heartbeats_are_written_in_batches_and_a_shutdown_writes_the_rest(
 async def test_deleting_a_deployed_machine_runs_its_reset_items_then_removes_it(env: Env) -> None:
     agent = await env.register("m1")
     await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     answer = await env.call("DELETE", "/v1/machines/m1", 202)
     assert answer["status"] == "resetting"
     assignment = await env.assignment(agent)
     assert assignment["phase"] == "reset" and [i["name"] for i in assignment["items"]] == ["wipe"]
     await env.report_all(agent)
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     await env.call("GET", "/v1/machines/m1", 404)
     await env.call("GET", f"/v1/agent/machines/{agent['machine_id']}/assignment", 401,
                    headers={"Authorization": f"Bearer {agent['credential']}"})
@@ -329,13 +330,13 @@ async def test_reports_sent_together_are_committed_together_and_each_answered_on
         return await commit(*args, **kwargs)
 
     monkeypatch.setattr(store, "commit", counted)
-    queue = env.coordinator._reports
-    async with env.coordinator._lock:  # as a reconcile pass would: the reports queue behind it
+    queued = env.coordinator.agents
+    async with env.coordinator.writes.lock:  # as a reconcile pass would: the reports queue behind it
         sends = [asyncio.create_task(env.report(agents[0], setup, "prepare", "running"))]
-        await soon("the first report queued", lambda: queue.unanswered == 1)
+        await soon("the first report queued", lambda: queued.reports_unanswered == 1)
         sends += [asyncio.create_task(env.report(agent, setup, "prepare")) for agent in agents]
         sends.append(asyncio.create_task(env.report(agents[1], ghost, "prepare", expect=409)))
-        await soon("every report queued", lambda: queue.unanswered == len(sends))
+        await soon("every report queued", lambda: queued.reports_unanswered == len(sends))
     answers = await asyncio.gather(*sends)
 
     assert answers[:-1] == [{"status": "recorded"}] * 25

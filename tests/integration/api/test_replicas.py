@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from coordinator.api.app import Presentation, create_app
+from coordinator.api.app import create_app
+from coordinator.api.context import Presentation
 from coordinator.domain.model import MachineState
-from coordinator.service.coordinator import ServedCoordinator
+from coordinator.service.coordinator import Coordinator
 from coordinator.store.base import Fenced, leader_epoch
 from coordinator.store.postgres import LEADER_LOCK, PostgresStore
 from nodeagent.protocol import StateItem
@@ -41,7 +42,7 @@ async def replicas(dsn: str, tmp_path: Path) -> AsyncIterator[list[Env]]:
         store = PostgresStore(dsn)
         store.identity = name
         await store.open()
-        coordinator = ServedCoordinator(store, Clock())
+        coordinator = Coordinator(store, Clock())
         if secret is None:
             secret, _ = await coordinator.access.create_admin_token("tests", "admin")
         client = TestClient(TestServer(create_app(coordinator, tmp_path,
@@ -60,7 +61,7 @@ async def test_a_change_through_one_replica_wakes_a_long_poll_parked_on_another(
         replicas: list[Env]) -> None:
     a, b = replicas
     for env in replicas:
-        await env.coordinator.share()
+        await env.coordinator.leadership.share()
     agent = await a.register("w1")
     before = (await b.assignment(agent))["generation"]
     poll = asyncio.create_task(b.assignment(agent, after=before, wait=20))

@@ -10,12 +10,10 @@ from typing import Any
 
 import pytest
 
-from coordinator.api.app import MAX_BODY_BYTES, OPEN_PATHS, ROUTES
-from coordinator.api.openapi import DRY_RUNS
-from coordinator.service.coordinator import CREDENTIAL_CACHE_SECONDS
+from coordinator.api.context import MAX_BODY_BYTES
+from coordinator.api.routes import ROUTES
+from coordinator.service.credentials import CREDENTIAL_CACHE_SECONDS
 from tests.integration.api.conftest import CLUSTER, Env
-
-AGENT_PREFIXES = ("/v1/agent/machines/", "/v1/artifacts/")
 
 
 def concrete(path: str, machine_id: str) -> str:
@@ -35,9 +33,10 @@ async def status_of(env: Env, method: str, path: str, headers: dict[str, str]) -
 
 async def test_no_endpoint_but_the_open_ones_answers_without_a_credential(env: Env) -> None:
     agent = await env.register("node-a")
-    for method, path, _ in ROUTES:
+    for route in ROUTES:
+        method, path = route.method, route.path
         status = await status_of(env, method, concrete(path, agent["machine_id"]), {})
-        if path in OPEN_PATHS:
+        if route.auth == "open":
             assert status != 401, (method, path)
         else:
             assert status == 401, (method, path, status)
@@ -46,8 +45,9 @@ async def test_no_endpoint_but_the_open_ones_answers_without_a_credential(env: E
 async def test_a_machine_credential_opens_only_its_own_agent_endpoints(env: Env) -> None:
     a = await env.register("node-a")
     b = await env.register("node-b")
-    for method, path, _ in ROUTES:
-        if path in OPEN_PATHS:
+    for route in ROUTES:
+        method, path = route.method, route.path
+        if route.auth == "open":
             continue
         status = await status_of(env, method, concrete(path, b["machine_id"]),
                                  bearer(a["credential"]))
@@ -64,11 +64,12 @@ async def test_a_read_only_token_reads_everything_and_changes_nothing(env: Env) 
                              json={"name": "dashboard", "role": "read-only"})
     reader = bearer(created["token"])
     before = len(await env.call("GET", "/v1/events", 200))
-    for method, path, _ in ROUTES:
-        if path in OPEN_PATHS or path.startswith(AGENT_PREFIXES):
+    for route in ROUTES:
+        method, path = route.method, route.path
+        if route.auth != "admin":
             continue
         status = await status_of(env, method, concrete(path, "m"), reader)
-        if method == "GET" or (method.lower(), path) in DRY_RUNS:
+        if method == "GET" or route.dry_run:
             assert status not in (401, 403), (method, path, status)
         else:
             assert status == 403, (method, path, status)
@@ -110,7 +111,7 @@ async def test_a_revoked_admin_token_is_refused(env: Env) -> None:
 
 async def test_an_unapproved_machine_receives_no_items(env: Env) -> None:
     agent = await env.register("node-a")
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     assignment = await env.assignment(agent)
     assert assignment["state"] == "Pending" and assignment["items"] == []
 

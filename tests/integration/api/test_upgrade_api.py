@@ -15,7 +15,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from click.testing import CliRunner
 
-from coordinator.api.app import Presentation, create_app
+from coordinator.api.app import create_app
+from coordinator.api.context import Presentation
 from coordinator.cli import main
 from coordinator.metrics import METRICS
 from coordinator.service.coordinator import Coordinator
@@ -86,7 +87,7 @@ async def until(env: Env, what: str, predicate: Callable[[], Awaitable[bool]],
     deadline = time.monotonic() + timeout
     while not await predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await env.coordinator.reconcile_once()
+        await env.coordinator.reconciler.reconcile_once()
         await asyncio.sleep(0.05)
 
 
@@ -151,7 +152,7 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
     await env.call("PUT", "/v1/clusters", 200, data=new_spec.read_text().replace(
         "settings:\n", "settings:\n  upgrade: {workerBatchSize: 1, paused: true}\n", 1)
         .replace("  upgrade: {workerBatchSize: 1}\n", "", 1))
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     assert (await machine(env, "m1"))["state"] == "Ready", "a paused upgrade started"
     assert "paused" in await cli(env, "upgrade", "plan", "lab")
     await cli(env, "upgrade", "resume", "lab")
@@ -257,7 +258,7 @@ async def test_a_report_refuses_or_reports_a_kubeconfig_it_cannot_use(
     [event] = await env.call("GET", "/v1/events?kind=kubeconfig", 200)
     assert event["message"] == ("m1: the kubeconfig item control-plane left in "
                                 "/etc/kubernetes/admin.conf is not usable: not YAML (line 1)")
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     assert (await machine(env, "m1"))["state"] == "Ready", "the item did not count as applied"
 
     w1 = await env.register("w1")
@@ -288,7 +289,7 @@ async def test_the_post_deploy_version_is_verified_and_again_after_every_upgrade
     kubeconfig = tmp_path / "kubeconfig"
     agents = await rolled_out(env)
     await env.call("PUT", "/v1/clusters", 200, data=with_post_deploy(spec(kubeconfig)))
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     assignment = await env.assignment(agents["m1"])
     install, check = assignment["items"]
     assert (assignment["phase"], check["name"], check["action"]["expect"]) == (
@@ -317,7 +318,7 @@ async def test_the_post_deploy_version_is_verified_and_again_after_every_upgrade
     await env.call("PUT", "/v1/clusters", 200, data=with_post_deploy(spec(kubeconfig, "2.0")))
     for hostname in agents:
         await until(env, f"{hostname} upgraded", lambda h=hostname: upgraded(env, agents, h))
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     again = await env.assignment(agents["m1"])
     assert again["phase"] == "postdeploy", "the upgrade was not followed by a post-deploy check"
     assert again["items"][0] == install, "the unchanged install item changed"
@@ -327,7 +328,7 @@ async def test_the_post_deploy_version_is_verified_and_again_after_every_upgrade
     verified = [e["message"] for e in events if e["data"].get("verified")]
     assert verified == ["post-deploy step verified on m1 at release 1.0: helm-controller 0.15.0",
                         "post-deploy step verified on m1 at release 2.0: helm-controller 0.15.0"]
-    await env.coordinator.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
     assert (await env.assignment(agents["m1"]))["phase"] is None
 
 

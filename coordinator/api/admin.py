@@ -1,0 +1,157 @@
+"""The operators' endpoints: clusters, tokens, machines, upgrades. Each handler parses the
+request, calls one service operation and renders its answer."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from coordinator.api.bodies import AdminTokenBody, JoinTokenBody, RoleBody
+from coordinator.api.context import PRESENTATION, body, service, text
+from coordinator.api.views import (
+    admin_token_view,
+    cluster_status_view,
+    cluster_view,
+    join_token_view,
+    machine_view,
+    upgrade_plan_view,
+)
+from coordinator.domain.errors import NotFound
+from coordinator.domain.model import ClusterSpec
+from coordinator.domain.tokens import parse_duration
+from coordinator.service.admin import DRAIN_ACTIONS
+from nodeagent import joinstring
+from nodeagent.validation import InvalidDocument, Problem, load_model
+
+
+async def apply_cluster(request: web.Request) -> web.Response:
+    spec = load_model(ClusterSpec, await text(request), "request body")
+    stored, changed = await service(request).admin.apply_cluster(spec)
+    return web.json_response({**cluster_view(stored), "changed": changed})
+
+
+async def list_clusters(request: web.Request) -> web.Response:
+    return web.json_response([cluster_view(c) for c in await service(request).queries.clusters()])
+
+
+async def get_cluster(request: web.Request) -> web.Response:
+    stored = await service(request).queries.cluster(request.match_info["name"])
+    return web.json_response(cluster_view(stored))
+
+
+async def delete_cluster(request: web.Request) -> web.Response:
+    await service(request).admin.delete_cluster(request.match_info["name"])
+    return web.json_response({"status": "deleting"}, status=202)
+
+
+async def cluster_status(request: web.Request) -> web.Response:
+    status = await service(request).queries.cluster_status(request.match_info["name"])
+    return web.json_response(cluster_status_view(status))
+
+
+async def create_join_token(request: web.Request) -> web.Response:
+    wanted = await body(request, JoinTokenBody, optional=True)
+    secret, token = await service(request).admin.create_join_token(
+        request.match_info["name"], parse_duration(wanted.ttl) or None, wanted.max_uses)
+    presentation = request.app[PRESENTATION]
+    join = joinstring.make(presentation.advertise_url, secret, presentation.ca_pem)
+    return web.json_response({**join_token_view(token), "token": secret, "join": join},
+                             status=201)
+
+
+async def list_join_tokens(request: web.Request) -> web.Response:
+    tokens = await service(request).queries.join_tokens(request.match_info.get("name"))
+    return web.json_response([join_token_view(t) for t in tokens])
+
+
+async def revoke_join_token(request: web.Request) -> web.Response:
+    token = await service(request).access.revoke_join_token(request.match_info["id"])
+    return web.json_response(join_token_view(token))
+
+
+async def create_admin_token(request: web.Request) -> web.Response:
+    wanted = await body(request, AdminTokenBody)
+    secret, token = await service(request).access.create_admin_token(wanted.name, wanted.role)
+    return web.json_response({**admin_token_view(token), "token": secret}, status=201)
+
+
+async def list_admin_tokens(request: web.Request) -> web.Response:
+    tokens = await service(request).queries.admin_tokens()
+    return web.json_response([admin_token_view(t) for t in tokens])
+
+
+async def revoke_admin_token(request: web.Request) -> web.Response:
+    token = await service(request).access.revoke_admin_token(request.match_info["id"])
+    return web.json_response(admin_token_view(token))
+
+
+async def list_machines(request: web.Request) -> web.Response:
+    c = service(request)
+    machines, specs = await c.queries.machines(request.query.get("cluster"))
+    now = c.clock()
+    return web.json_response([machine_view(m, specs.get(m.cluster), now=now) for m in machines])
+
+
+async def get_machine(request: web.Request) -> web.Response:
+    c = service(request)
+    machine = await c.queries.machine(request.match_info["ref"])
+    return web.json_response(machine_view(machine, await c.queries.spec_of(machine), detail=True,
+                                          now=c.clock()))
+
+
+async def approve(request: web.Request) -> web.Response:
+    c = service(request)
+    role = (await body(request, RoleBody, optional=True)).role
+    machine = await c.queries.machine(request.match_info["ref"])
+    return web.json_response(machine_view(await c.admin.approve(machine.id, role), None))
+
+
+async def set_role(request: web.Request) -> web.Response:
+    c = service(request)
+    role = (await body(request, RoleBody)).role
+    if role is None:
+        raise InvalidDocument([Problem("role", "required")])
+    machine = await c.queries.machine(request.match_info["ref"])
+    return web.json_response(machine_view(await c.admin.set_role(machine.id, role), None))
+
+
+async def revoke_machine_credential(request: web.Request) -> web.Response:
+    c = service(request)
+    machine = await c.queries.machine(request.match_info["ref"])
+    return web.json_response(machine_view(await c.admin.revoke_credential(machine.id), None))
+
+
+async def delete_machine(request: web.Request) -> web.Response:
+    c = service(request)
+    machine = await c.queries.machine(request.match_info["ref"])
+    force = request.query.get("force", "false").lower() in ("1", "true", "yes")
+    if await c.admin.delete_machine(machine.id, force=force) is None:
+        return web.json_response({"status": "removed", "id": machine.id})
+    return web.json_response({"status": "resetting", "id": machine.id}, status=202)
+
+
+async def upgrade_plan(request: web.Request) -> web.Response:
+    """The dry run: the stored spec's upgrade (GET), or the one a new spec in a POST's body
+    would start."""
+    raw = await text(request) if request.method == "POST" else ""
+    spec = load_model(ClusterSpec, raw, "request body") if raw.strip() else None
+    target, plan = await service(request).queries.upgrade_plan(request.match_info["name"], spec)
+    return web.json_response(upgrade_plan_view(target, plan))
+
+
+async def pause(request: web.Request) -> web.Response:
+    verb = request.match_info["verb"]
+    if verb not in ("pause", "resume"):
+        raise NotFound(f"no upgrade verb {verb}: pause or resume")
+    paused = verb == "pause"
+    stored = await service(request).admin.set_paused(request.match_info["name"], paused)
+    return web.json_response({"cluster": stored.spec.name, "paused": paused})
+
+
+async def drain_action(request: web.Request) -> web.Response:
+    c = service(request)
+    action = request.match_info["action"]
+    if action not in DRAIN_ACTIONS:
+        raise NotFound(f"no drain action {action}: retry, skip or force")
+    machine = await c.queries.machine(request.match_info["ref"])
+    updated = await c.admin.drain_action(machine.id, action)
+    return web.json_response(machine_view(updated, await c.queries.spec_of(updated)))

@@ -1,0 +1,96 @@
+"""The agents' endpoints: each request carries the machine's own credential."""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from coordinator.api.context import ARTIFACTS, REGISTER_LIMIT, bearer, body, error, service
+from coordinator.domain.errors import NotFound, TooManyRequests
+from coordinator.domain.records import CredentialOwner
+from coordinator.metrics import METRICS, record_item
+from nodeagent.client import generation_tag
+from nodeagent.protocol import (
+    ItemReport,
+    PrecheckReport,
+    RegisterRequest,
+    RotateRequest,
+    RotateResponse,
+)
+
+MAX_WAIT_SECONDS = 60.0
+
+
+async def _agent(request: web.Request) -> CredentialOwner:
+    return await service(request).credentials.authenticate(request.match_info["machine_id"],
+                                                           bearer(request))
+
+
+async def register(request: web.Request) -> web.Response:
+    limiter = request.app.get(REGISTER_LIMIT)
+    if limiter is not None:
+        wait = limiter.wait(request.remote or "", time.monotonic())
+        if wait:
+            raise TooManyRequests("too many registrations from this address; retry later", wait)
+    response = await service(request).agents.register(await body(request, RegisterRequest))
+    return web.json_response(response.model_dump(mode="json"), status=201)
+
+
+async def assignment(request: web.Request) -> web.Response:
+    machine = await _agent(request)
+    try:
+        after = int(request.query.get("after", "0"))
+        wait = min(float(request.query.get("wait", "0")), MAX_WAIT_SECONDS)
+    except ValueError:
+        return error(400, "after must be an integer and wait a number of seconds")
+    agents = service(request).agents
+    METRICS.poll_opened(machine.machine_id)
+    try:
+        result = await agents.wait_assignment(machine.machine_id, after, wait)
+    finally:
+        METRICS.poll_closed(machine.machine_id)
+    if result is None:  # nothing new: the generation is still `after`
+        if any(tag.value == str(after) for tag in request.if_none_match or ()):
+            return web.Response(status=304, headers={"ETag": generation_tag(after)})
+        result = await agents.current_assignment(machine.machine_id)
+    return web.json_response(result.model_dump(mode="json", by_alias=True),
+                             headers={"ETag": generation_tag(result.generation)})
+
+
+async def report(request: web.Request) -> web.Response:
+    machine = await _agent(request)
+    item = await body(request, ItemReport)
+    await service(request).agents.report(machine.machine_id, item)
+    if item.finished_at is not None:
+        record_item(machine.cluster, item.phase, item.status, item.finished_at - item.started_at)
+    return web.json_response({"status": "recorded"})
+
+
+async def precheck(request: web.Request) -> web.Response:
+    machine = await _agent(request)
+    await service(request).agents.update_precheck(machine.machine_id,
+                                                  await body(request, PrecheckReport))
+    return web.json_response({"status": "recorded"})
+
+
+async def rotate_credential(request: web.Request) -> web.Response:
+    machine = await _agent(request)
+    rotate = await body(request, RotateRequest)
+    expires = await service(request).agents.rotate_credential(machine.machine_id, rotate.credential)
+    return web.json_response(RotateResponse(credential_expires_at=expires).model_dump(mode="json"))
+
+
+async def heartbeat(request: web.Request) -> web.Response:
+    service(request).heartbeats.beat(await _agent(request))
+    return web.json_response({"status": "ok"})
+
+
+async def artifact(request: web.Request) -> web.StreamResponse:
+    """Files from the artifact store, for any registered machine; never outside the store."""
+    await service(request).credentials.authenticate_any(bearer(request))
+    store = request.app[ARTIFACTS].resolve()
+    target = (store / request.match_info["name"]).resolve()
+    if not target.is_relative_to(store) or not target.is_file():
+        raise NotFound(f"no artifact {request.match_info['name']}")
+    return web.FileResponse(target)

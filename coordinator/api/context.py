@@ -1,0 +1,83 @@
+"""What every handler shares: the application's keys, how the coordinator presents itself,
+and reading a request's credential and body."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from coordinator.domain.errors import Unauthorized
+from coordinator.domain.ratelimit import RateLimiter
+from coordinator.service.coordinator import Coordinator
+from nodeagent.validation import InvalidDocument, Problem, problems_from
+
+M = TypeVar("M", bound=BaseModel)
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Presentation:
+    """How this coordinator presents itself: the URL agents use (it goes into join strings),
+    its CA certificate (None when serving plain HTTP), and the registration rate limit."""
+
+    advertise_url: str
+    ca_pem: str | None = None
+    register_rate: float = 5.0  # per second and client address; 0 turns the limit off
+    register_burst: int = 50
+
+
+SERVICE = web.AppKey("coordinator", Coordinator)
+PRESENTATION = web.AppKey("presentation", Presentation)
+REGISTER_LIMIT = web.AppKey("register_limit", RateLimiter)
+ARTIFACTS = web.AppKey("artifacts", Path)
+CLOSING = web.AppKey("closing", asyncio.Event)
+
+
+def service(request: web.Request) -> Coordinator:
+    return request.app[SERVICE]
+
+
+def error(status: int, message: str, problems: list[Problem] | None = None) -> web.Response:
+    """An error answer: the message, and for a bad document every problem with its path."""
+    body: dict[str, Any] = {"error": message}
+    if problems:
+        body["problems"] = [{"path": p.path, "line": p.line, "message": p.message}
+                            for p in problems]
+    return web.json_response(body, status=status)
+
+
+def bearer(request: web.Request) -> str:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthorized("missing bearer token")
+    return token.strip()
+
+
+async def text(request: web.Request) -> str:
+    try:
+        return (await request.read()).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidDocument([Problem("", f"body is not UTF-8 text (byte {exc.start})")]) \
+            from None
+
+
+async def body(request: web.Request, model: type[M], optional: bool = False) -> M:
+    """The validated JSON body; with optional, an empty body means every field's default."""
+    raw = await text(request)
+    if optional and not raw.strip():
+        return model()
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InvalidDocument([Problem("", f"body is not valid JSON: {exc.msg}", exc.lineno)]) from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidDocument(problems_from(exc, None, data)) from None

@@ -1,0 +1,82 @@
+"""What every request goes through: its route's authentication, errors the service raised
+mapped to answers, and its latency by endpoint. One middleware, not three: each layer costs
+every request a coroutine and aiohttp's wrapper."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from aiohttp import web
+
+from coordinator.api.context import MAX_BODY_BYTES, bearer, error, service
+from coordinator.api.routing import Handler, Route
+from coordinator.domain.errors import Conflict, Forbidden, NotFound, TooManyRequests, Unauthorized
+from coordinator.metrics import record_request
+from nodeagent.validation import InvalidDocument
+
+ROUTE_INDEX = web.AppKey("route_index", dict)
+STATUSES = ((Unauthorized, 401), (Forbidden, 403), (NotFound, 404), (Conflict, 409))
+MAPPED = (InvalidDocument, TooManyRequests, web.HTTPRequestEntityTooLarge,
+          *(kind for kind, _ in STATUSES))
+
+
+def mapped(exc: Exception) -> web.Response:
+    """The answer to an error the service raised."""
+    if isinstance(exc, InvalidDocument):
+        return error(422, "invalid document: " + "; ".join(p.render() for p in exc.problems),
+                     exc.problems)
+    if isinstance(exc, TooManyRequests):
+        response = error(429, str(exc))
+        response.headers["Retry-After"] = str(math.ceil(exc.retry_after))
+        return response
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return error(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+    status = next(code for kind, code in STATUSES if isinstance(exc, kind))
+    return error(status, str(exc))
+
+
+def _route(request: web.Request) -> Route | None:
+    """The table's route this request matched (None: no route, answered 404 or 405)."""
+    resource = request.match_info.route.resource
+    if resource is None:
+        return None
+    return request.app[ROUTE_INDEX].get((request.method, resource.canonical))
+
+
+@web.middleware
+async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Admin routes are authorized here; agents' routes authenticate in their handlers (they
+    need to know which machine is asking); open routes and unknown paths need nothing."""
+    started = time.perf_counter()
+    code = 500
+    try:
+        try:
+            route = _route(request)
+            if route is not None and route.auth == "admin":
+                response = await _admin(request, handler, route)
+            else:
+                response = await handler(request)
+        except MAPPED as exc:
+            response = mapped(exc)
+        code = response.status
+        return response
+    except web.HTTPException as exc:
+        code = exc.status
+        raise
+    finally:
+        resource = request.match_info.route.resource
+        endpoint = resource.canonical if resource is not None else "unmatched"
+        record_request(request.method, endpoint, code, time.perf_counter() - started)
+
+
+async def _admin(request: web.Request, handler: Handler, route: Route) -> web.StreamResponse:
+    """An admin token is needed (a read-only one may only read, or send a dry run), and every
+    change is audited."""
+    c = service(request)
+    token = await c.access.authorize_admin(bearer(request), route.changes)
+    response = await handler(request)
+    if route.changes and response.status < 400:
+        await c.admin.audit(f"{token.name} ({token.id})", request.method, request.path,
+                            response.status, request.match_info.get("name", ""))
+    return response

@@ -1,0 +1,99 @@
+"""The one route table: every path, its handler, who may call it and what it takes and gives.
+The aiohttp routes, the authentication of each request and /openapi.json all come from it."""
+
+from __future__ import annotations
+
+from coordinator.api import admin, agent, public, streams
+from coordinator.api.bodies import AdminTokenBody, JoinTokenBody, RoleBody
+from coordinator.api.routing import Route
+from coordinator.domain.model import ClusterSpec
+from nodeagent.protocol import (
+    Assignment,
+    ItemReport,
+    PrecheckReport,
+    RegisterRequest,
+    RegisterResponse,
+    RotateRequest,
+    RotateResponse,
+)
+
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/healthz", public.healthz, "Liveness", "open"),
+    Route("GET", "/readyz", public.readyz, "Readiness: the store answers", "open"),
+    Route("GET", "/openapi.json", public.openapi, "This document", "open"),
+    Route("GET", "/v1/ca.crt", public.ca_certificate,
+          "The CA certificate (PEM) agents check against their join string's hash", "open"),
+    Route("POST", "/v1/agent/register", agent.register, "Register a machine with a join token",
+          "open", 201, body=RegisterRequest, answer=RegisterResponse),
+    Route("GET", "/v1/agent/machines/{machine_id}/assignment", agent.assignment,
+          "Long-poll the machine's assignment (query: after=generation, wait=seconds; 304 when "
+          "If-None-Match names the generation and the wait ran out with nothing new)", "machine",
+          answer=Assignment),
+    Route("POST", "/v1/agent/machines/{machine_id}/reports", agent.report,
+          "Report an item's progress", "machine", body=ItemReport),
+    Route("POST", "/v1/agent/machines/{machine_id}/heartbeat", agent.heartbeat, "Heartbeat",
+          "machine"),
+    Route("POST", "/v1/agent/machines/{machine_id}/precheck", agent.precheck,
+          "Replace a Pending machine's precheck report (the agent re-ran its prechecks)",
+          "machine", body=PrecheckReport),
+    Route("POST", "/v1/agent/machines/{machine_id}/credential", agent.rotate_credential,
+          "Rotate the machine's credential to one the agent chose", "machine",
+          body=RotateRequest, answer=RotateResponse),
+    Route("GET", "/v1/artifacts/{name}", agent.artifact, "Download an artifact", "machine"),
+    Route("GET", "/v1/clusters", admin.list_clusters, "List clusters", "admin"),
+    Route("PUT", "/v1/clusters", admin.apply_cluster, "Apply a cluster spec (YAML or JSON body)",
+          "admin", body=ClusterSpec),
+    Route("GET", "/v1/clusters/{name}", admin.get_cluster, "Get a cluster", "admin"),
+    Route("DELETE", "/v1/clusters/{name}", admin.delete_cluster,
+          "Delete a cluster: every machine resets first", "admin", 202),
+    Route("GET", "/v1/clusters/{name}/status", admin.cluster_status,
+          "Machine states and item progress", "admin"),
+    Route("POST", "/v1/clusters/{name}/join-tokens", admin.create_join_token,
+          "Create a join token and its join string (shown once)", "admin", 201,
+          body=JoinTokenBody, body_optional=True),
+    Route("GET", "/v1/clusters/{name}/join-tokens", admin.list_join_tokens,
+          "List a cluster's join tokens", "admin"),
+    Route("GET", "/v1/join-tokens", admin.list_join_tokens, "List every join token", "admin"),
+    Route("DELETE", "/v1/join-tokens/{id}", admin.revoke_join_token, "Revoke a join token",
+          "admin"),
+    Route("GET", "/v1/admin-tokens", admin.list_admin_tokens, "List admin API tokens", "admin"),
+    Route("POST", "/v1/admin-tokens", admin.create_admin_token,
+          "Create an admin API token (admin or read-only; shown once)", "admin", 201,
+          body=AdminTokenBody),
+    Route("DELETE", "/v1/admin-tokens/{id}", admin.revoke_admin_token,
+          "Revoke an admin API token", "admin"),
+    Route("GET", "/v1/machines", admin.list_machines, "List machines (query: cluster)", "admin"),
+    Route("GET", "/v1/machines/{ref}", admin.get_machine, "Get a machine by id or hostname",
+          "admin"),
+    Route("DELETE", "/v1/machines/{ref}", admin.delete_machine,
+          "Delete a machine (reset items first unless force=true)", "admin", 202),
+    Route("POST", "/v1/machines/{ref}/approve", admin.approve,
+          "Approve a Pending machine, optionally with a role", "admin", body=RoleBody,
+          body_optional=True),
+    Route("PUT", "/v1/machines/{ref}/role", admin.set_role, "Set a Pending machine's role",
+          "admin", body=RoleBody),
+    Route("GET", "/v1/clusters/{name}/upgrade-plan", admin.upgrade_plan,
+          "Dry run: the order and batches of the upgrade the stored spec would take", "admin"),
+    Route("POST", "/v1/clusters/{name}/upgrade-plan", admin.upgrade_plan,
+          "Dry run of a new spec (the body, YAML or JSON; none: the stored spec): the order and "
+          "batches of the upgrade its apply would start; changes nothing, so read-only tokens "
+          "may send it", "admin", body=ClusterSpec, body_optional=True, dry_run=True),
+    Route("POST", "/v1/clusters/{name}/upgrade/{verb}", admin.pause,
+          "verb pause: no machine starts upgrading (running ones finish); verb resume", "admin"),
+    Route("POST", "/v1/machines/{ref}/drain/{action}", admin.drain_action,
+          "A machine's drain: action retry (new attempt and timeout), skip (upgrade with the "
+          "pods left) or force (delete pods their budgets protect)", "admin"),
+    Route("POST", "/v1/machines/{ref}/revoke", admin.revoke_machine_credential,
+          "Revoke a machine's credential", "admin"),
+    Route("GET", "/v1/events", streams.events,
+          "Event history (query: cluster, machine (id or hostname), kind (comma-separated), "
+          "since (unix time), after_id, limit, order=asc|desc)", "admin"),
+    Route("GET", "/v1/events/stream", streams.event_stream,
+          "Server-sent events: new events as they are recorded (the filters of /v1/events; "
+          "resumes after Last-Event-ID)", "admin"),
+    Route("GET", "/metrics", public.metrics, "Prometheus metrics (text format)", "open"),
+    Route("GET", "/", public.dashboard_root, "Redirects to the dashboard", "open", 302),
+    Route("GET", "/ui/", public.dashboard_root, "Redirects to the dashboard", "open", 302),
+    Route("GET", "/ui/{name}", public.dashboard,
+          "The web dashboard's files (the page asks for the admin token)", "open"),
+)

@@ -1,0 +1,57 @@
+"""What a registration does to the machines of a cluster: a new Pending machine (approved at
+once when the cluster auto-approves and its prechecks pass), or a Pending one registered again.
+Pure: the service supplies the id, the credential's hash and the time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from coordinator.domain.errors import Conflict
+from coordinator.domain.events import event
+from coordinator.domain.model import ClusterSettings, Machine
+from coordinator.domain.records import Event
+from nodeagent.protocol import RegisterRequest
+
+
+@dataclass(frozen=True)
+class Credential:
+    """A machine credential as stored: its hash and when it expires (None: never)."""
+
+    hash: str
+    expires_at: float | None
+
+
+def registered(cluster: str, settings: ClusterSettings, existing: Machine | None,
+               request: RegisterRequest, credential: Credential, new_id: str,
+               now: float) -> tuple[Machine, list[Event]]:
+    """The machine once `request` is registered, and its events. A join token must never let
+    a second node take over an admitted one: an approved machine of that hostname is refused."""
+    if existing is not None and existing.approved:
+        raise Conflict(f"{request.hostname} is already a member of {cluster} "
+                       f"({existing.state.value}); delete it first to register anew")
+    precheck = request.precheck.model_dump(mode="json", by_alias=True)
+    if existing is not None:
+        machine = replace(existing, ip=request.ip, facts=request.facts, precheck=precheck,
+                          credential_hash=credential.hash,
+                          credential_expires_at=credential.expires_at, last_seen=now,
+                          responding=True, generation=existing.generation + 1)
+        message = f"{request.hostname} registered again; its credential was replaced"
+    else:
+        machine = Machine(
+            id=new_id, cluster=cluster, hostname=request.hostname, ip=request.ip,
+            facts=request.facts, precheck=precheck, created_at=now, state_since=now,
+            last_seen=now, credential_hash=credential.hash,
+            credential_expires_at=credential.expires_at,
+        )
+        if settings.auto_approve and not machine.precheck_failures():
+            machine = replace(machine, approved=True, role=settings.auto_approve_role)
+        message = f"{request.hostname} registered from {request.ip}"
+    failures = machine.precheck_failures()
+    if failures:
+        message += "; hard prechecks failed: " + "; ".join(failures)
+    events = [event(now, cluster, "registered", message, machine,
+                    {"precheck_failures": failures})]
+    if machine.approved and existing is None:
+        events.append(event(now, cluster, "approved", "auto-approved", machine,
+                            {"role": machine.role}))
+    return machine, events

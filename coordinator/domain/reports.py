@@ -1,0 +1,117 @@
+"""Folding an agent's item report into its machine: pure, so every rule of what a report may
+carry and what it changes is tested without a store or a server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from coordinator.domain.errors import Conflict
+from coordinator.domain.events import event
+from coordinator.domain.kubeconfig import kubeconfig_problem
+from coordinator.domain.model import ClusterSpec, ItemProgress, Machine, phase_items
+from coordinator.domain.records import Event
+from nodeagent.contract import ROLES
+from nodeagent.protocol import ItemReport, StateItem, VersionAction, installed_version
+
+
+@dataclass(frozen=True)
+class Folded:
+    """A machine once a report is in, and the events that say what happened."""
+
+    machine: Machine
+    events: list[Event]
+
+
+def reportable_items(spec: ClusterSpec, managers: tuple[str, ...]) -> dict[str, StateItem]:
+    """Every item a report may name, by fingerprint: the spec's items of every phase, with the
+    reconfigure items as rendered for the deployed managers and the post-deploy checks."""
+    return {i.fingerprint(): i for role in ROLES
+            for i in [*getattr(spec.machine_types, role),
+                      *phase_items(spec, role, "reconfigure", managers),
+                      *phase_items(spec, role, "postdeploy")]}
+
+
+def fold_report(spec: ClusterSpec, items: dict[str, StateItem], machine: Machine,
+                report: ItemReport, now: float) -> Folded:
+    """The machine once `report` is in. Raises Conflict for a report that does not fit: an
+    item the spec does not have, or a kubeconfig from an item that may not send one."""
+    item = items.get(report.fingerprint)
+    if item is None:
+        raise Conflict(f"item {report.item} ({report.fingerprint}) is not in the cluster spec")
+    applied = machine.applied | {report.fingerprint} if report.status == "succeeded" \
+        else machine.applied
+    kubeconfig, kubeconfig_events = _kubeconfig(machine, item, report, now)
+    updated = replace(
+        machine, applied=applied, last_seen=now, responding=True, kubeconfig=kubeconfig,
+        progress=ItemProgress(item=report.item, attempt=report.attempt, status=report.status,
+                              error=report.error, next_retry_at=report.next_retry_at,
+                              updated_at=now,
+                              failing_since=failing_since(machine.progress, report, now)),
+    )
+    reported = event(now, machine.cluster, "item", describe(report), updated, {
+        "item": report.item, "phase": report.phase, "status": report.status,
+        "attempt": report.attempt, "exit_code": report.exit_code,
+        "duration": (report.finished_at - report.started_at) if report.finished_at else None,
+        "error": report.error, "output": report.output,
+    })
+    return Folded(updated, [reported, *kubeconfig_events,
+                            *_post_deploy_check(spec, updated, item, report, now)])
+
+
+def _kubeconfig(machine: Machine, item: StateItem, report: ItemReport,
+                now: float) -> tuple[str, list[Event]]:
+    """The kubeconfig the machine holds once this report is in, and the event saying it
+    changed. The kubeconfig itself goes into no event: only who sent it, from where."""
+    if report.kubeconfig is None:
+        return machine.kubeconfig, []
+    if item.kubeconfig_from is None or machine.role != "manager" or report.status != "succeeded":
+        raise Conflict(f"kubeconfig: item {item.name} is not a manager item with kubeconfigFrom "
+                       "that succeeded: its report cannot carry one")
+    problem = kubeconfig_problem(report.kubeconfig)
+    if problem is not None:
+        return machine.kubeconfig, [event(
+            now, machine.cluster, "kubeconfig", f"{machine.hostname}: the kubeconfig item "
+            f"{item.name} left in {item.kubeconfig_from} is not usable: {problem}", machine)]
+    if report.kubeconfig == machine.kubeconfig:
+        return machine.kubeconfig, []
+    return report.kubeconfig, [event(
+        now, machine.cluster, "kubeconfig", f"{machine.hostname} reported a kubeconfig (item "
+        f"{item.name}, {item.kubeconfig_from}): drains use the first manager's unless "
+        "settings.kubernetes.kubeconfig is set", machine, {"item": item.name})]
+
+
+def _post_deploy_check(spec: ClusterSpec, machine: Machine, item: StateItem, report: ItemReport,
+                       now: float) -> list[Event]:
+    """A post-deploy version check's outcome, as its own event: verified, or which version is
+    installed instead of the declared one (the agent retries until they match)."""
+    action = item.action
+    if not isinstance(action, VersionAction) or report.status == "running":
+        return []
+    if report.status == "succeeded":
+        message = (f"post-deploy step verified on {machine.hostname} at release "
+                   f"{spec.release}: {item.name.removesuffix('.version')} {action.expect}")
+    else:
+        message = (f"post-deploy check {item.name} failed on {machine.hostname} at release "
+                   f"{spec.release} (attempt {report.attempt}): {report.error}")
+    return [event(now, machine.cluster, "post-deploy", message, machine, {
+        "item": item.name, "declared": action.expect, "release": spec.release,
+        "verified": report.status == "succeeded",
+        "installed": installed_version(report.output) if report.exit_code is not None else None})]
+
+
+def failing_since(before: ItemProgress | None, report: ItemReport, now: float) -> float | None:
+    """When the item began failing: kept while it fails again (retries, or "running" between
+    them), cleared by its success or by another item."""
+    if report.status == "succeeded" or before is None or before.item != report.item:
+        return now if report.status == "failed" else None
+    if before.failing_since is not None:
+        return before.failing_since
+    return now if report.status == "failed" else None
+
+
+def describe(report: ItemReport) -> str:
+    """An item report in one line of history."""
+    text = f"{report.phase} item {report.item} {report.status} (attempt {report.attempt})"
+    if report.status == "failed" and report.error:
+        text += f": {report.error}"
+    return text

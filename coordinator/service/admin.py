@@ -1,0 +1,197 @@
+"""What operators change: cluster specs, join tokens, approvals and roles, credentials,
+deletions, pausing upgrades, the answer to a blocked drain, and the audit trail of it all."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from coordinator.domain.errors import Conflict
+from coordinator.domain.events import event
+from coordinator.domain.model import (
+    ClusterSpec,
+    DrainStage,
+    DrainStatus,
+    Machine,
+    MachineState,
+    needs_drain,
+)
+from coordinator.domain.records import Event, JoinToken, StoredCluster
+from coordinator.service.access import Access
+from coordinator.service.drainer import Drainer
+from coordinator.service.notifier import Notifier
+from coordinator.service.queries import Queries
+from coordinator.service.writes import Writes
+from nodeagent.contract import Role
+
+DRAIN_ACTIONS = ("retry", "skip", "force")
+
+
+class Admin:
+    def __init__(self, writes: Writes, queries: Queries, access: Access, notifier: Notifier,
+                 drainer: Drainer, clock: Callable[[], float]) -> None:
+        self.writes = writes
+        self.store = writes.store
+        self.queries = queries
+        self.access = access
+        self.notifier = notifier
+        self.drainer = drainer
+        self.clock = clock
+
+    def _event(self, cluster: str, kind: str, message: str, machine: Machine | None = None,
+               data: dict | None = None) -> Event:
+        return event(self.clock(), cluster, kind, message, machine, data)
+
+    async def _commit_one(self, updated: Machine, kind: str, message: str,
+                          data: dict | None = None) -> None:
+        await self.writes.commit([updated], [self._event(updated.cluster, kind, message,
+                                                         updated, data)])
+
+    def _moved(self, *machine_ids: str) -> None:
+        """Machines changed: their agents, the watchers and the reconciler hear of it."""
+        if machine_ids:
+            self.notifier.wake(machine_ids)
+        else:
+            self.notifier.changed()
+        self.notifier.kick()
+
+    async def apply_cluster(self, spec: ClusterSpec) -> tuple[StoredCluster, bool]:
+        """Store the spec; returns it and whether it changed. Agents re-fetch on a change."""
+        async with self.writes.lock:
+            before = await self.store.get_cluster(spec.name)
+            if before is not None and before.deleting:
+                raise Conflict(f"cluster {spec.name} is being deleted")
+            stored = await self.store.put_cluster(spec, self.clock())
+            changed = before is None or before.generation != stored.generation
+            if changed:
+                machines = [replace(m, generation=m.generation + 1)
+                            for m in await self.store.list_machines(spec.name)]
+                verb = "created" if before is None else "updated"
+                await self.writes.commit(machines, [self._event(
+                    spec.name, "cluster-applied",
+                    f"cluster {verb}: release {spec.release}, generation {stored.generation}",
+                    data={"release": spec.release, "generation": stored.generation})])
+                self.notifier.wake(m.id for m in machines)
+        self.notifier.kick()
+        return stored, changed
+
+    async def delete_cluster(self, name: str) -> None:
+        """Every machine runs its reset items and goes; then the cluster goes."""
+        await self.queries.cluster(name)
+        await self.store.mark_cluster_deleting(name)
+        for machine in await self.store.list_machines(name):
+            await self.delete_machine(machine.id)
+        self.notifier.kick()
+
+    async def create_join_token(self, cluster: str, ttl: float | None,
+                                max_uses: int | None) -> tuple[str, JoinToken]:
+        await self.queries.cluster(cluster)
+        return await self.access.create_join_token(cluster, ttl, max_uses)
+
+    async def approve(self, machine_id: str, role: Role | None = None) -> Machine:
+        async with self.writes.lock:
+            machine = await self.queries.machine_by_id(machine_id)
+            failures = machine.precheck_failures()
+            if failures:
+                raise Conflict(f"{machine.hostname} cannot be approved: hard prechecks failed: "
+                               + "; ".join(failures))
+            if machine.state is not MachineState.PENDING:
+                raise Conflict(f"{machine.hostname} is {machine.state.value}, not Pending")
+            updated = replace(machine, approved=True, role=role or machine.role)
+            note = f" as {updated.role}" if updated.role else " (no role yet: set one to start)"
+            await self._commit_one(updated, "approved", f"{machine.hostname} approved{note}",
+                                   {"role": updated.role})
+        self._moved()
+        return updated
+
+    async def set_role(self, machine_id: str, role: Role) -> Machine:
+        async with self.writes.lock:
+            machine = await self.queries.machine_by_id(machine_id)
+            if machine.state is not MachineState.PENDING:
+                raise Conflict(f"{machine.hostname} is {machine.state.value}: its role is fixed "
+                               "once it left Pending")
+            updated = replace(machine, role=role)
+            await self._commit_one(updated, "role", f"{machine.hostname} role set to {role}",
+                                   {"role": role})
+        self._moved()
+        return updated
+
+    async def revoke_credential(self, machine_id: str) -> Machine:
+        """The machine stays listed, but its agent is refused until it is deleted and joins
+        again."""
+        async with self.writes.lock:
+            machine = await self.queries.machine_by_id(machine_id)
+            updated = replace(machine, credential_hash="", credential_expires_at=None)
+            await self._commit_one(updated, "credential", f"{machine.hostname}: credential revoked")
+        self.notifier.wake([machine.id])
+        return updated
+
+    async def delete_machine(self, machine_id: str, force: bool = False) -> Machine | None:
+        """Machines that never ran items, or with force, go at once; the others run their
+        reset items first (state Deleting). Returns the machine unless it is gone."""
+        async with self.writes.lock:
+            machine = await self.queries.machine_by_id(machine_id)
+            if force or machine.state is MachineState.PENDING or machine.role is None:
+                await self.writes.commit([], [self._event(
+                    machine.cluster, "removed",
+                    f"{machine.hostname} removed" + (" without reset (forced)" if force else ""),
+                    machine)], removed=[machine.id])
+                self.notifier.wake([machine.id])
+                return None
+            updated = machine.with_state(MachineState.DELETING, self.clock())
+            await self._commit_one(
+                updated, "state",
+                f"{machine.hostname} {machine.state.value} -> Deleting: running reset items",
+                {"from": machine.state.value, "to": "Deleting"})
+        self._moved(machine.id)
+        return updated
+
+    async def set_paused(self, name: str, paused: bool) -> StoredCluster:
+        """Pause or resume upgrades: the spec's settings.upgrade.paused (a later apply of a
+        file sets it to what the file says, as with a Deployment's spec.paused)."""
+        spec = (await self.queries.cluster(name)).spec
+        settings = spec.settings.model_copy(update={
+            "upgrade": spec.settings.upgrade.model_copy(update={"paused": paused})})
+        stored, changed = await self.apply_cluster(spec.model_copy(update={"settings": settings}))
+        if changed:
+            await self.writes.record([self._event(
+                name, "upgrade", "upgrade " + ("paused: no machine starts upgrading"
+                                               if paused else "resumed"))])
+        return stored
+
+    async def drain_action(self, machine_id: str, action: str) -> Machine:
+        """The operator's answer to a drain: retry (a new attempt and timeout), skip (run the
+        upgrade items with what is left on the node) or force (delete budget-protected pods)."""
+        await self.drainer.cancel(machine_id)
+        async with self.writes.lock:
+            machine = await self.queries.machine_by_id(machine_id)
+            stored = await self.queries.cluster(machine.cluster)
+            if machine.state is not MachineState.UPGRADE or not needs_drain(stored.spec, machine):
+                raise Conflict(f"{machine.hostname} is {machine.state.value}: it has no drain to "
+                               f"{action}")
+            current = machine.drain or DrainStatus(DrainStage.DRAINING, self.clock(), attempt=0)
+            if current.stage not in (DrainStage.DRAINING, DrainStage.BLOCKED):
+                raise Conflict(f"{machine.hostname}: its drain is {current.stage.value}, nothing "
+                               f"to {action}")
+            status = _answered(current, action, self.clock())
+            updated = replace(machine, drain=status, generation=machine.generation + 1)
+            await self._commit_one(updated, "drain", f"{machine.hostname}: operator chose "
+                                   f"{action} (drain attempt {status.attempt})", {"action": action})
+        self._moved(machine.id)
+        return updated
+
+    async def audit(self, actor: str, method: str, path: str, status: int,
+                    cluster: str = "") -> None:
+        """Record an admin change: who, what, when (the event's time)."""
+        await self.writes.record([self._event(
+            cluster, "audit", f"{actor}: {method} {path} -> {status}",
+            data={"actor": actor, "method": method, "path": path, "status": status})])
+
+
+def _answered(current: DrainStatus, action: str, now: float) -> DrainStatus:
+    """The drain once the operator answered it."""
+    if action == "skip":
+        return replace(current, stage=DrainStage.SKIPPED, message=(
+            "drain skipped by the operator; upgrading with "
+            f"{len(current.blocking_pods)} pods left on the node"))
+    return DrainStatus(DrainStage.DRAINING, now, current.attempt + 1, force=action == "force")

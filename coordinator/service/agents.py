@@ -1,0 +1,201 @@
+"""What agents ask of the coordinator: to register, to rotate their credential, to update their
+prechecks, their assignment (at once, or long-polled) and the recording of item reports.
+
+Item reports are group-committed: all that queued behind the write lock go in one transaction,
+each answered on its own once durable."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+from coordinator.domain.assignment import AssignmentInputs, build_assignment, may_host_post_deploy
+from coordinator.domain.errors import Conflict, NotFound
+from coordinator.domain.events import event
+from coordinator.domain.model import ClusterSpec, Machine, MachineState, deployed_managers
+from coordinator.domain.records import Event
+from coordinator.domain.registration import Credential, registered
+from coordinator.domain.reports import fold_report, reportable_items
+from coordinator.domain.tokens import new_token, token_hash
+from coordinator.service.access import Access
+from coordinator.service.groupcommit import GroupCommit, Pending
+from coordinator.service.notifier import Notifier
+from coordinator.service.postdeploy import PostDeployHosts
+from coordinator.service.queries import Queries
+from coordinator.service.writes import Writes
+from nodeagent.protocol import (
+    Assignment,
+    ItemReport,
+    PrecheckReport,
+    RegisterRequest,
+    RegisterResponse,
+    StateItem,
+)
+
+MIN_CREDENTIAL_CHARACTERS = 32
+
+
+class Agents:
+    def __init__(self, writes: Writes, queries: Queries, access: Access, notifier: Notifier,
+                 post_deploy: PostDeployHosts, clock: Callable[[], float],
+                 credential_ttl: float | None, after_reports: Callable[[], Awaitable[None]]) -> None:
+        self.writes = writes
+        self.store = writes.store
+        self.queries = queries
+        self.access = access
+        self.notifier = notifier
+        self.post_deploy = post_deploy
+        self.clock = clock
+        self.credential_ttl = credential_ttl  # None: machine credentials never expire
+        self._reports = GroupCommit(writes.lock, self._write_reports, after=after_reports)
+
+    @property
+    def reports_unanswered(self) -> int:
+        """Reports submitted and not answered yet: queued behind the write lock, or being
+        written."""
+        return self._reports.unanswered
+
+    async def close(self) -> None:
+        """Returns once every report submitted is answered."""
+        await self._reports.wait_idle()
+
+    def _credential(self, secret: str, now: float) -> Credential:
+        return Credential(token_hash(secret),
+                          now + self.credential_ttl if self.credential_ttl else None)
+
+    async def register(self, request: RegisterRequest) -> RegisterResponse:
+        cluster = await self.access.consume_join_token(request.join_token)
+        settings = (await self.queries.cluster(cluster)).spec.settings
+        secret, now = new_token("machine"), self.clock()
+        credential = self._credential(secret, now)
+        async with self.writes.lock:
+            existing = next(iter(await self.store.machines_by_hostname(request.hostname,
+                                                                       cluster)), None)
+            machine, events = registered(cluster, settings, existing, request, credential,
+                                         str(uuid.uuid4()), now)
+            await self.writes.commit([machine], events)
+        self.notifier.changed()
+        self.notifier.kick()
+        return RegisterResponse(machine_id=machine.id, credential=secret,
+                                credential_expires_at=credential.expires_at)
+
+    async def rotate_credential(self, machine_id: str, secret: str) -> float | None:
+        """Replace a machine's credential with one its agent chose (and saved before asking,
+        so a lost answer never locks it out). Returns the new expiry."""
+        if len(secret) < MIN_CREDENTIAL_CHARACTERS:
+            raise Conflict(f"a new credential must be at least {MIN_CREDENTIAL_CHARACTERS} characters")
+        async with self.writes.lock:
+            machine = await self.queries.machine_by_id(machine_id)
+            credential = self._credential(secret, self.clock())
+            updated = replace(machine, credential_hash=credential.hash,
+                              credential_expires_at=credential.expires_at)
+            await self.writes.commit([updated], [event(
+                self.clock(), machine.cluster, "credential",
+                f"{machine.hostname} rotated its credential", updated,
+                {"expires_at": credential.expires_at})])
+        return credential.expires_at
+
+    async def update_precheck(self, machine_id: str, report: PrecheckReport) -> Machine:
+        """A Pending machine re-ran its prechecks (e.g. after the operator fixed something)."""
+        async with self.writes.lock:
+            machine = await self.queries.machine_by_id(machine_id)
+            if machine.state is not MachineState.PENDING:
+                raise Conflict(f"{machine.hostname} is {machine.state.value}: prechecks only "
+                               "matter before approval")
+            updated = replace(machine, precheck=report.model_dump(mode="json", by_alias=True),
+                              generation=machine.generation + 1)
+            failures = updated.precheck_failures()
+            message = (f"{machine.hostname} prechecks now pass" if not failures else
+                       f"{machine.hostname} prechecks still fail: " + "; ".join(failures))
+            await self.writes.commit([updated], [event(
+                self.clock(), machine.cluster, "precheck", message, updated,
+                {"precheck_failures": failures})])
+        self.notifier.changed()
+        self.notifier.kick()
+        return updated
+
+    async def assignment_of(self, inputs: AssignmentInputs) -> Assignment:
+        host = await self.post_deploy.host(inputs.stored) \
+            if may_host_post_deploy(inputs.machine) else None
+        return build_assignment(inputs, host)
+
+    async def current_assignment(self, machine_id: str) -> Assignment:
+        machine = await self.queries.machine_by_id(machine_id)
+        stored = await self.queries.cluster(machine.cluster)
+        peers = await self.store.list_machines(machine.cluster, role="manager")
+        return await self.assignment_of(AssignmentInputs(stored, machine, peers))
+
+    async def wait_assignment(self, machine_id: str, after: int,
+                              timeout: float) -> Assignment | None:
+        """Long-poll: the assignment as soon as the machine's generation passes `after`; None
+        when the wait ran out with nothing written to the machine and its generation is
+        `after`: the caller has this assignment already, and answering without reading it
+        again is most of what a fleet's idle polls cost."""
+        woken = self.notifier.subscribe(machine_id)
+        generation = await self.store.machine_generation(machine_id)  # nothing decoded
+        if generation is None:
+            raise NotFound(f"no machine {machine_id}")
+        if generation <= after:
+            try:
+                async with asyncio.timeout(timeout):  # no task of its own, unlike wait_for
+                    await woken.wait()
+            except TimeoutError:
+                if generation == after:
+                    return None
+            news = woken.news
+            if isinstance(news, AssignmentInputs) and news.machine.generation > after:
+                return await self.assignment_of(news)  # what the pass that woke it wrote
+        return await self.current_assignment(machine_id)
+
+    async def report(self, machine_id: str, report: ItemReport) -> None:
+        """Record an item report; returns once it is durable. Reports arriving while others
+        are being written are written together (one lock, one transaction, one fsync for the
+        lot), each refused or accepted on its own."""
+        await self._reports.submit((machine_id, report))
+
+    async def _write_reports(self, batch: list[Pending[tuple[str, ItemReport]]]) -> None:
+        """Fold the reports in arrival order (a machine's second report on top of its first)
+        and commit them in one transaction; a report that does not fit (unknown machine or
+        item, bad kubeconfig) is refused alone and changes nothing. Runs under the write lock
+        (taken by the group commit)."""
+        machines = {m.id: m for m in await self.store.get_machines({p.request[0] for p in batch})}
+        known: dict[str, tuple[ClusterSpec, dict[str, StateItem]]] = {}
+        updated: dict[str, Machine] = {}
+        events: list[Event] = []
+        accepted: list[tuple[Machine, ItemReport]] = []
+        for pending in batch:
+            machine_id, report = pending.request
+            try:
+                machine = machines.get(machine_id)
+                if machine is None:
+                    raise NotFound(f"no machine {machine_id}")
+                if machine.cluster not in known:
+                    known[machine.cluster] = await self._reportable(machine.cluster)
+                spec, items = known[machine.cluster]
+                folded = fold_report(spec, items, machine, report, self.clock())
+            except Exception as exc:  # this caller's answer, not the batch's
+                pending.fail(exc)
+                continue
+            machines[machine_id] = updated[machine_id] = folded.machine
+            events += folded.events
+            accepted.append((folded.machine, report))
+        if accepted:
+            await self._accepted(list(updated.values()), events, accepted)
+
+    async def _accepted(self, machines: list[Machine], events: list[Event],
+                        accepted: list[tuple[Machine, ItemReport]]) -> None:
+        await self.writes.commit(machines, events)
+        for machine, report in accepted:
+            if report.phase == "postdeploy":
+                self.post_deploy.forget(machine.cluster)
+        self.notifier.changed()
+        if any(report.status == "succeeded" for _, report in accepted):
+            self.notifier.kick()
+
+    async def _reportable(self, cluster: str) -> tuple[ClusterSpec, dict[str, StateItem]]:
+        """The cluster's spec and every item a report may name, by fingerprint."""
+        spec = (await self.queries.cluster(cluster)).spec
+        managers = deployed_managers(await self.store.list_machines(cluster, role="manager"))
+        return spec, reportable_items(spec, managers)

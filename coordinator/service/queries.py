@@ -1,0 +1,135 @@
+"""Every read the API answers, and the composition of a cluster's status: handlers stay thin,
+and no handler reaches into the store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.domain import planner
+from coordinator.domain.errors import Conflict, NotFound
+from coordinator.domain.model import ClusterSpec, Machine
+from coordinator.domain.records import AdminToken, Event, JoinToken, MachineCount, StoredCluster
+from coordinator.domain.status import (
+    HISTORY_KINDS,
+    History,
+    PostDeploy,
+    Rollout,
+    Stage,
+    post_deploy,
+    rollout,
+    stages,
+)
+from coordinator.store.base import Store
+
+EVENT_PAGE = 10000
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """A cluster's rollout as the status view shows it."""
+
+    stored: StoredCluster
+    machines: list[Machine]
+    counts: dict[str, int]
+    post_deploy: PostDeploy
+    stages: list[Stage]
+    rollout: Rollout
+    now: float
+
+
+class Queries:
+    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
+        self.store = store
+        self.clock = clock
+
+    async def cluster(self, name: str) -> StoredCluster:
+        stored = await self.store.get_cluster(name)
+        if stored is None:
+            raise NotFound(f"no cluster named {name}")
+        return stored
+
+    async def spec_of(self, machine: Machine) -> ClusterSpec | None:
+        """The spec of the machine's cluster (None once the cluster is gone)."""
+        stored = await self.store.get_cluster(machine.cluster)
+        return stored.spec if stored else None
+
+    async def clusters(self) -> list[StoredCluster]:
+        return await self.store.list_clusters()
+
+    async def machine_by_id(self, machine_id: str) -> Machine:
+        machine = await self.store.get_machine(machine_id)
+        if machine is None:
+            raise NotFound(f"no machine {machine_id}")
+        return machine
+
+    async def machine(self, ref: str) -> Machine:
+        """A machine by id or hostname (hostnames are unique within a cluster)."""
+        machine = await self.store.get_machine(ref)
+        if machine is not None:
+            return machine
+        matches = await self.store.machines_by_hostname(ref)
+        if len(matches) > 1:
+            raise Conflict(f"hostname {ref} exists in several clusters: use the machine id")
+        if not matches:
+            raise NotFound(f"no machine with id or hostname {ref}")
+        return matches[0]
+
+    async def machines(self, cluster: str | None = None) -> tuple[list[Machine], dict[str, ClusterSpec]]:
+        """The machines (of one cluster, or all), with the specs of their clusters."""
+        specs = {c.spec.name: c.spec for c in await self.store.list_clusters()}
+        return await self.store.list_machines(cluster), specs
+
+    async def join_tokens(self, cluster: str | None) -> list[JoinToken]:
+        if cluster is not None:
+            await self.cluster(cluster)
+        return await self.store.list_join_tokens(cluster)
+
+    async def admin_tokens(self) -> list[AdminToken]:
+        return await self.store.list_admin_tokens()
+
+    async def events(self, **filters: Any) -> list[Event]:
+        """One page of history (see Store.list_events for the filters)."""
+        return await self.store.list_events(**filters)
+
+    async def all_events(self, **filters: Any) -> list[Event]:
+        """Every event matching filters, oldest first, read page by page."""
+        found: list[Event] = []
+        while page := await self.store.list_events(since_id=found[-1].id if found else 0,
+                                                   limit=EVENT_PAGE, **filters):
+            found += page
+        return found
+
+    async def newest_event_id(self) -> int:
+        newest = await self.store.list_events(newest_first=True, limit=1)
+        return newest[0].id if newest else 0
+
+    async def count_machines(self) -> list[MachineCount]:
+        return await self.store.count_machines()
+
+    async def check_store(self) -> None:
+        """Raises when the store cannot be read: the replica is not ready."""
+        await self.store.list_clusters()
+
+    async def upgrade_plan(self, name: str, spec: ClusterSpec | None = None
+                           ) -> tuple[ClusterSpec, planner.UpgradePlan]:
+        """The steps an upgrade to spec (default: the stored one) would take; changes nothing."""
+        stored = await self.cluster(name)
+        if spec is not None and spec.name != name:
+            raise Conflict(f"the spec is for cluster {spec.name}, not {name}")
+        target = spec or stored.spec
+        return target, planner.upgrade_plan(target, await self.store.list_machines(name))
+
+    async def cluster_status(self, name: str) -> ClusterStatus:
+        stored = await self.cluster(name)
+        spec = stored.spec
+        machines = await self.store.list_machines(spec.name)
+        counts: dict[str, int] = {}
+        for machine in machines:
+            counts[machine.state.value] = counts.get(machine.state.value, 0) + 1
+        history = History(await self.all_events(cluster=spec.name, kinds=HISTORY_KINDS))
+        now = self.clock()
+        return ClusterStatus(stored, machines, counts, post_deploy(spec, machines),
+                             stages(spec, stored.created_at, machines, history, now),
+                             rollout(spec, machines, history, now), now)

@@ -1,0 +1,86 @@
+"""The one seam every machine write goes through: the store, the set of machines the next
+reconcile pass plans on, authentication's cache, and the relay that tells other replicas.
+
+A write marks its machines changed, as written (the pass plans on that copy, with the
+heartbeats written since) or by id only (the pass reads them again). Replicas relay the ids
+of the machines they wrote; what another replica wrote is read again here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
+
+from coordinator.domain.model import Machine
+from coordinator.domain.records import Event
+from coordinator.service.credentials import CredentialCache
+from coordinator.service.notifier import Notifier
+from coordinator.store.base import Store
+
+WrittenElsewhere = Callable[[Collection[str] | None], None]
+
+
+class Writes:
+    def __init__(self, store: Store, notifier: Notifier, credentials: CredentialCache) -> None:
+        self.store = store
+        self.lock = store.mutex()  # spans every replica when the store is shared
+        self.notifier = notifier
+        self.credentials = credentials
+        # Machines written since the last pass: as this replica committed them (kept current
+        # with the heartbeats flushed since), or None where the pass must read them again.
+        self._changed: dict[str, Machine | None] = {}
+        self._listeners: list[WrittenElsewhere] = []
+        notifier.on_written = self._written_elsewhere
+
+    async def commit(self, machines: Sequence[Machine], events: Sequence[Event],
+                     removed: Sequence[str] = ()) -> None:
+        """Write machines and events; the next reconcile pass plans on these machines."""
+        await self.store.commit(machines, events, removed)
+        self.mark(removed, machines)
+
+    async def record(self, events: Sequence[Event]) -> None:
+        """Write events that change no machine."""
+        await self.store.commit([], events)
+
+    async def commit_planned(self, machines: Sequence[Machine], events: Sequence[Event],
+                             removed: Sequence[str]) -> None:
+        """A reconcile pass's own writes: the pass keeps them itself, so they are not marked
+        changed, but authentication and the other replicas learn of them."""
+        await self.store.commit(machines, events, removed)
+        self._written_here(removed, machines)
+
+    def mark(self, machine_ids: Iterable[str], machines: Iterable[Machine] = ()) -> None:
+        """Machines just written (or heard from again): the next pass plans on them as written
+        (machines) or reads them again (machine_ids)."""
+        machine_ids, machines = list(machine_ids), list(machines)
+        self._changed.update(dict.fromkeys(machine_ids))
+        self._changed.update((m.id, m) for m in machines)
+        self._written_here(machine_ids, machines)
+
+    def take_changed(self) -> dict[str, Machine | None]:
+        """What was written since the last pass, which starts the next set."""
+        changed, self._changed = self._changed, {}
+        return changed
+
+    def heard(self, seen: Mapping[str, float]) -> None:
+        """Heartbeats were written: the copies the next pass plans on stay what the store holds."""
+        for machine_id, when in seen.items():
+            written = self._changed.get(machine_id)
+            if written is not None and written.last_seen < when:
+                self._changed[machine_id] = replace(written, last_seen=when)
+
+    def on_written_elsewhere(self, listener: WrittenElsewhere) -> None:
+        """Call listener with the ids another replica wrote (None: some, unknown which)."""
+        self._listeners.append(listener)
+
+    def _written_here(self, machine_ids: Sequence[str], machines: Sequence[Machine]) -> None:
+        self.credentials.forget(machine_ids, machines)
+        self.notifier.written([*machine_ids, *(m.id for m in machines)])
+
+    def _written_elsewhere(self, machine_ids: Collection[str] | None) -> None:
+        if machine_ids is None:
+            self.credentials.forget_all()
+        else:
+            self._changed.update(dict.fromkeys(machine_ids))
+            self.credentials.forget(machine_ids)
+        for listener in self._listeners:
+            listener(machine_ids)

@@ -1,0 +1,43 @@
+"""What a registration does, without a store."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from coordinator.domain.errors import Conflict
+from coordinator.domain.model import ClusterSettings, MachineState
+from coordinator.domain.registration import Credential, registered
+from nodeagent.protocol import PrecheckReport, RegisterRequest
+from tests.unit.coordinator.builders import machine, precheck
+
+CREDENTIAL = Credential("hash", None)
+
+
+def request(hostname: str, failing: bool = False) -> RegisterRequest:
+    return RegisterRequest(join_token="t", hostname=hostname, ip="10.0.0.9",
+                           precheck=PrecheckReport.model_validate(precheck(hostname, hard_failure=failing)))
+
+
+def test_a_new_machine_is_pending_and_auto_approved_only_when_its_prechecks_pass() -> None:
+    auto = ClusterSettings(autoApprove=True, autoApproveRole="worker")
+    ok, events = registered("edge", auto, None, request("w1"), CREDENTIAL, "id-1", 5.0)
+    assert (ok.id, ok.state, ok.approved, ok.role) == ("id-1", MachineState.PENDING, True, "worker")
+    assert [e.kind for e in events] == ["registered", "approved"]
+    failing, events = registered("edge", auto, None, request("w2", failing=True), CREDENTIAL, "id-2", 5.0)
+    assert not failing.approved
+    assert "hard prechecks failed: kernel: kernel too old" in events[0].message
+
+
+def test_registering_again_keeps_the_pending_machine_and_replaces_its_credential() -> None:
+    before = replace(machine("w1", approved=False), credential_hash="old")
+    again, events = registered("edge", ClusterSettings(), before, request("w1"), CREDENTIAL, "id-new", 9.0)
+    assert again.id == before.id and again.credential_hash == "hash"
+    assert again.generation == before.generation + 1
+    assert events[0].message == "w1 registered again; its credential was replaced"
+
+
+def test_an_admitted_machine_cannot_be_taken_over_by_a_registration() -> None:
+    with pytest.raises(Conflict, match="already a member of edge"):
+        registered("edge", ClusterSettings(), machine("w1"), request("w1"), CREDENTIAL, "id-x", 1.0)

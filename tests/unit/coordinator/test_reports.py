@@ -1,0 +1,77 @@
+"""Folding item reports into machines, without a store: what a report may carry and change."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from coordinator.domain.errors import Conflict
+from coordinator.domain.model import MachineState
+from coordinator.domain.reports import fold_report, reportable_items
+from nodeagent.protocol import ItemReport, StateItem
+from tests.unit.coordinator.builders import cluster, item, items, machine
+
+KUBECONFIG = ("apiVersion: v1\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
+              "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n")
+
+
+def report(of: StateItem, status: str = "succeeded", attempt: int = 1, **fields: object) -> ItemReport:
+    return ItemReport(item=of.name, fingerprint=of.fingerprint(), phase=of.phase, status=status,
+                      attempt=attempt, started_at=1.0, **fields)
+
+
+def test_a_success_marks_the_item_applied_and_says_so_in_one_event() -> None:
+    spec = cluster(worker=items("prepare", 2))
+    w1 = machine("w1", state=MachineState.PREPARE)
+    first = spec.machine_types.worker[0]
+    folded = fold_report(spec, reportable_items(spec, ()), w1, report(first), now=50.0)
+    assert folded.machine.applied == {first.fingerprint()}
+    assert folded.machine.progress is not None and folded.machine.progress.status == "succeeded"
+    assert folded.machine.last_seen == 50.0
+    assert [e.message for e in folded.events] == ["prepare item prepare-0 succeeded (attempt 1)"]
+
+
+def test_failing_since_holds_across_retries_and_clears_on_success() -> None:
+    spec = cluster(worker=items("prepare", 1))
+    of, known = spec.machine_types.worker[0], reportable_items(spec, ())
+    w1 = machine("w1", state=MachineState.PREPARE)
+    w1 = fold_report(spec, known, w1, report(of, "failed", error="exit 1"), now=10.0).machine
+    w1 = fold_report(spec, known, w1, report(of, "running", attempt=2), now=20.0).machine
+    w1 = fold_report(spec, known, w1, report(of, "failed", attempt=2, error="exit 1"), now=30.0).machine
+    assert w1.progress is not None and w1.progress.failing_since == 10.0
+    w1 = fold_report(spec, known, w1, report(of, attempt=3), now=40.0).machine
+    assert w1.progress is not None and w1.progress.failing_since is None
+
+
+def test_an_item_the_spec_does_not_have_is_refused() -> None:
+    spec = cluster(worker=items("prepare", 1))
+    stranger = item("not-in-spec", "prepare")
+    with pytest.raises(Conflict, match="not-in-spec"):
+        fold_report(spec, reportable_items(spec, ()), machine("w1"), report(stranger), now=1.0)
+
+
+def test_only_a_managers_kubeconfig_item_may_carry_a_kubeconfig_and_it_is_never_in_an_event() -> None:
+    source = StateItem.model_validate({"name": "init", "phase": "deploy", "kubeconfigFrom": "/k",
+                                       "action": {"type": "exec", "argv": ["true"]}})
+    spec = cluster(manager=[source])
+    known = reportable_items(spec, ())
+    m1 = machine("m1", "manager", state=MachineState.DEPLOY)
+    folded = fold_report(spec, known, m1, report(source, kubeconfig=KUBECONFIG), now=1.0)
+    assert folded.machine.kubeconfig == KUBECONFIG
+    assert all("127.0.0.1:6443" not in e.message and "127.0.0.1:6443" not in str(e.data)
+               for e in folded.events)
+    with pytest.raises(Conflict, match="kubeconfig"):
+        fold_report(spec, known, machine("w1", state=MachineState.DEPLOY),
+                    report(source, kubeconfig=KUBECONFIG), now=1.0)
+
+
+def test_an_unusable_kubeconfig_is_kept_out_and_the_event_says_why() -> None:
+    source = StateItem.model_validate({"name": "init", "phase": "deploy", "kubeconfigFrom": "/k",
+                                       "action": {"type": "exec", "argv": ["true"]}})
+    spec = cluster(manager=[source])
+    m1 = replace(machine("m1", "manager", state=MachineState.DEPLOY), kubeconfig=KUBECONFIG)
+    folded = fold_report(spec, reportable_items(spec, ()), m1,
+                         report(source, kubeconfig="clusters: []"), now=1.0)
+    assert folded.machine.kubeconfig == KUBECONFIG
+    assert any("not usable" in e.message for e in folded.events)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from coordinator.client import AdminClient
+from coordinator.cli.client import AdminClient
 
 BIN = Path(sys.executable).parent
 # A manager alone goes Pending -> Prepare -> Deploy -> Ready; workers only wake-latency.

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from coordinator.cli import machines_table
-from coordinator.client import AdminClient, ClientError
+from coordinator.cli.client import AdminClient, ClientError
+from coordinator.cli.render import machines_table
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

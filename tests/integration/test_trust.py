@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.client import ClientError
+from coordinator.cli.client import ClientError
 from nodeagent import joinstring
 from tests.support.coordinator import NOOP_CLUSTER, ServedCoordinator, running_coordinator
 from tests.support.ports import wait_until

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coordinator.client import AdminClient, ClientError
+from coordinator.cli.client import AdminClient, ClientError
 from nodeagent.prechecks.runner import summarize
 from nodeagent.protocol import CheckResult, PrecheckReport, Severity, StateItem, Status
 from tests.support.ports import free_port, wait_until

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.client import ClientError
+from coordinator.cli.client import ClientError
 from tests.support.coordinator import COORDINATOR, Agent, ServedCoordinator, running_coordinator
 from tests.support.ports import wait_until
 

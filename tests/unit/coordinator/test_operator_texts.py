@@ -8,11 +8,11 @@ from datetime import datetime
 import click
 import pytest
 
-from coordinator.cli import parse_since
+from coordinator.cli.events import parse_since
+from coordinator.cli.render import duration
 from coordinator.domain.records import MachineCount
 from coordinator.metrics import Metrics
 from coordinator.service.notifier import Notifier
-from coordinator.texts import duration
 
 NOW = 1_800_000_000.0
 

@@ -1,5 +1,6 @@
 """`coordinator machines add --ssh` and `coordinator agents retarget`: the admin side of
-pushing agents onto hosts over SSH (coordinator/ssh.py does the work)."""
+pushing agents onto hosts over SSH (coordinator/ssh.py does the work). The root group hangs
+`add` under `machines`."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
+from coordinator.cli.client import AdminClient, ClientError
+from coordinator.cli.plumbing import EXIT_ERROR, call
+
 if TYPE_CHECKING:
     from nodeagent.contract import Role
-
-EXIT_ERROR = 1
 
 
 def ssh_options(command: Any) -> Any:
@@ -81,7 +83,6 @@ def machines_add(ctx: click.Context, target: str, key: str, known_hosts: str | N
 
     With --cluster, the join token made for it is good for one registration within an hour.
     """
-    from coordinator.cli import _call
     from coordinator.ssh import install_agent
     from nodeagent.joinstring import BadJoinString, decode
 
@@ -93,7 +94,7 @@ def machines_add(ctx: click.Context, target: str, key: str, known_hosts: str | N
         except BadJoinString as exc:
             raise click.BadParameter(str(exc), param_hint="--join") from None
     else:
-        join_string = _call(ctx, "POST", f"/v1/clusters/{cluster_name}/join-tokens",
+        join_string = call(ctx, "POST", f"/v1/clusters/{cluster_name}/join-tokens",
                             body={"ttl": "1h", "maxUses": 1})["join"]
     _run_ssh((target,), key, known_hosts, host_key, lambda ssh: install_agent(
         ssh, Path(packages_dir), join_string, cast("Role | None", role), click.echo))
@@ -116,7 +117,6 @@ def agents_retarget(ctx: click.Context, new_url: str, targets: tuple[str, ...], 
     its data directory, pki/ included): set coordinator.url in their config, restart them."""
     from pydantic import ValidationError
 
-    from coordinator.client import AdminClient, ClientError
     from coordinator.ssh import retarget_agent
     from nodeagent.config import CoordinatorConfig
 

@@ -1,6 +1,7 @@
 """Cluster status for a terminal, drawn with rich: stages, the rollout's bar and ETA, and a
 progress bar per machine. Input is the JSON the status endpoint serves, so the CLI shows
-exactly what the API and the dashboard show."""
+exactly what the API and the dashboard show. Apart from render.py so that only `status`
+pays for importing rich (about as long as the rest of the CLI's start-up)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from coordinator.texts import clock, duration, machine_note
+from coordinator.cli.render import clock, duration, machine_note
 
 STAGE_STYLE = {"done": ("✓", "green"), "in-progress": ("…", "cyan"),
                "failing": ("✗", "bold red"), "waiting": ("·", "dim")}

@@ -1,0 +1,165 @@
+"""What the commands of the `coordinator` CLI share: the client the root group builds, calling
+the API with it (errors become messages and exit codes), json/yaml output, shell completion of
+names, durations, and reading the event history. Commands import this, never each other."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import click
+from click.shell_completion import CompletionItem
+
+from coordinator.cli.client import AdminClient, ClientError
+
+EXIT_ERROR, EXIT_USAGE = 1, 2
+DEFAULT_URL = "https://127.0.0.1:8080"
+RECONNECT_SECONDS = 1.0
+
+
+def read_token(token: str | None, token_file: str | None) -> str | None:
+    if token is None and token_file:
+        try:
+            token = Path(token_file).read_text().strip()
+        except OSError as exc:
+            raise click.BadParameter(f"cannot read {token_file}: {exc.strerror}",
+                                     param_hint="--token-file") from None
+    return token
+
+
+def make_client(url: str, token: str | None, token_file: str | None, ca_file: str | None,
+                timeout: float = 30.0) -> AdminClient:
+    try:
+        return AdminClient(url, read_token(token, token_file), timeout=timeout, ca_file=ca_file)
+    except OSError as exc:
+        raise click.BadParameter(f"cannot load {ca_file}: {exc}", param_hint="--ca") from None
+
+
+def completer(path: str, key: str) -> Callable[[click.Context, click.Parameter, str],
+                                               list[CompletionItem]]:
+    """Shell completion of names the coordinator knows (clusters, machines). The group's
+    options (--url, --token, --token-file, --ca and their env vars) say which coordinator to
+    ask; anything going wrong completes nothing rather than printing into the shell."""
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+        params = ctx.find_root().params
+        try:
+            client = make_client(params.get("url") or DEFAULT_URL, params.get("token"),
+                                 params.get("token_file"), params.get("ca_file"), timeout=2)
+            found = client.get(path)
+        except (ClientError, click.BadParameter):
+            return []
+        return [CompletionItem(item[key]) for item in found
+                if str(item[key]).startswith(incomplete)]
+    return complete
+
+
+complete_clusters = completer("/v1/clusters", "name")
+complete_machines = completer("/v1/machines", "hostname")
+
+
+def call(ctx: click.Context, method: str, path: str, **kwargs: Any) -> Any:
+    """The API's answer; on an error, its message and problems on stderr and exit 2 for a
+    request the coordinator refused as invalid, 1 for anything else."""
+    client: AdminClient = ctx.obj
+    try:
+        return client.request(method, path, **kwargs)
+    except ClientError as exc:
+        click.echo(f"error: {exc}", err=True)
+        for problem in exc.problems:
+            line = f"line {problem['line']}: " if problem.get("line") else ""
+            path_text = f"{problem['path']}: " if problem.get("path") else ""
+            click.echo(f"  {line}{path_text}{problem['message']}", err=True)
+        sys.exit(EXIT_USAGE if exc.status in (400, 422) else EXIT_ERROR)
+
+
+def emit(data: Any, output: str) -> bool:
+    """Print data as JSON or YAML when asked; returns whether it did."""
+    if output == "json":
+        click.echo(json.dumps(data, indent=2))
+        return True
+    if output == "yaml":
+        import yaml
+
+        click.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
+        return True
+    return False
+
+
+def emit_record(data: Any, output: str) -> None:
+    """One record of a stream: a JSON line, or a YAML document."""
+    if output == "json":
+        click.echo(json.dumps(data))
+    else:
+        click.echo("---")
+        emit(data, "yaml")
+
+
+def echo_lines(lines: list[str]) -> None:
+    for line in lines:
+        click.echo(line)
+
+
+output_option = click.option("--output", "-o", type=click.Choice(["table", "json", "yaml"]),
+                             default="table", show_default=True,
+                             help="table for people; json or yaml for scripts.")
+
+
+def parse_duration(value: str, option: str) -> float | None:
+    """Seconds, or None for 0 (forever); a bad value is the named option's error."""
+    from coordinator.domain.tokens import parse_duration as seconds
+
+    try:
+        return seconds(value) or None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+
+
+@contextlib.contextmanager
+def interrupt_quietly() -> Iterator[None]:
+    """Ctrl-C ends a --follow or --watch without a traceback."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        click.echo("", err=True)
+
+
+def event_history(ctx: click.Context, query: dict[str, Any], tail: int | None) -> Iterator[dict[str, Any]]:
+    """Every event matching query, oldest first; with tail, only the last that many."""
+    if tail is not None:
+        found = call(ctx, "GET", "/v1/events?" + urlencode({**query, "order": "desc",
+                                                            "limit": tail}))
+        yield from reversed(found)
+        return
+    after = 0
+    while page := call(ctx, "GET", "/v1/events?" + urlencode({**query, "after_id": after})):
+        yield from page
+        after = page[-1]["id"]
+
+
+def follow_events(ctx: click.Context, query: dict[str, Any], after: int,
+           handle: Callable[[dict[str, Any]], None]) -> None:
+    """New events as the coordinator records them (server-sent events), until interrupted;
+    reconnects after the last event seen when the coordinator goes away."""
+    client: AdminClient = ctx.obj
+    warned = False
+    while True:
+        try:
+            for event in client.stream("/v1/events/stream?"
+                                       + urlencode({**query, "after_id": after})):
+                handle(event)
+                after = event["id"]
+                warned = False
+        except ClientError as exc:
+            if exc.status not in (0, 502, 503, 504):
+                click.echo(f"error: {exc}", err=True)
+                sys.exit(EXIT_USAGE if exc.status in (400, 422) else EXIT_ERROR)
+            if not warned:
+                click.echo(f"warning: {exc}; reconnecting", err=True)
+                warned = True
+        time.sleep(RECONNECT_SECONDS)

@@ -1,0 +1,125 @@
+"""`coordinator serve` and `coordinator init`: the commands that run or set up a coordinator
+on this host rather than talk to one. They import the server lazily, so that the admin
+commands start fast."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from coordinator.cli.plumbing import EXIT_ERROR, EXIT_USAGE, parse_duration
+
+data_dir_option = click.option(
+    "--data-dir", default="coordinator-data", show_default=True, type=click.Path(file_okay=False),
+    help="Database, TLS files (pki/), admin token and artifacts.")
+listen_option = click.option("--listen", default="127.0.0.1:8080", show_default=True,
+                             help="HOST:PORT to serve on.")
+store_option = click.option(
+    "--store", envvar="COORDINATOR_STORE", metavar="DSN",
+    help="Keep state in PostgreSQL (postgresql://USER@HOST:PORT/DATABASE; password from "
+         "~/.pgpass or PGPASSWORD) so that several replicas can share it. Default: the embedded "
+         "SQLite file DATA_DIR/coordinator.db. Also from $COORDINATOR_STORE.")
+advertise_option = click.option(
+    "--advertise-url", help="URL agents use to reach this coordinator; it goes into join strings "
+                            "(default: from --listen).")
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter("expected HOST:PORT", param_hint="--listen")
+    return host.strip("[]"), int(port)
+
+
+def parse_store(location: str | None) -> str | None:
+    from coordinator.server.serve import POSTGRES_SCHEMES
+
+    if location is not None and not location.startswith(POSTGRES_SCHEMES):
+        raise click.BadParameter("expected a postgresql://USER@HOST:PORT/DATABASE DSN",
+                                 param_hint="--store")
+    return location
+
+
+@click.command()
+@data_dir_option
+@listen_option
+@advertise_option
+@store_option
+@click.option("--artifacts", type=click.Path(file_okay=False),
+              help="Artifact store directory (default DATA_DIR/artifacts).")
+@click.option("--insecure-http", is_flag=True,
+              help="Serve plain HTTP without TLS: only for a demo on one machine.")
+@click.option("--credential-ttl", default="365d", show_default=True,
+              help="Lifetime of a machine credential (agents rotate before it ends); 0: forever.")
+@click.option("--register-rate", default=5.0, show_default=True,
+              help="Registrations a second allowed per client address (bursts of 50); 0: no limit.")
+@click.option("--gc-interval", default=0.25, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds between the coordinator's own collections of cyclic garbage, which "
+                   "replace CPython's long automatic ones (docs/coordinator.md); 0: CPython's.")
+def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
+          artifacts: str | None, insecure_http: bool, credential_ttl: str,
+          register_rate: float, gc_interval: float) -> None:
+    """Run the coordinator: HTTPS API plus the reconcile loop, on the embedded SQLite store or
+    on PostgreSQL (--store), where several replicas serve the API and one leads."""
+    from coordinator.server.serve import ServeOptions, serve_forever
+
+    host, port = parse_listen(listen)
+    serve_forever(ServeOptions(
+        Path(data_dir), host, port, Path(artifacts) if artifacts else None,
+        insecure_http=insecure_http, advertise_url=advertise_url,
+        credential_ttl=parse_duration(credential_ttl, "--credential-ttl"),
+        register_rate=register_rate, store=parse_store(store), gc_interval=gc_interval))
+
+
+@click.command()
+@data_dir_option
+@listen_option
+@advertise_option
+@store_option
+@click.option("--name", "names", multiple=True, required=True,
+              help="Host name or IP address agents and admins use to reach the coordinator "
+                   "(repeatable); all go into the server certificate.")
+@click.option("--cluster", "cluster_file", type=click.File("r"),
+              help="A first cluster spec to apply; a join string for it is printed.")
+@click.option("--join-ttl", default="24h", show_default=True, help="Lifetime of that join token.")
+@click.option("--join-max-uses", type=click.IntRange(min=1),
+              help="Registrations that join token allows (default: unlimited).")
+def init(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
+         names: tuple[str, ...], cluster_file: Any, join_ttl: str,
+         join_max_uses: int | None) -> None:
+    """Create the CA, the server certificate, an admin token and a first join string."""
+    import asyncio
+
+    from coordinator.domain.model import ClusterSpec
+    from coordinator.server.init import initialize
+    from coordinator.server.pki import PkiError
+    from coordinator.server.serve import ServeOptions, SetupError
+    from nodeagent.validation import InvalidDocument, load_model
+
+    spec = None
+    if cluster_file is not None:
+        try:
+            spec = load_model(ClusterSpec, cluster_file.read(), cluster_file.name)
+        except InvalidDocument as exc:
+            click.echo(f"error: bad cluster spec\n{exc}", err=True)
+            sys.exit(EXIT_USAGE)
+    host, port = parse_listen(listen)
+    options = ServeOptions(Path(data_dir), host, port,
+                           advertise_url=advertise_url or f"https://{names[0]}:{port}",
+                           store=parse_store(store))
+    try:
+        done = asyncio.run(initialize(options, list(names), spec,
+                                      parse_duration(join_ttl, "--join-ttl"), join_max_uses))
+    except (PkiError, SetupError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    click.echo(f"CA certificate:  {options.pki().ca_cert}  ({done.ca_hash})")
+    click.echo(f"admin token:     {options.data_dir / 'admin.token'}")
+    click.echo(f"start it with:   coordinator serve --data-dir {data_dir} --listen {listen} "
+               f"--advertise-url {options.url()}" + (" --store DSN" if store else ""))
+    if done.join:
+        click.echo(f"join string for cluster {spec.name if spec else ''} (put it in each "
+                   f"node's /etc/nodeagent/config.yaml as `join:`):\n{done.join}")

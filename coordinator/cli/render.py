@@ -1,0 +1,132 @@
+"""The CLI's plain texts: short durations and times, why a machine is where it is, and the
+tables commands print. Pure functions of the API's JSON, shared by the plain output, the rich
+status view (console.py) and the demo script."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+def duration(seconds: float | None) -> str:
+    """3s, 4m05s, 2h10m: short enough for a table cell."""
+    if seconds is None:
+        return "-"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def clock(timestamp: float | None) -> str:
+    return "-" if timestamp is None else time.strftime("%H:%M:%S", time.localtime(timestamp))
+
+
+def day_and_time(stamp: float | None, never: str = "never") -> str:
+    return never if stamp is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp))
+
+
+def machine_note(machine: dict[str, Any]) -> str:
+    """Why a machine is where it is, in a few words."""
+    step = machine.get("step") or {}
+    if machine["precheck_failures"]:
+        text = "prechecks failed: " + "; ".join(machine["precheck_failures"])
+    elif machine["state"] == "Pending" and not machine["approved"]:
+        text = "waiting for approval"
+    elif machine["state"] == "Pending" and not machine["role"]:
+        text = "approved; waiting for a role"
+    elif step.get("status") == "failed":
+        retry = step.get("next_retry_in")
+        text = (f"failing for {duration(step.get('failing_for'))}"
+                + (f", retry in {duration(retry)}" if retry is not None else "")
+                + f": {step.get('error', '')}")
+    elif step.get("status") == "done" and machine["state"] == "Prepare":
+        text = "prepared; waiting for a deploy slot"
+    else:
+        text = ""
+    if not machine["responding"]:
+        text = "NOT RESPONDING " + text
+    return text.strip()
+
+
+def machine_progress(machine: dict[str, Any]) -> str:
+    """The PROGRESS cell: the running or failing item, or the drain while it matters."""
+    step = machine.get("step") or {}
+    text = machine_note(machine)
+    if step.get("status") == "running":
+        text = (f"{step['index']}/{step['total']} {step['item']} running (attempt "
+                f"{step['attempt']}, {duration(step['item_elapsed'])}) {text}")
+    elif step.get("status") == "failed":
+        text = f"{step['index']}/{step['total']} {step['item']} attempt {step['attempt']} {text}"
+    drain = machine.get("drain")
+    if drain and drain["stage"] != "NodeReady" and not (
+            machine["progress"] and drain["stage"] in ("Drained", "Skipped")):
+        text = f"drain {drain['stage']} (attempt {drain['attempt']}): {drain['message']}"
+        if drain["stage"] == "Blocked":
+            text += f"; coordinator upgrade retry|skip|force {machine['hostname']}"
+    return text
+
+
+def machines_table(machines: list[dict[str, Any]]) -> str:
+    header = f"{'HOSTNAME':<20} {'IP':<16} {'ROLE':<8} {'STATE':<12} {'ITEMS':<7} PROGRESS"
+    lines = [header]
+    for m in machines:
+        step = m.get("step") or {}
+        items = f"{step['done']}/{step['total']}" if step.get("phase") else "-"
+        lines.append(f"{m['hostname']:<20} {m['ip'] or '-':<16} {m['role'] or '-':<8} "
+                     f"{m['state']:<12} {items:<7} {machine_progress(m)}".rstrip())
+    return "\n".join(lines)
+
+
+def clusters_lines(clusters: list[dict[str, Any]]) -> list[str]:
+    return [f"{item['name']:<24} release {item['release']:<12} generation {item['generation']}"
+            + (" (deleting)" if item["deleting"] else "") for item in clusters]
+
+
+def join_tokens_lines(tokens: list[dict[str, Any]], now: float) -> list[str]:
+    lines = [f"{'ID':<14}{'CLUSTER':<16}{'EXPIRES':<18}{'USES':<10}STATUS"]
+    for t in tokens:
+        uses = f"{t['uses']}/{t['max_uses'] or '-'}"
+        expired = t["expires_at"] is not None and t["expires_at"] <= now
+        state = "revoked" if t["revoked"] else "expired" if expired else "active"
+        lines.append(f"{t['id']:<14}{t['cluster']:<16}{day_and_time(t['expires_at']):<18}"
+                     f"{uses:<10}{state}")
+    return lines
+
+
+def admin_tokens_lines(tokens: list[dict[str, Any]]) -> list[str]:
+    return [f"{'ID':<14}{'NAME':<24}{'ROLE':<12}STATUS"] + [
+        f"{t['id']:<14}{t['name']:<24}{t['role']:<12}{'revoked' if t['revoked'] else 'active'}"
+        for t in tokens]
+
+
+def upgrade_plan_lines(plan: dict[str, Any]) -> list[str]:
+    note = " (paused: resume to start)" if plan["paused"] else ""
+    lines = [f"upgrade of {plan['cluster']} to release {plan['release']}{note}"]
+    if not plan["steps"] and not plan["waiting"]:
+        lines.append("nothing to upgrade")
+    for number, step in enumerate(plan["steps"], 1):
+        hosts = ", ".join(f"{m['hostname']} ({m['role']}, from {m['from'] or '-'})" for m in step)
+        lines.append(f"step {number}: {hosts}")
+    lines += [f"not reached: {m['hostname']} ({m['role']}): {m['reason']}" for m in plan["waiting"]]
+    return lines
+
+
+def item_header(event: dict[str, Any]) -> str:
+    """The line above an item report's output: when, where, which attempt, how it ended."""
+    data = event["data"]
+    head = (f"── {clock(event['time'])} {event['hostname']} {data['phase']}/{data['item']} "
+            f"attempt {data['attempt']} {data['status']}")
+    if data["status"] != "running":
+        exit_code = "" if data.get("exit_code") is None else f"exit {data['exit_code']}, "
+        head += f" ({exit_code}{duration(data.get('duration'))})"
+    if data.get("error"):
+        head += f": {data['error']}"
+    return head
+
+
+def event_line(event: dict[str, Any]) -> str:
+    return (f"{clock(event['time'])} {event['cluster']:<12} "
+            f"{event['hostname'] or '-':<16} {event['kind']:<14} {event['message']}")

@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 
 from nodeagent import sdnotify, trust
 from nodeagent.backoff import delay
-from nodeagent.client import CoordinatorClient, Document, Endpoint, Rejected, Unreachable
+from nodeagent.client import CoordinatorClient, Document, Rejected, Unreachable
+from nodeagent.endpoint import Endpoint
 from nodeagent.host import CommandResult, Host
 from nodeagent.identity import IDENTITY_FILE, Identity, load_identity, save_identity
 from nodeagent.logfmt import fields

@@ -16,7 +16,8 @@ import pytest
 from aiohttp import web
 
 from nodeagent import http_client, trust
-from nodeagent.client import CoordinatorClient, Endpoint, Rejected, Unreachable
+from nodeagent.client import CoordinatorClient, Rejected, Unreachable
+from nodeagent.endpoint import Endpoint
 from tests.support.coordinator import running_coordinator
 from tests.support.ports import free_port
 

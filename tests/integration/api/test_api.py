@@ -12,7 +12,8 @@ from coordinator.api.openapi import openapi_document
 from coordinator.api.routes import ROUTES
 from coordinator.service.reconciler import ROLLING_OUT_SECONDS
 from coordinator.store.sqlite import SQLiteStore
-from nodeagent.client import CoordinatorClient, Endpoint
+from nodeagent.client import CoordinatorClient
+from nodeagent.endpoint import Endpoint
 from nodeagent.prechecks.runner import summarize
 from nodeagent.protocol import PrecheckReport, StateItem
 from tests.integration.api.conftest import CLUSTER, Env

@@ -58,7 +58,7 @@ class AdminToken:
 @dataclass(frozen=True)
 class CredentialOwner:
     """The machine a credential belongs to, as far as authenticating a request needs: read
-    without decoding the machine's documents, since every agent request does it (issue 8)."""
+    without decoding the machine's documents, since every agent request does it."""
 
     machine_id: str
     cluster: str

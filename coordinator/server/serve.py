@@ -153,7 +153,7 @@ def serve_forever(options: ServeOptions) -> None:
         # uvloop's event loop and TLS (libuv, C): with an agent's connection open per machine,
         # asyncio's TLS held a zero-filled 256 KiB read buffer per connection (2.5 GiB at
         # 10,000 agents until cut to 32 KiB) and its Python-level transports cost every
-        # request; uvloop: ~22 % less memory at 10,000 agents (issue 8, docs/benchmarks.md).
+        # request; uvloop: ~22 % less memory at 10,000 agents (docs/benchmarks.md).
         uvloop.run(serve(options))
     except SetupError as exc:
         print(f"error: {exc}", file=sys.stderr)

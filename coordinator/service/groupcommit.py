@@ -1,6 +1,6 @@
 """Group commit: requests that arrive while the lock is held (by a batch being written, or
 anyone else) go in one batch together, so that N concurrent writers cost one lock
-acquisition and one durable commit instead of N (issue 8: a batch of 50 workers finishing
+acquisition and one durable commit instead of N (a batch of 50 workers finishing
 sends ~100 item reports at once, while the reconcile pass wants the same lock).
 
 Each request keeps its own answer: the writer fails the ones it refuses, and a batch whose

@@ -1,6 +1,6 @@
 """Who may talk to the coordinator: join tokens (scoped to a cluster, with a TTL and a use
 limit) and admin API tokens (admin or read-only). Secrets are shown once and stored only as
-hashes; the rules deciding whether one is good are the pure functions in tokens.py."""
+hashes; the rules deciding whether one is good are the pure functions in domain/tokens.py."""
 
 from __future__ import annotations
 

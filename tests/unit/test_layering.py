@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONTRACTS = ".importlinter"
 LAYERS = "The coordinator in layers: an upper layer may import a lower one, never the reverse"
 AGENT_BELOW = "The agent is a lower layer: it never imports the coordinator"
-PURE_DOMAIN = "coordinator.domain is pure: no event loop, I/O, web, CLI or storage library"
+PURE_DOMAIN = "What claims to be pure is: no event loop, I/O, web, CLI or storage library"
 LEAN_DAEMON = "The agent daemon never imports pydantic or yaml (its child processes do)"
 ACYCLIC = "No import cycles between sibling modules, at any depth"
 

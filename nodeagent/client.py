@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import ssl
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from nodeagent import http_client
+from nodeagent.endpoint import Endpoint
 
 Document = dict[str, Any]
 
@@ -30,14 +30,6 @@ class Rejected(Exception):
     def __init__(self, status: int, message: str) -> None:
         self.status = status
         super().__init__(f"HTTP {status}: {message}")
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One coordinator replica, and the proxy (if any) to reach it through."""
-
-    url: str
-    proxy: str | None = None
 
 
 class CoordinatorClient:

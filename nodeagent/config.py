@@ -11,8 +11,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic.alias_generators import to_camel
 
 from nodeagent import joinstring
-from nodeagent.client import Endpoint
 from nodeagent.contract import Role
+from nodeagent.endpoint import Endpoint
 from nodeagent.protocol import NtpSettings, ProxySettings
 from nodeagent.proxy import proxy_for
 from nodeagent.validation import InvalidDocument, Problem, load_model

@@ -39,9 +39,10 @@ from coordinator.store.codec import (
     spec_to_json,
 )
 from coordinator.store.postgres_connections import Database, Mutex
-from coordinator.store.postgres_schema import MIGRATIONS, SQL, migrate
-from coordinator.store.sql import check_removable, respecified
+from coordinator.store.postgres_schema import MIGRATIONS, migrate
+from coordinator.store.sql import POSTGRES, Statements, check_removable, respecified
 
+SQL = Statements(POSTGRES)  # the statements the stores share, as PostgreSQL spells them
 _INSERT_EVENT = """
     INSERT INTO events (id, time, cluster, machine, hostname, kind, message, data)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)

@@ -8,9 +8,9 @@ import time
 from collections.abc import Sequence
 
 from coordinator.store.postgres_connections import MIGRATION_LOCK, Database
-from coordinator.store.sql import POSTGRES, Statements, pending_migration
+from coordinator.store.sql import POSTGRES, SchemaVersions
 
-SQL = Statements(POSTGRES)  # the statements the stores share, as PostgreSQL spells them
+_VERSIONS = SchemaVersions(POSTGRES)
 
 # Schema migrations in order: MIGRATIONS[n] takes a database from version n to n + 1.
 # Append only; never edit one that has shipped.
@@ -103,10 +103,10 @@ async def migrate(db: Database, migrations: Sequence[str]) -> None:
     while True:
         async with db.transaction() as conn:
             await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
-            await conn.execute(SQL.version_table)
-            current = await conn.fetchval(SQL.current_version)
-            script = pending_migration(migrations, current)
+            await conn.execute(_VERSIONS.table)
+            current = await conn.fetchval(_VERSIONS.current)
+            script = _VERSIONS.pending(migrations, current)
             if script is None:
                 return
             await conn.execute(script)
-            await conn.execute(SQL.record_version, current + 1, time.time())
+            await conn.execute(_VERSIONS.record, current + 1, time.time())

@@ -1,6 +1,6 @@
 """What the SQLite and PostgreSQL stores share: the statements both run, written once and
 rendered in each database's dialect; the queries built filter by filter; the bookkeeping of
-schema versions; and the decisions both make the same way about what they read.
+migrations; and the decisions both make the same way about what they read.
 
 Statements are written with PostgreSQL's numbered parameters ($1, $2...), which SQLite
 spells ?1, ?2... No driver here: each store runs the text it is given.
@@ -87,17 +87,36 @@ class Query:
         return f"{self.head}{where}{tail}"
 
 
+class SchemaVersions:
+    """Migration bookkeeping, alike in both stores: a row per migration applied, and the
+    migration a database needs next."""
+
+    table = ("CREATE TABLE IF NOT EXISTS schema_version "
+             "(version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
+    current = "SELECT COALESCE(MAX(version), 0) FROM schema_version"
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.record = dialect.render("INSERT INTO schema_version VALUES ($1, $2)")
+
+    @staticmethod
+    def pending(migrations: Sequence[str], current: int) -> str | None:
+        """The script that takes a database at schema version `current` one version on; None
+        when it is at the latest. A database a newer coordinator wrote is refused: this one
+        cannot know what its schema means."""
+        latest = len(migrations)
+        if current > latest:
+            raise StoreError(f"database schema version {current} is newer than this coordinator "
+                             f"supports ({latest}): run a coordinator at least as new as the one "
+                             "that wrote it")
+        return None if current == latest else migrations[current]
+
+
 class Statements:
     """The statements both stores run, in one database's dialect."""
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = d = dialect
         sql = dialect.render
-        # -- schema versions: one row per migration applied
-        self.version_table = ("CREATE TABLE IF NOT EXISTS schema_version "
-                              "(version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
-        self.current_version = "SELECT COALESCE(MAX(version), 0) FROM schema_version"
-        self.record_version = sql("INSERT INTO schema_version VALUES ($1, $2)")
         # -- clusters
         self.cluster = sql("SELECT * FROM clusters WHERE name = $1")
         self.clusters = "SELECT * FROM clusters ORDER BY name"
@@ -183,18 +202,6 @@ class Statements:
             query.where_in("kind", kinds)
         order = "DESC" if newest_first else "ASC"
         return query.text(f" ORDER BY id {order} LIMIT {query.bind(limit)}"), query.params
-
-
-def pending_migration(migrations: Sequence[str], current: int) -> str | None:
-    """The script that takes a database at schema version `current` one version on; None when
-    it is at the latest. A database a newer coordinator wrote is refused: this one cannot
-    know what its schema means."""
-    latest = len(migrations)
-    if current > latest:
-        raise StoreError(f"database schema version {current} is newer than this coordinator "
-                         f"supports ({latest}): run a coordinator at least as new as the one "
-                         "that wrote it")
-    return None if current == latest else migrations[current]
 
 
 def respecified(stored: StoredCluster, spec: ClusterSpec, now: float) -> StoredCluster | None:

@@ -43,10 +43,11 @@ from coordinator.store.codec import (
     machine_to_row,
     spec_to_json,
 )
-from coordinator.store.sql import check_removable, respecified
-from coordinator.store.sqlite_schema import MIGRATIONS, SQL, migrate, transaction
+from coordinator.store.sql import SQLITE, Statements, check_removable, respecified
+from coordinator.store.sqlite_schema import MIGRATIONS, migrate, transaction
 
 T = TypeVar("T")
+SQL = Statements(SQLITE)  # the statements the stores share, as SQLite spells them
 
 BUSY_TIMEOUT_SECONDS = 10.0
 LOOKUP_BUSY_TIMEOUT_SECONDS = 1.0  # on the event loop's thread: see SQLiteStore._one

@@ -8,9 +8,9 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from coordinator.store.sql import SQLITE, Statements, pending_migration
+from coordinator.store.sql import SQLITE, SchemaVersions
 
-SQL = Statements(SQLITE)  # the statements the stores share, as SQLite spells them
+_VERSIONS = SchemaVersions(SQLITE)
 
 # Schema migrations in order: MIGRATIONS[n] takes a database from version n to n + 1.
 # Append only; never edit one that has shipped.
@@ -121,11 +121,11 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[str]) -> None:
     lock, so two processes opening the same file never apply a migration twice."""
     while True:
         with transaction(conn):
-            conn.execute(SQL.version_table)
-            (current,) = conn.execute(SQL.current_version).fetchone()
-            script = pending_migration(migrations, current)
+            conn.execute(_VERSIONS.table)
+            (current,) = conn.execute(_VERSIONS.current).fetchone()
+            script = _VERSIONS.pending(migrations, current)
             if script is None:
                 return
             for statement in _split(script):
                 conn.execute(statement)
-            conn.execute(SQL.record_version, (current + 1, time.time()))
+            conn.execute(_VERSIONS.record, (current + 1, time.time()))

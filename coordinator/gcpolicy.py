@@ -3,7 +3,7 @@
 CPython's automatic full (generation 2) collection walks every tracked object. A coordinator
 holding thousands of agent connections tracks ~130 objects per connection (transports, TLS
 objects, parsers, tasks), so each full collection stopped it for ~1 s at 5,000 agents, and
-every request arriving meanwhile waited: that set the p99 (issue 8, docs/benchmarks.md).
+every request arriving meanwhile waited: that set the p99 (docs/benchmarks.md).
 
 What runs instead:
 

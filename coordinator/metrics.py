@@ -3,7 +3,7 @@
 Counters and histograms live in one registry for the process (`METRICS`); the gauges of
 machines by state are computed from the store at each scrape, so they can never drift from it.
 
-For code recording what it does (the drain of issue 5 included), the entry points are the
+For code recording what it does (drains included), the entry points are the
 `record_*` functions below: they take plain values and never raise on odd input.
 """
 

@@ -172,7 +172,7 @@ def check_config(config_path: str, quiet: bool, output: str) -> None:
 
 
 def _as_run_takes_it(config: AgentConfig) -> dict[str, object]:
-    """The document nodeagent/daemon.py's DaemonSettings reads."""
+    """The document nodeagent/settings.py's DaemonSettings reads."""
     return {"config": config.model_dump(mode="json"), "ca_hash": config.ca_hash,
             "coordinator_endpoints": [dataclasses.asdict(endpoint) for endpoint
                                       in config.coordinator_endpoints(os.environ)]}
@@ -208,8 +208,10 @@ def _context(root: str, config: AgentConfig, role: str) -> CheckContext:
 def run(config_path: str, root: str, log_level: str) -> None:
     """Run the agent: precheck, register, wait for approval, apply assigned items, report."""
     from nodeagent import logfmt
-    from nodeagent.daemon import AgentError, BadConfig, run_agent
+    from nodeagent.children import AgentError
+    from nodeagent.daemon import run_agent
     from nodeagent.host import Host
+    from nodeagent.settings import BadConfig
 
     logfmt.configure(log_level)
     try:

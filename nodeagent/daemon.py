@@ -9,7 +9,8 @@ heartbeats, rotates the credential and delivers reports, reading only the few ra
 fields it needs. All that needs the validated wire types (pydantic), YAML or the item code
 runs in a child, its own command line, which gives its memory back when it exits:
 `check-config --output json` (the config file, with file:line:field errors), `precheck`,
-`facts`, and `apply` (one phase's items, nodeagent/phase.py). docs/benchmarks.md has why.
+`facts`, and `apply` (one phase's items, nodeagent/phase.py): see children.py and settings.py.
+docs/benchmarks.md has why.
 """
 
 from __future__ import annotations
@@ -21,69 +22,24 @@ import logging
 import random
 import secrets
 import ssl
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any, TypeVar
 
 from nodeagent import sdnotify, trust
 from nodeagent.backoff import delay
+from nodeagent.children import EXIT_APPLIED, EXIT_GAVE_UP, AgentError, apply_phase, checked_output
 from nodeagent.client import CoordinatorClient, Document, Rejected, Unreachable
-from nodeagent.endpoint import Endpoint
-from nodeagent.host import CommandResult, Host
+from nodeagent.host import Host
 from nodeagent.identity import IDENTITY_FILE, Identity, load_identity, save_identity
 from nodeagent.logfmt import fields
+from nodeagent.reporter import Reporter
+from nodeagent.settings import DaemonSettings, load_settings
 
 T = TypeVar("T")
 log = logging.getLogger("nodeagent")
 LONG_POLL_SECONDS = 30.0
-CHILD_TIMEOUT_SECONDS = 120.0
-STOP_SECONDS = 30.0  # for a phase's child to stop its running item before it is killed
-# How a `nodeagent apply` child (nodeagent/phase.py) ends: every item applied, one failed
-# retry.maxAttempts times, or stopped (stdin closed, SIGTERM). Any other exit (a crash, a
-# journal it cannot read) and the daemon starts it again.
-EXIT_APPLIED, EXIT_GAVE_UP, EXIT_STOPPED = 0, 3, 4
-
-
-class AgentError(Exception):
-    """A condition the agent cannot recover from by retrying (bad token, removed machine)."""
-
-
-class BadConfig(AgentError):
-    """The config file is invalid; the message names file, line and field."""
-
-
-@dataclass(frozen=True)
-class DaemonSettings:
-    """What the daemon needs of its config file, as `nodeagent check-config --output json`
-    gives it: validated (in a child, with config.py's one definition), defaults filled in,
-    the join string decoded."""
-
-    endpoints: list[Endpoint]  # the coordinator's replicas, each with its proxy
-    ca_file: str | None
-    ca_hash: str | None
-    timeout: float
-    state_dir: Path
-    join_token: str | None
-    heartbeat_seconds: float
-    role: str
-    ignore_prechecks: list[str]
-    own_ntp_servers: bool  # the config names NTP servers: the cluster's do not replace them
-
-    @classmethod
-    def from_document(cls, document: Document) -> DaemonSettings:
-        config = document["config"]
-        coordinator = config["coordinator"]
-        return cls(endpoints=[Endpoint(**e) for e in document["coordinator_endpoints"]],
-                   ca_file=coordinator["ca_file"], ca_hash=document["ca_hash"],
-                   timeout=coordinator["timeout"], state_dir=Path(config["state_dir"]),
-                   join_token=config["join_token"],
-                   heartbeat_seconds=config["heartbeat_seconds"], role=config["role"],
-                   ignore_prechecks=config["ignore_prechecks"],
-                   own_ntp_servers=bool(config["ntp"]["servers"]))
 
 
 async def run_agent(config_path: str, host: Host) -> None:
@@ -94,57 +50,6 @@ async def run_agent(config_path: str, host: Host) -> None:
     async with _background(_watchdog()):
         settings = await load_settings(config_path, host)
         await Agent(settings, host, config_path).run()
-
-
-async def load_settings(config_path: str, host: Host) -> DaemonSettings:
-    """The config file, validated by `nodeagent check-config` in a child."""
-    result = await _own_command(host, "check-config", "--config", config_path,
-                                "--output", "json")
-    if result.returncode == 2:
-        raise BadConfig(result.stderr.strip())
-    if result.returncode != 0:
-        raise AgentError(result.stderr.strip())
-    return DaemonSettings.from_document(json.loads(result.stdout))
-
-
-class Reporter:
-    """Delivers item reports in order; holds them while the coordinator is unreachable."""
-
-    def __init__(self, client: CoordinatorClient, identity: Identity, rand: random.Random) -> None:
-        self._client = client
-        self._identity = identity
-        self._rand = rand
-        self._queue: asyncio.Queue[Document] = asyncio.Queue()
-
-    def submit(self, report: Document) -> None:
-        """Queue an ItemReport for the coordinator, and log it: every item's start, success
-        and failure is also a line in the node's journal."""
-        finished = report.get("finished_at")
-        duration = finished - report["started_at"] if finished else None
-        log.log(logging.WARNING if report["status"] == "failed" else logging.INFO,
-                "item %s", report["status"], extra=fields(
-                    item=report["item"], phase=report["phase"], status=report["status"],
-                    attempt=report["attempt"], exit_code=report.get("exit_code"),
-                    duration=duration, error=report.get("error") or None))
-        self._queue.put_nowait(report)
-
-    async def run(self) -> None:
-        while True:
-            report = await self._queue.get()
-            attempt = 0
-            while True:
-                try:
-                    await self._client.report(self._identity.machine_id,
-                                              self._identity.credential, report)
-                    break
-                except Unreachable as exc:
-                    attempt += 1
-                    log.warning("report of %s held back (%s); retrying", report["item"], exc,
-                                extra=fields(item=report["item"], attempt=attempt))
-                    await asyncio.sleep(delay(attempt, 0.5, 15.0, self._rand))
-                except Rejected as exc:
-                    log.error("coordinator refused the report of %s: %s", report["item"], exc)
-                    break
 
 
 class Agent:
@@ -246,15 +151,6 @@ class Agent:
         identity.credential, identity.issued_at = current.credential, current.issued_at
         identity.expires_at = current.expires_at
 
-    async def _checked(self, *args: str) -> str:
-        """Output of `nodeagent ARGS --root ROOT` (prechecks or facts) in a child: they load
-        DNS, netlink, NTP and process-table libraries the idle daemon has no use for."""
-        result = await _own_command(self.host, *args, "--root", str(self.host.root))
-        if result.returncode not in (0, 1):
-            raise AgentError(f"`nodeagent {args[0]}` failed (exit {result.returncode}): "
-                             f"{result.stderr.strip()}")
-        return result.stdout
-
     async def _precheck(self) -> Document:
         """A PrecheckReport, as JSON."""
         args = ["precheck", "--output", "json", "--role", self.settings.role,
@@ -266,7 +162,7 @@ class Agent:
             for server in self.checked_ntp["servers"]:
                 args += ["--ntp-server", server]
             args += ["--max-skew-seconds", f"{self.checked_ntp['maxSkewSeconds']:g}"]
-        report: Document = json.loads(await self._checked(*args))
+        report: Document = json.loads(await checked_output(self.host, *args))
         failures = [f"{c['name']}: {c['message']}" for c in report["checks"]
                     if c["status"] == "fail"]
         if failures:
@@ -277,7 +173,7 @@ class Agent:
     async def _register(self, report: Document) -> Identity:
         if not self.settings.join_token:
             raise AgentError("not registered yet and no joinToken in the config file")
-        facts = json.loads(await self._checked("facts", "--output", "json"))
+        facts = json.loads(await checked_output(self.host, "facts", "--output", "json"))
         request = {"join_token": self.settings.join_token, "hostname": report["hostname"],
                    "ip": facts.get("primary_ip"), "facts": facts, "precheck": report}
         response = await self._retry("register", partial(self.client.register, request))
@@ -384,41 +280,13 @@ class Agent:
         that neither applied every item nor gave up on one (it crashed, or could not read
         its journal) is started again after a pause: the journal skips what it did."""
         attempt = 0
-        while (code := await self._apply_once(assignment, reporter)) not in (EXIT_APPLIED, EXIT_GAVE_UP):
+        while (code := await apply_phase(assignment, self.config_path, self.host.root,
+                                          reporter.submit)) not in (EXIT_APPLIED, EXIT_GAVE_UP):
             attempt += 1
             wait = delay(attempt, 1.0, 60.0, self.rand)
             log.error("`nodeagent apply` exited with %d; starting it again in %.1fs", code,
                       wait, extra=fields(exit_code=code, attempt=attempt))
             await asyncio.sleep(wait)
-
-    async def _apply_once(self, assignment: Document, reporter: Reporter) -> int:
-        """One `nodeagent apply` child: the assignment on its stdin, a report per line on its
-        stdout; its log lines go to this daemon's stderr. Cancelled, it closes the child's
-        stdin, which stops the running item, and kills it if it takes too long."""
-        level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
-        child = await asyncio.create_subprocess_exec(
-            *_own_argv(), "apply", "--config", self.config_path, "--root", str(self.host.root),
-            "--log-level", level, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
-        assert child.stdin is not None and child.stdout is not None
-        try:
-            with contextlib.suppress(ConnectionError):  # it died at once: its exit code says
-                child.stdin.write(json.dumps(assignment).encode() + b"\n")
-                await child.stdin.drain()
-            async for line in child.stdout:
-                try:
-                    reporter.submit(json.loads(line))
-                except (ValueError, KeyError, TypeError):
-                    log.error("`nodeagent apply` printed something that is not a report: %r",
-                              line[:200])
-            return await child.wait()
-        finally:
-            if child.returncode is None:
-                child.stdin.close()
-                try:
-                    await asyncio.wait_for(child.wait(), STOP_SECONDS)
-                except TimeoutError:
-                    child.kill()
-                    await child.wait()
 
     async def _heartbeat(self, identity: Identity) -> None:
         while True:
@@ -430,22 +298,6 @@ class Agent:
             except Unreachable as exc:  # said: it may be what moved on to another replica
                 log.warning("heartbeat: coordinator unreachable (%s)", exc)
             await asyncio.sleep(self.settings.heartbeat_seconds)
-
-
-async def _own_command(host: Host, *args: str) -> CommandResult:
-    """`nodeagent ARGS` in a child: its memory goes back to the node when it exits."""
-    try:
-        return await host.run([*_own_argv(), *args], timeout=CHILD_TIMEOUT_SECONDS)
-    except TimeoutError:
-        raise AgentError(f"`nodeagent {args[0]}` did not finish within "
-                         f"{CHILD_TIMEOUT_SECONDS:.0f}s") from None
-
-
-def _own_argv() -> list[str]:
-    """How to run this agent's own command line: a frozen bundle is its own executable."""
-    if getattr(sys, "frozen", False):
-        return [sys.executable]
-    return [sys.executable, "-m", "nodeagent"]
 
 
 async def _watchdog() -> None:

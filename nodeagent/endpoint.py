@@ -1,6 +1,5 @@
-"""Where a coordinator replica is, in the standard library only: the config model and the
-HTTP client both name it, and the coordinator's install plan reads the config model without
-pulling in the agent's networking."""
+"""Where a coordinator replica is: stdlib only, so that what names it (the config model, which
+the coordinator's install plan validates too) loads no HTTP client and no asyncio."""
 
 from __future__ import annotations
 

@@ -26,9 +26,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from nodeagent import trust
+from nodeagent.children import EXIT_APPLIED, EXIT_GAVE_UP, EXIT_STOPPED
 from nodeagent.client import CoordinatorClient
 from nodeagent.config import AgentConfig
-from nodeagent.daemon import EXIT_APPLIED, EXIT_GAVE_UP, EXIT_STOPPED
 from nodeagent.identity import IDENTITY_FILE, load_identity
 from nodeagent.items.runner import run_phase
 from nodeagent.journal import Journal, JournalError

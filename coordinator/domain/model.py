@@ -1,6 +1,8 @@
-"""Clusters and machines: pure data and the rules that derive what a machine still has to run.
+"""Clusters and machines: immutable data (the spec a pydantic model, as the operator writes it;
+machines frozen dataclasses) and the rules that derive what a machine still has to run.
 
-No I/O here: the store persists these, the planner decides on them.
+Pure: no I/O and no clock (times are arguments); the store persists these, the planner
+decides on them.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
-"""The planner: a pure function from (cluster spec, machines) to state transitions.
+"""The planner: pure functions from (cluster spec, machines) to state transitions, and to the
+machines those transitions lead to. Pure: no I/O, no clock (`enact` is given `now`), nothing
+kept between calls, and the machines given are never changed (they are frozen; new ones are
+returned).
 
 The ordering invariants of the design live here and nowhere else: prepare in parallel; the
 first manager deploys alone, the other managers one at a time, workers in batches only once a
 manager is deployed; upgrades take managers one at a time, then workers in batches (bounded
 by maxUnavailable too), each drained before its items run; a changed manager set sends every
-Ready machine through Reconfigure. No I/O and no clock: the reconciler loads, calls `plan`,
-persists.
+Ready machine through Reconfigure. The reconciler loads, calls `plan`, persists.
 
 Decisions are ordered so that persisting any prefix of them keeps the invariants: the
 transitions that free a slot (or change nothing about slots) come first, and the admissions

@@ -114,7 +114,7 @@ class Store(ABC):
     @abstractmethod
     async def machine_generation(self, machine_id: str) -> int | None:
         """The machine's generation (None: no such machine), without decoding it: every
-        long-poll starts by comparing it (issue 8)."""
+        long-poll starts by comparing it."""
 
     @abstractmethod
     async def credential_owner(self, credential_hash: str) -> CredentialOwner | None:
@@ -124,29 +124,29 @@ class Store(ABC):
     async def list_machines(self, cluster: str | None = None, role: Role | None = None) -> list[Machine]:
         """Ordered by cluster, then hostname. With role, only machines of that role: every
         assignment and report needs a cluster's managers, never its thousands of workers, so
-        the role filter must be served by an index (issue 8)."""
+        the role filter must be served by an index."""
 
     @abstractmethod
     async def count_machines(self) -> list[MachineCount]:
         """The fleet counted by cluster, state and responding, by the database without
         decoding a machine: /metrics is scraped every few seconds, and decoding 10,000
-        machines for each scrape stopped the coordinator for ~0.7 s (issue 8)."""
+        machines for each scrape would stall the coordinator (docs/benchmarks.md)."""
 
     @abstractmethod
     async def get_machines(self, machine_ids: Collection[str]) -> list[Machine]:
         """Those of the machines that exist, in any order: the reconciler reloads just the
-        machines that changed since its last pass (issue 8)."""
+        machines that changed since its last pass."""
 
     @abstractmethod
     async def machines_by_hostname(self, hostname: str, cluster: str | None = None) -> list[Machine]:
         """The machines with this hostname, in the cluster or in any: registration and admin
-        look-ups by name, through an index rather than a listing of the fleet (issue 8)."""
+        look-ups by name, through an index rather than a listing of the fleet."""
 
     @abstractmethod
     async def machines_last_seen_between(self, cluster: str, start: float, end: float) -> list[str]:
         """Ids of the cluster's machines whose last_seen is in [start, end): with end = now
         minus the heartbeat timeout and start the previous pass's end, those that went silent
-        since, found through an index on (cluster, last_seen) (issue 8)."""
+        since, found through an index on (cluster, last_seen)."""
 
     async def touch_machine(self, machine_id: str, now: float) -> None:
         """Record one heartbeat; see touch_machines."""
@@ -157,7 +157,7 @@ class Store(ABC):
         """Record heartbeats (machine id -> time) in one transaction, without rewriting the
         machines: last_seen becomes the later of the stored and the given time. Unknown ids
         are ignored (a heartbeat may race the machine's removal). The coordinator batches
-        heartbeats in memory and calls this about once a second (issue 8)."""
+        heartbeats in memory and calls this about once a second."""
 
     # -- atomic writes ----------------------------------------------------------
     @abstractmethod
@@ -190,8 +190,7 @@ class Store(ABC):
         In id order, oldest first; with newest_first, the *last* `limit` matches, newest first
         (the dashboard's "recent output", the newest id for a stream to start after).
 
-        `kinds` and `newest_first` came with issue 9 (status, logs, event streams); a backend
-        implements them in its query (SQL: `kind IN (...)`, `ORDER BY id DESC`), never by
+        A backend implements every filter in its query (see sql.Statements.events), never by
         filtering after the limit. tests/integration/store/test_store.py checks both.
         """
 

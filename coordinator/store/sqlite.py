@@ -3,7 +3,7 @@
 sqlite3 calls block, so they run on worker threads: the event loop never waits on disk.
 Writes go through one connection on one thread, so they are serialized without any locking
 of our own; reads go through a second connection on a second thread, so that an agent's
-heartbeat or long-poll never queues behind a commit's fsync (issue 8). WAL lets readers (that
+heartbeat or long-poll never queues behind a commit's fsync. WAL lets readers (that
 connection, backups, a CLI) read while the coordinator writes, and a read sees every commit
 that returned before it started; synchronous=FULL makes every returned commit survive a
 power cut.
@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -45,167 +43,16 @@ from coordinator.store.codec import (
     machine_to_row,
     spec_to_json,
 )
+from coordinator.store.sql import SQLITE, Statements, check_removable, respecified
+from coordinator.store.sqlite_schema import MIGRATIONS, migrate, transaction
 
 T = TypeVar("T")
+SQL = Statements(SQLITE)  # the statements the stores share, as SQLite spells them
 
 BUSY_TIMEOUT_SECONDS = 10.0
 LOOKUP_BUSY_TIMEOUT_SECONDS = 1.0  # on the event loop's thread: see SQLiteStore._one
 
-# Schema migrations in order: MIGRATIONS[n] takes a database from version n to n + 1.
-# Append only; never edit one that has shipped.
-MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE clusters (
-        name TEXT PRIMARY KEY,
-        spec TEXT NOT NULL,
-        generation INTEGER NOT NULL,
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL,
-        deleting INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE TABLE join_tokens (
-        hash TEXT PRIMARY KEY,
-        cluster TEXT NOT NULL REFERENCES clusters (name),
-        created_at REAL NOT NULL
-    );
-    CREATE INDEX join_tokens_cluster ON join_tokens (cluster);
-    CREATE TABLE machines (
-        id TEXT PRIMARY KEY,
-        cluster TEXT NOT NULL,
-        hostname TEXT NOT NULL,
-        state TEXT NOT NULL,
-        credential_hash TEXT NOT NULL,
-        last_seen REAL NOT NULL,
-        doc TEXT NOT NULL
-    );
-    CREATE INDEX machines_cluster ON machines (cluster, hostname);
-    CREATE INDEX machines_credential ON machines (credential_hash);
-    CREATE TABLE events (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        time REAL NOT NULL,
-        cluster TEXT NOT NULL,
-        machine TEXT,
-        hostname TEXT,
-        kind TEXT NOT NULL,
-        message TEXT NOT NULL,
-        data TEXT NOT NULL
-    );
-    CREATE INDEX events_cluster ON events (cluster, id);
-    CREATE INDEX events_machine ON events (machine, id);
-    """,
-    # 1 -> 2: join tokens expire, count their uses and can be revoked; admin tokens with roles.
-    """
-    ALTER TABLE join_tokens ADD COLUMN id TEXT;
-    UPDATE join_tokens SET id = substr(hash, 1, 12);
-    CREATE UNIQUE INDEX join_tokens_id ON join_tokens (id);
-    ALTER TABLE join_tokens ADD COLUMN expires_at REAL;
-    ALTER TABLE join_tokens ADD COLUMN max_uses INTEGER;
-    ALTER TABLE join_tokens ADD COLUMN uses INTEGER NOT NULL DEFAULT 0;
-    ALTER TABLE join_tokens ADD COLUMN revoked INTEGER NOT NULL DEFAULT 0;
-    CREATE TABLE admin_tokens (
-        id TEXT PRIMARY KEY,
-        hash TEXT NOT NULL UNIQUE,
-        name TEXT NOT NULL,
-        role TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        revoked INTEGER NOT NULL DEFAULT 0
-    );
-    """,
-    # 2 -> 3 (issue 8, scale): look-ups that must not scan the fleet. A query uses the role
-    # index only when it spells the expression exactly as _ROLE does.
-    """
-    CREATE INDEX machines_hostname ON machines (hostname);
-    CREATE INDEX machines_last_seen ON machines (cluster, last_seen);
-    CREATE INDEX machines_role ON machines (cluster, json_extract(doc, '$.role'));
-    """,
-    # 3 -> 4 (issue 8, scale): whether a machine responds, as a column: /metrics counts the
-    # fleet by it at every scrape and every agent request's authentication reads it.
-    """
-    ALTER TABLE machines ADD COLUMN responding INTEGER NOT NULL DEFAULT 1;
-    UPDATE machines SET responding = COALESCE(json_extract(doc, '$.responding'), 0);
-    """,
-]
-_ROLE = "json_extract(doc, '$.role')"
 _IN_CHUNK = 500  # ids per `IN (...)`: far below SQLite's limit on bound parameters
-
-
-def _statements(script: str) -> list[str]:
-    """Split a script into statements: executescript() would commit our open transaction."""
-    statements: list[str] = []
-    pending = ""
-    for line in script.splitlines(keepends=True):
-        pending += line
-        if sqlite3.complete_statement(pending):
-            statements.append(pending.strip())
-            pending = ""
-    if pending.strip():
-        raise ValueError(f"incomplete SQL statement in migration: {pending.strip()!r}")
-    return statements
-
-
-@contextmanager
-def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """BEGIN IMMEDIATE takes the write lock up front, so a concurrent writer in another
-    process waits (busy timeout) instead of failing at its first write."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Apply missing migrations, one transaction each. The version is read under the write
-    lock, so two processes opening the same file never apply a migration twice."""
-    latest = len(MIGRATIONS)
-    while True:
-        with _transaction(conn):
-            conn.execute("CREATE TABLE IF NOT EXISTS schema_version "
-                         "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
-            (current,) = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()
-            if current > latest:
-                raise StoreError(
-                    f"database schema version {current} is newer than this coordinator supports "
-                    f"({latest}): run a coordinator at least as new as the one that wrote it")
-            if current == latest:
-                return
-            for statement in _statements(MIGRATIONS[current]):
-                conn.execute(statement)
-            conn.execute("INSERT INTO schema_version VALUES (?, ?)", (current + 1, time.time()))
-
-
-# json_extract parses the document in C: several times faster than decoding it into a Machine.
-_CREDENTIAL_OWNER = """
-    SELECT id, cluster, hostname, json_extract(doc, '$.credential_expires_at') AS expires_at,
-           responding
-    FROM machines WHERE credential_hash = ?
-"""
-_COUNT_MACHINES = """
-    SELECT cluster, state, responding, COUNT(*) AS count
-    FROM machines GROUP BY cluster, state, responding
-"""
-
-
-# A commit may carry a machine read before a heartbeat touched it: last_seen never goes back.
-_UPSERT_MACHINE = """
-    INSERT INTO machines (id, cluster, hostname, state, credential_hash, responding, last_seen,
-                          doc)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-    ON CONFLICT (id) DO UPDATE SET
-        cluster = excluded.cluster, hostname = excluded.hostname, state = excluded.state,
-        credential_hash = excluded.credential_hash, responding = excluded.responding,
-        last_seen = MAX(machines.last_seen, excluded.last_seen), doc = excluded.doc
-"""
-
-
-_USE_JOIN_TOKEN = """
-    UPDATE join_tokens SET uses = uses + 1
-    WHERE hash = ?1 AND revoked = 0 AND (expires_at IS NULL OR expires_at > ?2)
-      AND (max_uses IS NULL OR uses < max_uses)
-"""
 
 
 def _read_only(path: Path, busy_timeout: float) -> sqlite3.Connection:
@@ -267,7 +114,7 @@ class SQLiteStore(Store):
         """A row by its key, read on the event loop's own thread: an indexed lookup takes tens
         of microseconds, while a hop to the reader's thread and back waits for the GIL behind a
         busy event loop, several times for each read (every agent's credential and every
-        long-poll's generation: at 10,000 agents those hops set the p99, issue 8)."""
+        long-poll's generation: at 10,000 agents those hops set the p99)."""
         if self._lookup_conn is None:
             raise StoreError(f"store {self.path} is not open")
         try:
@@ -295,7 +142,7 @@ class SQLiteStore(Store):
             raise
 
     def _connect(self) -> None:
-        # isolation_level=None: no implicit transactions, _transaction() says where they are.
+        # isolation_level=None: no implicit transactions, transaction() says where they are.
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
         try:
             conn.row_factory = sqlite3.Row
@@ -304,7 +151,7 @@ class SQLiteStore(Store):
                 raise StoreError(f"{self.path}: cannot use WAL journaling (got {mode})")
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
-            _migrate(conn)
+            migrate(conn, MIGRATIONS)
         except BaseException:
             conn.close()
             raise
@@ -343,158 +190,126 @@ class SQLiteStore(Store):
         return await self._run(self._put_cluster, spec, now)
 
     def _put_cluster(self, spec: ClusterSpec, now: float) -> StoredCluster:
-        conn, text = self._db, spec_to_json(spec)
-        with _transaction(conn):
-            row = conn.execute("SELECT * FROM clusters WHERE name = ?", (spec.name,)).fetchone()
+        conn = self._db
+        with transaction(conn):
+            row = conn.execute(SQL.cluster, (spec.name,)).fetchone()
             if row is None:
                 conn.execute("INSERT INTO clusters (name, spec, generation, created_at, updated_at) "
-                             "VALUES (?, ?, 1, ?, ?)", (spec.name, text, now, now))
+                             "VALUES (?, ?, 1, ?, ?)", (spec.name, spec_to_json(spec), now, now))
                 return StoredCluster(spec=spec, generation=1, created_at=now, updated_at=now)
             stored = cluster_from_row(row)
-            # Compare re-encoded: a spec stored by an older model version (missing a field that
-            # now has a default) is not a change.
-            if spec_to_json(stored.spec) == text:
+            updated = respecified(stored, spec, now)
+            if updated is None:
                 return stored
-            conn.execute("UPDATE clusters SET spec = ?, generation = generation + 1, updated_at = ? "
-                         "WHERE name = ?", (text, now, spec.name))
-            return replace(stored, spec=spec, generation=stored.generation + 1, updated_at=now)
+            conn.execute(SQL.respecify_cluster, (spec_to_json(spec), now, spec.name))
+            return updated
 
     async def get_cluster(self, name: str) -> StoredCluster | None:
-        return await self._one(cluster_from_row, "SELECT * FROM clusters WHERE name = ?", (name,))
+        return await self._one(cluster_from_row, SQL.cluster, (name,))
 
     async def list_clusters(self) -> list[StoredCluster]:
-        return await self._all(cluster_from_row, "SELECT * FROM clusters ORDER BY name")
+        return await self._all(cluster_from_row, SQL.clusters)
 
     async def mark_cluster_deleting(self, name: str) -> None:
-        await self._execute("UPDATE clusters SET deleting = 1 WHERE name = ?", (name,))
+        await self._execute(SQL.mark_deleting, (name,))
 
     async def remove_cluster(self, name: str) -> None:
         await self._run(self._remove_cluster, name)
 
     def _remove_cluster(self, name: str) -> None:
         conn = self._db
-        with _transaction(conn):
-            (machines,) = conn.execute(
-                "SELECT COUNT(*) FROM machines WHERE cluster = ?", (name,)).fetchone()
-            if machines:
-                raise StoreError(f"cluster {name} still has {machines} machines: remove them first")
-            conn.execute("DELETE FROM join_tokens WHERE cluster = ?", (name,))
-            conn.execute("DELETE FROM clusters WHERE name = ?", (name,))
+        with transaction(conn):
+            (machines,) = conn.execute(SQL.count_cluster_machines, (name,)).fetchone()
+            check_removable(name, machines)
+            conn.execute(SQL.delete_join_tokens, (name,))
+            conn.execute(SQL.delete_cluster, (name,))
 
     # -- join tokens ------------------------------------------------------------
     async def add_join_token(self, cluster: str, token_hash: str, now: float,
                              expires_at: float | None, max_uses: int | None) -> JoinToken:
         token = JoinToken(id=token_id(token_hash), cluster=cluster, created_at=now,
                           expires_at=expires_at, max_uses=max_uses)
-        await self._execute(
-            "INSERT INTO join_tokens (id, hash, cluster, created_at, expires_at, max_uses) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (token.id, token_hash, cluster, now, expires_at, max_uses))
+        await self._execute(SQL.insert_join_token,
+                            (token.id, token_hash, cluster, now, expires_at, max_uses))
         return token
 
     async def list_join_tokens(self, cluster: str | None = None) -> list[JoinToken]:
         if cluster is None:
-            return await self._all(join_token_from_row,
-                                   "SELECT * FROM join_tokens ORDER BY created_at")
-        return await self._all(join_token_from_row, "SELECT * FROM join_tokens WHERE cluster = ? "
-                               "ORDER BY created_at", (cluster,))
+            return await self._all(join_token_from_row, SQL.join_tokens)
+        return await self._all(join_token_from_row, SQL.cluster_join_tokens, (cluster,))
 
     async def revoke_join_token(self, token_id: str) -> JoinToken | None:
-        await self._execute("UPDATE join_tokens SET revoked = 1 WHERE id = ?", (token_id,))
-        return await self._one(join_token_from_row, "SELECT * FROM join_tokens WHERE id = ?",
-                               (token_id,))
+        await self._execute(SQL.revoke_join_token, (token_id,))
+        return await self._one(join_token_from_row, SQL.join_token_by_id, (token_id,))
 
     async def use_join_token(self, token_hash: str, now: float) -> tuple[JoinToken | None, bool]:
         return await self._run(self._use_join_token, token_hash, now)
 
     def _use_join_token(self, token_hash: str, now: float) -> tuple[JoinToken | None, bool]:
         conn = self._db
-        with _transaction(conn):
-            counted = conn.execute(_USE_JOIN_TOKEN, (token_hash, now)).rowcount == 1
-            row = conn.execute("SELECT * FROM join_tokens WHERE hash = ?", (token_hash,)).fetchone()
+        with transaction(conn):
+            counted = conn.execute(SQL.use_join_token, (token_hash, now)).rowcount == 1
+            row = conn.execute(SQL.join_token, (token_hash,)).fetchone()
         return (None if row is None else join_token_from_row(row)), counted
 
     # -- admin tokens -------------------------------------------------------------
     async def add_admin_token(self, token_hash: str, name: str, role: str,
                               now: float) -> AdminToken:
         token = AdminToken(id=token_id(token_hash), name=name, role=role, created_at=now)
-        await self._execute("INSERT INTO admin_tokens (id, hash, name, role, created_at) "
-                            "VALUES (?, ?, ?, ?, ?)", (token.id, token_hash, name, role, now))
+        await self._execute(SQL.insert_admin_token, (token.id, token_hash, name, role, now))
         return token
 
     async def admin_token(self, token_hash: str) -> AdminToken | None:
-        return await self._one(admin_token_from_row, "SELECT * FROM admin_tokens WHERE hash = ?",
-                               (token_hash,))
+        return await self._one(admin_token_from_row, SQL.admin_token, (token_hash,))
 
     async def list_admin_tokens(self) -> list[AdminToken]:
-        return await self._all(admin_token_from_row,
-                               "SELECT * FROM admin_tokens ORDER BY created_at")
+        return await self._all(admin_token_from_row, SQL.admin_tokens)
 
     async def revoke_admin_token(self, token_id: str) -> AdminToken | None:
-        await self._execute("UPDATE admin_tokens SET revoked = 1 WHERE id = ?", (token_id,))
-        return await self._one(admin_token_from_row, "SELECT * FROM admin_tokens WHERE id = ?",
-                               (token_id,))
+        await self._execute(SQL.revoke_admin_token, (token_id,))
+        return await self._one(admin_token_from_row, SQL.admin_token_by_id, (token_id,))
 
     # -- machines ---------------------------------------------------------------
     async def get_machine(self, machine_id: str) -> Machine | None:
-        return await self._one(machine_from_row, "SELECT doc, last_seen FROM machines WHERE id = ?",
-                               (machine_id,))
+        return await self._one(machine_from_row, SQL.machine, (machine_id,))
 
     async def machine_generation(self, machine_id: str) -> int | None:
-        return await self._one(lambda row: int(row[0]), "SELECT json_extract(doc, "
-                               "'$.generation') FROM machines WHERE id = ?", (machine_id,))
+        return await self._one(lambda row: int(row[0]), SQL.machine_generation, (machine_id,))
 
     async def credential_owner(self, credential_hash: str) -> CredentialOwner | None:
         if not credential_hash:  # machines without a credential store "": never match them
             return None
-        return await self._one(credential_owner_from_row, _CREDENTIAL_OWNER, (credential_hash,))
+        return await self._one(credential_owner_from_row, SQL.credential_owner, (credential_hash,))
 
     async def list_machines(self, cluster: str | None = None, role: Role | None = None) -> list[Machine]:
-        """See Store.list_machines."""
-        where, params = [], []
-        if cluster is not None:
-            where.append("cluster = ?")
-            params.append(cluster)
-        if role is not None:
-            where.append(f"{_ROLE} = ?")
-            params.append(role)
-        # Without statistics SQLite would pick machines_cluster and decode every document.
-        query = "SELECT doc, last_seen FROM machines" + (
-            " INDEXED BY machines_role" if role and cluster is not None else "")
-        if where:
-            query += " WHERE " + " AND ".join(where)
-        return await self._all(machine_from_row, query + " ORDER BY cluster, hostname, id", params)
+        return await self._all(machine_from_row, *SQL.machines(cluster, role))
 
     async def count_machines(self) -> list[MachineCount]:
-        return await self._all(machine_count_from_row, _COUNT_MACHINES)
+        return await self._all(machine_count_from_row, SQL.count_machines)
 
     async def get_machines(self, machine_ids: Collection[str]) -> list[Machine]:
         ids = list(machine_ids)
         found: list[Machine] = []
         for start in range(0, len(ids), _IN_CHUNK):
-            chunk = ids[start:start + _IN_CHUNK]
-            found += await self._all(machine_from_row, "SELECT doc, last_seen FROM machines WHERE id IN "
-                                     f"({', '.join('?' * len(chunk))})", chunk)
+            found += await self._all(machine_from_row,
+                                     *SQL.machines_with_ids(ids[start:start + _IN_CHUNK]))
         return found
 
     async def machines_by_hostname(self, hostname: str, cluster: str | None = None) -> list[Machine]:
         if cluster is None:
-            return await self._all(machine_from_row, "SELECT doc, last_seen FROM machines "
-                                   "WHERE hostname = ? ORDER BY cluster", (hostname,))
-        return await self._all(machine_from_row, "SELECT doc, last_seen FROM machines "
-                               "WHERE cluster = ? AND hostname = ?", (cluster, hostname))
+            return await self._all(machine_from_row, SQL.machines_named, (hostname,))
+        return await self._all(machine_from_row, SQL.cluster_machines_named, (cluster, hostname))
 
     async def machines_last_seen_between(self, cluster: str, start: float, end: float) -> list[str]:
-        return await self._all(lambda row: str(row["id"]),
-                               "SELECT id FROM machines WHERE cluster = ? AND last_seen >= ? "
-                               "AND last_seen < ?", (cluster, start, end))
+        return await self._all(lambda row: str(row["id"]), SQL.last_seen_between,
+                               (cluster, start, end))
 
     async def touch_machines(self, seen: Mapping[str, float]) -> None:
         await self._run(self._touch_machines, list(seen.items()))
 
     def _touch_machines(self, seen: list[tuple[str, float]]) -> None:
         conn = self._db
-        with _transaction(conn):
+        with transaction(conn):
             conn.executemany("UPDATE machines SET last_seen = MAX(last_seen, ?) WHERE id = ?",
                              [(when, machine_id) for machine_id, when in seen])
 
@@ -511,9 +326,9 @@ class SQLiteStore(Store):
                 removed: Sequence[str]) -> list[Event]:
         conn = self._db
         stored: list[Event] = []
-        with _transaction(conn):
+        with transaction(conn):
             for m in machines:
-                conn.execute(_UPSERT_MACHINE, machine_to_row(m))
+                conn.execute(SQL.upsert_machine, machine_to_row(m))
             conn.executemany("DELETE FROM machines WHERE id = ?", [(i,) for i in removed])
             for e in events:
                 cursor = conn.execute(
@@ -536,20 +351,5 @@ class SQLiteStore(Store):
         newest_first: bool = False,
     ) -> list[Event]:
         """See Store.list_events."""
-        where = ["id > ?"]
-        params: list[Any] = [since_id]
-        if cluster is not None:
-            where.append("cluster = ?")
-            params.append(cluster)
-        if machine is not None:
-            where.append("machine = ?")
-            params.append(machine)
-        if since_time is not None:
-            where.append("time >= ?")
-            params.append(since_time)
-        if kinds is not None:
-            where.append(f"kind IN ({', '.join('?' * len(kinds))})" if kinds else "0")
-            params.extend(kinds)
-        order = "DESC" if newest_first else "ASC"
-        query = f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY id {order} LIMIT ?"
-        return await self._all(event_from_row, query, (*params, limit))
+        return await self._all(event_from_row, *SQL.events(cluster, machine, since_id, since_time,
+                                                           limit, kinds, newest_first))

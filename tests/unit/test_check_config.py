@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from nodeagent import joinstring
 from nodeagent.cli import main
-from nodeagent.daemon import DaemonSettings
 from nodeagent.endpoint import Endpoint
+from nodeagent.settings import DaemonSettings
 
 JOIN = joinstring.make("http://coordinator.test:8080", "join_x", None)
 

@@ -19,7 +19,8 @@ from coordinator.api.context import Presentation
 from coordinator.domain.model import MachineState
 from coordinator.service.coordinator import Coordinator
 from coordinator.store.base import Fenced, leader_epoch
-from coordinator.store.postgres import LEADER_LOCK, PostgresStore
+from coordinator.store.postgres import PostgresStore
+from coordinator.store.postgres_connections import LEADER_LOCK
 from nodeagent.protocol import StateItem
 from tests.integration.api.conftest import CLUSTER, Clock, Env
 from tests.support.coordinator import COORDINATOR

@@ -12,7 +12,8 @@ from coordinator.domain.records import Event
 from coordinator.store import postgres as postgres_store
 from coordinator.store.base import Fenced, StoreError, leader_epoch
 from coordinator.store.codec import dumps, machine_to_doc
-from coordinator.store.postgres import LEADER_LOCK, MIGRATIONS, MUTEX_LOCK, PostgresStore
+from coordinator.store.postgres import MIGRATIONS, PostgresStore
+from coordinator.store.postgres_connections import LEADER_LOCK, MUTEX_LOCK
 from tests.integration.store.samples import BEFORE_RESPONDING_COLUMN, assert_responding_kept, machine
 from tests.support.ports import free_port, soon
 from tests.support.postgres import Postgres, holder_of, terminate

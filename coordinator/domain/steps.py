@@ -1,0 +1,134 @@
+"""Where each machine is within its phase (the item it runs, how far it has come, how it fails)
+and each machine's state changes: what the rollout status reads per machine.
+
+Pure in what it answers: computed from the spec, the machine and its history, with `now`
+passed in. The one state kept is a cache of the items' fingerprints per spec object, which
+changes no answer; it exists because the API asks for every machine's step of one spec.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from coordinator.domain.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, Role
+from coordinator.domain.records import Event
+from nodeagent.contract import Phase
+
+StepStatus = Literal["running", "failed", "waiting", "done"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """Where a machine is within its current phase: item `index` of `total`."""
+
+    phase: Phase | None
+    done: int
+    total: int
+    index: int  # 1-based position of `item` in the phase; 0 when there is none
+    item: str | None
+    attempt: int
+    status: StepStatus | None  # None: the state runs no phase (Pending, Ready)
+    state_elapsed: float
+    item_elapsed: float | None
+    failing_for: float | None
+    next_retry_in: float | None
+    error: str
+
+
+class History:
+    """Each machine's state changes, oldest first, from the `state` events."""
+
+    def __init__(self, events: Iterable[Event]) -> None:
+        self._entries: dict[str, list[tuple[float, str]]] = {}
+        for event in events:
+            if event.kind == "state" and event.machine and event.data.get("to"):
+                self._entries.setdefault(event.machine, []).append((event.time, event.data["to"]))
+
+    def first_entry(self, machine: Machine, states: Iterable[MachineState]) -> float | None:
+        """When the machine first entered any of states; its state_since when it is in one of
+        them and the history has no record (e.g. pruned)."""
+        wanted = {s.value for s in states}
+        found = next((t for t, to in self._entries.get(machine.id, ()) if to in wanted), None)
+        if found is None and machine.state.value in wanted:
+            return machine.state_since
+        return found
+
+
+class Catalog:
+    """(name, fingerprint) of a spec's items per role and phase, each hashed once: hashing is
+    most of the work of a status on a large fleet, and every machine needs the same lists."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+        self._phases: dict[tuple[Role, Phase], list[tuple[str, str]]] = {}
+
+    def items(self, role: Role, phase: Phase) -> list[tuple[str, str]]:
+        key = (role, phase)
+        if key not in self._phases:
+            self._phases[key] = [(i.name, i.fingerprint()) for i in self.spec.items(role, phase)]
+        return self._phases[key]
+
+
+_RECENT: OrderedDict[int, Catalog] = OrderedDict()
+
+
+def catalog(spec: ClusterSpec) -> Catalog:
+    """The catalog of this very spec object (kept referenced, so its id cannot be reused while
+    cached); a few recent ones are kept, as each request reads its specs once."""
+    found = _RECENT.get(id(spec))
+    if found is None or found.spec is not spec:
+        found = _RECENT[id(spec)] = Catalog(spec)
+        while len(_RECENT) > 8:
+            _RECENT.popitem(last=False)
+    return found
+
+
+def machine_step(spec: ClusterSpec | None, machine: Machine, now: float) -> Step:
+    phase = PHASE_OF_STATE.get(machine.state) if machine.role else None
+    items = (catalog(spec).items(machine.role, phase)
+             if spec is not None and phase and machine.role else [])
+    names = [name for name, _ in items]
+    pending = [name for name, fingerprint in items if fingerprint not in machine.applied]
+    progress = machine.progress
+    state_elapsed = max(0.0, now - machine.state_since)
+    active = (progress is not None and progress.status in ("running", "failed")
+              and progress.item in pending)
+    if phase is None:
+        status: StepStatus | None = None
+        item = None
+    elif active and progress is not None:
+        status, item = ("running" if progress.status == "running" else "failed"), progress.item
+    elif pending:
+        status, item = "waiting", pending[0]
+    else:
+        status, item = "done", None
+    failed = active and progress is not None and progress.status == "failed"
+    failing_since = progress.failing_since if active and progress is not None else None
+    return Step(
+        phase=phase,
+        done=len(items) - len(pending),
+        total=len(items),
+        index=names.index(item) + 1 if item else 0,
+        item=item,
+        attempt=progress.attempt if active and progress is not None else 0,
+        status=status,
+        state_elapsed=state_elapsed,
+        item_elapsed=max(0.0, now - progress.updated_at)
+        if status == "running" and progress is not None else None,
+        failing_for=max(0.0, now - failing_since) if failing_since is not None else None,
+        next_retry_in=max(0.0, progress.next_retry_at - now)
+        if failed and progress is not None and progress.next_retry_at is not None else None,
+        error=progress.error if failed and progress is not None else "",
+    )
+
+
+def failure(spec: ClusterSpec, machine: Machine, now: float) -> tuple[float, str] | None:
+    """Since when, and how, the machine's current item fails; None when it does not."""
+    step = machine_step(spec, machine, now)
+    if step.failing_for is None:
+        return None
+    return now - step.failing_for, (f"{machine.hostname}: {step.item} failing "
+                                    f"(attempt {step.attempt}): {step.error}".rstrip(": "))

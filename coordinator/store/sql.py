@@ -1,0 +1,219 @@
+"""What the SQLite and PostgreSQL stores share: the statements both run, written once and
+rendered in each database's dialect; the queries built filter by filter; the bookkeeping of
+migrations; and the decisions both make the same way about what they read.
+
+Statements are written with PostgreSQL's numbered parameters ($1, $2...), which SQLite
+spells ?1, ?2... No driver here: each store runs the text it is given.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from coordinator.domain.model import ClusterSpec, Role
+from coordinator.domain.records import StoredCluster
+from coordinator.store.base import StoreError
+from coordinator.store.codec import spec_to_json
+
+_NUMBERED = re.compile(r"\$(\d+)")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What the two databases spell differently in the statements they share."""
+
+    marker: str  # before a parameter's number: "$" ($1) or "?" (?1)
+    greatest: str  # the larger of two values: GREATEST, or SQLite's two-argument MAX
+    arrival: str  # a column in insertion order, to break ties of created_at
+    field: str  # a field of a machine's JSON document, {} standing for its name
+    casts: bool  # whether `field` gives text that a cast turns into its type
+    arrays: bool  # whether a list binds as one parameter (an array) or one per element
+    role_index: str  # what makes the query planner use the role index ("": it does unasked)
+
+    def param(self, number: int) -> str:
+        return f"{self.marker}{number}"
+
+    def render(self, text: str) -> str:
+        """text, written with $1, $2..., as this database numbers its parameters."""
+        return _NUMBERED.sub(lambda match: self.param(int(match[1])), text)
+
+    def doc(self, name: str, sql_type: str = "") -> str:
+        """Field `name` of a machine's document, cast to sql_type where the database needs it.
+        A query uses an index on such a field only when it spells it as the index does."""
+        expression = self.field.format(name)
+        return f"{expression}::{sql_type}" if self.casts and sql_type else expression
+
+
+SQLITE = Dialect(marker="?", greatest="MAX", arrival="rowid", field="json_extract(doc, '$.{}')",
+                 casts=False, arrays=False,
+                 # Without statistics SQLite would pick machines_cluster and decode every document.
+                 role_index=" INDEXED BY machines_role")
+POSTGRES = Dialect(marker="$", greatest="GREATEST", arrival="seq", field="(doc::jsonb ->> '{}')",
+                   casts=True, arrays=True, role_index="")
+
+
+class Query:
+    """A SELECT built condition by condition, numbering its parameters as it goes."""
+
+    def __init__(self, dialect: Dialect, head: str) -> None:
+        self.dialect = dialect
+        self.head = head
+        self.conditions: list[str] = []
+        self.params: list[Any] = []
+
+    def bind(self, value: Any) -> str:
+        """The parameter that will carry value."""
+        self.params.append(value)
+        return self.dialect.param(len(self.params))
+
+    def where(self, condition: str, value: Any) -> None:
+        """A condition on value, which goes where condition says {}."""
+        self.conditions.append(condition.format(self.bind(value)))
+
+    def where_in(self, column: str, values: Sequence[str]) -> None:
+        """column is one of values (none of them: no row)."""
+        if self.dialect.arrays:
+            self.conditions.append(f"{column} = ANY({self.bind(list(values))}::text[])")
+        elif values:
+            self.conditions.append(f"{column} IN ({', '.join(self.bind(v) for v in values)})")
+        else:
+            self.conditions.append("FALSE")
+
+    def text(self, tail: str = "") -> str:
+        where = f" WHERE {' AND '.join(self.conditions)}" if self.conditions else ""
+        return f"{self.head}{where}{tail}"
+
+
+class SchemaVersions:
+    """Migration bookkeeping, alike in both stores: a row per migration applied, and the
+    migration a database needs next."""
+
+    table = ("CREATE TABLE IF NOT EXISTS schema_version "
+             "(version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
+    current = "SELECT COALESCE(MAX(version), 0) FROM schema_version"
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.record = dialect.render("INSERT INTO schema_version VALUES ($1, $2)")
+
+    @staticmethod
+    def pending(migrations: Sequence[str], current: int) -> str | None:
+        """The script that takes a database at schema version `current` one version on; None
+        when it is at the latest. A database a newer coordinator wrote is refused: this one
+        cannot know what its schema means."""
+        latest = len(migrations)
+        if current > latest:
+            raise StoreError(f"database schema version {current} is newer than this coordinator "
+                             f"supports ({latest}): run a coordinator at least as new as the one "
+                             "that wrote it")
+        return None if current == latest else migrations[current]
+
+
+class Statements:
+    """The statements both stores run, in one database's dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = d = dialect
+        sql = dialect.render
+        # -- clusters
+        self.cluster = sql("SELECT * FROM clusters WHERE name = $1")
+        self.clusters = "SELECT * FROM clusters ORDER BY name"
+        self.respecify_cluster = sql("UPDATE clusters SET spec = $1, generation = generation + 1, "
+                                     "updated_at = $2 WHERE name = $3")
+        self.mark_deleting = sql("UPDATE clusters SET deleting = TRUE WHERE name = $1")
+        self.count_cluster_machines = sql("SELECT COUNT(*) FROM machines WHERE cluster = $1")
+        self.delete_join_tokens = sql("DELETE FROM join_tokens WHERE cluster = $1")
+        self.delete_cluster = sql("DELETE FROM clusters WHERE name = $1")
+        # -- join tokens
+        self.insert_join_token = sql("INSERT INTO join_tokens (id, hash, cluster, created_at, "
+                                     "expires_at, max_uses) VALUES ($1, $2, $3, $4, $5, $6)")
+        self.join_tokens = f"SELECT * FROM join_tokens ORDER BY created_at, {d.arrival}"
+        self.cluster_join_tokens = sql("SELECT * FROM join_tokens WHERE cluster = $1 "
+                                       f"ORDER BY created_at, {d.arrival}")
+        self.join_token = sql("SELECT * FROM join_tokens WHERE hash = $1")
+        self.join_token_by_id = sql("SELECT * FROM join_tokens WHERE id = $1")
+        self.revoke_join_token = sql("UPDATE join_tokens SET revoked = TRUE WHERE id = $1")
+        self.use_join_token = sql(
+            "UPDATE join_tokens SET uses = uses + 1 WHERE hash = $1 AND NOT revoked "
+            "AND (expires_at IS NULL OR expires_at > $2) AND (max_uses IS NULL OR uses < max_uses)")
+        # -- admin tokens
+        self.insert_admin_token = sql("INSERT INTO admin_tokens (id, hash, name, role, created_at) "
+                                      "VALUES ($1, $2, $3, $4, $5)")
+        self.admin_token = sql("SELECT * FROM admin_tokens WHERE hash = $1")
+        self.admin_token_by_id = sql("SELECT * FROM admin_tokens WHERE id = $1")
+        self.admin_tokens = f"SELECT * FROM admin_tokens ORDER BY created_at, {d.arrival}"
+        self.revoke_admin_token = sql("UPDATE admin_tokens SET revoked = TRUE WHERE id = $1")
+        # -- machines
+        self.machine = sql("SELECT doc, last_seen FROM machines WHERE id = $1")
+        self.machine_generation = sql(f"SELECT {d.doc('generation', 'bigint')} FROM machines "
+                                      "WHERE id = $1")
+        # The document's fields read by the database: several times faster than decoding it.
+        self.credential_owner = sql(
+            f"SELECT id, cluster, hostname, {d.doc('credential_expires_at', 'double precision')} "
+            "AS expires_at, responding FROM machines WHERE credential_hash = $1")
+        self.count_machines = ("SELECT cluster, state, responding, COUNT(*) AS count "
+                               "FROM machines GROUP BY cluster, state, responding")
+        self.machines_named = sql("SELECT doc, last_seen FROM machines WHERE hostname = $1 "
+                                  "ORDER BY cluster")
+        self.cluster_machines_named = sql("SELECT doc, last_seen FROM machines "
+                                          "WHERE cluster = $1 AND hostname = $2")
+        self.last_seen_between = sql("SELECT id FROM machines WHERE cluster = $1 "
+                                     "AND last_seen >= $2 AND last_seen < $3")
+        # A commit may carry a machine read before a heartbeat touched it: last_seen never
+        # goes back. The values are codec.machine_to_row's.
+        self.upsert_machine = sql(
+            "INSERT INTO machines (id, cluster, hostname, state, credential_hash, responding, "
+            "last_seen, doc) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+            "ON CONFLICT (id) DO UPDATE SET cluster = excluded.cluster, "
+            "hostname = excluded.hostname, state = excluded.state, "
+            "credential_hash = excluded.credential_hash, responding = excluded.responding, "
+            f"last_seen = {d.greatest}(machines.last_seen, excluded.last_seen), doc = excluded.doc")
+
+    def machines(self, cluster: str | None, role: Role | None) -> tuple[str, list[Any]]:
+        """See Store.list_machines: with a role, through the index on (cluster, role)."""
+        hint = self.dialect.role_index if role and cluster is not None else ""
+        query = Query(self.dialect, f"SELECT doc, last_seen FROM machines{hint}")
+        if cluster is not None:
+            query.where("cluster = {}", cluster)
+        if role is not None:
+            query.where(f"{self.dialect.doc('role')} = {{}}", role)
+        return query.text(" ORDER BY cluster, hostname, id"), query.params
+
+    def machines_with_ids(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
+        query = Query(self.dialect, "SELECT doc, last_seen FROM machines")
+        query.where_in("id", ids)
+        return query.text(), query.params
+
+    def events(self, cluster: str | None, machine: str | None, since_id: int,
+               since_time: float | None, limit: int, kinds: Sequence[str] | None,
+               newest_first: bool) -> tuple[str, list[Any]]:
+        """See Store.list_events: every filter in the query, none applied after the limit."""
+        query = Query(self.dialect, "SELECT * FROM events")
+        query.where("id > {}", since_id)
+        if cluster is not None:
+            query.where("cluster = {}", cluster)
+        if machine is not None:
+            query.where("machine = {}", machine)
+        if since_time is not None:
+            query.where("time >= {}", since_time)
+        if kinds is not None:
+            query.where_in("kind", kinds)
+        order = "DESC" if newest_first else "ASC"
+        return query.text(f" ORDER BY id {order} LIMIT {query.bind(limit)}"), query.params
+
+
+def respecified(stored: StoredCluster, spec: ClusterSpec, now: float) -> StoredCluster | None:
+    """The cluster once spec replaces its own; None when that changes nothing. Compared
+    re-encoded: a spec stored by an older model version (missing a field that now has a
+    default) is not a change."""
+    if spec_to_json(stored.spec) == spec_to_json(spec):
+        return None
+    return replace(stored, spec=spec, generation=stored.generation + 1, updated_at=now)
+
+
+def check_removable(cluster: str, machines: int) -> None:
+    """A cluster goes only once its machines have: their records name it."""
+    if machines:
+        raise StoreError(f"cluster {cluster} still has {machines} machines: remove them first")

@@ -1,0 +1,131 @@
+"""The SQLite file's schema: its migrations in order, and how a connection applies the missing
+ones; and the transaction every write of the SQLite store takes."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from coordinator.store.sql import SQLITE, SchemaVersions
+
+_VERSIONS = SchemaVersions(SQLITE)
+
+# Schema migrations in order: MIGRATIONS[n] takes a database from version n to n + 1.
+# Append only; never edit one that has shipped.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE clusters (
+        name TEXT PRIMARY KEY,
+        spec TEXT NOT NULL,
+        generation INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        deleting INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE join_tokens (
+        hash TEXT PRIMARY KEY,
+        cluster TEXT NOT NULL REFERENCES clusters (name),
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX join_tokens_cluster ON join_tokens (cluster);
+    CREATE TABLE machines (
+        id TEXT PRIMARY KEY,
+        cluster TEXT NOT NULL,
+        hostname TEXT NOT NULL,
+        state TEXT NOT NULL,
+        credential_hash TEXT NOT NULL,
+        last_seen REAL NOT NULL,
+        doc TEXT NOT NULL
+    );
+    CREATE INDEX machines_cluster ON machines (cluster, hostname);
+    CREATE INDEX machines_credential ON machines (credential_hash);
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        time REAL NOT NULL,
+        cluster TEXT NOT NULL,
+        machine TEXT,
+        hostname TEXT,
+        kind TEXT NOT NULL,
+        message TEXT NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX events_cluster ON events (cluster, id);
+    CREATE INDEX events_machine ON events (machine, id);
+    """,
+    # 1 -> 2: join tokens expire, count their uses and can be revoked; admin tokens with roles.
+    """
+    ALTER TABLE join_tokens ADD COLUMN id TEXT;
+    UPDATE join_tokens SET id = substr(hash, 1, 12);
+    CREATE UNIQUE INDEX join_tokens_id ON join_tokens (id);
+    ALTER TABLE join_tokens ADD COLUMN expires_at REAL;
+    ALTER TABLE join_tokens ADD COLUMN max_uses INTEGER;
+    ALTER TABLE join_tokens ADD COLUMN uses INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE join_tokens ADD COLUMN revoked INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE admin_tokens (
+        id TEXT PRIMARY KEY,
+        hash TEXT NOT NULL UNIQUE,
+        name TEXT NOT NULL,
+        role TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        revoked INTEGER NOT NULL DEFAULT 0
+    );
+    """,
+    # 2 -> 3, for scale: look-ups that must not scan the fleet. A query uses the role index
+    # only when it spells the expression exactly as it is here (sql.SQLITE.doc("role")).
+    """
+    CREATE INDEX machines_hostname ON machines (hostname);
+    CREATE INDEX machines_last_seen ON machines (cluster, last_seen);
+    CREATE INDEX machines_role ON machines (cluster, json_extract(doc, '$.role'));
+    """,
+    # 3 -> 4, for scale: whether a machine responds, as a column: /metrics counts the fleet
+    # by it at every scrape and every agent request's authentication reads it.
+    """
+    ALTER TABLE machines ADD COLUMN responding INTEGER NOT NULL DEFAULT 1;
+    UPDATE machines SET responding = COALESCE(json_extract(doc, '$.responding'), 0);
+    """,
+]
+
+
+def _split(script: str) -> list[str]:
+    """Split a script into statements: executescript() would commit our open transaction."""
+    statements: list[str] = []
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        raise ValueError(f"incomplete SQL statement in migration: {pending.strip()!r}")
+    return statements
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE takes the write lock up front, so a concurrent writer in another
+    process waits (busy timeout) instead of failing at its first write."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def migrate(conn: sqlite3.Connection, migrations: Sequence[str]) -> None:
+    """Apply missing migrations, one transaction each. The version is read under the write
+    lock, so two processes opening the same file never apply a migration twice."""
+    while True:
+        with transaction(conn):
+            conn.execute(_VERSIONS.table)
+            (current,) = conn.execute(_VERSIONS.current).fetchone()
+            script = _VERSIONS.pending(migrations, current)
+            if script is None:
+                return
+            for statement in _split(script):
+                conn.execute(statement)
+            conn.execute(_VERSIONS.record, (current + 1, time.time()))

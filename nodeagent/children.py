@@ -1,0 +1,89 @@
+"""The daemon's children: its own command line, run in a child process whose memory goes back
+to the node when it exits. `check-config`, `precheck` and `facts` run to completion and print
+JSON; `apply` runs one phase, the assignment on its stdin and a report per line on its stdout.
+
+Like the daemon, this module imports no pydantic and no YAML: the children load them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from nodeagent.client import Document
+from nodeagent.host import CommandResult, Host
+
+log = logging.getLogger("nodeagent")
+CHILD_TIMEOUT_SECONDS = 120.0
+STOP_SECONDS = 30.0  # for a phase's child to stop its running item before it is killed
+# How a `nodeagent apply` child (nodeagent/phase.py) ends: every item applied, one failed
+# retry.maxAttempts times, or stopped (stdin closed, SIGTERM). Any other exit (a crash, a
+# journal it cannot read) and the daemon starts it again.
+EXIT_APPLIED, EXIT_GAVE_UP, EXIT_STOPPED = 0, 3, 4
+
+
+class AgentError(Exception):
+    """A condition the agent cannot recover from by retrying (bad token, removed machine)."""
+
+
+def own_argv() -> list[str]:
+    """How to run this agent's own command line: a frozen bundle is its own executable."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable]
+    return [sys.executable, "-m", "nodeagent"]
+
+
+async def own_command(host: Host, *args: str) -> CommandResult:
+    """`nodeagent ARGS` in a child, given CHILD_TIMEOUT_SECONDS to finish."""
+    try:
+        return await host.run([*own_argv(), *args], timeout=CHILD_TIMEOUT_SECONDS)
+    except TimeoutError:
+        raise AgentError(f"`nodeagent {args[0]}` did not finish within "
+                         f"{CHILD_TIMEOUT_SECONDS:.0f}s") from None
+
+
+async def checked_output(host: Host, *args: str) -> str:
+    """Output of `nodeagent ARGS --root ROOT` (prechecks or facts) in a child: they load
+    DNS, netlink, NTP and process-table libraries the idle daemon has no use for. Exit 1
+    (a check failed) is an answer too."""
+    result = await own_command(host, *args, "--root", str(host.root))
+    if result.returncode not in (0, 1):
+        raise AgentError(f"`nodeagent {args[0]}` failed (exit {result.returncode}): "
+                         f"{result.stderr.strip()}")
+    return result.stdout
+
+
+async def apply_phase(assignment: Document, config_path: str, root: Path,
+                      submit: Callable[[Document], None]) -> int:
+    """One `nodeagent apply` child, its exit code: the assignment on its stdin, each report
+    it prints handed to submit; its log lines go to this daemon's stderr. Cancelled, it
+    closes the child's stdin, which stops the running item, and kills it if it takes too long."""
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+    child = await asyncio.create_subprocess_exec(
+        *own_argv(), "apply", "--config", config_path, "--root", str(root),
+        "--log-level", level, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        with contextlib.suppress(ConnectionError):  # it died at once: its exit code says
+            child.stdin.write(json.dumps(assignment).encode() + b"\n")
+            await child.stdin.drain()
+        async for line in child.stdout:
+            try:
+                submit(json.loads(line))
+            except (ValueError, KeyError, TypeError):
+                log.error("`nodeagent apply` printed something that is not a report: %r",
+                          line[:200])
+        return await child.wait()
+    finally:
+        if child.returncode is None:
+            child.stdin.close()
+            try:
+                await asyncio.wait_for(child.wait(), STOP_SECONDS)
+            except TimeoutError:
+                child.kill()
+                await child.wait()

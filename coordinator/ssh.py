@@ -21,8 +21,8 @@ from coordinator.domain.install import (
     BootstrapError,
     HostProfile,
     agent_config,
-    find_package,
     install_argv,
+    package_pattern,
     profile,
     retargeted_config,
     service_argv,
@@ -204,3 +204,14 @@ async def retarget_agent(ssh: Session, url: str, say: Say) -> bool:
         await ssh.install_file(host, changed, AGENT_CONFIG, scratch)
     say(f"{ssh.target}: coordinator.url is now {url}")
     return await _restart_agent(ssh, host, say)
+
+
+def find_package(directory: Path, host: HostProfile) -> Path:
+    """The one nodeagent package in directory that fits the host."""
+    pattern = package_pattern(host)
+    found = sorted(directory.glob(pattern))
+    if len(found) != 1:
+        what = "no" if not found else f"{len(found)}"
+        raise BootstrapError(f"{what} {pattern} in {directory} (build with `make packages`, "
+                             "or name the directory with --packages); need exactly one")
+    return found[0]

@@ -1,12 +1,11 @@
 """What pushing an agent onto a host means, decided from what the host said about itself:
 which package it takes, how it is installed, what config it gets. Pure: coordinator/ssh.py
-does the talking."""
+does the talking and looks for the package file."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import yaml
@@ -68,17 +67,11 @@ def profile(probe_output: str) -> HostProfile:
                        marks.get("uid") == "0")
 
 
-def find_package(directory: Path, host: HostProfile) -> Path:
-    """The one nodeagent package in directory that fits the host."""
+def package_pattern(host: HostProfile) -> str:
+    """The file name pattern of the nodeagent package that fits the host."""
     deb_arch, rpm_arch = ARCHITECTURES[host.machine]
-    pattern = (f"nodeagent_*_{deb_arch}.deb" if host.package_format == "deb"
-               else f"nodeagent-*.{rpm_arch}.rpm")
-    found = sorted(directory.glob(pattern))
-    if len(found) != 1:
-        what = "no" if not found else f"{len(found)}"
-        raise BootstrapError(f"{what} {pattern} in {directory} (build with `make packages`, "
-                             "or name the directory with --packages); need exactly one")
-    return found[0]
+    return (f"nodeagent_*_{deb_arch}.deb" if host.package_format == "deb"
+            else f"nodeagent-*.{rpm_arch}.rpm")
 
 
 def install_argv(host: HostProfile, package: str) -> list[str]:

@@ -1,5 +1,5 @@
-"""Token buckets per client address, to slow down registration floods (pure: the caller
-passes the clock)."""
+"""Token buckets per client address, to slow down registration floods: state in memory, no
+I/O, and the caller passes the clock."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Secrets handed to people and agents: generated with the OS's CSPRNG, stored only as hashes,
-and the rules that say whether a presented one is good now (pure: the clock is an argument)."""
+and the rules that say whether a presented one is good now (no I/O: the clock is an argument;
+only new_token draws randomness)."""
 
 from __future__ import annotations
 

@@ -11,12 +11,11 @@ import yaml
 from coordinator.domain.install import (
     BootstrapError,
     agent_config,
-    find_package,
     install_argv,
     profile,
     retargeted_config,
 )
-from coordinator.ssh import SshTarget
+from coordinator.ssh import SshTarget, find_package
 from nodeagent import joinstring
 from nodeagent.config import AgentConfig
 from nodeagent.validation import load_model

@@ -17,8 +17,9 @@ from typing import Any
 from coordinator.client import AdminClient, ClientError
 from nodeagent.prechecks.runner import summarize
 from nodeagent.protocol import CheckResult, PrecheckReport, Severity, StateItem, Status
-from tests.support.ports import free_port, wait_until
+from tests.support.ports import free_port
 from tests.support.process import serving
+from tests.support.waiting import wait_until
 
 COORDINATOR = str(Path(sys.executable).with_name("coordinator"))
 
@@ -189,8 +190,7 @@ class ServedCoordinator:
         return result
 
     def wait_state(self, hostname: str, state: str, timeout: float = 10) -> None:
-        wait_until(lambda: self.machine(hostname)["state"] == state,
-                   f"{hostname} in {state}", timeout=timeout)
+        wait_until(lambda: self.machine(hostname)["state"] == state, timeout, f"{hostname} in {state}")
 
 
 @contextlib.contextmanager

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from tests.support.lan import HUB_IP, Lan, Node, lan
 from tests.support.ports import free_port
 from tests.support.roots import passing_root
+from tests.support.waiting import wait_until
 
 BIN = Path(sys.executable).parent
 MANAGERS = ["m1", "m2", "m3"]
@@ -146,15 +146,12 @@ class Fleet:
         self.agents[hostname].wait(timeout=10)
 
     def wait_for(self, what: str, predicate: Any, timeout: float = 90) -> Any:
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            last = predicate()
-            if last:
-                return last
-            time.sleep(0.3)
-        logs = {p.name: p.read_text()[-1500:] for p in self.tmp.glob("*.log")}
-        raise AssertionError(f"timed out waiting for {what}; last: {last}; logs: {logs}")
+        """wait_until, failing with the tail of every log of the fleet."""
+        def logs() -> str:
+            tails = {p.name: p.read_text()[-1500:] for p in self.tmp.glob("*.log")}
+            return f"{what} (logs: {tails})"
+
+        return wait_until(predicate, timeout, logs, interval=0.3)
 
     def events(self) -> list[dict[str, Any]]:
         out = self.admin("events", "--cluster", "lab", "--output", "json")

@@ -20,8 +20,7 @@ from nodeagent.cli import main
 from nodeagent.prechecks import NAMES
 from nodeagent.prechecks.runtime import RECOMMENDED_BINARIES, REQUIRED_BINARIES
 from nodeagent.protocol import PrecheckReport
-from tests.conftest import RootTree
-from tests.unit.conftest import BindSocket
+from tests.support.roots import BindSocket, RootTree
 
 LIVE = ("dns-port", "kubernetes-leftovers", "firewall", "hostname")
 IGNORE_LIVE = ("--ignore", ",".join(LIVE))

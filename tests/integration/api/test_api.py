@@ -16,7 +16,7 @@ from nodeagent.client import CoordinatorClient, Endpoint
 from nodeagent.prechecks.runner import summarize
 from nodeagent.protocol import PrecheckReport, StateItem
 from tests.integration.api.conftest import CLUSTER, Env
-from tests.support.ports import soon
+from tests.support.waiting import wait_until_async
 
 
 async def test_health_and_readiness_need_no_credential(env: Env) -> None:
@@ -332,10 +332,10 @@ async def test_reports_sent_together_are_committed_together_and_each_answered_on
     queue = env.coordinator._reports
     async with env.coordinator._lock:  # as a reconcile pass would: the reports queue behind it
         sends = [asyncio.create_task(env.report(agents[0], setup, "prepare", "running"))]
-        await soon("the first report queued", lambda: queue.unanswered == 1)
+        await wait_until_async(lambda: queue.unanswered == 1, 5, "the first report queued")
         sends += [asyncio.create_task(env.report(agent, setup, "prepare")) for agent in agents]
         sends.append(asyncio.create_task(env.report(agents[1], ghost, "prepare", expect=409)))
-        await soon("every report queued", lambda: queue.unanswered == len(sends))
+        await wait_until_async(lambda: queue.unanswered == len(sends), 5, "every report queued")
     answers = await asyncio.gather(*sends)
 
     assert answers[:-1] == [{"status": "recorded"}] * 25

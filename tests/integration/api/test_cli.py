@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.support.coordinator import ServedCoordinator, running_coordinator
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -100,14 +101,17 @@ def test_events_filter_by_machine_kind_and_since(coordinator: ServedCoordinator)
 
 
 def read_terminal(fd: int, until: str, timeout: float = 15) -> str:
-    seen = ""
-    deadline = time.monotonic() + timeout
-    while until not in seen and time.monotonic() < deadline:
+    seen = [""]
+
+    def shown() -> bool:
         ready, _, _ = select.select([fd], [], [], 0.2)
         if ready:
-            seen += os.read(fd, 65536).decode(errors="replace")
-    assert until in seen, f"{until!r} never appeared; screen so far:\n{seen[-3000:]}"
-    return seen
+            seen[0] += os.read(fd, 65536).decode(errors="replace")
+        return until in seen[0]
+
+    wait_until(shown, timeout, lambda: f"{until!r} on the screen; screen so far:\n{seen[0][-3000:]}",
+               interval=0)
+    return seen[0]
 
 
 def test_status_watch_redraws_progress_bars_and_an_eta_in_a_terminal(coordinator: ServedCoordinator) -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.conftest import require_binary
 from tests.support.coordinator import ServedCoordinator, running_coordinator
+from tests.support.requirements import require_binary
 
 ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS_DIR",
                                 Path(__file__).resolve().parents[3] / "build" / "test-artifacts"))

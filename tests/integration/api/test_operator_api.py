@@ -17,7 +17,7 @@ import pytest
 
 from coordinator.client import ClientError
 from tests.support.coordinator import COORDINATOR, Agent, ServedCoordinator, running_coordinator
-from tests.support.ports import wait_until
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -163,9 +163,10 @@ def test_the_coordinator_collects_cyclic_garbage_on_its_own_schedule(tmp_path: P
             text = scrape(c)
             return sum(metric(text, "nodeagent_gc_collected_objects_total", generation=g) or 0
                        for g in ("0", "1", "2"))
-        wait_until(lambda: freed() > 0, "cyclic garbage freed")
+        wait_until(lambda: freed() > 0, message="cyclic garbage freed")
         wait_until(lambda: metric(scrape(c), "nodeagent_gc_collections_total",
-                                  generation="2") >= scheduled + 2, "two scheduled collections")
+                                  generation="2") >= scheduled + 2,
+                   message="two scheduled collections")
 
 
 def test_a_negative_gc_interval_is_refused_naming_the_option(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ from coordinator.store import postgres as postgres_store
 from coordinator.store.base import Fenced, StoreError, leader_epoch
 from coordinator.store.codec import dumps, machine_to_doc
 from coordinator.store.postgres import LEADER_LOCK, MIGRATIONS, MUTEX_LOCK, PostgresStore
-from tests.integration.store.samples import BEFORE_RESPONDING_COLUMN, assert_responding_kept, machine
+from tests.integration.store.samples import BEFORE_RESPONDING_COLUMN, assert_responding_kept
+from tests.support.builders import full_machine
 from tests.support.ports import free_port
 from tests.support.postgres import Postgres, holder_of, terminate
 from tests.support.waiting import wait_until_async
@@ -76,7 +77,7 @@ async def test_a_failing_migration_leaves_the_database_as_it_was(
         monkeypatch: pytest.MonkeyPatch) -> None:
     first = replicas()
     await first.open()
-    await first.commit([machine()])
+    await first.commit([full_machine()])
     monkeypatch.setattr(postgres_store, "MIGRATIONS", [*MIGRATIONS, """
         CREATE TABLE extra (x INTEGER);
         INSERT INTO no_such_table VALUES (1);
@@ -85,7 +86,7 @@ async def test_a_failing_migration_leaves_the_database_as_it_was(
         await replicas().open()
     assert versions(postgres, dsn) == list(range(1, len(MIGRATIONS) + 1))
     assert postgres.psql("SELECT to_regclass('extra') IS NULL", dsn) == "t"
-    assert await first.get_machine("m-1") == machine()
+    assert await first.get_machine("m-1") == full_machine()
 
 
 async def test_machines_stored_before_the_responding_column_keep_their_responding(
@@ -139,7 +140,7 @@ async def test_losing_the_lock_connection_ends_the_term_and_fences_the_old_leade
     old, new = replicas(), replicas()
     await old.open()
     await new.open()
-    await old.commit([machine()])
+    await old.commit([full_machine()])
     term = await old.campaign()
     waiting = asyncio.create_task(new.campaign())
     terminate(postgres, holder_of(postgres, dsn, LEADER_LOCK))
@@ -154,18 +155,18 @@ async def test_losing_the_lock_connection_ends_the_term_and_fences_the_old_leade
     try:
         with pytest.raises(Fenced, match=rf"deposed \(leader epoch {term.epoch}, now "
                                          rf"{elected.epoch}\)"):
-            await old.commit([machine(hostname="stale")], [event()])
+            await old.commit([full_machine(hostname="stale")], [event()])
         with pytest.raises(Fenced):
             await old.remove_cluster("edge")
     finally:
         leader_epoch.reset(stale)
-    assert await new.get_machine("m-1") == machine()
+    assert await new.get_machine("m-1") == full_machine()
     assert await new.list_events() == []
 
     # The new leader's work, and anything that is not leader work, goes through.
     current = leader_epoch.set(elected.epoch)
     try:
-        await new.commit([machine(hostname="fresh")])
+        await new.commit([full_machine(hostname="fresh")])
     finally:
         leader_epoch.reset(current)
     await old.commit(events=[event("audit")])  # an API request the old replica still serves
@@ -204,11 +205,11 @@ async def test_a_holder_that_lost_the_mutex_cannot_write_unprotected(
     async with store.mutex():
         terminate(postgres, holder_of(postgres, dsn, MUTEX_LOCK))
         with pytest.raises(StoreError):
-            await store.commit([machine()])
+            await store.commit([full_machine()])
         async with asyncio.timeout(5), other.mutex():  # the lock went with the connection
             pass
     assert await other.list_machines() == []
-    await store.commit([machine()])  # the store itself goes on with other connections
+    await store.commit([full_machine()])  # the store itself goes on with other connections
     assert len(await other.list_machines()) == 1
 
 
@@ -218,7 +219,7 @@ async def test_heartbeats_written_while_a_commit_writes_the_same_machines_never_
     benchmark hit PostgreSQL's deadlock detection, which fails one of the two after 1 s)."""
     store = replicas()
     await store.open()
-    machines = [machine(f"m-{n:03d}") for n in range(300)]
+    machines = [full_machine(f"m-{n:03d}") for n in range(300)]
     await store.commit(machines)
     for round_ in range(5):
         seen = {m.id: 100.0 + round_ for m in machines}  # one order...

@@ -8,7 +8,7 @@ from coordinator.domain.model import ItemProgress, Machine, MachineState
 from coordinator.domain.planner import plan_to_fixpoint
 from coordinator.domain.records import Event
 from coordinator.domain.status import History, machine_step, rollout, stages
-from tests.unit.coordinator.builders import cluster, finish_phase, items, machine
+from tests.support.builders import cluster, finish_phase, items, machine
 
 SPEC = cluster(manager=items("prepare", 1, "m") + items("deploy", 2, "m"),
                worker=items("prepare", 2, "w") + items("deploy", 1, "w"))

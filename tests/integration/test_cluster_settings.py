@@ -13,7 +13,7 @@ import pytest
 
 from nodeagent.prechecks import NAMES
 from tests.support.blob import BLOB, BLOB_SHA, blob_server
-from tests.support.coordinator import ServedCoordinator, running_coordinator
+from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.ntp_responder import skewed_ntp_server
 from tests.support.waiting import wait_until
 

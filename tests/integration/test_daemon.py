@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from tests.support.agent import NODEAGENT
-from tests.support.coordinator import ServedCoordinator, running_coordinator
+from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration

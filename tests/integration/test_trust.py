@@ -14,7 +14,8 @@ import pytest
 
 from coordinator.client import ClientError
 from nodeagent import joinstring
-from tests.support.coordinator import NOOP_CLUSTER, ServedCoordinator, running_coordinator
+from tests.support.builders import NOOP_CLUSTER
+from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.coordinator import ServedCoordinator, running_coordinator
+from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.waiting import wait_until
 
 
@@ -27,9 +27,9 @@ def coordinator(tmp_path: Path) -> Iterator[ServedCoordinator]:
         served.register("w2")
         served.cli("approve", "w1", "--role", "worker")
         served.wait_state("w1", "Prepare")
-        w1.report("base", "succeeded", output="base: configured\n")
-        w1.report("runtime", "failed", attempt=2, exit_code=100, error="exit status 100",
-                  output="E: Unable to locate package containerd\n")
+        served.report_item(w1, "base", "succeeded", output="base: configured\n")
+        served.report_item(w1, "runtime", "failed", attempt=2, exit_code=100,
+                           error="exit status 100", output="E: Unable to locate package containerd\n")
         yield served
 
 
@@ -75,7 +75,8 @@ def test_machine_logs_show_each_items_output_and_follow_new_reports(coordinator:
     try:
         assert "containerd" in follow.stdout.readline() + follow.stdout.readline() + \
             follow.stdout.readline() + follow.stdout.readline()
-        coordinator.agents["w1"].report("runtime", "succeeded", attempt=3, output="containerd installed\n")
+        coordinator.report_item(coordinator.agents["w1"], "runtime", "succeeded", attempt=3,
+                                output="containerd installed\n")
         started = time.monotonic()
         assert "prepare/runtime attempt 3 succeeded" in follow.stdout.readline()
         assert follow.stdout.readline() == "containerd installed\n"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.coordinator import ServedCoordinator, running_coordinator
+from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 from tests.support.waiting import wait_until
 
@@ -64,7 +64,7 @@ def test_a_coordinator_killed_mid_drain_resumes_it_after_a_restart(
 
         def rolled_out() -> bool:
             for agent in c.agents.values():
-                agent.finish_phase()
+                c.report_all(agent)
             return all(c.machine(h)["state"] == "Ready" for h in c.agents)
 
         wait_until(rolled_out, 30, "the rollout", interval=0.2)
@@ -90,7 +90,7 @@ def test_a_coordinator_killed_mid_drain_resumes_it_after_a_restart(
         resumed = [e["message"] for e in c.admin.get("/v1/events?kind=drain") if e["hostname"] == "w1"]
         assert any(m.startswith("w1: draining (attempt 1; ") for m in resumed), resumed
 
-        c.agents["w1"].finish_phase()
+        c.report_all(c.agents["w1"])
         wait_until(lambda: c.machine("w1")["state"] == "Ready" and c.machine("w1")["release"] == "2.0",
                    30, "w1 upgraded")
         assert kube.cluster.cordoned() == [] and kube.cluster.uncordons == ["w1"]

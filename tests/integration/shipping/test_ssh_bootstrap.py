@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.config import load_config
-from tests.support.coordinator import ServedCoordinator, running_coordinator
+from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.nspawn import Container
 from tests.support.packages import Packages, in_root, in_root_argv, overlay
 from tests.support.sshd import Sshd, keypair, sshd

@@ -18,7 +18,7 @@ from tests.support.waiting import wait_until, wait_until_async
 
 T = TypeVar("T")
 Registered = dict[str, Any]  # the answer to POST /v1/agent/register: machine_id, credential
-RETRY_SECONDS = 30  # when a simulated agent that failed an item says it tries again
+AGENT_RETRY_SECONDS = 30  # when a simulated agent that failed an item says it tries again
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def report(agent: Registered, item: dict[str, Any], phase: str, status: str = "s
 def report_item(agent: Registered, name: str, status: str, attempt: int = 1, output: str = "",
                 error: str = "", exit_code: int | None = 0, seconds: float = 1.5) -> Steps[None]:
     """The item called name of the agent's current assignment, reported now as having run for
-    seconds (finished unless running; a failed one to be retried in RETRY_SECONDS)."""
+    seconds (finished unless running; a failed one to be retried in AGENT_RETRY_SECONDS)."""
     current = yield from assignment(agent)
     (found,) = [i for i in current["items"] if i["name"] == name]
     now = time.time()
@@ -85,7 +85,7 @@ def report_item(agent: Registered, name: str, status: str, attempt: int = 1, out
                       error=error, started_at=now - seconds,
                       finished_at=now if finished else None,
                       exit_code=exit_code if finished else None,
-                      next_retry_at=now + RETRY_SECONDS if status == "failed" else None)
+                      next_retry_at=now + AGENT_RETRY_SECONDS if status == "failed" else None)
 
 
 def report_all(agent: Registered, kubeconfig: str | None = None) -> Steps[None]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +12,12 @@ import pytest
 from coordinator.api.app import ROUTES
 from coordinator.api.openapi import openapi_document
 from coordinator.service.coordinator import ROLLING_OUT_SECONDS
+from coordinator.service.groupcommit import GroupCommit
 from coordinator.store.sqlite import SQLiteStore
 from nodeagent.client import CoordinatorClient, Endpoint
 from nodeagent.protocol import StateItem
 from tests.support.builders import API_CLUSTER, registration
-from tests.support.harness import InProcessCoordinator
+from tests.support.harness import InProcessCoordinator, in_process_coordinator
 from tests.support.scenarios import approved_workers
 from tests.support.waiting import wait_until_async
 
@@ -319,8 +321,22 @@ async def test_artifacts_are_served_to_machines_only_and_never_outside_the_store
     assert escaped.status == 404
 
 
+@pytest.fixture
+async def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+               ) -> AsyncIterator[tuple[InProcessCoordinator, asyncio.Lock]]:
+    """The coordinator, and its lock (its store's mutex, which every machine write and every
+    reconcile pass take) for the test to hold."""
+    lock = asyncio.Lock()
+    store = SQLiteStore(tmp_path / "coordinator.db")
+    monkeypatch.setattr(store, "mutex", lambda: lock)
+    async with in_process_coordinator(tmp_path, store=store) as env:
+        yield env, lock
+
+
 async def test_reports_sent_together_are_committed_together_and_each_answered_on_its_own(
-        env: InProcessCoordinator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        held: tuple[InProcessCoordinator, asyncio.Lock], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    env, lock = held
     agents, setup = await approved_workers(env, 24)
     ghost = {**setup, "name": "ghost"}
     store = env.coordinator.store
@@ -332,13 +348,20 @@ async def test_reports_sent_together_are_committed_together_and_each_answered_on
         return await commit(*args, **kwargs)
 
     monkeypatch.setattr(store, "commit", counted)
-    queue = env.coordinator._reports
-    async with env.coordinator._lock:  # as a reconcile pass would: the reports queue behind it
+    queued: list[object] = []
+    submit = GroupCommit.submit
+
+    async def queue(self: GroupCommit[Any], request: Any) -> None:
+        queued.append(request)
+        await submit(self, request)
+
+    monkeypatch.setattr(GroupCommit, "submit", queue)
+    async with lock:  # as a reconcile pass would: the reports queue behind it
         sends = [asyncio.create_task(env.report(agents[0], setup, "prepare", "running"))]
-        await wait_until_async(lambda: queue.unanswered == 1, 5, "the first report queued")
+        await wait_until_async(lambda: len(queued) == 1, 5, "the first report queued")
         sends += [asyncio.create_task(env.report(agent, setup, "prepare")) for agent in agents]
         sends.append(asyncio.create_task(env.report(agents[1], ghost, "prepare", expect=409)))
-        await wait_until_async(lambda: queue.unanswered == len(sends), 5, "every report queued")
+        await wait_until_async(lambda: len(queued) == len(sends), 5, "every report queued")
     answers = await asyncio.gather(*sends)
 
     assert answers[:-1] == [{"status": "recorded"}] * 25

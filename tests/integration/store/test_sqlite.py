@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import subprocess
@@ -215,11 +216,12 @@ async def test_join_tokens_of_a_version_1_database_keep_working_after_the_upgrad
     monkeypatch.setattr(sqlite_store, "MIGRATIONS", MIGRATIONS[:1])
     old = SQLiteStore(path)
     await old.open()
-    await old._execute("INSERT INTO clusters VALUES ('edge', ?, 1, 1.0, 1.0, 0)",
-                       (json.dumps(json.loads(spec_to_json(cluster(worker=ONE_ITEM)))),))
-    await old._execute("INSERT INTO join_tokens (hash, cluster, created_at) VALUES (?, ?, ?)",
-                       ("a" * 64, "edge", 2.0))
     await old.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:  # as version 1 wrote them
+        conn.execute("INSERT INTO clusters VALUES ('edge', ?, 1, 1.0, 1.0, 0)",
+                     (json.dumps(json.loads(spec_to_json(cluster(worker=ONE_ITEM)))),))
+        conn.execute("INSERT INTO join_tokens (hash, cluster, created_at) VALUES (?, ?, ?)",
+                     ("a" * 64, "edge", 2.0))
     monkeypatch.setattr(sqlite_store, "MIGRATIONS", MIGRATIONS)
     upgraded = SQLiteStore(path)
     await upgraded.open()

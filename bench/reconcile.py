@@ -56,7 +56,7 @@ async def measure(fleet: int, changes: list[int], directory: Path | None) -> lis
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
         async with in_process_coordinator(Path(tmp), None, clock=time.time) as served:
             coordinator = served.coordinator
-            pending = await seed(coordinator.store, fleet, sum(changes) * ROUNDS, time.time())
+            pending = await seed(served.store, fleet, sum(changes) * ROUNDS, time.time())
             started, cpu = time.perf_counter(), time.process_time()
             await coordinator.reconcile_once()
             rows.append(f"| {fleet:,} | first pass (loads the cluster) | "

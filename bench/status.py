@@ -65,7 +65,7 @@ def pure_seconds(machines: list[Machine], events: list[Event]) -> float:
 
 async def seeded(coordinator: InProcessCoordinator, machines: list[Machine],
                  events: list[Event]) -> None:
-    store = coordinator.coordinator.store
+    store = coordinator.store
     await store.put_cluster(SPEC, 0.0)
     for start in range(0, len(machines), 500):
         await store.commit(machines[start:start + 500])

@@ -53,7 +53,8 @@ class ManualClock:
 @dataclass
 class InProcessCoordinator(AsyncDriver):
     client: TestClient  # the HTTP API, on its loopback port
-    coordinator: Coordinator
+    coordinator: Coordinator  # the service
+    store: Store  # the service's store, open
     clock: Any  # a ManualClock unless the test gave another
     admin: dict[str, str]  # the admin's Authorization header
     agents: dict[str, Registered] = field(default_factory=dict)  # by hostname, as registered
@@ -116,7 +117,7 @@ async def in_process_coordinator(
         client = TestClient(TestServer(app, host="127.0.0.1", port=port))
         await client.start_server()
         try:
-            running = InProcessCoordinator(client, coordinator, clock,
+            running = InProcessCoordinator(client, coordinator, store, clock,
                                            await admin_header(store, clock()))
             if cluster is not None:
                 await running.call("PUT", "/v1/clusters", 200, data=cluster)

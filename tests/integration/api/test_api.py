@@ -261,12 +261,12 @@ async def test_heartbeats_are_written_in_batches_and_a_shutdown_writes_the_rest(
     registered = env.clock.now
     env.clock.now += 5
     await env.heartbeat(agent)
-    unwritten = await env.coordinator.store.get_machine(agent["machine_id"])
+    unwritten = await env.store.get_machine(agent["machine_id"])
     assert unwritten is not None and unwritten.last_seen == registered  # not one write each
     flusher = asyncio.create_task(env.coordinator.write_heartbeats(interval=0.01))
     try:
         for _ in range(200):
-            machine = await env.coordinator.store.get_machine(agent["machine_id"])
+            machine = await env.store.get_machine(agent["machine_id"])
             if machine is not None and machine.last_seen == env.clock.now:
                 break
             await asyncio.sleep(0.01)
@@ -339,7 +339,7 @@ async def test_reports_sent_together_are_committed_together_and_each_answered_on
     env, lock = held
     agents, setup = await approved_workers(env, 24)
     ghost = {**setup, "name": "ghost"}
-    store = env.coordinator.store
+    store = env.store
     commits: list[int] = []
     commit = store.commit
 

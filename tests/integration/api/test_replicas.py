@@ -90,12 +90,12 @@ async def test_one_replica_leads_and_the_other_takes_over_and_fences_it_when_it_
         assert int(leader().split()[1]) == int(epoch) + 1
 
         # A write of the old term still on its way (a reconcile pass, a drain) is refused.
-        machine = await old.coordinator.store.get_machine(w1["machine_id"])
+        machine = await old.store.get_machine(w1["machine_id"])
         assert machine is not None
         stale = leader_epoch.set(int(epoch))
         try:
             with pytest.raises(Fenced):
-                await old.coordinator.store.commit([replace(machine, state=MachineState.READY)])
+                await old.store.commit([replace(machine, state=MachineState.READY)])
         finally:
             leader_epoch.reset(stale)
         assert (await old.call("GET", "/v1/machines/w1", 200))["state"] == "Prepare"

@@ -264,14 +264,13 @@ async def test_heartbeats_are_written_in_batches_and_a_shutdown_writes_the_rest(
     unwritten = await env.store.get_machine(agent["machine_id"])
     assert unwritten is not None and unwritten.last_seen == registered  # not one write each
     flusher = asyncio.create_task(env.coordinator.write_heartbeats(interval=0.01))
+
+    async def written() -> bool:
+        machine = await env.store.get_machine(agent["machine_id"])
+        return machine is not None and machine.last_seen == env.clock.now
+
     try:
-        for _ in range(200):
-            machine = await env.store.get_machine(agent["machine_id"])
-            if machine is not None and machine.last_seen == env.clock.now:
-                break
-            await asyncio.sleep(0.01)
-        else:
-            raise AssertionError("the heartbeat was never written")
+        await wait_until_async(written, 2, "the heartbeat written")
     finally:
         flusher.cancel()
     env.clock.now += 5

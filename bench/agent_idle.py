@@ -7,14 +7,13 @@
 - wake latency: from the approval call returning to a long-polling client receiving its new
   assignment (the approval triggers a reconcile pass, the pass wakes the poller).
 
-Run: .venv/bin/python bench/agent_idle.py [--idle-seconds 30]
+Run: .venv/bin/python bench/agent_idle.py [--idle-seconds 30] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,28 +22,18 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for the tests' harness
+
 import psutil
 
-from coordinator.cli.client import AdminClient
+from tests.support.builders import cluster, item, spec_text
+from tests.support.harness import ServedCoordinator, running_coordinator
+from tests.support.waiting import wait_until
 
 BIN = Path(sys.executable).parent
 # A manager alone goes Pending -> Prepare -> Deploy -> Ready; workers only wake-latency.
-SPEC = """\
-name: bench
-release: "1"
-machineTypes:
-  manager:
-    - {name: noop, phase: prepare, action: {type: exec, argv: ["true"]}}
-    - {name: noop-deploy, phase: deploy, action: {type: exec, argv: ["true"]}}
-  worker:
-    - {name: noop, phase: prepare, action: {type: exec, argv: ["true"]}}
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+SPEC = spec_text(cluster([item("noop", "prepare"), item("noop-deploy", "deploy")],
+                         [item("noop", "prepare")], name="bench", release="1"))
 
 
 def startup(runs: int) -> list[float]:
@@ -56,75 +45,49 @@ def startup(runs: int) -> list[float]:
     return times
 
 
-def wait_for(check, timeout: float = 30.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-        except Exception:
-            pass
-        time.sleep(0.1)
-    raise SystemExit("timed out")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--wake-samples", type=int, default=20)
+    parser.add_argument("--startup-runs", type=int, default=30)
+    parser.add_argument("--quick", action="store_true",
+                        help="3 start-ups, 1 s idle, 3 wake samples: seconds")
     args = parser.parse_args()
+    if args.quick:
+        args.startup_runs, args.idle_seconds, args.wake_samples = 3, 1.0, 3
 
-    help_times = startup(30)
+    help_times = startup(args.startup_runs)
     print(f"`nodeagent --help` start-up over {len(help_times)} runs: "
           f"min {min(help_times) * 1000:.0f} ms, "
           f"median {statistics.median(help_times) * 1000:.0f} ms, "
           f"max {max(help_times) * 1000:.0f} ms")
 
-    with tempfile.TemporaryDirectory() as name:
+    with tempfile.TemporaryDirectory() as name, \
+            running_coordinator(Path(name), SPEC) as served:
         tmp = Path(name)
-        port = free_port()
-        url = f"https://127.0.0.1:{port}"
-        data = tmp / "data"
-        ca = str(data / "pki" / "ca.crt")
-        subprocess.run([str(BIN / "coordinator"), "init", "--data-dir", str(data), "--name",
-                        "127.0.0.1", "--listen", f"127.0.0.1:{port}"], check=True,
-                       stdout=subprocess.DEVNULL)
-        coordinator = subprocess.Popen(
-            [str(BIN / "coordinator"), "serve", "--data-dir", str(data), "--listen",
-             f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        agent = None
+        admin = served.admin
+        created = admin.request("POST", "/v1/clusters/bench/join-tokens", body={"ttl": "0"})
+        config = tmp / "agent.yaml"
+        config.write_text(json.dumps({
+            "join": created["join"], "stateDir": str(tmp / "agent-state"),
+            "heartbeatSeconds": 10, "ignorePrechecks": ["all"]}))
+        agent = subprocess.Popen([str(BIN / "nodeagent"), "run", "--config", str(config)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            admin = AdminClient(url, (data / "admin.token").read_text().strip(), ca_file=ca)
-            wait_for(lambda: admin.get("/healthz"))
-            admin.request("PUT", "/v1/clusters", text=SPEC, content_type="application/yaml")
-            created = admin.request("POST", "/v1/clusters/bench/join-tokens", body={"ttl": "0"})
-            config = tmp / "agent.yaml"
-            config.write_text(json.dumps({
-                "join": created["join"], "stateDir": str(tmp / "agent-state"),
-                "heartbeatSeconds": 10, "ignorePrechecks": ["all"]}))
-            agent = subprocess.Popen([str(BIN / "nodeagent"), "run", "--config", str(config)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            wait_for(lambda: admin.get("/v1/machines"))
+            (machine,) = wait_until(lambda: admin.get("/v1/machines"), 30, "the registration")
             time.sleep(2)  # registration done; let start-up work settle
             proc = psutil.Process(agent.pid)
             print("idle agent waiting for approval, " + idle(proc, args.idle_seconds))
-            (machine,) = admin.get("/v1/machines")
             admin.request("POST", f"/v1/machines/{machine['id']}/approve",
                           body={"role": "manager"})
-            wait_for(lambda: admin.get(f"/v1/machines/{machine['id']}")["state"] == "Ready", 60)
+            served.wait_state(machine["hostname"], "Ready", timeout=60)
             time.sleep(2)  # the last report delivered, the phase's child gone
             print("idle agent Ready after applying its items, " + idle(proc, args.idle_seconds))
+        finally:
             agent.terminate()
             agent.wait()
-            agent = None
-            print(f"wake latency (approve -> long-poll answered), {args.wake_samples} machines: "
-                  + wake_latency(admin, url, ca, created["token"], args.wake_samples))
-        finally:
-            if agent is not None:
-                agent.kill()
-            coordinator.terminate()
-            coordinator.wait()
+        print(f"wake latency (approve -> long-poll answered), {args.wake_samples} machines: "
+              + wake_latency(served, args.wake_samples))
 
 
 def idle(proc: psutil.Process, seconds: float) -> str:
@@ -143,32 +106,24 @@ def idle(proc: psutil.Process, seconds: float) -> str:
             f"(peak {peak_rss / 1e6:.1f} MB), CPU {100 * busy / elapsed:.3f}% of one core")
 
 
-def wake_latency(admin: AdminClient, url: str, ca: str, join: str, samples: int) -> str:
+def wake_latency(served: ServedCoordinator, samples: int) -> str:
     """Register bare machines over the API and time the long-poll answer after approval."""
-    from nodeagent.prechecks.runner import summarize
-    from nodeagent.protocol import PrecheckReport
-
-    report = PrecheckReport(hostname="x", role="worker", started_at=0, duration=0, ok=True,
-                            summary=summarize([]), checks=[]).model_dump(mode="json", by_alias=True)
     latencies = []
     for index in range(samples):
-        agent = AdminClient(url, None, ca_file=ca).request("POST", "/v1/agent/register", body={
-            "join_token": join, "hostname": f"wake-{index}", "ip": None, "facts": {},
-            "precheck": report})
-        poller = AdminClient(url, agent["credential"], ca_file=ca)
-        first = poller.get(f"/v1/agent/machines/{agent['machine_id']}/assignment")
+        agent = served.register(f"wake-{index}", cluster="bench")
+        first = served.assignment(agent)
         answered: list[float] = []
 
-        def poll(poller=poller, agent=agent, first=first, answered=answered) -> None:
-            poller.get(f"/v1/agent/machines/{agent['machine_id']}/assignment"
-                       f"?after={first['generation']}&wait=30")
+        def poll(agent: dict[str, str] = agent, after: int = first["generation"],
+                 answered: list[float] = answered) -> None:
+            served.assignment(agent, after=after, wait=30)
             answered.append(time.perf_counter())
 
         thread = threading.Thread(target=poll)
         thread.start()
         time.sleep(0.2)  # the poll is parked
-        admin.request("POST", f"/v1/machines/{agent['machine_id']}/approve",
-                      body={"role": "worker"})
+        served.admin.request("POST", f"/v1/machines/{agent['machine_id']}/approve",
+                             body={"role": "worker"})
         approved = time.perf_counter()
         thread.join()
         latencies.append(answered[0] - approved)

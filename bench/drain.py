@@ -4,7 +4,7 @@ installed binary, as an operator runs it), on the same test Kubernetes API serve
 same workload built afresh for each run. Prints each run and the ratio ours/kubectl of the
 medians (target: at most 0.5).
 
-    .venv/bin/python bench/drain.py [--runs 5] [--pods 200] [--termination-delay 0.2]
+    .venv/bin/python bench/drain.py [--runs 5] [--pods 200] [--termination-delay 0.2] [--quick]
 """
 
 from __future__ import annotations
@@ -23,17 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from coordinator.domain.model import DrainSettings
 from coordinator.kube import Kube
-from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
-
-
-def workload(pods: int, termination_delay: float) -> Cluster:
-    cluster = Cluster(termination_delay=termination_delay)
-    for node in ("w1", "w2", "w3"):
-        cluster.add_node(node)
-    cluster.add_daemonset("kube-system", "node-exporter", {"app": "node-exporter"})
-    for index in range(pods // 20):  # 10 ReplicaSets of 20 pods, all on w1
-        cluster.add_replicaset("default", f"app{index}", 20, {"app": f"app{index}"}, nodes=["w1"])
-    return cluster
+from tests.support.kubeapi import KubeApiServer, kube_api_server
+from tests.support.workloads import crowded_node
 
 
 async def ours(server: KubeApiServer, kubeconfig: Path) -> float:
@@ -58,7 +49,10 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=200)
     parser.add_argument("--termination-delay", type=float, default=0.2,
                         help="seconds an evicted pod takes to terminate (the kubelet's part)")
+    parser.add_argument("--quick", action="store_true", help="one run of 20 pods: seconds")
     args = parser.parse_args()
+    if args.quick:
+        args.runs, args.pods, args.termination_delay = 1, 20, 0.02
     binary = shutil.which("kubectl")
     if binary is None:
         sys.exit("kubectl is not installed")
@@ -66,7 +60,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(args.runs):
             for name in ("kubectl", "ours"):
-                with kube_api_server(workload(args.pods, args.termination_delay)) as server:
+                with kube_api_server(crowded_node(args.pods, args.termination_delay)) as server:
                     kubeconfig = server.write_kubeconfig(Path(tmp) / "kubeconfig")
                     if name == "ours":
                         elapsed = asyncio.run(ours(server, kubeconfig))

@@ -10,6 +10,8 @@ coordinator's own CA, on loopback.
     .venv/bin/python bench/fleet.py --agents 10000 --heartbeat-interval 10 --duration 60
     # (b) a rollout: managers and workers approved at once, no-op items, worker batches
     .venv/bin/python bench/fleet.py --managers 3 --workers 1000 --batch-size 50
+    # (c) both in seconds, on a handful of agents (CI runs it so that the script keeps working)
+    .venv/bin/python bench/fleet.py --quick
 
 Prints the registration rate; agent API latency p50/p99 per endpoint (the long-poll only
 when it answered at once, and how late it answered a poll that timed out); coordinator CPU
@@ -51,35 +53,18 @@ import uvloop
 
 from nodeagent.client import generation_tag
 from nodeagent.daemon import LONG_POLL_SECONDS
-from nodeagent.prechecks.runner import summarize
-from nodeagent.protocol import CheckResult, PrecheckReport, Severity, StateItem, Status
-from tests.support.coordinator import running_coordinator
+from tests.support.builders import FACTS, cluster, fingerprint, item, registration, spec_text
+from tests.support.harness import running_coordinator
 from tests.support.postgres import postgres_server
 
 CLUSTER = "fleet"
-NOOP = '{{name: {name}, phase: {phase}, action: {{type: exec, argv: ["true"]}}}}'
 NOT_MODIFIED: dict[str, Any] = {}  # a poll answered 304: the assignment held is current
+NOOPS = (item("prepare-noop", "prepare"), item("deploy-noop", "deploy"))
 
 
 def cluster_spec(batch: int, heartbeat_timeout: float) -> str:
-    items = "\n".join(f"    - {NOOP.format(name=f'{phase}-noop', phase=phase)}"
-                      for phase in ("prepare", "deploy"))
-    return (f"name: {CLUSTER}\nrelease: \"1\"\n"
-            f"settings: {{workerBatchSize: {batch}, heartbeatTimeoutSeconds: {heartbeat_timeout}}}\n"
-            f"machineTypes:\n  manager:\n{items}\n  worker:\n{items}\n")
-
-
-def precheck(hostname: str) -> dict[str, Any]:
-    """A passing report of 13 checks, the size a real agent sends."""
-    checks = [CheckResult(name=f"check-{n}", severity=Severity.HARD, status=Status.PASS,
-                          message="ok", data={"value": n}, duration=0.01) for n in range(13)]
-    return PrecheckReport(hostname=hostname, role="worker", started_at=time.time(), duration=0.2,
-                          ok=True, summary=summarize(checks),
-                          checks=checks).model_dump(mode="json", by_alias=True)
-
-
-FACTS = {"cpus": 8, "memory_bytes": 32 << 30, "kernel": "6.1.0-18-amd64",
-         "os": {"id": "debian", "version_id": "12"}, "interfaces": ["eth0", "eth1"]}
+    return spec_text(cluster(NOOPS, NOOPS, batch, name=CLUSTER, release="1",
+                             heartbeatTimeoutSeconds=heartbeat_timeout))
 
 
 @dataclass
@@ -114,8 +99,7 @@ class SimAgent:
 
     async def register(self) -> None:
         """Until the coordinator accepts it (errors are counted, not fatal)."""
-        body = {"join_token": self.sim.plan.join_token, "hostname": self.hostname,
-                "ip": "198.18.0.1", "facts": FACTS, "precheck": precheck(self.hostname)}
+        body = registration(self.hostname, self.sim.plan.join_token, facts=FACTS, checks=13)
         while (answer := await self.sim.call("POST", "/v1/agent/register", "register",
                                              json=body)) is None:
             await asyncio.sleep(0.5)
@@ -161,12 +145,12 @@ class SimAgent:
                 continue
             self.sim.recorder.marks.append((now, self.hostname, "assigned:" + phase))
             applied = set(assignment["applied"])
-            for item in assignment["items"]:
-                fingerprint = self.sim.fingerprint(item)
-                if fingerprint in applied:
+            for entry in assignment["items"]:
+                digest = self.sim.fingerprint(entry)
+                if digest in applied:
                     continue
                 for status in ("running", "succeeded"):
-                    report = {"item": item["name"], "fingerprint": fingerprint, "phase": phase,
+                    report = {"item": entry["name"], "fingerprint": digest, "phase": phase,
                               "status": status, "attempt": 1, "started_at": time.time()}
                     if status == "succeeded":
                         report.update(finished_at=time.time(), exit_code=0, output="ok\n")
@@ -196,7 +180,7 @@ class Simulator:
     def fingerprint(self, item: dict[str, Any]) -> str:
         key = json.dumps(item, sort_keys=True)
         if key not in self._fingerprints:
-            self._fingerprints[key] = StateItem.model_validate(item).fingerprint()
+            self._fingerprints[key] = fingerprint(item)
         return self._fingerprints[key]
 
     async def call(self, method: str, path: str, endpoint: str, poll: float = 0.0,
@@ -404,7 +388,13 @@ def main() -> None:
     parser.add_argument("--serve-arg", action="append", default=[], dest="serve_args",
                         help="an argument for `coordinator serve` (repeatable), e.g. "
                              "--serve-arg=--gc-interval --serve-arg=0 for CPython's own GC")
+    parser.add_argument("--quick", action="store_true",
+                        help="a rollout of 1 manager and 4 workers, then 2 s of heartbeats "
+                             "every second: seconds")
     args = parser.parse_args()
+    if args.quick:
+        args.managers, args.workers, args.batch_size = 1, 4, 2
+        args.heartbeat_interval, args.duration, args.warmup, args.scrape_interval = 1, 2, 1, 1
     # Killed (e.g. by timeout): unwind, so the coordinator and the simulators are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     if args.warmup is None:

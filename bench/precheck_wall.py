@@ -5,7 +5,7 @@ points the agent's config at them, and times whole CLI runs (interpreter start-u
 imports included) plus the in-process check phase. A second scenario adds an NTP address
 that never answers, to show the run is bounded by ntp.timeout, not stalled.
 
-Run: .venv/bin/python bench/precheck_wall.py [--runs 20]   (needs chronyd: apt-get install chrony)
+Run: .venv/bin/python bench/precheck_wall.py [--runs 20] [--quick]   (needs chronyd: apt-get install chrony)
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import shutil
 import socket
 import statistics
 import subprocess
@@ -23,39 +22,19 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for the tests' servers
+
+from tests.support.chrony import chronyd
+from tests.support.ports import free_port
+from tests.support.process import serving
+
 NODEAGENT = str(Path(sys.executable).with_name("nodeagent"))
 
 
-def free_port(kind: int = socket.SOCK_DGRAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def chronyd(tmp: Path) -> Iterator[int]:
-    binary = shutil.which("chronyd") or "/usr/sbin/chronyd"
-    port = free_port()
-    conf = tmp / "chrony.conf"
-    conf.write_text(f"port {port}\nbindaddress 127.0.0.1\nallow 127.0.0.1\nlocal stratum 8\n"
-                    f"driftfile {tmp}/drift\npidfile {tmp}/chronyd.pid\ncmdport 0\n")
-    proc = subprocess.Popen([binary, "-x", "-d", "-f", str(conf), "-u", "root"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        import ntplib
-
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                ntplib.NTPClient().request("127.0.0.1", port=port, version=4, timeout=0.2)
-                break
-            except (ntplib.NTPException, OSError):
-                if time.monotonic() > deadline:
-                    raise SystemExit("chronyd did not answer within 10 s") from None
-        yield port
-    finally:
-        proc.kill()
-        proc.wait()
+def listening(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+        return True
+    return False
 
 
 @contextlib.contextmanager
@@ -63,22 +42,11 @@ def health_server(tmp: Path) -> Iterator[int]:
     docroot = tmp / "www"
     docroot.mkdir()
     (docroot / "healthz").write_text("ok\n")
-    port = free_port(socket.SOCK_STREAM)
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
-                             "127.0.0.1", "--directory", str(docroot)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            if time.monotonic() > deadline:
-                raise SystemExit("HTTP server did not start")
-            time.sleep(0.05)
+    port = free_port()
+    with serving([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                  "--directory", str(docroot)], tmp / "http.log", lambda: listening(port),
+                 "the HTTP server"):
         yield port
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def time_runs(config: Path, runs: int) -> tuple[list[float], list[float], dict[str, str]]:
@@ -106,10 +74,14 @@ def summary(label: str, values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="2 runs of each: seconds")
     args = parser.parse_args()
+    stalled_runs = max(5, args.runs // 4)
+    if args.quick:
+        args.runs = stalled_runs = 2
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        with chronyd(tmp) as ntp_port, health_server(tmp) as http_port, \
+        with chronyd(tmp / "chrony") as ntp_port, health_server(tmp) as http_port, \
                 socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:
             silent.bind(("127.0.0.1", 0))  # reads nothing, answers nothing
             local = tmp / "local.yaml"
@@ -128,7 +100,7 @@ def main() -> None:
                   f"{network}")
             print(summary("whole CLI run (wall)", walls))
             print(summary("checks phase (report.duration)", phases))
-            walls, phases, statuses = time_runs(stalled, max(5, args.runs // 4))
+            walls, phases, statuses = time_runs(stalled, stalled_runs)
             print(f"with one silent NTP server (ntp.timeout 0.5 s): "
                   f"ntp-reachable={statuses['ntp-reachable']}")
             print(summary("whole CLI run (wall)", walls))

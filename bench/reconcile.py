@@ -7,7 +7,7 @@ round approves k Pending machines through the coordinator (the operator's path: 
 them changed) and times the pass that moves them to Prepare. A pass with nothing changed
 (the once-a-second tick) is timed too.
 
-    .venv/bin/python bench/reconcile.py [--fleet 1000 10000 50000] [--changed 0 1 10 100]
+    .venv/bin/python bench/reconcile.py [--fleet 1000 10000 50000] [--changed 0 1 10 100] [--quick]
 """
 
 from __future__ import annotations
@@ -21,34 +21,26 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for the tests' harness
 
-from fleet import precheck
-from store_sqlite import sample_machine
+from coordinator.domain.model import MachineState
+from coordinator.store.base import Store
+from tests.support.builders import cluster, fleet_machine, item
+from tests.support.harness import in_process_coordinator
 
-from coordinator.domain.model import ClusterSpec, MachineState
-from coordinator.service.coordinator import Coordinator
-from coordinator.store.sqlite import SQLiteStore
-
-SPEC = ClusterSpec.model_validate({
-    "name": "bench", "release": "1",
-    "machineTypes": {role: [
-        {"name": "base", "phase": "prepare", "action": {"type": "exec", "argv": ["true"]}},
-        {"name": "join", "phase": "deploy", "action": {"type": "exec", "argv": ["true"]}},
-    ] for role in ("manager", "worker")},
-})
+BOTH = (item("base", "prepare"), item("join", "deploy"))
+SPEC = cluster(BOTH, BOTH, name="bench", release="1")
 ROUNDS = 5
 
 
-async def seed(store: SQLiteStore, fleet: int, pending: int, now: float) -> list[str]:
+async def seed(store: Store, fleet: int, pending: int, now: float) -> list[str]:
     """N Ready machines and `pending` unapproved Pending ones; returns the Pending ids."""
     await store.put_cluster(SPEC, now)
     ids = []
     for start in range(0, fleet + pending, 500):
         batch = []
         for i in range(start, min(start + 500, fleet + pending)):
-            machine = replace(sample_machine(i), last_seen=now, created_at=float(i),
-                              precheck=precheck(f"node-{i:05d}"),
+            machine = replace(fleet_machine(i), last_seen=now, created_at=float(i),
                               release=SPEC.release, role="manager" if i < 3 else "worker")
             if i >= fleet:
                 machine = replace(machine, state=MachineState.PENDING, approved=False,
@@ -62,12 +54,9 @@ async def seed(store: SQLiteStore, fleet: int, pending: int, now: float) -> list
 async def measure(fleet: int, changes: list[int], directory: Path | None) -> list[str]:
     rows = []
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        store = SQLiteStore(Path(tmp) / "bench.db")
-        await store.open()
-        clock = time.time
-        pending = await seed(store, fleet, sum(changes) * ROUNDS, clock())
-        coordinator = Coordinator(store, clock)
-        try:
+        async with in_process_coordinator(Path(tmp), None, clock=time.time) as served:
+            coordinator = served.coordinator
+            pending = await seed(served.store, fleet, sum(changes) * ROUNDS, time.time())
             started, cpu = time.perf_counter(), time.process_time()
             await coordinator.reconciler.reconcile_once()
             rows.append(f"| {fleet:,} | first pass (loads the cluster) | "
@@ -86,9 +75,6 @@ async def measure(fleet: int, changes: list[int], directory: Path | None) -> lis
                     assert len(decided) == k, (k, decided)
                 rows.append(f"| {fleet:,} | {k} changed | {statistics.median(walls) * 1000:.1f} ms "
                             f"| {statistics.median(cpus) * 1000:.1f} ms |")
-        finally:
-            await coordinator.close()
-            await store.close()
     return rows
 
 
@@ -97,7 +83,10 @@ async def main() -> None:
     parser.add_argument("--fleet", type=int, nargs="+", default=[1000, 10000, 50000])
     parser.add_argument("--changed", type=int, nargs="+", default=[0, 1, 10, 100])
     parser.add_argument("--dir", type=Path, default=None, help="where to put the database")
+    parser.add_argument("--quick", action="store_true", help="200 machines, 0 and 1 changed")
     args = parser.parse_args()
+    if args.quick:
+        args.fleet, args.changed = [200], [0, 1]
     print(f"| machines | pass | wall (median of {ROUNDS}) | CPU |\n| --- | --- | --- | --- |")
     for fleet in args.fleet:
         for row in await measure(fleet, args.changed, args.dir):

@@ -3,7 +3,7 @@
 Every agent report is one commit of one machine plus one event, each a durable
 (synchronous=FULL) write; every reconcile pass lists a cluster's machines.
 
-    .venv/bin/python bench/store_sqlite.py [--dir DIR] [--commits N]
+    .venv/bin/python bench/store_sqlite.py [--dir DIR] [--commits N] [--quick]
 
 DIR decides the filesystem, and so the fsync cost: use the coordinator's data disk.
 """
@@ -13,37 +13,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from coordinator.domain.model import ItemProgress, Machine, MachineState
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for the tests' builders
+
 from coordinator.domain.records import Event
 from coordinator.store.sqlite import SQLiteStore
-
-
-def sample_machine(index: int) -> Machine:
-    """A machine with documents the size an agent sends: facts, a 13-check precheck report."""
-    checks = [{"name": f"check-{c}", "severity": "hard", "status": "pass", "message": "ok",
-               "remedy": "", "data": {"value": c}, "duration": 0.01, "ignored": False}
-              for c in range(13)]
-    return Machine(
-        id=f"machine-{index:05d}", cluster="bench", hostname=f"node-{index:05d}",
-        ip=f"10.{index // 65536}.{index // 256 % 256}.{index % 256}",
-        state=MachineState.READY, role="worker", approved=True,
-        facts={"cpus": 8, "memory_bytes": 32 << 30, "kernel": "6.1.0-18-amd64",
-               "os": {"id": "debian", "version_id": "12"}, "interfaces": ["eth0", "eth1"]},
-        precheck={"schema": "nodeagent.precheck/v1", "hostname": f"node-{index:05d}",
-                  "role": "worker", "ok": True, "checks": checks},
-        applied=frozenset(f"{index:08d}{item:024d}" for item in range(20)),
-        progress=ItemProgress(item="kubelet", attempt=1, status="succeeded", updated_at=1.0),
-        credential_hash=f"{index:064d}",
-    )
+from tests.support.builders import fleet_machine
 
 
 async def commits_per_second(store: SQLiteStore, count: int) -> float:
-    machine = sample_machine(0)
+    machine = fleet_machine(0)
     started = time.perf_counter()
     for n in range(count):
         machine = replace(machine, generation=n + 1)
@@ -58,7 +42,7 @@ async def list_seconds(store: SQLiteStore, machines: int) -> tuple[float, float]
     time too, because on a busy host wall time mostly measures the neighbours)."""
     existing = len(await store.list_machines("bench"))
     for start in range(existing, machines, 500):
-        await store.commit([sample_machine(i) for i in range(start, min(start + 500, machines))])
+        await store.commit([fleet_machine(i) for i in range(start, min(start + 500, machines))])
     wall, cpu = [], []
     for _ in range(5):
         started, started_cpu = time.perf_counter(), time.process_time()
@@ -73,7 +57,12 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=None, help="where to put the database")
     parser.add_argument("--commits", type=int, default=1000)
+    parser.add_argument("--machines", type=int, nargs="+", default=[1_000, 10_000],
+                        help="cluster sizes to list")
+    parser.add_argument("--quick", action="store_true", help="50 commits, 200 and 500 machines")
     args = parser.parse_args()
+    if args.quick:
+        args.commits, args.machines = 50, [200, 500]
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         store = SQLiteStore(Path(tmp) / "bench.db")
         await store.open()
@@ -81,7 +70,7 @@ async def main() -> None:
             rate = await commits_per_second(store, args.commits)
             print(f"commit (1 machine + 1 event, synchronous=FULL): {rate:,.0f} commits/s "
                   f"({1000 / rate:.2f} ms each, {args.commits} commits)")
-            for machines in (1_000, 10_000):
+            for machines in args.machines:
                 wall, cpu = await list_seconds(store, machines)
                 print(f"list_machines, {machines:,} machines: {wall * 1000:,.0f} ms "
                       f"({cpu * 1000:,.0f} ms CPU)")

@@ -69,12 +69,17 @@ class GcPauses(Collector):
         self.thawing = False  # set by GcPolicy around a collection of everything
         self._started = 0.0
 
+    @property
+    def installed(self) -> bool:
+        """Whether collections are counted now (the callback is in gc.callbacks)."""
+        return self._callback in gc.callbacks
+
     def install(self) -> None:
-        if self._callback not in gc.callbacks:
+        if not self.installed:
             gc.callbacks.append(self._callback)
 
     def uninstall(self) -> None:
-        if self._callback in gc.callbacks:
+        if self.installed:
             gc.callbacks.remove(self._callback)
 
     def _callback(self, phase: str, info: dict[str, Any]) -> None:

@@ -14,27 +14,24 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-from coordinator.cli.client import AdminClient, ClientError
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for the tests' harness
+
+from coordinator.cli.client import ClientError
 from coordinator.cli.render import machines_table
+from tests.support.harness import ServedCoordinator
+from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 NODES = [("cp-1", "manager"), ("cp-2", "manager"), ("node-1", "worker"), ("node-2", "worker"),
          ("node-3", "worker")]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def node_root(base: Path, hostname: str) -> Path:
@@ -55,19 +52,6 @@ def node_root(base: Path, hostname: str) -> Path:
     return root
 
 
-def wait_until(what: str, check: Callable[[], object], timeout: float = 30) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-        except ClientError:
-            result = None
-        if result:
-            return result
-        time.sleep(0.2)
-    raise SystemExit(f"demo: timed out waiting for {what}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description="Roll a sample cluster out on local agents.")
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
@@ -75,23 +59,15 @@ def main() -> None:
     if os.geteuid() != 0:
         raise SystemExit("demo: run as root (each agent gets its own hostname via unshare --uts)")
     base = Path(tempfile.mkdtemp(prefix="nodeagent-demo-"))
-    port = free_port()
-    url = f"https://127.0.0.1:{port}"
-    data = base / "data"
-    ca = str(data / "pki" / "ca.crt")
+    coordinator = ServedCoordinator(f"https://127.0.0.1:{free_port()}", base / "data",
+                                    base / "coordinator.log")
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        print(f"== coordinator init: CA, server certificate and admin token in {data}")
-        subprocess.run([str(BIN / "coordinator"), "init", "--data-dir", str(data), "--name",
-                        "127.0.0.1", "--listen", f"127.0.0.1:{port}"], check=True,
-                       stdout=subprocess.DEVNULL)
-        print(f"== coordinator on {url} (TLS), SQLite store in {data}")
-        procs.append(subprocess.Popen(
-            [str(BIN / "coordinator"), "serve", "--data-dir", str(data), "--listen",
-             f"127.0.0.1:{port}"], stdout=(base / "coordinator.log").open("wb"),
-            stderr=subprocess.STDOUT))
-        admin = AdminClient(url, (data / "admin.token").read_text().strip(), ca_file=ca)
-        wait_until("the coordinator", lambda: admin.get("/healthz"))
+        print(f"== coordinator init: CA, server certificate and admin token in {coordinator.data}")
+        coordinator.init()
+        print(f"== coordinator on {coordinator.url} (TLS), SQLite store in {coordinator.data}")
+        coordinator.start()
+        admin = coordinator.admin
         spec = (REPO / "examples" / "cluster.yaml").read_text()
         applied = admin.request("PUT", "/v1/clusters", text=spec, content_type="application/yaml")
         print(f"== cluster {applied['name']} applied: release {applied['release']}")
@@ -138,23 +114,21 @@ def main() -> None:
             return all(m["approved"] for m in admin.get("/v1/machines")) and len(
                 admin.get("/v1/machines")) == len(NODES)
 
-        wait_until("every agent to register and pass its prechecks", approve_ready_ones,
-                   timeout=120)
-        shown = ""
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
+        wait_until(approve_ready_ones, 120, "every agent registered with passing prechecks",
+                   interval=0.2, ignoring=(ClientError,))
+        shown = [""]
+
+        def all_ready() -> bool:
+            """Print the machines table whenever it changed; True once every machine is Ready."""
             status = admin.get(f"/v1/clusters/{applied['name']}/status")
             table = machines_table(status["machines"])
-            if table != shown:
+            if table != shown[0]:
                 counts = ", ".join(f"{n} {s}" for s, n in sorted(status["counts"].items()))
                 print(f"\n-- {time.strftime('%H:%M:%S')}  {counts}\n{table}", flush=True)
-                shown = table
-            if status["counts"] == {"Ready": len(NODES)}:
-                break
-            time.sleep(0.5)
-        else:
-            raise SystemExit("demo: the rollout did not finish within 180 s; see the logs in "
-                             f"{base}")
+                shown[0] = table
+            return bool(status["counts"] == {"Ready": len(NODES)})
+
+        wait_until(all_ready, 180, f"the rollout (see the logs in {base})", interval=0.5)
         print("\n== rollout order (from the event history):")
         for event in admin.get(f"/v1/events?cluster={applied['name']}"):
             if event["kind"] == "state":
@@ -169,6 +143,7 @@ def main() -> None:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        coordinator.stop()
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
 

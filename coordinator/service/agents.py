@@ -51,12 +51,6 @@ class Agents:
         self.credential_ttl = credential_ttl  # None: machine credentials never expire
         self._reports = GroupCommit(writes.lock, self._write_reports, after=after_reports)
 
-    @property
-    def reports_unanswered(self) -> int:
-        """Reports submitted and not answered yet: queued behind the write lock, or being
-        written."""
-        return self._reports.unanswered
-
     async def close(self) -> None:
         """Returns once every report submitted is answered."""
         await self._reports.wait_idle()

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import require_root
+from tests.support.requirements import require_root
 
 REPO = Path(__file__).resolve().parents[2]
 

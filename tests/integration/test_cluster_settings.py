@@ -13,9 +13,9 @@ import pytest
 
 from nodeagent.prechecks import NAMES
 from tests.support.blob import BLOB, BLOB_SHA, blob_server
-from tests.support.coordinator import ServedCoordinator, running_coordinator
+from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.ntp_responder import skewed_ntp_server
-from tests.support.ports import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +80,7 @@ def test_the_clusters_ntp_and_proxy_settings_govern_the_node(tmp_path: Path) -> 
             # The node's config names no NTP servers: its clock is checked against the
             # cluster's, with the cluster's limit, and found 30 s off.
             wait_until(lambda: clock_check(coordinator).get("status") == "fail",
-                       "the clock check against the cluster's server", timeout=30)
+                       30, "the clock check against the cluster's server")
             assert "(limit 5s)" in clock_check(coordinator)["message"]
             machine = coordinator.admin.get("/v1/machines")[0]
             refused = coordinator.cli("approve", machine["id"], "--role", "worker", ok=False)
@@ -90,11 +90,10 @@ def test_the_clusters_ntp_and_proxy_settings_govern_the_node(tmp_path: Path) -> 
             apply.write_text(cluster(ntp.address, 100, server.url))
             coordinator.cli("cluster", "apply", "-f", str(apply))
             wait_until(lambda: clock_check(coordinator).get("status") in ("pass", "warn"),
-                       "the clock check with the new limit", timeout=30)
+                       30, "the clock check with the new limit")
             coordinator.cli("approve", machine["id"], "--role", "worker")
             # A lone worker prepares, then waits for a manager: its prepare items are the proof.
-            wait_until(lambda: (tmp_path / "root/etc/lab/settings").exists(),
-                       "the prepare items", timeout=60)
+            wait_until(lambda: (tmp_path / "root/etc/lab/settings").exists(), 60, "the prepare items")
         finally:
             agent.terminate()
             agent.wait(timeout=15)

@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from tests.support.agent import NODEAGENT
-from tests.support.coordinator import ServedCoordinator, running_coordinator
-from tests.support.ports import wait_until
+from tests.support.harness import ServedCoordinator, running_coordinator
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -57,8 +57,7 @@ def agent_of(coordinator: ServedCoordinator, tmp: Path) -> Iterator[psutil.Proce
         process = subprocess.Popen([NODEAGENT, "run", "--config", str(config), "--root",
                                     str(root)], stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_until(lambda: bool(coordinator.admin.get("/v1/machines")), "registration",
-                   timeout=60, interval=0.2)
+        wait_until(lambda: bool(coordinator.admin.get("/v1/machines")), 60, "registration", interval=0.2)
         yield psutil.Process(process.pid)
     finally:
         process.terminate()
@@ -84,7 +83,7 @@ def test_the_daemon_stays_small_and_a_phase_gives_its_memory_back(tmp_path: Path
         # The items were applied (by a child, under the agent's root)...
         assert (tmp_path / "root/etc/lab/marker").read_text() == "prepared\n"
         # ...and the child is gone, with all it loaded: the Ready daemon is as small as before.
-        wait_until(lambda: not agent.children(), "the phase's child to exit", timeout=30)
+        wait_until(lambda: not agent.children(), 30, "the phase's child to exit")
         ready = mapped(agent)
         assert not [lib for lib in PHASE_ONLY_LIBRARIES if lib in ready]
         assert agent.memory_info().rss < 36 * 2**20
@@ -119,7 +118,7 @@ def test_only_a_change_in_what_to_run_stops_the_running_phase(tmp_path: Path) ->
     with running_coordinator(tmp_path, cluster(BLOCKING)) as coordinator, \
             agent_of(coordinator, tmp_path):
         hostname = approve(coordinator)
-        wait_until(lambda: (root / "started").exists(), "the blocking item", timeout=60)
+        wait_until(lambda: (root / "started").exists(), 60, "the blocking item")
         command = psutil.Process(int((root / "started").read_text()))
         apply = tmp_path / "cluster.yaml"
 
@@ -127,7 +126,7 @@ def test_only_a_change_in_what_to_run_stops_the_running_phase(tmp_path: Path) ->
         apply.write_text(cluster(BLOCKING, batch=10))
         coordinator.cli("cluster", "apply", "-f", str(apply))
         wait_until(lambda: "the running phase goes on" in (tmp_path / "agent.log").read_text(),
-                   "the agent to see the new generation", timeout=30)
+                   30, "the agent to see the new generation")
         assert command.is_running() and command.status() != psutil.STATUS_ZOMBIE
 
         # Another version of the item: the phase is stopped, its command killed, and the
@@ -135,5 +134,5 @@ def test_only_a_change_in_what_to_run_stops_the_running_phase(tmp_path: Path) ->
         apply.write_text(cluster(QUICK.replace("finish,", "finish, version: '2',")))
         coordinator.cli("cluster", "apply", "-f", str(apply))
         coordinator.wait_state(hostname, "Ready", timeout=60)
-        wait_until(lambda: not command.is_running(), "the old command to be killed")
+        wait_until(lambda: not command.is_running(), message="the old command to be killed")
         assert not (root / "finished").exists()

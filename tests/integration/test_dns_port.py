@@ -7,16 +7,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_binary
 from tests.support.agent import checks_by_name, precheck_argv
 from tests.support.netns import Namespace, namespace
+from tests.support.requirements import require_binary
 from tests.support.roots import passing_root
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -54,13 +54,13 @@ def start_holder(ns: Namespace, tmp_path: Path, name: str, protocol: str) -> int
 
 
 def wait_for_port_53(ns: Namespace, protocols: set[str], timeout: float = 5) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        out = ns.run(["ss", "-Hlntu", "sport = :53"]).stdout
-        if {line.split()[0] for line in out.splitlines()} >= protocols:
-            return
-        assert time.monotonic() < deadline, f"port 53 not bound for {protocols}: {out!r}"
-        time.sleep(0.05)
+    out = [""]
+
+    def bound() -> bool:
+        out[0] = ns.run(["ss", "-Hlntu", "sport = :53"]).stdout
+        return {line.split()[0] for line in out[0].splitlines()} >= protocols
+
+    wait_until(bound, timeout, lambda: f"port 53 bound for {protocols} (ss: {out[0]!r})")
 
 
 def precheck(ns: Namespace, root: Path) -> subprocess.CompletedProcess[str]:

@@ -16,8 +16,8 @@ from nodeagent.host import Host
 from nodeagent.prechecks import firewall
 from nodeagent.prechecks.base import CheckContext, Outcome
 from nodeagent.protocol import Status
-from tests.conftest import require_binary
 from tests.support.agent import checks_by_name, precheck_argv
+from tests.support.requirements import require_binary
 
 pytestmark = pytest.mark.integration
 

@@ -18,6 +18,7 @@ from nodeagent import sdnotify
 from tests.support.agent import NODEAGENT
 from tests.support.ports import free_port
 from tests.support.roots import passing_root
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -102,12 +103,15 @@ def test_the_agent_is_ready_and_pets_the_watchdog_while_the_coordinator_is_away(
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         messages: list[tuple[float, str]] = []
-        deadline = time.monotonic() + 30
-        # Up to registering, which finds the coordinator away, then a few more pings.
-        while time.monotonic() < deadline and (
-                not any(m.startswith("STATUS=coordinator unreachable") for _, m in messages)
-                or sum(m == "WATCHDOG=1" for _, m in messages) < 4):
+
+        def heard_enough() -> bool:
+            """Up to registering, which finds the coordinator away, then a few more pings."""
             messages.append((time.monotonic(), listener.recv(4096).decode()))
+            return (any(m.startswith("STATUS=coordinator unreachable") for _, m in messages)
+                    and sum(m == "WATCHDOG=1" for _, m in messages) >= 4)
+
+        wait_until(heard_enough, 30, lambda: f"an unreachable status and 4 pings in {messages}",
+                   interval=0)
     finally:
         agent.terminate()
         _, stderr = agent.communicate(timeout=10)

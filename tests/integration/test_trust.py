@@ -14,8 +14,9 @@ import pytest
 
 from coordinator.cli.client import ClientError
 from nodeagent import joinstring
-from tests.support.coordinator import NOOP_CLUSTER, ServedCoordinator, running_coordinator
-from tests.support.ports import wait_until
+from tests.support.builders import NOOP_CLUSTER
+from tests.support.harness import ServedCoordinator, running_coordinator
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -61,12 +62,13 @@ def test_an_agent_trusts_the_pinned_ca_and_rotates_its_credential_before_expiry(
                              stdout=(tmp_path / "agent.log").open("wb"), stderr=subprocess.STDOUT)
     try:
         identity_file = tmp_path / "node" / "identity.json"
-        wait_until(identity_file.exists, "registration", timeout=60)
+        wait_until(identity_file.exists, 60, "registration")
         first = json.loads(identity_file.read_text())
         assert (tmp_path / "node" / "ca.crt").read_text() == coordinator.ca_file.read_text()
         # Issued for 6 s, rotated at 2/3 of that; wait past the first credential's expiry.
         wait_until(lambda: json.loads(identity_file.read_text())["credential"]
-                   != first["credential"], "rotation", timeout=30)
+                   != first["credential"],
+                   30, "rotation")
         time.sleep(max(0.0, first["expires_at"] - time.time()) + 1)
         (machine,) = coordinator.admin.get("/v1/machines")
         assert machine["responding"] and time.time() - machine["last_seen"] < 3

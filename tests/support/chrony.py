@@ -15,9 +15,9 @@ from pathlib import Path
 
 import ntplib
 
-from tests.conftest import require_binary
 from tests.support.ports import free_port
 from tests.support.process import serving
+from tests.support.requirements import require_binary
 
 
 def answers(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.conftest import require_binary
 from tests.support.netns import Namespace
-from tests.support.ports import wait_until
+from tests.support.requirements import require_binary
+from tests.support.waiting import wait_until
 
 
 def start_dnsmasq(ns: Namespace, directory: Path, records: dict[str, str],
@@ -47,5 +47,5 @@ def start_dnsmasq(ns: Namespace, directory: Path, records: dict[str, str],
         return "127.0.0.1:53" in out
 
     # Once its socket is bound, queries wait in the socket until dnsmasq reads them.
-    wait_until(listening, "dnsmasq on 127.0.0.1:53", timeout=10)
+    wait_until(listening, 10, "dnsmasq on 127.0.0.1:53")
     return proc

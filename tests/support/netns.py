@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from tests.conftest import require_binary, require_root
+from tests.support.requirements import require_binary, require_root
 
 
 @dataclass

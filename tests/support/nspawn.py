@@ -13,8 +13,8 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import require_binary, require_root
 from tests.support.process import serving
+from tests.support.requirements import require_binary, require_root
 
 
 @dataclass

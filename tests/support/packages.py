@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import require_binary, require_root
+from tests.support.requirements import require_binary, require_root
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,9 +20,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from tests.conftest import IN_CI
 from tests.support.ports import free_port
 from tests.support.process import serving
+from tests.support.requirements import IN_CI
 
 BINDIR = Path("/usr/lib/postgresql/15/bin")
 DSN_VARIABLE = "NODEAGENT_TEST_PG_DSN"

@@ -8,7 +8,7 @@ import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from tests.support.ports import wait_until
+from tests.support.waiting import wait_until
 
 
 @contextlib.contextmanager
@@ -25,7 +25,7 @@ def serving(argv: Sequence[str], log: Path, up: Callable[[], bool], what: str,
                 raise AssertionError(f"{what} exited with {proc.returncode}: {log.read_text()}")
             return up()
 
-        wait_until(ready, what, timeout=timeout, interval=interval)
+        wait_until(ready, timeout, what, interval=interval)
         yield proc
     finally:
         proc.terminate()

@@ -11,15 +11,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.harness import ServedCoordinator
 from tests.support.lan import HUB_IP, Lan, Node, lan
 from tests.support.ports import free_port
 from tests.support.roots import passing_root
+from tests.support.waiting import wait_until
 
 BIN = Path(sys.executable).parent
 MANAGERS = ["m1", "m2", "m3"]
@@ -72,42 +73,28 @@ def spec(extra_items: str = "") -> str:
 class Fleet:
     lan: Lan
     tmp: Path
-    data: Path
-    ports: list[int]  # one per coordinator replica
-    replicas: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    replicas: list[ServedCoordinator]  # in the hub namespace, on one data dir (and store)
     agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
-    def url(self) -> str:
-        """Where admin commands go: the first replica still running."""
-        port = next(p for p, r in zip(self.ports, self.replicas, strict=True) if r.poll() is None)
-        return f"https://127.0.0.1:{port}"
+    def ports(self) -> list[int]:
+        return [replica.port for replica in self.replicas]
 
     @property
-    def token_file(self) -> Path:
-        return self.data / "admin.token"
+    def coordinator(self) -> ServedCoordinator:
+        """Where admin commands go: the first replica still running."""
+        return next(replica for replica in self.replicas if replica.running)
 
     def kill_replica(self, pid: int) -> None:
         """kill -9 the coordinator replica with this pid."""
         (replica,) = [r for r in self.replicas if r.pid == pid]
-        replica.send_signal(signal.SIGKILL)
-        replica.wait(timeout=10)
-
-    def _admin(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return self.lan.hub.run([str(BIN / "coordinator"), "--url", self.url, "--token-file",
-                                 str(self.token_file), "--ca", str(self.data / "pki" / "ca.crt"),
-                                 *args])
+        replica.stop(crash=True)
 
     def admin(self, *args: str) -> str:
-        result = self._admin(*args)
-        assert result.returncode == 0, result.stderr
-        return result.stdout
-
-    def admin_ok(self, *args: str) -> bool:
-        return self._admin(*args).returncode == 0
+        return self.coordinator.cli(*args).stdout
 
     def admin_json(self, *args: str) -> Any:
-        return json.loads(self.admin(*args, "--output", "json"))
+        return self.coordinator.cli_json(*args)
 
     def node(self, hostname: str) -> Node:
         return next(n for n in self.lan.nodes if n.hostname == hostname)
@@ -146,15 +133,12 @@ class Fleet:
         self.agents[hostname].wait(timeout=10)
 
     def wait_for(self, what: str, predicate: Any, timeout: float = 90) -> Any:
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            last = predicate()
-            if last:
-                return last
-            time.sleep(0.3)
-        logs = {p.name: p.read_text()[-1500:] for p in self.tmp.glob("*.log")}
-        raise AssertionError(f"timed out waiting for {what}; last: {last}; logs: {logs}")
+        """wait_until, failing with the tail of every log of the fleet."""
+        def logs() -> str:
+            tails = {p.name: p.read_text()[-1500:] for p in self.tmp.glob("*.log")}
+            return f"{what} (logs: {tails})"
+
+        return wait_until(predicate, timeout, logs, interval=0.3)
 
     def events(self) -> list[dict[str, Any]]:
         out = self.admin("events", "--cluster", "lab", "--output", "json")
@@ -166,27 +150,22 @@ def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = (), store: str | None 
           replicas: int = 1) -> Iterator[Fleet]:
     """The cluster with every machine registered and approved. With store (a PostgreSQL DSN
     reachable from the hub namespace), `replicas` coordinators share it and the data dir."""
-    with lan(MANAGERS + WORKERS) as network:
-        data = tmp_path / "coordinator"
-        running = Fleet(network, tmp_path, data, [free_port() for _ in range(replicas)])
+    with lan(MANAGERS + WORKERS) as network, contextlib.ExitStack() as stack:
         # HTTPS, as in production: agents reach it at the hub's address on the LAN.
-        shared = ["--data-dir", str(data), *(["--store", store] if store else [])]
-
-        def listen(port: int) -> list[str]:
-            return ["--listen", f"0.0.0.0:{port}", "--advertise-url", f"https://{HUB_IP}:{port}"]
-
-        initialized = network.hub.run([str(BIN / "coordinator"), "init", *shared,
-                                       "--name", HUB_IP, "--name", "127.0.0.1",
-                                       *listen(running.ports[0])])
-        assert initialized.returncode == 0, initialized.stderr
-        for index, port in enumerate(running.ports):
-            log = (tmp_path / ("coordinator.log" if index == 0 else f"coordinator-{index}.log"))
-            running.replicas.append(network.hub.popen(
-                [str(BIN / "coordinator"), "serve", *shared, *listen(port)],
-                stdout=log.open("wb"), stderr=subprocess.STDOUT))
-            if index == 0:  # up, and so leading, before the others start
-                running.wait_for("the coordinator", lambda: running.token_file.exists()
-                                 and running.admin_ok("cluster", "get"), timeout=30)
+        shared = ("--store", store) if store else ()
+        running = Fleet(network, tmp_path, [])
+        for index in range(replicas):
+            port = free_port()
+            advertised = ("--advertise-url", f"https://{HUB_IP}:{port}")
+            running.replicas.append(ServedCoordinator(
+                f"https://127.0.0.1:{port}", tmp_path / "coordinator",
+                tmp_path / ("coordinator.log" if index == 0 else f"coordinator-{index}.log"),
+                (*shared, *advertised), tuple(network.hub.argv([])), listen="0.0.0.0"))
+            if index == 0:
+                running.replicas[0].init(*shared, "--name", HUB_IP, *advertised)
+        for replica in running.replicas:  # each up (the first so leading) before the next
+            replica.start()
+            stack.callback(replica.stop)
         (tmp_path / "cluster.yaml").write_text(spec())
         running.admin("cluster", "apply", "-f", str(tmp_path / "cluster.yaml"))
         token = running.admin("join-token", "create", "lab").strip()

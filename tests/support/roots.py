@@ -1,4 +1,4 @@
-"""Fake machine roots for `nodeagent precheck --root`.
+"""Fake machine roots for `nodeagent precheck --root` and the checks' unit tests.
 
 passing_root builds a tree on which every file-based check passes. The checks that read
 the live kernel (processes, sockets, the free space of the filesystem holding the tree,
@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
+from nodeagent.prechecks.base import CheckContext
 from nodeagent.prechecks.runtime import RECOMMENDED_BINARIES, REQUIRED_BINARIES
-from tests.conftest import RootTree
 
 OS_RELEASE_DEBIAN_12 = """\
 PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"
@@ -25,6 +26,32 @@ ID=debian
 """
 MEMINFO_KIB = 4 * 1024 * 1024  # 4 GiB: above both roles' minimums
 RUNTIME_SOCKET = "/run/containerd/containerd.sock"
+
+# The `make_ctx` fixture: a check context over the root tree, for a role and config keys.
+MakeContext = Callable[..., CheckContext]
+# The `bind_socket` fixture: a listening unix socket at a path in a tree.
+BindSocket = Callable[[Path], None]
+
+
+class RootTree:
+    """A fake machine root: files written and directories made by their path on the machine."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+
+    def write(self, machine_path: str, text: str = "", mode: int | None = None) -> Path:
+        target = self.path / machine_path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        if mode is not None:
+            target.chmod(mode)
+        return target
+
+    def mkdir(self, machine_path: str) -> Path:
+        target = self.path / machine_path.lstrip("/")
+        target.mkdir(parents=True, exist_ok=True)
+        return target
 
 
 def cpuinfo(processors: int) -> str:

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import require_binary, require_root
 from tests.support.ports import free_port
 from tests.support.process import serving
+from tests.support.requirements import require_binary, require_root
 
 
 @dataclass

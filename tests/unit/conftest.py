@@ -1,14 +1,14 @@
-"""Unit-test helpers shared by the check tests and the CLI tests."""
+"""Unit-test fixtures shared by the check tests and the CLI tests."""
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-BindSocket = Callable[[Path], None]
+from tests.support.roots import BindSocket
 
 
 @pytest.fixture

@@ -20,8 +20,7 @@ from nodeagent.cli import main
 from nodeagent.prechecks import NAMES
 from nodeagent.prechecks.runtime import RECOMMENDED_BINARIES, REQUIRED_BINARIES
 from nodeagent.protocol import PrecheckReport
-from tests.conftest import RootTree
-from tests.unit.conftest import BindSocket
+from tests.support.roots import BindSocket, RootTree
 
 LIVE = ("dns-port", "kubernetes-leftovers", "firewall", "hostname")
 IGNORE_LIVE = ("--ignore", ",".join(LIVE))
@@ -37,7 +36,9 @@ def cpuinfo(processors: int) -> str:
 
 
 @dataclass
-class Machine:
+class FakeNode:
+    """A machine root tree and its agent config, checked through the CLI."""
+
     tree: RootTree
     config: Path
 
@@ -47,7 +48,7 @@ class Machine:
 
 
 @pytest.fixture
-def machine(tmp_path: Path, root_tree: RootTree, bind_socket: BindSocket) -> Machine:
+def machine(tmp_path: Path, root_tree: RootTree, bind_socket: BindSocket) -> FakeNode:
     """A Debian 12 worker on which every file-based check passes."""
     write = root_tree.write
     write("/etc/os-release", 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\n'
@@ -66,7 +67,7 @@ def machine(tmp_path: Path, root_tree: RootTree, bind_socket: BindSocket) -> Mac
     bind_socket(root_tree.path / "run/containerd/containerd.sock")
     config = tmp_path / "config.yaml"
     config.write_text(CONFIG)
-    return Machine(root_tree, config)
+    return FakeNode(root_tree, config)
 
 
 def statuses(output: str) -> dict[str, str]:
@@ -89,7 +90,7 @@ def assert_file_checks_pass(found: dict[str, str], pass_mark: str = "pass") -> N
             assert found[name] == pass_mark, (name, found[name])
 
 
-def test_passing_machine_exits_0(machine: Machine) -> None:
+def test_passing_machine_exits_0(machine: FakeNode) -> None:
     result = machine.precheck(*IGNORE_LIVE)
     assert result.exit_code == 0, result.output
     assert result.stderr == ""
@@ -106,7 +107,7 @@ def test_passing_machine_exits_0(machine: Machine) -> None:
     assert lines[-1] == f"{HOSTNAME} can join a cluster as a worker."
 
 
-def test_json_report(machine: Machine) -> None:
+def test_json_report(machine: FakeNode) -> None:
     result = machine.precheck("--output", "json", *IGNORE_LIVE)
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
@@ -126,7 +127,7 @@ def test_json_report(machine: Machine) -> None:
     assert cpu.severity == "hard"
 
 
-def test_hard_failure_exits_1_with_its_remedy(machine: Machine) -> None:
+def test_hard_failure_exits_1_with_its_remedy(machine: FakeNode) -> None:
     machine.tree.write("/proc/sys/net/ipv4/ip_forward", "0\n")
     result = machine.precheck(*IGNORE_LIVE)
     assert result.exit_code == 1, result.output
@@ -145,7 +146,7 @@ def test_hard_failure_exits_1_with_its_remedy(machine: Machine) -> None:
     assert "* failure ignored by --ignore" in ignored.stdout
 
 
-def test_ignore_all_turns_every_failure_into_a_warning(machine: Machine) -> None:
+def test_ignore_all_turns_every_failure_into_a_warning(machine: FakeNode) -> None:
     machine.tree.write("/etc/os-release", "ID=centos\nVERSION_ID=7\n")
     machine.tree.write("/etc/resolv.conf", "nameserver 10.0.0.2\noptions rotate\n")
     failing = machine.precheck("--output", "json", *IGNORE_LIVE)
@@ -161,7 +162,7 @@ def test_ignore_all_turns_every_failure_into_a_warning(machine: Machine) -> None
     assert checks["resolv-rotate"]["message"] == "/etc/resolv.conf sets `options rotate`"
 
 
-def test_soft_failures_only_warn(machine: Machine) -> None:
+def test_soft_failures_only_warn(machine: FakeNode) -> None:
     machine.tree.write("/proc/swaps", "Filename\tType\tSize\tUsed\tPriority\n"
                                       "/swap.img\tfile\t2097148\t0\t-2\n")
     result = machine.precheck(*IGNORE_LIVE)
@@ -170,7 +171,7 @@ def test_soft_failures_only_warn(machine: Machine) -> None:
     assert "swap is enabled on /swap.img" in result.stdout
 
 
-def test_role_comes_from_the_option_then_the_config(machine: Machine) -> None:
+def test_role_comes_from_the_option_then_the_config(machine: FakeNode) -> None:
     machine.tree.write("/proc/cpuinfo", cpuinfo(1))
     as_manager = machine.precheck("--role", "manager", *IGNORE_LIVE)
     assert as_manager.exit_code == 1
@@ -186,7 +187,7 @@ def test_role_comes_from_the_option_then_the_config(machine: Machine) -> None:
     assert overridden.stdout.splitlines()[-1] == f"{HOSTNAME} can join a cluster as a worker."
 
 
-def test_bad_config_exits_2_naming_file_line_and_field(machine: Machine) -> None:
+def test_bad_config_exits_2_naming_file_line_and_field(machine: FakeNode) -> None:
     machine.config.write_text("role: worker\nntp:\n  servers: [ntp.example]\n  maxSkewSeconds: soon\n")
     result = machine.precheck()
     assert result.exit_code == 2
@@ -198,14 +199,14 @@ def test_bad_config_exits_2_naming_file_line_and_field(machine: Machine) -> None
     assert "Traceback" not in result.output
 
 
-def test_unknown_config_field_exits_2(machine: Machine) -> None:
+def test_unknown_config_field_exits_2(machine: FakeNode) -> None:
     machine.config.write_text("thresholds:\n  minVarFreeGiB: 1\n  maxLoad: 3\n")
     result = machine.precheck()
     assert result.exit_code == 2
     assert f"{machine.config}:3: thresholds.maxLoad: unknown field" in result.stderr
 
 
-def test_yaml_syntax_error_exits_2_with_the_line(machine: Machine) -> None:
+def test_yaml_syntax_error_exits_2_with_the_line(machine: FakeNode) -> None:
     machine.config.write_text("role: worker\nntp: {servers: [a]\n")
     result = machine.precheck()
     assert result.exit_code == 2
@@ -213,21 +214,21 @@ def test_yaml_syntax_error_exits_2_with_the_line(machine: Machine) -> None:
     assert "Traceback" not in result.output
 
 
-def test_missing_config_file_exits_2(machine: Machine, tmp_path: Path) -> None:
+def test_missing_config_file_exits_2(machine: FakeNode, tmp_path: Path) -> None:
     machine.config = tmp_path / "absent.yaml"
     result = machine.precheck()
     assert result.exit_code == 2
     assert f"{machine.config}: cannot read: No such file or directory" in result.stderr
 
 
-def test_unknown_ignore_name_exits_2(machine: Machine) -> None:
+def test_unknown_ignore_name_exits_2(machine: FakeNode) -> None:
     result = machine.precheck("--ignore", "swap,nosuchcheck")
     assert result.exit_code == 2
     assert "--ignore: unknown check name(s): nosuchcheck; known: " in result.stderr
     assert result.stdout == ""
 
 
-def test_without_config_option_the_config_under_root_is_read(machine: Machine) -> None:
+def test_without_config_option_the_config_under_root_is_read(machine: FakeNode) -> None:
     machine.tree.write("/etc/nodeagent/config.yaml", CONFIG + "role: manager\n")
     machine.tree.write("/proc/cpuinfo", cpuinfo(1))
     argv = ["precheck", "--root", str(machine.tree.path), "--output", "json", *IGNORE_LIVE]

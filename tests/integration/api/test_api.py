@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -10,28 +11,30 @@ import pytest
 
 from coordinator.api.openapi import openapi_document
 from coordinator.api.routes import ROUTES
+from coordinator.service.groupcommit import GroupCommit
 from coordinator.service.reconciler import ROLLING_OUT_SECONDS
 from coordinator.store.sqlite import SQLiteStore
 from nodeagent.client import CoordinatorClient
 from nodeagent.endpoint import Endpoint
-from nodeagent.prechecks.runner import summarize
-from nodeagent.protocol import PrecheckReport, StateItem
-from tests.integration.api.conftest import CLUSTER, Env
-from tests.support.ports import soon
+from nodeagent.protocol import StateItem
+from tests.support.builders import API_CLUSTER, registration
+from tests.support.harness import InProcessCoordinator, in_process_coordinator
+from tests.support.scenarios import approved_workers
+from tests.support.waiting import wait_until_async
 
 
-async def test_health_and_readiness_need_no_credential(env: Env) -> None:
+async def test_health_and_readiness_need_no_credential(env: InProcessCoordinator) -> None:
     assert await env.call("GET", "/healthz", 200, headers={}) == {"status": "ok"}
     assert await env.call("GET", "/readyz", 200, headers={}) == {"status": "ready"}
 
 
-async def test_admin_endpoints_refuse_a_missing_or_wrong_token(env: Env) -> None:
+async def test_admin_endpoints_refuse_a_missing_or_wrong_token(env: InProcessCoordinator) -> None:
     await env.call("GET", "/v1/machines", 401, headers={})
     body = await env.call("GET", "/v1/machines", 401, headers={"Authorization": "Bearer nope"})
     assert body["error"] == "unknown or revoked admin token"
 
 
-async def test_openapi_lists_exactly_the_served_routes(env: Env) -> None:
+async def test_openapi_lists_exactly_the_served_routes(env: InProcessCoordinator) -> None:
     served = {(route.method.lower(), route.resource.canonical)
               for route in env.client.app.router.routes() if route.resource is not None}
     documented = {(method, path) for path, ops in openapi_document(ROUTES)["paths"].items()
@@ -41,7 +44,7 @@ async def test_openapi_lists_exactly_the_served_routes(env: Env) -> None:
     assert fetched["paths"].keys() == openapi_document(ROUTES)["paths"].keys()
 
 
-async def test_invalid_cluster_names_every_problem_and_stores_nothing(env: Env) -> None:
+async def test_invalid_cluster_names_every_problem_and_stores_nothing(env: InProcessCoordinator) -> None:
     bad = ("name: other\nrelease: '2'\nsettings: {workerBatchSize: 0}\nmachineTypes:\n"
            "  worker:\n    - {name: a, phase: deploy, action: {type: exec}}\n")
     body = await env.call("PUT", "/v1/clusters", 422, data=bad)
@@ -51,21 +54,19 @@ async def test_invalid_cluster_names_every_problem_and_stores_nothing(env: Env) 
     await env.call("GET", "/v1/clusters/other", 404)
 
 
-async def test_applying_the_same_spec_twice_changes_nothing(env: Env) -> None:
-    again = await env.call("PUT", "/v1/clusters", 200, data=CLUSTER)
+async def test_applying_the_same_spec_twice_changes_nothing(env: InProcessCoordinator) -> None:
+    again = await env.call("PUT", "/v1/clusters", 200, data=API_CLUSTER)
     assert again["changed"] is False and again["generation"] == 1
 
 
-async def test_register_with_an_unknown_join_token_is_refused(env: Env) -> None:
-    body = {"join_token": "join_nope", "hostname": "x", "ip": None, "facts": {},
-            "precheck": PrecheckReport(hostname="x", role="worker", started_at=0, duration=0,
-                                       ok=True, summary=summarize([]), checks=[])
-            .model_dump(mode="json", by_alias=True)}
-    answer = await env.call("POST", "/v1/agent/register", 401, json=body, headers={})
+async def test_register_with_an_unknown_join_token_is_refused(env: InProcessCoordinator) -> None:
+    answer = await env.call("POST", "/v1/agent/register", 401,
+                            json=registration("x", "join_nope"), headers={})
     assert answer["error"] == "unknown join token"
 
 
-async def test_a_machine_failing_hard_prechecks_is_visible_but_cannot_be_approved(env: Env) -> None:
+async def test_a_machine_failing_hard_prechecks_is_visible_but_cannot_be_approved(
+        env: InProcessCoordinator) -> None:
     await env.register("bad-node", failing=True)
     listed = await env.call("GET", "/v1/machines", 200)
     assert listed[0]["precheck_failures"] == ["os: Plan 9 is not supported"]
@@ -73,7 +74,7 @@ async def test_a_machine_failing_hard_prechecks_is_visible_but_cannot_be_approve
     assert "Plan 9 is not supported" in refused["error"]
 
 
-async def test_an_agent_cannot_read_or_report_for_another_machine(env: Env) -> None:
+async def test_an_agent_cannot_read_or_report_for_another_machine(env: InProcessCoordinator) -> None:
     a = await env.register("node-a")
     b = await env.register("node-b")
     headers = {"Authorization": f"Bearer {a['credential']}"}
@@ -81,7 +82,8 @@ async def test_an_agent_cannot_read_or_report_for_another_machine(env: Env) -> N
     await env.call("POST", f"/v1/agent/machines/{b['machine_id']}/heartbeat", 401, headers=headers)
 
 
-async def test_approval_moves_the_machine_to_prepare_and_wakes_its_long_poll(env: Env) -> None:
+async def test_approval_moves_the_machine_to_prepare_and_wakes_its_long_poll(
+        env: InProcessCoordinator) -> None:
     agent = await env.register("m1")
     first = await env.assignment(agent)
     assert first["state"] == "Pending" and first["items"] == []
@@ -97,7 +99,7 @@ async def test_approval_moves_the_machine_to_prepare_and_wakes_its_long_poll(env
 
 
 async def test_a_poll_that_waited_for_nothing_is_not_modified_for_the_agent_holding_it(
-        env: Env) -> None:
+        env: InProcessCoordinator) -> None:
     agent = await env.register("m1")
     path = f"/v1/agent/machines/{agent['machine_id']}/assignment"
     auth = {"Authorization": f"Bearer {agent['credential']}"}
@@ -130,7 +132,8 @@ async def test_a_poll_that_waited_for_nothing_is_not_modified_for_the_agent_hold
     assert woken is not None and woken["state"] == "Prepare" and woken["generation"] > held
 
 
-async def test_the_coordinator_is_rolling_out_while_its_passes_move_machines(env: Env) -> None:
+async def test_the_coordinator_is_rolling_out_while_its_passes_move_machines(
+        env: InProcessCoordinator) -> None:
     """What the garbage collection schedule asks before pausing the process (gcpolicy)."""
     await env.register("m1")
     await env.coordinator.reconciler.reconcile_once()
@@ -143,7 +146,7 @@ async def test_the_coordinator_is_rolling_out_while_its_passes_move_machines(env
     assert not env.coordinator.reconciler.rolling_out()
 
 
-async def test_reports_drive_the_machine_to_ready(env: Env) -> None:
+async def test_reports_drive_the_machine_to_ready(env: InProcessCoordinator) -> None:
     agent = await env.register("m1")
     await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
     await env.coordinator.reconciler.reconcile_once()
@@ -158,7 +161,7 @@ async def test_reports_drive_the_machine_to_ready(env: Env) -> None:
     assert kinds.count("state") == 3 and kinds.count("item") == 2
 
 
-async def test_a_report_for_an_item_not_in_the_spec_is_refused(env: Env) -> None:
+async def test_a_report_for_an_item_not_in_the_spec_is_refused(env: InProcessCoordinator) -> None:
     agent = await env.register("m1")
     body = await env.call(
         "POST", f"/v1/agent/machines/{agent['machine_id']}/reports", 409,
@@ -168,7 +171,8 @@ async def test_a_report_for_an_item_not_in_the_spec_is_refused(env: Env) -> None
     assert "ghost" in body["error"]
 
 
-async def test_missed_heartbeats_mark_not_responding_without_changing_state(env: Env) -> None:
+async def test_missed_heartbeats_mark_not_responding_without_changing_state(
+        env: InProcessCoordinator) -> None:
     agent = await env.register("m1")
     env.clock.now += 31
     await env.coordinator.reconciler.reconcile_once()
@@ -182,7 +186,7 @@ async def test_missed_heartbeats_mark_not_responding_without_changing_state(env:
 
 
 async def test_a_machine_that_goes_silent_between_passes_is_marked_and_answers_again(
-        env: Env) -> None:
+        env: InProcessCoordinator) -> None:
     quiet = await env.register("quiet")
     chatty = await env.register("chatty")
     await env.coordinator.reconciler.reconcile_once()  # later passes only look at what changed
@@ -201,7 +205,7 @@ async def test_a_machine_that_goes_silent_between_passes_is_marked_and_answers_a
 
 
 async def test_a_pass_plans_on_a_reported_machine_with_the_heartbeats_written_since(
-        env: Env) -> None:
+        env: InProcessCoordinator) -> None:
     """A pass takes the machines the coordinator just wrote as it wrote them, not read again:
     heartbeats written after the report must still count, or it would call the node silent."""
     agent = await env.register("m1")
@@ -220,7 +224,7 @@ async def test_a_pass_plans_on_a_reported_machine_with_the_heartbeats_written_si
 
 
 async def test_an_agent_heard_from_before_it_went_silent_answers_again_at_its_next_heartbeat(
-        env: Env) -> None:
+        env: InProcessCoordinator) -> None:
     """What authentication keeps of a credential follows the coordinator's own writes of the
     machine (here: marked not responding) instead of being read again."""
     agent = await env.register("m1")
@@ -236,7 +240,7 @@ async def test_an_agent_heard_from_before_it_went_silent_answers_again_at_its_ne
     assert (await env.call("GET", "/v1/machines/m1", 200))["responding"] is True
 
 
-async def test_a_long_poll_woken_by_a_pass_gets_what_a_fresh_read_gets(env: Env) -> None:
+async def test_a_long_poll_woken_by_a_pass_gets_what_a_fresh_read_gets(env: InProcessCoordinator) -> None:
     """The pass hands the woken long-polls what it wrote (the machine, the cluster and its
     managers, read once for all): the answer must be the one a read afterwards gives."""
     manager, worker = await env.register("m1"), await env.register("w1")
@@ -254,22 +258,21 @@ async def test_a_long_poll_woken_by_a_pass_gets_what_a_fresh_read_gets(env: Env)
 
 
 async def test_heartbeats_are_written_in_batches_and_a_shutdown_writes_the_rest(
-        env: Env, tmp_path: Path) -> None:
+        env: InProcessCoordinator, tmp_path: Path) -> None:
     agent = await env.register("m1")
     registered = env.clock.now
     env.clock.now += 5
     await env.heartbeat(agent)
-    unwritten = await env.coordinator.store.get_machine(agent["machine_id"])
+    unwritten = await env.store.get_machine(agent["machine_id"])
     assert unwritten is not None and unwritten.last_seen == registered  # not one write each
     flusher = asyncio.create_task(env.coordinator.write_heartbeats(interval=0.01))
+
+    async def written() -> bool:
+        machine = await env.store.get_machine(agent["machine_id"])
+        return machine is not None and machine.last_seen == env.clock.now
+
     try:
-        for _ in range(200):
-            machine = await env.coordinator.store.get_machine(agent["machine_id"])
-            if machine is not None and machine.last_seen == env.clock.now:
-                break
-            await asyncio.sleep(0.01)
-        else:
-            raise AssertionError("the heartbeat was never written")
+        await wait_until_async(written, 2, "the heartbeat written")
     finally:
         flusher.cancel()
     env.clock.now += 5
@@ -284,7 +287,8 @@ async def test_heartbeats_are_written_in_batches_and_a_shutdown_writes_the_rest(
         await restarted.close()
 
 
-async def test_deleting_a_deployed_machine_runs_its_reset_items_then_removes_it(env: Env) -> None:
+async def test_deleting_a_deployed_machine_runs_its_reset_items_then_removes_it(
+        env: InProcessCoordinator) -> None:
     agent = await env.register("m1")
     await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
     await env.coordinator.reconciler.reconcile_once()
@@ -299,14 +303,14 @@ async def test_deleting_a_deployed_machine_runs_its_reset_items_then_removes_it(
                    headers={"Authorization": f"Bearer {agent['credential']}"})
 
 
-async def test_a_pending_machine_is_removed_at_once(env: Env) -> None:
+async def test_a_pending_machine_is_removed_at_once(env: InProcessCoordinator) -> None:
     await env.register("p1")
     assert (await env.call("DELETE", "/v1/machines/p1", 200))["status"] == "removed"
     assert await env.call("GET", "/v1/machines", 200) == []
 
 
 async def test_artifacts_are_served_to_machines_only_and_never_outside_the_store(
-        env: Env, tmp_path: Path) -> None:
+        env: InProcessCoordinator, tmp_path: Path) -> None:
     (tmp_path / "bundle.tar").write_bytes(b"payload")
     (tmp_path.parent / "secret").write_text("no")
     agent = await env.register("m1")
@@ -318,11 +322,25 @@ async def test_artifacts_are_served_to_machines_only_and_never_outside_the_store
     assert escaped.status == 404
 
 
+@pytest.fixture
+async def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+               ) -> AsyncIterator[tuple[InProcessCoordinator, asyncio.Lock]]:
+    """The coordinator, and its lock (its store's mutex, which every machine write and every
+    reconcile pass take) for the test to hold."""
+    lock = asyncio.Lock()
+    store = SQLiteStore(tmp_path / "coordinator.db")
+    monkeypatch.setattr(store, "mutex", lambda: lock)
+    async with in_process_coordinator(tmp_path, store=store) as env:
+        yield env, lock
+
+
 async def test_reports_sent_together_are_committed_together_and_each_answered_on_its_own(
-        env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    agents, setup = await env.approved_workers(24)
+        held: tuple[InProcessCoordinator, asyncio.Lock], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    env, lock = held
+    agents, setup = await approved_workers(env, 24)
     ghost = {**setup, "name": "ghost"}
-    store = env.coordinator.store
+    store = env.store
     commits: list[int] = []
     commit = store.commit
 
@@ -331,13 +349,20 @@ async def test_reports_sent_together_are_committed_together_and_each_answered_on
         return await commit(*args, **kwargs)
 
     monkeypatch.setattr(store, "commit", counted)
-    queued = env.coordinator.agents
-    async with env.coordinator.writes.lock:  # as a reconcile pass would: the reports queue behind it
+    queued: list[object] = []
+    submit = GroupCommit.submit
+
+    async def queue(self: GroupCommit[Any], request: Any) -> None:
+        queued.append(request)
+        await submit(self, request)
+
+    monkeypatch.setattr(GroupCommit, "submit", queue)
+    async with lock:  # as a reconcile pass would: the reports queue behind it
         sends = [asyncio.create_task(env.report(agents[0], setup, "prepare", "running"))]
-        await soon("the first report queued", lambda: queued.reports_unanswered == 1)
+        await wait_until_async(lambda: len(queued) == 1, 5, "the first report queued")
         sends += [asyncio.create_task(env.report(agent, setup, "prepare")) for agent in agents]
         sends.append(asyncio.create_task(env.report(agents[1], ghost, "prepare", expect=409)))
-        await soon("every report queued", lambda: queued.reports_unanswered == len(sends))
+        await wait_until_async(lambda: len(queued) == len(sends), 5, "every report queued")
     answers = await asyncio.gather(*sends)
 
     assert answers[:-1] == [{"status": "recorded"}] * 25

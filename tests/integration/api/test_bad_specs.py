@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.api.conftest import Env
+from tests.support.harness import InProcessCoordinator
 
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "bad-specs"
 # What the answer must name for each file: the field's path (or what is wrong at the top).
@@ -41,7 +41,7 @@ def test_every_file_in_the_corpus_has_an_expectation() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(NAMED))
-async def test_a_malformed_spec_is_refused_naming_the_problem(env: Env, name: str) -> None:
+async def test_a_malformed_spec_is_refused_naming_the_problem(env: InProcessCoordinator, name: str) -> None:
     before = await env.call("GET", "/v1/clusters", 200)
     history = await env.call("GET", "/v1/events", 200)
     answer = await env.call("PUT", "/v1/clusters", 422, data=(CORPUS / name).read_bytes())

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.coordinator import ServedCoordinator, running_coordinator
+from tests.support.harness import ServedCoordinator, running_coordinator
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -26,9 +27,9 @@ def coordinator(tmp_path: Path) -> Iterator[ServedCoordinator]:
         served.register("w2")
         served.cli("approve", "w1", "--role", "worker")
         served.wait_state("w1", "Prepare")
-        w1.report("base", "succeeded", output="base: configured\n")
-        w1.report("runtime", "failed", attempt=2, exit_code=100, error="exit status 100",
-                  output="E: Unable to locate package containerd\n")
+        served.report_item(w1, "base", "succeeded", output="base: configured\n")
+        served.report_item(w1, "runtime", "failed", attempt=2, exit_code=100,
+                           error="exit status 100", output="E: Unable to locate package containerd\n")
         yield served
 
 
@@ -74,7 +75,8 @@ def test_machine_logs_show_each_items_output_and_follow_new_reports(coordinator:
     try:
         assert "containerd" in follow.stdout.readline() + follow.stdout.readline() + \
             follow.stdout.readline() + follow.stdout.readline()
-        coordinator.agents["w1"].report("runtime", "succeeded", attempt=3, output="containerd installed\n")
+        coordinator.report_item(coordinator.agents["w1"], "runtime", "succeeded", attempt=3,
+                                output="containerd installed\n")
         started = time.monotonic()
         assert "prepare/runtime attempt 3 succeeded" in follow.stdout.readline()
         assert follow.stdout.readline() == "containerd installed\n"
@@ -100,14 +102,17 @@ def test_events_filter_by_machine_kind_and_since(coordinator: ServedCoordinator)
 
 
 def read_terminal(fd: int, until: str, timeout: float = 15) -> str:
-    seen = ""
-    deadline = time.monotonic() + timeout
-    while until not in seen and time.monotonic() < deadline:
+    seen = [""]
+
+    def shown() -> bool:
         ready, _, _ = select.select([fd], [], [], 0.2)
         if ready:
-            seen += os.read(fd, 65536).decode(errors="replace")
-    assert until in seen, f"{until!r} never appeared; screen so far:\n{seen[-3000:]}"
-    return seen
+            seen[0] += os.read(fd, 65536).decode(errors="replace")
+        return until in seen[0]
+
+    wait_until(shown, timeout, lambda: f"{until!r} on the screen; screen so far:\n{seen[0][-3000:]}",
+               interval=0)
+    return seen[0]
 
 
 def test_status_watch_redraws_progress_bars_and_an_eta_in_a_terminal(coordinator: ServedCoordinator) -> None:

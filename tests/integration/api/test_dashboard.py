@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.conftest import require_binary
-from tests.support.coordinator import ServedCoordinator, running_coordinator
+from tests.support.harness import ServedCoordinator, running_coordinator
+from tests.support.requirements import require_binary
 
 ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS_DIR",
                                 Path(__file__).resolve().parents[3] / "build" / "test-artifacts"))
@@ -94,10 +94,10 @@ def test_approving_a_machine_shows_its_rollout_live_without_a_reload(
         "data-state", "in-progress")
     keep(page, tmp_path, "dashboard-after-approve.png")
 
-    m1.report("base", "succeeded", output="base: configured\nsysctl applied\n")
+    c.report_item(m1, "base", "succeeded", output="base: configured\nsysctl applied\n")
     expect(row.locator("td.state")).to_have_text("Deploy")
-    m1.report("control-plane", "failed", attempt=2, exit_code=1, error="exit status 1",
-              output="kubeadm: port 6443 in use\n")
+    c.report_item(m1, "control-plane", "failed", attempt=2, exit_code=1, error="exit status 1",
+                  output="kubeadm: port 6443 in use\n")
     expect(row.locator("td.step")).to_have_text("1/1 control-plane (attempt 2)")
     expect(row.locator("td.note")).to_contain_text("exit status 1")
     expect(page.locator("#stages li[data-stage=first-manager]")).to_have_attribute(

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.coordinator import ServedCoordinator, running_coordinator
+from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
-from tests.support.ports import wait_until
+from tests.support.waiting import wait_until
 
 SPEC = """\
 name: lab
@@ -64,20 +64,20 @@ def test_a_coordinator_killed_mid_drain_resumes_it_after_a_restart(
 
         def rolled_out() -> bool:
             for agent in c.agents.values():
-                agent.finish_phase()
+                c.report_all(agent)
             return all(c.machine(h)["state"] == "Ready" for h in c.agents)
 
-        wait_until(rolled_out, "the rollout", timeout=30, interval=0.2)
+        wait_until(rolled_out, 30, "the rollout", interval=0.2)
         c.admin.request("PUT", "/v1/clusters", text=SPEC.format(release="2.0", kubeconfig=kubeconfig),
                         content_type="application/yaml")
-        wait_until(lambda: len(kube.cluster.evictions) == 1, "w1's first eviction", timeout=30)
+        wait_until(lambda: len(kube.cluster.evictions) == 1, 30, "w1's first eviction")
         before = w1_drain(c)
         assert before["stage"] == "Draining" and len(web_on_w1(kube)) == 3, before
 
         c.stop(crash=True)
         assert kube.cluster.cordoned() == ["w1"], "the crash uncordoned the node"
         c.start()
-        wait_until(lambda: w1_drain(c).get("stage") == "Drained", "the resumed drain", timeout=60)
+        wait_until(lambda: w1_drain(c).get("stage") == "Drained", 60, "the resumed drain")
 
         after = w1_drain(c)
         assert (after["attempt"], after["started_at"]) == (before["attempt"], before["started_at"]), \
@@ -90,7 +90,7 @@ def test_a_coordinator_killed_mid_drain_resumes_it_after_a_restart(
         resumed = [e["message"] for e in c.admin.get("/v1/events?kind=drain") if e["hostname"] == "w1"]
         assert any(m.startswith("w1: draining (attempt 1; ") for m in resumed), resumed
 
-        c.agents["w1"].finish_phase()
+        c.report_all(c.agents["w1"])
         wait_until(lambda: c.machine("w1")["state"] == "Ready" and c.machine("w1")["release"] == "2.0",
-                   "w1 upgraded", timeout=30)
+                   30, "w1 upgraded")
         assert kube.cluster.cordoned() == [] and kube.cluster.uncordons == ["w1"]

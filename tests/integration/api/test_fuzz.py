@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.coordinator import NOOP_CLUSTER, ServedCoordinator, running_coordinator
+from tests.support.builders import NOOP_CLUSTER
+from tests.support.harness import ServedCoordinator, running_coordinator
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from coordinator.cli.client import ClientError
-from tests.support.coordinator import COORDINATOR, Agent, ServedCoordinator, running_coordinator
-from tests.support.ports import wait_until
+from tests.support.driver import Registered
+from tests.support.harness import COORDINATOR, ServedCoordinator, running_coordinator
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -26,14 +27,14 @@ def coordinator(tmp_path: Path) -> Iterator[ServedCoordinator]:
         yield served
 
 
-def preparing_worker(c: ServedCoordinator, outputs: tuple[str, str] = ("", "")) -> Agent:
+def preparing_worker(c: ServedCoordinator, outputs: tuple[str, str] = ("", "")) -> Registered:
     """w1 approved and in Prepare with its two prepare items reported, and w2 Pending."""
     w1 = c.register("w1")
     c.register("w2")
     c.admin.request("POST", "/v1/machines/w1/approve", body={"role": "worker"})
     c.wait_state("w1", "Prepare")
-    w1.report("base", "succeeded", output=outputs[0], seconds=2.0)
-    w1.report("runtime", "failed", output=outputs[1], seconds=0.2)
+    c.report_item(w1, "base", "succeeded", output=outputs[0], seconds=2.0)
+    c.report_item(w1, "runtime", "failed", output=outputs[1], seconds=0.2)
     return w1
 
 
@@ -54,11 +55,11 @@ def test_status_shows_stages_rollout_and_each_machines_step(coordinator: ServedC
     c.admin.request("POST", "/v1/machines/m1/approve", body={"role": "manager"})
     c.admin.request("POST", "/v1/machines/w1/approve", body={"role": "worker"})
     c.wait_state("w1", "Prepare")
-    w1.report("base", "succeeded")
-    w1.report("runtime", "failed", attempt=3, error="exit status 100", exit_code=100)
-    m1.finish_phase()
+    c.report_item(w1, "base", "succeeded")
+    c.report_item(w1, "runtime", "failed", attempt=3, error="exit status 100", exit_code=100)
+    c.report_all(m1)
     c.wait_state("m1", "Deploy")
-    m1.report("control-plane", "running")
+    c.report_item(m1, "control-plane", "running")
 
     status = c.admin.get("/v1/clusters/lab/status")
     by_name = {s["name"]: s for s in status["stages"]}
@@ -163,9 +164,10 @@ def test_the_coordinator_collects_cyclic_garbage_on_its_own_schedule(tmp_path: P
             text = scrape(c)
             return sum(metric(text, "nodeagent_gc_collected_objects_total", generation=g) or 0
                        for g in ("0", "1", "2"))
-        wait_until(lambda: freed() > 0, "cyclic garbage freed")
+        wait_until(lambda: freed() > 0, message="cyclic garbage freed")
         wait_until(lambda: metric(scrape(c), "nodeagent_gc_collections_total",
-                                  generation="2") >= scheduled + 2, "two scheduled collections")
+                                  generation="2") >= scheduled + 2,
+                   message="two scheduled collections")
 
 
 def test_a_negative_gc_interval_is_refused_naming_the_option(tmp_path: Path) -> None:
@@ -196,8 +198,7 @@ def test_metrics_count_machines_items_api_latency_and_connected_agents(
     assert "nodeagent_drain_duration_seconds" in text and "nodeagent_evictions_blocked" in text
     assert metric(text, "nodeagent_agents_connected") == 0
 
-    polling = threading.Thread(target=lambda: w1.client.get(
-        f"/v1/agent/machines/{w1.machine_id}/assignment?after=1000&wait=3"), daemon=True)
+    polling = threading.Thread(target=lambda: c.assignment(w1, after=1000, wait=3), daemon=True)
     polling.start()
     time.sleep(0.5)
     assert metric(scrape(c), "nodeagent_agents_connected") == 1

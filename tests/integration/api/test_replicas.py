@@ -4,6 +4,7 @@ wake-ups cross between them, one leads, and a deposed leader's writes are refuse
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import time
@@ -12,20 +13,18 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
-from coordinator.api.app import create_app
-from coordinator.api.context import Presentation
 from coordinator.domain.model import MachineState
-from coordinator.service.coordinator import Coordinator
 from coordinator.store.base import Fenced, leader_epoch
 from coordinator.store.postgres import PostgresStore
 from coordinator.store.postgres_connections import LEADER_LOCK
 from nodeagent.protocol import StateItem
-from tests.integration.api.conftest import CLUSTER, Clock, Env
-from tests.support.coordinator import COORDINATOR
-from tests.support.ports import free_port, soon
+from tests.support.builders import API_CLUSTER
+from tests.support.harness import COORDINATOR, InProcessCoordinator, in_process_coordinator
+from tests.support.ports import free_port
 from tests.support.postgres import Postgres, holder_of, terminate
+from tests.support.scenarios import approved_workers
+from tests.support.waiting import wait_until_async
 
 
 @pytest.fixture
@@ -35,31 +34,20 @@ def dsn(postgres: Postgres) -> Iterator[str]:
 
 
 @pytest.fixture
-async def replicas(dsn: str, tmp_path: Path) -> AsyncIterator[list[Env]]:
+async def replicas(dsn: str, tmp_path: Path) -> AsyncIterator[list[InProcessCoordinator]]:
     """Replicas a and b: each its own store connection pool, coordinator and HTTP server."""
-    envs: list[Env] = []
-    secret = None
-    for name in ("a", "b"):
-        store = PostgresStore(dsn)
-        store.identity = name
-        await store.open()
-        coordinator = Coordinator(store, Clock())
-        if secret is None:
-            secret, _ = await coordinator.access.create_admin_token("tests", "admin")
-        client = TestClient(TestServer(create_app(coordinator, tmp_path,
-                                                  Presentation(advertise_url="http://127.0.0.1:1"))))
-        await client.start_server()
-        envs.append(Env(client, coordinator, Clock(), {"Authorization": f"Bearer {secret}"}))
-    await envs[0].call("PUT", "/v1/clusters", 200, data=CLUSTER)
-    yield envs
-    for env in envs:
-        await env.client.close()
-        await env.coordinator.close()
-        await env.coordinator.store.close()
+    async with contextlib.AsyncExitStack() as stack:
+        running = []
+        for name in ("a", "b"):
+            store = PostgresStore(dsn)
+            store.identity = name
+            running.append(await stack.enter_async_context(in_process_coordinator(
+                tmp_path, API_CLUSTER if name == "a" else None, store)))
+        yield running
 
 
 async def test_a_change_through_one_replica_wakes_a_long_poll_parked_on_another(
-        replicas: list[Env]) -> None:
+        replicas: list[InProcessCoordinator]) -> None:
     a, b = replicas
     for env in replicas:
         await env.coordinator.leadership.share()
@@ -69,7 +57,7 @@ async def test_a_change_through_one_replica_wakes_a_long_poll_parked_on_another(
     await asyncio.sleep(0.5)  # parked on b
     assert not poll.done()
     sent = time.monotonic()
-    await a.call("PUT", "/v1/clusters", 200, data=CLUSTER.replace('"1.0"', '"1.1"'))
+    await a.call("PUT", "/v1/clusters", 200, data=API_CLUSTER.replace('"1.0"', '"1.1"'))
     woken = await asyncio.wait_for(poll, 5)
     latency = time.monotonic() - sent
     assert woken["generation"] > before
@@ -77,13 +65,15 @@ async def test_a_change_through_one_replica_wakes_a_long_poll_parked_on_another(
 
 
 async def test_one_replica_leads_and_the_other_takes_over_and_fences_it_when_it_loses_the_lock(
-        postgres: Postgres, dsn: str, replicas: list[Env]) -> None:
-    runs = [asyncio.create_task(env.coordinator.run(tick=0.2)) for env in replicas]
-    try:
+        postgres: Postgres, dsn: str, replicas: list[InProcessCoordinator]) -> None:
+    async with contextlib.AsyncExitStack() as running:
+        for env in replicas:
+            await running.enter_async_context(env.background(tick=0.2))
+
         def leader() -> str:
             return postgres.psql("SELECT holder || ' ' || epoch FROM leader", dsn)
 
-        await soon("a leader", lambda: leader() != " 0" and leader() != "")
+        await wait_until_async(lambda: leader() != " 0" and leader() != "", 5, "a leader")
         first, epoch = leader().split()
         old, new = (replicas[0], replicas[1]) if first == "a" else (replicas[1], replicas[0])
 
@@ -91,20 +81,22 @@ async def test_one_replica_leads_and_the_other_takes_over_and_fences_it_when_it_
         w1 = await new.register("w1")
         await new.call("POST", f"/v1/machines/{w1['machine_id']}/approve", 200,
                        json={"role": "worker"})
-        await _wait_state(new, "w1", "Prepare")
+        await new.wait_state("w1", "Prepare")
 
         terminate(postgres, holder_of(postgres, dsn, LEADER_LOCK))
-        taken = await soon("the other replica leading", lambda: leader().split()[0] != first)
-        assert taken < 3.0
+        started = time.monotonic()
+        await wait_until_async(lambda: leader().split()[0] != first, 5,
+                               "the other replica leading")
+        assert time.monotonic() - started < 3.0
         assert int(leader().split()[1]) == int(epoch) + 1
 
         # A write of the old term still on its way (a reconcile pass, a drain) is refused.
-        machine = await old.coordinator.store.get_machine(w1["machine_id"])
+        machine = await old.store.get_machine(w1["machine_id"])
         assert machine is not None
         stale = leader_epoch.set(int(epoch))
         try:
             with pytest.raises(Fenced):
-                await old.coordinator.store.commit([replace(machine, state=MachineState.READY)])
+                await old.store.commit([replace(machine, state=MachineState.READY)])
         finally:
             leader_epoch.reset(stale)
         assert (await old.call("GET", "/v1/machines/w1", 200))["state"] == "Prepare"
@@ -113,21 +105,7 @@ async def test_one_replica_leads_and_the_other_takes_over_and_fences_it_when_it_
         w2 = await old.register("w2")
         await old.call("POST", f"/v1/machines/{w2['machine_id']}/approve", 200,
                        json={"role": "worker"})
-        await _wait_state(old, "w2", "Prepare")
-    finally:
-        for run in runs:
-            run.cancel()
-        await asyncio.gather(*runs, return_exceptions=True)
-
-
-async def _wait_state(env: Env, hostname: str, state: str) -> None:
-    async def current() -> str:
-        return str((await env.call("GET", f"/v1/machines/{hostname}", 200))["state"])
-
-    deadline = time.monotonic() + 10
-    while await current() != state:
-        assert time.monotonic() < deadline, f"{hostname} not {state} within 10s"
-        await asyncio.sleep(0.05)
+        await old.wait_state("w2", "Prepare")
 
 
 def test_serve_names_a_bad_or_unreachable_store_without_its_password(tmp_path: Path) -> None:
@@ -149,9 +127,9 @@ def test_serve_names_a_bad_or_unreachable_store_without_its_password(tmp_path: P
 
 
 async def test_reports_through_both_replicas_at_once_are_all_recorded_and_a_bad_one_refused(
-        dsn: str, replicas: list[Env]) -> None:
+        dsn: str, replicas: list[InProcessCoordinator]) -> None:
     a, b = replicas
-    agents, setup = await a.approved_workers(16, admin=b)
+    agents, setup = await approved_workers(a, 16, admin=b)
     sends = [(a, b)[n % 2].report(agent, setup, "prepare", status)
              for n, agent in enumerate(agents) for status in ("running", "succeeded")]
     sends.append(b.report(agents[0], {**setup, "name": "ghost"}, "prepare", expect=409))

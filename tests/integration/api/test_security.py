@@ -13,7 +13,8 @@ import pytest
 from coordinator.api.context import MAX_BODY_BYTES
 from coordinator.api.routes import ROUTES
 from coordinator.service.credentials import CREDENTIAL_CACHE_SECONDS
-from tests.integration.api.conftest import CLUSTER, Env
+from tests.support.builders import API_CLUSTER, registration
+from tests.support.harness import InProcessCoordinator
 
 
 def concrete(path: str, machine_id: str) -> str:
@@ -26,12 +27,12 @@ def bearer(secret: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}"}
 
 
-async def status_of(env: Env, method: str, path: str, headers: dict[str, str]) -> int:
+async def status_of(env: InProcessCoordinator, method: str, path: str, headers: dict[str, str]) -> int:
     response = await env.client.request(method, path, headers=headers, json={})
     return response.status
 
 
-async def test_no_endpoint_but_the_open_ones_answers_without_a_credential(env: Env) -> None:
+async def test_no_endpoint_but_the_open_ones_answers_without_a_credential(env: InProcessCoordinator) -> None:
     agent = await env.register("node-a")
     for route in ROUTES:
         method, path = route.method, route.path
@@ -42,7 +43,7 @@ async def test_no_endpoint_but_the_open_ones_answers_without_a_credential(env: E
             assert status == 401, (method, path, status)
 
 
-async def test_a_machine_credential_opens_only_its_own_agent_endpoints(env: Env) -> None:
+async def test_a_machine_credential_opens_only_its_own_agent_endpoints(env: InProcessCoordinator) -> None:
     a = await env.register("node-a")
     b = await env.register("node-b")
     for route in ROUTES:
@@ -59,7 +60,7 @@ async def test_a_machine_credential_opens_only_its_own_agent_endpoints(env: Env)
             assert status == 401, (method, path, status)
 
 
-async def test_a_read_only_token_reads_everything_and_changes_nothing(env: Env) -> None:
+async def test_a_read_only_token_reads_everything_and_changes_nothing(env: InProcessCoordinator) -> None:
     created = await env.call("POST", "/v1/admin-tokens", 201,
                              json={"name": "dashboard", "role": "read-only"})
     reader = bearer(created["token"])
@@ -76,14 +77,14 @@ async def test_a_read_only_token_reads_everything_and_changes_nothing(env: Env) 
     assert len(await env.call("GET", "/v1/events", 200)) == before  # nothing changed
 
 
-async def test_a_read_only_token_dry_runs_an_upgrade_unaudited(env: Env) -> None:
+async def test_a_read_only_token_dry_runs_an_upgrade_unaudited(env: InProcessCoordinator) -> None:
     created = await env.call("POST", "/v1/admin-tokens", 201,
                              json={"name": "dashboard", "role": "read-only"})
     reader = bearer(created["token"])
     before = await env.call("GET", "/v1/events", 200)
     stored = await env.call("GET", "/v1/clusters/lab/upgrade-plan", 200, headers=reader)
     assert (stored["release"], stored["steps"]) == ("1.0", [])
-    what_if = CLUSTER.replace('release: "1.0"', 'release: "2.0"')
+    what_if = API_CLUSTER.replace('release: "1.0"', 'release: "2.0"')
     planned = await env.call("POST", "/v1/clusters/lab/upgrade-plan", 200, headers=reader,
                              data=what_if)
     assert planned["release"] == "2.0"
@@ -91,7 +92,7 @@ async def test_a_read_only_token_dry_runs_an_upgrade_unaudited(env: Env) -> None
     assert await env.call("GET", "/v1/events", 200) == before, "a dry run was audited"
 
 
-async def test_every_admin_change_is_audited_with_who_did_it(env: Env) -> None:
+async def test_every_admin_change_is_audited_with_who_did_it(env: InProcessCoordinator) -> None:
     await env.register("node-a")
     await env.call("POST", "/v1/machines/node-a/approve", 200, json={"role": "worker"})
     audit = [e for e in await env.call("GET", "/v1/events", 200) if e["kind"] == "audit"]
@@ -102,21 +103,21 @@ async def test_every_admin_change_is_audited_with_who_did_it(env: Env) -> None:
     assert all(e["time"] == env.clock.now for e in audit)
 
 
-async def test_a_revoked_admin_token_is_refused(env: Env) -> None:
+async def test_a_revoked_admin_token_is_refused(env: InProcessCoordinator) -> None:
     created = await env.call("POST", "/v1/admin-tokens", 201, json={"name": "ci", "role": "admin"})
     await env.call("GET", "/v1/machines", 200, headers=bearer(created["token"]))
     await env.call("DELETE", f"/v1/admin-tokens/{created['id']}", 200)
     await env.call("GET", "/v1/machines", 401, headers=bearer(created["token"]))
 
 
-async def test_an_unapproved_machine_receives_no_items(env: Env) -> None:
+async def test_an_unapproved_machine_receives_no_items(env: InProcessCoordinator) -> None:
     agent = await env.register("node-a")
     await env.coordinator.reconciler.reconcile_once()
     assignment = await env.assignment(agent)
     assert assignment["state"] == "Pending" and assignment["items"] == []
 
 
-async def test_a_revoked_or_deleted_machine_is_refused(env: Env) -> None:
+async def test_a_revoked_or_deleted_machine_is_refused(env: InProcessCoordinator) -> None:
     a = await env.register("node-a")
     b = await env.register("node-b")
     for agent in (a, b):  # authenticated once: the coordinator keeps what it read (issue 8)
@@ -132,7 +133,7 @@ async def test_a_revoked_or_deleted_machine_is_refused(env: Env) -> None:
 
 
 async def test_heartbeats_reuse_what_was_read_of_a_credential_for_a_minute(
-        env: Env, tmp_path: Path) -> None:
+        env: InProcessCoordinator, tmp_path: Path) -> None:
     """A heartbeat every 10 s (the agent's default) costs no read of the store; a change no
     coordinator made (another process on the database file) counts within a minute."""
     agent = await env.register("node-a")
@@ -147,7 +148,7 @@ async def test_heartbeats_reuse_what_was_read_of_a_credential_for_a_minute(
     await env.call("POST", heartbeat, 401, headers=bearer(agent["credential"]))
 
 
-async def test_an_expired_machine_credential_is_refused(env: Env) -> None:
+async def test_an_expired_machine_credential_is_refused(env: InProcessCoordinator) -> None:
     agent = await env.register("node-a")
     expires = (await env.call("GET", "/v1/machines/node-a", 200))["credential"]["expires_at"]
     assert expires == pytest.approx(env.clock.now + 365 * 86400)
@@ -157,7 +158,7 @@ async def test_an_expired_machine_credential_is_refused(env: Env) -> None:
     assert "expired" in answer["error"]
 
 
-async def test_a_rotated_credential_replaces_the_old_one(env: Env) -> None:
+async def test_a_rotated_credential_replaces_the_old_one(env: InProcessCoordinator) -> None:
     agent = await env.register("node-a")
     new = "machine_" + "n" * 40
     env.clock.now += 100
@@ -169,12 +170,12 @@ async def test_a_rotated_credential_replaces_the_old_one(env: Env) -> None:
     await env.call("POST", heartbeat, 401, headers=bearer(agent["credential"]))
 
 
-async def join_with(env: Env, token: str, hostname: str, status: int) -> dict[str, Any]:
-    body = await env.registration(hostname, token)
+async def join_with(env: InProcessCoordinator, token: str, hostname: str, status: int) -> dict[str, Any]:
+    body = registration(hostname, token)
     return await env.call("POST", "/v1/agent/register", status, json=body, headers={})
 
 
-async def test_join_tokens_expire_run_out_and_can_be_revoked(env: Env) -> None:
+async def test_join_tokens_expire_run_out_and_can_be_revoked(env: InProcessCoordinator) -> None:
     expiring = await env.call("POST", "/v1/clusters/lab/join-tokens", 201, json={"ttl": "1h"})
     once = await env.call("POST", "/v1/clusters/lab/join-tokens", 201, json={"maxUses": 1})
     revoked = await env.call("POST", "/v1/clusters/lab/join-tokens", 201, json={})
@@ -192,7 +193,7 @@ async def test_join_tokens_expire_run_out_and_can_be_revoked(env: Env) -> None:
     assert [m["hostname"] for m in await env.call("GET", "/v1/machines", 200)] == ["a"]
 
 
-async def test_a_join_token_cannot_take_over_an_approved_machine(env: Env) -> None:
+async def test_a_join_token_cannot_take_over_an_approved_machine(env: InProcessCoordinator) -> None:
     await env.register("node-a")
     await env.call("POST", "/v1/machines/node-a/approve", 200, json={"role": "worker"})
     token = await env.join_token()
@@ -200,16 +201,16 @@ async def test_a_join_token_cannot_take_over_an_approved_machine(env: Env) -> No
     assert "already a member" in answer["error"]
 
 
-async def test_a_registration_flood_is_slowed_down(env: Env) -> None:
+async def test_a_registration_flood_is_slowed_down(env: InProcessCoordinator) -> None:
     token = await env.join_token()
-    statuses = [(await env.client.post("/v1/agent/register", json=await env.registration(
-        f"n{i}", token))) for i in range(60)]
+    statuses = [(await env.client.post("/v1/agent/register", json=registration(f"n{i}", token)))
+                for i in range(60)]
     limited = [r for r in statuses if r.status == 429]
     assert limited, "60 registrations at once were all accepted"
     assert int(limited[0].headers["Retry-After"]) >= 1
 
 
-async def test_an_oversized_body_is_refused_before_it_is_read(env: Env) -> None:
+async def test_an_oversized_body_is_refused_before_it_is_read(env: InProcessCoordinator) -> None:
     response = await env.client.put("/v1/clusters", headers=env.admin,
                                     data=b"x" * (MAX_BODY_BYTES + 1))
     assert response.status == 413
@@ -219,7 +220,7 @@ async def test_an_oversized_body_is_refused_before_it_is_read(env: Env) -> None:
 @pytest.mark.parametrize(("method", "path"), [("PUT", "/v1/clusters"),
                                               ("POST", "/v1/admin-tokens"),
                                               ("POST", "/v1/agent/register")])
-async def test_a_body_that_is_not_utf8_is_a_4xx_not_a_crash(env: Env, method: str,
+async def test_a_body_that_is_not_utf8_is_a_4xx_not_a_crash(env: InProcessCoordinator, method: str,
                                                              path: str) -> None:
     """Found by the schemathesis run (test_fuzz.py): such bodies used to answer 500."""
     response = await env.client.request(method, path, headers=env.admin, data=b"\xff\x1e\x8f")

@@ -12,17 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 from click.testing import CliRunner
 
-from coordinator.api.app import create_app
-from coordinator.api.context import Presentation
 from coordinator.cli import main
 from coordinator.metrics import METRICS
-from coordinator.service.coordinator import Coordinator
-from coordinator.store.sqlite import SQLiteStore
-from tests.integration.api.conftest import Env
+from tests.support.harness import InProcessCoordinator, in_process_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
+from tests.support.waiting import wait_until_async
 
 SPEC = """\
 name: lab
@@ -64,38 +60,30 @@ async def kube() -> AsyncIterator[KubeApiServer]:
 
 
 @pytest.fixture
-async def env(tmp_path: Path, kube: KubeApiServer) -> AsyncIterator[Env]:
-    store = SQLiteStore(tmp_path / "coordinator.db")
-    await store.open()
-    coordinator = Coordinator(store)  # the real clock: drains time out for real
-    secret, _ = await coordinator.access.create_admin_token("tests", "admin")
-    client = TestClient(TestServer(create_app(coordinator, tmp_path,
-                                              Presentation(advertise_url="http://127.0.0.1:1"))))
-    await client.start_server()
-    environment = Env(client, coordinator, time.time,  # type: ignore[arg-type]
-                      {"Authorization": f"Bearer {secret}"})
-    await environment.call("PUT", "/v1/clusters", 200,
-                           data=spec(kube.write_kubeconfig(tmp_path / "kubeconfig")))
-    yield environment
-    await coordinator.close()
-    await client.close()
-    await store.close()
+async def env(tmp_path: Path, kube: KubeApiServer) -> AsyncIterator[InProcessCoordinator]:
+    # The real clock: drains time out for real.
+    async with in_process_coordinator(tmp_path, spec(kube.write_kubeconfig(tmp_path / "kubeconfig")),
+                                      clock=time.time) as running:
+        yield running
 
 
-async def until(env: Env, what: str, predicate: Callable[[], Awaitable[bool]],
+async def until(env: InProcessCoordinator, what: str, predicate: Callable[[], Awaitable[bool]],
                 timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+    """predicate true, with a reconcile pass after every time it is not."""
+    async def settled() -> bool:
+        if await predicate():
+            return True
         await env.coordinator.reconciler.reconcile_once()
-        await asyncio.sleep(0.05)
+        return False
+
+    await wait_until_async(settled, timeout, what, interval=0.05)
 
 
-async def machine(env: Env, hostname: str) -> dict[str, Any]:
+async def machine(env: InProcessCoordinator, hostname: str) -> dict[str, Any]:
     return await env.call("GET", f"/v1/machines/{hostname}", 200)  # type: ignore[no-any-return]
 
 
-async def cli(env: Env, *args: str, token: str | None = None) -> str:
+async def cli(env: InProcessCoordinator, *args: str, token: str | None = None) -> str:
     """The CLI's output, as the admin (or with the given token)."""
     url = str(env.client.make_url("")).rstrip("/")
     result = await asyncio.to_thread(CliRunner().invoke, main, [
@@ -107,7 +95,7 @@ async def cli(env: Env, *args: str, token: str | None = None) -> str:
 Agents = dict[str, dict[str, str]]
 
 
-async def rolled_out(env: Env, kubeconfig: str | None = None) -> Agents:
+async def rolled_out(env: InProcessCoordinator, kubeconfig: str | None = None) -> Agents:
     """m1 (manager), w1 and w2 (workers) registered, approved and Ready; m1's agent reports
     kubeconfig for its item with kubeconfigFrom."""
     agents = {}
@@ -125,7 +113,7 @@ async def rolled_out(env: Env, kubeconfig: str | None = None) -> Agents:
     return agents
 
 
-async def upgraded(env: Env, agents: Agents, hostname: str) -> bool:
+async def upgraded(env: InProcessCoordinator, agents: Agents, hostname: str) -> bool:
     """Whether hostname is Ready at release 2.0, its agent applying what it is given."""
     await env.report_all(agents[hostname])
     found = await machine(env, hostname)
@@ -133,7 +121,7 @@ async def upgraded(env: Env, agents: Agents, hostname: str) -> bool:
 
 
 async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
-        env: Env, kube: KubeApiServer, tmp_path: Path) -> None:
+        env: InProcessCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
     agents = await rolled_out(env)
     new_spec = tmp_path / "v2.yaml"
     new_spec.write_text(spec(tmp_path / "kubeconfig", "2.0"))
@@ -211,7 +199,7 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
     assert json.dumps(drains).count("operator chose") == 3
 
 
-async def test_drain_actions_refuse_machines_without_a_drain(env: Env) -> None:
+async def test_drain_actions_refuse_machines_without_a_drain(env: InProcessCoordinator) -> None:
     await env.register("w9")
     body = await env.call("POST", "/v1/machines/w9/drain/skip", 409)
     assert "no drain to skip" in body["error"]
@@ -219,7 +207,7 @@ async def test_drain_actions_refuse_machines_without_a_drain(env: Env) -> None:
 
 
 async def test_a_kubeconfig_the_first_manager_reports_is_used_to_drain_and_never_shown(
-        env: Env, kube: KubeApiServer, tmp_path: Path) -> None:
+        env: InProcessCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
     await env.call("PUT", "/v1/clusters", 200, data=spec(None))
     agents = await rolled_out(env, kube.kubeconfig())
     events = await env.call("GET", "/v1/events?cluster=lab&kind=kubeconfig", 200)
@@ -243,13 +231,13 @@ async def test_a_kubeconfig_the_first_manager_reports_is_used_to_drain_and_never
     assert kube.token not in seen and "admin.conf" in seen
 
 
-async def _stage(env: Env, hostname: str, stage: str) -> bool:
+async def _stage(env: InProcessCoordinator, hostname: str, stage: str) -> bool:
     drain = (await machine(env, hostname))["drain"]
     return bool(drain) and drain["stage"] == stage
 
 
 async def test_a_report_refuses_or_reports_a_kubeconfig_it_cannot_use(
-        env: Env, kube: KubeApiServer) -> None:
+        env: InProcessCoordinator, kube: KubeApiServer) -> None:
     await env.call("PUT", "/v1/clusters", 200, data=spec(None))
     m1 = await env.register("m1")
     await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
@@ -269,7 +257,7 @@ async def test_a_report_refuses_or_reports_a_kubeconfig_it_cannot_use(
     assert answer["error"].startswith("kubeconfig: item join is not a manager item")
 
 
-async def _assigned(env: Env, agent: dict[str, str], phase: str) -> bool:
+async def _assigned(env: InProcessCoordinator, agent: dict[str, str], phase: str) -> bool:
     return bool((await env.assignment(agent))["phase"] == phase)
 
 
@@ -285,7 +273,7 @@ def with_post_deploy(text: str) -> str:
 
 
 async def test_the_post_deploy_version_is_verified_and_again_after_every_upgrade(
-        env: Env, tmp_path: Path) -> None:
+        env: InProcessCoordinator, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     agents = await rolled_out(env)
     await env.call("PUT", "/v1/clusters", 200, data=with_post_deploy(spec(kubeconfig)))
@@ -333,7 +321,7 @@ async def test_the_post_deploy_version_is_verified_and_again_after_every_upgrade
 
 
 async def test_an_upgraded_node_that_is_not_ready_keeps_its_machine_in_upgrade(
-        env: Env, kube: KubeApiServer, tmp_path: Path) -> None:
+        env: InProcessCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
     agents = await rolled_out(env)
     await env.call("PUT", "/v1/clusters", 200, data=spec(tmp_path / "kubeconfig", "2.0").replace(
         "drain: {", "drain: {nodeReadyTimeoutSeconds: 1, "))

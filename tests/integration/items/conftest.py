@@ -1,36 +1,11 @@
 """Items are applied for real: commands run, files land in a temp root, downloads come from
-a server on 127.0.0.1. The only stand-in is the artifact source, the daemon's seam."""
+a server on 127.0.0.1 (the helpers are in tests/support/items.py)."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-
-from nodeagent.items.outcome import ItemOutcome
-from nodeagent.items.runner import apply_item
-from nodeagent.protocol import ProxySettings, StateItem
-
-PYTHON = sys.executable
-VALUES = {"cluster.name": "edge-1", "machine.hostname": "node-a", "machine.ip": "10.0.0.5"}
-
-
-def make_item(name: str, action: dict[str, Any], **fields: Any) -> StateItem:
-    return StateItem.model_validate({"name": name, "phase": "prepare", "action": action, **fields})
-
-
-def exec_item(name: str, argv: list[str], **fields: Any) -> StateItem:
-    action = {"type": "exec", "argv": argv}
-    action.update({k: fields.pop(k) for k in ("env", "cwd", "expectedExitCodes") if k in fields})
-    return make_item(name, action, **fields)
-
-
-async def no_artifacts(name: str) -> AsyncIterator[bytes]:
-    raise AssertionError(f"no artifact expected, asked for {name}")
-    yield b""  # pragma: no cover - makes this an async generator
 
 
 @pytest.fixture
@@ -39,14 +14,3 @@ def root(tmp_path: Path) -> Path:
     path = tmp_path / "root"
     path.mkdir()
     return path
-
-
-async def apply(item: StateItem, root: Path, values: dict[str, str] | None = None,
-                proxy: ProxySettings | None = None) -> ItemOutcome:
-    return await apply_item(item, VALUES if values is None else values, root, no_artifacts,
-                            proxy or ProxySettings())
-
-
-def leftovers(directory: Path) -> list[str]:
-    """Temp files an atomic write left behind (there must never be any)."""
-    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".nodeagent-tmp"))

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent.atomic import atomic_file, atomic_write
-from tests.conftest import require_root
-from tests.integration.items.conftest import leftovers
+from tests.support.items import leftovers
+from tests.support.requirements import require_root
 
 pytestmark = pytest.mark.integration
 

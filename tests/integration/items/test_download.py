@@ -11,8 +11,8 @@ import pytest
 
 from nodeagent.items.runner import apply_item
 from nodeagent.protocol import ProxySettings, StateItem
-from tests.integration.items.conftest import VALUES, apply, leftovers, make_item
 from tests.support.blob import BLOB, BLOB_SHA, BlobServer, blob_server
+from tests.support.items import VALUES, apply, leftovers, make_item
 
 pytestmark = pytest.mark.integration
 

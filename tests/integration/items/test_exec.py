@@ -11,7 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.items.conftest import PYTHON, apply, exec_item
+from tests.support.items import PYTHON, apply, exec_item
+from tests.support.waiting import wait_until, wait_until_async
 
 pytestmark = pytest.mark.integration
 
@@ -21,22 +22,18 @@ PRINT_ARGV = "import json, sys; print(json.dumps(sys.argv[1:]))"
 def gone(pid: int, within: float = 5.0) -> bool:
     """The process stops running within a few seconds (SIGKILL is delivered asynchronously;
     a zombie not yet reaped by init counts as gone)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+    def stopped() -> bool:
         try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
+            return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
         except psutil.NoSuchProcess:
             return True
-        time.sleep(0.02)
-    return False
+
+    return wait_until(stopped, within, f"process {pid} gone", interval=0.02)
 
 
 async def wait_for_file(path: Path, timeout: float = 10.0) -> str:
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and path.read_text().strip()):
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        await asyncio.sleep(0.02)
+    await wait_until_async(lambda: path.exists() and path.read_text().strip(), timeout,
+                           f"{path} with text", interval=0.02)
     return path.read_text()
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent.protocol import StateItem
-from tests.conftest import require_root
-from tests.integration.items.conftest import apply, leftovers, make_item
+from tests.support.items import apply, leftovers, make_item
+from tests.support.requirements import require_root
 
 pytestmark = pytest.mark.integration
 

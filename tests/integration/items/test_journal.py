@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent.journal import Journal, JournalError
-from tests.integration.items.conftest import leftovers
 from tests.integration.items.journal_writer import applied_prefix, numbered
+from tests.support.items import leftovers
 
 pytestmark = pytest.mark.integration
 

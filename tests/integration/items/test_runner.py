@@ -13,7 +13,7 @@ from nodeagent.backoff import delay
 from nodeagent.items.runner import run_phase
 from nodeagent.journal import Journal
 from nodeagent.protocol import ItemReport, ProxySettings, RetryPolicy, StateItem
-from tests.integration.items.conftest import VALUES, exec_item, make_item, no_artifacts
+from tests.support.items import VALUES, exec_item, make_item, no_artifacts
 
 pytestmark = pytest.mark.integration
 

@@ -6,21 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
-
-
-def workload(termination_delay: float = 0.0, ready_delay: float = 0.0) -> Cluster:
-    """w1..w3; a DaemonSet everywhere; ReplicaSet web (3 pods, one per node) under a budget of
-    minAvailable 2; ReplicaSet api (2 pods on w1); a mirror pod on w1."""
-    cluster = Cluster(termination_delay=termination_delay, ready_delay=ready_delay)
-    for node in ("w1", "w2", "w3"):
-        cluster.add_node(node)
-    cluster.add_daemonset("kube-system", "node-exporter", {"app": "node-exporter"})
-    cluster.add_replicaset("default", "web", 3, {"app": "web"})
-    cluster.add_replicaset("default", "api", 2, {"app": "api"}, nodes=["w1"])
-    cluster.add_pod("kube-system", "etcd-w1", "w1", {"component": "etcd"}, mirror=True)
-    cluster.add_pdb("default", "web", {"app": "web"}, min_available=2)
-    return cluster
+from tests.support.kubeapi import KubeApiServer, kube_api_server
+from tests.support.workloads import workload
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import pytest
 
 from coordinator.domain.model import DrainSettings
 from coordinator.kube import DrainResult, Kube, KubeError
-from tests.integration.kube.conftest import workload
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
+from tests.support.workloads import workload
 
 
 def settings(**changes: object) -> DrainSettings:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from coordinator.domain.model import DrainSettings
 from coordinator.kube import Kube
-from tests.conftest import require_binary
-from tests.integration.kube.conftest import workload
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
+from tests.support.requirements import require_binary
+from tests.support.workloads import workload
 
 
 def kubectl(server: KubeApiServer, tmp_path: Path, *args: str,

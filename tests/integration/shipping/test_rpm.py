@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_binary
 from tests.support.packages import Packages
+from tests.support.requirements import require_binary
 
 pytestmark = pytest.mark.integration
 SCRIPTLETS = {"preinstall": "preinst", "postinstall": "postinst", "preuninstall": "prerm",

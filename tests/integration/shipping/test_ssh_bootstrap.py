@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from nodeagent.config import load_config
-from tests.support.coordinator import ServedCoordinator, running_coordinator
+from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.nspawn import Container
 from tests.support.packages import Packages, in_root, in_root_argv, overlay
-from tests.support.ports import wait_until
 from tests.support.sshd import Sshd, keypair, sshd
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 SPEC = 'name: lab\nrelease: "1"\nmachineTypes:\n  worker: []\n'
@@ -94,7 +94,7 @@ def test_machines_add_installs_the_agent_which_joins_then_retargets(
 
         with running_agent(host_root, tmp_path / "agent.log"):
             wait_until(lambda: len(first.cli_json("machines")) == 1,
-                       "the installed agent's registration", timeout=60, interval=0.5)
+                       60, "the installed agent's registration", interval=0.5)
     # The pivot: a second coordinator takes over the first one's data; agents move to it.
     shutil.copytree(tmp_path / "first", tmp_path / "second")
     with running_coordinator(tmp_path / "second", cluster=None) as second:
@@ -109,8 +109,7 @@ def test_machines_add_installs_the_agent_which_joins_then_retargets(
         since = time.time()
         with running_agent(host_root, tmp_path / "agent.log"):  # what systemd's restart does
             wait_until(lambda: machines_seen_after(second, since),
-                       "the agent's heartbeat at the second coordinator", timeout=60,
-                       interval=0.5)
+                       60, "the agent's heartbeat at the second coordinator", interval=0.5)
 
 
 def test_a_wrong_host_key_is_refused_before_anything_is_sent(
@@ -144,7 +143,7 @@ def test_on_a_host_whose_systemd_runs_the_agent_is_started_and_restarted_by_it(
     ssh_dir.mkdir(mode=0o700, exist_ok=True)
     (ssh_dir / "authorized_keys").write_text(client_pub + "\n")
     host_key = " ".join((node_root / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()[:2])
-    wait_until(lambda: box.active("ssh") == "active", "the host's sshd", timeout=30)
+    wait_until(lambda: box.active("ssh") == "active", 30, "the host's sshd")
     in_host_net = ["nsenter", f"--net=/proc/{box.init_pid}/ns/net"]
     ssh = ("--ssh", "root@127.0.0.1", "--key", str(tmp_path / "client_key"),
            "--host-key", host_key)
@@ -159,7 +158,7 @@ def test_on_a_host_whose_systemd_runs_the_agent_is_started_and_restarted_by_it(
         assert "nodeagent.service enabled and running" in result.stdout
         assert box.active("nodeagent") == "active"
         wait_until(lambda: len(first.cli_json("machines")) == 1,
-                   "the registration of the agent systemd started", timeout=60, interval=0.5)
+                   60, "the registration of the agent systemd started", interval=0.5)
         started = box.unit("nodeagent", "MainPID")["MainPID"]
     shutil.copytree(tmp_path / "first", tmp_path / "second")
     with running_coordinator(tmp_path / "second", cluster=None, prefix=in_host_net) as second:
@@ -170,4 +169,4 @@ def test_on_a_host_whose_systemd_runs_the_agent_is_started_and_restarted_by_it(
         assert box.unit("nodeagent", "MainPID")["MainPID"] != started  # restarted by systemd
         since = time.time()
         wait_until(lambda: machines_seen_after(second, since),
-                   "the agent's heartbeat at the second coordinator", timeout=60, interval=0.5)
+                   60, "the agent's heartbeat at the second coordinator", interval=0.5)

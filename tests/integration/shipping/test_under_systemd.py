@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.nspawn import Container
 from tests.support.packages import Packages
-from tests.support.ports import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,8 @@ def test_the_agent_starts_once_configured_pets_the_watchdog_and_stops_on_removal
     dropin.write_text("[Service]\nWatchdogSec=2s\n")
     install(box, node_root, deb)  # a reinstall runs the post-install script again
     wait_until(lambda: box.unit("nodeagent", "StatusText")["StatusText"].startswith(
-        "coordinator unreachable"), "the agent's status under systemd", timeout=30)
+        "coordinator unreachable"),
+               30, "the agent's status under systemd")
     first = box.unit("nodeagent", "MainPID", "WatchdogTimestampMonotonic")
     time.sleep(5)
     later = box.unit("nodeagent", "Type", "MainPID", "NRestarts", "WatchdogTimestampMonotonic",
@@ -71,7 +72,7 @@ def test_the_hardened_coordinator_serves_as_its_own_user_and_restarts_on_upgrade
     admin = ["coordinator", "--url", "https://127.0.0.1:8080", "--ca",
              "/var/lib/coordinator/pki/ca.crt", "--token-file", "/var/lib/coordinator/admin.token"]
     wait_until(lambda: box.run([*admin, "cluster", "get"]).returncode == 0,
-               "the coordinator under its sandbox", timeout=30, interval=0.3)
+               30, "the coordinator under its sandbox", interval=0.3)
     before = box.unit("coordinator", "MainPID", "User")
     assert before["User"] == "coordinator"
     uid_line = box.ok("grep", "^Uid:", f"/proc/{before['MainPID']}/status").split()
@@ -81,5 +82,5 @@ def test_the_hardened_coordinator_serves_as_its_own_user_and_restarts_on_upgrade
     install(box, node_root, deb)  # upgrade path: kept env file, service restarted
     assert "127.0.0.1:8080" in env.read_text()
     wait_until(lambda: box.run([*admin, "cluster", "get"]).returncode == 0,
-               "the coordinator after the upgrade", timeout=30, interval=0.3)
+               30, "the coordinator after the upgrade", interval=0.3)
     assert box.unit("coordinator", "MainPID")["MainPID"] != before["MainPID"]

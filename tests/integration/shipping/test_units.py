@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent.config import DEFAULT_CONFIG_PATH, AgentConfig
-from tests.conftest import require_binary, require_root
 from tests.support.packages import Packages
+from tests.support.requirements import require_binary, require_root
 
 pytestmark = pytest.mark.integration
 UNITS = "usr/lib/systemd/system"

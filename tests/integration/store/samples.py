@@ -1,53 +1,13 @@
-"""Sample clusters and machines for the store tests."""
+"""Machines written before a migration, and what the migrated store must show of them."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
-
-from coordinator.domain.model import ClusterSpec, ItemProgress, Machine, MachineState
 from coordinator.store.base import Store
-
-
-def spec(name: str = "edge", release: str = "1.0.0", **settings: Any) -> ClusterSpec:
-    return ClusterSpec.model_validate({
-        "name": name,
-        "release": release,
-        "settings": settings,
-        "machineTypes": {
-            "worker": [{"name": "sysctl", "phase": "prepare",
-                        "action": {"type": "exec", "argv": ["sysctl", "--system"]}}],
-        },
-    })
-
-
-def machine(machine_id: str = "m-1", cluster: str = "edge", **changes: Any) -> Machine:
-    """A machine with every field away from its default, so a lossy round trip shows."""
-    full = Machine(
-        id=machine_id,
-        cluster=cluster,
-        hostname=f"host-{machine_id}",
-        ip="10.0.0.7",
-        state=MachineState.DEPLOY,
-        role="worker",
-        approved=True,
-        facts={"cpus": 4, "memory": 8.5, "os": {"id": "debian", "version": "12"}, "tags": []},
-        precheck={"ok": True, "checks": [{"name": "kernel", "status": "pass"}]},
-        applied=frozenset({"a" * 32, "b" * 32}),
-        progress=ItemProgress(item="kubelet", attempt=2, status="failed", error="exit 1",
-                          next_retry_at=17.5, updated_at=16.25, failing_since=14.0),
-        created_at=1.5,
-        state_since=2.5,
-        last_seen=3.5,
-        generation=4,
-        credential_hash=f"cred-{machine_id}",
-        responding=False,
-    )
-    return replace(full, **changes)
-
+from tests.support.builders import full_machine
 
 # Written by a coordinator from before `responding` was a column, to migrate.
-BEFORE_RESPONDING_COLUMN = (machine("m-1", responding=False), machine("m-2", responding=True))
+BEFORE_RESPONDING_COLUMN = (full_machine("m-1", responding=False),
+                            full_machine("m-2", responding=True))
 
 
 async def assert_responding_kept(store: Store) -> None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from coordinator.domain.model import DrainStage, DrainStatus, ItemProgress, Machine, MachineState
 from coordinator.store.codec import dumps, machine_from_doc, machine_to_doc, spec_from_json, spec_to_json
-from tests.integration.store.samples import machine, spec
+from tests.support.builders import ONE_ITEM, cluster, full_machine
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 json_values = st.recursive(
@@ -69,7 +69,7 @@ def test_every_machine_survives_a_json_round_trip(m: Machine) -> None:
 
 
 def test_a_document_is_plain_json_with_sorted_applied_fingerprints() -> None:
-    doc = machine_to_doc(machine(applied=frozenset({"c", "a", "b"})))
+    doc = machine_to_doc(full_machine(applied=frozenset({"c", "a", "b"})))
     assert doc["applied"] == ["a", "b", "c"]
     assert doc["state"] == "Deploy"
     assert doc["progress"]["item"] == "kubelet"
@@ -78,22 +78,22 @@ def test_a_document_is_plain_json_with_sorted_applied_fingerprints() -> None:
 
 def test_documents_from_another_model_version_still_decode() -> None:
     """A field added since the document was written takes its default; a dropped one is ignored."""
-    doc = machine_to_doc(machine())
+    doc = machine_to_doc(full_machine())
     del doc["responding"]
     doc["retired_field"] = 1
     doc["progress"]["retired_field"] = 2
-    assert machine_from_doc(doc) == machine(responding=True)
+    assert machine_from_doc(doc) == full_machine(responding=True)
 
 
 def test_non_json_values_are_refused() -> None:
     with pytest.raises(TypeError):
-        dumps(machine_to_doc(machine(facts={"when": object()})))
+        dumps(machine_to_doc(full_machine(facts={"when": object()})))
     with pytest.raises(ValueError):
         dumps({"skew": float("nan")})
 
 
 def test_cluster_spec_round_trips_through_canonical_json() -> None:
-    s = spec(workerBatchSize=5, ntp={"servers": ["ntp.example"]})
+    s = cluster(worker=ONE_ITEM, workerBatchSize=5, ntp={"servers": ["ntp.example"]})
     text = spec_to_json(s)
     assert spec_from_json(text) == s
     assert spec_to_json(spec_from_json(text)) == text

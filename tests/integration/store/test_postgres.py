@@ -4,6 +4,7 @@ errors, and what replicas share through it: leader election, fencing, the mutex,
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
@@ -14,9 +15,11 @@ from coordinator.store.base import Fenced, StoreError, leader_epoch
 from coordinator.store.codec import dumps, machine_to_doc
 from coordinator.store.postgres import MIGRATIONS, PostgresStore
 from coordinator.store.postgres_connections import LEADER_LOCK, MUTEX_LOCK
-from tests.integration.store.samples import BEFORE_RESPONDING_COLUMN, assert_responding_kept, machine
-from tests.support.ports import free_port, soon
+from tests.integration.store.samples import BEFORE_RESPONDING_COLUMN, assert_responding_kept
+from tests.support.builders import full_machine
+from tests.support.ports import free_port
 from tests.support.postgres import Postgres, holder_of, terminate
+from tests.support.waiting import wait_until_async
 
 
 @pytest.fixture
@@ -75,7 +78,7 @@ async def test_a_failing_migration_leaves_the_database_as_it_was(
         monkeypatch: pytest.MonkeyPatch) -> None:
     first = replicas()
     await first.open()
-    await first.commit([machine()])
+    await first.commit([full_machine()])
     monkeypatch.setattr(postgres_store, "MIGRATIONS", [*MIGRATIONS, """
         CREATE TABLE extra (x INTEGER);
         INSERT INTO no_such_table VALUES (1);
@@ -84,7 +87,7 @@ async def test_a_failing_migration_leaves_the_database_as_it_was(
         await replicas().open()
     assert versions(postgres, dsn) == list(range(1, len(MIGRATIONS) + 1))
     assert postgres.psql("SELECT to_regclass('extra') IS NULL", dsn) == "t"
-    assert await first.get_machine("m-1") == machine()
+    assert await first.get_machine("m-1") == full_machine()
 
 
 async def test_machines_stored_before_the_responding_column_keep_their_responding(
@@ -138,12 +141,13 @@ async def test_losing_the_lock_connection_ends_the_term_and_fences_the_old_leade
     old, new = replicas(), replicas()
     await old.open()
     await new.open()
-    await old.commit([machine()])
+    await old.commit([full_machine()])
     term = await old.campaign()
     waiting = asyncio.create_task(new.campaign())
     terminate(postgres, holder_of(postgres, dsn, LEADER_LOCK))
-    lost_after = await soon("the old leader noticing", term.lost.is_set)
-    assert lost_after < 1.0  # at once, not at the next probe
+    started = time.monotonic()
+    await wait_until_async(term.lost.is_set, 5, "the old leader noticing")
+    assert time.monotonic() - started < 1.0  # at once, not at the next probe
     elected = await asyncio.wait_for(waiting, 5)
     assert elected.epoch == term.epoch + 1  # type: ignore[operator]
 
@@ -152,18 +156,18 @@ async def test_losing_the_lock_connection_ends_the_term_and_fences_the_old_leade
     try:
         with pytest.raises(Fenced, match=rf"deposed \(leader epoch {term.epoch}, now "
                                          rf"{elected.epoch}\)"):
-            await old.commit([machine(hostname="stale")], [event()])
+            await old.commit([full_machine(hostname="stale")], [event()])
         with pytest.raises(Fenced):
             await old.remove_cluster("edge")
     finally:
         leader_epoch.reset(stale)
-    assert await new.get_machine("m-1") == machine()
+    assert await new.get_machine("m-1") == full_machine()
     assert await new.list_events() == []
 
     # The new leader's work, and anything that is not leader work, goes through.
     current = leader_epoch.set(elected.epoch)
     try:
-        await new.commit([machine(hostname="fresh")])
+        await new.commit([full_machine(hostname="fresh")])
     finally:
         leader_epoch.reset(current)
     await old.commit(events=[event("audit")])  # an API request the old replica still serves
@@ -202,11 +206,11 @@ async def test_a_holder_that_lost_the_mutex_cannot_write_unprotected(
     async with store.mutex():
         terminate(postgres, holder_of(postgres, dsn, MUTEX_LOCK))
         with pytest.raises(StoreError):
-            await store.commit([machine()])
+            await store.commit([full_machine()])
         async with asyncio.timeout(5), other.mutex():  # the lock went with the connection
             pass
     assert await other.list_machines() == []
-    await store.commit([machine()])  # the store itself goes on with other connections
+    await store.commit([full_machine()])  # the store itself goes on with other connections
     assert len(await other.list_machines()) == 1
 
 
@@ -216,7 +220,7 @@ async def test_heartbeats_written_while_a_commit_writes_the_same_machines_never_
     benchmark hit PostgreSQL's deadlock detection, which fails one of the two after 1 s)."""
     store = replicas()
     await store.open()
-    machines = [machine(f"m-{n:03d}") for n in range(300)]
+    machines = [full_machine(f"m-{n:03d}") for n in range(300)]
     await store.commit(machines)
     for round_ in range(5):
         seen = {m.id: 100.0 + round_ for m in machines}  # one order...
@@ -236,11 +240,13 @@ async def test_published_messages_reach_the_other_replicas_and_a_lost_listener_r
     received: list[str] = []
     assert await listener.listen(received.append)
     await sender.publish("hello")
-    assert await soon("the message", lambda: received == ["hello"]) < 0.5
+    sent = time.monotonic()
+    await wait_until_async(lambda: received == ["hello"], 5, "the message")
+    assert time.monotonic() - sent < 0.5
     pid = int(postgres.psql("SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN%' "
                             "AND datname = current_database()", dsn))
     terminate(postgres, pid)
     # Messages sent while it was away are lost: it says so ("") once it is back.
-    await soon("the reconnection", lambda: received == ["hello", ""])
+    await wait_until_async(lambda: received == ["hello", ""], 5, "the reconnection")
     await sender.publish("again")
-    await soon("a message after the reconnection", lambda: received[-1] == "again")
+    await wait_until_async(lambda: received[-1] == "again", 5, "a message after the reconnection")

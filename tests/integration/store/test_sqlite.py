@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import subprocess
@@ -18,12 +19,8 @@ from coordinator.store import sqlite as sqlite_store
 from coordinator.store.base import StoreError
 from coordinator.store.codec import dumps, machine_to_doc, spec_to_json
 from coordinator.store.sqlite import MIGRATIONS, SQLiteStore
-from tests.integration.store.samples import (
-    BEFORE_RESPONDING_COLUMN,
-    assert_responding_kept,
-    machine,
-    spec,
-)
+from tests.integration.store.samples import BEFORE_RESPONDING_COLUMN, assert_responding_kept
+from tests.support.builders import ONE_ITEM, cluster, full_machine
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -48,7 +45,7 @@ async def db(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
 
 async def test_another_process_reads_what_was_committed_while_the_store_is_open(
         db: SQLiteStore) -> None:
-    m = machine()
+    m = full_machine()
     await db.commit([m], [Event(time=1.0, cluster="edge", kind="registered", message="hi")])
     result = run_python(f"""
         import asyncio, json
@@ -99,7 +96,7 @@ async def test_a_commit_waits_for_another_writer_without_blocking_the_event_loop
     other = sqlite3.connect(db.path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
     try:
-        committing = asyncio.create_task(db.commit([machine()]))
+        committing = asyncio.create_task(db.commit([full_machine()]))
         await asyncio.sleep(0.3)  # the event loop runs on: the commit waits on the store's thread
         assert not committing.done()  # waiting for the lock (busy timeout), not failed
     finally:
@@ -142,7 +139,7 @@ async def test_an_older_database_is_migrated_and_keeps_its_data(
     path = tmp_path / "coordinator.db"
     store = SQLiteStore(path)
     await store.open()
-    await store.commit([machine()])
+    await store.commit([full_machine()])
     await store.close()
 
     monkeypatch.setattr(sqlite_store, "MIGRATIONS", [*MIGRATIONS, """
@@ -153,7 +150,7 @@ async def test_an_older_database_is_migrated_and_keeps_its_data(
     upgraded = SQLiteStore(path)
     await upgraded.open()
     try:
-        assert await upgraded.get_machine("m-1") == machine()
+        assert await upgraded.get_machine("m-1") == full_machine()
     finally:
         await upgraded.close()
     assert versions(path) == list(range(1, len(MIGRATIONS) + 2))
@@ -219,11 +216,12 @@ async def test_join_tokens_of_a_version_1_database_keep_working_after_the_upgrad
     monkeypatch.setattr(sqlite_store, "MIGRATIONS", MIGRATIONS[:1])
     old = SQLiteStore(path)
     await old.open()
-    await old._execute("INSERT INTO clusters VALUES ('edge', ?, 1, 1.0, 1.0, 0)",
-                       (json.dumps(json.loads(spec_to_json(spec()))),))
-    await old._execute("INSERT INTO join_tokens (hash, cluster, created_at) VALUES (?, ?, ?)",
-                       ("a" * 64, "edge", 2.0))
     await old.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:  # as version 1 wrote them
+        conn.execute("INSERT INTO clusters VALUES ('edge', ?, 1, 1.0, 1.0, 0)",
+                     (json.dumps(json.loads(spec_to_json(cluster(worker=ONE_ITEM)))),))
+        conn.execute("INSERT INTO join_tokens (hash, cluster, created_at) VALUES (?, ?, ?)",
+                     ("a" * 64, "edge", 2.0))
     monkeypatch.setattr(sqlite_store, "MIGRATIONS", MIGRATIONS)
     upgraded = SQLiteStore(path)
     await upgraded.open()

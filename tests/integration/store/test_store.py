@@ -13,7 +13,7 @@ from coordinator.domain.model import MachineState
 from coordinator.domain.records import CredentialOwner, Event, MachineCount
 from coordinator.domain.tokens import token_id
 from coordinator.store.base import Store, StoreError
-from tests.integration.store.samples import machine, spec
+from tests.support.builders import ONE_ITEM, cluster, full_machine
 
 
 def event(kind: str = "state", time: float = 10.0, cluster: str = "edge",
@@ -26,48 +26,48 @@ def event(kind: str = "state", time: float = 10.0, cluster: str = "edge",
 
 
 async def test_new_cluster_starts_at_generation_one(store: Store) -> None:
-    stored = await store.put_cluster(spec(), now=100.0)
+    stored = await store.put_cluster(cluster(worker=ONE_ITEM), now=100.0)
     assert (stored.generation, stored.created_at, stored.updated_at, stored.deleting) == \
         (1, 100.0, 100.0, False)
     assert await store.get_cluster("edge") == stored
-    assert stored.spec == spec()
+    assert stored.spec == cluster(worker=ONE_ITEM)
 
 
 async def test_applying_the_same_spec_again_keeps_the_generation(store: Store) -> None:
-    await store.put_cluster(spec(), now=100.0)
-    again = await store.put_cluster(spec(), now=200.0)
+    await store.put_cluster(cluster(worker=ONE_ITEM), now=100.0)
+    again = await store.put_cluster(cluster(worker=ONE_ITEM), now=200.0)
     assert (again.generation, again.created_at, again.updated_at) == (1, 100.0, 100.0)
     # Defaults spelled out are the same spec.
-    assert (await store.put_cluster(spec(workerBatchSize=50), now=300.0)).generation == 1
+    assert (await store.put_cluster(cluster(worker=ONE_ITEM, workerBatchSize=50), now=300.0)).generation == 1
 
 
 async def test_a_changed_spec_increments_the_generation(store: Store) -> None:
-    await store.put_cluster(spec(), now=100.0)
-    changed = await store.put_cluster(spec(release="1.1.0"), now=200.0)
+    await store.put_cluster(cluster(worker=ONE_ITEM), now=100.0)
+    changed = await store.put_cluster(cluster(worker=ONE_ITEM, release="1.1.0"), now=200.0)
     assert (changed.generation, changed.created_at, changed.updated_at) == (2, 100.0, 200.0)
     assert changed.spec.release == "1.1.0"
-    assert (await store.put_cluster(spec(release="1.2.0"), now=300.0)).generation == 3
+    assert (await store.put_cluster(cluster(worker=ONE_ITEM, release="1.2.0"), now=300.0)).generation == 3
     stored = await store.get_cluster("edge")
     assert stored is not None and (stored.generation, stored.spec.release) == (3, "1.2.0")
 
 
 async def test_clusters_are_listed_by_name_and_unknown_ones_are_none(store: Store) -> None:
     for name in ("west", "east", "north"):
-        await store.put_cluster(spec(name), now=1.0)
+        await store.put_cluster(cluster(worker=ONE_ITEM, name=name), now=1.0)
     assert [c.spec.name for c in await store.list_clusters()] == ["east", "north", "west"]
     assert await store.get_cluster("south") is None
 
 
 async def test_marking_a_cluster_deleting_keeps_it_and_its_spec(store: Store) -> None:
-    await store.put_cluster(spec(), now=1.0)
+    await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
     await store.mark_cluster_deleting("edge")
     stored = await store.get_cluster("edge")
-    assert stored is not None and stored.deleting and stored.spec == spec()
+    assert stored is not None and stored.deleting and stored.spec == cluster(worker=ONE_ITEM)
 
 
 async def test_removing_a_cluster_drops_it_and_its_join_tokens_but_not_history(store: Store) -> None:
-    await store.put_cluster(spec(), now=1.0)
-    await store.put_cluster(spec("other"), now=1.0)
+    await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
+    await store.put_cluster(cluster(worker=ONE_ITEM, name="other"), now=1.0)
     await store.add_join_token("edge", "hash-edge", 2.0, None, None)
     await store.add_join_token("other", "hash-other", 2.0, None, None)
     await store.commit(events=[event(machine_id=None)])
@@ -77,12 +77,12 @@ async def test_removing_a_cluster_drops_it_and_its_join_tokens_but_not_history(s
     assert [t.cluster for t in await store.list_join_tokens()] == ["other"]
     assert len(await store.list_events(cluster="edge")) == 1
     # The name is free again, starting over at generation 1.
-    assert (await store.put_cluster(spec(release="2.0.0"), now=3.0)).generation == 1
+    assert (await store.put_cluster(cluster(worker=ONE_ITEM, release="2.0.0"), now=3.0)).generation == 1
 
 
 async def test_a_cluster_with_machines_cannot_be_removed(store: Store) -> None:
-    await store.put_cluster(spec(), now=1.0)
-    await store.commit([machine()])
+    await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
+    await store.commit([full_machine()])
     with pytest.raises(StoreError, match="still has 1 machines"):
         await store.remove_cluster("edge")
     assert await store.get_cluster("edge") is not None
@@ -92,7 +92,7 @@ async def test_a_cluster_with_machines_cannot_be_removed(store: Store) -> None:
 
 
 async def test_join_tokens_lead_to_their_cluster_and_count_their_uses(store: Store) -> None:
-    await store.put_cluster(spec(), now=1.0)
+    await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
     first = await store.add_join_token("edge", "hash-1", 2.0, None, None)
     await store.add_join_token("edge", "hash-2", 2.0, None, None)
     token, counted = await store.use_join_token("hash-1", 3.0)
@@ -103,7 +103,7 @@ async def test_join_tokens_lead_to_their_cluster_and_count_their_uses(store: Sto
 
 
 async def test_a_join_token_is_refused_once_expired_used_up_or_revoked(store: Store) -> None:
-    await store.put_cluster(spec(), now=1.0)
+    await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
     await store.add_join_token("edge", "expiring", 2.0, 10.0, None)
     await store.add_join_token("edge", "twice", 2.0, None, 2)
     revoked = await store.add_join_token("edge", "revoked", 2.0, None, None)
@@ -118,7 +118,7 @@ async def test_a_join_token_is_refused_once_expired_used_up_or_revoked(store: St
 
 
 async def test_concurrent_registrations_never_exceed_a_use_limit(store: Store) -> None:
-    await store.put_cluster(spec(), now=1.0)
+    await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
     await store.add_join_token("edge", "limited", 2.0, None, 5)
     results = await asyncio.gather(*(store.use_join_token("limited", 3.0) for _ in range(20)))
     assert sum(counted for _, counted in results) == 5
@@ -144,7 +144,7 @@ async def test_admin_tokens_keep_their_role_and_can_be_revoked(store: Store) -> 
 
 
 async def test_a_machine_round_trips_with_every_field(store: Store) -> None:
-    m = machine()
+    m = full_machine()
     await store.commit([m])
     assert await store.get_machine("m-1") == m
     assert await store.list_machines() == [m]
@@ -152,8 +152,8 @@ async def test_a_machine_round_trips_with_every_field(store: Store) -> None:
 
 
 async def test_committing_a_machine_again_replaces_it(store: Store) -> None:
-    await store.commit([machine()])
-    updated = machine(state=MachineState.READY, progress=None, applied=frozenset(),
+    await store.commit([full_machine()])
+    updated = full_machine(state=MachineState.READY, progress=None, applied=frozenset(),
                       generation=5, credential_hash="rotated", last_seen=9.0)
     await store.commit([updated])
     assert await store.get_machine("m-1") == updated
@@ -165,8 +165,9 @@ async def test_committing_a_machine_again_replaces_it(store: Store) -> None:
 
 
 async def test_machines_are_listed_per_cluster_by_hostname(store: Store) -> None:
-    await store.commit([machine("m-3", hostname="c"), machine("m-1", hostname="b"),
-                        machine("m-2", hostname="a"), machine("m-9", cluster="other", hostname="a")])
+    await store.commit([full_machine("m-3", hostname="c"), full_machine("m-1", hostname="b"),
+                        full_machine("m-2", hostname="a"),
+                        full_machine("m-9", cluster="other", hostname="a")])
     assert [m.id for m in await store.list_machines("edge")] == ["m-2", "m-1", "m-3"]
     assert [m.id for m in await store.list_machines("other")] == ["m-9"]
     assert [m.id for m in await store.list_machines()] == ["m-2", "m-1", "m-3", "m-9"]
@@ -175,9 +176,9 @@ async def test_machines_are_listed_per_cluster_by_hostname(store: Store) -> None
 
 async def test_machines_are_counted_by_cluster_state_and_responding(store: Store) -> None:
     assert await store.count_machines() == []
-    await store.commit([machine("m-1", responding=True), machine("m-2", responding=True),
-                        machine("m-3"), machine("m-4", state=MachineState.READY, responding=True),
-                        machine("m-9", cluster="other")])
+    await store.commit([full_machine("m-1", responding=True), full_machine("m-2", responding=True),
+                        full_machine("m-3"), full_machine("m-4", state=MachineState.READY, responding=True),
+                        full_machine("m-9", cluster="other")])
     assert sorted(await store.count_machines(), key=lambda c: (c.cluster, c.state, c.responding)) == [
         MachineCount("edge", "Deploy", responding=False, count=1),
         MachineCount("edge", "Deploy", responding=True, count=2),
@@ -186,8 +187,9 @@ async def test_machines_are_counted_by_cluster_state_and_responding(store: Store
 
 
 async def test_a_machine_is_found_by_its_credential_hash(store: Store) -> None:
-    await store.commit([machine("m-1"), machine("m-2", credential_expires_at=99.5, responding=False),
-                        machine("m-3", credential_hash="")])
+    await store.commit([full_machine("m-1"),
+                        full_machine("m-2", credential_expires_at=99.5, responding=False),
+                        full_machine("m-3", credential_hash="")])
     assert await store.credential_owner("cred-m-2") == CredentialOwner(
         machine_id="m-2", cluster="edge", hostname="host-m-2", expires_at=99.5, responding=False)
     assert await store.credential_owner("cred-m-1") == CredentialOwner(
@@ -197,9 +199,9 @@ async def test_a_machine_is_found_by_its_credential_hash(store: Store) -> None:
 
 
 async def test_a_heartbeat_updates_last_seen_everywhere_the_machine_is_read(store: Store) -> None:
-    await store.commit([machine(last_seen=3.5)])
+    await store.commit([full_machine(last_seen=3.5)])
     await store.touch_machine("m-1", now=50.0)
-    expected = machine(last_seen=50.0)
+    expected = full_machine(last_seen=50.0)
     assert await store.get_machine("m-1") == expected
     assert await store.list_machines() == [expected]
     assert await store.list_machines("edge") == [expected]
@@ -207,12 +209,12 @@ async def test_a_heartbeat_updates_last_seen_everywhere_the_machine_is_read(stor
 
 
 async def test_a_commit_of_a_machine_read_before_a_heartbeat_keeps_the_heartbeat(store: Store) -> None:
-    await store.commit([machine(last_seen=3.5)])
+    await store.commit([full_machine(last_seen=3.5)])
     read = await store.get_machine("m-1")
     assert read is not None
     await store.touch_machine("m-1", now=50.0)
     await store.commit([replace(read, state=MachineState.READY)])
-    assert await store.get_machine("m-1") == machine(last_seen=50.0, state=MachineState.READY)
+    assert await store.get_machine("m-1") == full_machine(last_seen=50.0, state=MachineState.READY)
 
 
 async def test_a_heartbeat_for_a_removed_machine_is_ignored(store: Store) -> None:
@@ -221,17 +223,17 @@ async def test_a_heartbeat_for_a_removed_machine_is_ignored(store: Store) -> Non
 
 
 async def test_batched_heartbeats_never_move_last_seen_back(store: Store) -> None:
-    await store.commit([machine("m-1", last_seen=10.0), machine("m-2", last_seen=60.0)])
+    await store.commit([full_machine("m-1", last_seen=10.0), full_machine("m-2", last_seen=60.0)])
     await store.touch_machines({"m-1": 40.0, "m-2": 50.0, "gone": 70.0})
     assert {m.id: m.last_seen for m in await store.list_machines()} == {"m-1": 40.0, "m-2": 60.0}
 
 
 async def test_machines_are_found_by_role_hostname_and_silence_without_listing_all(
         store: Store) -> None:
-    await store.commit([machine("m-1", role="manager", last_seen=10.0),
-                        machine("m-2", role="worker", last_seen=20.0),
-                        machine("m-3", role=None, hostname="twin", last_seen=30.0),
-                        machine("m-4", cluster="other", role="manager", hostname="twin")])
+    await store.commit([full_machine("m-1", role="manager", last_seen=10.0),
+                        full_machine("m-2", role="worker", last_seen=20.0),
+                        full_machine("m-3", role=None, hostname="twin", last_seen=30.0),
+                        full_machine("m-4", cluster="other", role="manager", hostname="twin")])
     assert [m.id for m in await store.list_machines("edge", role="manager")] == ["m-1"]
     assert [m.id for m in await store.list_machines(role="manager")] == ["m-1", "m-4"]
     assert [m.id for m in await store.machines_by_hostname("twin")] == ["m-3", "m-4"]
@@ -247,13 +249,13 @@ async def test_machines_are_found_by_role_hostname_and_silence_without_listing_a
 
 
 async def test_commit_writes_machines_removals_and_events_together(store: Store) -> None:
-    await store.commit([machine("m-1"), machine("m-2")])
+    await store.commit([full_machine("m-1"), full_machine("m-2")])
     stored = await store.commit(
-        [machine("m-1", state=MachineState.READY)],
+        [full_machine("m-1", state=MachineState.READY)],
         [event("state", machine_id="m-1", to="Ready"), event("removed", machine_id="m-2")],
         removed=["m-2"],
     )
-    assert await store.list_machines() == [machine("m-1", state=MachineState.READY)]
+    assert await store.list_machines() == [full_machine("m-1", state=MachineState.READY)]
     assert [e.kind for e in stored] == ["state", "removed"]
     assert stored[0].id > 0 and stored[1].id > stored[0].id
     assert stored[0] == replace(event("state", machine_id="m-1", to="Ready"), id=stored[0].id)
@@ -267,11 +269,11 @@ async def test_an_empty_commit_changes_nothing(store: Store) -> None:
 
 async def test_a_commit_failing_midway_writes_nothing(store: Store) -> None:
     """The event's data fails to encode after the machine and a first event were written."""
-    before = machine("m-1")
+    before = full_machine("m-1")
     await store.commit([before])
     with pytest.raises(TypeError):
         await store.commit(
-            [machine("m-1", state=MachineState.READY), machine("m-2")],
+            [full_machine("m-1", state=MachineState.READY), full_machine("m-2")],
             [event("fine"), event("broken", payload=object())],
             removed=["m-1"],
         )
@@ -283,7 +285,7 @@ async def test_a_commit_failing_midway_writes_nothing(store: Store) -> None:
 
 async def test_a_commit_failing_on_its_second_machine_writes_nothing(store: Store) -> None:
     with pytest.raises(TypeError):
-        await store.commit([machine("m-1"), machine("m-2", facts={"x": {1, 2}})], [event()])
+        await store.commit([full_machine("m-1"), full_machine("m-2", facts={"x": {1, 2}})], [event()])
     assert await store.list_machines() == []
     assert await store.list_events() == []
 
@@ -375,10 +377,10 @@ async def test_events_can_be_paged_with_the_last_id(store: Store) -> None:
 
 async def test_everything_survives_closing_and_reopening(store: Store,
                                                          make_store: Callable[[], Store]) -> None:
-    await store.put_cluster(spec(), now=1.0)
-    await store.put_cluster(spec(release="2.0.0"), now=2.0)
+    await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
+    await store.put_cluster(cluster(worker=ONE_ITEM, release="2.0.0"), now=2.0)
     await store.add_join_token("edge", "hash-1", 3.0, None, None)
-    await store.commit([machine("m-1"), machine("m-2")], [event(), event()], removed=["m-2"])
+    await store.commit([full_machine("m-1"), full_machine("m-2")], [event(), event()], removed=["m-2"])
     await store.touch_machine("m-1", now=60.0)
     await store.mark_cluster_deleting("edge")
     clusters, machines, events = (await store.list_clusters(), await store.list_machines(),
@@ -390,7 +392,7 @@ async def test_everything_survives_closing_and_reopening(store: Store,
     try:
         assert await reopened.list_clusters() == clusters
         assert clusters[0].generation == 2 and clusters[0].deleting
-        assert await reopened.list_machines() == machines == [machine("m-1", last_seen=60.0)]
+        assert await reopened.list_machines() == machines == [full_machine("m-1", last_seen=60.0)]
         assert await reopened.list_events() == events
         assert [t.cluster for t in await reopened.list_join_tokens()] == ["edge"]
         # Ids keep growing after a restart.

@@ -7,7 +7,7 @@ from dataclasses import replace
 from coordinator.domain.assignment import AssignmentInputs, build_assignment, template_values
 from coordinator.domain.model import ClusterSpec, DrainStage, MachineState
 from coordinator.domain.records import StoredCluster
-from tests.unit.coordinator.builders import cluster, drained, items, machine, upgraded_cluster
+from tests.support.builders import cluster, drained, items, machine, upgraded_cluster
 
 
 def stored(spec: ClusterSpec) -> StoredCluster:

@@ -37,7 +37,7 @@ def policy() -> Iterator[GcPolicy]:
     yield started
     started.stop()
     assert gc.get_threshold() == thresholds and gc.get_freeze_count() == 0
-    assert started.pauses._callback not in gc.callbacks
+    assert not started.pauses.installed
 
 
 def test_cpython_runs_no_full_collection_and_the_scheduled_one_frees_new_cycles(

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from coordinator.service.groupcommit import GroupCommit, Pending
+from tests.support.waiting import wait_until_async
 
 
 class Log:
@@ -34,8 +35,8 @@ async def submit_while_locked(group: GroupCommit[str], lock: asyncio.Lock,
     """Submit every request while another holds the lock; each caller's outcome."""
     async with lock:
         calls = [asyncio.create_task(group.submit(r)) for r in requests]
-        while group.unanswered < len(requests):
-            await asyncio.sleep(0)
+        await wait_until_async(lambda: group.unanswered == len(requests), 5,
+                               "every request queued", interval=0)
     return await asyncio.gather(*calls, return_exceptions=True)
 
 
@@ -63,8 +64,8 @@ async def test_a_caller_that_gave_up_before_its_batch_is_left_out() -> None:
     async with lock:
         kept = asyncio.create_task(group.submit("kept"))
         dropped = asyncio.create_task(group.submit("dropped"))
-        while group.unanswered < 2:
-            await asyncio.sleep(0)
+        await wait_until_async(lambda: group.unanswered == 2, 5, "both requests queued",
+                               interval=0)
         dropped.cancel()
     await kept
     with pytest.raises(asyncio.CancelledError):
@@ -90,8 +91,8 @@ async def test_after_runs_once_the_batch_is_answered_and_before_the_lock_is_let_
     group = GroupCommit(lock, log.write, after=after)
     async with lock:
         calls = [asyncio.create_task(group.submit(r)) for r in ("a", "b")]
-        while group.unanswered < 2:
-            await asyncio.sleep(0)
+        await wait_until_async(lambda: group.unanswered == 2, 5, "both requests queued",
+                               interval=0)
     waiting = asyncio.create_task(waiter())  # queued behind the batch's writer
     await asyncio.gather(*calls, waiting)
     assert log.committed == [["a", "b"]]

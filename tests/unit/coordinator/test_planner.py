@@ -8,7 +8,7 @@ import pytest
 
 from coordinator.domain.model import ItemProgress, Machine, MachineState
 from coordinator.domain.planner import Decision, enact, plan, plan_to_fixpoint
-from tests.unit.coordinator.builders import cluster, finish_phase, items, machine
+from tests.support.builders import cluster, finish_phase, items, machine
 
 P, PREP, DEP, READY = MachineState.PENDING, MachineState.PREPARE, MachineState.DEPLOY, MachineState.READY
 

@@ -38,7 +38,7 @@ from coordinator.domain.planner import (
 )
 from coordinator.domain.workingset import ClusterView
 from nodeagent.contract import PHASES, Phase
-from tests.unit.coordinator.builders import cluster, drained, items, machine, upgraded_cluster
+from tests.support.builders import cluster, drained, items, machine, upgraded_cluster
 
 S = MachineState
 # Every transition the planner may make; anything else is skipping or going backwards.

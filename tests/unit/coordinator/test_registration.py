@@ -10,14 +10,15 @@ from coordinator.domain.errors import Conflict
 from coordinator.domain.model import ClusterSettings, MachineState
 from coordinator.domain.registration import Credential, registered
 from nodeagent.protocol import PrecheckReport, RegisterRequest
-from tests.unit.coordinator.builders import machine, precheck
+from tests.support.builders import OLD_KERNEL, machine, precheck_report
 
 CREDENTIAL = Credential("hash", None)
 
 
 def request(hostname: str, failing: bool = False) -> RegisterRequest:
     return RegisterRequest(join_token="t", hostname=hostname, ip="10.0.0.9",
-                           precheck=PrecheckReport.model_validate(precheck(hostname, hard_failure=failing)))
+                           precheck=PrecheckReport.model_validate(
+                               precheck_report(hostname, failing=OLD_KERNEL if failing else None)))
 
 
 def test_a_new_machine_is_pending_and_auto_approved_only_when_its_prechecks_pass() -> None:

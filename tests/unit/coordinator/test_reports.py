@@ -10,7 +10,7 @@ from coordinator.domain.errors import Conflict
 from coordinator.domain.model import MachineState
 from coordinator.domain.reports import fold_report, reportable_items
 from nodeagent.protocol import ItemReport, StateItem
-from tests.unit.coordinator.builders import cluster, item, items, machine
+from tests.support.builders import cluster, item, items, machine
 
 KUBECONFIG = ("apiVersion: v1\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
               "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n")

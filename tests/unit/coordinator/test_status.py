@@ -8,13 +8,13 @@ from coordinator.domain.model import ItemProgress, Machine, MachineState
 from coordinator.domain.planner import plan_to_fixpoint
 from coordinator.domain.records import Event
 from coordinator.domain.status import History, machine_step, rollout, stages
-from tests.unit.coordinator.builders import cluster, finish_phase, items, machine
+from tests.support.builders import cluster, finish_phase, items, machine
 
 SPEC = cluster(manager=items("prepare", 1, "m") + items("deploy", 2, "m"),
                worker=items("prepare", 2, "w") + items("deploy", 1, "w"))
 
 
-class Rollout:
+class SimulatedRollout:
     """Machines moved by the planner, with the state events the reconciler would record."""
 
     def __init__(self, *machines: Machine) -> None:
@@ -50,12 +50,12 @@ class Rollout:
         return {s.name: (s.state, s.since, s.message) for s in found}
 
 
-def states(r: Rollout) -> dict[str, str]:
+def states(r: SimulatedRollout) -> dict[str, str]:
     return {name: value[0] for name, value in r.stages().items()}
 
 
 def test_an_empty_cluster_waits_since_it_was_created_and_says_what_to_do() -> None:
-    r = Rollout()
+    r = SimulatedRollout()
     assert list(r.stages()) == ["registered", "approved", "prepared", "first-manager", "managers",
                                 "workers", "ready"]
     assert set(states(r).values()) == {"waiting"}
@@ -64,7 +64,7 @@ def test_an_empty_cluster_waits_since_it_was_created_and_says_what_to_do() -> No
 
 
 def test_approval_waits_on_the_admin_and_fails_on_hard_prechecks() -> None:
-    r = Rollout(machine("m1", "manager", approved=False), machine("w1", approved=False))
+    r = SimulatedRollout(machine("m1", "manager", approved=False), machine("w1", approved=False))
     assert r.stages()["approved"] == ("waiting", 100.0,
                                       "0 of 2 approved; waiting for approval: m1, w1")
     r.machines["w2"] = replace(machine("w2", approved=False, hard_failure=True), created_at=105.0)
@@ -74,7 +74,7 @@ def test_approval_waits_on_the_admin_and_fails_on_hard_prechecks() -> None:
 
 
 def test_the_first_manager_deploying_alone_shows_in_each_stage() -> None:
-    r = Rollout(machine("m1", "manager"), machine("w1"), machine("w2"))
+    r = SimulatedRollout(machine("m1", "manager"), machine("w1"), machine("w2"))
     r.tick()  # 110: all approved machines start Prepare
     r.now += 5
     r.finish("m1", "w1", "w2")  # prepared at 115
@@ -90,7 +90,7 @@ def test_the_first_manager_deploying_alone_shows_in_each_stage() -> None:
 
 
 def test_a_failing_item_turns_its_stage_failing_since_its_first_failure() -> None:
-    r = Rollout(machine("m1", "manager"), machine("w1"))
+    r = SimulatedRollout(machine("m1", "manager"), machine("w1"))
     r.tick()
     r.finish("m1", "w1")
     r.tick()  # 120: m1 in Deploy
@@ -104,7 +104,7 @@ def test_a_failing_item_turns_its_stage_failing_since_its_first_failure() -> Non
 
 
 def test_a_finished_rollout_is_done_everywhere_with_the_times_each_stage_finished() -> None:
-    r = Rollout(machine("m1", "manager"), machine("m2", "manager"), machine("w1"))
+    r = SimulatedRollout(machine("m1", "manager"), machine("m2", "manager"), machine("w1"))
     r.tick()  # 110 prepare
     r.finish("m1", "m2", "w1")
     r.tick()  # 120 m1 deploy
@@ -120,7 +120,7 @@ def test_a_finished_rollout_is_done_everywhere_with_the_times_each_stage_finishe
 
 
 def test_a_late_worker_reopens_approval_and_workers_but_not_managers() -> None:
-    r = Rollout(machine("m1", "manager"), machine("w1"))
+    r = SimulatedRollout(machine("m1", "manager"), machine("w1"))
     for _ in range(3):
         r.tick()
         r.finish("m1", "w1")
@@ -167,7 +167,7 @@ def test_machine_step_names_the_next_item_and_ignores_stale_progress() -> None:
 
 
 def test_rollout_eta_follows_the_pace_so_far_and_ignores_long_finished_machines() -> None:
-    r = Rollout(machine("m1", "manager"), machine("w1"))
+    r = SimulatedRollout(machine("m1", "manager"), machine("w1"))
     r.tick()  # 110: both start prepare; 6 items in this run
     assert rollout(SPEC, list(r.machines.values()), History(r.events), r.now).eta_seconds is None
     r.finish("m1", "w1")  # 3 of 6 items done

@@ -16,7 +16,7 @@ from coordinator.domain.planner import (
 )
 from coordinator.service.drainer import KubeAccess, kube_access
 from nodeagent.protocol import StateItem, VersionAction
-from tests.unit.coordinator.builders import (
+from tests.support.builders import (
     cluster,
     drained,
     finish_phase,

@@ -3,7 +3,6 @@ from camelCase keys as the config file spells them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,9 +11,7 @@ from nodeagent.config import AgentConfig
 from nodeagent.contract import Role
 from nodeagent.host import Host
 from nodeagent.prechecks.base import CheckContext
-from tests.conftest import RootTree
-
-MakeContext = Callable[..., CheckContext]
+from tests.support.roots import MakeContext, RootTree
 
 
 @pytest.fixture

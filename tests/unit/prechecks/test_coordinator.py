@@ -6,8 +6,7 @@ from nodeagent.host import Host
 from nodeagent.prechecks import coordinator
 from nodeagent.prechecks.coordinator import hosts_file_lookup, resolve
 from nodeagent.protocol import Status
-from tests.conftest import RootTree
-from tests.unit.prechecks.conftest import MakeContext
+from tests.support.roots import MakeContext, RootTree
 
 HOSTS = """\
 127.0.0.1   localhost

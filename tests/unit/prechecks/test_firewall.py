@@ -3,8 +3,7 @@ from __future__ import annotations
 from nodeagent.host import ProcessInfo
 from nodeagent.prechecks.firewall import evaluate, running_processes, systemd_running
 from nodeagent.protocol import Status
-from tests.conftest import RootTree
-from tests.unit.prechecks.conftest import MakeContext
+from tests.support.roots import MakeContext, RootTree
 
 
 def proc(pid: int, name: str) -> ProcessInfo:

@@ -7,8 +7,7 @@ import pytest
 from nodeagent.prechecks import hostname
 from nodeagent.prechecks.hostname import evaluate, problems
 from nodeagent.protocol import Status
-from tests.conftest import RootTree
-from tests.unit.prechecks.conftest import MakeContext
+from tests.support.roots import MakeContext, RootTree
 
 
 @pytest.mark.parametrize(

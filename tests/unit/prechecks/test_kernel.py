@@ -2,8 +2,7 @@ from __future__ import annotations
 
 from nodeagent.prechecks import kernel
 from nodeagent.protocol import Status
-from tests.conftest import RootTree
-from tests.unit.prechecks.conftest import MakeContext
+from tests.support.roots import MakeContext, RootTree
 
 SWAPS_HEADER = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
 

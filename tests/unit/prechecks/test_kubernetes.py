@@ -8,7 +8,7 @@ from nodeagent.prechecks.kubernetes import (
     ports_in_use,
 )
 from nodeagent.protocol import Status
-from tests.conftest import RootTree
+from tests.support.roots import RootTree
 
 
 def proc(pid: int, name: str) -> ProcessInfo:

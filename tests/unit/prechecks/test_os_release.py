@@ -5,8 +5,7 @@ import pytest
 from nodeagent.prechecks import os_release
 from nodeagent.prechecks.os_release import parse_os_release
 from nodeagent.protocol import Status
-from tests.conftest import RootTree
-from tests.unit.prechecks.conftest import MakeContext
+from tests.support.roots import MakeContext, RootTree
 
 
 def os_release_text(os_id: str, version: str | None, pretty: str | None = None) -> str:

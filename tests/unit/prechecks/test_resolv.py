@@ -5,8 +5,7 @@ import pytest
 from nodeagent.prechecks import resolv
 from nodeagent.prechecks.resolv import ResolvConf, parse
 from nodeagent.protocol import Status
-from tests.conftest import RootTree
-from tests.unit.prechecks.conftest import MakeContext
+from tests.support.roots import MakeContext, RootTree
 
 ROTATE_FAILURE = "/etc/resolv.conf sets `options rotate`"
 

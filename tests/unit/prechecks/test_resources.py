@@ -5,8 +5,7 @@ import pytest
 from nodeagent.prechecks import resources
 from nodeagent.prechecks.resources import GiB, count_cpus, evaluate_disk, memory_total
 from nodeagent.protocol import Status
-from tests.conftest import RootTree
-from tests.unit.prechecks.conftest import MakeContext
+from tests.support.roots import MakeContext, RootTree
 
 
 def cpuinfo(processors: int) -> str:

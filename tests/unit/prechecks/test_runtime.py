@@ -3,9 +3,7 @@ from __future__ import annotations
 from nodeagent.prechecks import runtime
 from nodeagent.prechecks.runtime import RECOMMENDED_BINARIES, REQUIRED_BINARIES
 from nodeagent.protocol import Status
-from tests.conftest import RootTree
-from tests.unit.conftest import BindSocket
-from tests.unit.prechecks.conftest import MakeContext
+from tests.support.roots import BindSocket, MakeContext, RootTree
 
 
 def install(root_tree: RootTree, names: tuple[str, ...], directory: str = "/usr/bin") -> None:

@@ -1,0 +1,239 @@
+"""What the tests, the bench scripts and the demo send and store, built in one place: cluster
+specs (as the API takes them and as models), machines, and what an agent sends (precheck
+reports, registrations, item reports). A change to one of these formats is made here once."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from coordinator.domain.model import (
+    PHASE_OF_STATE,
+    ClusterSpec,
+    DrainStage,
+    DrainStatus,
+    ItemProgress,
+    Machine,
+    MachineState,
+    MachineTypes,
+    Role,
+    pending_items,
+)
+from nodeagent.prechecks.runner import summarize
+from nodeagent.protocol import CheckResult, Phase, PrecheckReport, Severity, StateItem, Status
+
+# -- cluster specs as the API takes them: exact texts, which tests edit with str.replace --------
+
+# The in-process API tests' cluster: a reset item, and a heartbeat timeout tests step past.
+API_CLUSTER = """\
+name: lab
+release: "1.0"
+settings: {workerBatchSize: 2, heartbeatTimeoutSeconds: 30}
+machineTypes:
+  manager:
+    - {name: setup, phase: prepare, action: {type: exec, argv: ["true"]}}
+    - {name: control-plane, phase: deploy, action: {type: exec, argv: ["true"]}}
+    - {name: wipe, phase: reset, action: {type: exec, argv: ["true"]}}
+  worker:
+    - {name: setup, phase: prepare, action: {type: exec, argv: ["true"]}}
+    - {name: join, phase: deploy, action: {type: exec, argv: ["true"]}}
+"""
+
+# The served coordinator's cluster, for the CLI, dashboard and operator tests: exec items that
+# never run (simulated agents report them), two of them in a worker's Prepare.
+OPERATOR_CLUSTER = """\
+name: lab
+release: "1.0"
+settings: {workerBatchSize: 2}
+machineTypes:
+  manager:
+    - {name: base, phase: prepare, action: {type: exec, argv: ["true"]}}
+    - {name: control-plane, phase: deploy, action: {type: exec, argv: ["true"]}}
+  worker:
+    - {name: base, phase: prepare, action: {type: exec, argv: ["true"]}}
+    - {name: runtime, phase: prepare, action: {type: exec, argv: ["true"]}}
+    - {name: join, phase: deploy, action: {type: exec, argv: ["true"]}}
+"""
+
+# One worker item that does nothing: for tests about the API and trust, not the rollout.
+NOOP_CLUSTER = """\
+name: lab
+release: "1"
+machineTypes:
+  worker:
+    - {name: noop, phase: prepare, action: {type: exec, argv: ["true"]}}
+"""
+
+
+# -- cluster specs as models ---------------------------------------------------------------------
+
+@functools.cache  # items are frozen; validating them is the slow part of building a spec
+def item(name: str, phase: Phase) -> StateItem:
+    """An exec item that runs `true name`: succeeds wherever it runs."""
+    return StateItem.model_validate({"name": name, "phase": phase,
+                                     "action": {"type": "exec", "argv": ["true", name]}})
+
+
+def items(phase: Phase, count: int, prefix: str = "") -> list[StateItem]:
+    return [item(f"{prefix}{phase}-{i}", phase) for i in range(count)]
+
+
+# One prepare item: a spec with something in it, for the tests of storing specs.
+ONE_ITEM = (item("sysctl", "prepare"),)
+
+
+def cluster(manager: Sequence[StateItem] = (), worker: Sequence[StateItem] = (),
+            batch: int | None = None, *, name: str = "edge", release: str = "1.0.0",
+            **settings: Any) -> ClusterSpec:
+    """A spec of these items; batch is settings.workerBatchSize, settings the other settings
+    (camelCase, as a spec file spells them). Unset settings keep their defaults."""
+    if batch is not None:
+        settings["workerBatchSize"] = batch
+    return ClusterSpec.model_validate({
+        "name": name, "release": release, "settings": settings,
+        "machineTypes": MachineTypes(manager=list(manager), worker=list(worker)),
+    })
+
+
+def spec_text(spec: ClusterSpec) -> str:
+    """spec as a body for PUT /v1/clusters (JSON, which is YAML too)."""
+    return spec.model_dump_json(by_alias=True, exclude_unset=True)
+
+
+def upgraded_cluster(spec: ClusterSpec, release: str = "2.0.0", **upgrade: object) -> ClusterSpec:
+    """spec with upgrade settings changed; at another release, with that release's upgrade
+    item (one per role) in place of the previous ones."""
+    settings = spec.settings.model_copy(
+        update={"upgrade": spec.settings.upgrade.model_copy(update=upgrade)})
+    if release == spec.release:
+        return spec.model_copy(update={"settings": settings})
+    types = MachineTypes(**{
+        role: [*(i for i in getattr(spec.machine_types, role) if i.phase != "upgrade"),
+               item(f"upgrade-{role}-{release}", "upgrade")]
+        for role in ("manager", "worker")})
+    return spec.model_copy(update={"release": release, "settings": settings,
+                                   "machine_types": types})
+
+
+# -- what an agent sends -------------------------------------------------------------------------
+
+# (check, message) of a hard precheck failure
+FOREIGN_OS = ("os", "Plan 9 is not supported")
+OLD_KERNEL = ("kernel", "kernel too old")
+FACTS = {"cpus": 8, "memory_bytes": 32 << 30, "kernel": "6.1.0-18-amd64",
+         "os": {"id": "debian", "version_id": "12"}, "interfaces": ["eth0", "eth1"]}
+
+
+def precheck_report(hostname: str, role: Role = "worker", failing: tuple[str, str] | None = None,
+                    checks: int = 2) -> dict[str, Any]:
+    """A precheck report as the agent sends it: checks os and kernel pass, or the one failing
+    names fails hard with its message; more checks (13 is a real agent's count) pass too."""
+    results = [
+        CheckResult(name=name, severity=Severity.HARD,
+                    status=Status.FAIL if failing and failing[0] == name else Status.PASS,
+                    message=failing[1] if failing and failing[0] == name else "ok",
+                    data={} if index < 2 else {"value": index}, duration=0.01)
+        for index, name in enumerate(["os", "kernel", *(f"check-{n}" for n in range(2, checks))])]
+    return PrecheckReport(hostname=hostname, role=role, started_at=1.0, duration=0.1,
+                          ok=failing is None, summary=summarize(results),
+                          checks=results).model_dump(mode="json", by_alias=True)
+
+
+def registration(hostname: str, join_token: str, failing: bool = False,
+                 facts: dict[str, Any] | None = None, checks: int = 2) -> dict[str, Any]:
+    """The body an agent on hostname sends to register; failing: its OS fails a hard check."""
+    return {"join_token": join_token, "hostname": hostname, "ip": "127.0.0.1",
+            "facts": facts or {},
+            "precheck": precheck_report(hostname, failing=FOREIGN_OS if failing else None,
+                                        checks=checks)}
+
+
+def fingerprint(item: dict[str, Any]) -> str:
+    """The fingerprint an agent reports for an item of its assignment."""
+    return StateItem.model_validate(item).fingerprint()
+
+
+def item_report(item: dict[str, Any], phase: str, status: str = "succeeded",
+                **fields: Any) -> dict[str, Any]:
+    """The report of one item of an assignment, first attempt, that ran from 1.0 to 2.0;
+    fields (output, exit_code, started_at...) add to or replace those."""
+    return {"item": item["name"], "fingerprint": fingerprint(item), "phase": phase,
+            "status": status, "attempt": 1, "started_at": 1.0, "finished_at": 2.0, **fields}
+
+
+# -- machines --------------------------------------------------------------------------------------
+
+def machine(
+    hostname: str,
+    role: Role | None = "worker",
+    *,
+    approved: bool = True,
+    hard_failure: bool = False,
+    state: MachineState = MachineState.PENDING,
+    created_at: float = 0.0,
+    release: str = "",
+) -> Machine:
+    """A machine of the cluster `edge`, as the planner sees it; hard_failure: its kernel fails
+    a hard precheck."""
+    return Machine(
+        id=f"id-{hostname}", cluster="edge", hostname=hostname, ip=None,
+        state=state, role=role, approved=approved, created_at=created_at, release=release,
+        precheck=precheck_report(hostname, role or "worker", OLD_KERNEL if hard_failure else None),
+    )
+
+
+def finish_phase(spec: ClusterSpec, m: Machine, managers: tuple[str, ...] = ()) -> Machine:
+    """The agent applied every item of the machine's current phase (reconfigure items for the
+    given manager list)."""
+    phase = PHASE_OF_STATE.get(m.state)
+    if phase is None:
+        return m
+    done = {i.fingerprint() for i in pending_items(spec, m, phase, managers)}
+    return replace(m, applied=m.applied | done)
+
+
+def drained(m: Machine, stage: DrainStage = DrainStage.DRAINED) -> Machine:
+    """The coordinator's Kubernetes side got the machine's node to stage."""
+    return replace(m, drain=DrainStatus(stage, started_at=0.0))
+
+
+def full_machine(machine_id: str = "m-1", cluster: str = "edge", **changes: Any) -> Machine:
+    """A machine with every field away from its default, so a lossy round trip shows."""
+    full = Machine(
+        id=machine_id,
+        cluster=cluster,
+        hostname=f"host-{machine_id}",
+        ip="10.0.0.7",
+        state=MachineState.DEPLOY,
+        role="worker",
+        approved=True,
+        facts={"cpus": 4, "memory": 8.5, "os": {"id": "debian", "version": "12"}, "tags": []},
+        precheck={"ok": True, "checks": [{"name": "kernel", "status": "pass"}]},
+        applied=frozenset({"a" * 32, "b" * 32}),
+        progress=ItemProgress(item="kubelet", attempt=2, status="failed", error="exit 1",
+                              next_retry_at=17.5, updated_at=16.25, failing_since=14.0),
+        created_at=1.5,
+        state_since=2.5,
+        last_seen=3.5,
+        generation=4,
+        credential_hash=f"cred-{machine_id}",
+        responding=False,
+    )
+    return replace(full, **changes)
+
+
+def fleet_machine(index: int, cluster: str = "bench") -> Machine:
+    """A Ready worker of a bench fleet, with documents the size an agent sends: its facts and
+    a 13-check precheck report, 20 items applied."""
+    hostname = f"node-{index:05d}"
+    return Machine(
+        id=f"machine-{index:05d}", cluster=cluster, hostname=hostname,
+        ip=f"10.{index // 65536}.{index // 256 % 256}.{index % 256}",
+        state=MachineState.READY, role="worker", approved=True, facts=FACTS,
+        precheck=precheck_report(hostname, checks=13),
+        applied=frozenset(f"{index:08d}{item:024d}" for item in range(20)),
+        progress=ItemProgress(item="kubelet", attempt=1, status="succeeded", updated_at=1.0),
+        credential_hash=f"{index:064d}",
+    )

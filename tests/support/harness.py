@@ -53,16 +53,15 @@ class ManualClock:
 
 @dataclass
 class InProcessCoordinator(AsyncDriver):
+    """The service over a real store, its API on a loopback port, in the caller's event loop:
+    driven over HTTP like a served one, and open to the test (service, store, clock) besides."""
+
     client: TestClient  # the HTTP API, on its loopback port
     coordinator: Coordinator  # the service
     store: Store  # the service's store, open
     clock: Any  # a ManualClock unless the test gave another
     admin: dict[str, str]  # the admin's Authorization header
     agents: dict[str, Registered] = field(default_factory=dict)  # by hostname, as registered
-
-    @property
-    def url(self) -> str:
-        return str(self.client.make_url("")).rstrip("/")
 
     async def call(self, method: str, path: str, status: int, **kwargs: Any) -> Any:
         """The JSON answer of a request (as the admin unless headers say otherwise), which
@@ -247,12 +246,6 @@ class ServedCoordinator(SyncDriver):
     def cli_json(self, *args: str, timeout: float = 30) -> Any:
         return json.loads(self.cli(*args, "--output", "json", timeout=timeout).stdout)
 
-    def apply(self, spec: str) -> dict[str, Any]:
-        """spec (YAML text) applied; the stored cluster's summary."""
-        applied: dict[str, Any] = self.admin.request("PUT", "/v1/clusters", text=spec,
-                                                     content_type="application/yaml")
-        return applied
-
 
 @contextlib.contextmanager
 def running_coordinator(tmp: Path, cluster: str | None = OPERATOR_CLUSTER,
@@ -271,7 +264,8 @@ def running_coordinator(tmp: Path, cluster: str | None = OPERATOR_CLUSTER,
     try:
         served.start()
         if cluster:
-            served.apply(cluster)
+            served.admin.request("PUT", "/v1/clusters", text=cluster,
+                                 content_type="application/yaml")
         yield served
     finally:
         served.stop()

@@ -160,6 +160,13 @@ class SQLiteStore(Store):
     def _connect_reader(self) -> None:
         self._reader_conn = _read_only(self.path, BUSY_TIMEOUT_SECONDS)
 
+    async def pragma(self, name: str) -> Any:
+        """A PRAGMA's value on the store's writing connection: durability (synchronous) and
+        integrity (foreign_keys) are set per connection, so only the store can tell them."""
+        if not name.isidentifier():
+            raise ValueError(f"not a PRAGMA name: {name!r}")
+        return await self._run(lambda: self._db.execute(f"PRAGMA {name}").fetchone()[0])
+
     async def close(self) -> None:
         if self._lookup_conn is not None:
             self._lookup_conn.close()

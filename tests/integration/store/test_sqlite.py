@@ -109,9 +109,7 @@ async def test_a_commit_waits_for_another_writer_without_blocking_the_event_loop
 async def test_the_file_is_in_wal_mode_with_full_sync_and_foreign_keys(db: SQLiteStore) -> None:
     with sqlite3.connect(db.path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-    settings = await db._run(lambda: [db._db.execute(f"PRAGMA {p}").fetchone()[0]
-                                      for p in ("synchronous", "foreign_keys")])
-    assert settings == [2, 1]  # FULL, ON
+    assert [await db.pragma(p) for p in ("synchronous", "foreign_keys")] == [2, 1]  # FULL, ON
 
 
 async def test_a_new_database_gets_the_latest_schema(db: SQLiteStore) -> None:

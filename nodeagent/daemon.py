@@ -67,6 +67,7 @@ class Agent:
         # told them: prechecks use them when this node's config names no NTP servers.
         self.cluster_ntp: Document | None = None
         self.checked_ntp: Document | None = None  # what the last precheck used
+        self.prechecked = False  # whether this process ran the prechecks
         self.rechecking: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
@@ -163,6 +164,7 @@ class Agent:
                 args += ["--ntp-server", server]
             args += ["--max-skew-seconds", f"{self.checked_ntp['maxSkewSeconds']:g}"]
         report: Document = json.loads(await checked_output(self.host, *args))
+        self.prechecked = True
         failures = [f"{c['name']}: {c['message']}" for c in report["checks"]
                     if c["status"] == "fail"]
         if failures:
@@ -250,9 +252,12 @@ class Agent:
                     continue  # nothing new
                 generation = assignment["generation"]
                 self.cluster_ntp = assignment.get("ntp")
-                if assignment["state"] == "Pending" and self._ntp_for_checks() != self.checked_ntp:
-                    # Registered with the node's own (or no) NTP servers: the clock must also
-                    # agree with the cluster's before the machine can be approved.
+                if assignment["state"] == "Pending" and (
+                        not self.prechecked or self._ntp_for_checks() != self.checked_ntp):
+                    # Restarted while Pending: the host may have been fixed meanwhile (more
+                    # memory, say), and only a new report tells the coordinator. Or registered
+                    # with the node's own (or no) NTP servers: the clock must also agree with
+                    # the cluster's before the machine can be approved.
                     self._start_recheck(identity, wait_first=False)
                 wanted = _work_key(assignment)
                 items = len(assignment.get("items", []))

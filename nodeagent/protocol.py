@@ -97,7 +97,24 @@ AbsolutePath = Annotated[str, Field(pattern=r"^/", description="an absolute path
 FileMode = Annotated[str, Field(pattern=r"^0?[0-7]{3}$", description="octal, e.g. 0644")]
 
 
-class ExecAction(SpecModel):
+# Where a text is within a document: keys (as written) and list indexes, e.g. ("argv", 1).
+Location = tuple[str | int, ...]
+
+
+class _Action(SpecModel):
+    """What an item does. templated() lists the texts the agent substitutes ${...} in
+    (items/exec.py, items/file.py), each with where it is in the action: what the
+    coordinator checks a spec's placeholders in before it stores the spec."""
+
+    def templated(self) -> list[tuple[Location, str]]:
+        return []
+
+
+def _arguments(argv: list[str]) -> list[tuple[Location, str]]:
+    return [(("argv", index), arg) for index, arg in enumerate(argv)]
+
+
+class ExecAction(_Action):
     """Runs argv directly (never through a shell); each argument may use ${templates}."""
 
     type: Literal["exec"]
@@ -106,8 +123,14 @@ class ExecAction(SpecModel):
     expected_exit_codes: list[int] = Field(default_factory=lambda: [0], min_length=1)
     cwd: str | None = None
 
+    def templated(self) -> list[tuple[Location, str]]:
+        """Each argument, each environment value and the working directory."""
+        return [*_arguments(self.argv),
+                *((("env", name), value) for name, value in self.env.items()),
+                *([(("cwd",), self.cwd)] if self.cwd is not None else [])]
 
-class FileAction(SpecModel):
+
+class FileAction(_Action):
     """Writes a file atomically; `template` is content with ${cluster.name}-style values."""
 
     type: Literal["file"]
@@ -117,6 +140,10 @@ class FileAction(SpecModel):
     mode: FileMode = "0644"
     owner: str | None = None  # user or user:group
 
+    def templated(self) -> list[tuple[Location, str]]:
+        """The template; content is written as it is."""
+        return [(("template",), self.template)] if self.template is not None else []
+
     @model_validator(mode="after")
     def _one_source(self) -> FileAction:
         if (self.content is None) == (self.template is None):
@@ -124,7 +151,7 @@ class FileAction(SpecModel):
         return self
 
 
-class DownloadAction(SpecModel):
+class DownloadAction(_Action):
     """Fetches an artifact (from the coordinator's store) or a URL, verified by sha256."""
 
     type: Literal["download"]
@@ -141,13 +168,17 @@ class DownloadAction(SpecModel):
         return self
 
 
-class VersionAction(SpecModel):
+class VersionAction(_Action):
     """Runs argv (as exec does) and succeeds only when the last line it prints is `expect`:
     the check the coordinator derives from a post-deploy item's versionCommand."""
 
     type: Literal["version"]
     argv: list[str] = Field(min_length=1)
     expect: str = Field(min_length=1)
+
+    def templated(self) -> list[tuple[Location, str]]:
+        """Each argument, as exec's."""
+        return _arguments(self.argv)
 
 
 def installed_version(output: str) -> str:

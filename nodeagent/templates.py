@@ -41,8 +41,20 @@ def render(text: str, values: Mapping[str, str]) -> str:
         known = ", ".join(sorted(values)) or "none"
         raise TemplateError(f"unknown template value ${{{exc.args[0]}}}; known: {known}") from None
     except ValueError:
-        invalid = next(m for m in _Template.pattern.finditer(text) if m.group("invalid"))
-        bad = text[invalid.start():][:40]
-        raise TemplateError(
-            f"malformed placeholder {bad!r}: use ${{dotted.name}}, or $${{...}} for a literal"
-        ) from None
+        placeholders(text)  # raises, naming the malformed one
+        raise
+
+
+def placeholders(text: str) -> list[str]:
+    """The names text's placeholders refer to, in order (a `$$` escape is none), without
+    rendering it: what the coordinator checks a spec's items against before storing them.
+    Raises TemplateError for a malformed one, as render does."""
+    names = []
+    for match in _Template.pattern.finditer(text):
+        if match.group("invalid") is not None:
+            bad = text[match.start():][:40]
+            raise TemplateError(
+                f"malformed placeholder {bad!r}: use ${{dotted.name}}, or $${{...}} for a literal")
+        if match.group("braced") is not None:
+            names.append(match.group("braced"))
+    return names

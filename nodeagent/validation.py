@@ -6,7 +6,7 @@ name the field and line the same way (e.g. `machineTypes.worker[3].action.argv: 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -130,14 +130,26 @@ def parse_yaml(text: str, source: str | None = None) -> tuple[Any, yaml.Node | N
     return data, tree
 
 
-def load_model(model: type[M], text: str, source: str | None = None) -> M:
-    """Parse and validate text as model, or raise InvalidDocument naming every problem."""
+# Rules a document must meet besides its model's: each problem found is where it is (keys as
+# written, list indexes) and why, e.g. (("machineTypes", "worker", 0, "action", "argv", 1), ...).
+Rules = Callable[[M], Iterable[tuple[tuple[Any, ...], str]]]
+
+
+def load_model(model: type[M], text: str, source: str | None = None,
+               rules: Rules[M] | None = None) -> M:
+    """Parse and validate text as model, then against rules (those that need the whole
+    document), or raise InvalidDocument naming every problem with its line."""
     data, tree = parse_yaml(text, source)
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise InvalidDocument([Problem("", "expected a mapping at the top level", 1)], source)
-    return validate(model, data, tree, source)
+    loaded = validate(model, data, tree, source)
+    problems = [Problem(format_path(where), why, _line_of(tree, where))
+                for where, why in (rules(loaded) if rules else ())]
+    if problems:
+        raise InvalidDocument(problems, source)
+    return loaded
 
 
 def validate(model: type[M], data: Any, tree: yaml.Node | None = None,

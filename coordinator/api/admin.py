@@ -16,15 +16,15 @@ from coordinator.api.views import (
     upgrade_plan_view,
 )
 from coordinator.domain.errors import NotFound
-from coordinator.domain.model import ClusterSpec
+from coordinator.domain.specs import load_spec
 from coordinator.domain.tokens import parse_duration
 from coordinator.service.admin import DRAIN_ACTIONS
 from nodeagent import joinstring
-from nodeagent.validation import InvalidDocument, Problem, load_model
+from nodeagent.validation import InvalidDocument, Problem
 
 
 async def apply_cluster(request: web.Request) -> web.Response:
-    spec = load_model(ClusterSpec, await text(request), "request body")
+    spec = load_spec(await text(request), "request body")
     stored, changed = await service(request).admin.apply_cluster(spec)
     return web.json_response({**cluster_view(stored), "changed": changed})
 
@@ -133,7 +133,7 @@ async def upgrade_plan(request: web.Request) -> web.Response:
     """The dry run: the stored spec's upgrade (GET), or the one a new spec in a POST's body
     would start."""
     raw = await text(request) if request.method == "POST" else ""
-    spec = load_model(ClusterSpec, raw, "request body") if raw.strip() else None
+    spec = load_spec(raw, "request body") if raw.strip() else None
     target, plan = await service(request).queries.upgrade_plan(request.match_info["name"], spec)
     return web.json_response(upgrade_plan_view(target, plan))
 

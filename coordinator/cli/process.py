@@ -93,16 +93,16 @@ def init(data_dir: str, listen: str, advertise_url: str | None, store: str | Non
     """Create the CA, the server certificate, an admin token and a first join string."""
     import asyncio
 
-    from coordinator.domain.model import ClusterSpec
+    from coordinator.domain.specs import load_spec
     from coordinator.server.init import initialize
     from coordinator.server.pki import PkiError
     from coordinator.server.serve import ServeOptions, SetupError
-    from nodeagent.validation import InvalidDocument, load_model
+    from nodeagent.validation import InvalidDocument
 
     spec = None
     if cluster_file is not None:
         try:
-            spec = load_model(ClusterSpec, cluster_file.read(), cluster_file.name)
+            spec = load_spec(cluster_file.read(), cluster_file.name)
         except InvalidDocument as exc:
             click.echo(f"error: bad cluster spec\n{exc}", err=True)
             sys.exit(EXIT_USAGE)

@@ -16,6 +16,7 @@ from coordinator.domain.model import (
     upgrade_items_may_run,
 )
 from coordinator.domain.records import StoredCluster
+from coordinator.domain.templating import template_values
 from nodeagent.contract import Phase
 from nodeagent.protocol import Assignment
 
@@ -65,30 +66,3 @@ def build_assignment(inputs: AssignmentInputs, post_deploy_host: str | None) -> 
         ntp=spec.settings.ntp,
     )
 
-
-def template_values(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]) -> dict[str, str]:
-    """Values StateItem templates may use: ${cluster.name}, ${machine.ip}, ${managers}, ...
-    The cluster's NTP and proxy settings are among them, for items that configure chrony,
-    containerd or the kubelet."""
-    managers = sorted((m for m in peers if m.role == "manager" and m.approved
-                       and m.state is not MachineState.DELETING),
-                      key=lambda m: (m.created_at, m.hostname, m.id))
-    deployed = [m for m in managers if m.state in
-                (MachineState.READY, MachineState.UPGRADE, MachineState.RECONFIGURE)]
-    first = (deployed or managers or [None])[0]
-    return {
-        "cluster.name": spec.name,
-        "cluster.release": spec.release,
-        "machine.id": machine.id,
-        "machine.hostname": machine.hostname,
-        "machine.ip": machine.ip or "",
-        "machine.role": machine.role or "",
-        "managers": ",".join(m.ip or m.hostname for m in managers),
-        "managers.hostnames": ",".join(m.hostname for m in managers),
-        "managers.first": (first.ip or first.hostname) if first else "",
-        "ntp.servers": ",".join(spec.settings.ntp.servers),
-        "ntp.maxSkewSeconds": f"{spec.settings.ntp.max_skew_seconds:g}",
-        "proxy.http": spec.settings.proxy.http or "",
-        "proxy.https": spec.settings.proxy.https or "",
-        "proxy.noProxy": ",".join(spec.settings.proxy.no_proxy),
-    }

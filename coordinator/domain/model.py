@@ -15,16 +15,15 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from coordinator.domain.fitness import fitness
 from nodeagent.contract import ROLES, Role
 from nodeagent.protocol import (
     NtpSettings,
     Phase,
-    PrecheckReport,
     ProxySettings,
     RetryPolicy,
     SpecModel,
     StateItem,
-    Status,
     VersionAction,
 )
 
@@ -215,13 +214,11 @@ class Machine:
         return replace(self, state=state, state_since=now, progress=None, drain=None,
                        generation=self.generation + 1)
 
-    def precheck_failures(self) -> list[str]:
-        """Names and messages of hard checks that failed: such a machine cannot be approved."""
-        try:
-            report = PrecheckReport.model_validate(self.precheck)
-        except ValueError:
-            return ["precheck report missing or invalid"]
-        return [f"{c.name}: {c.message}" for c in report.checks if c.status is Status.FAIL]
+    def precheck_failures(self, role: Role | None = None) -> list[str]:
+        """`check: why` of each hard check that stops the machine from running as role (by
+        default its own, else the one its node checked): such a machine cannot be approved
+        as that role. The role's CPU and memory minimums are judged for it (domain/fitness.py)."""
+        return fitness(self.precheck, role or self.role).problems
 
 
 # A manager in one of these states runs the control plane: workers may join it.

@@ -1,11 +1,13 @@
-"""What a registration does to the machines of a cluster: a new Pending machine (approved at
-once when the cluster auto-approves and its prechecks pass), or a Pending one registered again.
+"""What a registration does to the machines of a cluster: a new Pending machine, or a Pending
+one registered again; either approved at once when the cluster auto-approves and its prechecks
+pass (domain/approval.py).
 Pure: the service supplies the id, the credential's hash and the time."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from coordinator.domain.approval import approval_failures, auto_approved
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.model import ClusterSettings, Machine
@@ -43,15 +45,10 @@ def registered(cluster: str, settings: ClusterSettings, existing: Machine | None
             last_seen=now, credential_hash=credential.hash,
             credential_expires_at=credential.expires_at,
         )
-        if settings.auto_approve and not machine.precheck_failures():
-            machine = replace(machine, approved=True, role=settings.auto_approve_role)
         message = f"{request.hostname} registered from {request.ip}"
-    failures = machine.precheck_failures()
+    failures = approval_failures(settings, machine)
     if failures:
         message += "; hard prechecks failed: " + "; ".join(failures)
-    events = [event(now, cluster, "registered", message, machine,
-                    {"precheck_failures": failures})]
-    if machine.approved and existing is None:
-        events.append(event(now, cluster, "approved", "auto-approved", machine,
-                            {"role": machine.role}))
-    return machine, events
+    machine, approval = auto_approved(settings, machine, now)
+    return machine, [event(now, cluster, "registered", message, machine,
+                           {"precheck_failures": failures}), *approval]

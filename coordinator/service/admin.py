@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from coordinator.domain.approval import approved_event, refusal
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.model import (
@@ -89,27 +90,31 @@ class Admin:
         return await self.access.create_join_token(cluster, ttl, max_uses)
 
     async def approve(self, machine_id: str, role: Role | None = None) -> Machine:
+        """Approve a Pending machine as role (else its own): refused while its last precheck
+        report does not let it run as that role (its minimums are judged for that role)."""
         async with self.writes.lock:
             machine = await self.queries.machine_by_id(machine_id)
-            failures = machine.precheck_failures()
-            if failures:
-                raise Conflict(f"{machine.hostname} cannot be approved: hard prechecks failed: "
-                               + "; ".join(failures))
             if machine.state is not MachineState.PENDING:
                 raise Conflict(f"{machine.hostname} is {machine.state.value}, not Pending")
+            refused = refusal(machine, role)
+            if refused:
+                raise Conflict(refused)
             updated = replace(machine, approved=True, role=role or machine.role)
-            note = f" as {updated.role}" if updated.role else " (no role yet: set one to start)"
-            await self._commit_one(updated, "approved", f"{machine.hostname} approved{note}",
-                                   {"role": updated.role})
+            await self.writes.commit([updated], [approved_event(self.clock(), updated)])
         self._moved()
         return updated
 
     async def set_role(self, machine_id: str, role: Role) -> Machine:
+        """Give a Pending machine its role; an approved one starts with it, so its precheck
+        report must let it run as that role, as approving it would require."""
         async with self.writes.lock:
             machine = await self.queries.machine_by_id(machine_id)
             if machine.state is not MachineState.PENDING:
                 raise Conflict(f"{machine.hostname} is {machine.state.value}: its role is fixed "
                                "once it left Pending")
+            refused = refusal(machine, role) if machine.approved else None
+            if refused:
+                raise Conflict(refused)
             updated = replace(machine, role=role)
             await self._commit_one(updated, "role", f"{machine.hostname} role set to {role}",
                                    {"role": role})

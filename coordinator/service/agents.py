@@ -11,10 +11,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from coordinator.domain.approval import prechecked
 from coordinator.domain.assignment import AssignmentInputs, build_assignment, may_host_post_deploy
 from coordinator.domain.errors import Conflict, NotFound
 from coordinator.domain.events import event
-from coordinator.domain.model import ClusterSpec, Machine, MachineState, deployed_managers
+from coordinator.domain.model import ClusterSpec, Machine, deployed_managers
 from coordinator.domain.records import Event
 from coordinator.domain.registration import Credential, registered
 from coordinator.domain.reports import fold_report, reportable_items
@@ -92,20 +93,13 @@ class Agents:
         return credential.expires_at
 
     async def update_precheck(self, machine_id: str, report: PrecheckReport) -> Machine:
-        """A Pending machine re-ran its prechecks (e.g. after the operator fixed something)."""
+        """A Pending machine re-ran its prechecks (e.g. after the operator fixed something);
+        auto-approved now if the cluster auto-approves and they let it."""
         async with self.writes.lock:
             machine = await self.queries.machine_by_id(machine_id)
-            if machine.state is not MachineState.PENDING:
-                raise Conflict(f"{machine.hostname} is {machine.state.value}: prechecks only "
-                               "matter before approval")
-            updated = replace(machine, precheck=report.model_dump(mode="json", by_alias=True),
-                              generation=machine.generation + 1)
-            failures = updated.precheck_failures()
-            message = (f"{machine.hostname} prechecks now pass" if not failures else
-                       f"{machine.hostname} prechecks still fail: " + "; ".join(failures))
-            await self.writes.commit([updated], [event(
-                self.clock(), machine.cluster, "precheck", message, updated,
-                {"precheck_failures": failures})])
+            settings = (await self.queries.cluster(machine.cluster)).spec.settings
+            updated, events = prechecked(settings, machine, report, self.clock())
+            await self.writes.commit([updated], events)
         self.notifier.changed()
         self.notifier.kick()
         return updated

@@ -1,17 +1,13 @@
-"""CPU, memory and disk minimums by role, as kubeadm's NumCPU and Mem checks enforce them."""
+"""CPU, memory and disk minimums: the role's CPU and memory (nodeagent/minimums.py, shared with
+the coordinator's approval), and the free disk the config asks for."""
 
 from __future__ import annotations
 
 from nodeagent.contract import Role
+from nodeagent.minimums import CPU, MEMORY, MiB
 from nodeagent.prechecks.base import CheckContext, Outcome, failed, passed
 
-MiB = 1024 * 1024
 GiB = 1024 * MiB
-# kubeadm requires 2 CPUs and 1700 MB for a control-plane node; workers need room for kubelet.
-MINIMUMS: dict[Role, tuple[int, int]] = {
-    "manager": (2, 1700 * MiB),
-    "worker": (1, 1024 * MiB),
-}
 
 
 def count_cpus(cpuinfo: str | None) -> int | None:
@@ -30,30 +26,24 @@ def memory_total(meminfo: str | None) -> int | None:
 
 
 def evaluate_cpu(cpus: int | None, role: Role) -> Outcome:
-    need = MINIMUMS[role][0]
+    need = CPU.need[role]
     if cpus is None:
         return failed("cannot count CPUs: /proc/cpuinfo is unreadable", "check /proc is mounted")
-    if cpus < need:
-        return failed(
-            f"{cpus} CPU(s); a {role} needs at least {need}",
-            f"give this machine at least {need} CPUs",
-            cpus=cpus,
-            required=need,
-        )
-    return passed(f"{cpus} CPUs (a {role} needs {need})", cpus=cpus, required=need)
+    data = {CPU.key: cpus, "required": need}
+    shortfall = CPU.shortfall(cpus, role)
+    if shortfall:
+        return failed(shortfall, f"give this machine at least {need} CPUs", **data)
+    return passed(f"{cpus} CPUs (a {role} needs {need})", **data)
 
 
 def evaluate_memory(total: int | None, role: Role) -> Outcome:
-    need = MINIMUMS[role][1]
+    need = MEMORY.need[role]
     if total is None:
         return failed("cannot read MemTotal from /proc/meminfo", "check /proc is mounted")
-    data = {"bytes": total, "required_bytes": need}
-    if total < need:
-        return failed(
-            f"{total // MiB} MiB of memory; a {role} needs at least {need // MiB} MiB",
-            f"give this machine at least {need // MiB} MiB of memory",
-            **data,
-        )
+    data = {MEMORY.key: total, "required_bytes": need}
+    shortfall = MEMORY.shortfall(total, role)
+    if shortfall:
+        return failed(shortfall, f"give this machine at least {need // MiB} MiB of memory", **data)
     return passed(f"{total // MiB} MiB of memory (a {role} needs {need // MiB} MiB)", **data)
 
 

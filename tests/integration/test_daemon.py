@@ -46,14 +46,15 @@ BLOCKING = ('{name: finish, phase: deploy, action: {type: exec, argv: [sh, -c, '
 
 @contextlib.contextmanager
 def agent_of(coordinator: ServedCoordinator, tmp: Path) -> Iterator[psutil.Process]:
-    """`nodeagent run` with a join string, its root at tmp/root; registered when yielded."""
+    """`nodeagent run` with a join string, its root at tmp/root; registered when yielded.
+    Started again on the same tmp, it is the same agent restarted."""
     join = coordinator.cli("join-token", "create", "lab").stdout.strip()
     root = tmp / "root"
-    root.mkdir()
+    root.mkdir(exist_ok=True)
     config = tmp / "agent.yaml"
     config.write_text(f"join: {join}\nstateDir: {root}/var/lib/nodeagent\n"
                       "heartbeatSeconds: 1\nignorePrechecks: [all]\n")
-    with (tmp / "agent.log").open("wb") as log:
+    with (tmp / "agent.log").open("ab") as log:
         process = subprocess.Popen([NODEAGENT, "run", "--config", str(config), "--root",
                                     str(root)], stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -136,3 +137,17 @@ def test_only_a_change_in_what_to_run_stops_the_running_phase(tmp_path: Path) ->
         coordinator.wait_state(hostname, "Ready", timeout=60)
         wait_until(lambda: not command.is_running(), message="the old command to be killed")
         assert not (root / "finished").exists()
+
+
+def test_an_agent_restarted_while_pending_reports_its_prechecks_again(tmp_path: Path) -> None:
+    """The operator may have fixed the host (more memory, say) and restarted the agent: only
+    a new report tells the coordinator, which judges approval by the last one."""
+    with running_coordinator(tmp_path, cluster(QUICK)) as coordinator:
+        with agent_of(coordinator, tmp_path):
+            pass  # registered with passing prechecks, then stopped
+        assert not coordinator.admin.get("/v1/events?kind=precheck")
+        with agent_of(coordinator, tmp_path):
+            wait_until(lambda: bool(coordinator.admin.get("/v1/events?kind=precheck")), 60,
+                       "the restarted agent's precheck report")
+        (event,) = coordinator.admin.get("/v1/events?kind=precheck")
+        assert event["message"].endswith("prechecks now pass")

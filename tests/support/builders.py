@@ -21,7 +21,9 @@ from coordinator.domain.model import (
     Role,
     pending_items,
 )
-from nodeagent.prechecks.runner import summarize
+from nodeagent.prechecks import CHECKS
+from nodeagent.prechecks.resources import evaluate_cpu, evaluate_memory
+from nodeagent.prechecks.runner import grade, summarize
 from nodeagent.protocol import CheckResult, Phase, PrecheckReport, Severity, StateItem, Status
 
 # -- cluster specs as the API takes them: exact texts, which tests edit with str.replace --------
@@ -119,35 +121,44 @@ def upgraded_cluster(spec: ClusterSpec, release: str = "2.0.0", **upgrade: objec
 
 # -- what an agent sends -------------------------------------------------------------------------
 
+CHECK = {check.name: check for check in CHECKS}
 # (check, message) of a hard precheck failure
 FOREIGN_OS = ("os", "Plan 9 is not supported")
 OLD_KERNEL = ("kernel", "kernel too old")
-FACTS = {"cpus": 8, "memory_bytes": 32 << 30, "kernel": "6.1.0-18-amd64",
+HOST_CPUS, HOST_MEMORY = 8, 32 << 30  # what a simulated agent's host has
+FACTS = {"cpus": HOST_CPUS, "memory_bytes": HOST_MEMORY, "kernel": "6.1.0-18-amd64",
          "os": {"id": "debian", "version_id": "12"}, "interfaces": ["eth0", "eth1"]}
 
 
 def precheck_report(hostname: str, role: Role = "worker", failing: tuple[str, str] | None = None,
-                    checks: int = 2) -> dict[str, Any]:
-    """A precheck report as the agent sends it: checks os and kernel pass, or the one failing
-    names fails hard with its message; more checks (13 is a real agent's count) pass too."""
+                    checks: int = 4, cpus: int = HOST_CPUS,
+                    memory: int = HOST_MEMORY) -> dict[str, Any]:
+    """A precheck report as the agent sends it for role: checks os and kernel pass, or the one
+    failing names fails hard with its message; cpu and memory are the agent's own checks of
+    what it measured (cpus, memory bytes); more checks (13 is a real agent's count) pass."""
     results = [
-        CheckResult(name=name, severity=Severity.HARD,
-                    status=Status.FAIL if failing and failing[0] == name else Status.PASS,
-                    message=failing[1] if failing and failing[0] == name else "ok",
-                    data={} if index < 2 else {"value": index}, duration=0.01)
-        for index, name in enumerate(["os", "kernel", *(f"check-{n}" for n in range(2, checks))])]
+        *(CheckResult(name=name, severity=Severity.HARD,
+                      status=Status.FAIL if failing and failing[0] == name else Status.PASS,
+                      message=failing[1] if failing and failing[0] == name else "ok",
+                      duration=0.01) for name in ("os", "kernel")),
+        grade(CHECK["cpu"], evaluate_cpu(cpus, role), 0.01, frozenset()),
+        grade(CHECK["memory"], evaluate_memory(memory, role), 0.01, frozenset()),
+        *(CheckResult(name=f"check-{n}", severity=Severity.HARD, status=Status.PASS,
+                      message="ok", data={"value": n}, duration=0.01) for n in range(4, checks))]
     return PrecheckReport(hostname=hostname, role=role, started_at=1.0, duration=0.1,
-                          ok=failing is None, summary=summarize(results),
+                          ok=not any(r.status is Status.FAIL for r in results),
+                          summary=summarize(results),
                           checks=results).model_dump(mode="json", by_alias=True)
 
 
 def registration(hostname: str, join_token: str, failing: bool = False,
-                 facts: dict[str, Any] | None = None, checks: int = 2) -> dict[str, Any]:
-    """The body an agent on hostname sends to register; failing: its OS fails a hard check."""
+                 facts: dict[str, Any] | None = None, **report: Any) -> dict[str, Any]:
+    """The body an agent on hostname sends to register; failing: its OS fails a hard check;
+    report: the rest of its precheck report (see precheck_report)."""
     return {"join_token": join_token, "hostname": hostname, "ip": "127.0.0.1",
             "facts": facts or {},
             "precheck": precheck_report(hostname, failing=FOREIGN_OS if failing else None,
-                                        checks=checks)}
+                                        **report)}
 
 
 def fingerprint(item: dict[str, Any]) -> str:

@@ -42,11 +42,20 @@ def join_token(cluster: str = "lab") -> Steps[str]:
     return str(created["token"])
 
 
-def register(hostname: str, failing: bool = False, cluster: str = "lab") -> Steps[Registered]:
-    """hostname registered with a fresh join token; failing: its prechecks fail hard."""
+def register(hostname: str, failing: bool = False, cluster: str = "lab",
+             **report: Any) -> Steps[Registered]:
+    """hostname registered with a fresh join token; failing: its prechecks fail hard; report:
+    the rest of its precheck report (builders.precheck_report's cpus, memory, role...)."""
     token = yield from join_token(cluster)
     answer: Registered = yield Call("POST", "/v1/agent/register", 201, anonymous=True,
-                                    body=builders.registration(hostname, token, failing))
+                                    body=builders.registration(hostname, token, failing, **report))
+    return answer
+
+
+def precheck(agent: Registered, report: dict[str, Any], expect: int = 200) -> Steps[Any]:
+    """The agent ran its prechecks again and sends the report, as it does while Pending."""
+    answer = yield Call("POST", f"/v1/agent/machines/{agent['machine_id']}/precheck", expect,
+                        report, agent=agent)
     return answer
 
 
@@ -117,9 +126,13 @@ class SyncDriver(abc.ABC):
     def join_token(self, cluster: str = "lab") -> str:
         return self.run(join_token(cluster))
 
-    def register(self, hostname: str, failing: bool = False, cluster: str = "lab") -> Registered:
-        agent = self.agents[hostname] = self.run(register(hostname, failing, cluster))
+    def register(self, hostname: str, failing: bool = False, cluster: str = "lab",
+                 **report: Any) -> Registered:
+        agent = self.agents[hostname] = self.run(register(hostname, failing, cluster, **report))
         return agent
+
+    def precheck(self, agent: Registered, report: dict[str, Any], expect: int = 200) -> Any:
+        return self.run(precheck(agent, report, expect))
 
     def machine(self, ref: str) -> dict[str, Any]:
         return self.run(machine(ref))
@@ -165,10 +178,15 @@ class AsyncDriver(abc.ABC):
     async def join_token(self, cluster: str = "lab") -> str:
         return await self.run(join_token(cluster))
 
-    async def register(self, hostname: str, failing: bool = False,
-                       cluster: str = "lab") -> Registered:
-        agent = self.agents[hostname] = await self.run(register(hostname, failing, cluster))
+    async def register(self, hostname: str, failing: bool = False, cluster: str = "lab",
+                       **report: Any) -> Registered:
+        agent = self.agents[hostname] = await self.run(
+            register(hostname, failing, cluster, **report))
         return agent
+
+    async def precheck(self, agent: Registered, report: dict[str, Any],
+                       expect: int = 200) -> Any:
+        return await self.run(precheck(agent, report, expect))
 
     async def machine(self, ref: str) -> dict[str, Any]:
         return await self.run(machine(ref))

@@ -1,4 +1,5 @@
-"""${dotted.name} rendering for file templates and exec arguments."""
+"""${dotted.name} rendering for file templates and exec arguments, and the names a text's
+placeholders refer to (what the coordinator checks a spec against)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodeagent.templates import TemplateError, render
+from nodeagent.templates import TemplateError, placeholders, render
 
 VALUES = {"cluster.name": "edge-1", "machine.ip": "10.0.0.5", "managers": "10.0.0.1,10.0.0.2"}
 
@@ -57,3 +58,30 @@ def test_escaping_every_dollar_renders_any_text_verbatim(text: str) -> None:
 @given(st.text().filter(lambda t: "$" not in t))
 def test_text_without_dollars_is_unchanged(text: str) -> None:
     assert render(text, {}) == text
+
+
+def test_placeholders_are_the_names_in_order_escapes_and_bare_dollars_aside() -> None:
+    text = "${a.b} $$ $${HOME} $HOME $1 ${c} ${a.b}"
+    assert placeholders(text) == ["a.b", "c", "a.b"]
+
+
+@pytest.mark.parametrize("text", ["${}", "a ${cluster name}", "${var:-default}", "${.x}"])
+def test_a_malformed_placeholder_is_named_as_render_names_it(text: str) -> None:
+    with pytest.raises(TemplateError) as listed:
+        placeholders(text)
+    with pytest.raises(TemplateError) as rendered:
+        render(text, VALUES)
+    assert str(listed.value) == str(rendered.value)
+
+
+@given(st.text(alphabet="${}ab.-_ 1"))
+def test_the_names_placeholders_finds_are_all_render_needs(text: str) -> None:
+    """What the coordinator checks before storing a spec is what the node fills in: a text
+    whose placeholders are all known renders; one that is malformed fails both ways."""
+    try:
+        names = placeholders(text)
+    except TemplateError:
+        with pytest.raises(TemplateError):
+            render(text, {})
+        return
+    render(text, dict.fromkeys(names, "v"))

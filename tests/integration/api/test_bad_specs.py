@@ -19,6 +19,8 @@ NAMED = {
     "empty-argv.json": "machineTypes.worker[0].action.argv",
     "empty.yaml": "machineTypes: required",
     "items-not-a-list.json": "machineTypes.worker",
+    "malformed-placeholder.yaml": "line 10: machineTypes.worker[0].action.template: malformed "
+                                  "placeholder '${machine ip}",
     "missing-name.yaml": "name: required",
     "negative-timeout.yaml": "machineTypes.worker[0].timeout",
     "not-a-mapping.yaml": "expected a mapping",
@@ -30,6 +32,10 @@ NAMED = {
     "unknown-action.yaml": "teleport",
     "unknown-key.yaml": "settigns: unknown field",
     "unknown-phase.yaml": "machineTypes.worker[0].phase",
+    "unknown-placeholder.yaml": "line 14: machineTypes.manager[2].action.argv[1]: unknown "
+                                "placeholder ${machine.hostnme}; did you mean ${machine.hostname}?",
+    "unknown-placeholder-in-env.json": "line 5: machineTypes.worker[0].action.env.CLUSTER: "
+                                       "unknown placeholder ${cluster}",
     "version-command-on-deploy.yaml": "machineTypes.manager[0]: versionCommand: only postdeploy",
     "worker-kubeconfig.yaml": "worker[0].kubeconfigFrom: only manager items",
     "zero-batch.yaml": "settings.workerBatchSize",
@@ -50,3 +56,13 @@ async def test_a_malformed_spec_is_refused_naming_the_problem(env: InProcessCoor
     assert NAMED[name] in rendered, rendered
     assert await env.call("GET", "/v1/clusters", 200) == before
     assert await env.call("GET", "/v1/events", 200) == history  # not even an audit line
+
+
+@pytest.mark.parametrize("name", sorted(n for n in NAMED if "placeholder" in n))
+async def test_the_upgrade_dry_run_refuses_a_spec_as_apply_does(env: InProcessCoordinator,
+                                                                 name: str) -> None:
+    """A spec the dry run passed would fail at apply, or worse, on the nodes."""
+    answer = await env.call("POST", "/v1/clusters/lab/upgrade-plan", 422,
+                            data=(CORPUS / name).read_bytes())
+    assert any(NAMED[name] in f"line {p['line']}: {p['path']}: {p['message']}"
+               for p in answer["problems"]), answer

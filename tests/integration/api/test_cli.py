@@ -1,5 +1,6 @@
 """The admin CLI as an operator runs it, against a real `coordinator serve` process: output
-formats, machine logs, event filters, the live status view in a terminal, shell completion."""
+formats, machine logs, event filters, the live status view in a terminal, shell completion, a
+spec refused naming its line."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import yaml
 
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.waiting import wait_until
+
+MISSPELT = Path(__file__).resolve().parents[2] / "data" / "bad-specs" / "unknown-placeholder.yaml"
 
 
 @pytest.fixture
@@ -85,6 +88,20 @@ def test_machine_logs_show_each_items_output_and_follow_new_reports(coordinator:
         follow.send_signal(signal.SIGINT)
         _, err = follow.communicate(timeout=10)
     assert follow.returncode == 0 and "Traceback" not in err
+
+
+def test_a_misspelt_placeholder_is_refused_by_apply_and_the_dry_run_naming_its_line(
+        coordinator: ServedCoordinator) -> None:
+    """Found by the coordinator, which knows every template value, not by a node failing the
+    item forever; nothing is stored."""
+    before = coordinator.cli_json("cluster", "get", "lab")
+    for command in (("upgrade", "plan", "lab", "-f"), ("cluster", "apply", "-f")):
+        result = coordinator.cli(*command, str(MISSPELT), ok=False)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result
+        assert ("\n  line 14: machineTypes.manager[2].action.argv[1]: unknown placeholder "
+                "${machine.hostnme}; did you mean ${machine.hostname}? (known: ${cluster.name}, "
+                in result.stderr), result.stderr
+    assert coordinator.cli_json("cluster", "get", "lab") == before
 
 
 def test_logs_of_an_unknown_machine_say_so(coordinator: ServedCoordinator) -> None:

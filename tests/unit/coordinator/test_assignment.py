@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coordinator.domain.assignment import AssignmentInputs, build_assignment, template_values
+from coordinator.domain.assignment import AssignmentInputs, build_assignment
 from coordinator.domain.model import ClusterSpec, DrainStage, MachineState
 from coordinator.domain.records import StoredCluster
+from coordinator.domain.templating import template_values
 from tests.support.builders import cluster, drained, items, machine, upgraded_cluster
 
 

@@ -1,0 +1,97 @@
+"""The values StateItem templates may name, defined once: what an assignment fills in
+(template_values) and what a new spec's placeholders are checked against before it is stored
+(template_problems). A misspelt ${machine.hostnme} is then refused by `cluster apply` and the
+upgrade dry run, naming its line, instead of failing forever on the node."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from coordinator.domain.model import ClusterSpec, Machine, MachineState, ordered
+from nodeagent.contract import ROLES
+from nodeagent.protocol import Location, StateItem
+from nodeagent.templates import TemplateError, placeholders
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What the values of one machine's assignment are computed from."""
+
+    spec: ClusterSpec
+    machine: Machine
+    managers: list[Machine]  # approved, not being deleted, in registration order
+    first: Machine | None  # the first deployed manager, else the first manager
+
+
+def _address(machine: Machine) -> str:
+    return machine.ip or machine.hostname
+
+
+# Every name a template may use, and how its value is made. The cluster's NTP and proxy
+# settings are among them, for items that configure chrony, containerd or the kubelet.
+VALUES: dict[str, Callable[[_Inputs], str]] = {
+    "cluster.name": lambda v: v.spec.name,
+    "cluster.release": lambda v: v.spec.release,
+    "machine.id": lambda v: v.machine.id,
+    "machine.hostname": lambda v: v.machine.hostname,
+    "machine.ip": lambda v: v.machine.ip or "",
+    "machine.role": lambda v: v.machine.role or "",
+    "managers": lambda v: ",".join(_address(m) for m in v.managers),
+    "managers.hostnames": lambda v: ",".join(m.hostname for m in v.managers),
+    "managers.first": lambda v: _address(v.first) if v.first else "",
+    "ntp.servers": lambda v: ",".join(v.spec.settings.ntp.servers),
+    "ntp.maxSkewSeconds": lambda v: f"{v.spec.settings.ntp.max_skew_seconds:g}",
+    "proxy.http": lambda v: v.spec.settings.proxy.http or "",
+    "proxy.https": lambda v: v.spec.settings.proxy.https or "",
+    "proxy.noProxy": lambda v: ",".join(v.spec.settings.proxy.no_proxy),
+}
+
+
+def template_values(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]) -> dict[str, str]:
+    """The value of every name in VALUES for machine, whose cluster's machines include peers
+    (the managers among them are what ${managers...} list)."""
+    managers = ordered(m for m in peers if m.role == "manager" and m.approved
+                       and m.state is not MachineState.DELETING)
+    deployed = [m for m in managers if m.state in
+                (MachineState.READY, MachineState.UPGRADE, MachineState.RECONFIGURE)]
+    inputs = _Inputs(spec, machine, managers, (deployed or managers or [None])[0])
+    return {name: value(inputs) for name, value in VALUES.items()}
+
+
+def template_problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
+    """Every placeholder in spec's items that no assignment fills in, or that is malformed,
+    with where it is in the spec: each text the agent substitutes in (see _templated)."""
+    problems: list[tuple[Location, str]] = []
+    for role in ROLES:
+        for index, item in enumerate(getattr(spec.machine_types, role)):
+            for location, text in _templated(item):
+                where = ("machineTypes", role, index, *location)
+                try:
+                    names = placeholders(text)
+                except TemplateError as exc:
+                    problems.append((where, str(exc)))
+                    continue
+                problems += [(where, _unknown(name)) for name in names if not _resolves(name)]
+    return problems
+
+
+def _templated(item: StateItem) -> list[tuple[Location, str]]:
+    """The item's action's templated texts, and its versionCommand: that runs as the argv of
+    the version check the coordinator derives from it (model.py), filled in like exec's."""
+    return [*((("action", *location), text) for location, text in item.action.templated()),
+            *((("versionCommand", index), arg)
+              for index, arg in enumerate(item.version_command or []))]
+
+
+def _resolves(name: str) -> bool:
+    """Whether an assignment fills name in: the one place that decides it."""
+    return name in VALUES
+
+
+def _unknown(name: str) -> str:
+    close = difflib.get_close_matches(name, VALUES, n=1)
+    hint = f"; did you mean ${{{close[0]}}}?" if close else ""
+    known = ", ".join(f"${{{known}}}" for known in VALUES)
+    return f"unknown placeholder ${{{name}}}{hint} (known: {known})"

@@ -1,0 +1,83 @@
+"""Approval through the API as the operator and the agents meet it: a machine whose prechecks
+pass only after a fix is auto-approved then, and a role's CPU and memory minimums are judged
+for the role it is approved as, from the values its node measured."""
+
+from __future__ import annotations
+
+from tests.support.builders import API_CLUSTER, precheck_report
+from tests.support.harness import InProcessCoordinator
+
+SMALL = {"cpus": 1, "memory": 1024 << 20}  # enough for a worker, not for a manager
+
+
+async def auto_approving(env: InProcessCoordinator, role: str) -> None:
+    await env.call("PUT", "/v1/clusters", 200, data=API_CLUSTER.replace(
+        "settings: {", f"settings: {{autoApprove: true, autoApproveRole: {role}, "))
+
+
+async def events(env: InProcessCoordinator, hostname: str) -> list[tuple[str, str]]:
+    return [(e["kind"], e["message"])
+            for e in await env.call("GET", f"/v1/events?machine={hostname}", 200)]
+
+
+async def test_a_machine_whose_prechecks_pass_later_is_auto_approved_then(
+        env: InProcessCoordinator) -> None:
+    await auto_approving(env, "worker")
+    w1 = await env.register("w1", failing=True)
+    assert not (await env.machine("w1"))["approved"]
+
+    # The operator fixes the node; its agent checks again and sends the new report.
+    await env.precheck(w1, precheck_report("w1"))
+    found = await env.machine("w1")
+    assert (found["approved"], found["role"], found["precheck_failures"]) == (True, "worker", [])
+    assert (await events(env, "w1"))[-2:] == [("precheck", "w1 prechecks now pass"),
+                                             ("approved", "w1 auto-approved as worker")]
+    await env.coordinator.reconciler.reconcile_once()
+    assert (await env.machine("w1"))["state"] == "Prepare"
+
+
+async def test_approving_as_a_manager_judges_a_managers_minimums_from_a_worker_report(
+        env: InProcessCoordinator) -> None:
+    await env.register("m1", **SMALL)  # its agent's config says worker: worker minimums passed
+    refused = await env.call("POST", "/v1/machines/m1/approve", 409, json={"role": "manager"})
+    assert refused["error"].startswith(
+        "m1 cannot run as a manager: hard prechecks failed: cpu: 1 CPU(s); a manager needs at "
+        "least 2; memory: 1024 MiB of memory; a manager needs at least 1700 MiB.")
+    assert "approve it as a worker instead" in refused["error"]
+    assert not (await env.machine("m1"))["approved"]
+
+    # Approved without a role, it cannot be given the manager's role either.
+    await env.call("POST", "/v1/machines/m1/approve", 200)
+    refused = await env.call("PUT", "/v1/machines/m1/role", 409, json={"role": "manager"})
+    assert refused["error"].startswith("m1 cannot run as a manager")
+    assert (await env.call("PUT", "/v1/machines/m1/role", 200, json={"role": "worker"}))["role"] \
+        == "worker"
+
+
+async def test_auto_approval_as_a_manager_leaves_a_small_host_pending_and_says_why(
+        env: InProcessCoordinator) -> None:
+    await auto_approving(env, "manager")
+    await env.register("m1", **SMALL)
+    await env.register("m2")
+    assert (await env.machine("m2"))["approved"]
+    small = await env.machine("m1")
+    assert not small["approved"]
+    assert small["precheck_failures"] == []  # as its node checked it, for a worker
+    (registered,) = await events(env, "m1")
+    assert registered[1].endswith("hard prechecks failed: cpu: 1 CPU(s); a manager needs at "
+                                  "least 2; memory: 1024 MiB of memory; a manager needs at "
+                                  "least 1700 MiB")
+
+
+async def test_a_report_without_measured_values_is_answered_not_a_server_error(
+        env: InProcessCoordinator) -> None:
+    report = precheck_report("m1")
+    for check in report["checks"]:
+        check["data"] = {}
+    m1 = await env.register("m1", failing=True)
+    await env.precheck(m1, report)
+    refused = await env.call("POST", "/v1/machines/m1/approve", 409, json={"role": "manager"})
+    assert "cpu: not measured (its report, checked for a worker, carries no 'cpus' value)" \
+        in refused["error"]
+    assert "set `role: manager` in its agent's config" in refused["error"]
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "worker"})

@@ -1,0 +1,160 @@
+"""Approval as a role, and auto-approval, without a store: the role's CPU and memory minimums
+are judged for the role a machine is approved as, from what its node measured, with the
+node's own definition of them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from coordinator.domain.approval import auto_approved, prechecked, refusal
+from coordinator.domain.errors import Conflict
+from coordinator.domain.fitness import fitness
+from coordinator.domain.model import ClusterSettings, Machine, MachineState
+from coordinator.domain.registration import Credential, registered
+from nodeagent.contract import ROLES, Role
+from nodeagent.minimums import MiB
+from nodeagent.prechecks.resources import evaluate_cpu, evaluate_memory
+from nodeagent.protocol import PrecheckReport, RegisterRequest, Status
+from tests.support.builders import FOREIGN_OS, machine, precheck_report
+
+SMALL = {"cpus": 1, "memory": 1024 * MiB}  # a worker's minimums, a manager's not
+AUTO_MANAGER = ClusterSettings(autoApprove=True, autoApproveRole="manager")
+AUTO_WORKER = ClusterSettings(autoApprove=True, autoApproveRole="worker")
+
+
+def pending(checked_as: Role = "worker", **report: Any) -> Machine:
+    """m1, Pending without a role, its last precheck report checked for checked_as."""
+    return replace(machine("m1", None, approved=False),
+                   precheck=precheck_report("m1", checked_as, **report))
+
+
+def test_a_worker_report_is_judged_against_a_managers_minimums_with_the_measured_values() -> None:
+    small = pending(**SMALL)
+    assert small.precheck_failures() == []  # as the node checked it: a worker
+    assert small.precheck_failures("manager") == [
+        "cpu: 1 CPU(s); a manager needs at least 2",
+        "memory: 1024 MiB of memory; a manager needs at least 1700 MiB"]
+
+
+def test_a_manager_report_short_of_a_managers_minimums_still_fits_a_worker() -> None:
+    small = pending("manager", **SMALL)
+    assert small.precheck_failures() == ["cpu: 1 CPU(s); a manager needs at least 2",
+                                         "memory: 1024 MiB of memory; a manager needs at least "
+                                         "1700 MiB"]
+    assert small.precheck_failures("worker") == []
+
+
+@pytest.mark.parametrize("checked_as", ROLES)
+@pytest.mark.parametrize("judged", ROLES)
+@pytest.mark.parametrize(("cpus", "mib"), [(1, 1024), (2, 1699), (1, 1700), (2, 1700), (0, 512)])
+def test_the_coordinator_and_the_node_agree_on_every_minimum(
+        checked_as: Role, judged: Role, cpus: int, mib: int) -> None:
+    """What the node would say checking `judged` itself is what the coordinator says of a
+    report checked for another role: one definition serves both."""
+    report = precheck_report("n1", checked_as, cpus=cpus, memory=mib * MiB)
+    short = fitness(report, judged).short
+    assert any(s.startswith("cpu:") for s in short) == \
+        (evaluate_cpu(cpus, judged).status is Status.FAIL)
+    assert any(s.startswith("memory:") for s in short) == \
+        (evaluate_memory(mib * MiB, judged).status is Status.FAIL)
+
+
+def test_a_minimum_the_node_was_told_to_ignore_is_ignored_for_every_role() -> None:
+    report = precheck_report("m1", "manager", **SMALL)
+    for check in report["checks"]:
+        if check["name"] == "cpu":
+            check.update(status="warn", ignored=True)
+    assert fitness(report, "manager").problems == [
+        "memory: 1024 MiB of memory; a manager needs at least 1700 MiB"]
+
+
+def test_a_report_without_measured_values_gets_an_answer_not_a_traceback() -> None:
+    report = precheck_report("m1", "worker")
+    for check in report["checks"]:
+        if check["name"] in ("cpu", "memory"):
+            check["data"] = {}  # e.g. an agent that does not report them
+    assert fitness(report, "worker").problems == []  # the node's own verdict for its role
+    assert fitness(report, "manager").unmeasured == (
+        "cpu: not measured (its report, checked for a worker, carries no 'cpus' value)",
+        "memory: not measured (its report, checked for a worker, carries no 'bytes' value)")
+    no_checks = {**report, "checks": [c for c in report["checks"]
+                                      if c["name"] not in ("cpu", "memory")]}
+    assert len(fitness(no_checks, "manager").unmeasured) == 2
+    assert fitness({}, "manager").problems == ["precheck report missing or invalid"]
+
+
+def test_the_refusal_names_the_machine_each_minimum_and_what_to_do() -> None:
+    text = refusal(pending(**SMALL), "manager")
+    assert text is not None
+    assert text.startswith("m1 cannot run as a manager: hard prechecks failed: "
+                           "cpu: 1 CPU(s); a manager needs at least 2; "
+                           "memory: 1024 MiB of memory; a manager needs at least 1700 MiB.")
+    assert "approve it as a worker instead" in text
+    assert "give the host what it lacks and restart its agent" in text
+    assert "`nodeagent precheck --role manager` on the host changes nothing" in text
+    assert refusal(pending(**SMALL), "worker") is None
+
+
+def test_the_refusal_of_an_unmeasured_minimum_says_how_to_have_it_measured() -> None:
+    report = precheck_report("m1", "worker")
+    report["checks"] = [c for c in report["checks"] if c["name"] != "cpu"]
+    text = refusal(replace(pending(), precheck=report), "manager")
+    assert text is not None and "cpu: not measured" in text
+    assert "set `role: manager` in its agent's config and restart the agent" in text
+    assert "changes nothing" not in text
+
+
+def test_other_failures_are_refused_as_before_without_advice_on_minimums() -> None:
+    text = refusal(pending(failing=FOREIGN_OS), None)
+    assert text == "m1 cannot be approved: hard prechecks failed: os: Plan 9 is not supported."
+
+
+def test_auto_approval_as_a_manager_waits_for_a_managers_minimums() -> None:
+    small = pending(**SMALL)
+    assert auto_approved(AUTO_MANAGER, small, 1.0) == (small, [])
+    approved, events = auto_approved(AUTO_WORKER, small, 1.0)
+    assert (approved.approved, approved.role) == (True, "worker")
+    assert [(e.kind, e.message, e.data) for e in events] == [
+        ("approved", "m1 auto-approved as worker", {"role": "worker"})]
+
+
+def request(hostname: str, **report: Any) -> RegisterRequest:
+    return RegisterRequest(join_token="t", hostname=hostname, ip="10.0.0.9",
+                           precheck=PrecheckReport.model_validate(precheck_report(hostname, **report)))
+
+
+def test_a_registration_not_auto_approved_as_a_manager_says_why() -> None:
+    m1, events = registered("edge", AUTO_MANAGER, None, request("m1", **SMALL),
+                            Credential("hash", None), "id-1", 5.0)
+    assert not m1.approved
+    assert [e.kind for e in events] == ["registered"]
+    assert events[0].message.endswith("; hard prechecks failed: cpu: 1 CPU(s); a manager needs "
+                                      "at least 2; memory: 1024 MiB of memory; a manager needs "
+                                      "at least 1700 MiB")
+
+
+def test_prechecks_that_pass_later_auto_approve_the_machine_as_registration_would() -> None:
+    failing = pending(failing=FOREIGN_OS)
+    report = PrecheckReport.model_validate(precheck_report("m1"))
+    now_passing, events = prechecked(AUTO_WORKER, failing, report, 7.0)
+    assert (now_passing.approved, now_passing.role) == (True, "worker")
+    assert now_passing.generation == failing.generation + 1
+    assert [(e.kind, e.message) for e in events] == [
+        ("precheck", "m1 prechecks now pass"), ("approved", "m1 auto-approved as worker")]
+
+    by_hand, events = prechecked(ClusterSettings(), failing, report, 7.0)
+    assert not by_hand.approved and [e.kind for e in events] == ["precheck"]
+
+    still_small, events = prechecked(AUTO_MANAGER, failing, PrecheckReport.model_validate(
+        precheck_report("m1", **SMALL)), 7.0)
+    assert not still_small.approved
+    assert events[0].message.startswith("m1 prechecks still fail: cpu: 1 CPU(s)")
+
+
+def test_a_machine_past_pending_takes_no_precheck_report() -> None:
+    ready = machine("m1", "worker", state=MachineState.READY)
+    with pytest.raises(Conflict, match="m1 is Ready: prechecks only matter before approval"):
+        prechecked(AUTO_WORKER, ready, PrecheckReport.model_validate(precheck_report("m1")), 1.0)

@@ -1,0 +1,93 @@
+"""A spec's placeholders checked against the values an assignment fills in, without a store:
+every text the agent substitutes in, each problem where the operator wrote it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from coordinator.domain.model import ClusterSpec
+from coordinator.domain.specs import load_spec
+from coordinator.domain.templating import template_problems, template_values
+from nodeagent.validation import InvalidDocument
+from tests.support.builders import cluster, machine
+
+
+def spec_with(action: dict[str, Any], **fields: Any) -> ClusterSpec:
+    return ClusterSpec.model_validate({"name": "edge", "release": "1", "machineTypes": {
+        "manager": [{"name": "x", "phase": "postdeploy", "action": action, **fields}]}})
+
+
+def test_every_value_an_assignment_fills_in_may_be_named_and_nothing_else() -> None:
+    names = template_values(cluster(), machine("w1"), [])
+    every = " ".join(f"${{{name}}}" for name in names)
+    assert template_problems(spec_with({"type": "exec", "argv": ["echo", every]})) == []
+    assert template_problems(spec_with({"type": "exec", "argv": ["${machine.hostnme}"]})) != []
+
+
+@pytest.mark.parametrize(("action", "fields", "where"), [
+    ({"type": "exec", "argv": ["echo", "${nope}"]}, {}, ("action", "argv", 1)),
+    ({"type": "exec", "argv": ["env"], "env": {"NODE": "${nope}"}}, {}, ("action", "env", "NODE")),
+    ({"type": "exec", "argv": ["ls"], "cwd": "/srv/${nope}"}, {}, ("action", "cwd")),
+    ({"type": "file", "path": "/etc/a", "template": "a\n${nope}\n"}, {}, ("action", "template")),
+    ({"type": "version", "argv": ["${nope}"], "expect": "1"}, {}, ("action", "argv", 0)),
+    ({"type": "exec", "argv": ["true"]}, {"versionCommand": ["v", "${nope}"]}, ("versionCommand", 1)),
+])
+def test_each_text_the_agent_substitutes_in_is_checked_where_it_is(
+        action: dict[str, Any], fields: dict[str, Any], where: tuple[Any, ...]) -> None:
+    ((location, message),) = template_problems(spec_with(action, **fields))
+    assert location == ("machineTypes", "manager", 0, *where)
+    assert message.startswith("unknown placeholder ${nope} (known: ${cluster.name}, ")
+
+
+def test_texts_the_agent_writes_as_they_are_are_not_checked() -> None:
+    assert template_problems(spec_with({"type": "file", "path": "/etc/${a}", "content": "${b}"})) == []
+    assert template_problems(spec_with({"type": "download", "url": "https://x/${a}", "path": "/a",
+                                        "sha256": "0" * 64})) == []
+
+
+def test_escapes_and_the_shells_own_dollars_are_not_placeholders() -> None:
+    argv = ["sh", "-c", 'echo $$ $${HOME} $HOME $1 "$@" $!']
+    assert template_problems(spec_with({"type": "exec", "argv": argv})) == []
+
+
+def test_a_malformed_placeholder_is_refused_quoting_it() -> None:
+    ((_, message),) = template_problems(spec_with({"type": "exec", "argv": ["${machine ip}"]}))
+    assert message == ("malformed placeholder '${machine ip}': use ${dotted.name}, or $${...} "
+                       "for a literal")
+
+
+def test_a_near_miss_is_named_with_the_name_meant() -> None:
+    ((_, message),) = template_problems(spec_with({"type": "exec",
+                                                   "argv": ["x", "${machine.hostnme}"]}))
+    assert message.startswith("unknown placeholder ${machine.hostnme}; did you mean "
+                              "${machine.hostname}? (known: ")
+
+
+SPEC = """\
+name: lab
+release: "1.0"
+machineTypes:
+  worker:
+    - name: hostname
+      phase: prepare
+      action:
+        type: exec
+        argv:
+          - hostnamectl
+          - ${machine.hostnme}
+        env: {CLUSTER: "${cluster.name}", PROXY: "${proxy.https}", BAD: "${ntp.server}"}
+"""
+
+
+def test_a_spec_from_the_operator_is_refused_naming_each_line_path_and_name() -> None:
+    with pytest.raises(InvalidDocument) as refused:
+        load_spec(SPEC)
+    assert [problem.render().split(" (known:")[0] for problem in refused.value.problems] == [
+        "line 11: machineTypes.worker[0].action.argv[1]: unknown placeholder "
+        "${machine.hostnme}; did you mean ${machine.hostname}?",
+        "line 12: machineTypes.worker[0].action.env.BAD: unknown placeholder ${ntp.server}; "
+        "did you mean ${ntp.servers}?"]
+    fixed = SPEC.replace("hostnme", "hostname").replace("ntp.server}", "ntp.servers}")
+    assert load_spec(fixed).name == "lab"

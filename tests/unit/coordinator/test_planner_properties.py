@@ -80,6 +80,10 @@ class World:
         if not self.view.update(machines, removed):
             event("manager change: the view is loaded again")
             self.reload()
+        # As the reconciler does: the stand-in became active (or went), another inert Ready
+        # worker is loaded to stand in for the rest.
+        if (stand_in := self.view.missing_stand_in()) is not None:
+            self.view.update([m for m in self.machines if m.id == stand_in])
 
     def rehash(self) -> None:
         # Hashed once per spec: recomputing fingerprints per event would dominate the run time.

@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from coordinator.domain.catalog import catalog
 from coordinator.domain.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, Role, phase_items
 from coordinator.domain.planner import DEPLOYED_STATES, post_deploy_host
-from coordinator.domain.steps import History, catalog, failure, machine_step
+from coordinator.domain.steps import History, failure, machine_step
 from nodeagent.contract import Phase
 
 StageState = Literal["waiting", "in-progress", "failing", "done"]

@@ -12,9 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from coordinator.domain.catalog import catalog
+from coordinator.domain.catalog import Entry, catalog
 from coordinator.domain.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState
 from coordinator.domain.records import Event
+from coordinator.domain.releases import upgrade_run
 from nodeagent.contract import Phase
 
 StepStatus = Literal["running", "failed", "waiting", "done"]
@@ -57,10 +58,20 @@ class History:
         return found
 
 
+def phase_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
+    """The items of the machine's current phase, as the status counts them: in Upgrade, what
+    its upgrade runs (new or changed prepare and deploy items too)."""
+    phase = PHASE_OF_STATE.get(machine.state)
+    if phase is None or machine.role is None:
+        return []
+    if machine.state is MachineState.UPGRADE:
+        return upgrade_run(spec, machine)
+    return catalog(spec).items(machine.role, phase)
+
+
 def machine_step(spec: ClusterSpec | None, machine: Machine, now: float) -> Step:
     phase = PHASE_OF_STATE.get(machine.state) if machine.role else None
-    items = (catalog(spec).items(machine.role, phase)
-             if spec is not None and phase and machine.role else [])
+    items = phase_run(spec, machine) if spec is not None else []
     names = [item.name for item, _ in items]
     pending = [item.name for item, fingerprint in items if fingerprint not in machine.applied]
     progress = machine.progress

@@ -115,9 +115,11 @@ def upgrade_plan_lines(plan: dict[str, Any]) -> list[str]:
 
 
 def item_header(event: dict[str, Any]) -> str:
-    """The line above an item report's output: when, where, which attempt, how it ended."""
+    """The line above an item report's output: when, where, which attempt, how it ended, and
+    whether an upgrade ran it (a prepare or deploy item that changed)."""
     data = event["data"]
-    head = (f"── {clock(event['time'])} {event['hostname']} {data['phase']}/{data['item']} "
+    rerun = " (in the upgrade)" if data.get("state") == "Upgrade" and data["phase"] != "upgrade" else ""
+    head = (f"── {clock(event['time'])} {event['hostname']} {data['phase']}/{data['item']}{rerun} "
             f"attempt {data['attempt']} {data['status']}")
     if data["status"] != "running":
         exit_code = "" if data.get("exit_code") is None else f"exit {data['exit_code']}, "

@@ -1,4 +1,5 @@
-"""Small pure pieces of the operator tools: --since, durations, machine gauges, history wakes."""
+"""Small pure pieces of the operator tools: --since, durations, log headers, machine gauges,
+history wakes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import click
 import pytest
 
 from coordinator.cli.events import parse_since
-from coordinator.cli.render import duration
+from coordinator.cli.render import duration, item_header
 from coordinator.domain.records import MachineCount
 from coordinator.metrics import Metrics
 from coordinator.service.notifier import Notifier
@@ -36,6 +37,17 @@ def test_since_names_the_option_and_the_forms_it_takes() -> None:
                                                 (65, "1m05s"), (7260, "2h01m")])
 def test_durations_are_short(seconds: float | None, text: str) -> None:
     assert duration(seconds) == text
+
+
+@pytest.mark.parametrize(("phase", "state", "label"), [
+    ("deploy", "Deploy", "deploy/join"), ("deploy", "Upgrade", "deploy/join (in the upgrade)"),
+    ("upgrade", "Upgrade", "upgrade/join")])
+def test_a_log_header_says_when_an_upgrade_ran_a_changed_item(phase: str, state: str,
+                                                              label: str) -> None:
+    event = {"time": NOW, "hostname": "w1", "data": {
+        "item": "join", "phase": phase, "state": state, "status": "succeeded", "attempt": 1,
+        "exit_code": 0, "duration": 2.0}}
+    assert item_header(event).split(" ", 3)[3] == f"{label} attempt 1 succeeded (exit 0, 2s)"
 
 
 def test_machine_gauges_list_every_state_per_cluster_with_zeros() -> None:

@@ -38,6 +38,7 @@ from coordinator.domain.model import (
 )
 from coordinator.domain.releases import at_release, baseline, names, to_run
 from nodeagent.contract import Phase
+from nodeagent.protocol import StateItem
 
 S = MachineState
 
@@ -235,15 +236,25 @@ def node_action(spec: ClusterSpec, machine: Machine) -> NodeAction | None:
 
 
 @dataclass(frozen=True)
+class MachineUpgrade:
+    """One machine's part in an upgrade: the items it runs, in order."""
+
+    machine: Machine
+    items: tuple[StateItem, ...]
+    waiting: str = ""  # why the plan cannot reach it; "" when it can
+
+
+@dataclass(frozen=True)
 class UpgradePlan:
-    steps: list[list[Machine]]  # machines entering Upgrade together, in order
-    waiting: list[tuple[Machine, str]]  # outdated machines the plan cannot reach, and why
+    steps: list[list[MachineUpgrade]]  # machines entering Upgrade together, in order
+    waiting: list[MachineUpgrade]  # due machines the plan cannot reach
+    nothing_to_run: list[Machine]  # Ready at another release: recorded at spec's as they are
 
 
 def upgrade_plan(spec: ClusterSpec, machines: Sequence[Machine]) -> UpgradePlan:
-    """The order and batches an upgrade to spec will take if every step succeeds: the planner
-    itself run on a simulated fleet where each admitted machine finishes at once. Pausing is
-    ignored (the plan shows what resuming would do)."""
+    """The order and batches an upgrade to spec will take if every step succeeds, and what
+    each machine runs: the planner itself run on a simulated fleet where each admitted
+    machine finishes at once. Pausing is ignored (the plan shows what resuming would do)."""
     spec = spec.model_copy(update={"settings": spec.settings.model_copy(
         update={"upgrade": spec.settings.upgrade.model_copy(update={"paused": False})})})
     current = list(machines)
@@ -254,10 +265,16 @@ def upgrade_plan(spec: ClusterSpec, machines: Sequence[Machine]) -> UpgradePlan:
         admitted = {d.machine_id for d in decisions if d.to_state is S.UPGRADE}
         if not admitted:
             break
-        steps.append([m for m in ordered(current) if m.id in admitted])
-    waiting = [(m, "not responding" if not m.responding else "blocked by an earlier step")
+        steps.append([_part(spec, m) for m in ordered(current) if m.id in admitted])
+    waiting = [_part(spec, m, "not responding" if not m.responding else "blocked by an earlier step")
                for m in ordered(current) if awaiting_upgrade(spec, m)]
-    return UpgradePlan(steps, waiting)
+    unchanged = [m for m in ordered(machines) if m.state is S.READY
+                 and m.release != spec.release and not behind(spec, m)]
+    return UpgradePlan(steps, waiting, unchanged)
+
+
+def _part(spec: ClusterSpec, machine: Machine, waiting: str = "") -> MachineUpgrade:
+    return MachineUpgrade(machine, tuple(i for i, _ in to_run(spec, machine)), waiting)
 
 
 def _finish(spec: ClusterSpec, machine: Machine, managers: tuple[str, ...]) -> Machine:

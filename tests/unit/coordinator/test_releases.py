@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from coordinator.domain.assignment import AssignmentInputs, build_assignment
 from coordinator.domain.model import ClusterSpec, DrainStage, Machine, MachineState, Role
-from coordinator.domain.planner import plan, plan_to_fixpoint
+from coordinator.domain.planner import plan, plan_to_fixpoint, upgrade_plan
 from coordinator.domain.records import StoredCluster
 from coordinator.domain.reports import fold_report, reportable_items
 from coordinator.domain.steps import machine_step
@@ -101,6 +101,13 @@ def test_a_ready_machine_runs_its_changed_deploy_item_then_the_upgrade_items() -
     journal: Journal = {}
     machines = fleet_at_1_5(journal)
     v16 = spec_at("1.6.0", ["1.5.0", "1.6.0"], join="2")
+    planned = upgrade_plan(v16, machines)
+    assert [(u.machine.hostname, [f"{i.phase}/{i.name}" for i in u.items])
+            for step in planned.steps for u in step] == [
+        ("m1", ["upgrade/upgrade-manager-1.6.0"]),
+        ("w1", ["deploy/join", "upgrade/upgrade-worker-1.6.0"]),
+        ("w2", ["deploy/join", "upgrade/upgrade-worker-1.6.0"])]
+
     machines = converge(v16, machines, journal)
     for hostname, before in (("w1", 3), ("w2", 2)):
         assert ran(journal, hostname)[before:] == ["deploy/join", "upgrade/upgrade-worker-1.6.0"]
@@ -112,6 +119,10 @@ def test_a_release_with_nothing_for_a_role_records_its_machines_at_it_without_an
     journal: Journal = {}
     machines = fleet_at_1_5(journal)
     v16 = spec_at("1.6.0", ["1.5.0"], manager_upgrades=["1.5.0", "1.6.0"])
+    planned = upgrade_plan(v16, machines)
+    assert [[u.machine.hostname for u in step] for step in planned.steps] == [["m1"]]
+    assert [m.hostname for m in planned.nothing_to_run] == ["w1", "w2"]
+
     decisions = plan(v16, machines)
     assert [(d.hostname, d.to_state, d.reason) for d in decisions if d.machine_id != "id-m1"] == [
         (w, READY, "release 1.6.0 has nothing for it to run: at 1.6.0") for w in ("w1", "w2")]

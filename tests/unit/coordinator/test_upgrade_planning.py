@@ -175,9 +175,9 @@ def test_upgrade_plan_lists_the_exact_steps_the_rollout_takes() -> None:
     machines = fleet(managers=3, workers=5)
     machines[-1] = replace(machines[-1], responding=False)
     result = upgrade_plan(spec, machines)
-    assert [[m.hostname for m in step] for step in result.steps] == [
+    assert [[u.machine.hostname for u in step] for step in result.steps] == [
         ["m1"], ["m2"], ["m3"], ["w1", "w2"], ["w3", "w4"]]
-    assert [(m.hostname, why) for m, why in result.waiting] == [("w5", "not responding")]
+    assert [(u.machine.hostname, u.waiting) for u in result.waiting] == [("w5", "not responding")]
     paused = upgraded_cluster(cluster(batch=2), paused=True)
     assert upgrade_plan(paused, machines).steps == result.steps
     assert plan(paused, machines) == []

@@ -341,7 +341,7 @@ def _recorded_at_release(spec: ClusterSpec, machine: Machine) -> Decision | None
         return None
     reason = (f"release {spec.release} has nothing for it to run" if machine.release != spec.release
               else f"the upgrade items added at release {spec.release} are for earlier releases")
-    return replace(_decide(machine, S.READY, f"{reason}: at {spec.release}"),
+    return replace(_decide(machine, S.READY, f"{reason}: recorded at {spec.release}"),
                    release=spec.release, baseline=baseline(spec, machine.role))
 
 

@@ -386,7 +386,7 @@ async def test_the_upgrade_plan_lists_the_items_each_machine_runs_and_the_upgrad
     assert [e["message"] for e in states if e["data"]["to"] == "Upgrade"] == [
         f"{w} Ready -> Upgrade: worker upgrades (1 of 1 worker slots): runs deploy/join, "
         "upgrade/kubelet-worker" for w in ("w1", "w2")]
-    assert "m1 Ready -> Ready: release 2.0 has nothing for it to run: at 2.0" in [
+    assert "m1 Ready -> Ready: release 2.0 has nothing for it to run: recorded at 2.0" in [
         e["message"] for e in states]
     logs = await cli(env, "machines", "logs", "w1")
     assert "w1 deploy/join (in the upgrade) attempt 1 succeeded" in logs

@@ -125,7 +125,7 @@ def test_a_release_with_nothing_for_a_role_records_its_machines_at_it_without_an
 
     decisions = plan(v16, machines)
     assert [(d.hostname, d.to_state, d.reason) for d in decisions if d.machine_id != "id-m1"] == [
-        (w, READY, "release 1.6.0 has nothing for it to run: at 1.6.0") for w in ("w1", "w2")]
+        (w, READY, "release 1.6.0 has nothing for it to run: recorded at 1.6.0") for w in ("w1", "w2")]
     machines = converge(v16, machines, journal)
     assert {m.hostname: m.release for m in machines} == {"m1": "1.6.0", "w1": "1.6.0", "w2": "1.6.0"}
     assert len(ran(journal, "w1")) == 3 and len(ran(journal, "w2")) == 2, "a worker ran something"

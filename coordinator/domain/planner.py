@@ -268,12 +268,14 @@ def upgrade_plan(spec: ClusterSpec, machines: Sequence[Machine]) -> UpgradePlan:
         steps.append([_part(spec, m) for m in ordered(current) if m.id in admitted])
     waiting = [_part(spec, m, "not responding" if not m.responding else "blocked by an earlier step")
                for m in ordered(current) if awaiting_upgrade(spec, m)]
-    unchanged = [m for m in ordered(machines) if m.state is S.READY
-                 and m.release != spec.release and not behind(spec, m)]
-    return UpgradePlan(steps, waiting, unchanged)
+    nothing_to_run = [m for m in ordered(machines) if m.state is S.READY
+                      and m.release != spec.release and not behind(spec, m)]
+    return UpgradePlan(steps, waiting, nothing_to_run)
 
 
 def _part(spec: ClusterSpec, machine: Machine, waiting: str = "") -> MachineUpgrade:
+    """The machine's part in the plan: what its upgrade has yet to run (all of it, as the
+    plan takes it when it is admitted)."""
     return MachineUpgrade(machine, tuple(i for i, _ in to_run(spec, machine)), waiting)
 
 

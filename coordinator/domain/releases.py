@@ -9,10 +9,11 @@ docs/coordinator.md (Upgrades) tells the rules as an operator sees them.
 from __future__ import annotations
 
 from coordinator.domain.catalog import Entry, catalog
-from coordinator.domain.model import ClusterSpec, Machine, MachineState, Role
+from coordinator.domain.model import ClusterSpec, Machine, Role
+from nodeagent.contract import Phase
 
 # The phases whose items an upgrade runs again when they change, in the order it runs them.
-_RERUN = ("prepare", "deploy")
+_RERUN: tuple[Phase, ...] = ("prepare", "deploy")
 
 
 def upgrade_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
@@ -23,7 +24,7 @@ def upgrade_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
     status, which counts them."""
     if machine.role is None:
         return []
-    phases = (*_RERUN, "upgrade") if machine.release != spec.release else _RERUN
+    phases: tuple[Phase, ...] = (*_RERUN, "upgrade") if machine.release != spec.release else _RERUN
     book = catalog(spec)
     return [(item, fingerprint) for phase in phases
             for item, fingerprint in book.items(machine.role, phase)
@@ -33,11 +34,6 @@ def upgrade_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
 def to_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
     """What the machine's upgrade has yet to apply: nothing when it is up to date."""
     return [(i, f) for i, f in upgrade_run(spec, machine) if f not in machine.applied]
-
-
-def due(spec: ClusterSpec, machine: Machine) -> bool:
-    """A Ready machine with something to run: it waits for an upgrade slot."""
-    return machine.state is MachineState.READY and bool(to_run(spec, machine))
 
 
 def baseline(spec: ClusterSpec, role: Role) -> frozenset[str]:

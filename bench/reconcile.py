@@ -30,6 +30,7 @@ from tests.support.harness import in_process_coordinator
 
 BOTH = (item("base", "prepare"), item("join", "deploy"))
 SPEC = cluster(BOTH, BOTH, name="bench", release="1")
+APPLIED = frozenset(i.fingerprint() for i in BOTH)  # a Ready machine applied its role's items
 ROUNDS = 5
 
 
@@ -40,8 +41,9 @@ async def seed(store: Store, fleet: int, pending: int, now: float) -> list[str]:
     for start in range(0, fleet + pending, 500):
         batch = []
         for i in range(start, min(start + 500, fleet + pending)):
-            machine = replace(fleet_machine(i), last_seen=now, created_at=float(i),
-                              release=SPEC.release, role="manager" if i < 3 else "worker")
+            ready = fleet_machine(i)
+            machine = replace(ready, last_seen=now, created_at=float(i), release=SPEC.release,
+                              applied=ready.applied | APPLIED, role="manager" if i < 3 else "worker")
             if i >= fleet:
                 machine = replace(machine, state=MachineState.PENDING, approved=False,
                                   role=None, applied=frozenset())

@@ -323,7 +323,8 @@ class Assignment(_Wire):
     phase: Phase | None = Field(description="the phase whose items to run; None: nothing to do")
     items: list[StateItem] = Field(default_factory=list)
     applied: list[str] = Field(
-        default_factory=list, description="fingerprints the coordinator knows are applied"
+        default_factory=list, description="fingerprints the coordinator counts as applied: "
+        "those reported, and the upgrade items of the release the machine is at (its baseline)"
     )
     values: dict[str, str] = Field(
         default_factory=dict, description="template values: cluster.name, machine.ip, ..."

@@ -73,11 +73,13 @@ ROUTES: tuple[Route, ...] = (
     Route("PUT", "/v1/machines/{ref}/role", admin.set_role, "Set a Pending machine's role",
           "admin", body=RoleBody),
     Route("GET", "/v1/clusters/{name}/upgrade-plan", admin.upgrade_plan,
-          "Dry run: the order and batches of the upgrade the stored spec would take", "admin"),
+          "Dry run: the order and batches of the upgrade the stored spec would take, and the "
+          "items each machine runs", "admin"),
     Route("POST", "/v1/clusters/{name}/upgrade-plan", admin.upgrade_plan,
           "Dry run of a new spec (the body, YAML or JSON; none: the stored spec): the order and "
-          "batches of the upgrade its apply would start; changes nothing, so read-only tokens "
-          "may send it", "admin", body=ClusterSpec, body_optional=True, dry_run=True),
+          "batches of the upgrade its apply would start, and the items each machine runs; "
+          "changes nothing, so read-only tokens may send it", "admin", body=ClusterSpec,
+          body_optional=True, dry_run=True),
     Route("POST", "/v1/clusters/{name}/upgrade/{verb}", admin.pause,
           "verb pause: no machine starts upgrading (running ones finish); verb resume", "admin"),
     Route("POST", "/v1/machines/{ref}/drain/{action}", admin.drain_action,

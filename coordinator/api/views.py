@@ -6,7 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from coordinator.domain.model import ClusterSpec, Machine
-from coordinator.domain.planner import UpgradePlan
+from coordinator.domain.planner import MachineUpgrade, UpgradePlan
 from coordinator.domain.records import AdminToken, Event, JoinToken, StoredCluster
 from coordinator.domain.status import machine_step
 from coordinator.service.queries import ClusterStatus
@@ -89,11 +89,21 @@ def upgrade_plan_view(spec: ClusterSpec, plan: UpgradePlan) -> dict[str, Any]:
         "cluster": spec.name,
         "release": spec.release,
         "paused": spec.settings.upgrade.paused,
-        "steps": [[{"hostname": m.hostname, "role": m.role, "from": m.release} for m in step]
-                  for step in plan.steps],
-        "waiting": [{"hostname": m.hostname, "role": m.role, "reason": why}
-                    for m, why in plan.waiting],
+        "steps": [[_machine_upgrade_view(u) for u in step] for step in plan.steps],
+        "waiting": [{**_machine_upgrade_view(u), "reason": u.waiting} for u in plan.waiting],
+        "nothing_to_run": [_planned_machine_view(m) for m in plan.nothing_to_run],
     }
+
+
+def _planned_machine_view(machine: Machine) -> dict[str, Any]:
+    return {"hostname": machine.hostname, "role": machine.role, "from": machine.release}
+
+
+def _machine_upgrade_view(upgrade: MachineUpgrade) -> dict[str, Any]:
+    """A machine in the upgrade plan, with the items it runs in order."""
+    return {**_planned_machine_view(upgrade.machine),
+            "items": [{"name": i.name, "phase": i.phase, "version": i.version}
+                      for i in upgrade.items]}
 
 
 def join_token_view(token: JoinToken) -> dict[str, Any]:

@@ -103,21 +103,37 @@ def admin_tokens_lines(tokens: list[dict[str, Any]]) -> list[str]:
 
 
 def upgrade_plan_lines(plan: dict[str, Any]) -> list[str]:
+    """The dry run as text: each step's machines, one a line, with the items each runs."""
     note = " (paused: resume to start)" if plan["paused"] else ""
     lines = [f"upgrade of {plan['cluster']} to release {plan['release']}{note}"]
     if not plan["steps"] and not plan["waiting"]:
         lines.append("nothing to upgrade")
     for number, step in enumerate(plan["steps"], 1):
-        hosts = ", ".join(f"{m['hostname']} ({m['role']}, from {m['from'] or '-'})" for m in step)
-        lines.append(f"step {number}: {hosts}")
-    lines += [f"not reached: {m['hostname']} ({m['role']}): {m['reason']}" for m in plan["waiting"]]
+        label = f"step {number}: "
+        lines += [f"{label if index == 0 else ' ' * len(label)}{_planned(m)} runs {_items(m)}"
+                  for index, m in enumerate(step)]
+    lines += [f"not reached: {_planned(m)}: {m['reason']}; would run {_items(m)}"
+              for m in plan["waiting"]]
+    if plan["nothing_to_run"]:
+        lines.append(f"nothing to run, recorded at {plan['release']}: "
+                     + ", ".join(_planned(m) for m in plan["nothing_to_run"]))
     return lines
 
 
+def _planned(machine: dict[str, Any]) -> str:
+    return f"{machine['hostname']} ({machine['role']}, from {machine['from'] or '-'})"
+
+
+def _items(machine: dict[str, Any]) -> str:
+    return ", ".join(f"{i['phase']}/{i['name']}" for i in machine["items"])
+
+
 def item_header(event: dict[str, Any]) -> str:
-    """The line above an item report's output: when, where, which attempt, how it ended."""
+    """The line above an item report's output: when, where, which attempt, how it ended, and
+    whether an upgrade ran it (a prepare or deploy item that changed)."""
     data = event["data"]
-    head = (f"── {clock(event['time'])} {event['hostname']} {data['phase']}/{data['item']} "
+    rerun = " (in the upgrade)" if data.get("state") == "Upgrade" and data["phase"] != "upgrade" else ""
+    head = (f"── {clock(event['time'])} {event['hostname']} {data['phase']}/{data['item']}{rerun} "
             f"attempt {data['attempt']} {data['status']}")
     if data["status"] != "running":
         exit_code = "" if data.get("exit_code") is None else f"exit {data['exit_code']}, "

@@ -23,7 +23,8 @@ def upgrade() -> None:
 @output_option
 @click.pass_context
 def upgrade_plan(ctx: click.Context, cluster_name: str, path: Any, output: str) -> None:
-    """Show the order and batches the upgrade will take, before anything runs."""
+    """Show the order and batches the upgrade will take, and the items each machine runs,
+    before anything runs."""
     where = f"/v1/clusters/{cluster_name}/upgrade-plan"
     data = (call(ctx, "POST", where, text=path.read(), content_type="application/yaml") if path
             else call(ctx, "GET", where))

@@ -16,6 +16,7 @@ from coordinator.domain.model import (
     upgrade_items_may_run,
 )
 from coordinator.domain.records import StoredCluster
+from coordinator.domain.releases import upgrade_run
 from coordinator.domain.templating import template_values
 from nodeagent.contract import Phase
 from nodeagent.protocol import Assignment
@@ -51,8 +52,11 @@ def build_assignment(inputs: AssignmentInputs, post_deploy_host: str | None) -> 
     run the post-deploy step (None: none is)."""
     spec, machine, peers = inputs.stored.spec, inputs.machine, inputs.peers
     phase = assigned_phase(spec, machine, post_deploy_host)
-    items = (phase_items(spec, machine.role, phase, deployed_managers(peers))
-             if machine.role and phase else [])
+    if phase == "upgrade":  # what changed since it last ran, not only upgrade items
+        items = [item for item, _ in upgrade_run(spec, machine)]
+    else:
+        items = (phase_items(spec, machine.role, phase, deployed_managers(peers))
+                 if machine.role and phase else [])
     return Assignment(
         machine_id=machine.id,
         generation=machine.generation,

@@ -195,7 +195,10 @@ class Machine:
     approved: bool = False
     facts: dict[str, Any] = field(default_factory=dict)
     precheck: dict[str, Any] = field(default_factory=dict)
-    applied: frozenset[str] = frozenset()  # fingerprints of items known to be applied
+    # Fingerprints of the items whose effect the machine has: those its agent applied, and the
+    # upgrade items of the release it deployed or upgraded at (its baseline, never run: they
+    # lead where it already is; see releases.py).
+    applied: frozenset[str] = frozenset()
     progress: ItemProgress | None = None
     created_at: float = 0.0
     state_since: float = 0.0
@@ -204,15 +207,18 @@ class Machine:
     credential_hash: str = ""  # "" when revoked: matches no credential
     credential_expires_at: float | None = None
     responding: bool = True  # false once heartbeats stopped; the state is left as it was
-    release: str = ""  # the release whose deploy or upgrade items it last completed
+    release: str = ""  # the release it last deployed or upgraded at, or had nothing to run at
     managers: tuple[str, ...] = ()  # the deployed managers its deploy/reconfigure items last saw
     drain: DrainStatus | None = None  # only in Upgrade
+    # Only in Upgrade: the fingerprints it was admitted to run, which stay in its upgrade's
+    # list once applied (releases.upgrade_run).
+    upgrading: frozenset[str] = frozenset()
     # What an item's kubeconfigFrom reported (managers only): never shown, logged or in events.
     kubeconfig: str = field(default="", repr=False)
 
     def with_state(self, state: MachineState, now: float) -> Machine:
         return replace(self, state=state, state_since=now, progress=None, drain=None,
-                       generation=self.generation + 1)
+                       upgrading=frozenset(), generation=self.generation + 1)
 
     def precheck_failures(self, role: Role | None = None) -> list[str]:
         """`check: why` of each hard check that stops the machine from running as role (by

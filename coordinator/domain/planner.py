@@ -1,13 +1,14 @@
 """The planner: pure functions from (cluster spec, machines) to state transitions, and to the
 machines those transitions lead to. Pure: no I/O, no clock (`enact` is given `now`), nothing
-kept between calls, and the machines given are never changed (they are frozen; new ones are
-returned).
+kept between calls but catalog.py's fingerprints (which change no answer), and the machines
+given are never changed (they are frozen; new ones are returned).
 
 The ordering invariants of the design live here and nowhere else: prepare in parallel; the
 first manager deploys alone, the other managers one at a time, workers in batches only once a
 manager is deployed; upgrades take managers one at a time, then workers in batches (bounded
-by maxUnavailable too), each drained before its items run; a changed manager set sends every
-Ready machine through Reconfigure. The reconciler loads, calls `plan`, persists.
+by maxUnavailable too), each drained before its items run (what a machine is due for is
+releases.py's); a changed manager set sends every Ready machine through Reconfigure. The
+reconciler loads, calls `plan`, persists.
 
 Decisions are ordered so that persisting any prefix of them keeps the invariants: the
 transitions that free a slot (or change nothing about slots) come first, and the admissions
@@ -35,7 +36,9 @@ from coordinator.domain.model import (
     pending_items,
     phase_items,
 )
+from coordinator.domain.releases import at_release, baseline, names, to_run
 from nodeagent.contract import Phase
+from nodeagent.protocol import StateItem
 
 S = MachineState
 
@@ -60,6 +63,8 @@ class Decision:
     reason: str  # human text for the event history
     release: str | None = None  # the release the machine is at once this is applied
     managers: tuple[str, ...] | None = None  # the manager list its items have now seen
+    baseline: frozenset[str] = frozenset()  # upgrade items it takes as applied, at release
+    upgrading: frozenset[str] = frozenset()  # into Upgrade: the items it is admitted to run
 
 
 @dataclass
@@ -109,7 +114,8 @@ def enact(machines: Sequence[Machine], decisions: Sequence[Decision], now: float
     """The machines after the decisions, in their input order; removed ones are dropped.
 
     A decision made from another state than the machine's is refused: it was planned on a
-    stale snapshot, and applying it could break the invariants.
+    stale snapshot, and applying it could break the invariants. One that keeps the state (a
+    Ready machine recorded at a release) changes only what it records.
     """
     by_id = {d.machine_id: d for d in decisions}
     result: list[Machine] = []
@@ -123,11 +129,16 @@ def enact(machines: Sequence[Machine], decisions: Sequence[Decision], now: float
                 f"{machine.hostname}: decision from {decision.from_state} but machine is {machine.state}"
             )
         if decision.to_state is not None:
-            moved = machine.with_state(decision.to_state, now)
+            moved = (machine if decision.to_state is machine.state
+                     else machine.with_state(decision.to_state, now))
             if decision.release is not None:
                 moved = replace(moved, release=decision.release)
             if decision.managers is not None:
                 moved = replace(moved, managers=decision.managers)
+            if decision.baseline:
+                moved = replace(moved, applied=moved.applied | decision.baseline)
+            if decision.upgrading:
+                moved = replace(moved, upgrading=decision.upgrading)
             result.append(moved)
     return result
 
@@ -154,13 +165,13 @@ def plan_to_fixpoint(
 def inert_filter(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Machine], bool]:
     """Whether a machine is inert: a planning pass neither moves it nor counts it against any
     limit, as long as the deployed managers stay `managers`. Unapproved Pending machines,
-    workers still preparing, and Ready workers that answer and have nothing to upgrade or
-    reconfigure are; managers never are (few, and they decide the manager list and the
-    post-deploy host). The reconciler plans on the working set: the machines that are not
-    inert and one inert Ready worker standing in for the others (coordinator/fleetview.py),
-    so that a pass over a large settled fleet costs what changed, not the fleet's size. On
-    it, plan() decides for these machines what it would on the whole fleet, which adds only
-    Reconfigure decisions when the deployed managers change."""
+    workers still preparing, and Ready workers that answer, are recorded at the spec's release
+    and have nothing to upgrade or reconfigure are; managers never are (few, and they decide
+    the manager list and the post-deploy host). The reconciler plans on the working set:
+    the machines that are not inert and one inert Ready worker standing in for the others
+    (coordinator/fleetview.py), so that a pass over a large settled fleet costs what changed,
+    not the fleet's size. On it, plan() decides for these machines what it would on the
+    whole fleet, which adds only Reconfigure decisions when the deployed managers change."""
     complete = _phase_completion(spec, managers)
 
     def inert(machine: Machine) -> bool:
@@ -170,17 +181,16 @@ def inert_filter(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Mach
             return _advance_pending(machine) is None
         if machine.state is S.PREPARE:
             return not complete(machine)
-        return (machine.state is S.READY and machine.responding and not behind(spec, machine)
-                and not _must_reconfigure(spec, machine, managers))
+        return (machine.state is S.READY and machine.responding and at_release(spec, machine)
+                and not behind(spec, machine) and not _must_reconfigure(spec, machine, managers))
 
     return inert
 
 
 def behind(spec: ClusterSpec, machine: Machine) -> bool:
-    """A deployed machine behind the spec's release with upgrade items it has not applied. A
-    new release is what starts an upgrade; a release without new upgrade items upgrades nothing."""
-    return (machine.state in DEPLOYED_STATES and machine.release != spec.release
-            and bool(pending_items(spec, machine, "upgrade")))
+    """A deployed machine with items to run: new or changed prepare or deploy items, or the
+    upgrade items of a later release than its own (releases.py)."""
+    return machine.state in DEPLOYED_STATES and bool(to_run(spec, machine))
 
 
 def awaiting_upgrade(spec: ClusterSpec, machine: Machine) -> bool:
@@ -218,7 +228,7 @@ def node_action(spec: ClusterSpec, machine: Machine) -> NodeAction | None:
     stage = machine.drain.stage if machine.drain else None
     if stage in (None, DrainStage.DRAINING):
         return "drain"
-    if stage in (DrainStage.DRAINED, DrainStage.SKIPPED) and not pending_items(spec, machine, "upgrade"):
+    if stage in (DrainStage.DRAINED, DrainStage.SKIPPED) and not to_run(spec, machine):
         return "uncordon"
     if stage in (DrainStage.UNCORDONED, DrainStage.NOT_READY):
         return "await-ready"
@@ -226,15 +236,25 @@ def node_action(spec: ClusterSpec, machine: Machine) -> NodeAction | None:
 
 
 @dataclass(frozen=True)
+class MachineUpgrade:
+    """One machine's part in an upgrade: the items it runs, in order."""
+
+    machine: Machine
+    items: tuple[StateItem, ...]
+    waiting: str = ""  # why the plan cannot reach it; "" when it can
+
+
+@dataclass(frozen=True)
 class UpgradePlan:
-    steps: list[list[Machine]]  # machines entering Upgrade together, in order
-    waiting: list[tuple[Machine, str]]  # outdated machines the plan cannot reach, and why
+    steps: list[list[MachineUpgrade]]  # machines entering Upgrade together, in order
+    waiting: list[MachineUpgrade]  # due machines the plan cannot reach
+    nothing_to_run: list[Machine]  # Ready at another release: recorded at spec's as they are
 
 
 def upgrade_plan(spec: ClusterSpec, machines: Sequence[Machine]) -> UpgradePlan:
-    """The order and batches an upgrade to spec will take if every step succeeds: the planner
-    itself run on a simulated fleet where each admitted machine finishes at once. Pausing is
-    ignored (the plan shows what resuming would do)."""
+    """The order and batches an upgrade to spec will take if every step succeeds, and what
+    each machine runs: the planner itself run on a simulated fleet where each admitted
+    machine finishes at once. Pausing is ignored (the plan shows what resuming would do)."""
     spec = spec.model_copy(update={"settings": spec.settings.model_copy(
         update={"upgrade": spec.settings.upgrade.model_copy(update={"paused": False})})})
     current = list(machines)
@@ -245,10 +265,18 @@ def upgrade_plan(spec: ClusterSpec, machines: Sequence[Machine]) -> UpgradePlan:
         admitted = {d.machine_id for d in decisions if d.to_state is S.UPGRADE}
         if not admitted:
             break
-        steps.append([m for m in ordered(current) if m.id in admitted])
-    waiting = [(m, "not responding" if not m.responding else "blocked by an earlier step")
+        steps.append([_part(spec, m) for m in ordered(current) if m.id in admitted])
+    waiting = [_part(spec, m, "not responding" if not m.responding else "blocked by an earlier step")
                for m in ordered(current) if awaiting_upgrade(spec, m)]
-    return UpgradePlan(steps, waiting)
+    nothing_to_run = [m for m in ordered(machines) if m.state is S.READY
+                      and m.release != spec.release and not behind(spec, m)]
+    return UpgradePlan(steps, waiting, nothing_to_run)
+
+
+def _part(spec: ClusterSpec, machine: Machine, waiting: str = "") -> MachineUpgrade:
+    """The machine's part in the plan: what its upgrade has yet to run (all of it, as the
+    plan takes it when it is admitted)."""
+    return MachineUpgrade(machine, tuple(i for i, _ in to_run(spec, machine)), waiting)
 
 
 def _finish(spec: ClusterSpec, machine: Machine, managers: tuple[str, ...]) -> Machine:
@@ -256,7 +284,8 @@ def _finish(spec: ClusterSpec, machine: Machine, managers: tuple[str, ...]) -> M
     phase = PHASE_OF_STATE.get(machine.state)
     if phase is None or machine.state is S.DELETING or not machine.responding:
         return machine
-    done = {i.fingerprint() for i in pending_items(spec, machine, phase, managers)}
+    done = ({f for _, f in to_run(spec, machine)} if machine.state is S.UPGRADE
+            else {i.fingerprint() for i in pending_items(spec, machine, phase, managers)})
     drain = machine.drain
     if machine.state is S.UPGRADE and needs_drain(spec, machine):
         drain = DrainStatus(DrainStage.NODE_READY, started_at=0.0)
@@ -275,6 +304,8 @@ def _phase_completion(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[
             return False
         if machine.role is None:  # no items are defined for a machine without a role
             return True
+        if machine.state is S.UPGRADE:  # its own list: what changed since it last ran
+            return not to_run(spec, machine)
         key = (machine.role, phase)
         if key not in wanted:
             wanted[key] = frozenset(i.fingerprint() for i in phase_items(spec, *key, managers))
@@ -284,17 +315,36 @@ def _phase_completion(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[
 
 
 def _advance(state: _Pass, machine: Machine) -> Decision | None:
-    """Transitions that depend on the machine alone: the approval gate and finished phases."""
+    """Transitions that depend on the machine alone: the approval gate, finished phases, and
+    a Ready machine's release."""
     if machine.state is S.PENDING:
         return _advance_pending(machine)
+    if machine.state is S.READY:
+        return _recorded_at_release(state.spec, machine)
     target = _ON_PHASE_COMPLETE.get(machine.state)
     if target is None or not state.complete(machine):
         return None
     if machine.state is S.UPGRADE and needs_drain(state.spec, machine):
         if machine.drain is None or machine.drain.stage is not DrainStage.NODE_READY:
             return None
-        return _decide(machine, S.READY, "upgrade items applied; node uncordoned and Ready")
-    return _decide(machine, *target)
+        target = (S.READY, "upgrade items applied; node uncordoned and Ready")
+    decision = _decide(machine, *target)
+    if machine.state in (S.DEPLOY, S.UPGRADE) and machine.role is not None:
+        # It is at the spec's release now (_record): that release's upgrade items are its.
+        decision = replace(decision, baseline=baseline(state.spec, machine.role))
+    return decision
+
+
+def _recorded_at_release(spec: ClusterSpec, machine: Machine) -> Decision | None:
+    """A Ready machine with nothing to run, recorded at the spec's release, with its upgrade
+    items as baseline: after a release that changed nothing of its role (so that it does not
+    show as behind), or upgrade items added at its release (they are for earlier ones)."""
+    if machine.role is None or at_release(spec, machine) or behind(spec, machine):
+        return None
+    reason = (f"release {spec.release} has nothing for it to run" if machine.release != spec.release
+              else f"the upgrade items added at release {spec.release} are for earlier releases")
+    return replace(_decide(machine, S.READY, f"{reason}: recorded at {spec.release}"),
+                   release=spec.release, baseline=baseline(spec, machine.role))
 
 
 def _advance_pending(machine: Machine) -> Decision | None:
@@ -307,8 +357,9 @@ def _advance_pending(machine: Machine) -> Decision | None:
 def _record(spec: ClusterSpec, d: Decision, managers_before: tuple[str, ...],
             managers_after: tuple[str, ...]) -> Decision:
     """What a machine entering Ready has now applied: the release of its deploy or upgrade
-    items; the manager list of its deploy or reconfigure items."""
-    if d.to_state is not S.READY:
+    items; the manager list of its deploy or reconfigure items. A machine staying Ready
+    records only its release (_recorded_at_release)."""
+    if d.to_state is not S.READY or d.from_state is S.READY:
         return d
     if d.from_state is S.DEPLOY:
         return replace(d, release=spec.release, managers=managers_after)
@@ -368,7 +419,7 @@ def _admit_to_upgrade(state: _Pass) -> list[Decision]:
     for m in outdated:
         if m.role == "manager" and managers_busy == 0:
             state.after[m.id] = S.UPGRADE
-            return [_decide(m, S.UPGRADE, "manager upgrades (one at a time)")]
+            return [_upgrade(spec, m, "manager upgrades (one at a time)")]
     if managers_behind:
         return []
     batch = spec.settings.upgrade_batch
@@ -384,9 +435,15 @@ def _admit_to_upgrade(state: _Pass) -> list[Decision]:
         upgrading += 1
         unavailable += 1
         state.after[m.id] = S.UPGRADE
-        decisions.append(_decide(m, S.UPGRADE,
-                                 f"worker upgrades ({upgrading} of {batch} worker slots)"))
+        decisions.append(_upgrade(spec, m, f"worker upgrades ({upgrading} of {batch} worker slots)"))
     return decisions
+
+
+def _upgrade(spec: ClusterSpec, machine: Machine, why: str) -> Decision:
+    """Admission into Upgrade, naming what it will run: its list stays these items."""
+    run = to_run(spec, machine)
+    return replace(_decide(machine, S.UPGRADE, f"{why}: runs {names(run)}"),
+                   upgrading=frozenset(f for _, f in run))
 
 
 def _decide(machine: Machine, to_state: MachineState | None, reason: str) -> Decision:

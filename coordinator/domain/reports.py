@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.kubeconfig import kubeconfig_problem
-from coordinator.domain.model import ClusterSpec, ItemProgress, Machine, phase_items
+from coordinator.domain.model import ClusterSpec, ItemProgress, Machine, MachineState, phase_items
 from coordinator.domain.records import Event
 from nodeagent.contract import ROLES
 from nodeagent.protocol import ItemReport, StateItem, VersionAction, installed_version
@@ -48,8 +48,9 @@ def fold_report(spec: ClusterSpec, items: dict[str, StateItem], machine: Machine
                               updated_at=now,
                               failing_since=failing_since(machine.progress, report, now)),
     )
-    reported = event(now, machine.cluster, "item", describe(report), updated, {
-        "item": report.item, "phase": report.phase, "status": report.status,
+    reported = event(now, machine.cluster, "item", describe(report, machine.state), updated, {
+        "item": report.item, "phase": report.phase, "state": machine.state.value,
+        "status": report.status,
         "attempt": report.attempt, "exit_code": report.exit_code,
         "duration": (report.finished_at - report.started_at) if report.finished_at else None,
         "error": report.error, "output": report.output,
@@ -109,9 +110,12 @@ def failing_since(before: ItemProgress | None, report: ItemReport, now: float) -
     return now if report.status == "failed" else None
 
 
-def describe(report: ItemReport) -> str:
-    """An item report in one line of history."""
+def describe(report: ItemReport, state: MachineState) -> str:
+    """An item report in one line of history; a prepare or deploy item that an upgrade runs
+    again (it changed) says so."""
     text = f"{report.phase} item {report.item} {report.status} (attempt {report.attempt})"
+    if state is MachineState.UPGRADE and report.phase != "upgrade":
+        text += " in the upgrade"
     if report.status == "failed" and report.error:
         text += f": {report.error}"
     return text

@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from coordinator.domain.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, Role, phase_items
+from coordinator.domain.catalog import catalog
+from coordinator.domain.model import ClusterSpec, Machine, MachineState, Role, phase_items
 from coordinator.domain.planner import DEPLOYED_STATES, post_deploy_host
-from coordinator.domain.steps import History, catalog, failure, machine_step
+from coordinator.domain.steps import History, failure, machine_step, phase_run
 from nodeagent.contract import Phase
 
 StageState = Literal["waiting", "in-progress", "failing", "done"]
@@ -300,7 +301,7 @@ def post_deploy(spec: ClusterSpec, machines: Sequence[Machine]) -> PostDeploy:
 # -- the rollout as a whole ----------------------------------------------------------------
 
 # The phases a machine's current run goes through: deploying machines run prepare then
-# deploy; a machine in another working state runs that state's phase.
+# deploy; a machine in another working state runs that state's phase (steps.phase_run).
 _DEPLOY_RUN: tuple[Phase, ...] = ("prepare", "deploy")
 
 
@@ -312,8 +313,7 @@ def _run(spec: ClusterSpec, m: Machine, history: History) -> tuple[float, int, i
         items = [i for p in _DEPLOY_RUN for i in catalog(spec).items(m.role, p)]
         began = history.first_entry(m, [MachineState.PREPARE]) or m.state_since
     else:
-        phase = PHASE_OF_STATE[m.state]
-        items = catalog(spec).items(m.role, phase)
+        items = phase_run(spec, m)
         began = m.state_since
     finished = m.state is MachineState.READY
     done = len(items) if finished else sum(fingerprint in m.applied for _, fingerprint in items)

@@ -2,19 +2,20 @@
 and each machine's state changes: what the rollout status reads per machine.
 
 Pure in what it answers: computed from the spec, the machine and its history, with `now`
-passed in. The one state kept is a cache of the items' fingerprints per spec object, which
-changes no answer; it exists because the API asks for every machine's step of one spec.
+passed in; the items' fingerprints come from catalog.py's cache, as the API asks for every
+machine's step of one spec.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from coordinator.domain.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, Role
+from coordinator.domain.catalog import Entry, catalog
+from coordinator.domain.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState
 from coordinator.domain.records import Event
+from coordinator.domain.releases import upgrade_run
 from nodeagent.contract import Phase
 
 StepStatus = Literal["running", "failed", "waiting", "done"]
@@ -57,41 +58,22 @@ class History:
         return found
 
 
-class Catalog:
-    """(name, fingerprint) of a spec's items per role and phase, each hashed once: hashing is
-    most of the work of a status on a large fleet, and every machine needs the same lists."""
-
-    def __init__(self, spec: ClusterSpec) -> None:
-        self.spec = spec
-        self._phases: dict[tuple[Role, Phase], list[tuple[str, str]]] = {}
-
-    def items(self, role: Role, phase: Phase) -> list[tuple[str, str]]:
-        key = (role, phase)
-        if key not in self._phases:
-            self._phases[key] = [(i.name, i.fingerprint()) for i in self.spec.items(role, phase)]
-        return self._phases[key]
-
-
-_RECENT: OrderedDict[int, Catalog] = OrderedDict()
-
-
-def catalog(spec: ClusterSpec) -> Catalog:
-    """The catalog of this very spec object (kept referenced, so its id cannot be reused while
-    cached); a few recent ones are kept, as each request reads its specs once."""
-    found = _RECENT.get(id(spec))
-    if found is None or found.spec is not spec:
-        found = _RECENT[id(spec)] = Catalog(spec)
-        while len(_RECENT) > 8:
-            _RECENT.popitem(last=False)
-    return found
+def phase_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
+    """The items of the machine's current phase, as the status counts them: in Upgrade, what
+    its upgrade runs (new or changed prepare and deploy items too)."""
+    phase = PHASE_OF_STATE.get(machine.state)
+    if phase is None or machine.role is None:
+        return []
+    if machine.state is MachineState.UPGRADE:
+        return upgrade_run(spec, machine)
+    return catalog(spec).items(machine.role, phase)
 
 
 def machine_step(spec: ClusterSpec | None, machine: Machine, now: float) -> Step:
     phase = PHASE_OF_STATE.get(machine.state) if machine.role else None
-    items = (catalog(spec).items(machine.role, phase)
-             if spec is not None and phase and machine.role else [])
-    names = [name for name, _ in items]
-    pending = [name for name, fingerprint in items if fingerprint not in machine.applied]
+    items = phase_run(spec, machine) if spec is not None else []
+    names = [item.name for item, _ in items]
+    pending = [item.name for item, fingerprint in items if fingerprint not in machine.applied]
     progress = machine.progress
     state_elapsed = max(0.0, now - machine.state_since)
     active = (progress is not None and progress.status in ("running", "failed")

@@ -40,6 +40,7 @@ def machine_to_doc(machine: Machine) -> dict[str, Any]:
     doc = {name: getattr(machine, name) for name in _MACHINE_FIELDS}
     doc["state"] = machine.state.value
     doc["applied"] = sorted(machine.applied)
+    doc["upgrading"] = sorted(machine.upgrading)
     doc["managers"] = list(machine.managers)
     doc["progress"] = None if machine.progress is None else asdict(machine.progress)
     doc["drain"] = None if machine.drain is None else asdict(machine.drain)
@@ -60,8 +61,9 @@ def machine_from_doc(doc: Mapping[str, Any]) -> Machine:
     values = {name: doc[name] for name in _MACHINE_FIELDS if name in doc}
     if "state" in values:
         values["state"] = MachineState(values["state"])
-    if "applied" in values:
-        values["applied"] = frozenset(values["applied"])
+    for name in ("applied", "upgrading"):
+        if name in values:
+            values[name] = frozenset(values[name])
     if values.get("progress") is not None:
         progress = values["progress"]
         values["progress"] = ItemProgress(**{n: progress[n] for n in _PROGRESS_FIELDS if n in progress})

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from coordinator.domain.model import (
+    DEPLOYED_STATES,
     PHASE_OF_STATE,
     ClusterSpec,
     DrainStage,
@@ -21,6 +22,7 @@ from coordinator.domain.model import (
     Role,
     pending_items,
 )
+from coordinator.domain.releases import baseline
 from nodeagent.prechecks import CHECKS
 from nodeagent.prechecks.resources import evaluate_cpu, evaluate_memory
 from nodeagent.prechecks.runner import grade, summarize
@@ -184,10 +186,12 @@ def machine(
     hard_failure: bool = False,
     state: MachineState = MachineState.PENDING,
     created_at: float = 0.0,
-    release: str = "",
+    release: str | None = None,
 ) -> Machine:
     """A machine of the cluster `edge`, as the planner sees it; hard_failure: its kernel fails
-    a hard precheck."""
+    a hard precheck. A deployed one is at the release cluster() specs are at, unless told."""
+    if release is None:
+        release = "1.0.0" if state in DEPLOYED_STATES else ""
     return Machine(
         id=f"id-{hostname}", cluster="edge", hostname=hostname, ip=None,
         state=state, role=role, approved=approved, created_at=created_at, release=release,
@@ -203,6 +207,13 @@ def finish_phase(spec: ClusterSpec, m: Machine, managers: tuple[str, ...] = ()) 
         return m
     done = {i.fingerprint() for i in pending_items(spec, m, phase, managers)}
     return replace(m, applied=m.applied | done)
+
+
+def at_release(spec: ClusterSpec, m: Machine) -> Machine:
+    """m as the planner leaves a machine that deployed or upgraded at spec's release: recorded
+    at it, with the release's upgrade items of its role as its baseline."""
+    assert m.role is not None
+    return replace(m, release=spec.release, applied=m.applied | baseline(spec, m.role))
 
 
 def drained(m: Machine, stage: DrainStage = DrainStage.DRAINED) -> Machine:
@@ -223,6 +234,7 @@ def full_machine(machine_id: str = "m-1", cluster: str = "edge", **changes: Any)
         facts={"cpus": 4, "memory": 8.5, "os": {"id": "debian", "version": "12"}, "tags": []},
         precheck={"ok": True, "checks": [{"name": "kernel", "status": "pass"}]},
         applied=frozenset({"a" * 32, "b" * 32}),
+        upgrading=frozenset({"b" * 32}),
         progress=ItemProgress(item="kubelet", attempt=2, status="failed", error="exit 1",
                               next_retry_at=17.5, updated_at=16.25, failing_since=14.0),
         created_at=1.5,

@@ -90,7 +90,7 @@ def report_item(agent: Registered, name: str, status: str, attempt: int = 1, out
     (found,) = [i for i in current["items"] if i["name"] == name]
     now = time.time()
     finished = status != "running"
-    yield from report(agent, found, current["phase"], status, attempt=attempt, output=output,
+    yield from report(agent, found, found["phase"], status, attempt=attempt, output=output,
                       error=error, started_at=now - seconds,
                       finished_at=now if finished else None,
                       exit_code=exit_code if finished else None,
@@ -98,11 +98,12 @@ def report_item(agent: Registered, name: str, status: str, attempt: int = 1, out
 
 
 def report_all(agent: Registered, kubeconfig: str | None = None) -> Steps[None]:
-    """Every item of the current assignment reported applied, as an agent would: with the
-    kubeconfig its file holds for an item with kubeconfigFrom."""
+    """Every item of the current assignment reported applied, as an agent would: each with its
+    own phase (an upgrade runs changed deploy items too), with the kubeconfig its file holds
+    for an item with kubeconfigFrom."""
     current = yield from assignment(agent)
     for item in current["items"]:
-        yield from report(agent, item, current["phase"],
+        yield from report(agent, item, item["phase"],
                           kubeconfig=kubeconfig if item.get("kubeconfigFrom") else None)
 
 

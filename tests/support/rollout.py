@@ -123,6 +123,14 @@ class Fleet:
             [str(BIN / "nodeagent"), "run", "--config", str(config), "--root", str(root)],
             stdout=log, stderr=subprocess.STDOUT)
 
+    def join(self, hostname: str) -> None:
+        """A late worker's agent started now with a join string of its own, and approved."""
+        self.start_agent(hostname, self.admin("join-token", "create", "lab").strip())
+        self.open_gate(hostname)
+        self.wait_for(f"{hostname} registered", lambda: hostname in {
+            m["hostname"] for m in self.admin_json("machines")})
+        self.admin("approve", hostname, "--role", "worker")
+
     def kill_node(self, hostname: str) -> None:
         """kill -9 the agent and everything it started, as systemd does to a unit's cgroup."""
         ns = self.node(hostname).ns.name
@@ -147,10 +155,11 @@ class Fleet:
 
 @contextlib.contextmanager
 def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = (), store: str | None = None,
-          replicas: int = 1) -> Iterator[Fleet]:
+          replicas: int = 1, late: tuple[str, ...] = ()) -> Iterator[Fleet]:
     """The cluster with every machine registered and approved. With store (a PostgreSQL DSN
-    reachable from the hub namespace), `replicas` coordinators share it and the data dir."""
-    with lan(MANAGERS + WORKERS) as network, contextlib.ExitStack() as stack:
+    reachable from the hub namespace), `replicas` coordinators share it and the data dir.
+    `late` workers have a node on the LAN but no agent until the test has them join."""
+    with lan(MANAGERS + WORKERS + list(late)) as network, contextlib.ExitStack() as stack:
         # HTTPS, as in production: agents reach it at the hub's address on the LAN.
         shared = ("--store", store) if store else ()
         running = Fleet(network, tmp_path, [])

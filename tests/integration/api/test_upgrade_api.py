@@ -129,9 +129,9 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
     reader = (await env.call("POST", "/v1/admin-tokens", 201,
                              json={"name": "viewer", "role": "read-only"}))["token"]
     plan = await cli(env, "upgrade", "plan", "lab", "-f", str(new_spec), token=reader)
-    assert plan.splitlines()[1:] == ["step 1: m1 (manager, from 1.0)",
-                                     "step 2: w1 (worker, from 1.0)",
-                                     "step 3: w2 (worker, from 1.0)"]
+    assert plan.splitlines()[1:] == ["step 1: m1 (manager, from 1.0) runs upgrade/kubelet-manager",
+                                     "step 2: w1 (worker, from 1.0) runs upgrade/kubelet-worker",
+                                     "step 3: w2 (worker, from 1.0) runs upgrade/kubelet-worker"]
     assert (await cli(env, "upgrade", "plan", "lab", token=reader)).splitlines() == [
         "upgrade of lab to release 1.0", "nothing to upgrade"]
     assert (await machine(env, "m1"))["release"] == "1.0", "the dry run changed something"
@@ -346,3 +346,48 @@ async def test_an_upgraded_node_that_is_not_ready_keeps_its_machine_in_upgrade(
     messages = [e["message"] for e in await env.call("GET", "/v1/events?kind=drain", 200)
                 if e["hostname"] == "m1"]
     assert messages[-3:] == ["m1 uncordoned", f"m1: {expected}", "m1: node Ready"]
+
+
+def changed_workers(text: str) -> str:
+    """Release 2.0 of the spec as `spec` writes it, with the workers' join item changed and
+    the manager's upgrade item left out (nothing for the manager to run), drains off."""
+    return (text.replace('{name: join, phase: deploy, action: {type: exec, argv: ["true"]}}',
+                         '{name: join, phase: deploy, version: "2", action: {type: exec, '
+                         'argv: ["true"]}}')
+            .replace(UPGRADE.format(role="manager", release="2.0"), "")
+            .replace("drain: {", "drain: {enabled: false, "))
+
+
+async def test_the_upgrade_plan_lists_the_items_each_machine_runs_and_the_upgrade_runs_them(
+        env: InProcessCoordinator, tmp_path: Path) -> None:
+    agents = await rolled_out(env)
+    new_spec = tmp_path / "v2.yaml"
+    new_spec.write_text(changed_workers(spec(tmp_path / "kubeconfig", "2.0")))
+    assert (await cli(env, "upgrade", "plan", "lab", "-f", str(new_spec))).splitlines() == [
+        "upgrade of lab to release 2.0",
+        "step 1: w1 (worker, from 1.0) runs deploy/join, upgrade/kubelet-worker",
+        "step 2: w2 (worker, from 1.0) runs deploy/join, upgrade/kubelet-worker",
+        "nothing to run, recorded at 2.0: m1 (manager, from 1.0)"]
+    plan = await env.call("POST", "/v1/clusters/lab/upgrade-plan", 200, data=new_spec.read_text())
+    assert plan["steps"][0][0]["items"] == [
+        {"name": "join", "phase": "deploy", "version": "2"},
+        {"name": "kubelet-worker", "phase": "upgrade", "version": "1"}]
+    assert plan["nothing_to_run"] == [{"hostname": "m1", "role": "manager", "from": "1.0"}]
+
+    await env.call("PUT", "/v1/clusters", 200, data=new_spec.read_text())
+    await until(env, "w1 in Upgrade", lambda: _assigned(env, agents["w1"], "upgrade"))
+    assert [i["name"] for i in (await env.assignment(agents["w1"]))["items"]] == [
+        "join", "kubelet-worker"]
+    assert (await machine(env, "m1"))["release"] == "2.0", "m1 shows as behind"
+    for hostname in ("w1", "w2"):
+        await until(env, f"{hostname} upgraded", lambda h=hostname: upgraded(env, agents, h))
+    assert (await machine(env, "m1"))["state"] == "Ready"
+    states = await env.call("GET", "/v1/events?cluster=lab&kind=state", 200)
+    assert [e["message"] for e in states if e["data"]["to"] == "Upgrade"] == [
+        f"{w} Ready -> Upgrade: worker upgrades (1 of 1 worker slots): runs deploy/join, "
+        "upgrade/kubelet-worker" for w in ("w1", "w2")]
+    assert "m1 Ready -> Ready: release 2.0 has nothing for it to run: recorded at 2.0" in [
+        e["message"] for e in states]
+    logs = await cli(env, "machines", "logs", "w1")
+    assert "w1 deploy/join (in the upgrade) attempt 1 succeeded" in logs
+    assert "w1 upgrade/kubelet-worker attempt 1 succeeded" in logs

@@ -1,4 +1,5 @@
-"""Small pure pieces of the operator tools: --since, durations, machine gauges, history wakes."""
+"""Small pure pieces of the operator tools: --since, durations, log headers, the upgrade plan,
+machine gauges, history wakes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import click
 import pytest
 
 from coordinator.cli.events import parse_since
-from coordinator.cli.render import duration
+from coordinator.cli.render import duration, item_header, upgrade_plan_lines
 from coordinator.domain.records import MachineCount
 from coordinator.metrics import Metrics
 from coordinator.service.notifier import Notifier
@@ -36,6 +37,35 @@ def test_since_names_the_option_and_the_forms_it_takes() -> None:
                                                 (65, "1m05s"), (7260, "2h01m")])
 def test_durations_are_short(seconds: float | None, text: str) -> None:
     assert duration(seconds) == text
+
+
+@pytest.mark.parametrize(("phase", "state", "label"), [
+    ("deploy", "Deploy", "deploy/join"), ("deploy", "Upgrade", "deploy/join (in the upgrade)"),
+    ("upgrade", "Upgrade", "upgrade/join")])
+def test_a_log_header_says_when_an_upgrade_ran_a_changed_item(phase: str, state: str,
+                                                              label: str) -> None:
+    event = {"time": NOW, "hostname": "w1", "data": {
+        "item": "join", "phase": phase, "state": state, "status": "succeeded", "attempt": 1,
+        "exit_code": 0, "duration": 2.0}}
+    assert item_header(event).split(" ", 3)[3] == f"{label} attempt 1 succeeded (exit 0, 2s)"
+
+
+def test_the_upgrade_plan_puts_each_machine_on_a_line_with_the_items_it_runs() -> None:
+    def worker(hostname: str) -> dict[str, object]:
+        return {"hostname": hostname, "role": "worker", "from": "1.0", "items": [
+            {"name": "join", "phase": "deploy", "version": "2"},
+            {"name": "kubelet", "phase": "upgrade", "version": "1"}]}
+
+    plan = {"cluster": "lab", "release": "2.0", "paused": False,
+            "steps": [[worker("w1"), worker("w2")]],
+            "waiting": [{**worker("w3"), "reason": "not responding"}],
+            "nothing_to_run": [{"hostname": "m1", "role": "manager", "from": "1.0"}]}
+    assert upgrade_plan_lines(plan) == [
+        "upgrade of lab to release 2.0",
+        "step 1: w1 (worker, from 1.0) runs deploy/join, upgrade/kubelet",
+        "        w2 (worker, from 1.0) runs deploy/join, upgrade/kubelet",
+        "not reached: w3 (worker, from 1.0): not responding; would run deploy/join, upgrade/kubelet",
+        "nothing to run, recorded at 2.0: m1 (manager, from 1.0)"]
 
 
 def test_machine_gauges_list_every_state_per_cluster_with_zeros() -> None:

@@ -1,7 +1,10 @@
 """The ordering invariants as properties: random fleets, random agent reports, admin actions,
-new releases, drains and machines that stop answering, interleaved with planner passes; after
-every pass (and every prefix of its decisions) the invariants hold, and once agents apply
-everything and drains finish the fleet converges, upgraded, within a known bound."""
+new releases (with changed items, and upgrade items kept from earlier releases), items changed
+at the same release, drains and machines that stop answering, interleaved with planner passes;
+after every pass (and every prefix of its decisions) the invariants hold, no agent is ever
+told to run an upgrade item of a release its machine deployed or upgraded at, and once agents
+apply everything and drains finish the fleet converges within a known bound: every machine
+applied every current item of its role."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from coordinator.domain.assignment import AssignmentInputs, build_assignment
 from coordinator.domain.model import (
     DEPLOYED_STATES,
     PHASE_OF_STATE,
@@ -21,12 +25,12 @@ from coordinator.domain.model import (
     ItemProgress,
     Machine,
     MachineState,
+    MachineTypes,
     Role,
     deployed_managers,
     needs_drain,
     pending_items,
     phase_items,
-    upgrade_items_may_run,
 )
 from coordinator.domain.planner import (
     Decision,
@@ -36,9 +40,11 @@ from coordinator.domain.planner import (
     plan,
     post_deploy_host,
 )
+from coordinator.domain.records import StoredCluster
 from coordinator.domain.workingset import ClusterView
 from nodeagent.contract import PHASES, Phase
-from tests.support.builders import cluster, drained, items, machine, upgraded_cluster
+from nodeagent.protocol import StateItem
+from tests.support.builders import cluster, drained, item, items, machine, upgraded_cluster
 
 S = MachineState
 # Every transition the planner may make; anything else is skipping or going backwards.
@@ -51,9 +57,41 @@ ALLOWED = {
     (S.READY, S.UPGRADE),
     (S.UPGRADE, S.READY),
     (S.READY, S.RECONFIGURE),
+    (S.READY, S.READY),  # recorded at the release: nothing to run
 }
 EVENT_KINDS = (["plan"] * 4 + ["apply", "finish", "all", "drain"] * 2
-               + ["fail", "approve", "role", "delete", "release", "release", "pause", "silence"])
+               + ["fail", "approve", "role", "delete", "release", "release", "change", "pause",
+                  "silence"])
+RUN_AGAIN: tuple[Phase, ...] = ("prepare", "deploy")  # an upgrade runs them again when changed
+
+
+def with_items(spec: ClusterSpec, role: Role, role_items: list[StateItem]) -> ClusterSpec:
+    types = {r: role_items if r == role else getattr(spec.machine_types, r) for r in ROLES}
+    return spec.model_copy(update={"machine_types": MachineTypes(**types)})
+
+
+def revised(spec: ClusterSpec, index: int, version: str) -> ClusterSpec:
+    """spec with one of a role's prepare or deploy items at a new version, if it has any."""
+    role = ROLES[index % 2]
+    found = getattr(spec.machine_types, role)
+    changeable = [i for i in found if i.phase in RUN_AGAIN]
+    if not changeable:
+        return spec
+    target = changeable[index % len(changeable)]
+    return with_items(spec, role, [i.model_copy(update={"version": version}) if i is target else i
+                                   for i in found])
+
+
+def released(spec: ClusterSpec, release: str, keep_upgrades: bool) -> ClusterSpec:
+    """A new release with an upgrade item per role, beside the earlier releases' ones when
+    keep_upgrades (a spec that upgrades from any of them)."""
+    new = upgraded_cluster(spec, release=release)
+    if not keep_upgrades:
+        return new
+    for role in ROLES:
+        new = with_items(new, role, [*getattr(new.machine_types, role),
+                                     *spec.items(role, "upgrade")])
+    return new
 
 
 @dataclass
@@ -66,6 +104,9 @@ class World:
     hard_failed: frozenset[str]  # ids whose precheck report has a hard failure; reports never change
     now: float = 0.0
     manager_ever_deployed: bool = False
+    # Per machine, the upgrade items of every release it deployed or upgraded at (or was
+    # recorded at): its agent must never be told to run one.
+    baseline: dict[str, set[str]] = field(default_factory=dict)
     fingerprints: dict[tuple[Role, Phase], list[str]] = field(init=False)
     view: ClusterView = field(init=False)  # the reconciler's, kept from the changes alone
 
@@ -102,8 +143,24 @@ class World:
             self.machines = [self.applied_one(m, first=True) for m in self.machines]
             self.taken_in(self.machines)
             return
-        if kind == "release":  # the operator applies a new release with new upgrade items
-            self.spec = upgraded_cluster(self.spec, release=f"r{int(self.now)}")
+        if kind == "release":  # a new release: nothing new, or new upgrade items (and a changed item)
+            release = f"r{int(self.now)}"
+            if index % 4 == 0:
+                self.spec = self.spec.model_copy(update={"release": release})
+            else:
+                self.spec = released(self.spec, release, keep_upgrades=index % 2 == 0)
+            if index % 3 == 0:
+                self.spec = revised(self.spec, index, release)
+            self.rehash()
+            self.reload()
+            return
+        if kind == "change":  # the same release, with a changed item or a new upgrade item
+            if index % 2 == 0:
+                self.spec = revised(self.spec, index, f"v{int(self.now)}")
+            else:
+                role = ROLES[index % 4 // 2]
+                self.spec = with_items(self.spec, role, [*getattr(self.spec.machine_types, role),
+                                                         item(f"late-{self.now}", "upgrade")])
             self.rehash()
             self.reload()
             return
@@ -160,20 +217,29 @@ class World:
         pending = self.pending(m)
         if not pending:
             return m
-        return replace(m, applied=m.applied | {pending[0 if first else -1]})
+        return self.ran(m, {pending[0 if first else -1]})
 
     def finished(self, m: Machine) -> Machine:
         pending = self.pending(m)
-        return replace(m, applied=m.applied | set(pending)) if pending else m
+        return self.ran(m, set(pending)) if pending else m
+
+    def ran(self, m: Machine, fingerprints: set[str]) -> Machine:
+        """m once its agent ran these items, which it was told to."""
+        assert not fingerprints & self.baseline.get(m.id, set()), \
+            f"{m.hostname} was told to run an upgrade item of a release it is at or passed"
+        return replace(m, applied=m.applied | fingerprints)
 
     def pending(self, m: Machine) -> list[str]:
-        """Fingerprints of the items the machine's agent is asked to apply now: upgrade items
-        only once its node is drained; reconfigure items for the current manager list."""
+        """Fingerprints of the items the machine's agent is asked to apply now: in Upgrade,
+        what its assignment lists once its node is drained; reconfigure items for the current
+        manager list."""
         phase = PHASE_OF_STATE.get(m.state)
         if phase is None or m.role is None or not m.responding:
             return []
-        if phase == "upgrade" and not upgrade_items_may_run(self.spec, m):
-            return []
+        if phase == "upgrade":
+            told = build_assignment(AssignmentInputs(StoredCluster(self.spec, 1, 0.0, 0.0), m,
+                                                     self.machines), None).items
+            return [f for i in told if (f := i.fingerprint()) not in m.applied]
         if phase == "reconfigure":
             found = phase_items(self.spec, m.role, phase, deployed_managers(self.machines))
             return [f for i in found if (f := i.fingerprint()) not in m.applied]
@@ -193,6 +259,13 @@ class World:
         for d in decisions:  # shown by --hypothesis-show-statistics: the paths really ran
             if d.to_state in (S.UPGRADE, S.RECONFIGURE):
                 event(f"{by_id_role(before, d.machine_id)} enters {d.to_state}")
+            if d.release is not None:  # at the spec's release: its upgrade items are behind it
+                role = by_id_role(before, d.machine_id)
+                assert role is not None
+                self.baseline.setdefault(d.machine_id, set()).update(
+                    self.fingerprints[role, "upgrade"])
+            if d.from_state is S.READY and d.to_state is S.READY:
+                event(f"recorded at the release with nothing to run ({d.reason.split(':')[0]})")
         check_transitions(before, after)
         self.machines = after
         was = {m.id: m for m in before}
@@ -236,6 +309,9 @@ class World:
             elif manager_up:
                 assert m.state is S.READY, f"{m.hostname} stuck in {m.state}"
                 assert not awaiting_upgrade(self.spec, m), f"{m.hostname} never upgraded"
+                role_items = {f for p in (*RUN_AGAIN, "upgrade") for f in self.fingerprints[m.role, p]}
+                assert role_items <= m.applied, f"{m.hostname} lacks current items of its role"
+                assert m.release == self.spec.release, f"{m.hostname} shows {m.release}"
                 assert m.managers == deployed_managers(self.machines) or not self.spec.items(
                     m.role or "worker", "reconfigure"), f"{m.hostname} never reconfigured"
             else:  # no manager to join: workers wait prepared (or stay Ready from an earlier one)
@@ -262,9 +338,11 @@ def check_decisions(
         assert d.from_state is m.state and d.hostname == m.hostname
         assert (d.from_state, d.to_state) in ALLOWED, f"{m.hostname}: {d.from_state} -> {d.to_state}"
         assert d.reason
-        if d.to_state is S.READY:
-            for phase in ("prepare", "deploy"):
-                assert not pending_items(spec, m, phase), f"{m.hostname} Ready with {phase} items left"
+        if d.from_state is S.DEPLOY and d.to_state is S.READY:
+            # prepare items changed since it ran them are for an upgrade (releases.py)
+            assert not pending_items(spec, m, "deploy"), f"{m.hostname} Ready with deploy items left"
+        if d.from_state in (S.UPGRADE, S.READY) and d.to_state is S.READY:
+            assert not has_work(spec, m), f"{m.hostname} left its work undone"
         if d.to_state is S.DEPLOY and m.role == "worker":
             assert manager_deployed_after, "a worker was admitted with no manager deployed"
         if d.to_state is S.DEPLOY and m.role == "manager" and not manager_deployed_after:
@@ -274,7 +352,6 @@ def check_decisions(
         if d.from_state is S.UPGRADE:
             assert not needs_drain(spec, m) or (m.drain and m.drain.stage is DrainStage.NODE_READY), \
                 f"{m.hostname} left Upgrade with its node not uncordoned and Ready"
-            assert not pending_items(spec, m, "upgrade"), f"{m.hostname} left Upgrade with items left"
             assert d.release == spec.release
         if d.to_state is S.RECONFIGURE:
             assert m.managers != deployed_managers(after), f"{m.hostname} reconfigured for nothing"
@@ -301,10 +378,17 @@ def check_working_set(spec: ClusterSpec, before: list[Machine], decisions: list[
     assert (host and host.id) == (stand_in_host and stand_in_host.id)
 
 
+def has_work(spec: ClusterSpec, m: Machine) -> bool:
+    """The rule of releases, restated: a changed prepare or deploy item, or an upgrade item
+    not applied at another release than the spec's, is work for an upgrade."""
+    changed = any(pending_items(spec, m, phase) for phase in RUN_AGAIN)
+    return changed or (m.release != spec.release and bool(pending_items(spec, m, "upgrade")))
+
+
 def check_upgrade_admission(spec: ClusterSpec, m: Machine, after: list[Machine]) -> None:
     settings = spec.settings.upgrade
     assert not settings.paused, f"{m.hostname} admitted into Upgrade while paused"
-    assert m.responding and m.release != spec.release and pending_items(spec, m, "upgrade")
+    assert m.responding and has_work(spec, m)
     if m.role == "worker":
         managers = [x for x in after if x.role == "manager"]
         assert not any(x.state is S.UPGRADE or behind(spec, x) for x in managers), \
@@ -396,8 +480,11 @@ def test_invariants_hold_and_the_fleet_converges(
     assert manager_up or managers == 0
     world.check_converged(manager_up)
 
-    # A new release on the settled fleet: each pass upgrades one manager, then one worker batch.
-    world.spec = upgraded_cluster(world.spec, release="final")
+    # A new release on the settled fleet, keeping the earlier upgrade items and changing a
+    # deploy or prepare item of each role: each pass upgrades one manager, then one worker batch.
+    world.spec = released(world.spec, "final", keep_upgrades=True)
+    for index in range(2):
+        world.spec = revised(world.spec, index, "final")
     world.rehash()
     world.reload()
     world.converge(upgrade_steps + 2)

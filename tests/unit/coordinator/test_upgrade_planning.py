@@ -17,6 +17,7 @@ from coordinator.domain.planner import (
 from coordinator.service.drainer import KubeAccess, kube_access
 from nodeagent.protocol import StateItem, VersionAction
 from tests.support.builders import (
+    at_release,
     cluster,
     drained,
     finish_phase,
@@ -49,15 +50,15 @@ def test_a_new_release_upgrades_managers_one_at_a_time_first() -> None:
     machines = fleet()
     decisions = plan(spec, machines)
     assert moves(decisions) == [("m1", UPGRADE)]
-    assert decisions[0].reason == "manager upgrades (one at a time)"
+    assert decisions[0].reason == "manager upgrades (one at a time): runs upgrade/upgrade-manager-2.0.0"
     machines = enact(machines, decisions, now=1.0)
     assert plan(spec, machines) == [], "a second manager or a worker joined a manager's upgrade"
 
 
-def test_deploy_items_done_at_the_same_release_need_no_upgrade() -> None:
+def test_a_machine_at_the_release_never_upgrades_to_it() -> None:
     spec = upgraded_cluster(cluster())
-    assert plan(spec, [ready("m1", "manager", release="2.0.0")]) == []
-    assert plan(cluster(), fleet()) == [], "no release change, no upgrade"
+    assert plan(spec, [at_release(spec, ready("m1", "manager"))]) == []
+    assert plan(cluster(), fleet()) == [], "nothing changed, no upgrade"
 
 
 def test_the_upgrade_items_wait_for_the_drain_and_ready_waits_for_the_uncordon() -> None:
@@ -85,10 +86,10 @@ def test_without_drain_managers_a_manager_upgrades_in_place() -> None:
 
 def test_workers_upgrade_in_batches_after_every_manager() -> None:
     spec = upgraded_cluster(cluster(batch=50), worker_batch_size=2)
-    machines = [ready("m1", "manager", release="2.0.0"), *fleet(managers=0)]
+    machines = [at_release(spec, ready("m1", "manager")), *fleet(managers=0)]
     decisions = plan(spec, machines)
     assert moves(decisions) == [("w1", UPGRADE), ("w2", UPGRADE)]
-    assert decisions[-1].reason == "worker upgrades (2 of 2 worker slots)"
+    assert decisions[-1].reason == "worker upgrades (2 of 2 worker slots): runs upgrade/upgrade-worker-2.0.0"
     behind = [ready("m1", "manager"), *fleet(managers=0)]
     in_upgrade = enact(behind, [Decision("id-m1", "m1", READY, UPGRADE, "test")], 1.0)
     assert plan(spec, in_upgrade) == [], "workers upgraded while a manager was"
@@ -96,7 +97,7 @@ def test_workers_upgrade_in_batches_after_every_manager() -> None:
 
 def test_max_unavailable_counts_workers_that_stopped_responding() -> None:
     spec = upgraded_cluster(cluster(batch=3), max_unavailable_workers=2)
-    machines = [ready("m1", "manager", release="2.0.0"), *fleet(managers=0)]
+    machines = [at_release(spec, ready("m1", "manager")), *fleet(managers=0)]
     machines[1] = replace(machines[1], responding=False)
     assert moves(plan(spec, machines)) == [("w2", UPGRADE)]
 
@@ -174,9 +175,9 @@ def test_upgrade_plan_lists_the_exact_steps_the_rollout_takes() -> None:
     machines = fleet(managers=3, workers=5)
     machines[-1] = replace(machines[-1], responding=False)
     result = upgrade_plan(spec, machines)
-    assert [[m.hostname for m in step] for step in result.steps] == [
+    assert [[u.machine.hostname for u in step] for step in result.steps] == [
         ["m1"], ["m2"], ["m3"], ["w1", "w2"], ["w3", "w4"]]
-    assert [(m.hostname, why) for m, why in result.waiting] == [("w5", "not responding")]
+    assert [(u.machine.hostname, u.waiting) for u in result.waiting] == [("w5", "not responding")]
     paused = upgraded_cluster(cluster(batch=2), paused=True)
     assert upgrade_plan(paused, machines).steps == result.steps
     assert plan(paused, machines) == []

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from coordinator.domain.approval import prechecked
 from coordinator.domain.assignment import AssignmentInputs, build_assignment, may_host_post_deploy
-from coordinator.domain.errors import Conflict, NotFound
+from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.model import ClusterSpec, Machine, deployed_managers
 from coordinator.domain.records import Event
@@ -124,7 +124,7 @@ class Agents:
         woken = self.notifier.subscribe(machine_id)
         generation = await self.store.machine_generation(machine_id)  # nothing decoded
         if generation is None:
-            raise NotFound(f"no machine {machine_id}")
+            raise await self.queries.missing(machine_id)
         if generation <= after:
             try:
                 async with asyncio.timeout(timeout):  # no task of its own, unlike wait_for
@@ -158,7 +158,7 @@ class Agents:
             try:
                 machine = machines.get(machine_id)
                 if machine is None:
-                    raise NotFound(f"no machine {machine_id}")
+                    raise await self.queries.missing(machine_id)
                 if machine.cluster not in known:
                     known[machine.cluster] = await self._reportable(machine.cluster)
                 spec, items = known[machine.cluster]

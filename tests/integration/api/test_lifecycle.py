@@ -1,0 +1,66 @@
+"""A machine's life as its agent sees it over the API: once its record is removed, every request
+of its agent is told so (410, with when and where) rather than refused as a stranger's."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from tests.support.driver import Registered
+from tests.support.harness import InProcessCoordinator
+
+
+def bearer(agent: Registered) -> dict[str, str]:
+    return {"Authorization": f"Bearer {agent['credential']}"}
+
+
+def removal(env: InProcessCoordinator, agent: Registered, hostname: str) -> str:
+    """What the coordinator tells the agent of a machine deleted now."""
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(env.clock.now))
+    return (f"machine {hostname} ({agent['machine_id']}) was deleted from cluster lab at {when}: "
+            "its credential and its record are gone; register again to rejoin, as a new machine")
+
+
+async def agent_answers(env: InProcessCoordinator, agent: Registered) -> set[tuple[int, str]]:
+    """The status and error of every request its agent makes."""
+    base = f"/v1/agent/machines/{agent['machine_id']}"
+    requests = [("GET", f"{base}/assignment", None), ("POST", f"{base}/heartbeat", None),
+                ("POST", f"{base}/precheck", {}), ("POST", f"{base}/reports", {}),
+                ("POST", f"{base}/credential", {"credential": "c" * 40}),
+                ("GET", "/v1/artifacts/anything", None)]
+    answers = set()
+    for method, path, body in requests:
+        response = await env.client.request(method, path, headers=bearer(agent), json=body)
+        answers.add((response.status, (await response.json())["error"]))
+    return answers
+
+
+async def test_the_agent_of_a_machine_deleted_after_its_reset_is_told_so_everywhere(
+        env: InProcessCoordinator) -> None:
+    agent = await env.register("m1")
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+    await env.coordinator.reconciler.reconcile_once()
+    await env.call("DELETE", "/v1/machines/m1", 202)
+    deleting = await env.assignment(agent)
+    assert deleting["state"] == "Deleting" and [i["name"] for i in deleting["items"]] == ["wipe"]
+    # The agent's long-poll is parked when its last reset item's report removes the machine.
+    parked = asyncio.create_task(env.client.get(
+        f"/v1/agent/machines/{agent['machine_id']}/assignment"
+        f"?after={deleting['generation']}&wait=20", headers=bearer(agent)))
+    await asyncio.sleep(0.05)
+    env.clock.now += 60
+    await env.report_all(agent)
+    await env.coordinator.reconciler.reconcile_once()
+    woken = await asyncio.wait_for(parked, 5)
+    told = removal(env, agent, "m1")
+    assert (woken.status, (await woken.json())["error"]) == (410, told)
+    assert await agent_answers(env, agent) == {(410, told)}
+
+
+async def test_a_pending_machine_deleted_at_once_is_gone_for_its_agent_too(
+        env: InProcessCoordinator) -> None:
+    agent = await env.register("w1")
+    await env.call("POST", f"/v1/agent/machines/{agent['machine_id']}/heartbeat", 200,
+                   headers=bearer(agent))  # what authentication read of it is cached
+    await env.call("DELETE", "/v1/machines/w1", 200)
+    assert await agent_answers(env, agent) == {(410, removal(env, agent, "w1"))}

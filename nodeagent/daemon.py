@@ -32,14 +32,27 @@ from nodeagent.backoff import delay
 from nodeagent.children import EXIT_APPLIED, EXIT_GAVE_UP, AgentError, apply_phase, checked_output
 from nodeagent.client import CoordinatorClient, Document, Rejected, Unreachable
 from nodeagent.host import Host
-from nodeagent.identity import IDENTITY_FILE, Identity, load_identity, save_identity
+from nodeagent.identity import (
+    IDENTITY_FILE,
+    NEXT_IDENTITY_FILE,
+    Identity,
+    load_identity,
+    save_identity,
+)
 from nodeagent.logfmt import fields
+from nodeagent.removal import forget_machine
 from nodeagent.reporter import Reporter
 from nodeagent.settings import DaemonSettings, load_settings
 
 T = TypeVar("T")
 log = logging.getLogger("nodeagent")
 LONG_POLL_SECONDS = 30.0
+
+
+class MachineRemoved(AgentError):
+    """The coordinator says this machine was deleted (410): what the agent kept of it is
+    forgotten, and it stops until started again (which registers a new machine) rather than
+    registering again by itself, in a loop, a node the operator took out."""
 
 
 async def run_agent(config_path: str, host: Host) -> None:
@@ -62,7 +75,7 @@ class Agent:
         self.rand = rand or random.Random()
         self.client = CoordinatorClient(settings.endpoints, timeout=settings.timeout * 5)
         self.identity_path = self.state_dir / IDENTITY_FILE
-        self.next_identity_path = self.state_dir / "identity.next.json"
+        self.next_identity_path = self.state_dir / NEXT_IDENTITY_FILE
         # The cluster's NTP settings (as the assignment spells them), once an assignment has
         # told them: prechecks use them when this node's config names no NTP servers.
         self.cluster_ntp: Document | None = None
@@ -83,6 +96,12 @@ class Agent:
         try:
             async with _background(reporter.run(), self._heartbeat(identity)):
                 await self._follow(identity, reporter)
+        except MachineRemoved as removed:
+            kept = forget_machine(self.state_dir, identity.machine_id)
+            log.error("%s. The agent forgot that machine (its journal is kept as %s) and "
+                      "stops: `systemctl restart nodeagent` registers this node again",
+                      removed, kept, extra=fields(machine=identity.machine_id))
+            raise
         finally:
             if self.rechecking is not None:
                 self.rechecking.cancel()
@@ -231,6 +250,8 @@ class Agent:
                 sdnotify.status(f"coordinator unreachable; retrying {what}")
                 await asyncio.sleep(wait)
             except Rejected as exc:
+                if exc.status == 410:
+                    raise MachineRemoved(f"{what}: {exc}") from exc
                 if exc.status == 401:
                     raise AgentError(
                         f"{what}: the coordinator does not know this machine's credential "

@@ -11,6 +11,7 @@ from pathlib import Path
 from nodeagent.atomic import atomic_write
 
 IDENTITY_FILE = "identity.json"  # in the state dir
+NEXT_IDENTITY_FILE = "identity.next.json"  # a rotation's next credential, saved before it is sent
 
 
 @dataclass

@@ -40,6 +40,7 @@ from nodeagent.identity import (
     save_identity,
 )
 from nodeagent.logfmt import fields
+from nodeagent.prechecking import Prechecks
 from nodeagent.removal import forget_machine
 from nodeagent.reporter import Reporter
 from nodeagent.settings import DaemonSettings, load_settings
@@ -76,22 +77,16 @@ class Agent:
         self.client = CoordinatorClient(settings.endpoints, timeout=settings.timeout * 5)
         self.identity_path = self.state_dir / IDENTITY_FILE
         self.next_identity_path = self.state_dir / NEXT_IDENTITY_FILE
-        # The cluster's NTP settings (as the assignment spells them), once an assignment has
-        # told them: prechecks use them when this node's config names no NTP servers.
-        self.cluster_ntp: Document | None = None
-        self.checked_ntp: Document | None = None  # what the last precheck used
-        self.prechecked = False  # whether this process ran the prechecks
-        self.rechecking: asyncio.Task[None] | None = None
+        self.prechecks = Prechecks(settings, host, config_path, self.client, self.rand)
 
     async def run(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.client.context = await self._trust()
         identity = await self._settle_rotation(load_identity(self.identity_path))
         if identity is None:
-            report = await self._precheck()
+            report = await self.prechecks.run()
             identity = await self._register(report)
-            if not report["ok"]:
-                self._start_recheck(identity, wait_first=True)
+            self.prechecks.registered(identity, report)
         reporter = Reporter(self.client, identity, self.rand)
         try:
             async with _background(reporter.run(), self._heartbeat(identity)):
@@ -103,8 +98,7 @@ class Agent:
                       removed, kept, extra=fields(machine=identity.machine_id))
             raise
         finally:
-            if self.rechecking is not None:
-                self.rechecking.cancel()
+            self.prechecks.stop()
 
     async def _trust(self) -> ssl.SSLContext | None:
         """The TLS context for an https coordinator: its CA from the config, or the one the
@@ -171,26 +165,6 @@ class Agent:
         identity.credential, identity.issued_at = current.credential, current.issued_at
         identity.expires_at = current.expires_at
 
-    async def _precheck(self) -> Document:
-        """A PrecheckReport, as JSON."""
-        args = ["precheck", "--output", "json", "--role", self.settings.role,
-                "--config", self.config_path]
-        if self.settings.ignore_prechecks:
-            args += ["--ignore", ",".join(self.settings.ignore_prechecks)]
-        self.checked_ntp = self._ntp_for_checks()
-        if self.checked_ntp is not None:
-            for server in self.checked_ntp["servers"]:
-                args += ["--ntp-server", server]
-            args += ["--max-skew-seconds", f"{self.checked_ntp['maxSkewSeconds']:g}"]
-        report: Document = json.loads(await checked_output(self.host, *args))
-        self.prechecked = True
-        failures = [f"{c['name']}: {c['message']}" for c in report["checks"]
-                    if c["status"] == "fail"]
-        if failures:
-            log.warning("hard prechecks failed: %s", "; ".join(failures))
-        sdnotify.status("prechecks " + ("passed" if report["ok"] else "FAILED"))
-        return report
-
     async def _register(self, report: Document) -> Identity:
         if not self.settings.join_token:
             raise AgentError("not registered yet and no joinToken in the config file")
@@ -204,38 +178,6 @@ class Agent:
         log.info("registered as machine %s", identity.machine_id,
                  extra=fields(machine=identity.machine_id, hostname=report["hostname"]))
         return identity
-
-    def _ntp_for_checks(self) -> Document | None:
-        """The cluster's NTP settings when the clock check should use them (this node's
-        config names no servers); None: the config's own."""
-        if self.settings.own_ntp_servers or not self.cluster_ntp \
-                or not self.cluster_ntp.get("servers"):
-            return None
-        return self.cluster_ntp
-
-    def _start_recheck(self, identity: Identity, wait_first: bool) -> None:
-        if self.rechecking is not None:
-            self.rechecking.cancel()
-        self.rechecking = asyncio.create_task(self._recheck(identity, wait_first))
-
-    async def _recheck(self, identity: Identity, wait_first: bool) -> None:
-        """Re-run prechecks until they pass, so a fixed node becomes approvable without a
-        restart. Stops once the machine has left Pending."""
-        attempt = 0
-        while True:
-            if wait_first:
-                attempt += 1
-                await asyncio.sleep(delay(attempt, 5.0, 60.0, self.rand))
-            wait_first = True
-            report = await self._precheck()
-            try:
-                await self.client.precheck(identity.machine_id, identity.credential, report)
-            except Rejected:
-                return  # approved meanwhile, or removed
-            except Unreachable:
-                continue
-            if report["ok"]:
-                return
 
     async def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Call until the coordinator answers; a refusal is final."""
@@ -272,14 +214,7 @@ class Agent:
                 if assignment is None or assignment["generation"] == generation:
                     continue  # nothing new
                 generation = assignment["generation"]
-                self.cluster_ntp = assignment.get("ntp")
-                if assignment["state"] == "Pending" and (
-                        not self.prechecked or self._ntp_for_checks() != self.checked_ntp):
-                    # Restarted while Pending: the host may have been fixed meanwhile (more
-                    # memory, say), and only a new report tells the coordinator. Or registered
-                    # with the node's own (or no) NTP servers: the clock must also agree with
-                    # the cluster's before the machine can be approved.
-                    self._start_recheck(identity, wait_first=False)
+                self.prechecks.assigned(identity, assignment)
                 wanted = _work_key(assignment)
                 items = len(assignment.get("items", []))
                 sdnotify.status(f"{assignment['state']}: {items} items")

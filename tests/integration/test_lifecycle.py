@@ -1,0 +1,75 @@
+"""A real `nodeagent run` against a real coordinator through the turns of a machine's life that
+restarts and lost answers make: a Pending machine's agent restarted while its prechecks fail."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodeagent.prechecks import NAMES
+from tests.support.agent import AgentProcess
+from tests.support.builders import NOOP_CLUSTER
+from tests.support.harness import ServedCoordinator, running_coordinator
+from tests.support.roots import passing_root
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+# A loopback node cannot pass the host-bound checks: one hard check that a file decides counts.
+IGNORED = sorted(set(NAMES) - {"ip-forward"})
+FORWARDING_OFF = "ip-forward: IPv4 forwarding is off (/proc/sys/net/ipv4/ip_forward = 0)"
+
+
+@pytest.fixture
+def coordinator(tmp_path: Path) -> Iterator[ServedCoordinator]:
+    with running_coordinator(tmp_path, NOOP_CLUSTER) as served:
+        yield served
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[AgentProcess]:
+    agent = AgentProcess(tmp_path / "node")
+    passing_root(agent.root, "lifecycle-node")
+    yield agent
+    if agent.process is not None and agent.process.poll() is None:
+        agent.stop()
+
+
+def forwarding(node: AgentProcess, on: bool) -> None:
+    """What the node's one counted check reads: fixed or broken by hand."""
+    (node.root / "proc/sys/net/ipv4/ip_forward").write_text("1\n" if on else "0\n")
+
+
+def failures(coordinator: ServedCoordinator) -> list[str] | None:
+    """The hard precheck failures the coordinator holds for the one machine (None: none yet)."""
+    machines = coordinator.admin.get("/v1/machines")
+    return machines[0]["precheck_failures"] if machines else None
+
+
+def test_a_pending_machine_rechecks_at_every_start_and_until_it_is_approved(
+        coordinator: ServedCoordinator, node: AgentProcess) -> None:
+    join = coordinator.cli("join-token", "create", "lab").stdout.strip()
+    node.configure(f"join: {join}\nheartbeatSeconds: 1\nignorePrechecks: [{', '.join(IGNORED)}]")
+    forwarding(node, False)
+    node.start()
+    wait_until(lambda: failures(coordinator) == [FORWARDING_OFF], 60, "a failing registration")
+
+    # Fixed while its agent was down: its next start checks again.
+    node.stop(signal.SIGKILL)
+    forwarding(node, True)
+    node.start()
+    wait_until(lambda: failures(coordinator) == [], 30, "passing prechecks after a kill -9")
+    # Broken while it was stopped: so does a start after a stop, though the last report passed.
+    node.stop(signal.SIGTERM)
+    forwarding(node, False)
+    node.start()
+    wait_until(lambda: failures(coordinator) == [FORWARDING_OFF], 30, "failing prechecks again")
+    # Fixed while it runs: it keeps checking until the machine is approved.
+    forwarding(node, True)
+    wait_until(lambda: failures(coordinator) == [], 30, "passing prechecks, found by itself")
+    (machine,) = coordinator.admin.get("/v1/machines")
+    coordinator.cli("approve", machine["id"], "--role", "worker")
+    coordinator.wait_state(machine["hostname"], "Prepare", timeout=30)

@@ -20,7 +20,6 @@ import contextlib
 import json
 import logging
 import random
-import secrets
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -35,8 +34,11 @@ from nodeagent.host import Host
 from nodeagent.identity import (
     IDENTITY_FILE,
     NEXT_IDENTITY_FILE,
+    REGISTRATION_FILE,
     Identity,
     load_identity,
+    new_credential,
+    registration_credential,
     save_identity,
 )
 from nodeagent.logfmt import fields
@@ -152,7 +154,7 @@ class Agent:
             current = await self._settle_rotation(identity)
         else:
             now = time.time()
-            candidate = Identity(identity.machine_id, "machine_" + secrets.token_urlsafe(32), now)
+            candidate = Identity(identity.machine_id, new_credential(), now)
             save_identity(self.next_identity_path, candidate)
             answer = await self.client.rotate(identity.machine_id, identity.credential,
                                               candidate.credential)
@@ -166,15 +168,24 @@ class Agent:
         identity.expires_at = current.expires_at
 
     async def _register(self, report: Document) -> Identity:
+        """Register with a credential chosen and saved before the first attempt: a retry after
+        a lost answer (the coordinator's, or this agent's crash) gets the same machine."""
         if not self.settings.join_token:
             raise AgentError("not registered yet and no joinToken in the config file")
         facts = json.loads(await checked_output(self.host, "facts", "--output", "json"))
+        pending = self.state_dir / REGISTRATION_FILE
         request = {"join_token": self.settings.join_token, "hostname": report["hostname"],
-                   "ip": facts.get("primary_ip"), "facts": facts, "precheck": report}
-        response = await self._retry("register", partial(self.client.register, request))
+                   "ip": facts.get("primary_ip"), "facts": facts, "precheck": report,
+                   "credential": registration_credential(pending)}
+        try:
+            response = await self._retry("register", partial(self.client.register, request))
+        except AgentError:
+            pending.unlink(missing_ok=True)  # refused: the next start chooses anew
+            raise
         identity = Identity(response["machine_id"], response["credential"], time.time(),
                             response.get("credential_expires_at"))
         save_identity(self.identity_path, identity)
+        pending.unlink(missing_ok=True)
         log.info("registered as machine %s", identity.machine_id,
                  extra=fields(machine=identity.machine_id, hostname=report["hostname"]))
         return identity

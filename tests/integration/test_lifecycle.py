@@ -61,15 +61,20 @@ def test_a_pending_machine_rechecks_at_every_start_and_until_it_is_approved(
         forwarding(node, True)
         node.start()
         wait_until(lambda: failures(coordinator) == [], 30, "passing prechecks after a kill -9")
-        # Broken while it was stopped: so does a start after a stop, though the last report
-        # passed.
+        # Broken while it runs, after they passed: it keeps checking (every minute at most
+        # while they pass) until the machine is approved, and says so.
+        forwarding(node, False)
+        wait_until(lambda: failures(coordinator) == [FORWARDING_OFF], 90, "failing prechecks again")
+        # Fixed, and broken again while it was stopped: its next start says so.
+        forwarding(node, True)
+        wait_until(lambda: failures(coordinator) == [], 30, "passing prechecks, found by itself")
         node.stop(signal.SIGTERM)
         forwarding(node, False)
         node.start()
-        wait_until(lambda: failures(coordinator) == [FORWARDING_OFF], 30, "failing prechecks again")
-        # Fixed while it runs: it keeps checking until the machine is approved.
+        wait_until(lambda: failures(coordinator) == [FORWARDING_OFF], 30,
+                   "failing prechecks after a stop")
         forwarding(node, True)
-        wait_until(lambda: failures(coordinator) == [], 30, "passing prechecks, found by itself")
+        wait_until(lambda: failures(coordinator) == [], 30, "passing prechecks once more")
         (machine,) = coordinator.admin.get("/v1/machines")
         coordinator.cli("approve", machine["id"], "--role", "worker")
         coordinator.wait_state(machine["hostname"], "Prepare", timeout=30)

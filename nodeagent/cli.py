@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from nodeagent.prechecks.base import CheckContext
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_REMOVED = 3  # `run`: the machine was deleted; systemd leaves it stopped (see the unit)
 
 _config_option = click.option(
     "--config", "config_path", default="/etc/nodeagent/config.yaml", show_default=True,
@@ -206,10 +207,14 @@ def _context(root: str, config: AgentConfig, role: str) -> CheckContext:
 @_root_option
 @_log_level_option
 def run(config_path: str, root: str, log_level: str) -> None:
-    """Run the agent: precheck, register, wait for approval, apply assigned items, report."""
+    """Run the agent: precheck, register, wait for approval, apply assigned items, report.
+
+    Exits 1 on an error retrying cannot fix, 2 on a bad config, 3 once its machine was deleted
+    from the cluster (started again, it registers a new machine).
+    """
     from nodeagent import logfmt
     from nodeagent.children import AgentError
-    from nodeagent.daemon import run_agent
+    from nodeagent.daemon import MachineRemoved, run_agent
     from nodeagent.host import Host
     from nodeagent.settings import BadConfig
 
@@ -219,6 +224,8 @@ def run(config_path: str, root: str, log_level: str) -> None:
     except BadConfig as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_USAGE)
+    except MachineRemoved:  # the agent logged why
+        sys.exit(EXIT_REMOVED)
     except AgentError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CHECK_FAILED)

@@ -20,7 +20,6 @@ import contextlib
 import json
 import logging
 import random
-import secrets
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -32,14 +31,31 @@ from nodeagent.backoff import delay
 from nodeagent.children import EXIT_APPLIED, EXIT_GAVE_UP, AgentError, apply_phase, checked_output
 from nodeagent.client import CoordinatorClient, Document, Rejected, Unreachable
 from nodeagent.host import Host
-from nodeagent.identity import IDENTITY_FILE, Identity, load_identity, save_identity
+from nodeagent.identity import (
+    IDENTITY_FILE,
+    NEXT_IDENTITY_FILE,
+    REGISTRATION_FILE,
+    Identity,
+    load_identity,
+    new_credential,
+    registration_credential,
+    save_identity,
+)
 from nodeagent.logfmt import fields
+from nodeagent.prechecking import Prechecks
+from nodeagent.removal import forget_machine
 from nodeagent.reporter import Reporter
 from nodeagent.settings import DaemonSettings, load_settings
 
 T = TypeVar("T")
 log = logging.getLogger("nodeagent")
 LONG_POLL_SECONDS = 30.0
+
+
+class MachineRemoved(AgentError):
+    """The coordinator says this machine was deleted (410): what the agent kept of it is
+    forgotten, and it stops until started again (which registers a new machine) rather than
+    registering again by itself, in a loop, a node the operator took out."""
 
 
 async def run_agent(config_path: str, host: Host) -> None:
@@ -62,30 +78,29 @@ class Agent:
         self.rand = rand or random.Random()
         self.client = CoordinatorClient(settings.endpoints, timeout=settings.timeout * 5)
         self.identity_path = self.state_dir / IDENTITY_FILE
-        self.next_identity_path = self.state_dir / "identity.next.json"
-        # The cluster's NTP settings (as the assignment spells them), once an assignment has
-        # told them: prechecks use them when this node's config names no NTP servers.
-        self.cluster_ntp: Document | None = None
-        self.checked_ntp: Document | None = None  # what the last precheck used
-        self.prechecked = False  # whether this process ran the prechecks
-        self.rechecking: asyncio.Task[None] | None = None
+        self.next_identity_path = self.state_dir / NEXT_IDENTITY_FILE
+        self.prechecks = Prechecks(settings, host, config_path, self.client, self.rand)
 
     async def run(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.client.context = await self._trust()
         identity = await self._settle_rotation(load_identity(self.identity_path))
         if identity is None:
-            report = await self._precheck()
+            report = await self.prechecks.run()
             identity = await self._register(report)
-            if not report["ok"]:
-                self._start_recheck(identity, wait_first=True)
+            self.prechecks.registered(identity, report)
         reporter = Reporter(self.client, identity, self.rand)
         try:
             async with _background(reporter.run(), self._heartbeat(identity)):
                 await self._follow(identity, reporter)
+        except MachineRemoved as removed:
+            kept = forget_machine(self.state_dir, identity.machine_id)
+            log.error("%s. The agent forgot that machine (its journal is kept as %s) and "
+                      "stops: `systemctl restart nodeagent` registers this node again",
+                      removed, kept, extra=fields(machine=identity.machine_id))
+            raise
         finally:
-            if self.rechecking is not None:
-                self.rechecking.cancel()
+            self.prechecks.stop()
 
     async def _trust(self) -> ssl.SSLContext | None:
         """The TLS context for an https coordinator: its CA from the config, or the one the
@@ -139,7 +154,7 @@ class Agent:
             current = await self._settle_rotation(identity)
         else:
             now = time.time()
-            candidate = Identity(identity.machine_id, "machine_" + secrets.token_urlsafe(32), now)
+            candidate = Identity(identity.machine_id, new_credential(), now)
             save_identity(self.next_identity_path, candidate)
             answer = await self.client.rotate(identity.machine_id, identity.credential,
                                               candidate.credential)
@@ -152,71 +167,28 @@ class Agent:
         identity.credential, identity.issued_at = current.credential, current.issued_at
         identity.expires_at = current.expires_at
 
-    async def _precheck(self) -> Document:
-        """A PrecheckReport, as JSON."""
-        args = ["precheck", "--output", "json", "--role", self.settings.role,
-                "--config", self.config_path]
-        if self.settings.ignore_prechecks:
-            args += ["--ignore", ",".join(self.settings.ignore_prechecks)]
-        self.checked_ntp = self._ntp_for_checks()
-        if self.checked_ntp is not None:
-            for server in self.checked_ntp["servers"]:
-                args += ["--ntp-server", server]
-            args += ["--max-skew-seconds", f"{self.checked_ntp['maxSkewSeconds']:g}"]
-        report: Document = json.loads(await checked_output(self.host, *args))
-        self.prechecked = True
-        failures = [f"{c['name']}: {c['message']}" for c in report["checks"]
-                    if c["status"] == "fail"]
-        if failures:
-            log.warning("hard prechecks failed: %s", "; ".join(failures))
-        sdnotify.status("prechecks " + ("passed" if report["ok"] else "FAILED"))
-        return report
-
     async def _register(self, report: Document) -> Identity:
+        """Register with a credential chosen and saved before the first attempt: a retry after
+        a lost answer (the coordinator's, or this agent's crash) gets the same machine."""
         if not self.settings.join_token:
             raise AgentError("not registered yet and no joinToken in the config file")
         facts = json.loads(await checked_output(self.host, "facts", "--output", "json"))
+        pending = self.state_dir / REGISTRATION_FILE
         request = {"join_token": self.settings.join_token, "hostname": report["hostname"],
-                   "ip": facts.get("primary_ip"), "facts": facts, "precheck": report}
-        response = await self._retry("register", partial(self.client.register, request))
+                   "ip": facts.get("primary_ip"), "facts": facts, "precheck": report,
+                   "credential": registration_credential(pending)}
+        try:
+            response = await self._retry("register", partial(self.client.register, request))
+        except AgentError:
+            pending.unlink(missing_ok=True)  # refused: the next start chooses anew
+            raise
         identity = Identity(response["machine_id"], response["credential"], time.time(),
                             response.get("credential_expires_at"))
         save_identity(self.identity_path, identity)
+        pending.unlink(missing_ok=True)
         log.info("registered as machine %s", identity.machine_id,
                  extra=fields(machine=identity.machine_id, hostname=report["hostname"]))
         return identity
-
-    def _ntp_for_checks(self) -> Document | None:
-        """The cluster's NTP settings when the clock check should use them (this node's
-        config names no servers); None: the config's own."""
-        if self.settings.own_ntp_servers or not self.cluster_ntp \
-                or not self.cluster_ntp.get("servers"):
-            return None
-        return self.cluster_ntp
-
-    def _start_recheck(self, identity: Identity, wait_first: bool) -> None:
-        if self.rechecking is not None:
-            self.rechecking.cancel()
-        self.rechecking = asyncio.create_task(self._recheck(identity, wait_first))
-
-    async def _recheck(self, identity: Identity, wait_first: bool) -> None:
-        """Re-run prechecks until they pass, so a fixed node becomes approvable without a
-        restart. Stops once the machine has left Pending."""
-        attempt = 0
-        while True:
-            if wait_first:
-                attempt += 1
-                await asyncio.sleep(delay(attempt, 5.0, 60.0, self.rand))
-            wait_first = True
-            report = await self._precheck()
-            try:
-                await self.client.precheck(identity.machine_id, identity.credential, report)
-            except Rejected:
-                return  # approved meanwhile, or removed
-            except Unreachable:
-                continue
-            if report["ok"]:
-                return
 
     async def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Call until the coordinator answers; a refusal is final."""
@@ -231,6 +203,8 @@ class Agent:
                 sdnotify.status(f"coordinator unreachable; retrying {what}")
                 await asyncio.sleep(wait)
             except Rejected as exc:
+                if exc.status == 410:
+                    raise MachineRemoved(f"{what}: {exc}") from exc
                 if exc.status == 401:
                     raise AgentError(
                         f"{what}: the coordinator does not know this machine's credential "
@@ -251,14 +225,7 @@ class Agent:
                 if assignment is None or assignment["generation"] == generation:
                     continue  # nothing new
                 generation = assignment["generation"]
-                self.cluster_ntp = assignment.get("ntp")
-                if assignment["state"] == "Pending" and (
-                        not self.prechecked or self._ntp_for_checks() != self.checked_ntp):
-                    # Restarted while Pending: the host may have been fixed meanwhile (more
-                    # memory, say), and only a new report tells the coordinator. Or registered
-                    # with the node's own (or no) NTP servers: the clock must also agree with
-                    # the cluster's before the machine can be approved.
-                    self._start_recheck(identity, wait_first=False)
+                self.prechecks.assigned(identity, assignment)
                 wanted = _work_key(assignment)
                 items = len(assignment.get("items", []))
                 sdnotify.status(f"{assignment['state']}: {items} items")

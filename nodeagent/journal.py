@@ -1,18 +1,24 @@
 """The agent's durable record of applied items, so a restart (or kill -9, or power loss)
 never re-runs a completed item and knows which one was interrupted. The whole file is
-replaced atomically on every change: it is the old record or the new one, never a mix."""
+replaced atomically on every change: it is the old record or the new one, never a mix.
+
+A journal records one machine (the coordinator's machine id): a machine deleted and
+registered again is a new machine, whose items all run again."""
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
 
 from nodeagent.atomic import atomic_write
 from nodeagent.protocol import StateItem
+from nodeagent.removal import set_aside
 
 JOURNAL_VERSION = 1
+log = logging.getLogger("nodeagent")
 
 
 class JournalError(Exception):
@@ -20,20 +26,31 @@ class JournalError(Exception):
 
 
 class Journal:
-    def __init__(self, path: Path) -> None:
+    """The journal of machine_id at path. One another machine wrote is set aside (kept under
+    that machine's id) and this one starts empty; one that names no machine (an older agent
+    wrote it) is this machine's."""
+
+    def __init__(self, path: Path, machine_id: str) -> None:
         self.path = path
+        self.machine_id = machine_id
         self._applied: dict[str, dict[str, Any]] = {}
         self._in_progress: str | None = None
         try:
             data = json.loads(path.read_bytes())
             if data["version"] != JOURNAL_VERSION:
                 raise ValueError(f"version {data['version']}, this agent reads {JOURNAL_VERSION}")
-            self._applied = dict(data["applied"])
-            self._in_progress = data["in_progress"]
+            owner = data.get("machine_id", machine_id)
+            applied, in_progress = dict(data["applied"]), data["in_progress"]
         except FileNotFoundError:
-            pass
+            return
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise JournalError(f"cannot read the journal {path}: {exc!r}") from exc
+        if owner == machine_id:
+            self._applied, self._in_progress = applied, in_progress
+            return
+        kept = set_aside(path, str(owner))
+        log.warning("the journal of machine %s is set aside as %s: this node is machine %s "
+                    "now, whose items all run", owner, kept, machine_id)
 
     def applied(self, fingerprint: str) -> bool:
         return fingerprint in self._applied
@@ -58,6 +75,6 @@ class Journal:
         self._save()
 
     def _save(self) -> None:
-        document = {"version": JOURNAL_VERSION, "in_progress": self._in_progress,
-                    "applied": self._applied}
+        document = {"version": JOURNAL_VERSION, "machine_id": self.machine_id,
+                    "in_progress": self._in_progress, "applied": self._applied}
         atomic_write(self.path, json.dumps(document, indent=1).encode(), mode=0o600)

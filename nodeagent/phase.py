@@ -33,9 +33,9 @@ from nodeagent.identity import IDENTITY_FILE, load_identity
 from nodeagent.items.runner import run_phase
 from nodeagent.journal import Journal, JournalError
 from nodeagent.protocol import Assignment, ItemReport
+from nodeagent.removal import JOURNAL_FILE
 
 EXIT_CANNOT_APPLY = 2  # a bad assignment or an unreadable journal: the daemon tries again
-JOURNAL_FILE = "journal.json"  # in the state dir
 
 
 async def run_items(config: AgentConfig, root: Path, assignment: Assignment,
@@ -69,7 +69,7 @@ async def apply_from_stdin(config: AgentConfig, root: Path) -> int:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
     try:
         assignment = Assignment.model_validate_json(await stdin.readline())
-        journal = Journal(Path(config.state_dir) / JOURNAL_FILE)
+        journal = Journal(Path(config.state_dir) / JOURNAL_FILE, assignment.machine_id)
     except ValidationError as exc:
         print(f"error: bad assignment on stdin: {exc}", file=sys.stderr)
         return EXIT_CANNOT_APPLY

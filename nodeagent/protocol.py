@@ -296,6 +296,11 @@ class RegisterRequest(_Wire):
     ip: str | None
     facts: dict[str, Any] = Field(default_factory=dict)
     precheck: PrecheckReport
+    credential: str | None = Field(
+        default=None, min_length=32, max_length=256,
+        description="the machine's credential, chosen and saved by the agent before its first "
+                    "attempt: a retry carrying it gets the machine that attempt registered, "
+                    "without using the join token again (None: the coordinator chooses one)")
 
 
 class RegisterResponse(_Wire):

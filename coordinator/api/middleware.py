@@ -11,12 +11,19 @@ from aiohttp import web
 
 from coordinator.api.context import MAX_BODY_BYTES, bearer, error, service
 from coordinator.api.routing import Handler, Route
-from coordinator.domain.errors import Conflict, Forbidden, NotFound, TooManyRequests, Unauthorized
+from coordinator.domain.errors import (
+    Conflict,
+    Forbidden,
+    Gone,
+    NotFound,
+    TooManyRequests,
+    Unauthorized,
+)
 from coordinator.metrics import record_request
 from nodeagent.validation import InvalidDocument
 
 ROUTE_INDEX = web.AppKey("route_index", dict)
-STATUSES = ((Unauthorized, 401), (Forbidden, 403), (NotFound, 404), (Conflict, 409))
+STATUSES = ((Unauthorized, 401), (Forbidden, 403), (NotFound, 404), (Conflict, 409), (Gone, 410))
 MAPPED = (InvalidDocument, TooManyRequests, web.HTTPRequestEntityTooLarge,
           *(kind for kind, _ in STATUSES))
 

@@ -24,6 +24,9 @@ def _operation(route: Route) -> dict[str, Any]:
     responses: dict[str, Any] = {str(route.status): success}
     if route.auth != "open":
         responses["401"] = {"description": "missing, unknown, expired or revoked credential"}
+    if route.auth == "machine":
+        responses["410"] = {"description": "the machine was deleted: its record and credential "
+                                           "are gone (the error says when); register again"}
     if route.auth == "admin" and route.changes:
         responses["403"] = {"description": "a read-only admin token"}
     if route.body:

@@ -13,6 +13,10 @@ class Unauthorized(Exception):
     """401: no credential, or one that is unknown, expired or revoked."""
 
 
+class Gone(Exception):
+    """410: the machine a request names, or whose credential it carries, was deleted."""
+
+
 class Forbidden(Exception):
     """403: a good credential that may not do this."""
 

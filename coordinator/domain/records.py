@@ -3,6 +3,7 @@ small read models the hot paths use instead of decoding whole machines."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,25 @@ class CredentialOwner:
     hostname: str
     expires_at: float | None
     responding: bool
+
+
+@dataclass(frozen=True)
+class RemovedMachine:
+    """What the store keeps of a machine whose record was removed: its agent, which may still
+    hold its credential or name its id, is told that the machine was deleted, where and when,
+    rather than refused as if it had never existed."""
+
+    machine_id: str
+    cluster: str
+    hostname: str
+    removed_at: float
+
+    def notice(self) -> str:
+        """Why its agent's requests are refused, and what it must do."""
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.removed_at))
+        return (f"machine {self.hostname} ({self.machine_id}) was deleted from cluster "
+                f"{self.cluster} at {when}: its credential and its record are gone; register "
+                "again to rejoin, as a new machine")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """What a registration does to the machines of a cluster: a new Pending machine, or a Pending
-one registered again; either approved at once when the cluster auto-approves and its prechecks
-pass (domain/approval.py).
-Pure: the service supplies the id, the credential's hash and the time."""
+one registered again, either approved at once when the cluster auto-approves and its prechecks
+pass (domain/approval.py); or nothing when it retries one whose answer was lost.
+Pure: the service supplies the id, the credential's hash, the machine that credential belongs
+to and the time."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from coordinator.domain.approval import approval_failures, auto_approved
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.model import ClusterSettings, Machine
-from coordinator.domain.records import Event
+from coordinator.domain.records import CredentialOwner, Event
 from nodeagent.protocol import RegisterRequest
 
 
@@ -21,6 +22,17 @@ class Credential:
 
     hash: str
     expires_at: float | None
+
+
+def retried(owner: CredentialOwner, request: RegisterRequest) -> str:
+    """The machine a registration retries: the one its credential already belongs to (the
+    agent chose it and an earlier attempt registered it, but the answer was lost), whose id it
+    gets again. Only from the same hostname: a credential never moves a machine."""
+    if owner.hostname != request.hostname:
+        raise Conflict(f"this registration's credential is that of machine {owner.hostname} "
+                       f"({owner.machine_id}) in {owner.cluster}, not of {request.hostname}: "
+                       "choose a new one")
+    return owner.machine_id
 
 
 def registered(cluster: str, settings: ClusterSettings, existing: Machine | None,

@@ -140,7 +140,7 @@ class Admin:
                 await self.writes.commit([], [self._event(
                     machine.cluster, "removed",
                     f"{machine.hostname} removed" + (" without reset (forced)" if force else ""),
-                    machine)], removed=[machine.id])
+                    machine)], removed={machine.id: self.clock()})
                 self.notifier.wake([machine.id])
                 return None
             updated = machine.with_state(MachineState.DELETING, self.clock())

@@ -13,11 +13,11 @@ from dataclasses import replace
 
 from coordinator.domain.approval import prechecked
 from coordinator.domain.assignment import AssignmentInputs, build_assignment, may_host_post_deploy
-from coordinator.domain.errors import Conflict, NotFound
+from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.model import ClusterSpec, Machine, deployed_managers
 from coordinator.domain.records import Event
-from coordinator.domain.registration import Credential, registered
+from coordinator.domain.registration import Credential, registered, retried
 from coordinator.domain.reports import fold_report, reportable_items
 from coordinator.domain.tokens import new_token, token_hash
 from coordinator.service.access import Access
@@ -61,11 +61,19 @@ class Agents:
                           now + self.credential_ttl if self.credential_ttl else None)
 
     async def register(self, request: RegisterRequest) -> RegisterResponse:
-        cluster = await self.access.consume_join_token(request.join_token)
-        settings = (await self.queries.cluster(cluster)).spec.settings
-        secret, now = new_token("machine"), self.clock()
+        """Register a machine with the credential its agent chose (or a new one). Safe to
+        retry: a registration whose credential is already a machine's gets that machine again,
+        and uses no join token. Under the write lock, so that a retry sent while the first
+        attempt is being written waits for it."""
+        secret, now = request.credential or new_token("machine"), self.clock()
         credential = self._credential(secret, now)
         async with self.writes.lock:
+            owner = await self.store.credential_owner(credential.hash)
+            if owner is not None:
+                return RegisterResponse(machine_id=retried(owner, request), credential=secret,
+                                        credential_expires_at=owner.expires_at)
+            cluster = await self.access.consume_join_token(request.join_token)
+            settings = (await self.queries.cluster(cluster)).spec.settings
             existing = next(iter(await self.store.machines_by_hostname(request.hostname,
                                                                        cluster)), None)
             machine, events = registered(cluster, settings, existing, request, credential,
@@ -124,7 +132,7 @@ class Agents:
         woken = self.notifier.subscribe(machine_id)
         generation = await self.store.machine_generation(machine_id)  # nothing decoded
         if generation is None:
-            raise NotFound(f"no machine {machine_id}")
+            raise await self.queries.missing(machine_id)
         if generation <= after:
             try:
                 async with asyncio.timeout(timeout):  # no task of its own, unlike wait_for
@@ -158,7 +166,7 @@ class Agents:
             try:
                 machine = machines.get(machine_id)
                 if machine is None:
-                    raise NotFound(f"no machine {machine_id}")
+                    raise await self.queries.missing(machine_id)
                 if machine.cluster not in known:
                     known[machine.cluster] = await self._reportable(machine.cluster)
                 spec, items = known[machine.cluster]

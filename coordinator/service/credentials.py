@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from coordinator.domain.errors import Unauthorized
+from coordinator.domain.errors import Gone, Unauthorized
 from coordinator.domain.model import Machine
 from coordinator.domain.records import CredentialOwner
 from coordinator.domain.tokens import token_hash
@@ -28,7 +28,8 @@ class CredentialCache:
         self._forgotten = 0  # grows on every forget: a read that raced one is not cached
 
     async def authenticate_any(self, credential: str) -> CredentialOwner:
-        """The machine the credential belongs to; Unauthorized when none, or expired."""
+        """The machine the credential belongs to; Gone when that machine was deleted,
+        Unauthorized when there is none, or the credential expired."""
         digest, now = token_hash(credential), self.clock()
         cached = self._owners.get(digest)
         if cached is not None and now - cached[0] <= CREDENTIAL_CACHE_SECONDS:
@@ -40,6 +41,9 @@ class CredentialCache:
                 self._owners[digest] = (now, owner)
                 self._owner_hashes[owner.machine_id] = digest
         if owner is None:
+            removed = await self.store.removed_credential(digest)
+            if removed is not None:  # its agent learns why, and that it must register again
+                raise Gone(removed.notice())
             raise Unauthorized("unknown or revoked machine credential")
         if owner.expires_at is not None and self.clock() >= owner.expires_at:
             raise Unauthorized(f"the credential of {owner.hostname} expired: delete the "

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.domain import planner
-from coordinator.domain.errors import Conflict, NotFound
+from coordinator.domain.errors import Conflict, Gone, NotFound
 from coordinator.domain.model import ClusterSpec, Machine
 from coordinator.domain.records import AdminToken, Event, JoinToken, MachineCount, StoredCluster
 from coordinator.domain.status import (
@@ -61,8 +61,16 @@ class Queries:
     async def machine_by_id(self, machine_id: str) -> Machine:
         machine = await self.store.get_machine(machine_id)
         if machine is None:
-            raise NotFound(f"no machine {machine_id}")
+            raise await self.missing(machine_id)
         return machine
+
+    async def missing(self, machine_id: str) -> Gone | NotFound:
+        """Why there is no machine with this id: Gone when it was deleted (its agent is told
+        when, and that it must register again), else NotFound."""
+        removed = await self.store.removed_machine(machine_id)
+        if removed is not None:
+            return Gone(removed.notice())
+        return NotFound(f"no machine {machine_id}")
 
     async def machine(self, ref: str) -> Machine:
         """A machine by id or hostname (hostnames are unique within a cluster)."""

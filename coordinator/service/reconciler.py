@@ -102,7 +102,7 @@ class Reconciler:
         out.events += self._post_deploy(spec, machines, after, decisions, out.changed)
         host = planner.post_deploy_host(spec, after)
         self.post_deploy.found(stored, host.id if host else None)
-        removed = [d.machine_id for d in decisions if d.to_state is None]
+        removed = {d.machine_id: now for d in decisions if d.to_state is None}
         if out.changed or out.events or removed:
             await self.writes.commit_planned(list(out.changed.values()), out.events, removed)
             self.notifier.wake([*out.changed, *removed],

@@ -32,21 +32,22 @@ class Writes:
         notifier.on_written = self._written_elsewhere
 
     async def commit(self, machines: Sequence[Machine], events: Sequence[Event],
-                     removed: Sequence[str] = ()) -> None:
-        """Write machines and events; the next reconcile pass plans on these machines."""
+                     removed: Mapping[str, float] | None = None) -> None:
+        """Write machines and events, and remove machines (id -> when); the next reconcile
+        pass plans on these machines."""
         await self.store.commit(machines, events, removed)
-        self.mark(removed, machines)
+        self.mark(removed or {}, machines)
 
     async def record(self, events: Sequence[Event]) -> None:
         """Write events that change no machine."""
         await self.store.commit([], events)
 
     async def commit_planned(self, machines: Sequence[Machine], events: Sequence[Event],
-                             removed: Sequence[str]) -> None:
+                             removed: Mapping[str, float]) -> None:
         """A reconcile pass's own writes: the pass keeps them itself, so they are not marked
         changed, but authentication and the other replicas learn of them."""
         await self.store.commit(machines, events, removed)
-        self._written_here(removed, machines)
+        self._written_here(list(removed), machines)
 
     def mark(self, machine_ids: Iterable[str], machines: Iterable[Machine] = ()) -> None:
         """Machines just written (or heard from again): the next pass plans on them as written

@@ -17,6 +17,7 @@ from coordinator.domain.records import (
     Event,
     JoinToken,
     MachineCount,
+    RemovedMachine,
     StoredCluster,
 )
 
@@ -159,16 +160,28 @@ class Store(ABC):
         are ignored (a heartbeat may race the machine's removal). The coordinator batches
         heartbeats in memory and calls this about once a second."""
 
+    @abstractmethod
+    async def removed_machine(self, machine_id: str) -> RemovedMachine | None:
+        """What is kept of the machine with this id once its record was removed (None: never
+        removed, or no such machine)."""
+
+    @abstractmethod
+    async def removed_credential(self, credential_hash: str) -> RemovedMachine | None:
+        """The machine last removed while this was its credential's hash; None for an unknown
+        hash, and always for "" (a revoked credential proves nothing)."""
+
     # -- atomic writes ----------------------------------------------------------
     @abstractmethod
     async def commit(
         self,
         machines: Sequence[Machine] = (),
         events: Sequence[Event] = (),
-        removed: Sequence[str] = (),
+        removed: Mapping[str, float] | None = None,
     ) -> list[Event]:
-        """Upsert machines, delete removed machine ids and append events in one transaction.
-        Returns the events with their ids."""
+        """Upsert machines, remove machines (id -> when) and append events in one
+        transaction. Returns the events with their ids. A removed machine leaves what
+        removed_machine and removed_credential return, for good: its agent may come back
+        months later."""
 
     # -- events -----------------------------------------------------------------
     @abstractmethod

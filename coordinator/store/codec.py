@@ -20,6 +20,7 @@ from coordinator.domain.records import (
     Event,
     JoinToken,
     MachineCount,
+    RemovedMachine,
     StoredCluster,
 )
 
@@ -114,6 +115,11 @@ def credential_owner_from_row(row: Row) -> CredentialOwner:
     from the document without decoding the machine."""
     return CredentialOwner(machine_id=row["id"], cluster=row["cluster"], hostname=row["hostname"],
                            expires_at=row["expires_at"], responding=bool(row["responding"]))
+
+
+def removed_machine_from_row(row: Row) -> RemovedMachine:
+    return RemovedMachine(machine_id=row["id"], cluster=row["cluster"], hostname=row["hostname"],
+                          removed_at=row["removed_at"])
 
 
 def machine_count_from_row(row: Row) -> MachineCount:

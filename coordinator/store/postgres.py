@@ -21,6 +21,7 @@ from coordinator.domain.records import (
     Event,
     JoinToken,
     MachineCount,
+    RemovedMachine,
     StoredCluster,
 )
 from coordinator.domain.tokens import token_id
@@ -36,6 +37,7 @@ from coordinator.store.codec import (
     machine_count_from_row,
     machine_from_row,
     machine_to_row,
+    removed_machine_from_row,
     spec_to_json,
 )
 from coordinator.store.postgres_connections import Database, Mutex
@@ -170,6 +172,14 @@ class PostgresStore(Store):
             return None
         return await self.db.one(credential_owner_from_row, SQL.credential_owner, credential_hash)
 
+    async def removed_machine(self, machine_id: str) -> RemovedMachine | None:
+        return await self.db.one(removed_machine_from_row, SQL.removed_machine, machine_id)
+
+    async def removed_credential(self, credential_hash: str) -> RemovedMachine | None:
+        if not credential_hash:
+            return None
+        return await self.db.one(removed_machine_from_row, SQL.removed_credential, credential_hash)
+
     async def count_machines(self) -> list[MachineCount]:
         return await self.db.all(machine_count_from_row, SQL.count_machines)
 
@@ -205,11 +215,12 @@ class PostgresStore(Store):
         self,
         machines: Sequence[Machine] = (),
         events: Sequence[Event] = (),
-        removed: Sequence[str] = (),
+        removed: Mapping[str, float] | None = None,
     ) -> list[Event]:
         # Encoded before the transaction: a value JSON cannot hold fails with nothing written.
         rows = [machine_to_row(m) for m in machines]
         data = [dumps(e.data) for e in events]
+        removed = removed or {}
         if not (rows or events or removed):
             return []
         async with self.db.transaction() as conn:
@@ -217,6 +228,7 @@ class PostgresStore(Store):
             if rows:
                 await conn.executemany(SQL.upsert_machine, rows)
             if removed:
+                await conn.executemany(SQL.keep_removed, list(removed.items()))
                 await conn.execute("DELETE FROM machines WHERE id = ANY($1::text[])", list(removed))
             if not events:
                 return []

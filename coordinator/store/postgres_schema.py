@@ -94,6 +94,17 @@ MIGRATIONS: list[str] = [
     ALTER TABLE machines ADD COLUMN responding BOOLEAN NOT NULL DEFAULT TRUE;
     UPDATE machines SET responding = COALESCE((doc::jsonb ->> 'responding')::boolean, FALSE);
     """,
+    # 3 -> 4: what is kept of a removed machine, so that its agent is told it was deleted.
+    """
+    CREATE TABLE removed_machines (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        cluster TEXT COLLATE "C" NOT NULL,
+        hostname TEXT COLLATE "C" NOT NULL,
+        credential_hash TEXT NOT NULL,
+        removed_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX removed_machines_credential ON removed_machines (credential_hash, removed_at);
+    """,
 ]
 
 

@@ -171,6 +171,17 @@ class Statements:
             "credential_hash = excluded.credential_hash, responding = excluded.responding, "
             f"last_seen = {d.greatest}(machines.last_seen, excluded.last_seen), doc = excluded.doc")
 
+        # -- removed machines: what is kept of each, written as its row is deleted
+        self.keep_removed = sql(
+            "INSERT INTO removed_machines (id, cluster, hostname, credential_hash, removed_at) "
+            "SELECT id, cluster, hostname, credential_hash, CAST($2 AS DOUBLE PRECISION) "
+            "FROM machines WHERE id = $1 ON CONFLICT (id) DO UPDATE SET "
+            "cluster = excluded.cluster, hostname = excluded.hostname, "
+            "credential_hash = excluded.credential_hash, removed_at = excluded.removed_at")
+        self.removed_machine = sql("SELECT * FROM removed_machines WHERE id = $1")
+        self.removed_credential = sql("SELECT * FROM removed_machines WHERE credential_hash = $1 "
+                                      "ORDER BY removed_at DESC LIMIT 1")
+
     def machines(self, cluster: str | None, role: Role | None) -> tuple[str, list[Any]]:
         """See Store.list_machines: with a role, through the index on (cluster, role)."""
         hint = self.dialect.role_index if role and cluster is not None else ""

@@ -27,6 +27,7 @@ from coordinator.domain.records import (
     Event,
     JoinToken,
     MachineCount,
+    RemovedMachine,
     StoredCluster,
 )
 from coordinator.domain.tokens import token_id
@@ -41,6 +42,7 @@ from coordinator.store.codec import (
     machine_count_from_row,
     machine_from_row,
     machine_to_row,
+    removed_machine_from_row,
     spec_to_json,
 )
 from coordinator.store.sql import SQLITE, Statements, check_removable, respecified
@@ -291,6 +293,14 @@ class SQLiteStore(Store):
     async def list_machines(self, cluster: str | None = None, role: Role | None = None) -> list[Machine]:
         return await self._all(machine_from_row, *SQL.machines(cluster, role))
 
+    async def removed_machine(self, machine_id: str) -> RemovedMachine | None:
+        return await self._one(removed_machine_from_row, SQL.removed_machine, (machine_id,))
+
+    async def removed_credential(self, credential_hash: str) -> RemovedMachine | None:
+        if not credential_hash:
+            return None
+        return await self._one(removed_machine_from_row, SQL.removed_credential, (credential_hash,))
+
     async def count_machines(self) -> list[MachineCount]:
         return await self._all(machine_count_from_row, SQL.count_machines)
 
@@ -325,17 +335,18 @@ class SQLiteStore(Store):
         self,
         machines: Sequence[Machine] = (),
         events: Sequence[Event] = (),
-        removed: Sequence[str] = (),
+        removed: Mapping[str, float] | None = None,
     ) -> list[Event]:
-        return await self._run(self._commit, machines, events, removed)
+        return await self._run(self._commit, machines, events, dict(removed or {}))
 
     def _commit(self, machines: Sequence[Machine], events: Sequence[Event],
-                removed: Sequence[str]) -> list[Event]:
+                removed: dict[str, float]) -> list[Event]:
         conn = self._db
         stored: list[Event] = []
         with transaction(conn):
             for m in machines:
                 conn.execute(SQL.upsert_machine, machine_to_row(m))
+            conn.executemany(SQL.keep_removed, list(removed.items()))
             conn.executemany("DELETE FROM machines WHERE id = ?", [(i,) for i in removed])
             for e in events:
                 cursor = conn.execute(

@@ -85,6 +85,17 @@ MIGRATIONS: list[str] = [
     ALTER TABLE machines ADD COLUMN responding INTEGER NOT NULL DEFAULT 1;
     UPDATE machines SET responding = COALESCE(json_extract(doc, '$.responding'), 0);
     """,
+    # 4 -> 5: what is kept of a removed machine, so that its agent is told it was deleted.
+    """
+    CREATE TABLE removed_machines (
+        id TEXT PRIMARY KEY,
+        cluster TEXT NOT NULL,
+        hostname TEXT NOT NULL,
+        credential_hash TEXT NOT NULL,
+        removed_at REAL NOT NULL
+    );
+    CREATE INDEX removed_machines_credential ON removed_machines (credential_hash, removed_at);
+    """,
 ]
 
 

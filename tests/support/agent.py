@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,3 +30,43 @@ def checks_by_name(result: subprocess.CompletedProcess[str]) -> dict[str, dict[s
     assert result.returncode in (0, 1), (result.returncode, result.stderr)
     report = json.loads(result.stdout)
     return {check["name"]: check for check in report["checks"]}
+
+
+@dataclass
+class AgentProcess:
+    """`nodeagent run` on this host, its root, config (agent.yaml) and log (agent.log) under
+    directory: started, signalled and started again at will, as systemd would."""
+
+    directory: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def root(self) -> Path:
+        return self.directory / "root"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "var/lib/nodeagent"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "agent.log"
+
+    def configure(self, settings: str) -> None:
+        """The config file: settings (YAML), with the state dir under the root."""
+        (self.directory / "agent.yaml").write_text(f"{settings}\nstateDir: {self.state_dir}\n")
+
+    def start(self) -> None:
+        """In a session of its own, so that stop() reaches its children too."""
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [NODEAGENT, "run", "--config", str(self.directory / "agent.yaml"), "--root",
+                 str(self.root)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
+        """Signal it and its children (with SIGKILL: as systemd kills a unit's cgroup); its
+        exit status once it is gone."""
+        assert self.process is not None, "never started"
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, sig)
+        return self.process.wait(timeout=30)

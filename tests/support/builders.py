@@ -45,6 +45,10 @@ machineTypes:
     - {name: join, phase: deploy, action: {type: exec, argv: ["true"]}}
 """
 
+# The same, approving every machine as a manager once its hard prechecks pass.
+AUTO_APPROVE_CLUSTER = API_CLUSTER.replace(
+    "settings: {", "settings: {autoApprove: true, autoApproveRole: manager, ")
+
 # The served coordinator's cluster, for the CLI, dashboard and operator tests: exec items that
 # never run (simulated agents report them), two of them in a worker's Prepare.
 OPERATOR_CLUSTER = """\

@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,13 @@ class Fleet:
     lan: Lan
     tmp: Path
     replicas: list[ServedCoordinator]  # in the hub namespace, on one data dir (and store)
+    managers: Sequence[str] = tuple(MANAGERS)  # hostnames, in registration order
+    workers: Sequence[str] = tuple(WORKERS)
     agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def hostnames(self) -> list[str]:
+        return [*self.managers, *self.workers]
 
     @property
     def ports(self) -> list[int]:
@@ -155,14 +161,17 @@ class Fleet:
 
 @contextlib.contextmanager
 def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = (), store: str | None = None,
-          replicas: int = 1, late: tuple[str, ...] = ()) -> Iterator[Fleet]:
-    """The cluster with every machine registered and approved. With store (a PostgreSQL DSN
-    reachable from the hub namespace), `replicas` coordinators share it and the data dir.
-    `late` workers have a node on the LAN but no agent until the test has them join."""
-    with lan(MANAGERS + WORKERS + list(late)) as network, contextlib.ExitStack() as stack:
+          replicas: int = 1, managers: Sequence[str] = tuple(MANAGERS),
+          workers: Sequence[str] = tuple(WORKERS), cluster_spec: str | None = None,
+          late: tuple[str, ...] = ()) -> Iterator[Fleet]:
+    """The cluster (cluster_spec, default spec()) with every machine registered and approved.
+    With store (a PostgreSQL DSN reachable from the hub namespace), `replicas` coordinators
+    share it and the data dir. `late` workers have a node on the LAN but no agent until the
+    test has them join."""
+    with lan([*managers, *workers, *late]) as network, contextlib.ExitStack() as stack:
         # HTTPS, as in production: agents reach it at the hub's address on the LAN.
         shared = ("--store", store) if store else ()
-        running = Fleet(network, tmp_path, [])
+        running = Fleet(network, tmp_path, [], managers, workers)
         for index in range(replicas):
             port = free_port()
             advertised = ("--advertise-url", f"https://{HUB_IP}:{port}")
@@ -175,35 +184,37 @@ def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = (), store: str | None 
         for replica in running.replicas:  # each up (the first so leading) before the next
             replica.start()
             stack.callback(replica.stop)
-        (tmp_path / "cluster.yaml").write_text(spec())
+        (tmp_path / "cluster.yaml").write_text(cluster_spec or spec())
         running.admin("cluster", "apply", "-f", str(tmp_path / "cluster.yaml"))
         token = running.admin("join-token", "create", "lab").strip()
-        for count, hostname in enumerate(MANAGERS + WORKERS, start=1):
+        for count, hostname in enumerate(running.hostnames, start=1):
             running.start_agent(hostname, token)
             if hostname not in closed_gates:
                 running.open_gate(hostname)
-            if hostname in MANAGERS:
+            if hostname in managers:
                 # The planner deploys managers in registration order, and the tests name
                 # them in it (m1 first): agents started at once would register in any order.
                 running.wait_for(f"{hostname} registered",
                                  lambda n=count: len(running.admin_json("machines")) == n)
-        running.wait_for("8 registrations", lambda: len(running.admin_json("machines")) == 8)
+        total = len(running.hostnames)
+        running.wait_for(f"{total} registrations",
+                         lambda: len(running.admin_json("machines")) == total)
         # The first manager to finish Prepare deploys first, and under load m2 can finish
         # before m1: m1 (which the tests expect first) is approved alone until it is past
         # Prepare.
-        first, *rest = MANAGERS + WORKERS
+        first, *rest = running.hostnames
         running.admin("approve", first, "--role", "manager")
         running.wait_for(f"{first} past Prepare", lambda: running.admin_json(
             "machines", "get", first)["state"] in ("Deploy", "Ready"))
         for hostname in rest:
-            role = "manager" if hostname in MANAGERS else "worker"
+            role = "manager" if hostname in managers else "worker"
             running.admin("approve", hostname, "--role", role)
         yield running
 
 
 def all_ready(f: Fleet) -> bool:
     status = f.admin_json("status", "lab")
-    return status["counts"] == {"Ready": 8}
+    return status["counts"] == {"Ready": len(f.hostnames)}
 
 
 def assert_ordering_held(events: list[dict[str, Any]]) -> None:

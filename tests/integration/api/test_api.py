@@ -299,7 +299,7 @@ async def test_deleting_a_deployed_machine_runs_its_reset_items_then_removes_it(
     await env.report_all(agent)
     await env.coordinator.reconciler.reconcile_once()
     await env.call("GET", "/v1/machines/m1", 404)
-    await env.call("GET", f"/v1/agent/machines/{agent['machine_id']}/assignment", 401,
+    await env.call("GET", f"/v1/agent/machines/{agent['machine_id']}/assignment", 410,
                    headers={"Authorization": f"Bearer {agent['credential']}"})
 
 

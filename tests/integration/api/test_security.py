@@ -128,8 +128,14 @@ async def test_a_revoked_or_deleted_machine_is_refused(env: InProcessCoordinator
                    headers=bearer(a["credential"]))
     assert (await env.call("GET", "/v1/machines/node-a", 200))["credential"]["revoked"]
     await env.call("DELETE", "/v1/machines/node-b", 200)
-    await env.call("POST", f"/v1/agent/machines/{b['machine_id']}/heartbeat", 401,
-                   headers=bearer(b["credential"]))
+    gone = await env.call("POST", f"/v1/agent/machines/{b['machine_id']}/heartbeat", 410,
+                          headers=bearer(b["credential"]))
+    assert gone["error"].startswith(f"machine node-b ({b['machine_id']}) was deleted from "
+                                    "cluster lab at ")
+    # A revoked credential proves nothing: deleted, its machine is still a stranger's.
+    await env.call("DELETE", "/v1/machines/node-a", 200)
+    await env.call("POST", f"/v1/agent/machines/{a['machine_id']}/heartbeat", 401,
+                   headers=bearer(a["credential"]))
 
 
 async def test_heartbeats_reuse_what_was_read_of_a_credential_for_a_minute(

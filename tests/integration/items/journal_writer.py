@@ -25,7 +25,7 @@ def applied_prefix(journal: Journal) -> int:
 
 
 def main(path: Path) -> None:
-    journal = Journal(path)
+    journal = Journal(path, "m-1")
     n = applied_prefix(journal)
     print(n, flush=True)
     while True:

@@ -3,6 +3,7 @@ that no kill -9 at any moment of a write leaves it unreadable or inconsistent.""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_missing_journal_is_empty(tmp_path: Path) -> None:
-    journal = Journal(tmp_path / "journal.json")
+    journal = Journal(tmp_path / "journal.json", "m-1")
     assert not journal.applied(numbered(0).fingerprint())
     assert journal.in_progress() is None
     assert not (tmp_path / "journal.json").exists()
@@ -29,23 +30,58 @@ def test_a_missing_journal_is_empty(tmp_path: Path) -> None:
 
 def test_started_then_applied_is_persisted_privately(tmp_path: Path) -> None:
     path = tmp_path / "state" / "journal.json"
-    journal = Journal(path)
+    journal = Journal(path, "m-1")
     item = numbered(0)
     journal.record_started(item)
-    assert Journal(path).in_progress() == item.fingerprint()
-    assert not Journal(path).applied(item.fingerprint())
+    assert Journal(path, "m-1").in_progress() == item.fingerprint()
+    assert not Journal(path, "m-1").applied(item.fingerprint())
     journal.record_applied(item)
-    reloaded = Journal(path)
+    reloaded = Journal(path, "m-1")
     assert reloaded.applied(item.fingerprint())
     assert reloaded.in_progress() is None
     assert path.stat().st_mode & 0o777 == 0o600
 
 
 def test_applying_another_item_keeps_the_one_in_progress(tmp_path: Path) -> None:
-    journal = Journal(tmp_path / "journal.json")
+    journal = Journal(tmp_path / "journal.json", "m-1")
     journal.record_started(numbered(0))
     journal.record_applied(numbered(1))
     assert journal.in_progress() == numbered(0).fingerprint()
+
+
+def test_the_journal_of_a_deleted_machine_is_set_aside_and_the_new_one_runs_everything(
+        tmp_path: Path) -> None:
+    """Deleted and registered again, the node is another machine: its items all run again."""
+    path = tmp_path / "journal.json"
+    Journal(path, "m-1").record_applied(numbered(0))
+    again = Journal(path, "m-2")
+    assert not again.applied(numbered(0).fingerprint())
+    assert not path.exists()
+    assert Journal(tmp_path / "journal.m-1.json", "m-1").applied(numbered(0).fingerprint())
+    again.record_applied(numbered(1))
+    assert Journal(path, "m-2").applied(numbered(1).fingerprint())
+    assert json.loads(path.read_text())["machine_id"] == "m-2"
+
+
+def test_a_journal_an_older_agent_wrote_belongs_to_the_machine_that_reads_it(
+        tmp_path: Path) -> None:
+    """An agent upgraded in place keeps what it applied."""
+    path = tmp_path / "journal.json"
+    Journal(path, "m-1").record_applied(numbered(0))
+    older = json.loads(path.read_text())
+    del older["machine_id"]
+    path.write_text(json.dumps(older))
+    assert Journal(path, "m-7").applied(numbered(0).fingerprint())
+
+
+def test_the_newest_three_set_aside_journals_are_kept(tmp_path: Path) -> None:
+    path = tmp_path / "journal.json"
+    for n in range(6):
+        Journal(path, f"m-{n}").record_applied(numbered(n))
+        os.utime(path, (n, n))  # written in this order, whatever the file system's clock
+    Journal(path, "m-6")
+    assert sorted(p.name for p in tmp_path.glob("journal.*.json")) == [
+        "journal.m-3.json", "journal.m-4.json", "journal.m-5.json"]
 
 
 @pytest.mark.parametrize("content", [b"", b"{not json", b"[]", b'{"version": 99}',
@@ -54,7 +90,7 @@ def test_a_damaged_journal_is_refused_not_guessed(tmp_path: Path, content: bytes
     path = tmp_path / "journal.json"
     path.write_bytes(content)
     with pytest.raises(JournalError, match=f"cannot read the journal {path}"):
-        Journal(path)
+        Journal(path, "m-1")
 
 
 def test_kill_9_at_any_moment_never_leaves_a_torn_or_inconsistent_journal(
@@ -76,7 +112,7 @@ def test_kill_9_at_any_moment_never_leaves_a_torn_or_inconsistent_journal(
         writer.wait()
         writer.stdout.close()
 
-        journal = Journal(path)
+        journal = Journal(path, "m-1")
         applied = applied_prefix(journal)
         assert not any(journal.applied(numbered(n).fingerprint())
                        for n in range(applied, applied + 50)), "applied is not a prefix"
@@ -87,5 +123,5 @@ def test_kill_9_at_any_moment_never_leaves_a_torn_or_inconsistent_journal(
     assert starts == sorted(starts)
     assert starts[-1] > starts[0], "the writer made no progress between kills"
     assert killed_mid_write > 0, "no kill landed between creating a temp file and the rename"
-    Journal(path).record_started(numbered(10**6))
+    Journal(path, "m-1").record_started(numbered(10**6))
     assert leftovers(tmp_path) == []  # the next write cleans up after a killed one

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from coordinator.domain.model import MachineState
-from coordinator.domain.records import CredentialOwner, Event, MachineCount
+from coordinator.domain.records import CredentialOwner, Event, MachineCount, RemovedMachine
 from coordinator.domain.tokens import token_id
 from coordinator.store.base import Store, StoreError
 from tests.support.builders import ONE_ITEM, cluster, full_machine
@@ -253,13 +253,32 @@ async def test_commit_writes_machines_removals_and_events_together(store: Store)
     stored = await store.commit(
         [full_machine("m-1", state=MachineState.READY)],
         [event("state", machine_id="m-1", to="Ready"), event("removed", machine_id="m-2")],
-        removed=["m-2"],
+        removed={"m-2": 20.0},
     )
     assert await store.list_machines() == [full_machine("m-1", state=MachineState.READY)]
     assert [e.kind for e in stored] == ["state", "removed"]
     assert stored[0].id > 0 and stored[1].id > stored[0].id
     assert stored[0] == replace(event("state", machine_id="m-1", to="Ready"), id=stored[0].id)
     assert await store.list_events() == stored
+
+
+async def test_a_removed_machine_is_remembered_by_its_id_and_its_last_credential(
+        store: Store) -> None:
+    """Its agent, back months later with the old credential, is told it was deleted."""
+    await store.commit([full_machine("m-1"), full_machine("m-2", credential_hash="")])
+    await store.commit(removed={"m-1": 20.0, "m-2": 21.0})
+    gone = RemovedMachine("m-1", "edge", "host-m-1", 20.0)
+    assert await store.removed_machine("m-1") == gone
+    assert await store.removed_credential("cred-m-1") == gone
+    assert await store.removed_machine("m-2") == RemovedMachine("m-2", "edge", "host-m-2", 21.0)
+    assert await store.removed_credential("") is None  # a revoked credential proves nothing
+    assert await store.removed_machine("m-3") is None
+    assert await store.removed_credential("cred-m-3") is None
+    # The same id and credential registered and removed again: the newest removal answers.
+    await store.commit([full_machine("m-1")])
+    assert await store.credential_owner("cred-m-1") is not None  # a live machine comes first
+    await store.commit(removed={"m-1": 30.0})
+    assert await store.removed_credential("cred-m-1") == replace(gone, removed_at=30.0)
 
 
 async def test_an_empty_commit_changes_nothing(store: Store) -> None:
@@ -275,9 +294,10 @@ async def test_a_commit_failing_midway_writes_nothing(store: Store) -> None:
         await store.commit(
             [full_machine("m-1", state=MachineState.READY), full_machine("m-2")],
             [event("fine"), event("broken", payload=object())],
-            removed=["m-1"],
+            removed={"m-1": 20.0},
         )
     assert await store.list_machines() == [before]
+    assert await store.removed_machine("m-1") is None
     assert await store.list_events() == []
     # The store is still usable afterwards.
     assert len(await store.commit(events=[event()])) == 1
@@ -380,7 +400,8 @@ async def test_everything_survives_closing_and_reopening(store: Store,
     await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
     await store.put_cluster(cluster(worker=ONE_ITEM, release="2.0.0"), now=2.0)
     await store.add_join_token("edge", "hash-1", 3.0, None, None)
-    await store.commit([full_machine("m-1"), full_machine("m-2")], [event(), event()], removed=["m-2"])
+    await store.commit([full_machine("m-1"), full_machine("m-2")], [event(), event()],
+                       removed={"m-2": 50.0})
     await store.touch_machine("m-1", now=60.0)
     await store.mark_cluster_deleting("edge")
     clusters, machines, events = (await store.list_clusters(), await store.list_machines(),
@@ -395,6 +416,7 @@ async def test_everything_survives_closing_and_reopening(store: Store,
         assert await reopened.list_machines() == machines == [full_machine("m-1", last_seen=60.0)]
         assert await reopened.list_events() == events
         assert [t.cluster for t in await reopened.list_join_tokens()] == ["edge"]
+        assert await reopened.removed_machine("m-2") == RemovedMachine("m-2", "edge", "host-m-2", 50.0)
         # Ids keep growing after a restart.
         (later,) = await reopened.commit(events=[event()])
         assert later.id > events[-1].id

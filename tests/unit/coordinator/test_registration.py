@@ -8,7 +8,8 @@ import pytest
 
 from coordinator.domain.errors import Conflict
 from coordinator.domain.model import ClusterSettings, MachineState
-from coordinator.domain.registration import Credential, registered
+from coordinator.domain.records import CredentialOwner
+from coordinator.domain.registration import Credential, registered, retried
 from nodeagent.protocol import PrecheckReport, RegisterRequest
 from tests.support.builders import OLD_KERNEL, machine, precheck_report
 
@@ -42,3 +43,12 @@ def test_registering_again_keeps_the_pending_machine_and_replaces_its_credential
 def test_an_admitted_machine_cannot_be_taken_over_by_a_registration() -> None:
     with pytest.raises(Conflict, match="already a member of edge"):
         registered("edge", ClusterSettings(), machine("w1"), request("w1"), CREDENTIAL, "id-x", 1.0)
+
+
+def test_a_retried_registration_gets_the_machine_its_credential_registered() -> None:
+    """The answer to the first attempt was lost; the agent retries with the credential it
+    chose and saved before that attempt."""
+    owner = CredentialOwner("id-w1", "edge", "w1", expires_at=None, responding=True)
+    assert retried(owner, request("w1")) == "id-w1"
+    with pytest.raises(Conflict, match=r"credential is that of machine w1 \(id-w1\) in edge, not of w2"):
+        retried(owner, request("w2"))

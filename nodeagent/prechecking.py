@@ -1,0 +1,112 @@
+"""The prechecks of a machine that is not approved yet: run before it registers, then again at
+every start of its agent and with capped backoff for as long as the machine is Pending. So a
+node fixed after it registered (or after its agent restarted) becomes approvable without
+anyone's help, and one that breaks before its approval is not approved on an old report."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+
+from nodeagent import sdnotify
+from nodeagent.backoff import delay
+from nodeagent.children import checked_output
+from nodeagent.client import CoordinatorClient, Document, Rejected, Unreachable
+from nodeagent.host import Host
+from nodeagent.identity import Identity
+from nodeagent.settings import DaemonSettings
+
+log = logging.getLogger("nodeagent")
+# The first wait between two runs while they fail, and the longest: what a node that passes
+# waits, as it has nothing urgent to say.
+RECHECK_SECONDS = (5.0, 60.0)
+
+
+class Prechecks:
+    def __init__(self, settings: DaemonSettings, host: Host, config_path: str,
+                 client: CoordinatorClient, rand: random.Random) -> None:
+        self.settings = settings
+        self.host = host
+        self.config_path = config_path
+        self.client = client
+        self.rand = rand
+        # The cluster's NTP settings (as the assignment spells them), once an assignment has
+        # told them: prechecks use them when this node's config names no NTP servers.
+        self.cluster_ntp: Document | None = None
+        self.checked_ntp: Document | None = None  # what the last run used
+        self._rechecking: asyncio.Task[None] | None = None
+
+    async def run(self) -> Document:
+        """One run of the prechecks: a PrecheckReport, as JSON."""
+        args = ["precheck", "--output", "json", "--role", self.settings.role,
+                "--config", self.config_path]
+        if self.settings.ignore_prechecks:
+            args += ["--ignore", ",".join(self.settings.ignore_prechecks)]
+        self.checked_ntp = self._ntp_for_checks()
+        if self.checked_ntp is not None:
+            for server in self.checked_ntp["servers"]:
+                args += ["--ntp-server", server]
+            args += ["--max-skew-seconds", f"{self.checked_ntp['maxSkewSeconds']:g}"]
+        report: Document = json.loads(await checked_output(self.host, *args))
+        failures = [f"{c['name']}: {c['message']}" for c in report["checks"]
+                    if c["status"] == "fail"]
+        if failures:
+            log.warning("hard prechecks failed: %s", "; ".join(failures))
+        sdnotify.status("prechecks " + ("passed" if report["ok"] else "FAILED"))
+        return report
+
+    def registered(self, identity: Identity, report: Document) -> None:
+        """The machine just registered with report: check again after a while."""
+        self._start(identity, wait_first=True, sent_ok=report["ok"])
+
+    def assigned(self, identity: Identity, assignment: Document) -> None:
+        """Each new assignment: while the machine is Pending, keep checking (at once on this
+        agent's first assignment, and when the cluster's NTP settings change what the clock
+        check uses); once it is not, stop."""
+        self.cluster_ntp = assignment.get("ntp")
+        if assignment["state"] != "Pending":
+            self.stop()
+        elif self._rechecking is None or self._rechecking.done() \
+                or self._ntp_for_checks() != self.checked_ntp:
+            self._start(identity, wait_first=False, sent_ok=None)
+
+    def stop(self) -> None:
+        if self._rechecking is not None:
+            self._rechecking.cancel()
+
+    def _ntp_for_checks(self) -> Document | None:
+        """The cluster's NTP settings when the clock check should use them (this node's
+        config names no servers); None: the config's own."""
+        if self.settings.own_ntp_servers or not self.cluster_ntp \
+                or not self.cluster_ntp.get("servers"):
+            return None
+        return self.cluster_ntp
+
+    def _start(self, identity: Identity, wait_first: bool, sent_ok: bool | None) -> None:
+        self.stop()
+        self._rechecking = asyncio.create_task(self._recheck(identity, wait_first, sent_ok))
+
+    async def _recheck(self, identity: Identity, wait_first: bool, sent_ok: bool | None) -> None:
+        """Run the prechecks with backoff and send each report, but a passing one after a
+        passing one (sent_ok: whether the coordinator's last one passed; None: unknown). Ends
+        when the coordinator refuses a report (the machine was approved, or deleted)."""
+        first, longest = RECHECK_SECONDS
+        attempt = 0
+        while True:
+            if wait_first:
+                attempt += 1
+                await asyncio.sleep(delay(attempt, longest if sent_ok else first, longest,
+                                          self.rand))
+            wait_first = True
+            report = await self.run()
+            if report["ok"] and sent_ok:
+                continue  # nothing new to say
+            try:
+                await self.client.precheck(identity.machine_id, identity.credential, report)
+            except Rejected:
+                return
+            except Unreachable:
+                continue
+            sent_ok = report["ok"]

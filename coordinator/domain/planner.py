@@ -65,6 +65,7 @@ class Decision:
     managers: tuple[str, ...] | None = None  # the manager list its items have now seen
     baseline: frozenset[str] = frozenset()  # upgrade items it takes as applied, at release
     upgrading: frozenset[str] = frozenset()  # into Upgrade: the items it is admitted to run
+    deploy_order: int | None = None  # a manager admitted into Deploy: the how-manyth
 
 
 @dataclass
@@ -139,6 +140,8 @@ def enact(machines: Sequence[Machine], decisions: Sequence[Decision], now: float
                 moved = replace(moved, applied=moved.applied | decision.baseline)
             if decision.upgrading:
                 moved = replace(moved, upgrading=decision.upgrading)
+            if decision.deploy_order is not None:
+                moved = replace(moved, deploy_order=decision.deploy_order)
             result.append(moved)
     return result
 
@@ -381,6 +384,8 @@ def _admit_to_deploy(state: _Pass) -> list[Decision]:
     manager_deployed = any(state.role[mid] == "manager" and s in DEPLOYED_STATES
                            for mid, s in state.after.items())
     batch = state.spec.settings.worker_batch_size
+    # Recorded on the manager admitted, so that ${managers.first} names the one chosen first.
+    order = 1 + max((m.deploy_order for m in state.machines if m.role == "manager"), default=0)
     decisions: list[Decision] = []
     for machine in state.machines:
         if machine.state is not S.PREPARE or not state.complete(machine):
@@ -398,6 +403,8 @@ def _admit_to_deploy(state: _Pass) -> list[Decision]:
             decision = _decide(machine, S.DEPLOY,
                                f"worker deploys ({workers_deploying} of {batch} worker slots)")
         if decision is not None:
+            if machine.role == "manager":
+                decision = replace(decision, deploy_order=order)
             decisions.append(decision)
             deploying.append(machine.id)
             state.after[machine.id] = S.DEPLOY

@@ -245,6 +245,9 @@ async def test_a_long_poll_woken_by_a_pass_gets_what_a_fresh_read_gets(env: InPr
     managers, read once for all): the answer must be the one a read afterwards gives."""
     manager, worker = await env.register("m1"), await env.register("w1")
     await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+    for _ in ("prepare", "deploy"):
+        await env.coordinator.reconciler.reconcile_once()
+        await env.report_all(manager)
     await env.call("POST", "/v1/machines/w1/approve", 200, json={"role": "worker"})
     before = {a["machine_id"]: await env.assignment(a) for a in (manager, worker)}
     polls = [asyncio.create_task(env.assignment(a, after=before[a["machine_id"]]["generation"],
@@ -252,7 +255,7 @@ async def test_a_long_poll_woken_by_a_pass_gets_what_a_fresh_read_gets(env: InPr
     await asyncio.sleep(0.1)  # both parked
     await env.coordinator.reconciler.reconcile_once()
     woken = await asyncio.gather(*polls)
-    assert [a["state"] for a in woken] == ["Prepare", "Prepare"]
+    assert [a["state"] for a in woken] == ["Ready", "Prepare"]
     assert woken == [await env.assignment(a) for a in (manager, worker)]
     assert woken[1]["values"]["managers.hostnames"] == "m1"
 

@@ -28,6 +28,7 @@ from coordinator.domain.model import (
     MachineTypes,
     Role,
     deployed_managers,
+    first_manager,
     needs_drain,
     pending_items,
     phase_items,
@@ -256,6 +257,7 @@ class World:
             self.check_state(after)
         assert after == enact(before, decisions, self.now)
         check_decisions(self.spec, before, after, decisions)
+        check_first_manager(before, after, decisions)
         for d in decisions:  # shown by --hypothesis-show-statistics: the paths really ran
             if d.to_state in (S.UPGRADE, S.RECONFIGURE):
                 event(f"{by_id_role(before, d.machine_id)} enters {d.to_state}")
@@ -355,6 +357,18 @@ def check_decisions(
             assert d.release == spec.release
         if d.to_state is S.RECONFIGURE:
             assert m.managers != deployed_managers(after), f"{m.hostname} reconfigured for nothing"
+
+
+def check_first_manager(before: list[Machine], after: list[Machine],
+                        decisions: list[Decision]) -> None:
+    """${managers.first} names the manager admitted first from its admission on, and a pass
+    never moves it to another (only its deletion does)."""
+    was, now = first_manager(before), first_manager(after)
+    if was is not None:
+        assert now is not None and now.id == was.id, "${managers.first} moved to another manager"
+    elif now is not None:
+        (chosen,) = [d for d in decisions if d.machine_id == now.id]
+        assert chosen.reason == "first manager deploys alone", chosen
 
 
 def check_working_set(spec: ClusterSpec, before: list[Machine], decisions: list[Decision],

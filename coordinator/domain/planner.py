@@ -7,8 +7,9 @@ The ordering invariants of the design live here and nowhere else: prepare in par
 first manager deploys alone, the other managers one at a time, workers in batches only once a
 manager is deployed; upgrades take managers one at a time, then workers in batches (bounded
 by maxUnavailable too), each drained before its items run (what a machine is due for is
-releases.py's); a changed manager set sends every Ready machine through Reconfigure. The
-reconciler loads, calls `plan`, persists.
+releases.py's); a machine whose items saw another manager list than the deployed one goes
+through Reconfigure, managers one at a time and workers in batches. The reconciler loads,
+calls `plan`, persists.
 
 Decisions are ordered so that persisting any prefix of them keeps the invariants: the
 transitions that free a slot (or change nothing about slots) come first, and the admissions
@@ -41,6 +42,9 @@ from nodeagent.contract import Phase
 from nodeagent.protocol import StateItem
 
 S = MachineState
+# A manager in one of these states is changing the control plane: another may start only
+# once none is.
+_MANAGER_BUSY = frozenset({S.DEPLOY, S.UPGRADE, S.RECONFIGURE})
 
 # Where a machine goes once every item of its state's phase is applied (None: the record is
 # removed). Upgrade also needs its node uncordoned: see _advance.
@@ -62,7 +66,8 @@ class Decision:
     to_state: MachineState | None  # None: remove the machine record (reset finished)
     reason: str  # human text for the event history
     release: str | None = None  # the release the machine is at once this is applied
-    managers: tuple[str, ...] | None = None  # the manager list its items have now seen
+    managers: tuple[str, ...] | None = None  # the manager list its deploy items see (into
+    # Deploy) or its reconfigure items applied (back to Ready)
     baseline: frozenset[str] = frozenset()  # upgrade items it takes as applied, at release
     upgrading: frozenset[str] = frozenset()  # into Upgrade: the items it is admitted to run
     deploy_order: int | None = None  # a manager admitted into Deploy: the how-manyth
@@ -89,6 +94,11 @@ class _Pass:
         return deployed_managers(replace(m, state=s) for m in self.machines
                                  if m.role == "manager" and (s := self.after[m.id]) is not None)
 
+    def manager_slot_free(self) -> bool:
+        """No manager deploying, upgrading or reconfiguring: one may start doing so."""
+        return not any(self.role[i] == "manager" and s in _MANAGER_BUSY
+                       for i, s in self.after.items())
+
 
 def plan(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Decision]:
     """One pass: every transition the invariants allow now, at most one per machine.
@@ -96,19 +106,15 @@ def plan(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Decision]:
     Deterministic: machines are considered in (created_at, hostname, id) order, whatever
     order the store returned them in.
     """
-    managers_before = deployed_managers(machines)
-    state = _Pass(spec, ordered(machines), _phase_completion(spec, managers_before))
-    decisions = [d for m in state.machines if (d := _advance(state, m)) is not None]
+    managers = deployed_managers(machines)
+    state = _Pass(spec, ordered(machines), _phase_completion(spec, managers))
+    decisions = [_record(spec, d, managers) for m in state.machines
+                 if (d := _advance(state, m)) is not None]
     for d in decisions:
         state.after[d.machine_id] = d.to_state
-    managers_after = state.managers_after()
-    decisions = [_record(spec, d, managers_before, managers_after) for d in decisions]
     decided = {d.machine_id for d in decisions}
-    for m in state.machines:
-        if m.id not in decided and _must_reconfigure(spec, m, managers_after):
-            decisions.append(_decide(m, S.RECONFIGURE, "the manager set changed: reconfigure"))
-            state.after[m.id] = S.RECONFIGURE
-    return decisions + _admit_to_deploy(state) + _admit_to_upgrade(state)
+    return (decisions + _admit_to_deploy(state) + _admit_to_reconfigure(state, managers, decided)
+            + _admit_to_upgrade(state))
 
 
 def enact(machines: Sequence[Machine], decisions: Sequence[Decision], now: float) -> list[Machine]:
@@ -174,7 +180,8 @@ def inert_filter(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Mach
     the machines that are not inert and one inert Ready worker standing in for the others
     (coordinator/fleetview.py), so that a pass over a large settled fleet costs what changed,
     not the fleet's size. On it, plan() decides for these machines what it would on the
-    whole fleet, which adds only Reconfigure decisions when the deployed managers change."""
+    whole fleet, and nothing for the others: Reconfigure is decided against the managers
+    deployed when the pass began."""
     complete = _phase_completion(spec, managers)
 
     def inert(machine: Machine) -> bool:
@@ -357,18 +364,18 @@ def _advance_pending(machine: Machine) -> Decision | None:
     return None
 
 
-def _record(spec: ClusterSpec, d: Decision, managers_before: tuple[str, ...],
-            managers_after: tuple[str, ...]) -> Decision:
+def _record(spec: ClusterSpec, d: Decision, managers: tuple[str, ...]) -> Decision:
     """What a machine entering Ready has now applied: the release of its deploy or upgrade
-    items; the manager list of its deploy or reconfigure items. A machine staying Ready
-    records only its release (_recorded_at_release)."""
+    items; the manager list of its reconfigure items (its deploy items' list was recorded
+    when it entered Deploy). A machine staying Ready records only its release
+    (_recorded_at_release)."""
     if d.to_state is not S.READY or d.from_state is S.READY:
         return d
     if d.from_state is S.DEPLOY:
-        return replace(d, release=spec.release, managers=managers_after)
+        return replace(d, release=spec.release)
     if d.from_state is S.UPGRADE:
         return replace(d, release=spec.release)
-    return replace(d, managers=managers_before)  # Reconfigure: the list its items applied
+    return replace(d, managers=managers)  # Reconfigure: the list its items applied
 
 
 def _must_reconfigure(spec: ClusterSpec, machine: Machine, managers: tuple[str, ...]) -> bool:
@@ -379,13 +386,15 @@ def _must_reconfigure(spec: ClusterSpec, machine: Machine, managers: tuple[str, 
 def _admit_to_deploy(state: _Pass) -> list[Decision]:
     """Prepared machines into Deploy, within the slots left once this pass's completions are in."""
     deploying = [mid for mid, s in state.after.items() if s is S.DEPLOY]
-    managers_deploying = state.count(S.DEPLOY, "manager")
     workers_deploying = state.count(S.DEPLOY, "worker")
     manager_deployed = any(state.role[mid] == "manager" and s in DEPLOYED_STATES
                            for mid, s in state.after.items())
     batch = state.spec.settings.worker_batch_size
     # Recorded on the manager admitted, so that ${managers.first} names the one chosen first.
     order = 1 + max((m.deploy_order for m in state.machines if m.role == "manager"), default=0)
+    # What ${managers} holds in the assignment that starts the machine's deploy items: the
+    # list they see, and reconfigure for once they are done if it is not the deployed one.
+    seen = state.managers_after()
     decisions: list[Decision] = []
     for machine in state.machines:
         if machine.state is not S.PREPARE or not state.complete(machine):
@@ -395,32 +404,59 @@ def _admit_to_deploy(state: _Pass) -> list[Decision]:
             if not deploying:
                 decision = _decide(machine, S.DEPLOY, "first manager deploys alone")
         elif machine.role == "manager":
-            if managers_deploying == 0 and state.count(S.UPGRADE, "manager") == 0:
+            if state.manager_slot_free():
                 decision = _decide(machine, S.DEPLOY, "next manager deploys (one at a time)")
-                managers_deploying += 1
         elif machine.role == "worker" and manager_deployed and workers_deploying < batch:
             workers_deploying += 1
             decision = _decide(machine, S.DEPLOY,
                                f"worker deploys ({workers_deploying} of {batch} worker slots)")
         if decision is not None:
-            if machine.role == "manager":
-                decision = replace(decision, deploy_order=order)
+            decision = replace(decision, managers=seen,
+                               deploy_order=order if machine.role == "manager" else None)
             decisions.append(decision)
             deploying.append(machine.id)
             state.after[machine.id] = S.DEPLOY
     return decisions
 
 
+def _admit_to_reconfigure(state: _Pass, managers: tuple[str, ...],
+                          decided: set[str]) -> list[Decision]:
+    """Ready machines whose deploy or reconfigure items saw another list than `managers` (the
+    managers deployed when the pass began) into Reconfigure: a manager only while no manager
+    deploys, upgrades or reconfigures, workers at most workerBatchSize at once; a machine
+    that does not answer waits, and so does one `decided` otherwise this pass (recorded at a
+    release). A pass that changes the list admits for it from the next pass on, which the
+    reconciler plans on the whole cluster (domain/workingset.py)."""
+    batch = state.spec.settings.worker_batch_size
+    workers = state.count(S.RECONFIGURE, "worker")
+    decisions: list[Decision] = []
+    for m in state.machines:
+        if state.after[m.id] is not S.READY or m.id in decided or not m.responding \
+                or not _must_reconfigure(state.spec, m, managers):
+            continue
+        if m.role == "manager" and state.manager_slot_free():
+            reason = "the manager set changed: reconfigure (managers one at a time)"
+        elif m.role == "worker" and workers < batch:
+            workers += 1
+            reason = f"the manager set changed: reconfigure ({workers} of {batch} worker slots)"
+        else:
+            continue
+        state.after[m.id] = S.RECONFIGURE
+        decisions.append(_decide(m, S.RECONFIGURE, reason))
+    return decisions
+
+
 def _admit_to_upgrade(state: _Pass) -> list[Decision]:
-    """Outdated Ready machines into Upgrade: managers one at a time (none deploying either),
-    then, once every manager is upgraded, workers in batches within maxUnavailable."""
+    """Outdated Ready machines into Upgrade: managers one at a time (none deploying or
+    reconfiguring either), then, once every manager is upgraded, workers in batches within
+    maxUnavailable."""
     spec = state.spec
     settings = spec.settings.upgrade
     if settings.paused:
         return []
     outdated = [m for m in state.machines if state.after[m.id] is S.READY
                 and m.responding and awaiting_upgrade(spec, m)]
-    managers_busy = state.count(S.UPGRADE, "manager") + state.count(S.DEPLOY, "manager")
+    managers_busy = sum(state.count(s, "manager") for s in _MANAGER_BUSY)
     managers_behind = managers_busy > 0 or any(
         m.role == "manager" and behind(spec, m) for m in state.machines)
     for m in outdated:

@@ -116,29 +116,57 @@ def test_a_new_manager_waits_for_a_manager_upgrade() -> None:
     assert plan(spec, [upgrading, prepared]) == []
 
 
-def test_a_changed_manager_set_reconfigures_every_ready_machine_with_reconfigure_items() -> None:
+def test_a_changed_manager_set_reconfigures_every_machine_the_new_manager_included() -> None:
     spec = cluster(manager=items("reconfigure", 1), worker=items("reconfigure", 1))
-    m2 = finish_phase(spec, machine("m2", "manager", state=MachineState.DEPLOY, created_at=1))
+    m2 = machine("m2", "manager", state=MachineState.PREPARE, created_at=1)
     machines = [ready("m1", "manager"), m2, ready("w1", created_at=5)]
+    machines = enact(machines, plan(spec, machines), now=1.0)  # m2 deploys, seeing m1
+    machines = [finish_phase(spec, m) for m in machines]
     decisions = plan(spec, machines)
-    assert moves(decisions) == [("m2", READY), ("m1", RECONF), ("w1", RECONF)]
-    assert decisions[0].managers == ("m1", "m2")
-    assert decisions[1].reason == "the manager set changed: reconfigure"
-    machines = enact(machines, decisions, now=1.0)
-    assert plan(spec, machines) == [], "reconfigure finished before its items ran"
-    machines = [finish_phase(spec, m, ("m1", "m2")) for m in machines]
-    machines, _ = plan_to_fixpoint(spec, machines, now=2.0)
+    assert moves(decisions) == [("m2", READY)], "reconfigured before the list changed"
+    machines = enact(machines, decisions, now=2.0)
+    assert [m.managers for m in machines] == [("m1",)] * 3
+    decisions = plan(spec, machines)
+    assert moves(decisions) == [("m1", RECONF), ("w1", RECONF)]
+    assert decisions[0].reason == "the manager set changed: reconfigure (managers one at a time)"
+    for now in (3.0, 4.0):
+        machines = [finish_phase(spec, m, ("m1", "m2")) for m in machines]
+        machines = enact(machines, plan(spec, machines), now=now)
+    assert [(m.hostname, m.state) for m in machines] == [
+        ("m1", READY), ("m2", RECONF), ("w1", READY)], "the new manager was left out"
+    machines, _ = plan_to_fixpoint(spec, [finish_phase(spec, m, ("m1", "m2")) for m in machines],
+                                   now=5.0)
     assert all(m.state is READY and m.managers == ("m1", "m2") for m in machines)
 
 
-def test_reconfigure_items_are_versioned_by_the_manager_list() -> None:
-    spec = cluster(worker=items("reconfigure", 1))
-    w1 = replace(ready("w1"), state=RECONF)
-    done_for_old = finish_phase(spec, w1, ("m1",))
-    assert plan(spec, [done_for_old, ready("m1", "manager"), ready("m2", "manager")]) == []
-    done_for_new = finish_phase(spec, w1, ("m1", "m2"))
-    assert ("w1", READY) in moves(plan(spec, [done_for_new, ready("m1", "manager"),
-                                              ready("m2", "manager")]))
+def test_reconfigure_takes_managers_one_at_a_time_and_workers_in_batches() -> None:
+    spec = cluster(manager=items("reconfigure", 1), worker=items("reconfigure", 1), batch=2)
+    machines = [replace(m, managers=("m1", "m2")) for m in fleet(managers=3, workers=5)]
+    decisions = plan(spec, machines)
+    assert moves(decisions) == [("m1", RECONF), ("w1", RECONF), ("w2", RECONF)]
+    assert decisions[-1].reason == "the manager set changed: reconfigure (2 of 2 worker slots)"
+    machines = enact(machines, decisions, now=1.0)
+    assert plan(spec, machines) == []
+    managers = ("m1", "m2", "m3")
+    machines = [finish_phase(spec, m, managers) if m.hostname in ("m1", "w1") else m
+                for m in machines]
+    assert moves(plan(spec, machines)) == [("m1", READY), ("w1", READY), ("m2", RECONF),
+                                           ("w3", RECONF)]
+
+
+def test_a_manager_reconfigures_only_while_no_manager_deploys_or_upgrades() -> None:
+    spec = upgraded_cluster(cluster(manager=[*items("reconfigure", 1), *items("deploy", 1)],
+                                    worker=items("reconfigure", 1)))
+    stale = [at_release(spec, ready("m1", "manager", release="2.0.0", managers=())),
+             at_release(spec, ready("w1", release="2.0.0", managers=()))]
+    for busy in (MachineState.DEPLOY, UPGRADE):
+        m2 = replace(ready("m2", "manager", created_at=1), state=busy)
+        assert moves(plan(spec, [*stale, m2])) == [("w1", RECONF)]
+    reconfiguring = [replace(stale[0], state=RECONF), stale[1]]
+    upgradable = ready("m2", "manager", created_at=1, managers=("m1",))
+    prepared = machine("m3", "manager", state=MachineState.PREPARE, created_at=2)
+    assert moves(plan(spec, [*reconfiguring, upgradable, prepared])) == [("w1", RECONF)], \
+        "a manager deployed or upgraded beside a reconfiguring one"
 
 
 def test_a_removed_manager_reconfigures_the_rest() -> None:

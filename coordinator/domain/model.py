@@ -212,6 +212,9 @@ class Machine:
     # Managers: the order the planner admitted it into Deploy in (1 the first); 0 not yet, or
     # before this was recorded. ${managers.first} and the post-deploy host follow it.
     deploy_order: int = 0
+    # The post-deploy step's host as the last reconcile pass found it (planner.
+    # assignment_notices): a pass that finds otherwise changes this and the generation.
+    post_deploy: bool = False
     drain: DrainStatus | None = None  # only in Upgrade
     # Only in Upgrade: the fingerprints it was admitted to run, which stay in its upgrade's
     # list once applied (releases.upgrade_run).
@@ -221,7 +224,7 @@ class Machine:
 
     def with_state(self, state: MachineState, now: float) -> Machine:
         return replace(self, state=state, state_since=now, progress=None, drain=None,
-                       upgrading=frozenset(), generation=self.generation + 1)
+                       upgrading=frozenset(), generation=self.generation + 1, post_deploy=False)
 
     def precheck_failures(self, role: Role | None = None) -> list[str]:
         """`check: why` of each hard check that stops the machine from running as role (by
@@ -263,12 +266,16 @@ def admission_order(machine: Machine) -> tuple[int, float, str, str]:
     return (machine.deploy_order, machine.created_at, machine.hostname, machine.id)
 
 
-def first_manager(machines: Iterable[Machine]) -> Machine | None:
+def first_manager(machines: Iterable[Machine], leaving: bool = False) -> Machine | None:
     """The manager that ${managers.first} names: the one the planner chose to deploy first
     (the first to finish Prepare) from the pass that admitted it into Deploy; once it is
-    deleted, the one admitted next. None until the planner chose one."""
-    return min((m for m in machines if m.role == "manager" and m.state in ADMITTED_STATES),
-               key=admission_order, default=None)
+    deleted, the one admitted next. None until the planner chose one. With leaving, one that
+    is being deleted stays first until its record is gone (its agent may still be running
+    what it was given)."""
+    return min((m for m in machines if m.role == "manager" and (
+        m.state in ADMITTED_STATES
+        or (leaving and m.state is MachineState.DELETING and m.deploy_order > 0))),
+        key=admission_order, default=None)
 
 
 def phase_items(spec: ClusterSpec, role: Role, phase: Phase,

@@ -32,6 +32,7 @@ from coordinator.domain.model import (
     MachineState,
     Role,
     deployed_managers,
+    first_manager,
     needs_drain,
     ordered,
     pending_items,
@@ -66,8 +67,8 @@ class Decision:
     to_state: MachineState | None  # None: remove the machine record (reset finished)
     reason: str  # human text for the event history
     release: str | None = None  # the release the machine is at once this is applied
-    managers: tuple[str, ...] | None = None  # the manager list its deploy items see (into
-    # Deploy) or its reconfigure items applied (back to Ready)
+    managers: tuple[str, ...] | None = None  # the manager list its deploy or reconfigure
+    # items see (into Deploy or Reconfigure), or applied (back to Ready)
     baseline: frozenset[str] = frozenset()  # upgrade items it takes as applied, at release
     upgrading: frozenset[str] = frozenset()  # into Upgrade: the items it is admitted to run
     deploy_order: int | None = None  # a manager admitted into Deploy: the how-manyth
@@ -213,19 +214,48 @@ def upgrade_settled(spec: ClusterSpec, machines: Sequence[Machine]) -> bool:
 
 
 def post_deploy_host(spec: ClusterSpec, machines: Sequence[Machine]) -> Machine | None:
-    """The Ready manager that should run the cluster-level post-deploy items now, if any.
+    """The manager that should run the cluster-level post-deploy items now, if any.
 
-    Due once a manager and a worker are Ready, and again after an upgrade that changed the
-    items (a new version) or, for items with a versionCommand, after every new release (their
-    checks are versioned by it): done when one manager has applied all of them."""
+    Only ever the first manager (${managers.first}), so that the step never runs on two
+    managers at once: while it deploys, upgrades, reconfigures or does not answer, the step
+    waits for it rather than move; once it is deleted, the step waits until its record is
+    gone (its reset items ran, so its agent has left the step) and then passes to the
+    manager admitted next. Due once that manager is Ready and a worker is deployed, and
+    again after an upgrade that changed the items (a new version) or, for items with a
+    versionCommand, after every new release (their checks are versioned by it): done when
+    one manager has applied all of them."""
     wanted = {i.fingerprint() for i in phase_items(spec, "manager", "postdeploy")}
-    live = [m for m in ordered(machines) if m.state is not S.DELETING]
+    live = [m for m in machines if m.state is not S.DELETING]
     if not wanted or any(m.role == "manager" and wanted <= m.applied for m in live):
         return None
-    ready = [m for m in live if m.state is S.READY and m.responding]
-    if not any(m.role == "worker" for m in ready) or not upgrade_settled(spec, machines):
+    host = first_manager(machines, leaving=True)
+    if host is None or host.state is not S.READY or not host.responding:
         return None
-    return next((m for m in ready if m.role == "manager"), None)
+    if not any(m.role == "worker" and m.state in DEPLOYED_STATES for m in live) \
+            or not upgrade_settled(spec, machines):
+        return None
+    return host
+
+
+def assignment_notices(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Machine]:
+    """The machines whose assignment changed while their state did not, each with what it
+    records of its assignment brought up to date and a new generation, so that its agent
+    fetches it: a manager that gains or loses the post-deploy step (Machine.post_deploy), a
+    reconfiguring machine whose items are for another manager list than the deployed one
+    (Machine.managers; the items are versioned by the list). Compared with these records
+    rather than with the pass's input, since what changes an assignment may have been
+    written between passes: a heartbeat or a report from a host that did not answer, a
+    manager deleted. A state change sets the records along with the generation it moves."""
+    host = post_deploy_host(spec, machines)
+    managers = deployed_managers(machines)
+    noticed = []
+    for m in machines:
+        hosting = host is not None and host.id == m.id
+        listed = managers if m.state is S.RECONFIGURE else m.managers
+        if m.post_deploy != hosting or m.managers != listed:
+            noticed.append(replace(m, post_deploy=hosting, managers=listed,
+                                   generation=m.generation + 1))
+    return noticed
 
 
 NodeAction = Literal["drain", "uncordon", "await-ready"]
@@ -442,7 +472,7 @@ def _admit_to_reconfigure(state: _Pass, managers: tuple[str, ...],
         else:
             continue
         state.after[m.id] = S.RECONFIGURE
-        decisions.append(_decide(m, S.RECONFIGURE, reason))
+        decisions.append(replace(_decide(m, S.RECONFIGURE, reason), managers=managers))
     return decisions
 
 

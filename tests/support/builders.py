@@ -248,6 +248,7 @@ def full_machine(machine_id: str = "m-1", cluster: str = "edge", **changes: Any)
         credential_hash=f"cred-{machine_id}",
         responding=False,
         deploy_order=2,
+        post_deploy=True,
     )
     return replace(full, **changes)
 

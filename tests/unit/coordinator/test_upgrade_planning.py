@@ -7,6 +7,7 @@ from dataclasses import replace
 from coordinator.domain.model import DrainStage, KubernetesSettings, Machine, MachineState, phase_items
 from coordinator.domain.planner import (
     Decision,
+    assignment_notices,
     enact,
     node_action,
     plan,
@@ -169,6 +170,19 @@ def test_a_manager_reconfigures_only_while_no_manager_deploys_or_upgrades() -> N
         "a manager deployed or upgraded beside a reconfiguring one"
 
 
+def test_a_machine_reconfiguring_when_the_list_changes_is_given_the_items_for_the_new_one() -> None:
+    spec = cluster(worker=items("reconfigure", 1))
+    w1 = replace(ready("w1", created_at=5), state=RECONF)  # sent the items for ("m1",)
+    managers = [ready(m, "manager", created_at=n, managers=("m1", "m2"))
+                for n, m in enumerate(("m1", "m2"))]  # m2 joined meanwhile
+    (noticed,) = assignment_notices(spec, [*managers, w1])
+    assert (noticed.hostname, noticed.managers) == ("w1", ("m1", "m2"))
+    assert noticed.generation == w1.generation + 1, "its agent would keep the old items"
+    assert plan(spec, [*managers, finish_phase(spec, w1, ("m1",))]) == []
+    assert moves(plan(spec, [*managers, finish_phase(spec, noticed, ("m1", "m2"))])) == [
+        ("w1", READY)]
+
+
 def test_a_removed_manager_reconfigures_the_rest() -> None:
     spec = cluster(worker=items("reconfigure", 1))
     machines = [ready("m1", "manager", managers=("m1", "m2")),
@@ -196,6 +210,50 @@ def test_the_post_deploy_step_runs_again_after_an_upgrade_changed_its_version() 
     upgraded = [replace(m1, release="2.0.0"), ready("w1", release="2.0.0")]
     host = post_deploy_host(spec, upgraded)
     assert host is not None and host.hostname == "m1"
+
+
+def admitted(hostname: str, order: int, state: MachineState = READY, **changes: object) -> Machine:
+    """A manager the planner admitted into Deploy order-th, registered in hostname order."""
+    return replace(ready(hostname, "manager", created_at=int(hostname[1:])), state=state,
+                   deploy_order=order, **changes)
+
+
+def test_the_post_deploy_step_runs_on_the_manager_deployed_first() -> None:
+    spec = cluster(manager=[item("helm-controller", "postdeploy")])
+    host = post_deploy_host(spec, [admitted("m1", 2), admitted("m2", 1), ready("w3")])
+    assert host is not None and host.hostname == "m2"
+
+
+def test_the_post_deploy_step_waits_for_its_host_rather_than_move() -> None:
+    spec = cluster(manager=[item("helm-controller", "postdeploy")])
+    m2, w3 = admitted("m2", 2), ready("w3")
+    for away in (admitted("m1", 1, RECONF), admitted("m1", 1, UPGRADE),
+                 admitted("m1", 1, responding=False), admitted("m1", 1, MachineState.DELETING)):
+        assert post_deploy_host(spec, [away, m2, w3]) is None, f"moved off m1 ({away.state})"
+    host = post_deploy_host(spec, [m2, w3])  # m1's record is gone: its agent left the step
+    assert host is not None and host.hostname == "m2"
+
+
+def test_a_worker_reconfiguring_or_silent_leaves_the_step_running() -> None:
+    spec = cluster(manager=[item("helm-controller", "postdeploy")])
+    for worker in (replace(ready("w3"), state=RECONF), replace(ready("w3"), responding=False)):
+        host = post_deploy_host(spec, [admitted("m1", 1), worker])
+        assert host is not None and host.hostname == "m1"
+
+
+def test_a_manager_whose_assignment_gains_or_loses_the_step_gets_a_new_generation() -> None:
+    spec = cluster(manager=[item("helm-controller", "postdeploy")])
+    m1, m2, w3 = admitted("m1", 1), admitted("m2", 2), ready("w3")
+    (told,) = assignment_notices(spec, [m1, m2, w3])
+    assert (told.hostname, told.post_deploy, told.generation) == ("m1", True, m1.generation + 1)
+    assert assignment_notices(spec, [told, m2, w3]) == [], "told twice"
+    (silent,) = assignment_notices(spec, [replace(told, responding=False), m2, w3])
+    assert not silent.post_deploy and silent.generation == told.generation + 1
+    # Its heartbeats came back between passes: the pass that finds it answering tells it.
+    (back,) = assignment_notices(spec, [replace(silent, responding=True), m2, w3])
+    assert back.post_deploy and back.generation == silent.generation + 1
+    (moved,) = assignment_notices(spec, [m2, w3])  # m1's record is gone
+    assert moved.hostname == "m2" and moved.post_deploy
 
 
 def test_upgrade_plan_lists_the_exact_steps_the_rollout_takes() -> None:

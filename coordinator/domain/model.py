@@ -209,6 +209,12 @@ class Machine:
     responding: bool = True  # false once heartbeats stopped; the state is left as it was
     release: str = ""  # the release it last deployed or upgraded at, or had nothing to run at
     managers: tuple[str, ...] = ()  # the deployed managers its deploy/reconfigure items last saw
+    # Managers: the order the planner admitted it into Deploy in (1 the first); 0 not yet, or
+    # before this was recorded. ${managers.first} and the post-deploy host follow it.
+    deploy_order: int = 0
+    # The post-deploy step's host as the last reconcile pass found it (planner.
+    # assignment_notices): a pass that finds otherwise changes this and the generation.
+    post_deploy: bool = False
     drain: DrainStatus | None = None  # only in Upgrade
     # Only in Upgrade: the fingerprints it was admitted to run, which stay in its upgrade's
     # list once applied (releases.upgrade_run).
@@ -218,7 +224,7 @@ class Machine:
 
     def with_state(self, state: MachineState, now: float) -> Machine:
         return replace(self, state=state, state_since=now, progress=None, drain=None,
-                       upgrading=frozenset(), generation=self.generation + 1)
+                       upgrading=frozenset(), generation=self.generation + 1, post_deploy=False)
 
     def precheck_failures(self, role: Role | None = None) -> list[str]:
         """`check: why` of each hard check that stops the machine from running as role (by
@@ -229,6 +235,8 @@ class Machine:
 
 # A manager in one of these states runs the control plane: workers may join it.
 DEPLOYED_STATES = frozenset({MachineState.READY, MachineState.UPGRADE, MachineState.RECONFIGURE})
+# A manager in one of these states was admitted into Deploy and is not leaving.
+ADMITTED_STATES = DEPLOYED_STATES | {MachineState.DEPLOY}
 
 
 def ordered(machines: Iterable[Machine]) -> list[Machine]:
@@ -236,10 +244,38 @@ def ordered(machines: Iterable[Machine]) -> list[Machine]:
     return sorted(machines, key=lambda m: (m.created_at, m.hostname, m.id))
 
 
+def address(machine: Machine) -> str:
+    """How items reach a machine: its IP, or its hostname when it reported none."""
+    return machine.ip or machine.hostname
+
+
+def deployed_manager_machines(machines: Iterable[Machine]) -> list[Machine]:
+    """The managers running the control plane, in registration order."""
+    return ordered(m for m in machines if m.role == "manager" and m.state in DEPLOYED_STATES)
+
+
 def deployed_managers(machines: Iterable[Machine]) -> tuple[str, ...]:
-    """Addresses of the managers running the control plane: a change starts Reconfigure."""
-    return tuple(m.ip or m.hostname for m in ordered(
-        m for m in machines if m.role == "manager" and m.state in DEPLOYED_STATES))
+    """Addresses of the managers running the control plane: what ${managers} lists, and what
+    a machine's deploy or reconfigure items must have seen, or it reconfigures."""
+    return tuple(address(m) for m in deployed_manager_machines(machines))
+
+
+def admission_order(machine: Machine) -> tuple[int, float, str, str]:
+    """Sorts managers in the order the planner admitted them into Deploy; those admitted
+    before the order was recorded (0) come first, in registration order, as they used to."""
+    return (machine.deploy_order, machine.created_at, machine.hostname, machine.id)
+
+
+def first_manager(machines: Iterable[Machine], leaving: bool = False) -> Machine | None:
+    """The manager that ${managers.first} names: the one the planner chose to deploy first
+    (the first to finish Prepare) from the pass that admitted it into Deploy; once it is
+    deleted, the one admitted next. None until the planner chose one. With leaving, one that
+    is being deleted stays first until its record is gone (its agent may still be running
+    what it was given)."""
+    return min((m for m in machines if m.role == "manager" and (
+        m.state in ADMITTED_STATES
+        or (leaving and m.state is MachineState.DELETING and m.deploy_order > 0))),
+        key=admission_order, default=None)
 
 
 def phase_items(spec: ClusterSpec, role: Role, phase: Phase,

@@ -7,8 +7,9 @@ The ordering invariants of the design live here and nowhere else: prepare in par
 first manager deploys alone, the other managers one at a time, workers in batches only once a
 manager is deployed; upgrades take managers one at a time, then workers in batches (bounded
 by maxUnavailable too), each drained before its items run (what a machine is due for is
-releases.py's); a changed manager set sends every Ready machine through Reconfigure. The
-reconciler loads, calls `plan`, persists.
+releases.py's); a machine whose items saw another manager list than the deployed one goes
+through Reconfigure, managers one at a time and workers in batches. The reconciler loads,
+calls `plan`, persists.
 
 Decisions are ordered so that persisting any prefix of them keeps the invariants: the
 transitions that free a slot (or change nothing about slots) come first, and the admissions
@@ -31,6 +32,7 @@ from coordinator.domain.model import (
     MachineState,
     Role,
     deployed_managers,
+    first_manager,
     needs_drain,
     ordered,
     pending_items,
@@ -41,6 +43,9 @@ from nodeagent.contract import Phase
 from nodeagent.protocol import StateItem
 
 S = MachineState
+# A manager in one of these states is changing the control plane: another may start only
+# once none is.
+_MANAGER_BUSY = frozenset({S.DEPLOY, S.UPGRADE, S.RECONFIGURE})
 
 # Where a machine goes once every item of its state's phase is applied (None: the record is
 # removed). Upgrade also needs its node uncordoned: see _advance.
@@ -62,9 +67,11 @@ class Decision:
     to_state: MachineState | None  # None: remove the machine record (reset finished)
     reason: str  # human text for the event history
     release: str | None = None  # the release the machine is at once this is applied
-    managers: tuple[str, ...] | None = None  # the manager list its items have now seen
+    managers: tuple[str, ...] | None = None  # the manager list its deploy or reconfigure
+    # items see (into Deploy or Reconfigure), or applied (back to Ready)
     baseline: frozenset[str] = frozenset()  # upgrade items it takes as applied, at release
     upgrading: frozenset[str] = frozenset()  # into Upgrade: the items it is admitted to run
+    deploy_order: int | None = None  # a manager admitted into Deploy: the how-manyth
 
 
 @dataclass
@@ -88,6 +95,11 @@ class _Pass:
         return deployed_managers(replace(m, state=s) for m in self.machines
                                  if m.role == "manager" and (s := self.after[m.id]) is not None)
 
+    def manager_slot_free(self) -> bool:
+        """No manager deploying, upgrading or reconfiguring: one may start doing so."""
+        return not any(self.role[i] == "manager" and s in _MANAGER_BUSY
+                       for i, s in self.after.items())
+
 
 def plan(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Decision]:
     """One pass: every transition the invariants allow now, at most one per machine.
@@ -95,19 +107,15 @@ def plan(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Decision]:
     Deterministic: machines are considered in (created_at, hostname, id) order, whatever
     order the store returned them in.
     """
-    managers_before = deployed_managers(machines)
-    state = _Pass(spec, ordered(machines), _phase_completion(spec, managers_before))
-    decisions = [d for m in state.machines if (d := _advance(state, m)) is not None]
+    managers = deployed_managers(machines)
+    state = _Pass(spec, ordered(machines), _phase_completion(spec, managers))
+    decisions = [_record(spec, d, managers) for m in state.machines
+                 if (d := _advance(state, m)) is not None]
     for d in decisions:
         state.after[d.machine_id] = d.to_state
-    managers_after = state.managers_after()
-    decisions = [_record(spec, d, managers_before, managers_after) for d in decisions]
     decided = {d.machine_id for d in decisions}
-    for m in state.machines:
-        if m.id not in decided and _must_reconfigure(spec, m, managers_after):
-            decisions.append(_decide(m, S.RECONFIGURE, "the manager set changed: reconfigure"))
-            state.after[m.id] = S.RECONFIGURE
-    return decisions + _admit_to_deploy(state) + _admit_to_upgrade(state)
+    return (decisions + _admit_to_deploy(state) + _admit_to_reconfigure(state, managers, decided)
+            + _admit_to_upgrade(state))
 
 
 def enact(machines: Sequence[Machine], decisions: Sequence[Decision], now: float) -> list[Machine]:
@@ -139,6 +147,8 @@ def enact(machines: Sequence[Machine], decisions: Sequence[Decision], now: float
                 moved = replace(moved, applied=moved.applied | decision.baseline)
             if decision.upgrading:
                 moved = replace(moved, upgrading=decision.upgrading)
+            if decision.deploy_order is not None:
+                moved = replace(moved, deploy_order=decision.deploy_order)
             result.append(moved)
     return result
 
@@ -171,7 +181,8 @@ def inert_filter(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Mach
     the machines that are not inert and one inert Ready worker standing in for the others
     (coordinator/fleetview.py), so that a pass over a large settled fleet costs what changed,
     not the fleet's size. On it, plan() decides for these machines what it would on the
-    whole fleet, which adds only Reconfigure decisions when the deployed managers change."""
+    whole fleet, and nothing for the others: Reconfigure is decided against the managers
+    deployed when the pass began."""
     complete = _phase_completion(spec, managers)
 
     def inert(machine: Machine) -> bool:
@@ -203,19 +214,48 @@ def upgrade_settled(spec: ClusterSpec, machines: Sequence[Machine]) -> bool:
 
 
 def post_deploy_host(spec: ClusterSpec, machines: Sequence[Machine]) -> Machine | None:
-    """The Ready manager that should run the cluster-level post-deploy items now, if any.
+    """The manager that should run the cluster-level post-deploy items now, if any.
 
-    Due once a manager and a worker are Ready, and again after an upgrade that changed the
-    items (a new version) or, for items with a versionCommand, after every new release (their
-    checks are versioned by it): done when one manager has applied all of them."""
+    Only ever the first manager (${managers.first}), so that the step never runs on two
+    managers at once: while it deploys, upgrades, reconfigures or does not answer, the step
+    waits for it rather than move; once it is deleted, the step waits until its record is
+    gone (its reset items ran, so its agent has left the step) and then passes to the
+    manager admitted next. Due once that manager is Ready and a worker is deployed, and
+    again after an upgrade that changed the items (a new version) or, for items with a
+    versionCommand, after every new release (their checks are versioned by it): done when
+    one manager has applied all of them."""
     wanted = {i.fingerprint() for i in phase_items(spec, "manager", "postdeploy")}
-    live = [m for m in ordered(machines) if m.state is not S.DELETING]
+    live = [m for m in machines if m.state is not S.DELETING]
     if not wanted or any(m.role == "manager" and wanted <= m.applied for m in live):
         return None
-    ready = [m for m in live if m.state is S.READY and m.responding]
-    if not any(m.role == "worker" for m in ready) or not upgrade_settled(spec, machines):
+    host = first_manager(machines, leaving=True)
+    if host is None or host.state is not S.READY or not host.responding:
         return None
-    return next((m for m in ready if m.role == "manager"), None)
+    if not any(m.role == "worker" and m.state in DEPLOYED_STATES for m in live) \
+            or not upgrade_settled(spec, machines):
+        return None
+    return host
+
+
+def assignment_notices(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Machine]:
+    """The machines whose assignment changed while their state did not, each with what it
+    records of its assignment brought up to date and a new generation, so that its agent
+    fetches it: a manager that gains or loses the post-deploy step (Machine.post_deploy), a
+    reconfiguring machine whose items are for another manager list than the deployed one
+    (Machine.managers; the items are versioned by the list). Compared with these records
+    rather than with the pass's input, since what changes an assignment may have been
+    written between passes: a heartbeat or a report from a host that did not answer, a
+    manager deleted. A state change sets the records along with the generation it moves."""
+    host = post_deploy_host(spec, machines)
+    managers = deployed_managers(machines)
+    noticed = []
+    for m in machines:
+        hosting = host is not None and host.id == m.id
+        listed = managers if m.state is S.RECONFIGURE else m.managers
+        if m.post_deploy != hosting or m.managers != listed:
+            noticed.append(replace(m, post_deploy=hosting, managers=listed,
+                                   generation=m.generation + 1))
+    return noticed
 
 
 NodeAction = Literal["drain", "uncordon", "await-ready"]
@@ -354,18 +394,18 @@ def _advance_pending(machine: Machine) -> Decision | None:
     return None
 
 
-def _record(spec: ClusterSpec, d: Decision, managers_before: tuple[str, ...],
-            managers_after: tuple[str, ...]) -> Decision:
+def _record(spec: ClusterSpec, d: Decision, managers: tuple[str, ...]) -> Decision:
     """What a machine entering Ready has now applied: the release of its deploy or upgrade
-    items; the manager list of its deploy or reconfigure items. A machine staying Ready
-    records only its release (_recorded_at_release)."""
+    items; the manager list of its reconfigure items (its deploy items' list was recorded
+    when it entered Deploy). A machine staying Ready records only its release
+    (_recorded_at_release)."""
     if d.to_state is not S.READY or d.from_state is S.READY:
         return d
     if d.from_state is S.DEPLOY:
-        return replace(d, release=spec.release, managers=managers_after)
+        return replace(d, release=spec.release)
     if d.from_state is S.UPGRADE:
         return replace(d, release=spec.release)
-    return replace(d, managers=managers_before)  # Reconfigure: the list its items applied
+    return replace(d, managers=managers)  # Reconfigure: the list its items applied
 
 
 def _must_reconfigure(spec: ClusterSpec, machine: Machine, managers: tuple[str, ...]) -> bool:
@@ -376,11 +416,15 @@ def _must_reconfigure(spec: ClusterSpec, machine: Machine, managers: tuple[str, 
 def _admit_to_deploy(state: _Pass) -> list[Decision]:
     """Prepared machines into Deploy, within the slots left once this pass's completions are in."""
     deploying = [mid for mid, s in state.after.items() if s is S.DEPLOY]
-    managers_deploying = state.count(S.DEPLOY, "manager")
     workers_deploying = state.count(S.DEPLOY, "worker")
     manager_deployed = any(state.role[mid] == "manager" and s in DEPLOYED_STATES
                            for mid, s in state.after.items())
     batch = state.spec.settings.worker_batch_size
+    # Recorded on the manager admitted, so that ${managers.first} names the one chosen first.
+    order = 1 + max((m.deploy_order for m in state.machines if m.role == "manager"), default=0)
+    # What ${managers} holds in the assignment that starts the machine's deploy items: the
+    # list they see, and reconfigure for once they are done if it is not the deployed one.
+    seen = state.managers_after()
     decisions: list[Decision] = []
     for machine in state.machines:
         if machine.state is not S.PREPARE or not state.complete(machine):
@@ -390,30 +434,59 @@ def _admit_to_deploy(state: _Pass) -> list[Decision]:
             if not deploying:
                 decision = _decide(machine, S.DEPLOY, "first manager deploys alone")
         elif machine.role == "manager":
-            if managers_deploying == 0 and state.count(S.UPGRADE, "manager") == 0:
+            if state.manager_slot_free():
                 decision = _decide(machine, S.DEPLOY, "next manager deploys (one at a time)")
-                managers_deploying += 1
         elif machine.role == "worker" and manager_deployed and workers_deploying < batch:
             workers_deploying += 1
             decision = _decide(machine, S.DEPLOY,
                                f"worker deploys ({workers_deploying} of {batch} worker slots)")
         if decision is not None:
+            decision = replace(decision, managers=seen,
+                               deploy_order=order if machine.role == "manager" else None)
             decisions.append(decision)
             deploying.append(machine.id)
             state.after[machine.id] = S.DEPLOY
     return decisions
 
 
+def _admit_to_reconfigure(state: _Pass, managers: tuple[str, ...],
+                          decided: set[str]) -> list[Decision]:
+    """Ready machines whose deploy or reconfigure items saw another list than `managers` (the
+    managers deployed when the pass began) into Reconfigure: a manager only while no manager
+    deploys, upgrades or reconfigures, workers at most workerBatchSize at once; a machine
+    that does not answer waits, and so does one `decided` otherwise this pass (recorded at a
+    release). A pass that changes the list admits for it from the next pass on, which the
+    reconciler plans on the whole cluster (domain/workingset.py)."""
+    batch = state.spec.settings.worker_batch_size
+    workers = state.count(S.RECONFIGURE, "worker")
+    decisions: list[Decision] = []
+    for m in state.machines:
+        if state.after[m.id] is not S.READY or m.id in decided or not m.responding \
+                or not _must_reconfigure(state.spec, m, managers):
+            continue
+        if m.role == "manager" and state.manager_slot_free():
+            reason = "the manager set changed: reconfigure (managers one at a time)"
+        elif m.role == "worker" and workers < batch:
+            workers += 1
+            reason = f"the manager set changed: reconfigure ({workers} of {batch} worker slots)"
+        else:
+            continue
+        state.after[m.id] = S.RECONFIGURE
+        decisions.append(replace(_decide(m, S.RECONFIGURE, reason), managers=managers))
+    return decisions
+
+
 def _admit_to_upgrade(state: _Pass) -> list[Decision]:
-    """Outdated Ready machines into Upgrade: managers one at a time (none deploying either),
-    then, once every manager is upgraded, workers in batches within maxUnavailable."""
+    """Outdated Ready machines into Upgrade: managers one at a time (none deploying or
+    reconfiguring either), then, once every manager is upgraded, workers in batches within
+    maxUnavailable."""
     spec = state.spec
     settings = spec.settings.upgrade
     if settings.paused:
         return []
     outdated = [m for m in state.machines if state.after[m.id] is S.READY
                 and m.responding and awaiting_upgrade(spec, m)]
-    managers_busy = state.count(S.UPGRADE, "manager") + state.count(S.DEPLOY, "manager")
+    managers_busy = sum(state.count(s, "manager") for s in _MANAGER_BUSY)
     managers_behind = managers_busy > 0 or any(
         m.role == "manager" and behind(spec, m) for m in state.machines)
     for m in outdated:

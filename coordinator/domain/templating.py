@@ -9,7 +9,13 @@ import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from coordinator.domain.model import ClusterSpec, Machine, MachineState, ordered
+from coordinator.domain.model import (
+    ClusterSpec,
+    Machine,
+    address,
+    deployed_manager_machines,
+    first_manager,
+)
 from nodeagent.contract import ROLES
 from nodeagent.protocol import Location, StateItem
 from nodeagent.templates import TemplateError, placeholders
@@ -21,12 +27,8 @@ class _Inputs:
 
     spec: ClusterSpec
     machine: Machine
-    managers: list[Machine]  # approved, not being deleted, in registration order
-    first: Machine | None  # the first deployed manager, else the first manager
-
-
-def _address(machine: Machine) -> str:
-    return machine.ip or machine.hostname
+    managers: list[Machine]  # deployed (Ready, Upgrade, Reconfigure), in registration order
+    first: Machine | None  # the one the planner chose to deploy first (model.first_manager)
 
 
 # Every name a template may use, and how its value is made. The cluster's NTP and proxy
@@ -38,9 +40,9 @@ VALUES: dict[str, Callable[[_Inputs], str]] = {
     "machine.hostname": lambda v: v.machine.hostname,
     "machine.ip": lambda v: v.machine.ip or "",
     "machine.role": lambda v: v.machine.role or "",
-    "managers": lambda v: ",".join(_address(m) for m in v.managers),
+    "managers": lambda v: ",".join(address(m) for m in v.managers),
     "managers.hostnames": lambda v: ",".join(m.hostname for m in v.managers),
-    "managers.first": lambda v: _address(v.first) if v.first else "",
+    "managers.first": lambda v: address(v.first) if v.first else "",
     "ntp.servers": lambda v: ",".join(v.spec.settings.ntp.servers),
     "ntp.maxSkewSeconds": lambda v: f"{v.spec.settings.ntp.max_skew_seconds:g}",
     "proxy.http": lambda v: v.spec.settings.proxy.http or "",
@@ -51,12 +53,11 @@ VALUES: dict[str, Callable[[_Inputs], str]] = {
 
 def template_values(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]) -> dict[str, str]:
     """The value of every name in VALUES for machine, whose cluster's machines include peers
-    (the managers among them are what ${managers...} list)."""
-    managers = ordered(m for m in peers if m.role == "manager" and m.approved
-                       and m.state is not MachineState.DELETING)
-    deployed = [m for m in managers if m.state in
-                (MachineState.READY, MachineState.UPGRADE, MachineState.RECONFIGURE)]
-    inputs = _Inputs(spec, machine, managers, (deployed or managers or [None])[0])
+    (the managers among them are what ${managers...} list). ${managers} is the deployed set,
+    the very list reconfigure items are versioned by, so that what an item renders is what
+    the planner reconfigures for; ${managers.first} the manager the planner chose to deploy
+    first, not the first registered."""
+    inputs = _Inputs(spec, machine, deployed_manager_machines(peers), first_manager(peers))
     return {name: value(inputs) for name, value in VALUES.items()}
 
 

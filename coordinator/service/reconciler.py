@@ -99,8 +99,9 @@ class Reconciler:
         out.events += [decision_event(now, spec.name, d, by_id.get(d.machine_id)) for d in decisions]
         before = {m.id: m for m in machines}
         out.changed.update({m.id: m for m in after if m != before.get(m.id)})
-        out.events += self._post_deploy(spec, machines, after, decisions, out.changed)
         host = planner.post_deploy_host(spec, after)
+        out.events += self._notices(spec, after, out.changed)
+        out.events += self._post_deploy_in_place(spec, host, after, decisions)
         self.post_deploy.found(stored, host.id if host else None)
         removed = {d.machine_id: now for d in decisions if d.to_state is None}
         if out.changed or out.events or removed:
@@ -181,24 +182,30 @@ class Reconciler:
             checked.append(machine)
         return checked
 
-    def _post_deploy(self, spec: ClusterSpec, before: Sequence[Machine], after: Sequence[Machine],
-                     decisions: Sequence[planner.Decision], changed: dict[str, Machine]) -> list[Event]:
-        """Wake the manager that is to run the post-deploy step when it becomes due, and say
-        after an upgrade whether the step's version was already in place."""
-        host = planner.post_deploy_host(spec, after)
-        previous = planner.post_deploy_host(spec, before)
-        now = self.clock()
+    def _notices(self, spec: ClusterSpec, after: Sequence[Machine],
+                 changed: dict[str, Machine]) -> list[Event]:
+        """Wake the machines whose assignment changed while their state did not (the
+        post-deploy step given or taken, a reconfiguring machine's manager list), saying
+        where the post-deploy step now runs."""
+        was = {m.id: m for m in after}
         events = []
-        if host is not None and (previous is None or previous.id != host.id):
-            machine = changed.get(host.id, host)
-            changed[host.id] = replace(machine, generation=machine.generation + 1)
-            events.append(event(now, spec.name, "post-deploy",
-                                f"post-deploy step runs on {host.hostname}", host))
+        for noticed in planner.assignment_notices(spec, after):
+            changed[noticed.id] = noticed
+            if noticed.post_deploy and not was[noticed.id].post_deploy:
+                events.append(event(self.clock(), spec.name, "post-deploy",
+                                    f"post-deploy step runs on {noticed.hostname}", noticed))
+        return events
+
+    def _post_deploy_in_place(self, spec: ClusterSpec, host: Machine | None,
+                              after: Sequence[Machine],
+                              decisions: Sequence[planner.Decision]) -> list[Event]:
+        """Say after an upgrade that the post-deploy step's version was already in place
+        (host: where the step runs now, if anywhere)."""
         upgraded = any(d.from_state is MachineState.UPGRADE for d in decisions)
         if upgraded and host is None and spec.items("manager", "postdeploy") \
                 and planner.upgrade_settled(spec, after):
-            events.append(event(now, spec.name, "post-deploy",
-                                f"upgrade to {spec.release} done; the post-deploy items at "
-                                "this version were already applied (none has a "
-                                "versionCommand to check what is installed)"))
-        return events
+            return [event(self.clock(), spec.name, "post-deploy",
+                          f"upgrade to {spec.release} done; the post-deploy items at "
+                          "this version were already applied (none has a "
+                          "versionCommand to check what is installed)")]
+        return []

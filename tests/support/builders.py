@@ -247,6 +247,8 @@ def full_machine(machine_id: str = "m-1", cluster: str = "edge", **changes: Any)
         generation=4,
         credential_hash=f"cred-{machine_id}",
         responding=False,
+        deploy_order=2,
+        post_deploy=True,
     )
     return replace(full, **changes)
 

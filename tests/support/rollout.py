@@ -63,10 +63,12 @@ ROLE_ITEMS = """\
 """
 
 
-def spec(extra_items: str = "") -> str:
-    """The cluster spec; extra_items (a template of {role}) adds items to each role."""
-    return SPEC.format(types="".join((ROLE_ITEMS + extra_items).format(role=r)
-                                     for r in ("manager", "worker")))
+def spec(extra_items: str = "", manager_items: str = "") -> str:
+    """The cluster spec; extra_items (a template of {role}) adds items to each role,
+    manager_items (as written) to the managers."""
+    return SPEC.format(types="".join(
+        (ROLE_ITEMS + extra_items).format(role=r) + (manager_items if r == "manager" else "")
+        for r in ("manager", "worker")))
 
 
 @dataclass
@@ -246,3 +248,12 @@ def assert_ordering_held(events: list[dict[str, Any]]) -> None:
 
 def item_log(f: Fleet, hostname: str) -> list[str]:
     return (f.root(hostname) / "var/log/items.log").read_text().split()
+
+
+def state_history(events: list[dict[str, Any]]) -> Iterator[dict[str, str]]:
+    """Every machine's state after each state change, in the order they were recorded."""
+    states: dict[str, str] = {}
+    for event in events:
+        if event["kind"] == "state":
+            states[event["hostname"]] = event["data"]["to"]
+            yield states

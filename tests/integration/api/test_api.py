@@ -245,6 +245,9 @@ async def test_a_long_poll_woken_by_a_pass_gets_what_a_fresh_read_gets(env: InPr
     managers, read once for all): the answer must be the one a read afterwards gives."""
     manager, worker = await env.register("m1"), await env.register("w1")
     await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+    for _ in ("prepare", "deploy"):
+        await env.coordinator.reconciler.reconcile_once()
+        await env.report_all(manager)
     await env.call("POST", "/v1/machines/w1/approve", 200, json={"role": "worker"})
     before = {a["machine_id"]: await env.assignment(a) for a in (manager, worker)}
     polls = [asyncio.create_task(env.assignment(a, after=before[a["machine_id"]]["generation"],
@@ -252,7 +255,7 @@ async def test_a_long_poll_woken_by_a_pass_gets_what_a_fresh_read_gets(env: InPr
     await asyncio.sleep(0.1)  # both parked
     await env.coordinator.reconciler.reconcile_once()
     woken = await asyncio.gather(*polls)
-    assert [a["state"] for a in woken] == ["Prepare", "Prepare"]
+    assert [a["state"] for a in woken] == ["Ready", "Prepare"]
     assert woken == [await env.assignment(a) for a in (manager, worker)]
     assert woken[1]["values"]["managers.hostnames"] == "m1"
 
@@ -382,3 +385,42 @@ async def test_reports_sent_together_are_committed_together_and_each_answered_on
         await reopened.close()
     assert items[0] == ["running", "succeeded"]  # one machine's reports in the order sent
     assert items[1:] == [["succeeded"]] * 23
+
+
+async def test_the_post_deploy_step_waits_for_its_manager_and_wakes_it_when_it_answers_again(
+        env: InProcessCoordinator) -> None:
+    """The step stays with the first manager while it does not answer (another would start it
+    while it may still run it), and the pass that finds it answering again gives it a new
+    generation: its agent, polling with the one it held, fetches the step at once."""
+    await env.call("PUT", "/v1/clusters", 200, data=API_CLUSTER.replace("  worker:\n", (
+        '    - {name: helm-controller, phase: postdeploy, action: {type: exec, argv: ["true"]}}\n'
+        "  worker:\n")))
+    agents = {}
+    for hostname, role in (("m1", "manager"), ("m2", "manager"), ("w1", "worker")):
+        agents[hostname] = await env.register(hostname)
+        await env.call("POST", f"/v1/machines/{hostname}/approve", 200, json={"role": role})
+    for _ in range(6):  # m1 prepares and deploys first, then m2 and w1
+        await env.coordinator.reconciler.reconcile_once()
+        for agent in agents.values():
+            if (await env.assignment(agent))["phase"] != "postdeploy":
+                await env.report_all(agent)
+    await env.coordinator.reconciler.reconcile_once()
+    assert (await env.call("GET", "/v1/clusters/lab/status", 200))["counts"] == {"Ready": 3}
+    held = await env.assignment(agents["m1"])
+    assert held["phase"] == "postdeploy"
+
+    env.clock.now += 31  # m1 stops answering; the others go on
+    for hostname in ("m2", "w1"):
+        await env.heartbeat(agents[hostname])
+    await env.coordinator.reconciler.reconcile_once()
+    assert (await env.assignment(agents["m2"]))["phase"] is None, "the step moved off m1"
+    status = await env.call("GET", "/v1/clusters/lab/status", 200)
+    assert status["post_deploy"]["running_on"] is None
+    quiet = await env.assignment(agents["m1"])  # what m1's agent fetches meanwhile
+    assert quiet["phase"] is None and quiet["generation"] > held["generation"]
+
+    await env.heartbeat(agents["m1"])
+    await env.coordinator.reconciler.reconcile_once()
+    woken = await env.assignment(agents["m1"], after=quiet["generation"], wait=5)
+    assert woken["phase"] == "postdeploy"
+    assert (await env.call("GET", "/v1/clusters/lab/status", 200))["post_deploy"]["running_on"] == "m1"

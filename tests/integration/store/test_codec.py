@@ -44,6 +44,8 @@ machines = st.builds(
     responding=st.booleans(),
     release=st.text(),
     managers=st.lists(st.text()).map(tuple),
+    deploy_order=st.integers(min_value=0),
+    post_deploy=st.booleans(),
     drain=st.none() | st.builds(
         DrainStatus, stage=st.sampled_from(DrainStage), started_at=finite, attempt=st.integers(),
         force=st.booleans(), message=st.text(), blocking_pods=st.lists(st.text()).map(tuple),

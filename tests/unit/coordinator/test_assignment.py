@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from coordinator.domain.assignment import AssignmentInputs, build_assignment
-from coordinator.domain.model import ClusterSpec, DrainStage, MachineState
+from coordinator.domain.model import ClusterSpec, DrainStage, Machine, MachineState, phase_items
+from coordinator.domain.planner import enact, plan, plan_to_fixpoint
 from coordinator.domain.records import StoredCluster
 from coordinator.domain.templating import template_values
-from tests.support.builders import cluster, drained, items, machine, upgraded_cluster
+from tests.support.builders import cluster, drained, finish_phase, items, machine, upgraded_cluster
 
 
 def stored(spec: ClusterSpec) -> StoredCluster:
@@ -41,12 +42,53 @@ def test_only_the_post_deploy_host_is_assigned_the_post_deploy_step() -> None:
     assert build_assignment(inputs, m2.id).phase is None
 
 
-def test_template_values_list_managers_in_registration_order_and_the_deployed_first() -> None:
-    spec = cluster()
-    m1 = replace(machine("m1", "manager", state=MachineState.PREPARE, created_at=1.0), ip="10.0.0.1")
-    m2 = replace(machine("m2", "manager", state=MachineState.READY, created_at=2.0), ip="10.0.0.2")
-    gone = machine("m3", "manager", state=MachineState.DELETING, created_at=3.0)
-    values = template_values(spec, m1, [gone, m2, m1])
-    assert values["managers"] == "10.0.0.1,10.0.0.2"
-    assert values["managers.hostnames"] == "m1,m2"
-    assert values["managers.first"] == "10.0.0.2"
+def addressed(hostname: str, role: str, state: MachineState, created_at: float) -> Machine:
+    n = hostname[1:]
+    return replace(machine(hostname, role, state=state, created_at=created_at),  # type: ignore[arg-type]
+                   ip=f"10.0.0.{n}")
+
+
+def values_everywhere(spec: ClusterSpec, fleet: list[Machine], name: str) -> set[str]:
+    """What ${name} renders on each machine of the fleet."""
+    return {template_values(spec, m, fleet)[name] for m in fleet}
+
+
+def test_managers_first_is_the_manager_the_planner_chose_on_every_machine() -> None:
+    spec = cluster(manager=items("prepare", 1), worker=items("prepare", 1))
+    slow = addressed("m1", "manager", MachineState.PREPARE, created_at=1.0)  # registered first
+    fast = finish_phase(spec, addressed("m2", "manager", MachineState.PREPARE, created_at=2.0))
+    fleet = [slow, fast, addressed("w3", "worker", MachineState.PREPARE, created_at=3.0)]
+    assert values_everywhere(spec, fleet, "managers.first") == {""}, "named before it was chosen"
+    fleet = enact(fleet, plan(spec, fleet), now=1.0)
+    assert [m.state for m in fleet[:2]] == [MachineState.PREPARE, MachineState.DEPLOY]
+    assert values_everywhere(spec, fleet, "managers.first") == {"10.0.0.2"}
+    # Still m2 once m1 is deployed too, though m1 registered first.
+    fleet, _ = plan_to_fixpoint(spec, [finish_phase(spec, m) for m in fleet], now=2.0)
+    fleet, _ = plan_to_fixpoint(spec, [finish_phase(spec, m) for m in fleet], now=3.0)
+    assert {m.state for m in fleet} == {MachineState.READY}
+    assert values_everywhere(spec, fleet, "managers.first") == {"10.0.0.2"}
+
+
+def test_managers_first_passes_to_the_manager_admitted_next_when_it_is_deleted() -> None:
+    spec = cluster(manager=items("prepare", 1))
+    fleet = [addressed(f"m{n}", "manager", MachineState.PREPARE, created_at=n) for n in (1, 2, 3)]
+    for prepared in ("m2", "m3", "m1"):  # the order they finish Prepare in: admitted in it
+        fleet = [finish_phase(spec, m) if m.hostname == prepared else m for m in fleet]
+        fleet, _ = plan_to_fixpoint(spec, fleet, now=1.0)
+    assert {m.state for m in fleet} == {MachineState.READY}
+    assert values_everywhere(spec, fleet, "managers.first") == {"10.0.0.2"}
+    leaving = [m.with_state(MachineState.DELETING, 2.0) if m.hostname == "m2" else m for m in fleet]
+    assert values_everywhere(spec, leaving, "managers.first") == {"10.0.0.3"}
+
+
+def test_managers_lists_the_deployed_set_that_versions_the_reconfigure_items() -> None:
+    spec = cluster(worker=items("reconfigure", 1))
+    fleet = [addressed("m1", "manager", MachineState.READY, 1.0),
+             addressed("m2", "manager", MachineState.PREPARE, 2.0),  # approved, not deployed
+             addressed("m3", "manager", MachineState.DELETING, 3.0),
+             addressed("m4", "manager", MachineState.RECONFIGURE, 4.0),
+             addressed("w5", "worker", MachineState.RECONFIGURE, 5.0)]
+    assert values_everywhere(spec, fleet, "managers") == {"10.0.0.1,10.0.0.4"}
+    assert values_everywhere(spec, fleet, "managers.hostnames") == {"m1,m4"}
+    reconfigure = build_assignment(AssignmentInputs(stored(spec), fleet[-1], fleet), None)
+    assert reconfigure.items == phase_items(spec, "worker", "reconfigure", ("10.0.0.1", "10.0.0.4"))

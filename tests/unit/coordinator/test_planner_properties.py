@@ -4,7 +4,9 @@ at the same release, drains and machines that stop answering, interleaved with p
 after every pass (and every prefix of its decisions) the invariants hold, no agent is ever
 told to run an upgrade item of a release its machine deployed or upgraded at, and once agents
 apply everything and drains finish the fleet converges within a known bound: every machine
-applied every current item of its role."""
+applied every current item of its role. Agents are modelled as holding the assignment they
+last fetched (when their generation moved, or when they restarted): at no moment do two of
+them hold the post-deploy step."""
 
 from __future__ import annotations
 
@@ -28,12 +30,14 @@ from coordinator.domain.model import (
     MachineTypes,
     Role,
     deployed_managers,
+    first_manager,
     needs_drain,
     pending_items,
     phase_items,
 )
 from coordinator.domain.planner import (
     Decision,
+    assignment_notices,
     awaiting_upgrade,
     behind,
     enact,
@@ -61,7 +65,7 @@ ALLOWED = {
 }
 EVENT_KINDS = (["plan"] * 4 + ["apply", "finish", "all", "drain"] * 2
                + ["fail", "approve", "role", "delete", "release", "release", "change", "pause",
-                  "silence"])
+                  "silence", "restart"])
 RUN_AGAIN: tuple[Phase, ...] = ("prepare", "deploy")  # an upgrade runs them again when changed
 
 
@@ -109,6 +113,9 @@ class World:
     baseline: dict[str, set[str]] = field(default_factory=dict)
     fingerprints: dict[tuple[Role, Phase], list[str]] = field(init=False)
     view: ClusterView = field(init=False)  # the reconciler's, kept from the changes alone
+    # Each agent's assignment as it last fetched it: its generation, whether it has the
+    # post-deploy step, the manager list (its reconfigure items are versioned by it).
+    held: dict[str, tuple[int, bool, tuple[str, ...]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rehash()
@@ -118,6 +125,8 @@ class World:
         self.view = ClusterView.load(self.spec, 0, self.machines, 0.0)
 
     def taken_in(self, machines: Sequence[Machine], removed: Sequence[str] = ()) -> None:
+        """As the reconciler's pass does: the changes, or a reload; then a stand-in loaded
+        when the one there was is no longer inert. Agents fetch what changed."""
         if not self.view.update(machines, removed):
             event("manager change: the view is loaded again")
             self.reload()
@@ -125,6 +134,34 @@ class World:
         # worker is loaded to stand in for the rest.
         if (stand_in := self.view.missing_stand_in()) is not None:
             self.view.update([m for m in self.machines if m.id == stand_in])
+        self.fetch([m for m in self.machines if m.generation != self.held.get(m.id, (0,))[0]])
+
+    def fetch(self, machines: Sequence[Machine]) -> None:
+        """The agents of these machines fetch their assignment, if they answer (a silent one
+        goes on with what it holds, running the post-deploy step if it had it); at most one
+        manager may then hold the post-deploy step, whatever they held before."""
+        host = post_deploy_host(self.spec, self.machines)
+        managers = deployed_managers(self.machines)
+        for m in machines:
+            if m.responding:
+                self.held[m.id] = (m.generation, host is not None and host.id == m.id, managers)
+        present = {m.id for m in self.machines}
+        self.held = {i: held for i, held in self.held.items() if i in present}
+        holders = [i for i, (_, step, _) in self.held.items() if step]
+        assert len(holders) <= 1, f"the post-deploy step runs on {holders} at once"
+        if holders:
+            event("a manager holds the post-deploy step")
+
+    def apply(self, spec: ClusterSpec) -> None:
+        """The operator applies spec: as the coordinator does when it changed, every machine
+        gets a new generation, so every agent that answers fetches its assignment again."""
+        if spec == self.spec:
+            return
+        self.spec = spec
+        self.rehash()
+        self.machines = [replace(m, generation=m.generation + 1) for m in self.machines]
+        self.reload()
+        self.taken_in([])
 
     def rehash(self) -> None:
         # Hashed once per spec: recomputing fingerprints per event would dominate the run time.
@@ -146,28 +183,22 @@ class World:
         if kind == "release":  # a new release: nothing new, or new upgrade items (and a changed item)
             release = f"r{int(self.now)}"
             if index % 4 == 0:
-                self.spec = self.spec.model_copy(update={"release": release})
+                spec = self.spec.model_copy(update={"release": release})
             else:
-                self.spec = released(self.spec, release, keep_upgrades=index % 2 == 0)
-            if index % 3 == 0:
-                self.spec = revised(self.spec, index, release)
-            self.rehash()
-            self.reload()
+                spec = released(self.spec, release, keep_upgrades=index % 2 == 0)
+            self.apply(revised(spec, index, release) if index % 3 == 0 else spec)
             return
         if kind == "change":  # the same release, with a changed item or a new upgrade item
             if index % 2 == 0:
-                self.spec = revised(self.spec, index, f"v{int(self.now)}")
+                self.apply(revised(self.spec, index, f"v{int(self.now)}"))
             else:
                 role = ROLES[index % 4 // 2]
-                self.spec = with_items(self.spec, role, [*getattr(self.spec.machine_types, role),
-                                                         item(f"late-{self.now}", "upgrade")])
-            self.rehash()
-            self.reload()
+                self.apply(with_items(self.spec, role, [*getattr(self.spec.machine_types, role),
+                                                        item(f"late-{self.now}", "upgrade")]))
             return
         if kind == "pause":
-            self.spec = upgraded_cluster(self.spec, release=self.spec.release,
-                                         paused=not self.spec.settings.upgrade.paused)
-            self.reload()
+            self.apply(upgraded_cluster(self.spec, release=self.spec.release,
+                                        paused=not self.spec.settings.upgrade.paused))
             return
         if not self.machines:
             return
@@ -189,6 +220,8 @@ class World:
             m = self.drain_step(m, index)
         elif kind == "silence":  # heartbeats stop, or come back
             m = replace(m, responding=not m.responding)
+        elif kind == "restart":  # the agent restarts: it fetches its assignment anew
+            self.fetch([m])
         self.machines[i] = m
         self.taken_in([m])
 
@@ -231,9 +264,10 @@ class World:
 
     def pending(self, m: Machine) -> list[str]:
         """Fingerprints of the items the machine's agent is asked to apply now: in Upgrade,
-        what its assignment lists once its node is drained; reconfigure items for the current
-        manager list."""
-        phase = PHASE_OF_STATE.get(m.state)
+        what its assignment lists once its node is drained; reconfigure items for the manager
+        list its assignment has; the post-deploy step's if its assignment has it."""
+        _, step, managers = self.held.get(m.id, (0, False, ()))
+        phase = "postdeploy" if step else PHASE_OF_STATE.get(m.state)
         if phase is None or m.role is None or not m.responding:
             return []
         if phase == "upgrade":
@@ -241,7 +275,7 @@ class World:
                                                      self.machines), None).items
             return [f for i in told if (f := i.fingerprint()) not in m.applied]
         if phase == "reconfigure":
-            found = phase_items(self.spec, m.role, phase, deployed_managers(self.machines))
+            found = phase_items(self.spec, m.role, phase, managers)
             return [f for i in found if (f := i.fingerprint()) not in m.applied]
         return [f for f in self.fingerprints[m.role, phase] if f not in m.applied]
 
@@ -256,6 +290,7 @@ class World:
             self.check_state(after)
         assert after == enact(before, decisions, self.now)
         check_decisions(self.spec, before, after, decisions)
+        check_first_manager(before, after, decisions)
         for d in decisions:  # shown by --hypothesis-show-statistics: the paths really ran
             if d.to_state in (S.UPGRADE, S.RECONFIGURE):
                 event(f"{by_id_role(before, d.machine_id)} enters {d.to_state}")
@@ -267,6 +302,8 @@ class World:
             if d.from_state is S.READY and d.to_state is S.READY:
                 event(f"recorded at the release with nothing to run ({d.reason.split(':')[0]})")
         check_transitions(before, after)
+        noticed = {m.id: m for m in assignment_notices(self.spec, after)}
+        after = [noticed.get(m.id, m) for m in after]  # as the reconciler's pass writes them
         self.machines = after
         was = {m.id: m for m in before}
         remaining = {m.id for m in after}
@@ -281,10 +318,14 @@ class World:
         assert len(managers) <= 1, "two managers in Deploy"
         assert len(workers) <= self.spec.settings.worker_batch_size, "worker batch exceeded"
         upgrading = [m for m in machines if m.state is S.UPGRADE]
-        busy_managers = [m for m in upgrading + deploying if m.role == "manager"]
-        assert len(busy_managers) <= 1, f"managers deploying/upgrading together: {busy_managers}"
+        reconfiguring = [m for m in machines if m.state is S.RECONFIGURE]
+        busy_managers = [m for m in upgrading + deploying + reconfiguring if m.role == "manager"]
+        assert len(busy_managers) <= 1, \
+            f"managers deploying/upgrading/reconfiguring together: {busy_managers}"
         assert sum(m.role == "worker" for m in upgrading) <= self.spec.settings.upgrade_batch, \
             "upgrade batch exceeded"
+        assert sum(m.role == "worker" for m in reconfiguring) <= \
+            self.spec.settings.worker_batch_size, "reconfigure batch exceeded"
         if not (self.manager_ever_deployed or any(deployed_manager(m) for m in machines)):
             assert not workers, "a worker deploys before any manager was deployed"
             assert len(deploying) <= 1, "the first manager does not deploy alone"
@@ -299,6 +340,20 @@ class World:
                 self.machines = [self.drain_step(self.finished(m), 1) for m in self.machines]
             self.taken_in(self.machines)
             self.plan_pass()
+
+    def joining(self) -> tuple[int, int]:
+        """How many managers and workers are (or will be) members of the cluster."""
+        joining = [m for m in self.machines if self.eligible(m) and m.state is not S.DELETING]
+        managers = sum(m.role == "manager" for m in joining)
+        return managers, len(joining) - managers
+
+    def upgrade_steps(self) -> int:
+        """Passes an upgrade of the whole fleet takes: one per manager, one per worker batch."""
+        managers, workers = self.joining()
+        settings = self.spec.settings
+        return managers + math.ceil(workers / min(
+            settings.upgrade_batch,
+            settings.upgrade.max_unavailable_workers or settings.upgrade_batch))
 
     def check_converged(self, manager_up: bool) -> None:
         assert plan(self.spec, self.machines) == []
@@ -316,6 +371,11 @@ class World:
                     m.role or "worker", "reconfigure"), f"{m.hostname} never reconfigured"
             else:  # no manager to join: workers wait prepared (or stay Ready from an earlier one)
                 assert m.state in (S.PREPARE, S.READY)
+        step = set(self.fingerprints["manager", "postdeploy"])
+        if step and manager_up and any(m.role == "worker" and m.state is S.READY
+                                       for m in self.machines):
+            assert any(m.role == "manager" and step <= m.applied for m in self.machines), \
+                "the post-deploy step never ran"
 
 
 def by_id_role(machines: list[Machine], machine_id: str) -> str | None:
@@ -353,27 +413,40 @@ def check_decisions(
             assert not needs_drain(spec, m) or (m.drain and m.drain.stage is DrainStage.NODE_READY), \
                 f"{m.hostname} left Upgrade with its node not uncordoned and Ready"
             assert d.release == spec.release
+        if d.to_state is S.DEPLOY:
+            assert d.managers == deployed_managers(after), "the list its deploy items see"
         if d.to_state is S.RECONFIGURE:
-            assert m.managers != deployed_managers(after), f"{m.hostname} reconfigured for nothing"
+            assert m.responding, f"{m.hostname} reconfigures without answering"
+            assert d.managers == deployed_managers(before), "not the list its items will see"
+            assert m.managers != deployed_managers(before), f"{m.hostname} reconfigured for nothing"
+        if d.from_state is S.RECONFIGURE:
+            assert d.managers == deployed_managers(before), "not the list its items applied"
+
+
+def check_first_manager(before: list[Machine], after: list[Machine],
+                        decisions: list[Decision]) -> None:
+    """${managers.first} names the manager admitted first from its admission on, and a pass
+    never moves it to another (only its deletion does)."""
+    was, now = first_manager(before), first_manager(after)
+    if was is not None:
+        assert now is not None and now.id == was.id, "${managers.first} moved to another manager"
+    elif now is not None:
+        (chosen,) = [d for d in decisions if d.machine_id == now.id]
+        assert chosen.reason == "first manager deploys alone", chosen
 
 
 def check_working_set(spec: ClusterSpec, before: list[Machine], decisions: list[Decision],
                       view: ClusterView) -> None:
     """The view kept from changes alone holds the working set a fresh load holds; planning
-    on it decides what planning on the fleet does for its machines; the machines left out
-    only get Reconfigure, and only when the deployed managers change."""
+    on it decides what planning on the whole fleet does, and the fleet's plan moves none of
+    the machines left out."""
     fresh = ClusterView.load(spec, 0, before, 0.0)
     assert view.active == fresh.active, "the view kept from changes went stale"
     assert (view.stand_in is None) == (fresh.stand_in is None)
     working = view.working()
     ids = {m.id for m in working}
     assert len(ids) == len(working), "a machine twice in the working set"
-    assert plan(spec, working) == [d for d in decisions if d.machine_id in ids]
-    left_out = [d for d in decisions if d.machine_id not in ids]
-    if left_out:
-        event("inert machines reconfigure after a manager change")
-        assert all(d.to_state is S.RECONFIGURE for d in left_out)
-        assert deployed_managers(enact(before, decisions, 0.0)) != deployed_managers(before)
+    assert plan(spec, working) == decisions, "the working set planned otherwise than the fleet"
     host, stand_in_host = post_deploy_host(spec, before), post_deploy_host(spec, working)
     assert (host and host.id) == (stand_in_host and stand_in_host.id)
 
@@ -406,15 +479,20 @@ def check_transitions(before: list[Machine], after: list[Machine]) -> None:
         assert new is m.state or (m.state, new) in ALLOWED, f"{m.hostname}: {m.state} -> {new}"
 
 
+Counts = tuple[int, int]  # at least, at most
+
+
 @st.composite
-def worlds(draw: st.DrawFn) -> World:
+def worlds(draw: st.DrawFn, managers: Counts = (0, 6), workers: Counts = (0, 30),
+           reconfigure: Counts = (0, 1), post_deploy: Counts = (0, 2)) -> World:
     """0-6 managers, 0-30 workers, batch 1-5; item lists per role and phase, often empty."""
+    counts = {"prepare": (0, 3), "deploy": (0, 3), "reset": (0, 3), "reconfigure": reconfigure}
     role_items = {
-        role: [i for phase in ("prepare", "deploy", "reset", "reconfigure")
-               for i in items(phase, draw(st.integers(0, 3 if phase != "reconfigure" else 1)),
-                              prefix=f"{role}-")]
+        role: [i for phase, (least, most) in counts.items()
+               for i in items(phase, draw(st.integers(least, most)), prefix=f"{role}-")]
         for role in ("manager", "worker")
     }
+    role_items["manager"] += items("postdeploy", draw(st.integers(*post_deploy)))
     spec = upgraded_cluster(
         cluster(manager=role_items["manager"], worker=role_items["worker"],
                 batch=draw(st.integers(1, 5))),
@@ -423,7 +501,8 @@ def worlds(draw: st.DrawFn) -> World:
         max_unavailable_workers=draw(st.none() | st.integers(1, 4)),
         drain_managers=draw(st.booleans()),
     )
-    roles: list[Role] = ["manager"] * draw(st.integers(0, 6)) + ["worker"] * draw(st.integers(0, 30))
+    roles: list[Role] = (["manager"] * draw(st.integers(*managers))
+                         + ["worker"] * draw(st.integers(*workers)))
     some = st.sets(st.integers(0, max(len(roles) - 1, 0)), max_size=len(roles))
     unapproved, roleless, failing = draw(some), draw(some), draw(some)
     machines = [
@@ -444,50 +523,74 @@ def worlds(draw: st.DrawFn) -> World:
     )
 
 
-events = st.lists(
-    st.tuples(st.sampled_from(EVENT_KINDS), st.integers(0, 40)),
-    min_size=20,
-    max_size=100,
-)
+def histories(kinds: Sequence[str]) -> st.SearchStrategy[list[tuple[str, int]]]:
+    return st.lists(st.tuples(st.sampled_from(kinds), st.integers(0, 40)),
+                    min_size=20, max_size=100)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(world=worlds(), history=events)
+@given(world=worlds(), history=histories(EVENT_KINDS))
 def test_invariants_hold_and_the_fleet_converges(
     world: World, history: list[tuple[str, int]]
 ) -> None:
+    live_through(world, history)
+
+
+# Enough examples that main's planner, which moved the step to another manager, failed it in
+# 8 runs out of 10; its scenario tests (test_upgrade_planning.py) fail every time.
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world=worlds(managers=(3, 5), workers=(1, 4), reconfigure=(1, 1), post_deploy=(0, 0)),
+       steps=st.integers(2, 3),
+       history=histories(["plan"] * 4 + ["restart", "silence"] * 3 + ["approve"] * 2
+                         + ["apply", "finish", "all", "drain", "fail", "role", "delete"]))
+def test_the_post_deploy_step_runs_on_one_manager_at_most_while_managers_change(
+    world: World, steps: int, history: list[tuple[str, int]]
+) -> None:
+    """A settled cluster is given a post-deploy step, which runs while managers join (those
+    approved late), reconfigure, stop answering, restart and leave."""
+    settle(world)
+    manager_items = [*world.spec.machine_types.manager, *items("postdeploy", steps)]
+    world.apply(world.spec.model_copy(update={"machine_types": world.spec.machine_types.model_copy(
+        update={"manager": manager_items})}))
+    world.event("plan", 0)  # the step starts on its host
+    live_through(world, history)
+
+
+def live_through(world: World, history: list[tuple[str, int]]) -> None:
+    """The history, then every agent answering and applying all it is asked: the invariants
+    hold throughout, and the fleet converges, upgraded."""
     for kind, index in history:
         world.event(kind, index)
+    manager_up = settle(world)
 
-    # Liveness: every agent answers and applies whatever it is asked, every drain goes through,
-    # the upgrade is resumed, and nobody else acts.
-    world.spec = upgraded_cluster(world.spec, release=world.spec.release, paused=False)
+    # A new release on the settled fleet, keeping the earlier upgrade items and changing a
+    # deploy or prepare item of each role: each pass upgrades one manager, then one worker batch.
+    final = released(world.spec, "final", keep_upgrades=True)
+    for index in range(2):
+        final = revised(final, index, "final")
+    world.apply(final)
+    world.converge(world.upgrade_steps() + 2)
+    world.check_converged(manager_up)
+    if manager_up:
+        assert all(m.release == "final" for m in world.machines if m.state is S.READY)
+
+
+def settle(world: World) -> bool:
+    """Liveness: every agent answers and applies whatever it is asked, every drain goes
+    through, the upgrade is resumed, and nobody else acts; the fleet converges within a
+    known bound. Whether a manager is up."""
     world.machines = [replace(m, responding=True) for m in world.machines]
-    world.reload()
-    joining = [m for m in world.machines if world.eligible(m) and m.state is not S.DELETING]
-    managers = sum(m.role == "manager" for m in joining)
-    workers = len(joining) - managers
+    world.apply(upgraded_cluster(world.spec, release=world.spec.release, paused=False))
+    managers, workers = world.joining()
     settings = world.spec.settings
-    upgrade_steps = managers + math.ceil(workers / min(
-        settings.upgrade_batch, settings.upgrade.max_unavailable_workers or settings.upgrade_batch))
     # One pass to Prepare, one to the first Deploy, then each pass finishes one manager and one
     # worker batch and refills the freed slots at once; then the upgrade in the same way, and
-    # a Reconfigure pass for each manager joining or leaving.
+    # two passes per manager for Reconfigure, one at a time once the last manager joined;
+    # workers reconfigure in batches alongside, in no more passes than their deploy took.
     bound = (3 + max(managers, math.ceil(workers / settings.worker_batch_size))
-             + 2 + upgrade_steps + 2 * managers + 2)
+             + 2 + world.upgrade_steps() + 2 * managers + 2)
     world.converge(bound)
     manager_up = any(deployed_manager(m) for m in world.machines)
     assert manager_up or managers == 0
     world.check_converged(manager_up)
-
-    # A new release on the settled fleet, keeping the earlier upgrade items and changing a
-    # deploy or prepare item of each role: each pass upgrades one manager, then one worker batch.
-    world.spec = released(world.spec, "final", keep_upgrades=True)
-    for index in range(2):
-        world.spec = revised(world.spec, index, "final")
-    world.rehash()
-    world.reload()
-    world.converge(upgrade_steps + 2)
-    world.check_converged(manager_up)
-    if manager_up:
-        assert all(m.release == "final" for m in world.machines if m.state is S.READY)
+    return manager_up

@@ -7,6 +7,7 @@ from dataclasses import replace
 from coordinator.domain.model import DrainStage, KubernetesSettings, Machine, MachineState, phase_items
 from coordinator.domain.planner import (
     Decision,
+    assignment_notices,
     enact,
     node_action,
     plan,
@@ -116,29 +117,70 @@ def test_a_new_manager_waits_for_a_manager_upgrade() -> None:
     assert plan(spec, [upgrading, prepared]) == []
 
 
-def test_a_changed_manager_set_reconfigures_every_ready_machine_with_reconfigure_items() -> None:
+def test_a_changed_manager_set_reconfigures_every_machine_the_new_manager_included() -> None:
     spec = cluster(manager=items("reconfigure", 1), worker=items("reconfigure", 1))
-    m2 = finish_phase(spec, machine("m2", "manager", state=MachineState.DEPLOY, created_at=1))
+    m2 = machine("m2", "manager", state=MachineState.PREPARE, created_at=1)
     machines = [ready("m1", "manager"), m2, ready("w1", created_at=5)]
+    machines = enact(machines, plan(spec, machines), now=1.0)  # m2 deploys, seeing m1
+    machines = [finish_phase(spec, m) for m in machines]
     decisions = plan(spec, machines)
-    assert moves(decisions) == [("m2", READY), ("m1", RECONF), ("w1", RECONF)]
-    assert decisions[0].managers == ("m1", "m2")
-    assert decisions[1].reason == "the manager set changed: reconfigure"
-    machines = enact(machines, decisions, now=1.0)
-    assert plan(spec, machines) == [], "reconfigure finished before its items ran"
-    machines = [finish_phase(spec, m, ("m1", "m2")) for m in machines]
-    machines, _ = plan_to_fixpoint(spec, machines, now=2.0)
+    assert moves(decisions) == [("m2", READY)], "reconfigured before the list changed"
+    machines = enact(machines, decisions, now=2.0)
+    assert [m.managers for m in machines] == [("m1",)] * 3
+    decisions = plan(spec, machines)
+    assert moves(decisions) == [("m1", RECONF), ("w1", RECONF)]
+    assert decisions[0].reason == "the manager set changed: reconfigure (managers one at a time)"
+    for now in (3.0, 4.0):
+        machines = [finish_phase(spec, m, ("m1", "m2")) for m in machines]
+        machines = enact(machines, plan(spec, machines), now=now)
+    assert [(m.hostname, m.state) for m in machines] == [
+        ("m1", READY), ("m2", RECONF), ("w1", READY)], "the new manager was left out"
+    machines, _ = plan_to_fixpoint(spec, [finish_phase(spec, m, ("m1", "m2")) for m in machines],
+                                   now=5.0)
     assert all(m.state is READY and m.managers == ("m1", "m2") for m in machines)
 
 
-def test_reconfigure_items_are_versioned_by_the_manager_list() -> None:
+def test_reconfigure_takes_managers_one_at_a_time_and_workers_in_batches() -> None:
+    spec = cluster(manager=items("reconfigure", 1), worker=items("reconfigure", 1), batch=2)
+    machines = [replace(m, managers=("m1", "m2")) for m in fleet(managers=3, workers=5)]
+    decisions = plan(spec, machines)
+    assert moves(decisions) == [("m1", RECONF), ("w1", RECONF), ("w2", RECONF)]
+    assert decisions[-1].reason == "the manager set changed: reconfigure (2 of 2 worker slots)"
+    machines = enact(machines, decisions, now=1.0)
+    assert plan(spec, machines) == []
+    managers = ("m1", "m2", "m3")
+    machines = [finish_phase(spec, m, managers) if m.hostname in ("m1", "w1") else m
+                for m in machines]
+    assert moves(plan(spec, machines)) == [("m1", READY), ("w1", READY), ("m2", RECONF),
+                                           ("w3", RECONF)]
+
+
+def test_a_manager_reconfigures_only_while_no_manager_deploys_or_upgrades() -> None:
+    spec = upgraded_cluster(cluster(manager=[*items("reconfigure", 1), *items("deploy", 1)],
+                                    worker=items("reconfigure", 1)))
+    stale = [at_release(spec, ready("m1", "manager", release="2.0.0", managers=())),
+             at_release(spec, ready("w1", release="2.0.0", managers=()))]
+    for busy in (MachineState.DEPLOY, UPGRADE):
+        m2 = replace(ready("m2", "manager", created_at=1), state=busy)
+        assert moves(plan(spec, [*stale, m2])) == [("w1", RECONF)]
+    reconfiguring = [replace(stale[0], state=RECONF), stale[1]]
+    upgradable = ready("m2", "manager", created_at=1, managers=("m1",))
+    prepared = machine("m3", "manager", state=MachineState.PREPARE, created_at=2)
+    assert moves(plan(spec, [*reconfiguring, upgradable, prepared])) == [("w1", RECONF)], \
+        "a manager deployed or upgraded beside a reconfiguring one"
+
+
+def test_a_machine_reconfiguring_when_the_list_changes_is_given_the_items_for_the_new_one() -> None:
     spec = cluster(worker=items("reconfigure", 1))
-    w1 = replace(ready("w1"), state=RECONF)
-    done_for_old = finish_phase(spec, w1, ("m1",))
-    assert plan(spec, [done_for_old, ready("m1", "manager"), ready("m2", "manager")]) == []
-    done_for_new = finish_phase(spec, w1, ("m1", "m2"))
-    assert ("w1", READY) in moves(plan(spec, [done_for_new, ready("m1", "manager"),
-                                              ready("m2", "manager")]))
+    w1 = replace(ready("w1", created_at=5), state=RECONF)  # sent the items for ("m1",)
+    managers = [ready(m, "manager", created_at=n, managers=("m1", "m2"))
+                for n, m in enumerate(("m1", "m2"))]  # m2 joined meanwhile
+    (noticed,) = assignment_notices(spec, [*managers, w1])
+    assert (noticed.hostname, noticed.managers) == ("w1", ("m1", "m2"))
+    assert noticed.generation == w1.generation + 1, "its agent would keep the old items"
+    assert plan(spec, [*managers, finish_phase(spec, w1, ("m1",))]) == []
+    assert moves(plan(spec, [*managers, finish_phase(spec, noticed, ("m1", "m2"))])) == [
+        ("w1", READY)]
 
 
 def test_a_removed_manager_reconfigures_the_rest() -> None:
@@ -168,6 +210,50 @@ def test_the_post_deploy_step_runs_again_after_an_upgrade_changed_its_version() 
     upgraded = [replace(m1, release="2.0.0"), ready("w1", release="2.0.0")]
     host = post_deploy_host(spec, upgraded)
     assert host is not None and host.hostname == "m1"
+
+
+def admitted(hostname: str, order: int, state: MachineState = READY, **changes: object) -> Machine:
+    """A manager the planner admitted into Deploy order-th, registered in hostname order."""
+    return replace(ready(hostname, "manager", created_at=int(hostname[1:])), state=state,
+                   deploy_order=order, **changes)
+
+
+def test_the_post_deploy_step_runs_on_the_manager_deployed_first() -> None:
+    spec = cluster(manager=[item("helm-controller", "postdeploy")])
+    host = post_deploy_host(spec, [admitted("m1", 2), admitted("m2", 1), ready("w3")])
+    assert host is not None and host.hostname == "m2"
+
+
+def test_the_post_deploy_step_waits_for_its_host_rather_than_move() -> None:
+    spec = cluster(manager=[item("helm-controller", "postdeploy")])
+    m2, w3 = admitted("m2", 2), ready("w3")
+    for away in (admitted("m1", 1, RECONF), admitted("m1", 1, UPGRADE),
+                 admitted("m1", 1, responding=False), admitted("m1", 1, MachineState.DELETING)):
+        assert post_deploy_host(spec, [away, m2, w3]) is None, f"moved off m1 ({away.state})"
+    host = post_deploy_host(spec, [m2, w3])  # m1's record is gone: its agent left the step
+    assert host is not None and host.hostname == "m2"
+
+
+def test_a_worker_reconfiguring_or_silent_leaves_the_step_running() -> None:
+    spec = cluster(manager=[item("helm-controller", "postdeploy")])
+    for worker in (replace(ready("w3"), state=RECONF), replace(ready("w3"), responding=False)):
+        host = post_deploy_host(spec, [admitted("m1", 1), worker])
+        assert host is not None and host.hostname == "m1"
+
+
+def test_a_manager_whose_assignment_gains_or_loses_the_step_gets_a_new_generation() -> None:
+    spec = cluster(manager=[item("helm-controller", "postdeploy")])
+    m1, m2, w3 = admitted("m1", 1), admitted("m2", 2), ready("w3")
+    (told,) = assignment_notices(spec, [m1, m2, w3])
+    assert (told.hostname, told.post_deploy, told.generation) == ("m1", True, m1.generation + 1)
+    assert assignment_notices(spec, [told, m2, w3]) == [], "told twice"
+    (silent,) = assignment_notices(spec, [replace(told, responding=False), m2, w3])
+    assert not silent.post_deploy and silent.generation == told.generation + 1
+    # Its heartbeats came back between passes: the pass that finds it answering tells it.
+    (back,) = assignment_notices(spec, [replace(silent, responding=True), m2, w3])
+    assert back.post_deploy and back.generation == silent.generation + 1
+    (moved,) = assignment_notices(spec, [m2, w3])  # m1's record is gone
+    assert moved.hostname == "m2" and moved.post_deploy
 
 
 def test_upgrade_plan_lists_the_exact_steps_the_rollout_takes() -> None:

@@ -153,8 +153,8 @@ class Storm:
     fleet: Fleet
     join: str
     rand: random.Random
-    agent_every: float = 0.6
-    coordinator_every: float = 2.5
+    agent_every: float = 0.7
+    coordinator_every: float = 2.0
     agent_kills: dict[str, list[float]] = field(default_factory=dict)  # time.time() of each
     coordinator_kills: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -199,7 +199,7 @@ class Storm:
         hostnames = self.fleet.hostnames
         busy = [h for h in hostnames if (lines := runs(self.fleet.root(h)))
                 and lines[-1].mark == "START"]
-        hostname = self.rand.choice(busy if busy and self.rand.random() < 0.8 else hostnames)
+        hostname = self.rand.choice(busy if busy and self.rand.random() < 0.6 else hostnames)
         self.fleet.kill_node(hostname)
         self.agent_kills.setdefault(hostname, []).append(time.time())
         time.sleep(self.rand.uniform(0.1, 1.0))

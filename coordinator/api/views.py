@@ -43,6 +43,7 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
         },
         "precheck_failures": machine.precheck_failures(),
         "release": machine.release,
+        "managers": list(machine.managers),  # the manager set its items last applied
         "drain": None if machine.drain is None else {
             **asdict(machine.drain), "stage": machine.drain.stage.value,
             "blocking_pods": list(machine.drain.blocking_pods),

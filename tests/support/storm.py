@@ -1,0 +1,214 @@
+"""A kill storm over a fleet of tests/support/rollout.py: agents and the coordinator killed -9
+at random while a rollout and an upgrade run, and what must hold afterwards, read from the
+event history and from the files the nodes' items wrote.
+
+The storm's items are not idempotent: every run appends `START key nonce time` to
+var/log/storm.log (relative to the node's root) before it works and `END key nonce time`
+after, the nonce drawn anew by each run. A run that was killed or cancelled leaves a START
+without its END; a run that completed twice leaves two ENDs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import random
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.support.rollout import Fleet
+
+STORM_LOG = "var/log/storm.log"
+
+# One run of an item: `sh -c SCRIPT sh KEY SECONDS`, KEY naming the item and its version.
+RUN = ('n=$(od -An -N6 -tx1 /dev/urandom | tr -d " \\n"); mkdir -p var/log; '
+       'echo "START $1 $n $(date +%s.%N)" >> var/log/storm.log; sleep $2; '
+       'echo "END $1 $n $(date +%s.%N)" >> var/log/storm.log')
+
+# The state changes the lifecycle allows (no machine is deleted in a storm).
+EDGES = {("Pending", "Prepare"), ("Prepare", "Deploy"), ("Deploy", "Ready"),
+         ("Ready", "Upgrade"), ("Upgrade", "Ready"), ("Ready", "Reconfigure"),
+         ("Reconfigure", "Ready")}
+
+
+def storm_item(name: str, phase: str, version: str, key: str, seconds: float) -> str:
+    """A spec item (YAML, indented for a role's list) that runs RUN for key."""
+    return (f"    - name: {name}\n      phase: {phase}\n      version: \"{version}\"\n"
+            f"      timeout: 60\n      action:\n        type: exec\n"
+            f"        argv: [sh, -c, '{RUN}', sh, \"{key}\", \"{seconds}\"]\n")
+
+
+@dataclass(frozen=True)
+class Line:
+    mark: str  # START | END
+    key: str
+    nonce: str
+    at: float
+
+
+def runs(root: Path) -> list[Line]:
+    """The lines a node's storm items wrote, in order."""
+    path = root / STORM_LOG
+    if not path.exists():
+        return []
+    lines = []
+    for text in path.read_text().splitlines():
+        mark, key, nonce, at = text.split()
+        lines.append(Line(mark, key, nonce, float(at)))
+    return lines
+
+
+def completions(lines: Sequence[Line]) -> dict[str, int]:
+    """How many runs of each key completed."""
+    counted: dict[str, int] = {}
+    for line in lines:
+        if line.mark == "END":
+            counted[line.key] = counted.get(line.key, 0) + 1
+    return counted
+
+
+def assert_runs_sequential(hostname: str, lines: Sequence[Line]) -> None:
+    """A node runs one item at a time, so each END follows its own START (same key and
+    nonce) with no other line between: one run completing another's work, or two runs at
+    once on a node, would break it."""
+    for before, line in zip([None, *lines], lines, strict=False):
+        if line.mark == "END":
+            assert before is not None and before.mark == "START" and \
+                (before.key, before.nonce) == (line.key, line.nonce), \
+                f"{hostname}: {line} does not follow its own START (before it: {before})"
+
+
+def intervals(lines: Sequence[Line], key_prefix: str, kills: Sequence[float],
+              until: float) -> list[tuple[float, float]]:
+    """When runs of keys starting with key_prefix were running on one node: from START to
+    END; a run without END ended no later than the node's next line or the node's next
+    kill (or `until`)."""
+    found = []
+    for index, line in enumerate(lines):
+        if line.mark != "START" or not line.key.startswith(key_prefix):
+            continue
+        after = lines[index + 1] if index + 1 < len(lines) else None
+        if after is not None and after.mark == "END" and after.nonce == line.nonce:
+            found.append((line.at, after.at))
+            continue
+        ends = [k for k in kills if k >= line.at] + ([after.at] if after else []) + [until]
+        found.append((line.at, min(ends)))
+    return found
+
+
+def assert_one_at_a_time(what: str, by_host: dict[str, list[tuple[float, float]]]) -> None:
+    """No two hosts ran `what` at the same moment."""
+    spans = sorted((start, end, host) for host, found in by_host.items() for start, end in found)
+    for (_, end, host), (start, _, other) in itertools.pairwise(spans):
+        assert host == other or start >= end, \
+            f"{what} ran on {host} and {other} at once (from {start:.3f} to {end:.3f})"
+
+
+def replay(events: Sequence[dict[str, Any]], managers: Sequence[str],
+           batch: int) -> dict[str, list[str]]:
+    """Replay the history's state changes in order, checking after each one the ordering
+    invariants: the first manager deploys alone; then at most one manager at a time in
+    Deploy, Upgrade or Reconfigure; workers in Deploy only once a manager is deployed, and
+    at most `batch` workers in each of Deploy, Upgrade and Reconfigure; no worker upgrades
+    beside a manager. Returns each machine's states in order."""
+    state: dict[str, str] = {}
+    seen: dict[str, list[str]] = {}
+    manager_deployed = False
+    for event in events:
+        if event["kind"] != "state":
+            continue
+        host, came, went = event["hostname"], event["data"]["from"], event["data"]["to"]
+        assert state.get(host, came) == came, f"{host}: {came} -> {went} but it was {state[host]}"
+        assert (came, went) in EDGES, f"{host}: {came} -> {went} is no lifecycle step"
+        seen.setdefault(host, [came]).append(went)
+        state[host] = went
+        manager_deployed |= host in managers and (came, went) == ("Deploy", "Ready")
+
+        def hosts(states: set[str], of_managers: bool) -> set[str]:
+            return {h for h, s in state.items() if s in states and (h in managers) == of_managers}
+
+        busy = hosts({"Deploy", "Upgrade", "Reconfigure"}, True)
+        assert len(busy) <= 1, f"managers {sorted(busy)} busy at once ({event['message']})"
+        if not manager_deployed:
+            deploying = hosts({"Deploy"}, True) | hosts({"Deploy"}, False)
+            assert len(deploying) <= 1, f"the first manager did not deploy alone: {deploying}"
+        for phase in ("Deploy", "Upgrade", "Reconfigure"):
+            workers = hosts({phase}, False)
+            assert len(workers) <= batch, f"{len(workers)} workers in {phase}: {sorted(workers)}"
+        assert not (hosts({"Upgrade"}, False) and hosts({"Upgrade"}, True)), \
+            f"workers upgrading beside a manager ({event['message']})"
+    return seen
+
+
+@dataclass
+class Storm:
+    """Kills agents (each restarted after a moment) and the coordinator (restarted at once)
+    at random from a thread, until stopped. The coordinator lock is held while it is down:
+    `admin` calls of the test wait for it to be back."""
+
+    fleet: Fleet
+    join: str
+    rand: random.Random
+    agent_every: float = 0.7
+    coordinator_every: float = 2.0
+    agent_kills: dict[str, list[float]] = field(default_factory=dict)  # time.time() of each
+    coordinator_kills: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def admin_json(self, *args: str) -> Any:
+        with self.lock:
+            return self.fleet.admin_json(*args)
+
+    def admin(self, *args: str) -> str:
+        with self.lock:
+            return self.fleet.admin(*args)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Storm]:
+        thread = threading.Thread(target=self._run, name="storm", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            thread.join(timeout=60)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def kills(self) -> int:
+        return sum(len(k) for k in self.agent_kills.values())
+
+    def _run(self) -> None:
+        next_coordinator = time.monotonic() + self.coordinator_every
+        while not self._stop.wait(self.rand.uniform(0.5, 1.5) * self.agent_every):
+            self._kill_agent()
+            if time.monotonic() >= next_coordinator:
+                self._kill_coordinator()
+                next_coordinator = time.monotonic() + self.rand.uniform(0.5, 1.5) * \
+                    self.coordinator_every
+
+    def _kill_agent(self) -> None:
+        """kill -9 a node's agent and everything it runs, mostly one in the middle of an
+        item (the case the journal exists for), and start it again after a moment."""
+        hostnames = self.fleet.hostnames
+        busy = [h for h in hostnames if (lines := runs(self.fleet.root(h)))
+                and lines[-1].mark == "START"]
+        hostname = self.rand.choice(busy if busy and self.rand.random() < 0.6 else hostnames)
+        self.fleet.kill_node(hostname)
+        self.agent_kills.setdefault(hostname, []).append(time.time())
+        time.sleep(self.rand.uniform(0.1, 1.0))
+        self.fleet.start_agent(hostname, self.join)
+
+    def _kill_coordinator(self) -> None:
+        with self.lock:
+            coordinator = self.fleet.replicas[0]
+            coordinator.stop(crash=True)
+            self.coordinator_kills += 1
+            coordinator.start()
+

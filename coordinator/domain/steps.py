@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from coordinator.domain.catalog import Entry, catalog
-from coordinator.domain.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState
+from coordinator.domain.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, phase_items
 from coordinator.domain.records import Event
 from coordinator.domain.releases import upgrade_run
 from nodeagent.contract import Phase
@@ -60,12 +60,17 @@ class History:
 
 def phase_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
     """The items of the machine's current phase, as the status counts them: in Upgrade, what
-    its upgrade runs (new or changed prepare and deploy items too)."""
+    its upgrade runs (new or changed prepare and deploy items too); in Reconfigure, the items
+    as versioned for the manager list it reconfigures for (Machine.managers), which is what
+    its agent reports applied."""
     phase = PHASE_OF_STATE.get(machine.state)
     if phase is None or machine.role is None:
         return []
     if machine.state is MachineState.UPGRADE:
         return upgrade_run(spec, machine)
+    if machine.state is MachineState.RECONFIGURE:
+        return [(i, i.fingerprint())
+                for i in phase_items(spec, machine.role, phase, machine.managers)]
     return catalog(spec).items(machine.role, phase)
 
 

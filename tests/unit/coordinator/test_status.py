@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coordinator.domain.model import ItemProgress, Machine, MachineState
+from coordinator.domain.model import ItemProgress, Machine, MachineState, phase_items
 from coordinator.domain.planner import plan_to_fixpoint
 from coordinator.domain.records import Event
 from coordinator.domain.status import History, machine_step, rollout, stages
@@ -164,6 +164,17 @@ def test_machine_step_names_the_next_item_and_ignores_stale_progress() -> None:
     assert machine_step(SPEC, ready, 5.0).status is None
     done = finish_phase(SPEC, m)
     assert (machine_step(SPEC, done, 5.0).status, machine_step(SPEC, done, 5.0).index) == ("done", 0)
+
+
+def test_machine_step_counts_the_reconfigure_items_of_the_list_it_reconfigures_for() -> None:
+    spec = cluster(worker=items("reconfigure", 2, "w"))
+    m = replace(machine("w1", state=MachineState.RECONFIGURE), managers=("10.0.0.1", "10.0.0.2"))
+    versioned = phase_items(spec, "worker", "reconfigure", m.managers)
+    half = replace(m, applied=frozenset({versioned[0].fingerprint()}))
+    step = machine_step(spec, half, 5.0)
+    assert (step.total, step.done, step.item) == (2, 1, "wreconfigure-1")
+    done = finish_phase(spec, m, m.managers)
+    assert (machine_step(spec, done, 5.0).status, machine_step(spec, done, 5.0).done) == ("done", 2)
 
 
 def test_rollout_eta_follows_the_pace_so_far_and_ignores_long_finished_machines() -> None:

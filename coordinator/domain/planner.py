@@ -109,7 +109,7 @@ def plan(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Decision]:
     """
     managers = deployed_managers(machines)
     state = _Pass(spec, ordered(machines), _phase_completion(spec, managers))
-    decisions = [_record(spec, d, managers) for m in state.machines
+    decisions = [_record(spec, m, d, managers) for m in state.machines
                  if (d := _advance(state, m)) is not None]
     for d in decisions:
         state.after[d.machine_id] = d.to_state
@@ -368,11 +368,7 @@ def _advance(state: _Pass, machine: Machine) -> Decision | None:
         if machine.drain is None or machine.drain.stage is not DrainStage.NODE_READY:
             return None
         target = (S.READY, "upgrade items applied; node uncordoned and Ready")
-    decision = _decide(machine, *target)
-    if machine.state in (S.DEPLOY, S.UPGRADE) and machine.role is not None:
-        # It is at the spec's release now (_record): that release's upgrade items are its.
-        decision = replace(decision, baseline=baseline(state.spec, machine.role))
-    return decision
+    return _decide(machine, *target)
 
 
 def _recorded_at_release(spec: ClusterSpec, machine: Machine) -> Decision | None:
@@ -394,17 +390,17 @@ def _advance_pending(machine: Machine) -> Decision | None:
     return None
 
 
-def _record(spec: ClusterSpec, d: Decision, managers: tuple[str, ...]) -> Decision:
-    """What a machine entering Ready has now applied: the release of its deploy or upgrade
-    items; the manager list of its reconfigure items (its deploy items' list was recorded
-    when it entered Deploy). A machine staying Ready records only its release
-    (_recorded_at_release)."""
+def _record(spec: ClusterSpec, machine: Machine, d: Decision,
+            managers: tuple[str, ...]) -> Decision:
+    """What a machine entering Ready has now applied: after its deploy or upgrade items, the
+    spec's release, whose upgrade items become its baseline; after its reconfigure items,
+    their manager list (its deploy items' list was recorded when it entered Deploy). A
+    machine staying Ready records only its release (_recorded_at_release)."""
     if d.to_state is not S.READY or d.from_state is S.READY:
         return d
-    if d.from_state is S.DEPLOY:
-        return replace(d, release=spec.release)
-    if d.from_state is S.UPGRADE:
-        return replace(d, release=spec.release)
+    if d.from_state in (S.DEPLOY, S.UPGRADE):
+        taken = baseline(spec, machine.role) if machine.role else frozenset()
+        return replace(d, release=spec.release, baseline=taken)
     return replace(d, managers=managers)  # Reconfigure: the list its items applied
 
 

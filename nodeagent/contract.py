@@ -7,5 +7,11 @@ from typing import Literal
 
 Role = Literal["manager", "worker"]
 ROLES: tuple[Role, ...] = ("manager", "worker")
-Phase = Literal["prepare", "deploy", "upgrade", "reconfigure", "reset", "postdeploy"]
-PHASES: tuple[Phase, ...] = ("prepare", "deploy", "upgrade", "reconfigure", "reset", "postdeploy")
+# mint and revoke: jobs a Ready manager runs for another machine (its join material), each
+# time it is asked; never journaled, since each run is for another joiner or another minting.
+Phase = Literal["prepare", "deploy", "upgrade", "reconfigure", "reset", "postdeploy", "mint",
+                "revoke"]
+PHASES: tuple[Phase, ...] = ("prepare", "deploy", "upgrade", "reconfigure", "reset", "postdeploy",
+                             "mint", "revoke")
+# Phases whose items are jobs run for another machine: not recorded in the journal.
+JOB_PHASES: tuple[Phase, ...] = ("mint", "revoke")

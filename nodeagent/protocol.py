@@ -191,6 +191,35 @@ Action = Annotated[ExecAction | FileAction | DownloadAction | VersionAction,
                    Field(discriminator="type")]
 
 
+# The name of an output, as templates name it (${outputs.ITEM.NAME}) and as the line an item
+# prints to produce it starts (NAME=value).
+OUTPUT_NAME = r"^[A-Za-z][A-Za-z0-9_]*$"
+MAX_OUTPUT_BYTES = 16 * 1024
+DEFAULT_MINT_LIFETIME = 900.0
+
+
+class ItemOutput(SpecModel):
+    """A value an item produces for later items (any machine's, as ${outputs.ITEM.NAME}): by
+    default the last line `NAME=value` the item prints; with `file`, what it leaves in that
+    file (one trailing newline removed). Secret unless declared otherwise: encrypted at rest,
+    masked wherever output is shown, handed only to machines whose items use it."""
+
+    name: str = Field(pattern=OUTPUT_NAME)
+    file: AbsolutePath | None = Field(default=None, description="read from this file once the "
+                                      "item succeeded, instead of from a NAME=value line")
+    secret: bool = True
+
+
+class ItemCondition(SpecModel):
+    """Which machines of its role an item runs on; every condition given must hold."""
+
+    labels: dict[str, str] = Field(default_factory=dict, description="the machine has each "
+                                   "of these labels with this value")
+    first_manager: bool | None = Field(
+        default=None, description="true: only the first manager (${managers.first}, the one "
+        "that starts the control plane); false: every other machine of the role")
+
+
 class StateItem(SpecModel):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     phase: Phase
@@ -206,24 +235,45 @@ class StateItem(SpecModel):
         default=None, min_length=1, description="postdeploy items: argv printing the installed "
         "version (its last line), which must equal `version`; checked after the item ran and "
         "again after every upgrade")
+    outputs: list[ItemOutput] = Field(
+        default_factory=list, description="values the item produces for later items, as "
+        "${outputs.ITEM.NAME}; manager items only")
+    lifetime_seconds: float | None = Field(
+        default=None, gt=0, description="mint items: how long the material they mint may be "
+        f"used before it is minted again (default {DEFAULT_MINT_LIFETIME:g})")
+    when: ItemCondition | None = Field(
+        default=None, description="run only on the machines of the role that match")
 
     @model_validator(mode="after")
     def _version_command_on_postdeploy(self) -> StateItem:
         if self.version_command is not None and self.phase != "postdeploy":
             raise ValueError("versionCommand: only postdeploy items have their installed "
                              f"version checked, not {self.phase} items")
+        if self.lifetime_seconds is not None and self.phase != "mint":
+            raise ValueError(f"lifetimeSeconds: only mint items have one, not {self.phase} items")
+        names = [output.name for output in self.outputs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"outputs: a name appears twice ({', '.join(names)})")
         return self
+
+    @property
+    def lifetime(self) -> float:
+        return self.lifetime_seconds or DEFAULT_MINT_LIFETIME
 
     def fingerprint(self) -> str:
         """Identity of what the item does: a changed version or action means it runs again.
-        kubeconfigFrom and versionCommand count only when set, so that items written before
-        they existed keep their fingerprints."""
+        kubeconfigFrom, versionCommand, outputs and when count only when set, so that items
+        written before they existed keep their fingerprints."""
         identity: dict[str, Any] = {"name": self.name, "version": self.version,
                                     "action": self.action.model_dump(mode="json")}
         if self.kubeconfig_from is not None:
             identity["kubeconfigFrom"] = self.kubeconfig_from
         if self.version_command is not None:
             identity["versionCommand"] = self.version_command
+        if self.outputs:
+            identity["outputs"] = [o.model_dump(mode="json") for o in self.outputs]
+        if self.when is not None:
+            identity["when"] = self.when.model_dump(mode="json")
         body = json.dumps(identity, sort_keys=True)
         return hashlib.sha256(body.encode()).hexdigest()[:32]
 
@@ -340,6 +390,9 @@ class Assignment(_Wire):
     ntp: NtpSettings = Field(default_factory=NtpSettings,
                              description="the cluster's time sources, for the clock check")
     remove: bool = Field(default=False, description="the machine was deleted: stop and forget")
+    secrets: list[str] = Field(
+        default_factory=list, description="the names of the values that are secret (outputs "
+        "and join material): the agent masks their values wherever it shows or reports output")
 
 
 class ItemReport(_Wire):
@@ -358,6 +411,17 @@ class ItemReport(_Wire):
         default=None, max_length=MAX_KUBECONFIG_BYTES,
         description="the file named by the item's kubeconfigFrom, read once it succeeded: in "
         "this field only, never in output, error or logs")
+    outputs: dict[str, str] | None = Field(
+        default=None, description="the item's declared outputs (name: value), once it "
+        "succeeded: in this field only; their values are masked in output, error and logs")
+
+    @field_validator("outputs")
+    @classmethod
+    def _bounded(cls, outputs: dict[str, str] | None) -> dict[str, str] | None:
+        for name, value in (outputs or {}).items():
+            if len(value.encode()) > MAX_OUTPUT_BYTES:
+                raise ValueError(f"output {name}: more than {MAX_OUTPUT_BYTES} bytes")
+        return outputs
 
     @field_validator("output", "error")
     @classmethod

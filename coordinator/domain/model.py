@@ -185,6 +185,54 @@ class DrainStatus:
 
 
 @dataclass(frozen=True)
+class Material:
+    """Join material minted for one machine (its joiner) by a Ready manager's mint items,
+    because the items it runs now use their outputs: requested, minted (values, until
+    expires_at), used once the items that use it succeeded, then revoked by the minter's
+    revoke items. Expired before it was used, it is minted again with the next serial."""
+
+    serial: int  # the how-manyth minting for this machine: versions the mint items
+    minter: str  # id of the manager asked to mint it, and to revoke it
+    requested_at: float
+    items: tuple[str, ...]  # the mint items whose outputs the machine's items use
+    values: dict[str, str] = field(default_factory=dict, repr=False)  # outputs.ITEM.NAME: value
+    minted_at: float | None = None
+    expires_at: float | None = None
+    used_at: float | None = None  # the items that use it succeeded: it is to be revoked
+    revoked_at: float | None = None
+
+    @property
+    def minted(self) -> bool:
+        return self.minted_at is not None
+
+    def usable(self, now: float) -> bool:
+        """Minted, not expired, not used: what the joiner's assignment may carry."""
+        return (self.minted_at is not None and self.used_at is None
+                and self.expires_at is not None and now < self.expires_at)
+
+
+@dataclass(frozen=True)
+class MintJob:
+    """On a manager: the mint or revoke job it runs for another machine, whose outputs (mint)
+    go into that machine's Material. One at a time per manager."""
+
+    kind: Literal["mint", "revoke"]
+    joiner: str  # the machine it is for
+    hostname: str
+    ip: str
+    role: Role
+    serial: int
+    items: tuple[str, ...]  # names of the mint (or revoke) items to run
+    values: dict[str, str] = field(default_factory=dict, repr=False)  # mint: outputs so far;
+    # revoke: the material being revoked
+    done: tuple[str, ...] = ()  # names of its items that succeeded
+
+    @property
+    def finished(self) -> bool:
+        return set(self.items) <= set(self.done)
+
+
+@dataclass(frozen=True)
 class Machine:
     id: str
     cluster: str
@@ -221,10 +269,20 @@ class Machine:
     upgrading: frozenset[str] = frozenset()
     # What an item's kubeconfigFrom reported (managers only): never shown, logged or in events.
     kubeconfig: str = field(default="", repr=False)
+    labels: dict[str, str] = field(default_factory=dict)  # set at approval or by `machines label`
+    # Managers: the outputs their items produced, "ITEM.NAME": value (secret ones too: never
+    # shown, logged or in events; encrypted at rest).
+    outputs: dict[str, str] = field(default_factory=dict, repr=False)
+    material: Material | None = None  # join material minted for it
+    minting: MintJob | None = None  # managers: the mint or revoke job it runs now
+    # The values its assignment waits for (outputs not produced yet, join material not minted)
+    # as the last reconcile pass found them: a pass that finds otherwise bumps the generation.
+    waits: tuple[str, ...] = ()
 
     def with_state(self, state: MachineState, now: float) -> Machine:
         return replace(self, state=state, state_since=now, progress=None, drain=None,
-                       upgrading=frozenset(), generation=self.generation + 1, post_deploy=False)
+                       upgrading=frozenset(), generation=self.generation + 1, post_deploy=False,
+                       waits=())
 
     def precheck_failures(self, role: Role | None = None) -> list[str]:
         """`check: why` of each hard check that stops the machine from running as role (by

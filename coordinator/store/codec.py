@@ -13,7 +13,16 @@ from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import Any, Protocol
 
-from coordinator.domain.model import ClusterSpec, DrainStage, DrainStatus, ItemProgress, Machine, MachineState
+from coordinator.domain.model import (
+    ClusterSpec,
+    DrainStage,
+    DrainStatus,
+    ItemProgress,
+    Machine,
+    MachineState,
+    Material,
+    MintJob,
+)
 from coordinator.domain.records import (
     AdminToken,
     CredentialOwner,
@@ -27,6 +36,8 @@ from coordinator.domain.records import (
 _MACHINE_FIELDS = tuple(f.name for f in fields(Machine))
 _PROGRESS_FIELDS = tuple(f.name for f in fields(ItemProgress))
 _DRAIN_FIELDS = tuple(f.name for f in fields(DrainStatus))
+_MATERIAL_FIELDS = tuple(f.name for f in fields(Material))
+_JOB_FIELDS = tuple(f.name for f in fields(MintJob))
 
 
 def dumps(value: Any) -> str:
@@ -45,6 +56,8 @@ def machine_to_doc(machine: Machine) -> dict[str, Any]:
     doc["managers"] = list(machine.managers)
     doc["progress"] = None if machine.progress is None else asdict(machine.progress)
     doc["drain"] = None if machine.drain is None else asdict(machine.drain)
+    doc["material"] = None if machine.material is None else asdict(machine.material)
+    doc["minting"] = None if machine.minting is None else asdict(machine.minting)
     return doc
 
 
@@ -76,6 +89,16 @@ def machine_from_doc(doc: Mapping[str, Any]) -> Machine:
         for name in ("blocking_pods", "blocking_budgets"):
             drain[name] = tuple(drain.get(name, ()))
         values["drain"] = DrainStatus(**drain)
+    if values.get("material") is not None:
+        material = {n: values["material"][n] for n in _MATERIAL_FIELDS if n in values["material"]}
+        material["items"] = tuple(material["items"])
+        values["material"] = Material(**material)
+    if values.get("minting") is not None:
+        job = {n: values["minting"][n] for n in _JOB_FIELDS if n in values["minting"]}
+        job["items"], job["done"] = tuple(job["items"]), tuple(job.get("done", ()))
+        values["minting"] = MintJob(**job)
+    if "waits" in values:
+        values["waits"] = tuple(values["waits"])
     return Machine(**values)
 
 

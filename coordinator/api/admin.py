@@ -88,7 +88,8 @@ async def list_machines(request: web.Request) -> web.Response:
     c = service(request)
     machines, specs = await c.queries.machines(request.query.get("cluster"))
     now = c.clock()
-    return web.json_response([machine_view(m, specs.get(m.cluster), now=now) for m in machines])
+    return web.json_response([machine_view(m, specs.get(m.cluster), now=now, peers=machines)
+                              for m in machines])
 
 
 async def get_machine(request: web.Request) -> web.Response:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from coordinator.domain.model import ClusterSpec, Machine
+from coordinator.domain.model import ClusterSpec, Machine, Material
+from coordinator.domain.outputs import waits_text
 from coordinator.domain.planner import MachineUpgrade, UpgradePlan
 from coordinator.domain.records import AdminToken, Event, JoinToken, StoredCluster
 from coordinator.domain.status import machine_step
@@ -13,8 +15,10 @@ from coordinator.service.queries import ClusterStatus
 
 
 def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = False,
-                 now: float | None = None) -> dict[str, Any]:
-    """With `now`, also the machine's step: item n of m, attempt, elapsed times."""
+                 now: float | None = None, peers: Sequence[Machine] = ()) -> dict[str, Any]:
+    """With `now`, also the machine's step: item n of m, attempt, elapsed times. peers (its
+    cluster's machines) name where what it waits for is produced. Secrets never: its join
+    material shows when it was minted and used, never its values."""
     step = machine_step(spec, machine, machine.state_since if now is None else now)
     items: dict[str, Any] | None = None
     if spec is not None and step.phase:
@@ -50,6 +54,13 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
             "blocking_budgets": list(machine.drain.blocking_budgets)},
         "credential": {"revoked": not machine.credential_hash,
                        "expires_at": machine.credential_expires_at},
+        "labels": dict(machine.labels),
+        "waits": waits_text(spec, machine, peers) if spec is not None else "",
+        "join_material": _material_view(machine.material),
+        "minting": None if machine.minting is None else {
+            "kind": machine.minting.kind, "for": machine.minting.hostname,
+            "serial": machine.minting.serial, "items": list(machine.minting.items),
+            "done": list(machine.minting.done)},
     }
     if now is not None:
         view["step"] = dict(vars(step))  # flat: asdict's deep copy costs more than the rest
@@ -58,6 +69,16 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
         view["precheck"] = machine.precheck
         view["applied"] = sorted(machine.applied)
     return view
+
+
+def _material_view(material: Material | None) -> dict[str, Any] | None:
+    """Join material as a view shows it: when, by whom, for how long; not its values."""
+    if material is None:
+        return None
+    return {"serial": material.serial, "minter": material.minter, "items": list(material.items),
+            "requested_at": material.requested_at, "minted_at": material.minted_at,
+            "expires_at": material.expires_at, "used_at": material.used_at,
+            "revoked_at": material.revoked_at}
 
 
 def cluster_view(stored: StoredCluster) -> dict[str, Any]:
@@ -129,5 +150,6 @@ def cluster_status_view(status: ClusterStatus) -> dict[str, Any]:
         "counts": status.counts,
         "stages": [asdict(s) for s in status.stages],
         "rollout": asdict(status.rollout),
-        "machines": [machine_view(m, spec, now=status.now) for m in status.machines],
+        "machines": [machine_view(m, spec, now=status.now, peers=status.machines)
+                     for m in status.machines],
     }

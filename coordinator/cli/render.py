@@ -42,6 +42,8 @@ def machine_note(machine: dict[str, Any]) -> str:
         text = (f"failing for {duration(step.get('failing_for'))}"
                 + (f", retry in {duration(retry)}" if retry is not None else "")
                 + f": {step.get('error', '')}")
+    elif machine.get("waits"):
+        text = machine["waits"]
     elif step.get("status") == "done" and machine["state"] == "Prepare":
         text = "prepared; waiting for a deploy slot"
     else:

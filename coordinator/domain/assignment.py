@@ -4,21 +4,23 @@ fill in. Pure, so the same inputs always give the same assignment, on any replic
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from coordinator.domain.minting import job_items, job_values
 from coordinator.domain.model import (
     PHASE_OF_STATE,
     ClusterSpec,
     Machine,
     MachineState,
     deployed_managers,
-    phase_items,
+    machine_items,
     upgrade_items_may_run,
 )
+from coordinator.domain.outputs import Handed, available, hand_out, secret_names
 from coordinator.domain.records import StoredCluster
 from coordinator.domain.releases import upgrade_run
 from coordinator.domain.templating import template_values
-from nodeagent.contract import Phase
+from nodeagent.contract import JOB_PHASES, Phase
 from nodeagent.protocol import Assignment
 
 
@@ -38,8 +40,11 @@ def may_host_post_deploy(machine: Machine) -> bool:
 
 
 def assigned_phase(spec: ClusterSpec, machine: Machine, post_deploy_host: str | None) -> Phase | None:
-    """The phase whose items the machine runs now, if any."""
+    """The phase whose items the machine runs now, if any. A Ready manager's mint or revoke
+    job comes before the post-deploy step: a machine waits to join on it."""
     phase = PHASE_OF_STATE.get(machine.state) if machine.role else None
+    if machine.minting is not None and machine.state is MachineState.READY:
+        return machine.minting.kind
     if machine.state is MachineState.UPGRADE and not upgrade_items_may_run(spec, machine):
         return None  # the node is being drained: its upgrade items wait
     if may_host_post_deploy(machine) and post_deploy_host == machine.id:
@@ -47,24 +52,52 @@ def assigned_phase(spec: ClusterSpec, machine: Machine, post_deploy_host: str | 
     return phase
 
 
+def assigned_items(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine],
+                   post_deploy_host: str | None) -> tuple[Phase | None, Handed]:
+    """The machine's phase and the items it is handed in it: up to the first one whose
+    outputs are not there yet (outputs.hand_out), with the output values they use."""
+    phase = assigned_phase(spec, machine, post_deploy_host)
+    if phase in JOB_PHASES and machine.minting is not None:
+        return phase, Handed(job_items(spec, machine.minting), {}, ())
+    if phase == "upgrade":  # what changed since it last ran, not only upgrade items
+        items = [item for item, _ in upgrade_run(spec, machine)]
+    else:
+        items = machine_items(spec, machine, phase, deployed_managers(peers)) if phase else []
+    return phase, hand_out(items, available(machine, peers))
+
+
+def waits_notices(spec: ClusterSpec, machines: Sequence[Machine],
+                  post_deploy_host: str | None) -> list[Machine]:
+    """The machines whose assignment waits for other outputs than it did (Machine.waits), each
+    with a new generation: once the outputs an item waited for are produced, its agent fetches
+    the assignment that hands it out. machines must hold every manager of the cluster."""
+    managers = [m for m in machines if m.role == "manager"]
+    noticed = []
+    for machine in machines:
+        _, handed = assigned_items(spec, machine, managers, post_deploy_host)
+        if handed.waits != machine.waits:
+            noticed.append(replace(machine, waits=handed.waits,
+                                   generation=machine.generation + 1))
+    return noticed
+
+
 def build_assignment(inputs: AssignmentInputs, post_deploy_host: str | None) -> Assignment:
     """The assignment of inputs.machine; post_deploy_host is the id of the manager that is to
     run the post-deploy step (None: none is)."""
     spec, machine, peers = inputs.stored.spec, inputs.machine, inputs.peers
-    phase = assigned_phase(spec, machine, post_deploy_host)
-    if phase == "upgrade":  # what changed since it last ran, not only upgrade items
-        items = [item for item, _ in upgrade_run(spec, machine)]
-    else:
-        items = (phase_items(spec, machine.role, phase, deployed_managers(peers))
-                 if machine.role and phase else [])
+    phase, handed = assigned_items(spec, machine, peers, post_deploy_host)
+    values = {**template_values(spec, machine, peers), **handed.values}
+    if phase in JOB_PHASES and machine.minting is not None:
+        values.update(job_values(spec, machine.minting))
     return Assignment(
         machine_id=machine.id,
         generation=machine.generation,
         state=machine.state.value,
         phase=phase,
-        items=items,
+        items=handed.items,
         applied=sorted(machine.applied),
-        values=template_values(spec, machine, peers),
+        values=values,
+        secrets=secret_names(spec, values),
         retry=spec.settings.retry,
         proxy=spec.settings.proxy,
         ntp=spec.settings.ntp,

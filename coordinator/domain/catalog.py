@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from coordinator.domain.model import ClusterSpec, Role
+from coordinator.domain.model import ClusterSpec, Machine, Role, applies
 from nodeagent.contract import Phase
 from nodeagent.protocol import StateItem
 
@@ -26,6 +26,13 @@ class Catalog:
         if key not in self._phases:
             self._phases[key] = [(i, i.fingerprint()) for i in self.spec.items(role, phase)]
         return self._phases[key]
+
+    def of(self, machine: Machine, phase: Phase) -> list[Entry]:
+        """The items machine runs in phase: its role's that its labels (and whether it is the
+        first manager) let run (model.applies)."""
+        if machine.role is None:
+            return []
+        return [(i, f) for i, f in self.items(machine.role, phase) if applies(i, machine)]
 
 
 _RECENT: OrderedDict[int, Catalog] = OrderedDict()

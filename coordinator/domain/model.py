@@ -361,6 +361,32 @@ def _version_check(spec: ClusterSpec, item: StateItem) -> list[StateItem]:
                                            expect=item.version))]
 
 
+def is_first_manager(machine: Machine) -> bool:
+    """The manager admitted into Deploy first (deploy_order 1): the one that starts the control
+    plane. Fixed at admission, so that an item's `when: {firstManager: ...}` never changes for
+    a machine afterwards, even once another manager becomes ${managers.first}."""
+    return machine.role == "manager" and machine.deploy_order == 1
+
+
+def applies(item: StateItem, machine: Machine) -> bool:
+    """Whether the item's `when` lets it run on machine: every label it names, with its value,
+    and the first manager or not, as it asks."""
+    when = item.when
+    if when is None:
+        return True
+    if any(machine.labels.get(key) != value for key, value in when.labels.items()):
+        return False
+    return when.first_manager is None or when.first_manager == is_first_manager(machine)
+
+
+def machine_items(spec: ClusterSpec, machine: Machine, phase: Phase,
+                  managers: Sequence[str] = ()) -> list[StateItem]:
+    """The items machine runs in phase: its role's (phase_items) that apply to it."""
+    if machine.role is None:
+        return []
+    return [i for i in phase_items(spec, machine.role, phase, managers) if applies(i, machine)]
+
+
 def kubeconfig_reporter(machines: Iterable[Machine]) -> Machine | None:
     """The manager whose reported kubeconfig the coordinator uses when the cluster settings
     name none: the first one (in registration order) that reported one and is not leaving."""
@@ -371,9 +397,7 @@ def kubeconfig_reporter(machines: Iterable[Machine]) -> Machine | None:
 def pending_items(spec: ClusterSpec, machine: Machine, phase: Phase,
                   managers: Sequence[str] = ()) -> list[StateItem]:
     """Items of phase that this machine has not applied in their current version."""
-    if machine.role is None:
-        return []
-    return [i for i in phase_items(spec, machine.role, phase, managers)
+    return [i for i in machine_items(spec, machine, phase, managers)
             if i.fingerprint() not in machine.applied]
 
 

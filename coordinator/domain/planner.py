@@ -33,13 +33,15 @@ from coordinator.domain.model import (
     Role,
     deployed_managers,
     first_manager,
+    is_first_manager,
+    machine_items,
     needs_drain,
     ordered,
     pending_items,
     phase_items,
 )
 from coordinator.domain.releases import at_release, baseline, names, to_run
-from nodeagent.contract import Phase
+from nodeagent.contract import ROLES, Phase
 from nodeagent.protocol import StateItem
 
 S = MachineState
@@ -176,13 +178,13 @@ def inert_filter(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Mach
     """Whether a machine is inert: a planning pass neither moves it nor counts it against any
     limit, as long as the deployed managers stay `managers`. Unapproved Pending machines,
     workers still preparing, and Ready workers that answer, are recorded at the spec's release
-    and have nothing to upgrade or reconfigure are; managers never are (few, and they decide
-    the manager list and the post-deploy host). The reconciler plans on the working set:
-    the machines that are not inert and one inert Ready worker standing in for the others
-    (coordinator/fleetview.py), so that a pass over a large settled fleet costs what changed,
-    not the fleet's size. On it, plan() decides for these machines what it would on the
-    whole fleet, and nothing for the others: Reconfigure is decided against the managers
-    deployed when the pass began."""
+    and have nothing to upgrade or reconfigure (nor join material to revoke) are; managers
+    never are (few, and they decide the manager list, the post-deploy host and who mints). The
+    reconciler plans on the working set: the machines that are not inert and one inert Ready
+    worker standing in for the others (coordinator/fleetview.py), so that a pass over a large
+    settled fleet costs what changed, not the fleet's size. On it, plan() decides for these
+    machines what it would on the whole fleet, and nothing for the others: Reconfigure is
+    decided against the managers deployed when the pass began."""
     complete = _phase_completion(spec, managers)
 
     def inert(machine: Machine) -> bool:
@@ -193,7 +195,8 @@ def inert_filter(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Mach
         if machine.state is S.PREPARE:
             return not complete(machine)
         return (machine.state is S.READY and machine.responding and at_release(spec, machine)
-                and not behind(spec, machine) and not _must_reconfigure(spec, machine, managers))
+                and not behind(spec, machine) and not _must_reconfigure(spec, machine, managers)
+                and not (machine.material is not None and machine.material.values))
 
     return inert
 
@@ -336,7 +339,8 @@ def _phase_completion(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[
     """Whether a machine applied every item of its state's phase, with each item's fingerprint
     hashed once per pass rather than once per machine: on a large fleet the hashing is most of
     the planner's work."""
-    wanted: dict[tuple[Role, Phase], frozenset[str]] = {}
+    wanted: dict[tuple[Role, Phase, tuple[tuple[str, str], ...], bool], frozenset[str]] = {}
+    conditional = any(i.when is not None for r in ROLES for i in getattr(spec.machine_types, r))
 
     def complete(machine: Machine) -> bool:
         phase = PHASE_OF_STATE.get(machine.state)
@@ -346,9 +350,12 @@ def _phase_completion(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[
             return True
         if machine.state is S.UPGRADE:  # its own list: what changed since it last ran
             return not to_run(spec, machine)
-        key = (machine.role, phase)
+        # Items with `when` differ by labels and by being the first manager: keyed by them.
+        key = (machine.role, phase, tuple(sorted(machine.labels.items())) if conditional else (),
+               conditional and is_first_manager(machine))
         if key not in wanted:
-            wanted[key] = frozenset(i.fingerprint() for i in phase_items(spec, *key, managers))
+            wanted[key] = frozenset(i.fingerprint()
+                                    for i in machine_items(spec, machine, phase, managers))
         return wanted[key] <= machine.applied
 
     return complete

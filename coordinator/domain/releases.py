@@ -27,7 +27,7 @@ def upgrade_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
     phases: tuple[Phase, ...] = (*_RERUN, "upgrade") if machine.release != spec.release else _RERUN
     book = catalog(spec)
     return [(item, fingerprint) for phase in phases
-            for item, fingerprint in book.items(machine.role, phase)
+            for item, fingerprint in book.of(machine, phase)
             if fingerprint not in machine.applied or fingerprint in machine.upgrading]
 
 

@@ -8,9 +8,18 @@ from dataclasses import dataclass, replace
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.kubeconfig import kubeconfig_problem
-from coordinator.domain.model import ClusterSpec, ItemProgress, Machine, MachineState, phase_items
+from coordinator.domain.minting import job_items
+from coordinator.domain.model import (
+    ClusterSpec,
+    ItemProgress,
+    Machine,
+    MachineState,
+    MintJob,
+    phase_items,
+)
+from coordinator.domain.outputs import key
 from coordinator.domain.records import Event
-from nodeagent.contract import ROLES
+from nodeagent.contract import JOB_PHASES, ROLES
 from nodeagent.protocol import ItemReport, StateItem, VersionAction, installed_version
 
 
@@ -35,14 +44,25 @@ def fold_report(spec: ClusterSpec, items: dict[str, StateItem], machine: Machine
                 report: ItemReport, now: float) -> Folded:
     """The machine once `report` is in. Raises Conflict for a report that does not fit: an
     item the spec does not have, or a kubeconfig from an item that may not send one."""
+    job = report.phase in JOB_PHASES
+    if job:  # a mint or revoke job's item: its run is versioned by the job (minting.job_items)
+        items = {i.fingerprint(): i for i in
+                 (job_items(spec, machine.minting) if machine.minting is not None else [])}
     item = items.get(report.fingerprint)
     if item is None:
-        raise Conflict(f"item {report.item} ({report.fingerprint}) is not in the cluster spec")
-    applied = machine.applied | {report.fingerprint} if report.status == "succeeded" \
+        raise Conflict(f"item {report.item} ({report.fingerprint}) is not in the cluster spec"
+                       + (" or not a job this manager runs now" if job else ""))
+    succeeded = report.status == "succeeded"
+    applied = machine.applied | {report.fingerprint} if succeeded and not job \
         else machine.applied
     kubeconfig, kubeconfig_events = _kubeconfig(machine, item, report, now)
+    produced = _outputs(item, report)
     updated = replace(
         machine, applied=applied, last_seen=now, responding=True, kubeconfig=kubeconfig,
+        outputs={**machine.outputs, **{f"{item.name}.{n}": v for n, v in produced.items()}}
+        if produced and not job else machine.outputs,
+        minting=_job_done(machine.minting, item, produced) if job and succeeded
+        else machine.minting,
         progress=ItemProgress(item=report.item, attempt=report.attempt, status=report.status,
                               error=report.error, next_retry_at=report.next_retry_at,
                               updated_at=now,
@@ -57,6 +77,31 @@ def fold_report(spec: ClusterSpec, items: dict[str, StateItem], machine: Machine
     })
     return Folded(updated, [reported, *kubeconfig_events,
                             *_post_deploy_check(spec, updated, item, report, now)])
+
+
+def _outputs(item: StateItem, report: ItemReport) -> dict[str, str]:
+    """The outputs a succeeded report of item carries: every one it declares, no other."""
+    if report.status != "succeeded" or not item.outputs:
+        if report.outputs:
+            raise Conflict(f"outputs: item {item.name} declares none, or did not succeed: its "
+                           "report cannot carry any")
+        return {}
+    declared = {o.name for o in item.outputs}
+    given = report.outputs or {}
+    if set(given) != declared:
+        raise Conflict(f"outputs: item {item.name} declares {', '.join(sorted(declared))}; its "
+                       f"report carries {', '.join(sorted(given)) or 'none'}")
+    return dict(given)
+
+
+def _job_done(job: MintJob | None, item: StateItem, produced: dict[str, str]) -> MintJob | None:
+    """The job once its item succeeded: the item done, and (mint) its outputs kept for the
+    machine the job is for."""
+    if job is None:
+        return None
+    values = {**job.values, **{key(item.name, n): v for n, v in produced.items()}}
+    return replace(job, done=(*job.done, item.name) if item.name not in job.done else job.done,
+                   values=values if job.kind == "mint" else job.values)
 
 
 def _kubeconfig(machine: Machine, item: StateItem, report: ItemReport,

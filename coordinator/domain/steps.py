@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from coordinator.domain.catalog import Entry, catalog
-from coordinator.domain.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, phase_items
+from coordinator.domain.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, machine_items
 from coordinator.domain.records import Event
 from coordinator.domain.releases import upgrade_run
 from nodeagent.contract import Phase
@@ -70,8 +70,8 @@ def phase_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
         return upgrade_run(spec, machine)
     if machine.state is MachineState.RECONFIGURE:
         return [(i, i.fingerprint())
-                for i in phase_items(spec, machine.role, phase, machine.managers)]
-    return catalog(spec).items(machine.role, phase)
+                for i in machine_items(spec, machine, phase, machine.managers)]
+    return catalog(spec).of(machine, phase)
 
 
 def machine_step(spec: ClusterSpec | None, machine: Machine, now: float) -> Step:

@@ -6,7 +6,7 @@ upgrade dry run, naming its line, instead of failing forever on the node."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from coordinator.domain.model import (
@@ -16,6 +16,7 @@ from coordinator.domain.model import (
     deployed_manager_machines,
     first_manager,
 )
+from coordinator.domain.outputs import JOB_VALUES, JOINING_PHASES, PREFIX, Declared, declared
 from nodeagent.contract import ROLES
 from nodeagent.protocol import Location, StateItem
 from nodeagent.templates import TemplateError, placeholders
@@ -65,6 +66,7 @@ def template_problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
     """Every placeholder in spec's items that no assignment fills in, or that is malformed,
     with where it is in the spec: each text the agent substitutes in (see _templated)."""
     problems: list[tuple[Location, str]] = []
+    outputs = declared(spec)
     for role in ROLES:
         for index, item in enumerate(getattr(spec.machine_types, role)):
             for location, text in _templated(item):
@@ -74,7 +76,8 @@ def template_problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
                 except TemplateError as exc:
                     problems.append((where, str(exc)))
                     continue
-                problems += [(where, _unknown(name)) for name in names if not _resolves(name)]
+                problems += [(where, why) for name in names
+                             if (why := _unresolved(name, item, outputs))]
     return problems
 
 
@@ -86,13 +89,37 @@ def _templated(item: StateItem) -> list[tuple[Location, str]]:
               for index, arg in enumerate(item.version_command or []))]
 
 
-def _resolves(name: str) -> bool:
-    """Whether an assignment fills name in: the one place that decides it."""
-    return name in VALUES
+def _unresolved(name: str, item: StateItem, outputs: dict[str, Declared]) -> str:
+    """Why an assignment of item would not fill name in ("": it would): the one place that
+    decides it. Outputs must be declared, and usable where the item runs: join material in
+    the items that join a machine (deploy, upgrade) and in revoke items; cluster outputs in
+    any item but prepare ones (they run before any manager deployed) and the producer's own."""
+    if name in VALUES:
+        return ""
+    if name in JOB_VALUES:
+        return "" if item.phase in ("mint", "revoke") else (
+            f"${{{name}}} is known to mint and revoke items only (the machine they run for)")
+    if not name.startswith(PREFIX):
+        return _unknown(name, VALUES)
+    found = outputs.get(name)
+    if found is None:
+        return _unknown(name, outputs, "output")
+    if found.minted and item.phase not in (*JOINING_PHASES, "revoke"):
+        return (f"${{{name}}} is join material (mint item {found.item.name}), minted for a "
+                f"machine's deploy or upgrade items and revoked by revoke items, not for "
+                f"{item.phase} items")
+    if found.minted:
+        return ""
+    if item.phase == "prepare":
+        return (f"${{{name}}}: prepare items run before any manager deployed, so they cannot "
+                "wait for an output; use it in deploy items or later")
+    if found.item.name == item.name and found.item.phase == item.phase:
+        return f"${{{name}}}: item {item.name} cannot use its own output"
+    return ""
 
 
-def _unknown(name: str) -> str:
-    close = difflib.get_close_matches(name, VALUES, n=1)
+def _unknown(name: str, known: Collection[str], what: str = "placeholder") -> str:
+    close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean ${{{close[0]}}}?" if close else ""
-    known = ", ".join(f"${{{known}}}" for known in VALUES)
-    return f"unknown placeholder ${{{name}}}{hint} (known: {known})"
+    listed = ", ".join(f"${{{k}}}" for k in known) or "none declared"
+    return f"unknown {what} ${{{name}}}{hint} (known: {listed})"

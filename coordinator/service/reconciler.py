@@ -12,8 +12,9 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from coordinator.domain import planner
-from coordinator.domain.assignment import AssignmentInputs
+from coordinator.domain.assignment import AssignmentInputs, waits_notices
 from coordinator.domain.events import decision_event, event
+from coordinator.domain.minting import mint_pass
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
 from coordinator.domain.records import Event, StoredCluster
 from coordinator.domain.workingset import ClusterView
@@ -101,6 +102,7 @@ class Reconciler:
         out.changed.update({m.id: m for m in after if m != before.get(m.id)})
         host = planner.post_deploy_host(spec, after)
         out.events += self._notices(spec, after, out.changed)
+        after = self._values(spec, [out.changed.get(m.id, m) for m in after], host, now, out)
         out.events += self._post_deploy_in_place(spec, host, after, decisions)
         self.post_deploy.found(stored, host.id if host else None)
         removed = {d.machine_id: now for d in decisions if d.to_state is None}
@@ -195,6 +197,18 @@ class Reconciler:
                 events.append(event(self.clock(), spec.name, "post-deploy",
                                     f"post-deploy step runs on {noticed.hostname}", noticed))
         return events
+
+    def _values(self, spec: ClusterSpec, after: Sequence[Machine], host: Machine | None,
+                now: float, out: PassWrites) -> list[Machine]:
+        """Join material minted, expired or revoked (minting.py), and the machines whose items
+        wait for other outputs than they did: the machines as they are then."""
+        minted = mint_pass(spec, after, now)
+        out.changed.update({m.id: m for m in minted.machines})
+        out.events += minted.events
+        current = [out.changed.get(m.id, m) for m in after]
+        out.changed.update({m.id: m for m in waits_notices(spec, current,
+                                                           host.id if host else None)})
+        return [out.changed.get(m.id, m) for m in current]
 
     def _post_deploy_in_place(self, spec: ClusterSpec, host: Machine | None,
                               after: Sequence[Machine],

@@ -1,0 +1,211 @@
+"""Values items produce for later items, ${outputs.ITEM.NAME}: which item declares each, which
+items use which, what a machine's assignment may carry and what it still waits for.
+
+Two kinds, by the producing item's phase. A manager item of any phase but mint produces
+cluster outputs: kept on the manager that ran it (Machine.outputs), the same for every machine
+of the cluster (the first manager, in admission order, that produced one gives its value). A
+mint item produces join material: run by a Ready manager for one machine at a time, kept on
+that machine (Machine.material, minting.py), handed to it alone.
+
+A machine gets an output's value only when an item it runs now uses it; an item whose values
+are not there yet is not handed out, nor any after it (items run in order): the machine waits,
+and the status says for what (waits_text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from coordinator.domain.model import ClusterSpec, Machine, admission_order
+from nodeagent.protocol import ItemOutput, Location, StateItem
+from nodeagent.templates import TemplateError, placeholders
+
+PREFIX = "outputs."
+# The phases in which a machine is given join material: those that join it to the cluster.
+JOINING_PHASES = ("deploy", "upgrade")
+# What mint and revoke items know of the machine they run for (minting.job_values).
+JOB_VALUES = ("joiner.id", "joiner.hostname", "joiner.ip", "joiner.role",
+              "mint.lifetimeSeconds")
+
+
+@dataclass(frozen=True)
+class Declared:
+    """An output as the spec declares it: the item producing it, and how."""
+
+    item: StateItem
+    output: ItemOutput
+
+    @property
+    def minted(self) -> bool:
+        return self.item.phase == "mint"
+
+
+def key(item: str, output: str) -> str:
+    """The template name of an item's output: outputs.ITEM.NAME."""
+    return f"{PREFIX}{item}.{output}"
+
+
+def declared(spec: ClusterSpec) -> dict[str, Declared]:
+    """Every output the spec's manager items declare, by template name. Should two items of
+    one name declare outputs, the later wins here; specs with that are refused (problems)."""
+    return {key(item.name, output.name): Declared(item, output)
+            for item in spec.machine_types.manager for output in item.outputs}
+
+
+def references(item: StateItem) -> list[str]:
+    """The outputs the item's templates name, in order, once each (a malformed placeholder
+    names none: the spec's checks report it)."""
+    found: list[str] = []
+    for _, text in item.action.templated():
+        try:
+            names = placeholders(text)
+        except TemplateError:
+            continue
+        found += [n for n in names if n.startswith(PREFIX) and n not in found]
+    return found
+
+
+def minted_references(spec: ClusterSpec, items: Iterable[StateItem]) -> list[str]:
+    """The mint items whose outputs the items use, by name, in spec order."""
+    outputs = declared(spec)
+    used = {outputs[n].item.name for i in items for n in references(i)
+            if n in outputs and outputs[n].minted}
+    return [i.name for i in spec.items("manager", "mint") if i.name in used]
+
+
+def cluster_outputs(managers: Iterable[Machine]) -> dict[str, str]:
+    """The cluster's outputs: each from the first manager, in admission order, that produced
+    it (the one that started the control plane, for its init item's)."""
+    found: dict[str, str] = {}
+    for manager in sorted((m for m in managers if m.role == "manager"), key=admission_order):
+        for name, value in manager.outputs.items():
+            found.setdefault(PREFIX + name, value)
+    return found
+
+
+def available(machine: Machine, managers: Iterable[Machine]) -> dict[str, str]:
+    """What a machine's items may be given: the cluster's outputs, and its own join material
+    while it is minted and not yet used."""
+    values = cluster_outputs(managers)
+    material = machine.material
+    if material is not None and material.minted and material.used_at is None:
+        values.update(material.values)
+    return values
+
+
+@dataclass(frozen=True)
+class Handed:
+    """The part of a phase's items a machine is handed now, the output values they use, and
+    the outputs the first item left out waits for (none: every item is handed)."""
+
+    items: list[StateItem]
+    values: dict[str, str]
+    waits: tuple[str, ...]
+
+
+def hand_out(items: Sequence[StateItem], values: dict[str, str]) -> Handed:
+    """The items up to the first one that uses an output not in values, with the values they
+    use: the rest wait for it, since items run in order."""
+    used: dict[str, str] = {}
+    for index, item in enumerate(items):
+        names = references(item)
+        missing = tuple(n for n in names if n not in values)
+        if missing:
+            return Handed(list(items[:index]), used, missing)
+        used.update({n: values[n] for n in names})
+    return Handed(list(items), used, ())
+
+
+def secret_names(spec: ClusterSpec, names: Iterable[str]) -> list[str]:
+    """Which of names are secret: every output is, unless declared `secret: false`; the values
+    a mint or revoke job is given from join material are."""
+    outputs = declared(spec)
+    return sorted(n for n in names
+                  if n.startswith(PREFIX) and (n not in outputs or outputs[n].output.secret))
+
+
+def public_outputs(spec: ClusterSpec, managers: Iterable[Machine]) -> dict[str, str]:
+    """The cluster outputs declared `secret: false`, with their values: what a view may show."""
+    outputs = declared(spec)
+    return {n: v for n, v in cluster_outputs(managers).items()
+            if n in outputs and not outputs[n].output.secret}
+
+
+def waits_text(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]) -> str:
+    """What the machine's next item waits for, and on which machine, for the status: "" when
+    it waits for nothing."""
+    if not machine.waits:
+        return ""
+    peers = [m for m in peers if m.cluster == machine.cluster]
+    outputs = declared(spec)
+    by_id = {m.id: m for m in peers}
+    parts = []
+    for name in machine.waits:
+        found = outputs.get(name)
+        if found is None:
+            parts.append(f"${{{name}}} (no item declares it now)")
+        elif found.minted:
+            parts.append(f"${{{name}}}, join material {_minting(machine, by_id)}")
+        else:
+            parts.append(f"${{{name}}} from item {found.item.name} "
+                         f"{_producer(found.item, peers)}")
+    return "waits for " + "; ".join(parts)
+
+
+def _minting(machine: Machine, by_id: dict[str, Machine]) -> str:
+    material = machine.material
+    minter = by_id.get(material.minter) if material is not None and material.minter else None
+    if minter is None:
+        return "to be minted once a Ready manager is free"
+    return f"being minted on {minter.hostname}"
+
+
+def _producer(item: StateItem, peers: Sequence[Machine]) -> str:
+    """Where the producing item runs, as far as the managers tell."""
+    running = [m for m in peers if m.role == "manager" and m.progress is not None
+               and m.progress.item == item.name]
+    if running:
+        m = running[0]
+        return f"on {m.hostname} ({m.state.value}, {m.progress.status if m.progress else ''})"
+    names = ", ".join(f"{m.hostname} ({m.state.value})" for m in peers if m.role == "manager")
+    return f"(not run yet; managers: {names or 'none'})"
+
+
+def problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
+    """What the spec's outputs and conditions get wrong, each with where it is: outputs on
+    worker items, two items of one name declaring outputs, `when` where it cannot hold."""
+    found: list[tuple[Location, str]] = []
+    names: dict[str, str] = {}
+    for role in ("manager", "worker"):
+        for index, item in enumerate(getattr(spec.machine_types, role)):
+            where: Location = ("machineTypes", role, index)
+            if item.outputs and role == "worker":
+                found.append(((*where, "outputs"), "only manager items produce outputs (they "
+                              "are kept with the manager that ran them)"))
+            if item.outputs and role == "manager":
+                if item.name in names and names[item.name] != item.phase:
+                    found.append(((*where, "outputs"), f"item {item.name} of phase "
+                                  f"{names[item.name]} declares outputs too: "
+                                  f"${{outputs.{item.name}...}} would be ambiguous; rename one"))
+                names.setdefault(item.name, item.phase)
+            if item.phase in ("mint", "revoke") and role == "worker":
+                found.append(((*where, "phase"), f"{item.phase} items run on a Ready manager "
+                              "(for another machine): declare them under machineTypes.manager"))
+            found += [((*where, "when", *at), why) for at, why in _condition_problems(role, item)]
+    return found
+
+
+def _condition_problems(role: str, item: StateItem) -> list[tuple[Location, str]]:
+    when = item.when
+    if when is None:
+        return []
+    if item.phase in ("postdeploy", "mint", "revoke"):
+        return [((), f"{item.phase} items run once for the cluster on one manager, not per "
+                 "machine: they take no `when`")]
+    if when.first_manager is not None and role == "worker":
+        return [(("firstManager",), "only managers can be the first manager")]
+    if when.first_manager is not None and item.phase == "prepare":
+        return [(("firstManager",), "the first manager is chosen when it enters Deploy, after "
+                 "its prepare items ran: use it on deploy items")]
+    return []

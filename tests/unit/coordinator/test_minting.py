@@ -1,0 +1,208 @@
+"""Outputs and join material through the pure domain: what the first manager produces reaches
+later items, per-joiner material is minted, handed to its joiner alone, re-minted once
+expired, and revoked once used, with the reports that drive it folded as the coordinator folds
+them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from coordinator.domain.assignment import AssignmentInputs, build_assignment, waits_notices
+from coordinator.domain.errors import Conflict
+from coordinator.domain.minting import mint_pass
+from coordinator.domain.model import Machine, MachineState
+from coordinator.domain.outputs import waits_text
+from coordinator.domain.records import StoredCluster
+from coordinator.domain.reports import fold_report, reportable_items
+from coordinator.domain.specs import load_spec
+from nodeagent.protocol import Assignment, ItemReport
+from nodeagent.validation import InvalidDocument
+from tests.support.builders import machine
+
+S = MachineState
+
+SPEC = """\
+name: edge
+release: "1"
+machineTypes:
+  manager:
+    - name: init
+      phase: deploy
+      when: {firstManager: true}
+      action: {type: exec, argv: [kubeadm, init]}
+      outputs: [{name: caCertHash}, {name: endpoint, secret: false}]
+    - name: token
+      phase: mint
+      lifetimeSeconds: 60
+      action: {type: exec, argv: [kubeadm, token, create, --ttl, "${mint.lifetimeSeconds}s"]}
+      outputs: [{name: token}]
+    - name: certkey
+      phase: mint
+      action: {type: exec, argv: [kubeadm, init, phase, upload-certs, --upload-certs]}
+      outputs: [{name: key}]
+    - name: join
+      phase: deploy
+      when: {firstManager: false}
+      action: {type: exec, argv: [kubeadm, join, "${outputs.init.endpoint}", --token,
+               "${outputs.token.token}", --certificate-key, "${outputs.certkey.key}"]}
+    - name: forget-token
+      phase: revoke
+      action: {type: exec, argv: [kubeadm, token, delete, "${outputs.token.token}"]}
+  worker:
+    - name: join
+      phase: deploy
+      action: {type: exec, argv: [kubeadm, join, "${outputs.init.endpoint}", --token,
+               "${outputs.token.token}", --discovery-token-ca-cert-hash,
+               "${outputs.init.caCertHash}"]}
+"""
+
+
+@pytest.fixture
+def spec() -> Any:
+    return load_spec(SPEC)
+
+
+def first(spec: Any) -> Machine:
+    """The first manager, Ready, having produced the init outputs."""
+    return replace(machine("m1", "manager", state=S.READY), deploy_order=1, release="1",
+                   outputs={"init.caCertHash": "sha256:abcdef0123", "init.endpoint": "10.0.0.1:6443"})
+
+
+def assignment(spec: Any, m: Machine, peers: list[Machine]) -> Assignment:
+    stored = StoredCluster(spec, 1, 0.0, 0.0)
+    return build_assignment(AssignmentInputs(stored, m, [p for p in peers if p.role == "manager"]),
+                            None)
+
+
+def report(spec: Any, m: Machine, item_name: str, outputs: dict[str, str] | None,
+           peers: list[Machine]) -> Machine:
+    """The agent of m ran the item of its assignment named item_name, and it succeeded."""
+    (item,) = [i for i in assignment(spec, m, peers).items if i.name == item_name]
+    sent = ItemReport(item=item.name, fingerprint=item.fingerprint(), phase=item.phase,
+                      status="succeeded", attempt=1, started_at=1.0, finished_at=2.0,
+                      exit_code=0, outputs=outputs)
+    return fold_report(spec, reportable_items(spec, ()), m, sent, 3.0).machine
+
+
+def settle(spec: Any, machines: list[Machine], now: float) -> list[Machine]:
+    """A reconcile pass's part in it: jobs, material, and waits."""
+    by_id = {m.id: m for m in machines}
+    for changed in mint_pass(spec, list(by_id.values()), now).machines:
+        by_id[changed.id] = changed
+    for changed in waits_notices(spec, list(by_id.values()), None):
+        by_id[changed.id] = changed
+    return [by_id[m.id] for m in machines]
+
+
+def test_a_joiner_waits_for_its_material_gets_its_own_and_has_it_revoked_once_used(spec: Any) -> None:
+    m1, w1 = first(spec), machine("w1", state=S.DEPLOY)
+    m1, w1 = settle(spec, [m1, w1], now=10.0)
+    assert assignment(spec, w1, [m1, w1]).items == []  # waits for its token
+    assert "being minted on m1" in waits_text(spec, w1, [m1, w1])
+    assert m1.minting is not None and m1.minting.items == ("token",)  # a worker gets no certkey
+    job = assignment(spec, m1, [m1, w1])
+    assert job.phase == "mint" and job.values["joiner.hostname"] == "w1"
+    assert job.values["mint.lifetimeSeconds"] == "60"
+
+    m1 = report(spec, m1, "token", {"token": "abcdef.0123456789abcdef"}, [m1, w1])
+    m1, w1 = settle(spec, [m1, w1], now=11.0)
+    handed = assignment(spec, w1, [m1, w1])
+    assert [i.name for i in handed.items] == ["join"]
+    assert handed.values["outputs.token.token"] == "abcdef.0123456789abcdef"
+    assert "outputs.token.token" in handed.secrets and "outputs.init.caCertHash" in handed.secrets
+    assert "outputs.init.endpoint" not in handed.secrets  # declared secret: false
+    assert "outputs.certkey.key" not in handed.values
+    assert m1.minting is None and assignment(spec, m1, [m1, w1]).phase is None
+
+    w1 = report(spec, w1, "join", None, [m1, w1])
+    m1, w1 = settle(spec, [m1, w1], now=12.0)
+    assert m1.minting is not None and m1.minting.kind == "revoke"
+    revoke = assignment(spec, m1, [m1, w1])
+    assert revoke.phase == "revoke" and revoke.values["outputs.token.token"].startswith("abcdef.")
+    m1 = report(spec, m1, "forget-token", None, [m1, w1])
+    m1, w1 = settle(spec, [m1, w1], now=13.0)
+    assert w1.material is not None and w1.material.revoked_at == 13.0
+    assert w1.material.values == {} and m1.minting is None
+
+
+def test_material_that_expired_unused_is_minted_again_with_the_next_serial(spec: Any) -> None:
+    m1, w1 = settle(spec, [first(spec), machine("w1", state=S.DEPLOY)], now=10.0)
+    m1 = report(spec, m1, "token", {"token": "aaaaaa.aaaaaaaaaaaaaaaa"}, [m1, w1])
+    m1, w1 = settle(spec, [m1, w1], now=11.0)
+    generation = w1.generation
+    m1, w1 = settle(spec, [m1, w1], now=11.0 + 60)
+    assert w1.material is not None and w1.material.serial == 2 and not w1.material.minted
+    assert w1.generation > generation  # its agent stops using the expired token
+    assert assignment(spec, w1, [m1, w1]).items == []
+    m1 = report(spec, m1, "token", {"token": "bbbbbb.bbbbbbbbbbbbbbbb"}, [m1, w1])
+    m1, w1 = settle(spec, [m1, w1], now=72.0)
+    assert assignment(spec, w1, [m1, w1]).values["outputs.token.token"].startswith("bbbbbb.")
+
+
+def test_a_joining_manager_gets_a_certificate_key_and_the_first_manager_none(spec: Any) -> None:
+    m1 = first(spec)
+    m2 = replace(machine("m2", "manager", state=S.DEPLOY), deploy_order=2)
+    m1, m2 = settle(spec, [m1, m2], now=10.0)
+    assert m1.minting is not None and m1.minting.items == ("token", "certkey")
+    alone = replace(machine("m0", "manager", state=S.DEPLOY), deploy_order=1)
+    assert [i.name for i in assignment(spec, alone, [alone]).items] == ["init"]
+    (alone,) = settle(spec, [alone], now=10.0)
+    assert alone.material is None and alone.waits == ()
+
+
+def test_an_item_whose_outputs_are_missing_waits_and_says_on_which_machine(spec: Any) -> None:
+    m1 = replace(first(spec), outputs={}, state=S.DEPLOY)
+    w1 = machine("w1", state=S.DEPLOY)
+    m1, w1 = settle(spec, [m1, w1], now=10.0)
+    assert "outputs.init.endpoint" in w1.waits
+    assert "from item init (not run yet; managers: m1 (Deploy))" in waits_text(spec, w1, [m1, w1])
+    m1 = replace(m1, outputs=first(spec).outputs, state=S.READY)
+    before = w1.generation
+    m1, w1 = settle(spec, [m1, w1], now=11.0)
+    assert w1.waits == () or "outputs.token.token" in w1.waits
+    assert w1.generation > before
+
+
+def test_a_report_without_its_declared_outputs_is_refused(spec: Any) -> None:
+    m1 = replace(first(spec), outputs={}, state=S.DEPLOY)
+    with pytest.raises(Conflict, match="declares caCertHash, endpoint; its report carries none"):
+        report(spec, m1, "init", None, [m1])
+
+
+@pytest.mark.parametrize(("wrong", "message"), [
+    ("${outputs.init.caCertHsh}", "unknown output ${outputs.init.caCertHsh}; did you mean "
+                                  "${outputs.init.caCertHash}?"),
+    ("${outputs.nope.caCertHash}", "unknown output ${outputs.nope.caCertHash}"),
+])
+def test_apply_refuses_a_reference_to_an_unknown_item_or_output_naming_its_line(
+        wrong: str, message: str) -> None:
+    with pytest.raises(InvalidDocument) as caught:
+        load_spec(SPEC.replace("${outputs.init.caCertHash}", wrong))
+    assert message in str(caught.value)
+    assert str(caught.value).startswith("line 32: machineTypes.worker[0].action.argv[6]")
+
+
+@pytest.mark.parametrize(("fragment", "message"), [
+    ("    - name: early\n      phase: prepare\n      action: {type: exec, argv: [a, "
+     "\"${outputs.init.caCertHash}\"]}\n",
+     "prepare items run before any manager deployed"),
+    ("    - name: early\n      phase: reset\n      action: {type: exec, argv: [a, "
+     "\"${outputs.token.token}\"]}\n", "is join material (mint item token)"),
+    ("    - name: early\n      phase: prepare\n      when: {firstManager: false}\n      action: "
+     "{type: exec, argv: [a]}\n", "only managers can be the first manager"),
+    ("    - name: early\n      phase: mint\n      action: {type: exec, argv: [a]}\n",
+     "mint items run on a Ready manager"),
+    ("    - name: early\n      phase: deploy\n      outputs: [{name: x}]\n      action: "
+     "{type: exec, argv: [a]}\n", "only manager items produce outputs"),
+    ("    - name: early\n      phase: deploy\n      action: {type: exec, argv: [a, "
+     "\"${joiner.ip}\"]}\n", "known to mint and revoke items only"),
+])
+def test_apply_refuses_outputs_and_conditions_that_cannot_hold(fragment: str, message: str) -> None:
+    text = SPEC + fragment
+    with pytest.raises(InvalidDocument) as caught:
+        load_spec(text)
+    assert message in str(caught.value)
+    assert "machineTypes.worker[1]" in str(caught.value)

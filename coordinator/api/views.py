@@ -7,7 +7,7 @@ from dataclasses import asdict
 from typing import Any
 
 from coordinator.domain.model import ClusterSpec, Machine, Material
-from coordinator.domain.outputs import waits_text
+from coordinator.domain.outputs import public_outputs, waits_text
 from coordinator.domain.planner import MachineUpgrade, UpgradePlan
 from coordinator.domain.records import AdminToken, Event, JoinToken, StoredCluster
 from coordinator.domain.status import machine_step
@@ -147,6 +147,8 @@ def cluster_status_view(status: ClusterStatus) -> dict[str, Any]:
         "generation": status.stored.generation,
         "paused": spec.settings.upgrade.paused,
         "post_deploy": asdict(status.post_deploy),
+        # Outputs declared `secret: false` (e.g. the control-plane endpoint); secret ones never.
+        "outputs": public_outputs(spec, status.machines),
         "counts": status.counts,
         "stages": [asdict(s) for s in status.stages],
         "rollout": asdict(status.rollout),

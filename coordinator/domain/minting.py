@@ -28,6 +28,7 @@ from coordinator.domain.model import (
     address,
     admission_order,
     pending_items,
+    upgrade_items_may_run,
 )
 from coordinator.domain.outputs import JOINING_PHASES, declared, minted_references, references
 from coordinator.domain.records import Event
@@ -57,6 +58,8 @@ def needed(spec: ClusterSpec, machine: Machine) -> list[str]:
     phase = PHASE_OF_STATE.get(machine.state)
     if phase not in JOINING_PHASES or machine.role is None:
         return []
+    if machine.state is MachineState.UPGRADE and not upgrade_items_may_run(spec, machine):
+        return []  # minted once its node is drained, when its items may run
     if machine.state is MachineState.UPGRADE:
         items = [i for i, _ in to_run(spec, machine)]
     else:

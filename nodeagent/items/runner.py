@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 
 from nodeagent.backoff import delay
-from nodeagent.items import machine_path
+from nodeagent.items import read_left_file
 from nodeagent.items.download import ArtifactSource, apply_download
 from nodeagent.items.exec import run_exec, run_version
 from nodeagent.items.file import apply_file
@@ -73,16 +73,8 @@ def read_kubeconfig(item: StateItem, root: Path) -> str:
     """The kubeconfig the item left in its kubeconfigFrom file: what its report carries back
     to the coordinator (in its own field; output and logs never hold it)."""
     assert item.kubeconfig_from is not None
-    path = machine_path(root, item.kubeconfig_from)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ItemFailed(f"kubeconfigFrom {item.kubeconfig_from}: cannot read it: "
-                         f"{exc.strerror or exc}") from None
-    if len(data) > MAX_KUBECONFIG_BYTES:
-        raise ItemFailed(f"kubeconfigFrom {item.kubeconfig_from}: {len(data)} bytes, more than "
-                         f"the {MAX_KUBECONFIG_BYTES} a report carries")
-    return data.decode(errors="replace")
+    return read_left_file(root, item.kubeconfig_from, MAX_KUBECONFIG_BYTES,
+                          f"kubeconfigFrom {item.kubeconfig_from}")
 
 
 def _journaled(item: StateItem, journal: Journal, root: Path) -> tuple[bool, str | None]:

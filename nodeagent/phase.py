@@ -59,7 +59,8 @@ async def run_items(config: AgentConfig, root: Path, assignment: Assignment,
         sys.stdout.flush()
 
     return await run_phase(assignment.items, assignment.values, journal, report,
-                           assignment.retry, root, artifacts, config.proxy.over(assignment.proxy))
+                           assignment.retry, root, artifacts, config.proxy.over(assignment.proxy),
+                           secrets=assignment.secrets)
 
 
 async def apply_from_stdin(config: AgentConfig, root: Path) -> int:

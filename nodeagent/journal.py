@@ -3,7 +3,8 @@ never re-runs a completed item and knows which one was interrupted. The whole fi
 replaced atomically on every change: it is the old record or the new one, never a mix.
 
 A journal records one machine (the coordinator's machine id): a machine deleted and
-registered again is a new machine, whose items all run again.
+registered again is a new machine, whose items all run again. It never records the items of
+job phases (mint, revoke): each run of those is for another machine or another minting.
 
 An applied item's entry keeps the values of its line outputs, which cannot be read again
 (file outputs are: their files are), secret ones too: the file is 0600, as identity.json is."""
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.atomic import atomic_write
+from nodeagent.contract import JOB_PHASES
 from nodeagent.protocol import StateItem
 from nodeagent.removal import set_aside
 
@@ -61,9 +63,10 @@ class Journal:
 
     def recorded(self, item: StateItem) -> dict[str, str] | None:
         """The line outputs the item produced when it was applied; None when the journal
-        does not have it applied."""
+        does not have it applied. A job never is, even one whose fingerprint (which leaves
+        the phase out) is an applied item's."""
         entry = self._applied.get(item.fingerprint())
-        if entry is None:
+        if entry is None or item.phase in JOB_PHASES:
             return None
         return dict(entry.get("outputs", {}))
 
@@ -73,11 +76,15 @@ class Journal:
         return self._in_progress
 
     def record_started(self, item: StateItem) -> None:
+        if item.phase in JOB_PHASES:
+            return
         self._in_progress = item.fingerprint()
         self._save()
 
     def record_applied(self, item: StateItem, outputs: Mapping[str, str] | None = None) -> None:
         """The item is applied, having produced outputs (those of its line outputs are kept)."""
+        if item.phase in JOB_PHASES:
+            return
         fingerprint = item.fingerprint()
         self._applied[fingerprint] = {
             "name": item.name, "phase": item.phase, "version": item.version,

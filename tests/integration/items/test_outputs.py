@@ -1,5 +1,6 @@
 """Item outputs with real commands and a real journal: what the succeeded report carries, what
-its output shows of secrets, the failure of an output not produced and the journal's replay."""
+its output shows of secrets, the failure of an output not produced, the journal's replay, and
+job items (mint, revoke) that run every time."""
 
 from __future__ import annotations
 
@@ -148,6 +149,18 @@ async def test_the_journal_replays_the_outputs_and_an_item_whose_file_is_gone_ru
     assert await run([minting()], Journal(path, "m-1"), third, root)
     assert runs(root) == 2
     assert third.reports[-1].outputs == OUTPUTS
+
+
+@pytest.mark.parametrize("phase", ["mint", "revoke"])
+async def test_job_items_are_never_journaled_and_run_each_time(
+        root: Path, tmp_path: Path, phase: str) -> None:
+    path = tmp_path / "journal.json"
+    for _ in range(2):
+        recorder = Recorder()
+        assert await run([minting(phase)], Journal(path, "m-1"), recorder, root)
+        assert recorder.reports[-1].outputs == OUTPUTS
+    assert runs(root) == 2
+    assert not path.exists()
 
 
 def test_nodeagent_apply_reports_outputs_and_masks_the_assignments_secrets(

@@ -163,26 +163,46 @@ async def test_job_items_are_never_journaled_and_run_each_time(
     assert not path.exists()
 
 
-def test_nodeagent_apply_reports_outputs_and_masks_the_assignments_secrets(
-        root: Path, tmp_path: Path) -> None:
-    """The phase's child as the daemon runs it: the assignment on stdin, reports on stdout."""
+def apply_child(root: Path, tmp_path: Path, assignment: str) -> tuple[int, str, str]:
+    """`nodeagent apply` as the daemon runs it, the assignment line on its stdin (kept open:
+    closed, it tells the child to stop): its exit code, stdout (reports) and stderr."""
     config = tmp_path / "agent.yaml"
     config.write_text(f"coordinator: {{url: 'http://127.0.0.1:9'}}\nstateDir: {tmp_path}/state\n")
+    with subprocess.Popen([NODEAGENT, "apply", "--config", str(config), "--root", str(root)],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as child:
+        assert child.stdin is not None and child.stdout is not None and child.stderr is not None
+        child.stdin.write(assignment + "\n")
+        child.stdin.flush()
+        code = child.wait(timeout=60)
+        return code, child.stdout.read(), child.stderr.read()
+
+
+def test_nodeagent_apply_reports_outputs_and_masks_the_assignments_secrets(
+        root: Path, tmp_path: Path) -> None:
     join = exec_item("join", ["sh", "-c", "echo joining with $1", "sh", "${material.token}"],
                      phase="deploy")
     assignment = Assignment(machine_id="m-1", generation=1, state="Deploy", phase="deploy",
                             items=[minting("deploy"), join],
                             values={"material.token": "tok-5f1e2d3c"}, secrets=["material.token"])
-    with subprocess.Popen([NODEAGENT, "apply", "--config", str(config), "--root", str(root)],
-                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as child:
-        assert child.stdin is not None and child.stdout is not None
-        child.stdin.write(assignment.model_dump_json() + "\n")
-        child.stdin.flush()  # and kept open: closed, it tells the child to stop
-        assert child.wait(timeout=60) == 0
-        stdout = child.stdout.read()
+    code, stdout, stderr = apply_child(root, tmp_path, assignment.model_dump_json())
+    assert code == 0, stderr
     reports = [json.loads(line) for line in stdout.splitlines()]
     assert [(r["item"], r["status"], r["outputs"]) for r in reports] == [
         ("upload-certs", "running", None), ("upload-certs", "succeeded", OUTPUTS),
         ("join", "running", None), ("join", "succeeded", None)]
     assert reports[-1]["output"] == f"joining with {MASK}\n"
     assert stdout.count(KEY) == 1  # in the outputs only
+
+
+def test_a_bad_assignment_is_refused_naming_its_fields_not_their_values(
+        root: Path, tmp_path: Path) -> None:
+    """A field this agent does not know yet may well hold a secret."""
+    assignment = Assignment(machine_id="m-1", generation=1, state="Deploy", phase="deploy")
+    sent = {**assignment.model_dump(mode="json"), "material": {"token": "tok-5f1e2d3c"},
+            "values": {"material.token": ["tok-5f1e2d3c"]}}
+    code, stdout, stderr = apply_child(root, tmp_path, json.dumps(sent))
+    assert (code, stdout) == (2, "")
+    assert "tok-5f1e2d3c" not in stderr
+    assert "values.material.token: Input should be a valid string" in stderr
+    assert "material: unknown field" in stderr

@@ -284,11 +284,16 @@ async def _watchdog() -> None:
 def _work_key(assignment: Document) -> tuple[Any, ...]:
     """What makes a running phase obsolete: another phase or other items, i.e. anything
     about an item but its timeout (what StateItem.fingerprint() covers, raw: a field added
-    to items counts here unchanged). Changed values (e.g. a new manager's address) reach the
-    next phase; Reconfigure exists to apply them."""
-    return (assignment.get("phase"),
-            tuple(json.dumps({k: v for k, v in item.items() if k != "timeout"}, sort_keys=True)
-                  for item in assignment.get("items", [])))
+    to items counts here unchanged), or another value of a secret the items use (a token
+    minted again: the one the phase runs with may have expired or been revoked). Other changed
+    values (e.g. a new manager's address) reach the next phase; Reconfigure exists to apply
+    them."""
+    items = tuple(json.dumps({k: v for k, v in item.items() if k != "timeout"}, sort_keys=True)
+                  for item in assignment.get("items", []))
+    values = assignment.get("values", {})
+    secrets = tuple(sorted((name, values.get(name)) for name in assignment.get("secrets", [])
+                           if any(f"${{{name}}}" in item for item in items)))
+    return assignment.get("phase"), items, secrets
 
 
 @contextlib.asynccontextmanager

@@ -3,17 +3,23 @@ never re-runs a completed item and knows which one was interrupted. The whole fi
 replaced atomically on every change: it is the old record or the new one, never a mix.
 
 A journal records one machine (the coordinator's machine id): a machine deleted and
-registered again is a new machine, whose items all run again."""
+registered again is a new machine, whose items all run again. It never records the items of
+job phases (mint, revoke): each run of those is for another machine or another minting.
+
+An applied item's entry keeps the values of its line outputs, which cannot be read again
+(file outputs are: their files are), secret ones too: the file is 0600, as identity.json is."""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from nodeagent.atomic import atomic_write
+from nodeagent.contract import JOB_PHASES
 from nodeagent.protocol import StateItem
 from nodeagent.removal import set_aside
 
@@ -55,21 +61,39 @@ class Journal:
     def applied(self, fingerprint: str) -> bool:
         return fingerprint in self._applied
 
+    def recorded(self, item: StateItem) -> dict[str, str] | None:
+        """The line outputs the item produced when it was applied; None when the journal
+        does not have it applied. A job never is, even one whose fingerprint (which leaves
+        the phase out) is an applied item's."""
+        entry = self._applied.get(item.fingerprint())
+        if entry is None or item.phase in JOB_PHASES:
+            return None
+        return dict(entry.get("outputs", {}))
+
     def in_progress(self) -> str | None:
         """The fingerprint of the item that started but has not succeeded: after a restart,
         the one the agent was applying when it stopped."""
         return self._in_progress
 
     def record_started(self, item: StateItem) -> None:
+        if item.phase in JOB_PHASES:
+            return
         self._in_progress = item.fingerprint()
         self._save()
 
-    def record_applied(self, item: StateItem) -> None:
+    def record_applied(self, item: StateItem, outputs: Mapping[str, str] | None = None) -> None:
+        """The item is applied, having produced outputs (those of its line outputs are kept)."""
+        if item.phase in JOB_PHASES:
+            return
         fingerprint = item.fingerprint()
         self._applied[fingerprint] = {
             "name": item.name, "phase": item.phase, "version": item.version,
             "applied_at": time.time(),
         }
+        lines = {o.name: outputs[o.name] for o in item.outputs
+                 if o.file is None and outputs and o.name in outputs}
+        if lines:
+            self._applied[fingerprint]["outputs"] = lines
         if self._in_progress == fingerprint:
             self._in_progress = None
         self._save()

@@ -34,6 +34,7 @@ from nodeagent.items.runner import run_phase
 from nodeagent.journal import Journal, JournalError
 from nodeagent.protocol import Assignment, ItemReport
 from nodeagent.removal import JOURNAL_FILE
+from nodeagent.validation import problems_from
 
 EXIT_CANNOT_APPLY = 2  # a bad assignment or an unreadable journal: the daemon tries again
 
@@ -59,7 +60,8 @@ async def run_items(config: AgentConfig, root: Path, assignment: Assignment,
         sys.stdout.flush()
 
     return await run_phase(assignment.items, assignment.values, journal, report,
-                           assignment.retry, root, artifacts, config.proxy.over(assignment.proxy))
+                           assignment.retry, root, artifacts, config.proxy.over(assignment.proxy),
+                           secrets=assignment.secrets)
 
 
 async def apply_from_stdin(config: AgentConfig, root: Path) -> int:
@@ -70,8 +72,9 @@ async def apply_from_stdin(config: AgentConfig, root: Path) -> int:
     try:
         assignment = Assignment.model_validate_json(await stdin.readline())
         journal = Journal(Path(config.state_dir) / JOURNAL_FILE, assignment.machine_id)
-    except ValidationError as exc:
-        print(f"error: bad assignment on stdin: {exc}", file=sys.stderr)
+    except ValidationError as exc:  # each problem's place and kind, never its value: a secret
+        problems = "; ".join(problem.render() for problem in problems_from(exc))
+        print(f"error: bad assignment on stdin: {problems}", file=sys.stderr)
         return EXIT_CANNOT_APPLY
     except JournalError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 
 MASK = "[REDACTED]"
 
@@ -28,6 +29,25 @@ def redact(text: str) -> str:
     for pattern in _PATTERNS:
         text = pattern.sub(MASK, text)
     return _SECRET_FIELDS.sub(lambda m: m.group(1) + MASK, text)
+
+
+# Values shorter than this are not masked by value: a short secret would blank unrelated
+# text wherever it happens to appear ("admin", "1.30"), and so short a fragment gives little away.
+MIN_MASKED_CHARS = 6
+
+
+def mask_values(text: str, values: Iterable[str]) -> str:
+    """Blank each of values (secrets the agent was handed or an item produced) wherever it
+    appears in text, the longest first so that one containing another goes whole; also the end
+    of one that text starts with, as an output tail cut in the middle of a value does."""
+    kept = sorted({v for v in values if len(v) >= MIN_MASKED_CHARS}, key=len, reverse=True)
+    if not kept:
+        return text
+    text = re.sub("|".join(re.escape(v) for v in kept), MASK, text)
+    cut = max((len(value) - start for value in kept
+               for start in range(1, len(value) - MIN_MASKED_CHARS + 1)
+               if text.startswith(value[start:])), default=0)
+    return MASK + text[cut:] if cut else text
 
 
 class RedactingFilter(logging.Filter):

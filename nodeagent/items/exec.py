@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from nodeagent.items import machine_path
@@ -33,11 +33,16 @@ class OutputTail:
         return self._kept.decode(errors="replace")
 
 
+# Sees a command's whole output, chunk by chunk as it is read (the tail keeps only its end).
+Watch = Callable[[bytes], None]
+
+
 async def run_exec(action: ExecAction, values: Mapping[str, str], root: Path,
-                   timeout: float) -> ItemOutcome:
+                   timeout: float, watch: Watch) -> ItemOutcome:
     """Run the command to completion within timeout; its stdout and stderr are captured as
-    one stream (in the order written), of which the tail is kept. It runs on the real machine,
-    but in root (or cwd under root), so relative paths land where file items write."""
+    one stream (in the order written), of which the tail is kept and all goes by watch. It
+    runs on the real machine, but in root (or cwd under root), so relative paths land where
+    file items write."""
     argv = [render(arg, values) for arg in action.argv]
     env = {**os.environ, **{name: render(value, values) for name, value in action.env.items()}}
     cwd = machine_path(root, render(action.cwd, values)) if action.cwd else root
@@ -57,6 +62,7 @@ async def run_exec(action: ExecAction, values: Mapping[str, str], root: Path,
         async with asyncio.timeout(timeout):
             while chunk := await proc.stdout.read(_READ_CHUNK):
                 tail.feed(chunk)
+                watch(chunk)
             code = await proc.wait()
         finished = True
     except TimeoutError:
@@ -76,10 +82,11 @@ async def run_exec(action: ExecAction, values: Mapping[str, str], root: Path,
 
 
 async def run_version(action: VersionAction, values: Mapping[str, str], root: Path,
-                      timeout: float) -> ItemOutcome:
+                      timeout: float, watch: Watch) -> ItemOutcome:
     """Run the version command as exec would; fail unless the version it prints is the one
     declared, so that the item is retried (with backoff) until the rollout installed it."""
-    outcome = await run_exec(ExecAction(type="exec", argv=action.argv), values, root, timeout)
+    outcome = await run_exec(ExecAction(type="exec", argv=action.argv), values, root, timeout,
+                             watch)
     installed = installed_version(outcome.output)
     if installed != action.expect:
         raise ItemFailed(f"installed version {installed or '(none printed)'!r}, declared "

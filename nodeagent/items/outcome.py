@@ -13,6 +13,7 @@ class ItemOutcome:
     error: str = ""  # why it failed, for the operator
     duration: float = 0.0  # seconds the attempt took
     kubeconfig: str | None = None  # the item's kubeconfigFrom file, once it succeeded
+    outputs: dict[str, str] | None = None  # the item's declared outputs, once it succeeded
 
 
 class ItemFailed(Exception):

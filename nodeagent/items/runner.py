@@ -8,16 +8,17 @@ import asyncio
 import dataclasses
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
 from nodeagent.backoff import delay
-from nodeagent.items import machine_path
+from nodeagent.items import read_left_file
 from nodeagent.items.download import ArtifactSource, apply_download
-from nodeagent.items.exec import run_exec, run_version
+from nodeagent.items.exec import Watch, run_exec, run_version
 from nodeagent.items.file import apply_file
 from nodeagent.items.outcome import ItemFailed, ItemOutcome
+from nodeagent.items.outputs import OutputLines, collect, refuse_line_outputs, secret_values, shown
 from nodeagent.journal import Journal
 from nodeagent.protocol import (
     MAX_KUBECONFIG_BYTES,
@@ -36,12 +37,13 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 async def _attempt(item: StateItem, values: Mapping[str, str], root: Path,
-                   artifacts: ArtifactSource, proxy: ProxySettings) -> ItemOutcome:
+                   artifacts: ArtifactSource, proxy: ProxySettings,
+                   watch: Watch) -> ItemOutcome:
     action = item.action
     if isinstance(action, ExecAction):  # bounds itself, to keep the output of a timed-out run
-        return await run_exec(action, values, root, item.timeout)
+        return await run_exec(action, values, root, item.timeout, watch)
     if isinstance(action, VersionAction):
-        return await run_version(action, values, root, item.timeout)
+        return await run_version(action, values, root, item.timeout, watch)
     try:
         async with asyncio.timeout(item.timeout):
             if isinstance(action, FileAction):
@@ -52,50 +54,56 @@ async def _attempt(item: StateItem, values: Mapping[str, str], root: Path,
 
 
 async def apply_item(item: StateItem, values: Mapping[str, str], root: Path,
-                     artifacts: ArtifactSource, proxy: ProxySettings) -> ItemOutcome:
-    """One attempt at one item. An item's own failure, whatever its cause, is an outcome,
+                     artifacts: ArtifactSource, proxy: ProxySettings,
+                     masked: Collection[str] = ()) -> ItemOutcome:
+    """One attempt at one item, its output and error showing none of masked (secret values)
+    nor of its secret outputs. An item's own failure, whatever its cause, is an outcome,
     never an exception: it must not take the agent down. Cancellation still propagates."""
     started = time.monotonic()
+    lines = OutputLines(item.outputs)
     try:
-        outcome = await _attempt(item, values, root, artifacts, proxy)
+        refuse_line_outputs(item)
+        outcome = await _attempt(item, values, root, artifacts, proxy, lines.feed)
         if item.kubeconfig_from is not None:
             outcome = dataclasses.replace(outcome, kubeconfig=read_kubeconfig(item, root))
+        if item.outputs:
+            lines.finish()
+            outcome = dataclasses.replace(outcome, outputs=collect(item, lines.values, root))
     except ItemFailed as exc:
         outcome = ItemOutcome(False, exc.output, exc.exit_code, str(exc))
     except (TemplateError, OSError) as exc:
         outcome = ItemOutcome(False, error=str(exc))
     except Exception as exc:  # e.g. the coordinator went away mid-download
         outcome = ItemOutcome(False, error=f"{type(exc).__name__}: {exc}")
-    return dataclasses.replace(outcome, duration=time.monotonic() - started)
+    lines.finish()
+    secrets = [*masked, *lines.secrets, *secret_values(item, outcome.outputs)]
+    return dataclasses.replace(outcome, output=shown(outcome.output, item, secrets),
+                               error=shown(outcome.error, item, secrets),
+                               duration=time.monotonic() - started)
 
 
 def read_kubeconfig(item: StateItem, root: Path) -> str:
     """The kubeconfig the item left in its kubeconfigFrom file: what its report carries back
     to the coordinator (in its own field; output and logs never hold it)."""
     assert item.kubeconfig_from is not None
-    path = machine_path(root, item.kubeconfig_from)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ItemFailed(f"kubeconfigFrom {item.kubeconfig_from}: cannot read it: "
-                         f"{exc.strerror or exc}") from None
-    if len(data) > MAX_KUBECONFIG_BYTES:
-        raise ItemFailed(f"kubeconfigFrom {item.kubeconfig_from}: {len(data)} bytes, more than "
-                         f"the {MAX_KUBECONFIG_BYTES} a report carries")
-    return data.decode(errors="replace")
+    return read_left_file(root, item.kubeconfig_from, MAX_KUBECONFIG_BYTES,
+                          f"kubeconfigFrom {item.kubeconfig_from}")
 
 
-def _journaled(item: StateItem, journal: Journal, root: Path) -> tuple[bool, str | None]:
-    """Whether the journal says the item is applied, with the kubeconfig it reports. An item
-    whose kubeconfig file is gone runs again: it is what makes the file."""
-    if not journal.applied(item.fingerprint()):
-        return False, None
-    if item.kubeconfig_from is None:
-        return True, None
+def _journaled(item: StateItem, journal: Journal, root: Path) -> ItemOutcome | None:
+    """What to report of an item the journal says is applied (its kubeconfig, its outputs);
+    None when it must run: not applied, or a file it left for its report is gone (it is what
+    makes the file)."""
+    lines = journal.recorded(item)
+    if lines is None:
+        return None
     try:
-        return True, read_kubeconfig(item, root)
+        kubeconfig = read_kubeconfig(item, root) if item.kubeconfig_from is not None else None
+        outputs = collect(item, lines, root) if item.outputs else None
     except ItemFailed:
-        return False, None
+        return None
+    return ItemOutcome(True, output="already applied (journal)", kubeconfig=kubeconfig,
+                       outputs=outputs)
 
 
 async def run_phase(
@@ -109,20 +117,24 @@ async def run_phase(
     proxy: ProxySettings,
     rand: random.Random | None = None,
     sleep: Sleep = asyncio.sleep,
+    secrets: Collection[str] = (),
 ) -> bool:
     """True when every item is applied; False when one failed retry.max_attempts times
-    (the items after it are then not run)."""
+    (the items after it are then not run). secrets names the values that are secret: they,
+    and the secret outputs of the items run so far, are masked in every report's output."""
     rand = random.Random() if rand is None else rand
+    masked = {values[name] for name in secrets if name in values}
     for item in items:
         fingerprint = item.fingerprint()
         item_report = partial(ItemReport, item=item.name, fingerprint=fingerprint,
                               phase=item.phase)
-        done, kubeconfig = _journaled(item, journal, root)
-        if done:
+        replayed = _journaled(item, journal, root)
+        if replayed is not None:
             now = time.time()
             await report(item_report(status="succeeded", attempt=1, started_at=now,
-                                     finished_at=now, output="already applied (journal)",
-                                     kubeconfig=kubeconfig))
+                                     finished_at=now, output=replayed.output,
+                                     kubeconfig=replayed.kubeconfig, outputs=replayed.outputs))
+            masked |= secret_values(item, replayed.outputs)
             continue
         journal.record_started(item)
         attempt = 0
@@ -130,14 +142,15 @@ async def run_phase(
             attempt += 1
             started = time.time()
             await report(item_report(status="running", attempt=attempt, started_at=started))
-            outcome = await apply_item(item, values, root, artifacts, proxy)
+            outcome = await apply_item(item, values, root, artifacts, proxy, masked)
             finished = started + outcome.duration
             if outcome.succeeded:
-                journal.record_applied(item)
+                journal.record_applied(item, outcome.outputs)
                 await report(item_report(status="succeeded", attempt=attempt,
                                          started_at=started, finished_at=finished,
                                          exit_code=outcome.exit_code, output=outcome.output,
-                                         kubeconfig=outcome.kubeconfig))
+                                         kubeconfig=outcome.kubeconfig, outputs=outcome.outputs))
+                masked |= secret_values(item, outcome.outputs)
                 break
             give_up = retry.max_attempts is not None and attempt >= retry.max_attempts
             wait = delay(attempt, retry.base_seconds, retry.max_seconds, rand)

@@ -3,17 +3,20 @@ root; the only stand-in is the artifact source, the daemon's seam."""
 
 from __future__ import annotations
 
+import random
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 from nodeagent.items.outcome import ItemOutcome
-from nodeagent.items.runner import apply_item
-from nodeagent.protocol import ProxySettings, StateItem
+from nodeagent.items.runner import apply_item, run_phase
+from nodeagent.journal import Journal
+from nodeagent.protocol import ItemReport, ProxySettings, RetryPolicy, StateItem
 
 PYTHON = sys.executable
 VALUES = {"cluster.name": "edge-1", "machine.hostname": "node-a", "machine.ip": "10.0.0.5"}
+RETRY = RetryPolicy(base_seconds=2, max_seconds=5)
 
 
 def make_item(name: str, action: dict[str, Any], **fields: Any) -> StateItem:
@@ -40,3 +43,29 @@ async def apply(item: StateItem, root: Path, values: dict[str, str] | None = Non
 def leftovers(directory: Path) -> list[str]:
     """Temp files an atomic write left behind (there must never be any)."""
     return sorted(p.name for p in directory.iterdir() if p.name.endswith(".nodeagent-tmp"))
+
+
+class Recorder:
+    """The report callback and the injected sleep: what the daemon would send, and the waits."""
+
+    def __init__(self) -> None:
+        self.reports: list[ItemReport] = []
+        self.sleeps: list[float] = []
+
+    async def report(self, report: ItemReport) -> None:
+        self.reports.append(report)
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+
+    def statuses(self) -> list[tuple[str, str, int]]:
+        return [(r.item, r.status, r.attempt) for r in self.reports]
+
+
+async def run(items: list[StateItem], journal: Journal, recorder: Recorder, root: Path,
+              retry: RetryPolicy = RETRY, rand: random.Random | None = None,
+              values: Mapping[str, str] = VALUES, secrets: Collection[str] = ()) -> bool:
+    """run_phase as `nodeagent apply` runs it, its reports and waits going to recorder."""
+    return await run_phase(items, values, journal, recorder.report, retry, root, no_artifacts,
+                           ProxySettings(), rand or random.Random(0), sleep=recorder.sleep,
+                           secrets=secrets)

@@ -38,3 +38,19 @@ def test_the_same_items_are_the_same_work() -> None:
         _work_key(sent(ITEM))
     assert _work_key(sent(ITEM, phase="upgrade")) != _work_key(sent(ITEM))
     assert _work_key(sent(ITEM, ITEM | {"name": "other"})) != _work_key(sent(ITEM))
+
+
+def test_a_new_value_of_a_secret_the_items_use_is_other_work() -> None:
+    """A token minted again: the phase restarts with it (the one it runs with may be expired
+    or revoked). A secret no item uses, or another plain value, leaves it running."""
+    joining = {**ITEM, "action": {"type": "exec",
+                                  "argv": ["kubeadm", "join", "--token", "${material.token}"]}}
+
+    def key(token: str, managers: str = "10.0.0.1", other: str = "a1b2c3") -> tuple[object, ...]:
+        return _work_key(sent(joining, values={"material.token": token, "managers.ips": managers,
+                                               "outputs.init.key": other},
+                              secrets=["material.token", "outputs.init.key"]))
+
+    assert key("abcdef.0123456789abcdef") != key("ghijkl.0123456789abcdef")
+    assert key("abcdef.0123456789abcdef") == key("abcdef.0123456789abcdef", "10.0.0.1,10.0.0.2")
+    assert key("abcdef.0123456789abcdef") == key("abcdef.0123456789abcdef", other="d4e5f6")

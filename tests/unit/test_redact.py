@@ -9,7 +9,7 @@ import pytest
 from coordinator.domain.tokens import new_token
 from nodeagent import joinstring
 from nodeagent.protocol import ItemReport
-from nodeagent.redact import MASK, RedactingFilter, redact
+from nodeagent.redact import MASK, MIN_MASKED_CHARS, RedactingFilter, mask_values, redact
 
 KEY = """-----BEGIN EC PRIVATE KEY-----
 MHcCAQEEIBkg4LVWM9nuwNSk3yByxZpYRj9xV8RsbwtYmF1l2fN0oAoGCCqGSM49
@@ -70,3 +70,24 @@ def test_log_lines_are_redacted_arguments_included(caplog: pytest.LogCaptureFixt
     with caplog.at_level(logging.INFO, logger="redact-test"):
         logger.info("registered with %s", token)
     assert caplog.messages == [f"registered with {MASK}"]
+
+
+def test_values_are_masked_wherever_they_appear_the_longest_first() -> None:
+    token, longer = "abcdef.0123456789abcdef", "abcdef.0123456789abcdef-extra"
+    text = f"kubeadm join --token {token} --key {longer}\n{token}"
+    assert mask_values(text, [token, longer]) == f"kubeadm join --token {MASK} --key {MASK}\n{MASK}"
+
+
+def test_a_value_too_short_to_mask_leaves_unrelated_text_alone() -> None:
+    short = "x" * (MIN_MASKED_CHARS - 1)
+    text = f"role admin, pin 1234, {short}"
+    assert mask_values(text, ["admin", "1234", short]) == text
+    assert mask_values(f"{short}x", [f"{short}x"]) == MASK
+
+
+def test_a_text_cut_in_the_middle_of_a_value_shows_none_of_its_end() -> None:
+    """An output tail may start anywhere; an end too short to tell is left."""
+    value = "0f3a9c77b1e2"
+    assert mask_values(f"{value[4:]} uploaded", [value]) == f"{MASK} uploaded"
+    assert mask_values(f"{value[-MIN_MASKED_CHARS + 1:]} ok", [value]) == \
+        f"{value[-MIN_MASKED_CHARS + 1:]} ok"

@@ -10,15 +10,11 @@ from pathlib import Path
 import pytest
 
 from nodeagent.backoff import delay
-from nodeagent.items.runner import run_phase
 from nodeagent.journal import Journal
-from nodeagent.protocol import ItemReport, ProxySettings, RetryPolicy, StateItem
-from tests.support.items import VALUES, exec_item, make_item, no_artifacts
+from nodeagent.protocol import ItemReport, RetryPolicy, StateItem
+from tests.support.items import Recorder, exec_item, make_item, run
 
 pytestmark = pytest.mark.integration
-
-RETRY = RetryPolicy(base_seconds=2, max_seconds=5)
-
 
 def counting(name: str, counter: Path, fail_times: int = 0, **fields: object) -> StateItem:
     """An exec item that appends a line to counter per run and fails its first fail_times runs."""
@@ -29,30 +25,6 @@ def counting(name: str, counter: Path, fail_times: int = 0, **fields: object) ->
 
 def runs(counter: Path) -> int:
     return len(counter.read_text().splitlines()) if counter.exists() else 0
-
-
-class Recorder:
-    """The report callback and the injected sleep: what the daemon would send, and the waits."""
-
-    def __init__(self) -> None:
-        self.reports: list[ItemReport] = []
-        self.sleeps: list[float] = []
-
-    async def report(self, report: ItemReport) -> None:
-        self.reports.append(report)
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-
-    def statuses(self) -> list[tuple[str, str, int]]:
-        return [(r.item, r.status, r.attempt) for r in self.reports]
-
-
-async def run(items: list[StateItem], journal: Journal, recorder: Recorder, root: Path,
-              retry: RetryPolicy = RETRY, rand: random.Random | None = None) -> bool:
-    return await run_phase(items, VALUES, journal, recorder.report, retry, root, no_artifacts,
-                           ProxySettings(),
-                           rand or random.Random(0), sleep=recorder.sleep)
 
 
 async def test_items_run_in_order_and_each_is_reported_and_journaled(

@@ -21,6 +21,7 @@ from coordinator.domain.outputs import key
 from coordinator.domain.records import Event
 from nodeagent.contract import JOB_PHASES, ROLES
 from nodeagent.protocol import ItemReport, StateItem, VersionAction, installed_version
+from nodeagent.redact import mask_values
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ def fold_report(spec: ClusterSpec, items: dict[str, StateItem], machine: Machine
         else machine.applied
     kubeconfig, kubeconfig_events = _kubeconfig(machine, item, report, now)
     produced = _outputs(item, report)
+    report = _masked(report, machine, produced)
     updated = replace(
         machine, applied=applied, last_seen=now, responding=True, kubeconfig=kubeconfig,
         outputs={**machine.outputs, **{f"{item.name}.{n}": v for n, v in produced.items()}}
@@ -77,6 +79,19 @@ def fold_report(spec: ClusterSpec, items: dict[str, StateItem], machine: Machine
     })
     return Folded(updated, [reported, *kubeconfig_events,
                             *_post_deploy_check(spec, updated, item, report, now)])
+
+
+def _masked(report: ItemReport, machine: Machine, produced: dict[str, str]) -> ItemReport:
+    """The report with every secret the coordinator knows of the machine masked in its output
+    and error, whatever the agent masked: the outputs it reports and holds, its join material,
+    and its job's (an agent older than outputs, or a command printing another's token)."""
+    known = [*produced.values(), *machine.outputs.values(),
+             *(machine.material.values.values() if machine.material else ()),
+             *(machine.minting.values.values() if machine.minting else ())]
+    if not known:
+        return report
+    return report.model_copy(update={"output": mask_values(report.output, known),
+                                     "error": mask_values(report.error, known)})
 
 
 def _outputs(item: StateItem, report: ItemReport) -> dict[str, str]:

@@ -5,6 +5,7 @@ them."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -206,3 +207,15 @@ def test_apply_refuses_outputs_and_conditions_that_cannot_hold(fragment: str, me
         load_spec(text)
     assert message in str(caught.value)
     assert "machineTypes.worker[1]" in str(caught.value)
+
+
+def test_the_coordinator_masks_what_it_knows_of_a_machine_in_its_reports(spec: Any) -> None:
+    m1, w1 = settle(spec, [first(spec), machine("w1", state=S.DEPLOY)], now=10.0)
+    m1 = report(spec, m1, "token", {"token": "plainvalue42xyz"}, [m1, w1])
+    m1, w1 = settle(spec, [m1, w1], now=11.0)
+    (item,) = assignment(spec, w1, [m1, w1]).items
+    sent = ItemReport(item=item.name, fingerprint=item.fingerprint(), phase=item.phase,
+                      status="failed", attempt=1, started_at=1.0, finished_at=2.0, exit_code=1,
+                      output="joining with plainvalue42xyz\n", error="exit 1")
+    folded = fold_report(spec, reportable_items(spec, ()), w1, sent, 12.0)
+    assert "plainvalue42xyz" not in json.dumps([e.data for e in folded.events])

@@ -19,7 +19,7 @@ from coordinator.domain.records import StoredCluster
 from coordinator.domain.releases import upgrade_run
 from coordinator.domain.templating import template_values
 from nodeagent.contract import Phase
-from nodeagent.protocol import Assignment
+from nodeagent.protocol import Assignment, StateItem
 
 
 @dataclass(frozen=True)
@@ -47,22 +47,30 @@ def assigned_phase(spec: ClusterSpec, machine: Machine, post_deploy_host: str | 
     return phase
 
 
+def phase_run(spec: ClusterSpec, machine: Machine, phase: Phase,
+              peers: Sequence[Machine]) -> list[StateItem]:
+    """The items machine runs in phase, whose cluster's machines include peers (the managers
+    among them are those reconfigure items are versioned by): the one place they are chosen,
+    so that what `cluster render` shows is what the assignment carries. An upgrade runs what
+    changed since the machine last ran (releases.upgrade_run), not only upgrade items."""
+    if machine.role is None:
+        return []
+    if phase == "upgrade":
+        return [item for item, _ in upgrade_run(spec, machine)]
+    return phase_items(spec, machine.role, phase, deployed_managers(peers))
+
+
 def build_assignment(inputs: AssignmentInputs, post_deploy_host: str | None) -> Assignment:
     """The assignment of inputs.machine; post_deploy_host is the id of the manager that is to
     run the post-deploy step (None: none is)."""
     spec, machine, peers = inputs.stored.spec, inputs.machine, inputs.peers
     phase = assigned_phase(spec, machine, post_deploy_host)
-    if phase == "upgrade":  # what changed since it last ran, not only upgrade items
-        items = [item for item, _ in upgrade_run(spec, machine)]
-    else:
-        items = (phase_items(spec, machine.role, phase, deployed_managers(peers))
-                 if machine.role and phase else [])
     return Assignment(
         machine_id=machine.id,
         generation=machine.generation,
         state=machine.state.value,
         phase=phase,
-        items=items,
+        items=phase_run(spec, machine, phase, peers) if phase else [],
         applied=sorted(machine.applied),
         values=template_values(spec, machine, peers),
         retry=spec.settings.retry,

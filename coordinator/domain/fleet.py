@@ -21,6 +21,13 @@ class Fleet:
     managers: int
     workers: int
 
+    def hostnames(self) -> str:
+        """Its machines' hostnames, a range per role: `manager-1..manager-3, worker-1`."""
+        return ", ".join(_hostname(role, 1) if count == 1 else
+                         f"{_hostname(role, 1)}..{_hostname(role, count)}"
+                         for role, count in (("manager", self.managers), ("worker", self.workers))
+                         if count)
+
 
 def parse_fleet(text: str) -> Fleet:
     """`MANAGERS,WORKERS` (e.g. `3,50`), or ValueError saying what is wrong with it."""
@@ -48,6 +55,10 @@ def _machine(spec: ClusterSpec, role: Role, number: int, index: int) -> Machine:
     deployed = frozenset(f for phase in ("prepare", "deploy") for _, f in book.items(role, phase))
     return Machine(
         id=f"00000000-0000-4000-8000-{index + 1:012d}", cluster=spec.name,
-        hostname=f"{role}-{number}", ip=f"{_RANGES[index // 254]}.{index % 254 + 1}",
+        hostname=_hostname(role, number), ip=f"{_RANGES[index // 254]}.{index % 254 + 1}",
         state=MachineState.READY, role=role, approved=True, applied=deployed,
         created_at=float(index), deploy_order=index + 1 if role == "manager" else 0)
+
+
+def _hostname(role: str, number: int) -> str:
+    return f"{role}-{number}"

@@ -158,7 +158,5 @@ def _named(spec: ClusterSpec, machines: Sequence[Machine], ref: str,
         return found
     if fleet is None:
         raise NotFound(f"no machine with id or hostname {ref} in cluster {spec.name}")
-    last_worker = f", worker-1..worker-{fleet.workers}" if fleet.workers else ""
-    raise NotFound(f"no machine {ref} in the hypothetical fleet (manager-1..manager-"
-                   f"{fleet.managers}{last_worker})")
+    raise NotFound(f"no machine {ref} in the hypothetical fleet ({fleet.hostnames()})")
 

@@ -176,6 +176,8 @@ def test_one_machine_one_phase_and_an_unknown_machine() -> None:
     with pytest.raises(NotFound, match=r"no machine worker-51 in the hypothetical fleet "
                                        r"\(manager-1..manager-3, worker-1..worker-50\)"):
         render_cluster(SPEC, [], Fleet(3, 50), machine="worker-51")
+    with pytest.raises(NotFound, match=r"no machine w2 in the hypothetical fleet \(manager-1\)$"):
+        render_cluster(SPEC, [], Fleet(1, 0), machine="w2")
     with pytest.raises(NotFound, match="no machine with id or hostname w9 in cluster lab"):
         render_cluster(SPEC, [machine("w1")], machine="w9")
 

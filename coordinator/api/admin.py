@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from coordinator.api.bodies import AdminTokenBody, JoinTokenBody, RoleBody
-from coordinator.api.context import PRESENTATION, body, service, text
+from coordinator.api.bodies import AdminTokenBody, JoinTokenBody, RenderQuery, RoleBody
+from coordinator.api.context import PRESENTATION, body, query, service, text
 from coordinator.api.views import (
     admin_token_view,
     cluster_status_view,
     cluster_view,
     join_token_view,
     machine_view,
+    rendering_view,
     upgrade_plan_view,
 )
 from coordinator.domain.errors import NotFound
@@ -137,6 +138,17 @@ async def upgrade_plan(request: web.Request) -> web.Response:
     spec = load_spec(raw, "request body") if raw.strip() else None
     target, plan = await service(request).queries.upgrade_plan(request.match_info["name"], spec)
     return web.json_response(upgrade_plan_view(target, plan))
+
+
+async def render(request: web.Request) -> web.Response:
+    """What machines would run: the stored spec (GET), or a new spec in a POST's body, which
+    need not be stored yet."""
+    asked = query(request, RenderQuery)
+    raw = await text(request) if request.method == "POST" else ""
+    spec = load_spec(raw, "request body") if raw.strip() else None
+    rendering = await service(request).queries.rendering(
+        request.match_info["name"], spec, asked.fleet, asked.machine, asked.phase)
+    return web.json_response(rendering_view(rendering))
 
 
 async def pause(request: web.Request) -> web.Response:

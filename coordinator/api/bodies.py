@@ -1,13 +1,17 @@
-"""Request bodies of the admin endpoints: validated like every other payload, and the source
-of their schemas in /openapi.json."""
+"""Request bodies of the admin endpoints (the source of their schemas in /openapi.json) and
+their queries: validated like every other payload, so a bad one is refused naming the field."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from coordinator.domain.fleet import Fleet, parse_fleet
 from coordinator.domain.model import Role
 from coordinator.domain.tokens import ADMIN_ROLES, parse_duration
+from nodeagent.contract import Phase
 
 
 class _Body(BaseModel):
@@ -40,3 +44,17 @@ class AdminTokenBody(_Body):
         if value not in ADMIN_ROLES:
             raise ValueError(f"must be one of {', '.join(ADMIN_ROLES)}")
         return value
+
+
+def _fleet(value: object) -> object:
+    return parse_fleet(value) if isinstance(value, str) else value
+
+
+class RenderQuery(_Body):
+    """What `GET|POST /v1/clusters/NAME/render` renders: the query string's parameters."""
+
+    machine: str | None = Field(default=None, description="only this machine (id or hostname)")
+    phase: Phase | None = Field(default=None, description="only this phase")
+    fleet: Annotated[Fleet | None, BeforeValidator(_fleet)] = Field(
+        default=None, description="MANAGERS,WORKERS: a hypothetical fleet instead of the "
+        "cluster's machines")

@@ -1,5 +1,5 @@
 """What every handler shares: the application's keys, how the coordinator presents itself,
-and reading a request's credential and body."""
+and reading a request's credential, body and query."""
 
 from __future__ import annotations
 
@@ -77,6 +77,15 @@ async def body(request: web.Request, model: type[M], optional: bool = False) -> 
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise InvalidDocument([Problem("", f"body is not valid JSON: {exc.msg}", exc.lineno)]) from None
+    return _validated(model, data)
+
+
+def query(request: web.Request, model: type[M]) -> M:
+    """The validated query string: each parameter a field of model, an unknown one refused."""
+    return _validated(model, dict(request.query))
+
+
+def _validated(model: type[M], data: Any) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -80,6 +80,16 @@ ROUTES: tuple[Route, ...] = (
           "batches of the upgrade its apply would start, and the items each machine runs; "
           "changes nothing, so read-only tokens may send it", "admin", body=ClusterSpec,
           body_optional=True, dry_run=True),
+    Route("GET", "/v1/clusters/{name}/render", admin.render,
+          "What each machine would run: per machine and phase, each item's action with its "
+          "values filled in, secrets masked (query: machine (id or hostname), phase, fleet="
+          "MANAGERS,WORKERS for a hypothetical fleet instead of the cluster's machines)",
+          "admin"),
+    Route("POST", "/v1/clusters/{name}/render", admin.render,
+          "What each machine would run under a new spec (the body, YAML or JSON), which need "
+          "not be stored yet (no machines: a hypothetical fleet); the query of GET; changes "
+          "nothing, so read-only tokens may send it", "admin", body=ClusterSpec,
+          body_optional=True, dry_run=True),
     Route("POST", "/v1/clusters/{name}/upgrade/{verb}", admin.pause,
           "verb pause: no machine starts upgrading (running ones finish); verb resume", "admin"),
     Route("POST", "/v1/machines/{ref}/drain/{action}", admin.drain_action,

@@ -10,6 +10,7 @@ from coordinator.domain.model import ClusterSpec, Machine, Material
 from coordinator.domain.outputs import public_outputs, waits_text
 from coordinator.domain.planner import MachineUpgrade, UpgradePlan
 from coordinator.domain.records import AdminToken, Event, JoinToken, StoredCluster
+from coordinator.domain.rendering import RenderedMachine, Rendering
 from coordinator.domain.status import machine_step
 from coordinator.service.queries import ClusterStatus
 
@@ -126,6 +127,23 @@ def _machine_upgrade_view(upgrade: MachineUpgrade) -> dict[str, Any]:
     return {**_planned_machine_view(upgrade.machine),
             "items": [{"name": i.name, "phase": i.phase, "version": i.version}
                       for i in upgrade.items]}
+
+
+def rendering_view(rendering: Rendering) -> dict[str, Any]:
+    """What machines would run; fleet is the hypothetical fleet rendered (null: the cluster's
+    machines)."""
+    fleet = rendering.fleet
+    return {"cluster": rendering.spec.name, "release": rendering.spec.release,
+            "fleet": None if fleet is None else asdict(fleet),
+            "machines": [_rendered_machine_view(m) for m in rendering.machines]}
+
+
+def _rendered_machine_view(machine: RenderedMachine) -> dict[str, Any]:
+    return {"id": machine.id, "hostname": machine.hostname, "ip": machine.ip,
+            "role": machine.role, "state": machine.state.value, "release": machine.release,
+            "values": machine.values,
+            "phases": [{"phase": p.phase, "items": [asdict(i) for i in p.items]}
+                       for p in machine.phases]}
 
 
 def join_token_view(token: JoinToken) -> dict[str, Any]:

@@ -1,13 +1,16 @@
-"""`coordinator cluster apply|get|delete`: declaring clusters and reading them back."""
+"""`coordinator cluster apply|get|delete|render`: declaring clusters, reading them back, and
+seeing what their machines would run."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 import click
 
 from coordinator.cli.plumbing import call, complete_clusters, echo_lines, emit, output_option
-from coordinator.cli.render import clusters_lines
+from coordinator.cli.render import clusters_lines, rendering_lines
+from nodeagent.contract import PHASES
 
 
 @click.group()
@@ -46,3 +49,39 @@ def cluster_delete(ctx: click.Context, name: str) -> None:
     """Reset every machine of the cluster, then remove it."""
     call(ctx, "DELETE", f"/v1/clusters/{name}")
     click.echo(f"cluster {name}: machines are resetting; it goes when they are done")
+
+
+def _fleet(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Checked here too, so that a typo is the option's error before anything is sent."""
+    from coordinator.domain.fleet import parse_fleet
+
+    if value is not None:
+        try:
+            parse_fleet(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+    return value
+
+
+@cluster.command("render")
+@click.argument("name", shell_complete=complete_clusters)
+@click.option("--machine", help="Only this machine (hostname or id).")
+@click.option("--phase", type=click.Choice(PHASES), help="Only this phase.")
+@click.option("--fleet", metavar="MANAGERS,WORKERS", callback=_fleet,
+              help="A hypothetical fleet (e.g. 3,50) instead of the cluster's machines.")
+@click.option("-f", "--file", "path", type=click.File("r"),
+              help="A spec to render instead of the stored one; nothing is stored.")
+@click.option("--output", "-o", type=click.Choice(["text", "json", "yaml"]), default="text",
+              show_default=True, help="text for people (machines alike shown once); json or "
+              "yaml: every machine.")
+@click.pass_context
+def cluster_render(ctx: click.Context, name: str, machine: str | None, phase: str | None,
+                   fleet: str | None, path: Any, output: str) -> None:
+    """Show what each machine would run: per phase, each item's action with its values
+    filled in, secrets masked. Nothing runs and nothing is stored."""
+    asked = {k: v for k, v in (("machine", machine), ("phase", phase), ("fleet", fleet)) if v}
+    where = f"/v1/clusters/{name}/render" + (f"?{urlencode(asked)}" if asked else "")
+    data = (call(ctx, "POST", where, text=path.read(), content_type="application/yaml") if path
+            else call(ctx, "GET", where))
+    if not emit(data, output):
+        echo_lines(rendering_lines(data))

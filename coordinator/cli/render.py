@@ -4,6 +4,7 @@ status view (console.py) and the demo script."""
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import Any
 
@@ -148,3 +149,82 @@ def item_header(event: dict[str, Any]) -> str:
 def event_line(event: dict[str, Any]) -> str:
     return (f"{clock(event['time'])} {event['cluster']:<12} "
             f"{event['hostname'] or '-':<16} {event['kind']:<14} {event['message']}")
+
+
+def rendering_lines(rendering: dict[str, Any]) -> list[str]:
+    """What machines would run, as text: each machine's phases and items, every argument and
+    template filled in. A machine with the same role, state and items as one shown before is
+    not shown again: it is listed at the end as like that one, but for its values."""
+    fleet = rendering["fleet"]
+    on = (f"a hypothetical fleet of {_count(fleet['managers'], 'manager')} and "
+          f"{_count(fleet['workers'], 'worker')}, as if deployed at an earlier release"
+          if fleet else "its machines")
+    lines = [f"cluster {rendering['cluster']}, release {rendering['release']}, on {on}"]
+    alike: dict[tuple[Any, ...], list[str]] = {}
+    for machine in rendering["machines"]:
+        shape = (machine["role"], machine["state"], tuple(
+            (p["phase"], tuple((i["name"], i["version"]) for i in p["items"]))
+            for p in machine["phases"]))
+        alike.setdefault(shape, []).append(machine["hostname"])
+        if len(alike[shape]) == 1:
+            lines += _rendered_machine(machine)
+    for first, *others in alike.values():
+        if others:
+            names = ", ".join(others) if len(others) <= 3 else f"{others[0]} … {others[-1]}"
+            lines.append(f"{names} ({_count(len(others), 'machine')}): as {first}, but for "
+                         "their values")
+    if any(len(names) > 1 for names in alike.values()):
+        lines.append("(--machine NAME or -o json shows each)")
+    return lines
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _rendered_machine(machine: dict[str, Any]) -> list[str]:
+    lines = [f"{machine['hostname']} ({machine['role'] or 'no role'}, {machine['state']}, "
+             f"{machine['ip'] or 'no address'})"]
+    if not machine["phases"]:
+        lines.append("  nothing to run" if machine["role"] else
+                     "  nothing until it is approved with a role")
+    for phase in machine["phases"]:
+        lines.append(f"  {phase['phase']}")
+        for item in phase["items"]:
+            lines += _rendered_item(item)
+    return lines
+
+
+def _rendered_item(item: dict[str, Any]) -> list[str]:
+    """An item's action, field by field; each text as the node gets it."""
+    action = item["action"]
+    version = "" if item["version"] == "1" else f" (version {item['version']})"
+    kind = action["type"]
+    fields: list[tuple[str, str]] = []
+    if kind in ("exec", "version"):
+        fields.append(("argv", shlex.join(action["argv"])))
+        fields += [(f"env {name}", value) for name, value in action.get("env", {}).items()]
+        fields += [("cwd", action["cwd"])] if "cwd" in action else []
+        fields += [("expects", action["expect"])] if kind == "version" else []
+        what = kind
+    elif kind == "file":
+        owner = f", owner {action['owner']}" if "owner" in action else ""
+        what = f"file {action['path']}, mode {action['mode']}{owner}"
+        fields.append(("template", action["template"]) if "template" in action
+                      else ("content", action["content"]))
+    else:
+        what = (f"download {action.get('url') or 'artifact ' + action['artifact']} to "
+                f"{action['path']}, mode {action['mode']}")
+        fields.append(("sha256", action["sha256"]))
+    lines = [f"    {item['name']}{version}: {what}"]
+    for label, text in fields:
+        lines += _field(label, text)
+    return lines + [f"      problem: {problem}" for problem in item["problems"]]
+
+
+def _field(label: str, text: str) -> list[str]:
+    """label: text on one line, or text as a block under label when it has several."""
+    lines = text.splitlines() or [""]
+    if len(lines) == 1:
+        return [f"      {label}: {lines[0]}"]
+    return [f"      {label}:", *(f"        | {line}" for line in lines)]

@@ -21,7 +21,7 @@ from coordinator.domain.records import StoredCluster
 from coordinator.domain.releases import upgrade_run
 from coordinator.domain.templating import template_values
 from nodeagent.contract import JOB_PHASES, Phase
-from nodeagent.protocol import Assignment
+from nodeagent.protocol import Assignment, StateItem
 
 
 @dataclass(frozen=True)
@@ -52,17 +52,31 @@ def assigned_phase(spec: ClusterSpec, machine: Machine, post_deploy_host: str | 
     return phase
 
 
+def phase_run(spec: ClusterSpec, machine: Machine, phase: Phase,
+              peers: Sequence[Machine]) -> list[StateItem]:
+    """The items machine runs in phase, whose cluster's machines include peers (the managers
+    among them are those reconfigure items are versioned by): the one place they are chosen,
+    so that what `cluster render` shows is what the assignment carries. An upgrade runs what
+    changed since the machine last ran (releases.upgrade_run), not only upgrade items; a mint
+    or revoke phase, the manager's job (minting.job_items); any other, the items whose `when`
+    holds for it."""
+    if machine.role is None:
+        return []
+    if phase in JOB_PHASES:
+        return job_items(spec, machine.minting) if machine.minting is not None else []
+    if phase == "upgrade":
+        return [item for item, _ in upgrade_run(spec, machine)]
+    return machine_items(spec, machine, phase, deployed_managers(peers))
+
+
 def assigned_items(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine],
                    post_deploy_host: str | None) -> tuple[Phase | None, Handed]:
     """The machine's phase and the items it is handed in it: up to the first one whose
     outputs are not there yet (outputs.hand_out), with the output values they use."""
     phase = assigned_phase(spec, machine, post_deploy_host)
-    if phase in JOB_PHASES and machine.minting is not None:
-        return phase, Handed(job_items(spec, machine.minting), {}, ())
-    if phase == "upgrade":  # what changed since it last ran, not only upgrade items
-        items = [item for item, _ in upgrade_run(spec, machine)]
-    else:
-        items = machine_items(spec, machine, phase, deployed_managers(peers)) if phase else []
+    items = phase_run(spec, machine, phase, peers) if phase else []
+    if phase in JOB_PHASES:
+        return phase, Handed(items, {}, ())
     return phase, hand_out(items, available(machine, peers))
 
 

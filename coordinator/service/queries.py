@@ -9,8 +9,10 @@ from typing import Any
 
 from coordinator.domain import planner
 from coordinator.domain.errors import Conflict, Gone, NotFound
+from coordinator.domain.fleet import Fleet
 from coordinator.domain.model import ClusterSpec, Machine
 from coordinator.domain.records import AdminToken, Event, JoinToken, MachineCount, StoredCluster
+from coordinator.domain.rendering import Rendering, render_cluster
 from coordinator.domain.status import (
     HISTORY_KINDS,
     History,
@@ -22,6 +24,7 @@ from coordinator.domain.status import (
     stages,
 )
 from coordinator.store.base import Store
+from nodeagent.contract import Phase
 
 EVENT_PAGE = 10000
 
@@ -128,6 +131,23 @@ class Queries:
             raise Conflict(f"the spec is for cluster {spec.name}, not {name}")
         target = spec or stored.spec
         return target, planner.upgrade_plan(target, await self.store.list_machines(name))
+
+    async def rendering(self, name: str, spec: ClusterSpec | None = None,
+                        fleet: Fleet | None = None, machine: str | None = None,
+                        phase: Phase | None = None) -> Rendering:
+        """What the machines of cluster name would run under spec (default: the stored one),
+        or a hypothetical fleet would; a spec may be rendered before its cluster is stored.
+        Changes nothing."""
+        stored: StoredCluster | None
+        if spec is None:
+            stored = await self.cluster(name)
+            spec = stored.spec
+        elif spec.name != name:
+            raise Conflict(f"the spec is for cluster {spec.name}, not {name}")
+        else:
+            stored = await self.store.get_cluster(name)
+        machines = [] if stored is None or fleet else await self.store.list_machines(name)
+        return render_cluster(spec, machines, fleet, machine, phase)
 
     async def cluster_status(self, name: str) -> ClusterStatus:
         stored = await self.cluster(name)

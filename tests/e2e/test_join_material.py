@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from coordinator.api.routes import ROUTES
-from coordinator.cli.client import AdminClient
-from tests.support.rollout import all_ready, fleet
+from tests.support.rollout import Fleet, all_ready, fleet
 
 MANAGERS = ["m1", "m2", "m3"]
 WORKERS = ["w1", "w2", "w3", "w4"]
@@ -119,10 +120,9 @@ def test_join_material_is_minted_per_joiner_used_once_revoked_and_never_shown(
         events = f.events()
         status = f.admin_json("status", "lab")
         reader = f.admin("admin-token", "create", "viewer", "--role", "read-only").strip()
-        views = api_views(f.coordinator.url, reader, f.coordinator.ca_file, [
-            m["id"] for m in f.admin_json("machines")])
-        admin_views = api_views(f.coordinator.url, f.coordinator.token_file.read_text().strip(),
-                                f.coordinator.ca_file, [m["id"] for m in f.admin_json("machines")])
+        ids = [m["id"] for m in f.admin_json("machines")]
+        views = api_views(f, reader, ids)
+        admin_views = api_views(f, f.coordinator.token_file.read_text().strip(), ids)
 
     tokens, used, revoked = records(k8s / "tokens"), records(k8s / "used"), records(k8s / "revoked")
     keys = records(k8s / "keys")
@@ -153,22 +153,34 @@ def test_join_material_is_minted_per_joiner_used_once_revoked_and_never_shown(
         assert not found, f"{where} shows {found}"
 
 
-def api_views(url: str, token: str, ca: Path, machine_ids: list[str]) -> dict[str, str]:
+# Run in the coordinator's namespace (this process cannot reach it): each path's answer.
+FETCH = """
+import json, sys
+from coordinator.cli.client import AdminClient
+url, token, ca, paths = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+client = AdminClient(url, token, ca_file=ca)
+print(json.dumps({path: json.dumps(client.request("GET", path)) for path in paths}))
+"""
+
+
+def api_views(f: Fleet, token: str, machine_ids: list[str]) -> dict[str, str]:
     """Every GET answer of the admin API: each route of the table, its parameters filled in
     with this cluster's name and each machine's id."""
-    client = AdminClient(url, token, ca_file=ca)
-    found = {}
+    fills = {"name": ["lab"], "ref": machine_ids}
+    paths: list[str] = []
     for route in ROUTES:
         if route.method != "GET" or route.auth != "admin" or "stream" in route.path:
             continue
-        fills = {"name": ["lab"], "ref": machine_ids, "machine_id": machine_ids}
-        paths = [route.path]
+        expanded = [route.path]
         for name, values in fills.items():
-            paths = [p.replace(f"{{{name}}}", v) for p in paths for v in values] \
-                if f"{{{name}}}" in route.path else paths
-        for path in paths:
-            found[path] = json.dumps(client.request("GET", path))
-    return found
+            if f"{{{name}}}" in route.path:
+                expanded = [p.replace(f"{{{name}}}", v) for p in expanded for v in values]
+        paths += expanded
+    served = f.coordinator
+    out = subprocess.run([*served.prefix, sys.executable, "-c", FETCH, served.url, token,
+                          str(served.ca_file), json.dumps(paths)],
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    return dict(json.loads(out))
 
 
 def logs(tmp: Path) -> list[tuple[str, str]]:

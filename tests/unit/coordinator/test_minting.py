@@ -13,10 +13,12 @@ import pytest
 
 from coordinator.domain.assignment import AssignmentInputs, build_assignment, waits_notices
 from coordinator.domain.errors import Conflict
+from coordinator.domain.fleet import parse_fleet
 from coordinator.domain.minting import mint_pass
 from coordinator.domain.model import Machine, MachineState
 from coordinator.domain.outputs import waits_text
 from coordinator.domain.records import StoredCluster
+from coordinator.domain.rendering import render_cluster, render_machine
 from coordinator.domain.reports import fold_report, reportable_items
 from coordinator.domain.specs import load_spec
 from nodeagent.protocol import Assignment, ItemReport
@@ -219,3 +221,15 @@ def test_the_coordinator_masks_what_it_knows_of_a_machine_in_its_reports(spec: A
                       output="joining with plainvalue42xyz\n", error="exit 1")
     folded = fold_report(spec, reportable_items(spec, ()), w1, sent, 12.0)
     assert "plainvalue42xyz" not in json.dumps([e.data for e in folded.events])
+
+
+def test_render_names_secrets_and_what_is_not_produced_yet_never_a_secret_value(spec: Any) -> None:
+    m1, w1 = settle(spec, [first(spec), machine("w1", state=S.DEPLOY)], now=10.0)
+    m1 = report(spec, m1, "token", {"token": "plainvalue42xyz"}, [m1, w1])
+    m1, w1 = settle(spec, [m1, w1], now=11.0)
+    shown = repr(render_machine(spec, w1, [m1, w1]))
+    assert "[secret ${outputs.token.token}]" in shown and "plainvalue42xyz" not in shown
+    assert "[secret ${outputs.init.caCertHash}]" in shown and "abcdef0123" not in shown
+    assert "10.0.0.1:6443" in shown  # declared secret: false
+    fleet = repr(render_cluster(spec, [], fleet=parse_fleet("1,1")))
+    assert "<${outputs.init.caCertHash}: not produced yet>" in fleet

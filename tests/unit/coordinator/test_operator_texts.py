@@ -1,5 +1,5 @@
 """Small pure pieces of the operator tools: --since, durations, log headers, the upgrade plan,
-machine gauges, history wakes."""
+what machines would run, machine gauges, history wakes."""
 
 from __future__ import annotations
 
@@ -9,11 +9,24 @@ from datetime import datetime
 import click
 import pytest
 
+from coordinator.api.views import rendering_view
 from coordinator.cli.events import parse_since
-from coordinator.cli.render import duration, item_header, upgrade_plan_lines
+from coordinator.cli.render import duration, item_header, rendering_lines, upgrade_plan_lines
+from coordinator.domain.fleet import Fleet
+from coordinator.domain.model import MachineState
 from coordinator.domain.records import MachineCount
+from coordinator.domain.rendering import (
+    RenderedMachine,
+    RenderedPhase,
+    Rendering,
+    Values,
+    render_cluster,
+    render_item,
+)
 from coordinator.metrics import Metrics
 from coordinator.service.notifier import Notifier
+from nodeagent.protocol import StateItem
+from tests.support.builders import cluster
 
 NOW = 1_800_000_000.0
 
@@ -66,6 +79,44 @@ def test_the_upgrade_plan_puts_each_machine_on_a_line_with_the_items_it_runs() -
         "        w2 (worker, from 1.0) runs deploy/join, upgrade/kubelet",
         "not reached: w3 (worker, from 1.0): not responding; would run deploy/join, upgrade/kubelet",
         "nothing to run, recorded at 2.0: m1 (manager, from 1.0)"]
+
+
+def test_what_a_machine_would_run_shows_every_field_and_each_text_as_the_node_gets_it() -> None:
+    spec = cluster(manager=[StateItem.model_validate(raw) for raw in (
+        {"name": "init", "phase": "deploy", "action": {"type": "exec", "argv": [
+            "sh", "-c", "set -e\nkubeadm init --node-name ${machine.hostname}"],
+            "cwd": "/root", "env": {"TOKEN": "${outputs.ca.token}"}}},
+        {"name": "cni", "phase": "postdeploy", "version": "1.4", "versionCommand": ["cni", "-v"],
+         "action": {"type": "download", "artifact": "cni.tgz", "sha256": "a" * 64,
+                    "path": "/opt/cni.tgz"}})], name="lab", release="2.0")
+    manager = render_cluster(spec, [], Fleet(1, 0)).machines[0]
+    shown = Values({"machine.hostname": "manager-1", "outputs.ca.token": "t0ps3cret"},
+                   secret=frozenset({"outputs.ca.token"})).shown()
+    init = render_item(spec.items("manager", "deploy")[0], shown)
+    unapproved = RenderedMachine("id-w1", "w1", None, None, MachineState.PENDING, "", {})
+    rendering = Rendering(spec, None, [
+        RenderedMachine(**{**vars(manager), "phases": (
+            RenderedPhase("deploy", (init,)), *manager.phases[1:2])}), unapproved])
+    lines = rendering_lines(rendering_view(rendering))
+    assert lines == [
+        "cluster lab, release 2.0, on its machines",
+        "manager-1 (manager, Ready, 192.0.2.1)",
+        "  deploy",
+        "    init: exec",
+        "      argv:",
+        "        | sh -c 'set -e",
+        "        | kubeadm init --node-name manager-1'",
+        "      env TOKEN: [secret ${outputs.ca.token}]",
+        "      cwd: /root",
+        "  postdeploy",
+        "    cni (version 1.4): download artifact cni.tgz to /opt/cni.tgz, mode 0644",
+        f"      sha256: {'a' * 64}",
+        "    cni.version (version 1.4+release.2.0): version",
+        "      argv: cni -v",
+        "      expects: 1.4",
+        "w1 (no role, Pending, no address)",
+        "  nothing until it is approved with a role"]
+    assert "t0ps3cret" not in repr(rendering_view(rendering))
 
 
 def test_machine_gauges_list_every_state_per_cluster_with_zeros() -> None:

@@ -54,6 +54,7 @@ def machine_to_doc(machine: Machine) -> dict[str, Any]:
     doc["applied"] = sorted(machine.applied)
     doc["upgrading"] = sorted(machine.upgrading)
     doc["managers"] = list(machine.managers)
+    doc["waits"] = list(machine.waits)
     doc["progress"] = None if machine.progress is None else asdict(machine.progress)
     doc["drain"] = None if machine.drain is None else asdict(machine.drain)
     doc["material"] = None if machine.material is None else asdict(machine.material)

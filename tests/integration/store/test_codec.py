@@ -11,15 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.domain.model import (
-    DrainStage,
-    DrainStatus,
-    ItemProgress,
-    Machine,
-    MachineState,
-    Material,
-    MintJob,
-)
+from coordinator.domain import model
+from coordinator.domain.model import DrainStage, DrainStatus, ItemProgress, Machine, MachineState
 from coordinator.store.cipher import Cipher, SecretsKeyError
 from coordinator.store.codec import (
     SEALED,
@@ -82,11 +75,11 @@ machines = st.builds(
     labels=st.dictionaries(st.text(), st.text(), max_size=3),
     outputs=secret_values,
     material=st.none() | st.builds(
-        Material, serial=st.integers(), minter=st.text(), requested_at=finite, items=names,
+        model.Material, serial=st.integers(), minter=st.text(), requested_at=finite, items=names,
         values=secret_values, minted_at=st.none() | finite, expires_at=st.none() | finite,
         used_at=st.none() | finite, revoked_at=st.none() | finite),
     minting=st.none() | st.builds(
-        MintJob, kind=st.sampled_from(["mint", "revoke"]), joiner=st.text(), hostname=st.text(),
+        model.MintJob, kind=st.sampled_from(["mint", "revoke"]), joiner=st.text(), hostname=st.text(),
         ip=st.text(), role=st.sampled_from(["manager", "worker"]), serial=st.integers(),
         items=names, values=secret_values, done=names),
     waits=names,

@@ -14,7 +14,7 @@ from coordinator.cli.plumbing import EXIT_ERROR, EXIT_USAGE, parse_duration
 
 data_dir_option = click.option(
     "--data-dir", default="coordinator-data", show_default=True, type=click.Path(file_okay=False),
-    help="Database, TLS files (pki/), admin token and artifacts.")
+    help="Database, TLS files (pki/), secrets key, admin token and artifacts.")
 listen_option = click.option("--listen", default="127.0.0.1:8080", show_default=True,
                              help="HOST:PORT to serve on.")
 store_option = click.option(
@@ -90,7 +90,8 @@ def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | No
 def init(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
          names: tuple[str, ...], cluster_file: Any, join_ttl: str,
          join_max_uses: int | None) -> None:
-    """Create the CA, the server certificate, an admin token and a first join string."""
+    """Create the CA, the server certificate, the secrets key, an admin token and a first join
+    string."""
     import asyncio
 
     from coordinator.domain.specs import load_spec
@@ -118,6 +119,8 @@ def init(data_dir: str, listen: str, advertise_url: str | None, store: str | Non
         sys.exit(EXIT_ERROR)
     click.echo(f"CA certificate:  {options.pki().ca_cert}  ({done.ca_hash})")
     click.echo(f"admin token:     {options.data_dir / 'admin.token'}")
+    click.echo(f"secrets key:     {options.key_file()}  (back it up with the database: without "
+               "it the machines' secrets cannot be read)")
     click.echo(f"start it with:   coordinator serve --data-dir {data_dir} --listen {listen} "
                f"--advertise-url {options.url()}" + (" --store DSN" if store else ""))
     if done.join:

@@ -1,5 +1,6 @@
 """`coordinator init`: everything a new coordinator needs before its first start: a CA and a
-server certificate, an admin token, and optionally a first cluster with a join string."""
+server certificate, the secrets key (made as the store opens), an admin token, and optionally
+a first cluster with a join string."""
 
 from __future__ import annotations
 

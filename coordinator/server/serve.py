@@ -20,9 +20,11 @@ from coordinator.api.context import Presentation
 from coordinator.domain.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
 from coordinator.gcpolicy import DEFAULT_INTERVAL_SECONDS, GcPolicy
 from coordinator.metrics import METRICS
+from coordinator.server import secrets_key
 from coordinator.server.pki import Pki
 from coordinator.service.coordinator import Coordinator
 from coordinator.store.base import Store, StoreError
+from coordinator.store.cipher import Cipher
 from coordinator.store.sqlite import SQLiteStore
 from nodeagent.redact import RedactingFilter
 
@@ -49,6 +51,10 @@ class ServeOptions:
     def pki(self) -> Pki:
         return Pki(self.data_dir / "pki")
 
+    def key_file(self) -> Path:
+        """The secrets key's file (coordinator/server/secrets_key.py)."""
+        return self.data_dir / secrets_key.FILE_NAME
+
     def url(self) -> str:
         if self.advertise_url:
             return self.advertise_url.rstrip("/")
@@ -72,22 +78,28 @@ def tls_context(pki: Pki) -> ssl.SSLContext:
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
-def make_store(location: str | None, data_dir: Path) -> Store:
-    """The embedded SQLite file by default; PostgreSQL (which replicas may share) for a DSN."""
+def make_store(location: str | None, data_dir: Path, cipher: Cipher) -> Store:
+    """The embedded SQLite file by default; PostgreSQL (which replicas may share) for a DSN.
+    Either seals machines' secrets with cipher."""
     if location is None:
-        return SQLiteStore(data_dir / "coordinator.db")
+        return SQLiteStore(data_dir / "coordinator.db", cipher)
     if location.startswith(POSTGRES_SCHEMES):
         from coordinator.store.postgres import PostgresStore  # asyncpg only when used
 
-        return PostgresStore(location)
+        return PostgresStore(location, cipher=cipher)
     raise SetupError("--store: expected a postgresql://USER@HOST:PORT/DATABASE DSN "
                      "(or no --store, for the embedded SQLite file)")
 
 
 async def open_coordinator(options: ServeOptions) -> Coordinator:
-    """The store opened and migrated, an admin token ensured (DATA_DIR/admin.token)."""
+    """The store opened and migrated with the secrets key (made unless DATA_DIR has one), an
+    admin token ensured (DATA_DIR/admin.token)."""
     options.data_dir.mkdir(parents=True, exist_ok=True)
-    store = make_store(options.store, options.data_dir)
+    try:
+        cipher = secrets_key.load_or_create(options.key_file())
+    except secrets_key.KeyFileError as exc:
+        raise SetupError(str(exc)) from None
+    store = make_store(options.store, options.data_dir, cipher)
     try:
         await store.open()
     except StoreError as exc:

@@ -2,7 +2,10 @@
 backend (no SQL here: rows are read by column name, as sqlite3.Row and asyncpg.Record allow).
 
 Machines are stored as one document each so that adding a field to Machine needs no
-schema migration: documents written before the field existed decode with its default.
+schema migration: documents written before the field existed decode with its default. A
+machine's secrets (its kubeconfig, its outputs, and the values of its join material and of
+the mint job it runs) are sealed together under the document's key SEALED, by the cipher the
+store holds: never in the clear.
 """
 
 from __future__ import annotations
@@ -32,12 +35,15 @@ from coordinator.domain.records import (
     RemovedMachine,
     StoredCluster,
 )
+from coordinator.store.cipher import Cipher, SecretsKeyError
 
+SEALED = "sealed"
 _MACHINE_FIELDS = tuple(f.name for f in fields(Machine))
 _PROGRESS_FIELDS = tuple(f.name for f in fields(ItemProgress))
 _DRAIN_FIELDS = tuple(f.name for f in fields(DrainStatus))
 _MATERIAL_FIELDS = tuple(f.name for f in fields(Material))
 _JOB_FIELDS = tuple(f.name for f in fields(MintJob))
+_PLAIN_FIELDS = tuple(name for name in _MACHINE_FIELDS if name not in ("kubeconfig", "outputs"))
 
 
 def dumps(value: Any) -> str:
@@ -46,33 +52,64 @@ def dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def machine_to_doc(machine: Machine) -> dict[str, Any]:
+def machine_to_doc(machine: Machine, cipher: Cipher | None) -> dict[str, Any]:
     """A JSON-able dict of every field, to serialize at once: facts and precheck are shared
-    with the machine, as deep-copying them would cost more than the rest of a commit."""
-    doc = {name: getattr(machine, name) for name in _MACHINE_FIELDS}
+    with the machine, as deep-copying them would cost more than the rest of a commit. Sealed
+    only when the machine has a secret: most have none, and this runs for every write."""
+    doc = {name: getattr(machine, name) for name in _PLAIN_FIELDS}
     doc["state"] = machine.state.value
     doc["applied"] = sorted(machine.applied)
     doc["upgrading"] = sorted(machine.upgrading)
     doc["managers"] = list(machine.managers)
+    doc["waits"] = list(machine.waits)
     doc["progress"] = None if machine.progress is None else asdict(machine.progress)
     doc["drain"] = None if machine.drain is None else asdict(machine.drain)
-    doc["material"] = None if machine.material is None else asdict(machine.material)
-    doc["minting"] = None if machine.minting is None else asdict(machine.minting)
+    doc["material"] = None if machine.material is None else _without_values(machine.material)
+    doc["minting"] = None if machine.minting is None else _without_values(machine.minting)
+    secrets = _secrets_of(machine)
+    if secrets:
+        if cipher is None:
+            raise SecretsKeyError(f"machine {machine.id} has secrets, and this store has no "
+                                  "secrets key to seal them with")
+        doc[SEALED] = cipher.seal(dumps(secrets), _context(machine.id))
     return doc
 
 
-def machine_to_row(machine: Machine) -> tuple[Any, ...]:
+def _without_values(record: Material | MintJob) -> dict[str, Any]:
+    doc = asdict(record)
+    del doc["values"]
+    return doc
+
+
+def _secrets_of(machine: Machine) -> dict[str, Any]:
+    """The machine's secrets that are not empty: the fields kubeconfig and outputs, and the
+    values of its material and minting under those records' names."""
+    parts = {"kubeconfig": machine.kubeconfig, "outputs": machine.outputs,
+             "material": machine.material.values if machine.material else None,
+             "minting": machine.minting.values if machine.minting else None}
+    return {name: value for name, value in parts.items() if value}
+
+
+def _context(machine_id: str) -> str:
+    """What a machine's sealed secrets are bound to: they open in its own document only."""
+    return f"machine {machine_id}"
+
+
+def machine_to_row(machine: Machine, cipher: Cipher | None) -> tuple[Any, ...]:
     """The values of a machine's columns in the order both stores' upserts name them: id,
     cluster, hostname, state, credential_hash, responding, last_seen, doc."""
     return (machine.id, machine.cluster, machine.hostname, machine.state.value,
             machine.credential_hash, machine.responding, machine.last_seen,
-            dumps(machine_to_doc(machine)))
+            dumps(machine_to_doc(machine, cipher)))
 
 
-def machine_from_doc(doc: Mapping[str, Any]) -> Machine:
+def machine_from_doc(doc: Mapping[str, Any], cipher: Cipher | None) -> Machine:
     """The inverse of machine_to_doc. Missing keys take the field's default and unknown keys
-    are ignored, so documents survive fields being added to or dropped from Machine."""
+    are ignored, so documents survive fields being added to or dropped from Machine. Secrets
+    in the clear (a document written before they were sealed) are taken as they are."""
     values = {name: doc[name] for name in _MACHINE_FIELDS if name in doc}
+    secrets = _unsealed(doc, cipher)
+    values.update((name, secrets[name]) for name in ("kubeconfig", "outputs") if name in secrets)
     if "state" in values:
         values["state"] = MachineState(values["state"])
     for name in ("applied", "upgrading"):
@@ -92,14 +129,32 @@ def machine_from_doc(doc: Mapping[str, Any]) -> Machine:
     if values.get("material") is not None:
         material = {n: values["material"][n] for n in _MATERIAL_FIELDS if n in values["material"]}
         material["items"] = tuple(material["items"])
+        if "material" in secrets:
+            material["values"] = secrets["material"]
         values["material"] = Material(**material)
     if values.get("minting") is not None:
         job = {n: values["minting"][n] for n in _JOB_FIELDS if n in values["minting"]}
         job["items"], job["done"] = tuple(job["items"]), tuple(job.get("done", ()))
+        if "minting" in secrets:
+            job["values"] = secrets["minting"]
         values["minting"] = MintJob(**job)
     if "waits" in values:
         values["waits"] = tuple(values["waits"])
     return Machine(**values)
+
+
+def _unsealed(doc: Mapping[str, Any], cipher: Cipher | None) -> dict[str, Any]:
+    """The document's sealed secrets ({} when it has none); SecretsKeyError when the cipher
+    cannot open them, rather than a machine that silently lost them."""
+    sealed = doc.get(SEALED)
+    if sealed is None:
+        return {}
+    context = _context(doc["id"])
+    if cipher is None:
+        raise SecretsKeyError(f"the secrets of {context} are sealed, and this store has no "
+                              "secrets key to open them with")
+    secrets: dict[str, Any] = json.loads(cipher.unseal(sealed, context))
+    return secrets
 
 
 def spec_to_json(spec: ClusterSpec) -> str:
@@ -126,11 +181,11 @@ def cluster_from_row(row: Row) -> StoredCluster:
                          deleting=bool(row["deleting"]))
 
 
-def machine_from_row(row: Row) -> Machine:
+def machine_from_row(row: Row, cipher: Cipher | None) -> Machine:
     """The last_seen column wins over the document's: touch_machine updates only the column."""
     doc = json.loads(row["doc"])
     doc["last_seen"] = row["last_seen"]
-    return machine_from_doc(doc)
+    return machine_from_doc(doc, cipher)
 
 
 def credential_owner_from_row(row: Row) -> CredentialOwner:

@@ -11,6 +11,7 @@ import os
 import socket
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 
 import asyncpg
 
@@ -27,6 +28,7 @@ from coordinator.domain.records import (
 from coordinator.domain.tokens import token_id
 from coordinator.store import postgres_replicas
 from coordinator.store.base import Store, Term
+from coordinator.store.cipher import Cipher
 from coordinator.store.codec import (
     admin_token_from_row,
     cluster_from_row,
@@ -63,10 +65,13 @@ async def _lock_machines(conn: asyncpg.Connection, ids: Sequence[str]) -> None:
 
 class PostgresStore(Store):
     """Store on a PostgreSQL database given by a libpq-style DSN (postgresql://...); open()
-    brings its schema up to date. Several coordinators may share the database."""
+    brings its schema up to date. Several coordinators may share the database, and must share
+    the key of cipher, which seals machines' secrets (None: a store that holds none)."""
 
-    def __init__(self, dsn: str, pool_size: int = 10) -> None:
+    def __init__(self, dsn: str, pool_size: int = 10, cipher: Cipher | None = None) -> None:
         self.db = Database(dsn, pool_size)
+        self.cipher = cipher
+        self._machine = partial(machine_from_row, cipher=cipher)  # decodes a machine's row
         self.identity = f"{socket.gethostname()} pid {os.getpid()}"  # shown as the leader
 
     # -- lifecycle --------------------------------------------------------------
@@ -74,6 +79,10 @@ class PostgresStore(Store):
         await self.db.open()
         try:
             await migrate(self.db, MIGRATIONS)
+            if self.cipher is not None:
+                await self.db.execute(SQL.claim_secrets_key, self.cipher.fingerprint)
+                (fingerprint,) = await self.db.all(lambda row: str(row[0]), SQL.secrets_key)
+                self.cipher.verify(fingerprint)
         except BaseException:
             await self.close()
             raise
@@ -162,7 +171,7 @@ class PostgresStore(Store):
 
     # -- machines ---------------------------------------------------------------
     async def get_machine(self, machine_id: str) -> Machine | None:
-        return await self.db.one(machine_from_row, SQL.machine, machine_id)
+        return await self.db.one(self._machine, SQL.machine, machine_id)
 
     async def machine_generation(self, machine_id: str) -> int | None:
         return await self.db.one(lambda row: int(row[0]), SQL.machine_generation, machine_id)
@@ -185,16 +194,16 @@ class PostgresStore(Store):
 
     async def list_machines(self, cluster: str | None = None, role: Role | None = None) -> list[Machine]:
         query, params = SQL.machines(cluster, role)
-        return await self.db.all(machine_from_row, query, *params)
+        return await self.db.all(self._machine, query, *params)
 
     async def get_machines(self, machine_ids: Collection[str]) -> list[Machine]:
         query, params = SQL.machines_with_ids(list(machine_ids))
-        return await self.db.all(machine_from_row, query, *params)
+        return await self.db.all(self._machine, query, *params)
 
     async def machines_by_hostname(self, hostname: str, cluster: str | None = None) -> list[Machine]:
         if cluster is None:
-            return await self.db.all(machine_from_row, SQL.machines_named, hostname)
-        return await self.db.all(machine_from_row, SQL.cluster_machines_named, cluster, hostname)
+            return await self.db.all(self._machine, SQL.machines_named, hostname)
+        return await self.db.all(self._machine, SQL.cluster_machines_named, cluster, hostname)
 
     async def machines_last_seen_between(self, cluster: str, start: float, end: float) -> list[str]:
         return await self.db.all(lambda row: str(row["id"]), SQL.last_seen_between,
@@ -218,7 +227,7 @@ class PostgresStore(Store):
         removed: Mapping[str, float] | None = None,
     ) -> list[Event]:
         # Encoded before the transaction: a value JSON cannot hold fails with nothing written.
-        rows = [machine_to_row(m) for m in machines]
+        rows = [machine_to_row(m, self.cipher) for m in machines]
         data = [dumps(e.data) for e in events]
         removed = removed or {}
         if not (rows or events or removed):

@@ -105,6 +105,15 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX removed_machines_credential ON removed_machines (credential_hash, removed_at);
     """,
+    # 4 -> 5: the fingerprint of the key that seals machines' secrets, which every replica
+    # must share: one with another key is refused; and a coordinator from before sealing
+    # (which would rewrite documents without their sealed secrets) now refuses the database.
+    """
+    CREATE TABLE secrets_key (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        fingerprint TEXT NOT NULL
+    );
+    """,
 ]
 
 

@@ -181,6 +181,11 @@ class Statements:
         self.removed_machine = sql("SELECT * FROM removed_machines WHERE id = $1")
         self.removed_credential = sql("SELECT * FROM removed_machines WHERE credential_hash = $1 "
                                       "ORDER BY removed_at DESC LIMIT 1")
+        # -- the fingerprint of the key that seals the machines' secrets: the first store
+        # opened with a key records its own, and any other key is refused (cipher.verify)
+        self.claim_secrets_key = sql("INSERT INTO secrets_key (id, fingerprint) VALUES (1, $1) "
+                                     "ON CONFLICT (id) DO NOTHING")
+        self.secrets_key = "SELECT fingerprint FROM secrets_key"
 
     def machines(self, cluster: str | None, role: Role | None) -> tuple[str, list[Any]]:
         """See Store.list_machines: with a role, through the index on (cluster, role)."""

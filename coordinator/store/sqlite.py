@@ -32,6 +32,7 @@ from coordinator.domain.records import (
 )
 from coordinator.domain.tokens import token_id
 from coordinator.store.base import Store, StoreError
+from coordinator.store.cipher import Cipher
 from coordinator.store.codec import (
     admin_token_from_row,
     cluster_from_row,
@@ -66,10 +67,13 @@ def _read_only(path: Path, busy_timeout: float) -> sqlite3.Connection:
 
 
 class SQLiteStore(Store):
-    """Store on one SQLite file; open() creates the file and brings its schema up to date."""
+    """Store on one SQLite file; open() creates the file and brings its schema up to date.
+    Machines' secrets are sealed with cipher (None: a store that holds none, e.g. a tool's)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, cipher: Cipher | None = None) -> None:
         self.path = Path(path)
+        self.cipher = cipher
+        self._machine = partial(machine_from_row, cipher=cipher)  # decodes a machine's row
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         self._reader_executor: ThreadPoolExecutor | None = None
@@ -154,6 +158,11 @@ class SQLiteStore(Store):
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
             migrate(conn, MIGRATIONS)
+            if self.cipher is not None:
+                with transaction(conn):
+                    conn.execute(SQL.claim_secrets_key, (self.cipher.fingerprint,))
+                    (fingerprint,) = conn.execute(SQL.secrets_key).fetchone()
+                self.cipher.verify(fingerprint)
         except BaseException:
             conn.close()
             raise
@@ -280,7 +289,7 @@ class SQLiteStore(Store):
 
     # -- machines ---------------------------------------------------------------
     async def get_machine(self, machine_id: str) -> Machine | None:
-        return await self._one(machine_from_row, SQL.machine, (machine_id,))
+        return await self._one(self._machine, SQL.machine, (machine_id,))
 
     async def machine_generation(self, machine_id: str) -> int | None:
         return await self._one(lambda row: int(row[0]), SQL.machine_generation, (machine_id,))
@@ -291,7 +300,7 @@ class SQLiteStore(Store):
         return await self._one(credential_owner_from_row, SQL.credential_owner, (credential_hash,))
 
     async def list_machines(self, cluster: str | None = None, role: Role | None = None) -> list[Machine]:
-        return await self._all(machine_from_row, *SQL.machines(cluster, role))
+        return await self._all(self._machine, *SQL.machines(cluster, role))
 
     async def removed_machine(self, machine_id: str) -> RemovedMachine | None:
         return await self._one(removed_machine_from_row, SQL.removed_machine, (machine_id,))
@@ -308,14 +317,14 @@ class SQLiteStore(Store):
         ids = list(machine_ids)
         found: list[Machine] = []
         for start in range(0, len(ids), _IN_CHUNK):
-            found += await self._all(machine_from_row,
+            found += await self._all(self._machine,
                                      *SQL.machines_with_ids(ids[start:start + _IN_CHUNK]))
         return found
 
     async def machines_by_hostname(self, hostname: str, cluster: str | None = None) -> list[Machine]:
         if cluster is None:
-            return await self._all(machine_from_row, SQL.machines_named, (hostname,))
-        return await self._all(machine_from_row, SQL.cluster_machines_named, (cluster, hostname))
+            return await self._all(self._machine, SQL.machines_named, (hostname,))
+        return await self._all(self._machine, SQL.cluster_machines_named, (cluster, hostname))
 
     async def machines_last_seen_between(self, cluster: str, start: float, end: float) -> list[str]:
         return await self._all(lambda row: str(row["id"]), SQL.last_seen_between,
@@ -345,7 +354,7 @@ class SQLiteStore(Store):
         stored: list[Event] = []
         with transaction(conn):
             for m in machines:
-                conn.execute(SQL.upsert_machine, machine_to_row(m))
+                conn.execute(SQL.upsert_machine, machine_to_row(m, self.cipher))
             conn.executemany(SQL.keep_removed, list(removed.items()))
             conn.executemany("DELETE FROM machines WHERE id = ?", [(i,) for i in removed])
             for e in events:

@@ -96,6 +96,15 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX removed_machines_credential ON removed_machines (credential_hash, removed_at);
     """,
+    # 5 -> 6: the fingerprint of the key that seals machines' secrets, to refuse another key;
+    # and a coordinator from before sealing (which would rewrite documents without their
+    # sealed secrets) now refuses the database.
+    """
+    CREATE TABLE secrets_key (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        fingerprint TEXT NOT NULL
+    );
+    """,
 ]
 
 

@@ -19,10 +19,13 @@ from coordinator.domain.model import (
     Machine,
     MachineState,
     MachineTypes,
+    Material,
+    MintJob,
     Role,
     pending_items,
 )
 from coordinator.domain.releases import baseline
+from coordinator.store.cipher import Cipher
 from nodeagent.prechecks import CHECKS
 from nodeagent.prechecks.resources import evaluate_cpu, evaluate_memory
 from nodeagent.prechecks.runner import grade, summarize
@@ -251,6 +254,33 @@ def full_machine(machine_id: str = "m-1", cluster: str = "edge", **changes: Any)
         post_deploy=True,
     )
     return replace(full, **changes)
+
+
+# -- secrets at rest ------------------------------------------------------------------------------
+
+# The key every store of the tests seals with: fixed, so that a store reopened, or another
+# replica's, opens what the first one sealed.
+TEST_CIPHER = Cipher(bytes(range(32)), "the tests' secrets key")
+# One secret in each part of a machine that holds some, each distinct so that a leak is named.
+KUBECONFIG_SECRET = "kubeconfig-secret-7d1f"
+OUTPUT_SECRET = "output-secret-2a9c"
+MATERIAL_SECRET = "material-secret-93b2"
+MINTING_SECRET = "minting-secret-5e0c"
+SECRETS = (KUBECONFIG_SECRET, OUTPUT_SECRET, MATERIAL_SECRET, MINTING_SECRET)
+
+
+def with_secrets(machine: Machine) -> Machine:
+    """machine holding each kind of secret: a kubeconfig, an output, join material minted for
+    it and a mint job it runs for another machine."""
+    return replace(
+        machine, kubeconfig=f"apiVersion: v1\nusers:\n- user: {{token: {KUBECONFIG_SECRET}}}\n",
+        outputs={"init.token": OUTPUT_SECRET},
+        material=Material(serial=1, minter="m-0", requested_at=1.0, items=("mint-token",),
+                          values={"outputs.mint-token.token": MATERIAL_SECRET}, minted_at=2.0,
+                          expires_at=902.0),
+        minting=MintJob(kind="mint", joiner="m-9", hostname="host-m-9", ip="10.0.0.9",
+                        role="worker", serial=1, items=("mint-token",),
+                        values={"token": MINTING_SECRET}))
 
 
 def fleet_machine(index: int, cluster: str = "bench") -> Machine:

@@ -31,7 +31,7 @@ from coordinator.domain.tokens import ADMIN, new_token, token_hash
 from coordinator.service.coordinator import Coordinator
 from coordinator.store.base import Store
 from coordinator.store.sqlite import SQLiteStore
-from tests.support.builders import API_CLUSTER, OPERATOR_CLUSTER
+from tests.support.builders import API_CLUSTER, OPERATOR_CLUSTER, TEST_CIPHER
 from tests.support.driver import AsyncDriver, Call, Registered, SyncDriver
 from tests.support.ports import free_port
 from tests.support.process import serving
@@ -104,9 +104,10 @@ async def in_process_coordinator(
         directory: Path, cluster: str | None = API_CLUSTER, store: Store | None = None,
         clock: Callable[[], float] | None = None) -> AsyncIterator[InProcessCoordinator]:
     """The service on store (opened here and closed after; default: SQLite in directory,
-    which also holds the artifacts), its clock a ManualClock unless one is given, an admin
-    token made, and cluster (a spec's text) applied. Closed on leaving."""
-    store = store or SQLiteStore(directory / "coordinator.db")
+    which also holds the artifacts, sealing secrets with TEST_CIPHER), its clock a ManualClock
+    unless one is given, an admin token made, and cluster (a spec's text) applied. Closed on
+    leaving."""
+    store = store or SQLiteStore(directory / "coordinator.db", TEST_CIPHER)
     clock = clock or ManualClock()
     await store.open()
     try:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,7 @@ from nodeagent import joinstring
 from nodeagent.protocol import ItemReport
 from nodeagent.redact import MASK, MIN_MASKED_CHARS, RedactingFilter, mask_values, redact
 
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "redact_corpus.txt"
 KEY = """-----BEGIN EC PRIVATE KEY-----
 MHcCAQEEIBkg4LVWM9nuwNSk3yByxZpYRj9xV8RsbwtYmF1l2fN0oAoGCCqGSM49
 -----END EC PRIVATE KEY-----"""
@@ -91,3 +94,35 @@ def test_a_text_cut_in_the_middle_of_a_value_shows_none_of_its_end() -> None:
     assert mask_values(f"{value[4:]} uploaded", [value]) == f"{MASK} uploaded"
     assert mask_values(f"{value[-MIN_MASKED_CHARS + 1:]} ok", [value]) == \
         f"{value[-MIN_MASKED_CHARS + 1:]} ok"
+
+
+@dataclass(frozen=True)
+class Case:
+    """A piece of real output, what must be gone from it and what must stay."""
+
+    text: str
+    gone: tuple[str, ...]
+    kept: tuple[str, ...]
+
+
+def corpus() -> list[Case]:
+    """The cases of tests/data/redact_corpus.txt (its head says how they are written)."""
+    cases = []
+    for block in CORPUS.read_text().split("\n\n"):
+        lines = [line for line in block.splitlines() if not line.startswith("#")]
+        if not lines:
+            continue
+        text = [line for line in lines if not line.startswith(("- ", "+ "))]
+        cases.append(Case("\n".join(text),
+                          tuple(line[2:] for line in lines if line.startswith("- ")),
+                          tuple(line[2:] for line in lines if line.startswith("+ "))))
+    return cases
+
+
+@pytest.mark.parametrize("case", corpus(), ids=lambda case: case.text[:50])
+def test_real_output_loses_its_secrets_and_keeps_the_rest(case: Case) -> None:
+    cleaned = redact(case.text)
+    assert [value for value in case.gone if value in cleaned] == []
+    assert [text for text in case.kept if text not in cleaned] == []
+    if not case.gone:
+        assert cleaned == case.text

@@ -19,7 +19,7 @@ from coordinator.store.base import Fenced, leader_epoch
 from coordinator.store.postgres import PostgresStore
 from coordinator.store.postgres_connections import LEADER_LOCK
 from nodeagent.protocol import StateItem
-from tests.support.builders import API_CLUSTER
+from tests.support.builders import API_CLUSTER, TEST_CIPHER
 from tests.support.harness import COORDINATOR, InProcessCoordinator, in_process_coordinator
 from tests.support.ports import free_port
 from tests.support.postgres import Postgres, holder_of, terminate
@@ -35,11 +35,12 @@ def dsn(postgres: Postgres) -> Iterator[str]:
 
 @pytest.fixture
 async def replicas(dsn: str, tmp_path: Path) -> AsyncIterator[list[InProcessCoordinator]]:
-    """Replicas a and b: each its own store connection pool, coordinator and HTTP server."""
+    """Replicas a and b: each its own store connection pool, coordinator and HTTP server, and
+    the one secrets key they share."""
     async with contextlib.AsyncExitStack() as stack:
         running = []
         for name in ("a", "b"):
-            store = PostgresStore(dsn)
+            store = PostgresStore(dsn, cipher=TEST_CIPHER)
             store.identity = name
             running.append(await stack.enter_async_context(in_process_coordinator(
                 tmp_path, API_CLUSTER if name == "a" else None, store)))
@@ -135,7 +136,7 @@ async def test_reports_through_both_replicas_at_once_are_all_recorded_and_a_bad_
     sends.append(b.report(agents[0], {**setup, "name": "ghost"}, "prepare", expect=409))
     answers = await asyncio.gather(*sends)
     assert answers[:-1] == [{"status": "recorded"}] * 32 and "ghost" in answers[-1]["error"]
-    fresh = PostgresStore(dsn)
+    fresh = PostgresStore(dsn, cipher=TEST_CIPHER)
     await fresh.open()
     try:
         machines = await fresh.get_machines([agent["machine_id"] for agent in agents])

@@ -98,7 +98,7 @@ async def test_machines_stored_before_the_responding_column_keep_their_respondin
     monkeypatch.setattr(postgres_store, "MIGRATIONS", MIGRATIONS[:2])
     await replicas().open()
     for m in BEFORE_RESPONDING_COLUMN:
-        doc = dumps(machine_to_doc(m)).replace("'", "''")
+        doc = dumps(machine_to_doc(m, None)).replace("'", "''")
         postgres.psql("INSERT INTO machines (id, cluster, hostname, state, credential_hash, "
                       f"last_seen, doc) VALUES ('{m.id}', '{m.cluster}', '{m.hostname}', "
                       f"'{m.state.value}', '{m.credential_hash}', {m.last_seen}, '{doc}')", dsn)

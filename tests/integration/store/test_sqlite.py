@@ -58,12 +58,12 @@ async def test_another_process_reads_what_was_committed_while_the_store_is_open(
             found = await store.get_machine("m-1")
             events = await store.list_events()
             await store.close()
-            print(json.dumps([machine_to_doc(found), [e.kind for e in events]]))
+            print(json.dumps([machine_to_doc(found, None), [e.kind for e in events]]))
 
         asyncio.run(main())
     """)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == [machine_to_doc(m), ["registered"]]
+    assert json.loads(result.stdout) == [machine_to_doc(m, None), ["registered"]]
     assert (db.path.parent / f"{db.path.name}-wal").exists()
 
 
@@ -170,7 +170,7 @@ async def test_machines_stored_before_the_responding_column_keep_their_respondin
             conn.execute("INSERT INTO machines (id, cluster, hostname, state, credential_hash, "
                          "last_seen, doc) VALUES (?, ?, ?, ?, ?, ?, ?)",
                          (m.id, m.cluster, m.hostname, m.state.value, m.credential_hash,
-                          m.last_seen, dumps(machine_to_doc(m))))
+                          m.last_seen, dumps(machine_to_doc(m, None))))
     monkeypatch.setattr(sqlite_store, "MIGRATIONS", MIGRATIONS)
     upgraded = SQLiteStore(path)
     await upgraded.open()

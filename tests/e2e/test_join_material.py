@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from coordinator.api.routes import ROUTES
-from tests.support.rollout import Fleet, all_ready, fleet
+from tests.support.rollout import SPEC, Fleet, all_ready, fleet
 
 MANAGERS = ["m1", "m2", "m3"]
 WORKERS = ["w1", "w2", "w3", "w4"]
@@ -39,14 +39,7 @@ def cluster_spec(k8s: Path) -> str:
                    f'echo "used $1 $HOST -" >> {k8s}/used')
     manager_join = (f'{check}grep -qx "$6 $HOST" {k8s}/keys || {{ echo "bad key"; exit 9; }}; '
                     f'echo "used $1 $HOST $6" >> {k8s}/used')
-    return f"""\
-name: lab
-release: "1.0"
-settings:
-  workerBatchSize: 2
-  heartbeatTimeoutSeconds: 20
-  retry: {{baseSeconds: 0.2, maxSeconds: 1}}
-machineTypes:
+    return SPEC.format(types=f"""\
   manager:
     - name: init
       phase: deploy
@@ -97,7 +90,7 @@ machineTypes:
         env: {{HOST: "${{machine.hostname}}"}}
         argv: [sh, -c, '{worker_join}', sh, "${{outputs.token.token}}",
                "${{outputs.init.caCertHash}}"]
-"""
+""")
 
 
 def records(path: Path) -> list[list[str]]:

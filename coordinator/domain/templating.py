@@ -9,6 +9,7 @@ import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from coordinator.domain.labels import label_list
 from coordinator.domain.model import (
     ClusterSpec,
     Machine,
@@ -48,7 +49,25 @@ VALUES: dict[str, Callable[[_Inputs], str]] = {
     "proxy.http": lambda v: v.spec.settings.proxy.http or "",
     "proxy.https": lambda v: v.spec.settings.proxy.https or "",
     "proxy.noProxy": lambda v: ",".join(v.spec.settings.proxy.no_proxy),
+    "kubernetes.version": lambda v: v.spec.settings.kubernetes.version or "",
+    "kubernetes.controlPlaneEndpoint":
+        lambda v: v.spec.settings.kubernetes.control_plane_endpoint or "",
+    "kubernetes.podSubnet": lambda v: v.spec.settings.kubernetes.pod_subnet,
+    "kubernetes.serviceSubnet": lambda v: v.spec.settings.kubernetes.service_subnet,
+    "kubernetes.cni": lambda v: v.spec.settings.kubernetes.cni,
+    "kubernetes.dedicatedManagers":
+        lambda v: "true" if v.spec.settings.kubernetes.dedicated_managers else "false",
+    "cluster.labels": lambda v: label_list(v.spec.settings.kubernetes.labels),
 }
+
+# One name per label besides: ${cluster.labels.KEY} for each label of the spec (checked at
+# apply like any name).
+CLUSTER_LABEL = "cluster.labels."
+
+
+def _label_values(spec: ClusterSpec) -> dict[str, str]:
+    """${cluster.labels.KEY} of each cluster label."""
+    return {CLUSTER_LABEL + k: v for k, v in spec.settings.kubernetes.labels.items()}
 
 
 def template_values(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]) -> dict[str, str]:
@@ -58,7 +77,8 @@ def template_values(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine
     the planner reconfigures for; ${managers.first} the manager the planner chose to deploy
     first, not the first registered."""
     inputs = _Inputs(spec, machine, deployed_manager_machines(peers), first_manager(peers))
-    return {name: value(inputs) for name, value in VALUES.items()}
+    return {**{name: value(inputs) for name, value in VALUES.items()},
+            **_label_values(spec)}
 
 
 def template_problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
@@ -74,7 +94,8 @@ def template_problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
                 except TemplateError as exc:
                     problems.append((where, str(exc)))
                     continue
-                problems += [(where, _unknown(name)) for name in names if not _resolves(name)]
+                problems += [(where, _unknown(name, spec)) for name in names
+                             if not _resolves(name, spec)]
     return problems
 
 
@@ -86,13 +107,18 @@ def _templated(item: StateItem) -> list[tuple[Location, str]]:
               for index, arg in enumerate(item.version_command or []))]
 
 
-def _resolves(name: str) -> bool:
+def _resolves(name: str, spec: ClusterSpec) -> bool:
     """Whether an assignment fills name in: the one place that decides it."""
-    return name in VALUES
+    return name in VALUES or name in _cluster_label_names(spec)
 
 
-def _unknown(name: str) -> str:
-    close = difflib.get_close_matches(name, VALUES, n=1)
+def _cluster_label_names(spec: ClusterSpec) -> list[str]:
+    return [CLUSTER_LABEL + key for key in spec.settings.kubernetes.labels]
+
+
+def _unknown(name: str, spec: ClusterSpec) -> str:
+    names = [*VALUES, *_cluster_label_names(spec)]
+    close = difflib.get_close_matches(name, names, n=1)
     hint = f"; did you mean ${{{close[0]}}}?" if close else ""
-    known = ", ".join(f"${{{known}}}" for known in VALUES)
+    known = ", ".join(f"${{{known}}}" for known in names)
     return f"unknown placeholder ${{{name}}}{hint} (known: {known})"

@@ -18,6 +18,7 @@ from coordinator.domain.model import (
     needs_drain,
 )
 from coordinator.domain.records import Event, JoinToken, StoredCluster
+from coordinator.domain.specs import check_fixed
 from coordinator.service.access import Access
 from coordinator.service.drainer import Drainer
 from coordinator.service.notifier import Notifier
@@ -62,11 +63,13 @@ class Admin:
             before = await self.store.get_cluster(spec.name)
             if before is not None and before.deleting:
                 raise Conflict(f"cluster {spec.name} is being deleted")
+            machines = await self.store.list_machines(spec.name)
+            if before is not None:
+                check_fixed(before.spec, spec, machines)
             stored = await self.store.put_cluster(spec, self.clock())
             changed = before is None or before.generation != stored.generation
             if changed:
-                machines = [replace(m, generation=m.generation + 1)
-                            for m in await self.store.list_machines(spec.name)]
+                machines = [replace(m, generation=m.generation + 1) for m in machines]
                 verb = "created" if before is None else "updated"
                 await self.writes.commit(machines, [self._event(
                     spec.name, "cluster-applied",

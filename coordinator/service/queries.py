@@ -11,6 +11,7 @@ from coordinator.domain import planner
 from coordinator.domain.errors import Conflict, Gone, NotFound
 from coordinator.domain.model import ClusterSpec, Machine
 from coordinator.domain.records import AdminToken, Event, JoinToken, MachineCount, StoredCluster
+from coordinator.domain.specs import check_fixed
 from coordinator.domain.status import (
     HISTORY_KINDS,
     History,
@@ -127,7 +128,9 @@ class Queries:
         if spec is not None and spec.name != name:
             raise Conflict(f"the spec is for cluster {spec.name}, not {name}")
         target = spec or stored.spec
-        return target, planner.upgrade_plan(target, await self.store.list_machines(name))
+        machines = await self.store.list_machines(name)
+        check_fixed(stored.spec, target, machines)  # what its apply would refuse
+        return target, planner.upgrade_plan(target, machines)
 
     async def cluster_status(self, name: str) -> ClusterStatus:
         stored = await self.cluster(name)

@@ -91,3 +91,28 @@ def test_a_spec_from_the_operator_is_refused_naming_each_line_path_and_name() ->
         "did you mean ${ntp.servers}?"]
     fixed = SPEC.replace("hostnme", "hostname").replace("ntp.server}", "ntp.servers}")
     assert load_spec(fixed).name == "lab"
+
+
+def labelled_spec(*argv: str) -> ClusterSpec:
+    return load_spec(f"""\
+name: lab
+release: "1.0"
+settings:
+  kubernetes: {{labels: {{env: prod, tier: gold}}}}
+machineTypes:
+  worker:
+    - {{name: kubelet, phase: deploy, action: {{type: exec, argv: {list(argv)}}}}}
+""")
+
+
+def test_a_cluster_label_is_a_value_of_its_own_and_only_the_specs_labels_are() -> None:
+    spec = labelled_spec("echo", "${cluster.labels.env}", "${cluster.labels}")
+    values = template_values(spec, machine("w1"), [])
+    assert (values["cluster.labels.env"], values["cluster.labels"]) == ("prod",
+                                                                        "env=prod,tier=gold")
+    with pytest.raises(InvalidDocument) as refused:
+        labelled_spec("echo", "${cluster.labels.tir}")
+    assert str(refused.value).startswith(
+        "line 7: machineTypes.worker[0].action.argv[1]: unknown placeholder "
+        "${cluster.labels.tir}; did you mean ${cluster.labels.tier}? (known: ${cluster.name}, ")
+    assert str(refused.value).endswith("${cluster.labels.env}, ${cluster.labels.tier})")

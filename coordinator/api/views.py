@@ -10,6 +10,7 @@ from coordinator.domain.planner import MachineUpgrade, UpgradePlan
 from coordinator.domain.records import AdminToken, Event, JoinToken, StoredCluster
 from coordinator.domain.status import machine_step
 from coordinator.service.queries import ClusterStatus
+from nodeagent.addresses import interface_of
 
 
 def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = False,
@@ -27,6 +28,8 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
         "ip": machine.ip,
         "state": machine.state.value,
         "role": machine.role,
+        "labels": machine.labels,
+        "interface": interface_of(machine.facts, machine.ip),
         "approved": machine.approved,
         "responding": machine.responding,
         "last_seen": machine.last_seen,

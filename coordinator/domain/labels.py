@@ -6,7 +6,7 @@ long after the operator typed it. Pure: each rule says what is wrong with which 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -37,6 +37,24 @@ def label_problems(labels: Mapping[str, str]) -> list[str]:
     """Every problem of labels, each naming its label."""
     return [problem for key, value in labels.items()
             for problem in (key_problem(key) or value_problem(key, value),) if problem]
+
+
+def change_problems(put: Mapping[str, str], remove: Iterable[str]) -> list[str]:
+    """Every problem of a change to a machine's labels: labels to set, keys to remove (a
+    label both set and removed is ambiguous)."""
+    removed = list(remove)
+    return [*label_problems(put),
+            *(problem for key in removed for problem in (key_problem(key),) if problem),
+            *(f"label {key} is both set and removed: choose one" for key in removed
+              if key in put)]
+
+
+def relabelled(labels: Mapping[str, str], put: Mapping[str, str],
+               remove: Iterable[str]) -> dict[str, str]:
+    """labels with put set and remove removed, kubectl label's way: a removed label the
+    machine lacks is nothing to do."""
+    removed = set(remove)
+    return {**{k: v for k, v in labels.items() if k not in removed}, **put}
 
 
 def label_list(labels: Mapping[str, str]) -> str:

@@ -9,7 +9,8 @@ import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from coordinator.domain.labels import label_list
+from coordinator.domain.catalog import catalog
+from coordinator.domain.labels import key_problem, label_list
 from coordinator.domain.model import (
     ClusterSpec,
     Machine,
@@ -17,6 +18,7 @@ from coordinator.domain.model import (
     deployed_manager_machines,
     first_manager,
 )
+from nodeagent.addresses import interface_of
 from nodeagent.contract import ROLES
 from nodeagent.protocol import Location, StateItem
 from nodeagent.templates import TemplateError, placeholders
@@ -58,16 +60,45 @@ VALUES: dict[str, Callable[[_Inputs], str]] = {
     "kubernetes.dedicatedManagers":
         lambda v: "true" if v.spec.settings.kubernetes.dedicated_managers else "false",
     "cluster.labels": lambda v: label_list(v.spec.settings.kubernetes.labels),
+    "machine.labels": lambda v: label_list(v.machine.labels),
+    "machine.interface": lambda v: interface_of(v.machine.facts, v.machine.ip),
+    "machine.devices": lambda v: ",".join(_unused_devices(v.machine)),
 }
 
 # One name per label besides: ${cluster.labels.KEY} for each label of the spec (checked at
-# apply like any name).
-CLUSTER_LABEL = "cluster.labels."
+# apply like any name), and ${machine.labels.KEY} for any KEY: a machine's labels change
+# after the spec is applied, so a key no machine has yet cannot be refused; it renders ""
+# on a machine without it.
+CLUSTER_LABEL, MACHINE_LABEL = "cluster.labels.", "machine.labels."
 
 
-def _label_values(spec: ClusterSpec) -> dict[str, str]:
-    """${cluster.labels.KEY} of each cluster label."""
-    return {CLUSTER_LABEL + k: v for k, v in spec.settings.kubernetes.labels.items()}
+def _unused_devices(machine: Machine) -> list[str]:
+    """/dev/NAME of each disk its node found nothing on (no mount, swap, partition in use or
+    device-mapper/RAID holder: facts.py's in_use), removable media left out."""
+    return [f"/dev/{device['name']}" for device in machine.facts.get("block_devices") or []
+            if not device.get("in_use") and not device.get("removable")]
+
+
+def _label_values(spec: ClusterSpec, machine: Machine) -> dict[str, str]:
+    """${cluster.labels.KEY} of each cluster label; ${machine.labels.KEY} of each of the
+    machine's labels, and "" for each other one the spec's items name."""
+    named = dict.fromkeys(catalog(spec).derived(_machine_label_names), "")
+    return {**{CLUSTER_LABEL + k: v for k, v in spec.settings.kubernetes.labels.items()},
+            **named, **{MACHINE_LABEL + k: v for k, v in machine.labels.items()}}
+
+
+def _machine_label_names(spec: ClusterSpec) -> list[str]:
+    """Every ${machine.labels.KEY} the spec's items use (a spec stored before placeholders
+    were checked may hold malformed ones: the node names those)."""
+    names: list[str] = []
+    for role in ROLES:
+        for item in getattr(spec.machine_types, role):
+            for _, text in _templated(item):
+                try:
+                    names += (n for n in placeholders(text) if n.startswith(MACHINE_LABEL))
+                except TemplateError:
+                    continue
+    return names
 
 
 def template_values(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]) -> dict[str, str]:
@@ -78,7 +109,7 @@ def template_values(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine
     first, not the first registered."""
     inputs = _Inputs(spec, machine, deployed_manager_machines(peers), first_manager(peers))
     return {**{name: value(inputs) for name, value in VALUES.items()},
-            **_label_values(spec)}
+            **_label_values(spec, machine)}
 
 
 def template_problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
@@ -109,7 +140,8 @@ def _templated(item: StateItem) -> list[tuple[Location, str]]:
 
 def _resolves(name: str, spec: ClusterSpec) -> bool:
     """Whether an assignment fills name in: the one place that decides it."""
-    return name in VALUES or name in _cluster_label_names(spec)
+    return (name in VALUES or name in _cluster_label_names(spec)
+            or (name.startswith(MACHINE_LABEL) and not key_problem(name[len(MACHINE_LABEL):])))
 
 
 def _cluster_label_names(spec: ClusterSpec) -> list[str]:
@@ -120,5 +152,5 @@ def _unknown(name: str, spec: ClusterSpec) -> str:
     names = [*VALUES, *_cluster_label_names(spec)]
     close = difflib.get_close_matches(name, names, n=1)
     hint = f"; did you mean ${{{close[0]}}}?" if close else ""
-    known = ", ".join(f"${{{known}}}" for known in names)
+    known = ", ".join(f"${{{known}}}" for known in [*names, f"{MACHINE_LABEL}KEY"])
     return f"unknown placeholder ${{{name}}}{hint} (known: {known})"

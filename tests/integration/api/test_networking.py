@@ -9,15 +9,15 @@ from tests.support.harness import InProcessCoordinator
 
 CLUSTER = API_CLUSTER.replace(
     "settings: {", "settings: {kubernetes: {podSubnet: 10.50.0.0/16, cni: calico, "
-    "controlPlaneEndpoint: 'k8s.lab:6443', labels: {env: prod}}, ")
+    "controlPlaneEndpoint: 'k8s.lab:6443', labels: {env: prod}}, ").replace(
+    '    - {name: setup, phase: prepare, action: {type: exec, argv: ["true"]}}\n'
+    '    - {name: control-plane', '    - {name: control-plane')  # managers prepare nothing
 
 
 async def deploy_first_manager(env: InProcessCoordinator) -> None:
-    """m1 approved as a manager, through Prepare and admitted into Deploy."""
-    agent = await env.register("m1")
+    """m1 approved as a manager, which has nothing to prepare: admitted into Deploy."""
+    await env.register("m1")
     await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
-    await env.coordinator.reconciler.reconcile_once()
-    await env.report_all(agent)
     await env.coordinator.reconciler.reconcile_once()
     assert (await env.machine("m1"))["state"] == "Deploy"
 

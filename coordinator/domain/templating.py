@@ -74,9 +74,10 @@ CLUSTER_LABEL, MACHINE_LABEL = "cluster.labels.", "machine.labels."
 
 def _unused_devices(machine: Machine) -> list[str]:
     """/dev/NAME of each disk its node found nothing on (no mount, swap, partition in use or
-    device-mapper/RAID holder: facts.py's in_use), removable media left out."""
+    device-mapper/RAID holder: blockdevices.py's in_use), removable and read-only ones left
+    out: what a storage item may take."""
     return [f"/dev/{device['name']}" for device in machine.facts.get("block_devices") or []
-            if not device.get("in_use") and not device.get("removable")]
+            if not (device.get("in_use") or device.get("removable") or device.get("read_only"))]
 
 
 def _label_values(spec: ClusterSpec, machine: Machine) -> dict[str, str]:

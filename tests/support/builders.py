@@ -161,7 +161,7 @@ def node_facts(primary: str = "192.0.2.10", cluster: str = "10.10.0.5") -> dict[
     """Facts as `nodeagent facts` reports them for a node with a default-route interface
     (eth0, primary), a cluster network (eth1: cluster and fd10::5), an interface with only a
     link-local address (eth2), and disks: sda holds /, sdb is empty, sdc's partition is an
-    LVM volume's, sr0 is removable."""
+    LVM volume's, sr0 is removable, sdd read-only."""
     def interface(name: str, *addresses: tuple[str, str, int]) -> dict[str, Any]:
         return {"name": name, "mac": "02:00:00:00:00:01", "state": "UP", "mtu": 1500,
                 "addresses": [{"family": family, "address": address, "prefixlen": length}
@@ -180,7 +180,7 @@ def node_facts(primary: str = "192.0.2.10", cluster: str = "10.10.0.5") -> dict[
                        interface("eth2", ("inet6", "fe80::2", 64))],
         "block_devices": [disk("sda", partitions=["sda1"], mounts=["/"]), disk("sdb"),
                           disk("sdc", partitions=["sdc1"], holders=["dm-0"]),
-                          disk("sr0", removable=True)],
+                          disk("sr0", removable=True), disk("sdd", read_only=True)],
     }
 
 

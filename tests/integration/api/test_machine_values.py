@@ -54,7 +54,7 @@ async def test_approval_gives_labels_and_the_address_of_the_interface_named(
     (listed,) = await env.call("GET", "/v1/machines", 200)
     assert listed["labels"] == {"zone": "eu-1a", "example.com/gpu": ""}
     detail = await env.machine("w1")
-    assert [d["name"] for d in detail["facts"]["block_devices"]] == ["sda", "sdb", "sdc", "sr0"]
+    assert [d["name"] for d in detail["facts"]["block_devices"]] == ["sda", "sdb", "sdc", "sr0", "sdd"]
 
 
 async def test_an_ip_must_be_one_the_node_reported_and_a_refusal_lists_them(

@@ -138,6 +138,6 @@ def test_the_machines_interface_and_unused_disks_come_from_its_facts() -> None:
     w1 = replace(machine("w1"), facts=node_facts(), ip="10.10.0.5")
     values = template_values(cluster(), w1, [])
     assert (values["machine.ip"], values["machine.interface"]) == ("10.10.0.5", "eth1")
-    assert values["machine.devices"] == "/dev/sdb"  # sda is mounted, sdc LVM's, sr0 removable
+    assert values["machine.devices"] == "/dev/sdb"  # sda mounted, sdc LVM's, sr0 removable, sdd ro
     assert (template_values(cluster(), machine("w1"), [])["machine.devices"],
             template_values(cluster(), machine("w1"), [])["machine.interface"]) == ("", "")

@@ -129,6 +129,12 @@ def facts(root: str, output: str) -> None:
     for disk in found["disks"]:
         click.echo(f"  {disk['mountpoint']:<20} {disk['fstype']:<8} "
                    f"{disk['free_bytes'] / 2**30:.1f} of {disk['total_bytes'] / 2**30:.1f} GiB free")
+    click.echo("block devices:")
+    for device in found["block_devices"]:
+        use = "in use: " + ", ".join(device["mounts"] + device["holders"]) if device["in_use"] \
+            else "unused"
+        click.echo(f"  /dev/{device['name']:<12} {(device['size_bytes'] or 0) / 2**30:.1f} GiB"
+                   f"  {device['model'] or ''}  {use}")
 
 
 @main.command()

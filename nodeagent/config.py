@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
@@ -73,6 +74,27 @@ class Thresholds(_Section):
     check_timeout: float = Field(default=3.0, gt=0, le=120)
 
 
+class NodeConfig(_Section):
+    """Which of its addresses the node registers with (its ${machine.ip}): by default the
+    default-route interface's, often not the cluster network's."""
+
+    interface: str | None = Field(default=None, description="register with this interface's "
+                                  "IPv4 address, e.g. eth1")
+    address: str | None = Field(default=None, description="register with this address, one "
+                                "of the node's own")
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        return None if value is None else str(ipaddress.ip_address(value))
+
+    @model_validator(mode="after")
+    def _one(self) -> NodeConfig:
+        if self.interface and self.address:
+            raise ValueError("give interface or address, not both")
+        return self
+
+
 class AgentConfig(_Section):
     role: Role = "worker"
     join: str | None = Field(default=None, description="join string: coordinator URL, join "
@@ -87,6 +109,7 @@ class AgentConfig(_Section):
     ntp: NtpConfig = Field(default_factory=NtpConfig)
     proxy: ProxySettings = Field(default_factory=ProxySettings)
     thresholds: Thresholds = Field(default_factory=Thresholds)
+    node: NodeConfig = Field(default_factory=NodeConfig)
 
     @field_validator("join")
     @classmethod

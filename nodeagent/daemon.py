@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any, TypeVar
 
-from nodeagent import sdnotify, trust
+from nodeagent import addresses, sdnotify, trust
 from nodeagent.backoff import delay
 from nodeagent.children import EXIT_APPLIED, EXIT_GAVE_UP, AgentError, apply_phase, checked_output
 from nodeagent.client import CoordinatorClient, Document, Rejected, Unreachable
@@ -175,7 +175,7 @@ class Agent:
         facts = json.loads(await checked_output(self.host, "facts", "--output", "json"))
         pending = self.state_dir / REGISTRATION_FILE
         request = {"join_token": self.settings.join_token, "hostname": report["hostname"],
-                   "ip": facts.get("primary_ip"), "facts": facts, "precheck": report,
+                   "ip": self._address(facts), "facts": facts, "precheck": report,
                    "credential": registration_credential(pending)}
         try:
             response = await self._retry("register", partial(self.client.register, request))
@@ -189,6 +189,17 @@ class Agent:
         log.info("registered as machine %s", identity.machine_id,
                  extra=fields(machine=identity.machine_id, hostname=report["hostname"]))
         return identity
+
+    def _address(self, facts: Document) -> str | None:
+        """The address to register with: the config's node.interface or node.address, else
+        the default-route interface's. One the node does not have stops the agent, naming
+        the setting: registering with another would make it a member at the wrong address."""
+        node = self.settings
+        try:
+            return addresses.chosen(facts, "this node", node.node_interface, node.node_address)
+        except addresses.AddressError as exc:
+            field = "node.interface" if node.node_interface else "node.address"
+            raise AgentError(f"{self.config_path}: {field}: {exc}") from None
 
     async def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Call until the coordinator answers; a refusal is final."""

@@ -1,4 +1,5 @@
-"""What a node reports about itself at registration: identity, addresses, hardware, OS."""
+"""What a node reports about itself at registration: identity, addresses, hardware (its block
+devices: blockdevices.py), OS."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import psutil
 
+from nodeagent.blockdevices import block_devices
 from nodeagent.host import Host
 from nodeagent.prechecks.os_release import read_os_release
 
@@ -99,6 +101,7 @@ def collect(host: Host) -> dict[str, Any]:
         "hostname": host.kernel_hostname(),
         **network(),
         **hardware(),
+        "block_devices": block_devices(host),
         "os": {
             "id": os_fields.get("ID", ""),
             "version_id": os_fields.get("VERSION_ID", ""),

@@ -32,6 +32,8 @@ class DaemonSettings:
     role: str
     ignore_prechecks: list[str]
     own_ntp_servers: bool  # the config names NTP servers: the cluster's do not replace them
+    node_interface: str | None = None  # register with this interface's address
+    node_address: str | None = None  # or with this address
 
     @classmethod
     def from_document(cls, document: Document) -> DaemonSettings:
@@ -43,7 +45,9 @@ class DaemonSettings:
                    join_token=config["join_token"],
                    heartbeat_seconds=config["heartbeat_seconds"], role=config["role"],
                    ignore_prechecks=config["ignore_prechecks"],
-                   own_ntp_servers=bool(config["ntp"]["servers"]))
+                   own_ntp_servers=bool(config["ntp"]["servers"]),
+                   node_interface=config["node"]["interface"],
+                   node_address=config["node"]["address"])
 
 
 async def load_settings(config_path: str, host: Host) -> DaemonSettings:

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from coordinator.api.bodies import AdminTokenBody, JoinTokenBody, RenderQuery, RoleBody
+from coordinator.api.bodies import (
+    AdminTokenBody,
+    ApproveBody,
+    JoinTokenBody,
+    LabelsBody,
+    RenderQuery,
+    RoleBody,
+)
 from coordinator.api.context import PRESENTATION, body, query, service, text
 from coordinator.api.views import (
     admin_token_view,
@@ -102,9 +109,19 @@ async def get_machine(request: web.Request) -> web.Response:
 
 async def approve(request: web.Request) -> web.Response:
     c = service(request)
-    role = (await body(request, RoleBody, optional=True)).role
+    wanted = await body(request, ApproveBody, optional=True)
     machine = await c.queries.machine(request.match_info["ref"])
-    return web.json_response(machine_view(await c.admin.approve(machine.id, role), None))
+    approved = await c.admin.approve(machine.id, wanted.role, wanted.labels, wanted.interface,
+                                     wanted.ip)
+    return web.json_response(machine_view(approved, None))
+
+
+async def label(request: web.Request) -> web.Response:
+    c = service(request)
+    wanted = await body(request, LabelsBody)
+    machine = await c.queries.machine(request.match_info["ref"])
+    return web.json_response(machine_view(await c.admin.label(machine.id, wanted.put,
+                                                              wanted.remove), None))
 
 
 async def set_role(request: web.Request) -> web.Response:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from coordinator.domain.fleet import Fleet, parse_fleet
+from coordinator.domain.labels import change_problems
 from coordinator.domain.model import Role
 from coordinator.domain.tokens import ADMIN_ROLES, parse_duration
 from nodeagent.contract import Phase
@@ -20,6 +21,44 @@ class _Body(BaseModel):
 
 class RoleBody(_Body):
     role: Role | None = None
+
+
+class ApproveBody(RoleBody):
+    labels: dict[str, str] = Field(default_factory=dict,
+                                   description="labels the machine gets (Kubernetes syntax)")
+    interface: str | None = Field(default=None, description="the machine's cluster address is "
+                                  "this interface's IPv4, as its node reported it")
+    ip: str | None = Field(default=None, description="the machine's cluster address: one its "
+                           "node reported")
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        return _checked(labels, [])
+
+    @model_validator(mode="after")
+    def _one_address(self) -> ApproveBody:
+        if self.interface and self.ip:
+            raise ValueError("give interface or ip, not both")
+        return self
+
+
+class LabelsBody(_Body):
+    put: dict[str, str] = Field(default_factory=dict, alias="set",
+                                description="labels to set (Kubernetes syntax)")
+    remove: list[str] = Field(default_factory=list, description="keys of labels to remove")
+
+    @model_validator(mode="after")
+    def _valid(self) -> LabelsBody:
+        _checked(self.put, self.remove)
+        return self
+
+
+def _checked(put: dict[str, str], remove: list[str]) -> dict[str, str]:
+    problems = change_problems(put, remove)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return put
 
 
 class JoinTokenBody(_Body):

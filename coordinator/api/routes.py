@@ -4,7 +4,7 @@ The aiohttp routes, the authentication of each request and /openapi.json all com
 from __future__ import annotations
 
 from coordinator.api import admin, agent, public, streams
-from coordinator.api.bodies import AdminTokenBody, JoinTokenBody, RoleBody
+from coordinator.api.bodies import AdminTokenBody, ApproveBody, JoinTokenBody, LabelsBody, RoleBody
 from coordinator.api.routing import Route
 from coordinator.domain.model import ClusterSpec
 from nodeagent.protocol import (
@@ -68,8 +68,12 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", "/v1/machines/{ref}", admin.delete_machine,
           "Delete a machine (reset items first unless force=true)", "admin", 202),
     Route("POST", "/v1/machines/{ref}/approve", admin.approve,
-          "Approve a Pending machine, optionally with a role", "admin", body=RoleBody,
+          "Approve a Pending machine, optionally with a role, labels and its cluster address "
+          "(an interface or address its node reported)", "admin", body=ApproveBody,
           body_optional=True),
+    Route("PATCH", "/v1/machines/{ref}/labels", admin.label,
+          "Set and remove a machine's labels; its assignment is made again", "admin",
+          body=LabelsBody),
     Route("PUT", "/v1/machines/{ref}/role", admin.set_role, "Set a Pending machine's role",
           "admin", body=RoleBody),
     Route("GET", "/v1/clusters/{name}/upgrade-plan", admin.upgrade_plan,

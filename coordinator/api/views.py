@@ -13,6 +13,7 @@ from coordinator.domain.records import AdminToken, Event, JoinToken, StoredClust
 from coordinator.domain.rendering import RenderedMachine, Rendering
 from coordinator.domain.status import machine_step
 from coordinator.service.queries import ClusterStatus
+from nodeagent.addresses import interface_of
 
 
 def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = False,
@@ -32,6 +33,8 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
         "ip": machine.ip,
         "state": machine.state.value,
         "role": machine.role,
+        "labels": machine.labels,
+        "interface": interface_of(machine.facts, machine.ip),
         "approved": machine.approved,
         "responding": machine.responding,
         "last_seen": machine.last_seen,
@@ -55,7 +58,6 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
             "blocking_budgets": list(machine.drain.blocking_budgets)},
         "credential": {"revoked": not machine.credential_hash,
                        "expires_at": machine.credential_expires_at},
-        "labels": dict(machine.labels),
         "waits": waits_text(spec, machine, peers) if spec is not None else "",
         "join_material": _material_view(machine.material),
         "minting": None if machine.minting is None else {

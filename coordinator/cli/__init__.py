@@ -47,6 +47,7 @@ def version() -> None:
 
 
 machines.add_command(machines_add)
+machines.add_command(approve)  # `coordinator machines approve` too, beside `coordinator approve`
 for command in (serve, init, cluster, join_token, admin_token, machines, approve, role, delete,
                 revoke, status, events, completion, upgrade, agents):
     main.add_command(command)

@@ -1,5 +1,6 @@
-"""`coordinator machines [get|logs]` and the commands that act on one machine: approve, role,
-delete, revoke. (`machines add`, which works over SSH, lives with the other SSH commands.)"""
+"""`coordinator machines [get|logs|label]` and the commands that act on one machine: approve,
+role, delete, revoke. (`machines add`, which works over SSH, lives with the other SSH
+commands.)"""
 
 from __future__ import annotations
 
@@ -19,22 +20,31 @@ from coordinator.cli.plumbing import (
     interrupt_quietly,
     output_option,
 )
-from coordinator.cli.render import clock, duration, item_header, machines_table
+from coordinator.cli.render import (
+    clock,
+    duration,
+    item_header,
+    labels_text,
+    machine_details,
+    machines_table,
+)
 
 
 @click.group(invoke_without_command=True)
 @click.option("--cluster", "cluster_name", help="Only this cluster's machines.",
               shell_complete=complete_clusters)
+@click.option("--show-labels", is_flag=True, help="A LABELS column too.")
 @output_option
 @click.pass_context
-def machines(ctx: click.Context, cluster_name: str | None, output: str) -> None:
-    """List machines with their state and item progress (or: machines get|logs|add)."""
+def machines(ctx: click.Context, cluster_name: str | None, show_labels: bool,
+             output: str) -> None:
+    """List machines with their state and item progress (or: machines get|logs|label|add)."""
     if ctx.invoked_subcommand is not None:
         return
     path = "/v1/machines" + (f"?{urlencode({'cluster': cluster_name})}" if cluster_name else "")
     data = call(ctx, "GET", path)
     if not emit(data, output):
-        click.echo(machines_table(data))
+        click.echo(machines_table(data, show_labels))
 
 
 @machines.command("get")
@@ -49,6 +59,7 @@ def machines_get(ctx: click.Context, machine: str, output: str) -> None:
     click.echo(machines_table([data]))
     click.echo(f"\nid {data['id']}  cluster {data['cluster']}  in {data['state']} for "
                f"{duration(data['step']['state_elapsed'])}  last seen {clock(data['last_seen'])}")
+    click.echo("\n".join(machine_details(data)))
 
 
 def print_item(event: dict[str, Any], output: str) -> None:
@@ -85,15 +96,55 @@ def machines_logs(ctx: click.Context, machine: str, follow: bool, tail: int | No
             follow_events(ctx, query, after, lambda event: print_item(event, output))
 
 
+def label_changes(changes: tuple[str, ...]) -> dict[str, Any]:
+    """KEY=VALUE sets a label, KEY- removes it (kubectl label's syntax): the API's body."""
+    put: dict[str, str] = {}
+    remove: list[str] = []
+    for change in changes:
+        key, equals, value = change.partition("=")
+        if equals:
+            put[key] = value
+        elif change.endswith("-") and len(change) > 1:
+            remove.append(change[:-1])
+        else:
+            raise click.BadParameter(f"{change!r}: write KEY=VALUE to set a label, KEY- to "
+                                     "remove it", param_hint="LABELS")
+    return {"set": put, "remove": remove}
+
+
 @click.command()
 @click.argument("machine", shell_complete=complete_machines)
 @click.option("--role", type=click.Choice(["manager", "worker"]))
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+              help="A label for the machine (repeat for more).")
+@click.option("--interface", help="Its cluster address is this interface's IPv4, as its node "
+              "reported it (default: the address it registered with).")
+@click.option("--ip", help="Its cluster address: one of the addresses its node reported.")
 @click.pass_context
-def approve(ctx: click.Context, machine: str, role: str | None) -> None:
-    """Approve a Pending machine (by hostname or id), optionally giving its role."""
-    body = {"role": role} if role else {}
-    data = call(ctx, "POST", f"/v1/machines/{machine}/approve", body=body)
-    click.echo(f"{data['hostname']} approved" + (f" as {data['role']}" if data["role"] else ""))
+def approve(ctx: click.Context, machine: str, role: str | None, labels: tuple[str, ...],
+            interface: str | None, ip: str | None) -> None:
+    """Approve a Pending machine (by hostname or id), optionally giving its role, labels and
+    cluster address."""
+    changes = label_changes(labels)
+    if changes["remove"]:
+        raise click.BadParameter("write KEY=VALUE", param_hint="--label")
+    body = {"role": role, "labels": changes["set"], "interface": interface, "ip": ip}
+    data = call(ctx, "POST", f"/v1/machines/{machine}/approve",
+                body={key: value for key, value in body.items() if value})
+    click.echo(f"{data['hostname']} approved" + (f" as {data['role']}" if data["role"] else "")
+               + f" at {data['ip'] or data['hostname']}"
+               + (f" with labels {labels_text(data['labels'])}" if data["labels"] else ""))
+
+
+@machines.command("label")
+@click.argument("machine", shell_complete=complete_machines)
+@click.argument("changes", metavar="LABELS...", nargs=-1, required=True)
+@click.pass_context
+def machines_label(ctx: click.Context, machine: str, changes: tuple[str, ...]) -> None:
+    """Set (KEY=VALUE) and remove (KEY-) a machine's labels, as kubectl label does; items
+    that use them see the new ones in its next assignment."""
+    data = call(ctx, "PATCH", f"/v1/machines/{machine}/labels", body=label_changes(changes))
+    click.echo(f"{data['hostname']} labels: {labels_text(data['labels']) or 'none'}")
 
 
 @click.command()

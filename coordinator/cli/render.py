@@ -72,15 +72,53 @@ def machine_progress(machine: dict[str, Any]) -> str:
     return text
 
 
-def machines_table(machines: list[dict[str, Any]]) -> str:
-    header = f"{'HOSTNAME':<20} {'IP':<16} {'ROLE':<8} {'STATE':<12} {'ITEMS':<7} PROGRESS"
-    lines = [header]
-    for m in machines:
+def labels_text(labels: dict[str, str]) -> str:
+    """k=v,k2=v2 by key, as kubectl shows them."""
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
+def machines_table(machines: list[dict[str, Any]], show_labels: bool = False) -> str:
+    """One line per machine; with show_labels, a LABELS column before PROGRESS."""
+    labels = [labels_text(m.get("labels") or {}) or "-" for m in machines]
+    width = max([len("LABELS"), *map(len, labels)])
+    column = f"{'LABELS':<{width}} " if show_labels else ""
+    lines = [f"{'HOSTNAME':<20} {'IP':<16} {'ROLE':<8} {'STATE':<12} {'ITEMS':<7} {column}"
+             "PROGRESS"]
+    for m, text in zip(machines, labels, strict=True):
         step = m.get("step") or {}
         items = f"{step['done']}/{step['total']}" if step.get("phase") else "-"
+        column = f"{text:<{width}} " if show_labels else ""
         lines.append(f"{m['hostname']:<20} {m['ip'] or '-':<16} {m['role'] or '-':<8} "
-                     f"{m['state']:<12} {items:<7} {machine_progress(m)}".rstrip())
+                     f"{m['state']:<12} {items:<7} {column}{machine_progress(m)}".rstrip())
     return "\n".join(lines)
+
+
+def machine_details(machine: dict[str, Any]) -> list[str]:
+    """What `machines get` adds under the table: labels, the cluster address and the
+    interfaces it was chosen from, the node's disks."""
+    facts = machine.get("facts") or {}
+    interfaces = ", ".join(
+        f"{i['name']} " + " ".join(a["address"] for a in i.get("addresses") or [])
+        for i in facts.get("interfaces") or [] if i.get("name") != "lo")
+    on = f" on {machine['interface']}" if machine.get("interface") else ""
+    lines = [f"labels     {labels_text(machine.get('labels') or {}) or '-'}",
+             f"address    {machine['ip'] or '-'}{on}  (interfaces: {interfaces or '-'})",
+             "devices    " + ("" if facts.get("block_devices") else "-")]
+    lines += [f"  /dev/{d['name']:<10} {_size(d.get('size_bytes'))} "
+              f"{'hdd' if d.get('rotational') else 'ssd'}{' removable' if d.get('removable') else ''}"
+              f"  {d.get('model') or ''}  {_use(d)}".rstrip()
+              for d in facts.get("block_devices") or []]
+    return lines
+
+
+def _size(size: int | None) -> str:
+    return "?" if size is None else f"{size / 2**30:>8.1f} GiB"
+
+
+def _use(device: dict[str, Any]) -> str:
+    if not device.get("in_use"):
+        return "unused"
+    return "in use: " + ", ".join([*device.get("mounts", []), *device.get("holders", [])])
 
 
 def clusters_lines(clusters: list[dict[str, Any]]) -> list[str]:

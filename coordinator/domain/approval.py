@@ -12,6 +12,7 @@ from coordinator.domain.events import event
 from coordinator.domain.fitness import Fitness, fitness, fits
 from coordinator.domain.model import ClusterSettings, Machine, MachineState
 from coordinator.domain.records import Event
+from nodeagent.addresses import AddressError, interface_address, own_address
 from nodeagent.contract import ROLES, Role
 from nodeagent.protocol import PrecheckReport
 
@@ -58,6 +59,21 @@ def _advice(machine: Machine, judged: Fitness) -> list[str]:
         advice.append(f"To have them measured, set `role: {role}` in its agent's config and "
                       f"restart the agent: its prechecks then check a {role}'s minimums.")
     return advice
+
+
+def approval_address(machine: Machine, interface: str | None, ip: str | None) -> str | None:
+    """The address machine is approved with (its ${machine.ip}, what ${managers} lists): the
+    IPv4 of the interface named, or the ip named, each checked against what its node
+    detected; else the one it registered with (its agent's node.interface or node.address,
+    else its default-route interface's)."""
+    try:
+        if interface:
+            return interface_address(machine.facts, interface, machine.hostname)
+        if ip:
+            return own_address(machine.facts, ip, machine.hostname)
+    except AddressError as exc:
+        raise Conflict(f"{'interface' if interface else 'ip'}: {exc}") from None
+    return machine.ip
 
 
 def approved_event(now: float, machine: Machine, auto: bool = False) -> Event:

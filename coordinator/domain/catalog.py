@@ -1,17 +1,21 @@
 """A spec's items with their fingerprints, each hashed once per spec: hashing is most of the
 work of planning or of a status on a large fleet, and every machine of a role needs the same
-lists. The cache changes no answer; it is the domain's one state besides rate-limit buckets.
+lists; and whatever else every machine's assignment derives from the spec alike (derived).
+The cache changes no answer; it is the domain's one state besides rate-limit buckets.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from coordinator.domain.model import ClusterSpec, Machine, Role, applies
 from nodeagent.contract import Phase
 from nodeagent.protocol import StateItem
 
 Entry = tuple[StateItem, str]  # an item and its fingerprint
+T = TypeVar("T")
 
 
 class Catalog:
@@ -20,6 +24,7 @@ class Catalog:
     def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec
         self._phases: dict[tuple[Role, Phase], list[Entry]] = {}
+        self._derived: dict[Callable[[ClusterSpec], Any], Any] = {}
 
     def items(self, role: Role, phase: Phase) -> list[Entry]:
         key = (role, phase)
@@ -33,6 +38,12 @@ class Catalog:
         if machine.role is None:
             return []
         return [(i, f) for i, f in self.items(machine.role, phase) if applies(i, machine)]
+
+    def derived(self, compute: Callable[[ClusterSpec], T]) -> T:
+        """compute(spec), computed once per spec (compute must be a pure function of it)."""
+        if compute not in self._derived:
+            self._derived[compute] = compute(self.spec)
+        return self._derived[compute]  # type: ignore[no-any-return]
 
 
 _RECENT: OrderedDict[int, Catalog] = OrderedDict()

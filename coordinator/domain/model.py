@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from coordinator.domain.fitness import fitness
+from coordinator.domain.kubesettings import KubernetesSettings
 from nodeagent.contract import ROLES, Role
 from nodeagent.protocol import (
     NtpSettings,
@@ -82,11 +83,6 @@ class DrainSettings(SpecModel):
     node_ready_timeout_seconds: float = Field(
         default=300, gt=0, description="after the uncordon, how long the node may take to report "
         "Ready before the status says it does not (the machine stays in Upgrade until it does)")
-
-
-class KubernetesSettings(SpecModel):
-    kubeconfig: str | None = Field(
-        default=None, description="path of a kubeconfig file on the coordinator's host")
 
 
 class ClusterSettings(SpecModel):

@@ -1,14 +1,16 @@
-"""What operators change: cluster specs, join tokens, approvals and roles, credentials,
-deletions, pausing upgrades, the answer to a blocked drain, and the audit trail of it all."""
+"""What operators change: cluster specs, join tokens, approvals and roles, labels,
+credentials, deletions, pausing upgrades, the answer to a blocked drain, and the audit trail
+of it all."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from coordinator.domain.approval import approved_event, refusal
+from coordinator.domain.approval import approval_address, approved_event, refusal
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
+from coordinator.domain.labels import label_list, relabelled
 from coordinator.domain.model import (
     ClusterSpec,
     DrainStage,
@@ -18,6 +20,7 @@ from coordinator.domain.model import (
     needs_drain,
 )
 from coordinator.domain.records import Event, JoinToken, StoredCluster
+from coordinator.domain.specs import check_fixed
 from coordinator.service.access import Access
 from coordinator.service.drainer import Drainer
 from coordinator.service.notifier import Notifier
@@ -62,11 +65,13 @@ class Admin:
             before = await self.store.get_cluster(spec.name)
             if before is not None and before.deleting:
                 raise Conflict(f"cluster {spec.name} is being deleted")
+            machines = await self.store.list_machines(spec.name)
+            if before is not None:
+                check_fixed(before.spec, spec, machines)
             stored = await self.store.put_cluster(spec, self.clock())
             changed = before is None or before.generation != stored.generation
             if changed:
-                machines = [replace(m, generation=m.generation + 1)
-                            for m in await self.store.list_machines(spec.name)]
+                machines = [replace(m, generation=m.generation + 1) for m in machines]
                 verb = "created" if before is None else "updated"
                 await self.writes.commit(machines, [self._event(
                     spec.name, "cluster-applied",
@@ -89,8 +94,11 @@ class Admin:
         await self.queries.cluster(cluster)
         return await self.access.create_join_token(cluster, ttl, max_uses)
 
-    async def approve(self, machine_id: str, role: Role | None = None) -> Machine:
-        """Approve a Pending machine as role (else its own): refused while its last precheck
+    async def approve(self, machine_id: str, role: Role | None = None,
+                      labels: Mapping[str, str] | None = None, interface: str | None = None,
+                      ip: str | None = None) -> Machine:
+        """Approve a Pending machine as role (else its own), with labels added to its own and
+        its cluster address chosen (domain/approval.py): refused while its last precheck
         report does not let it run as that role (its minimums are judged for that role)."""
         async with self.writes.lock:
             machine = await self.queries.machine_by_id(machine_id)
@@ -99,9 +107,27 @@ class Admin:
             refused = refusal(machine, role)
             if refused:
                 raise Conflict(refused)
-            updated = replace(machine, approved=True, role=role or machine.role)
+            updated = replace(machine, approved=True, role=role or machine.role,
+                              ip=approval_address(machine, interface, ip),
+                              labels={**machine.labels, **(labels or {})})
             await self.writes.commit([updated], [approved_event(self.clock(), updated)])
         self._moved()
+        return updated
+
+    async def label(self, machine_id: str, put: Mapping[str, str],
+                    remove: Sequence[str]) -> Machine:
+        """Set and remove a machine's labels. Its items may depend on them (${machine.labels},
+        `when: labels`), so a change makes its assignment again (a new generation)."""
+        async with self.writes.lock:
+            machine = await self.queries.machine_by_id(machine_id)
+            labels = relabelled(machine.labels, put, remove)
+            if labels == machine.labels:
+                return machine
+            updated = replace(machine, labels=labels, generation=machine.generation + 1)
+            await self._commit_one(updated, "labels", f"{machine.hostname} labels: "
+                                   f"{label_list(labels) or 'none'}",
+                                   {"labels": labels, "set": dict(put), "removed": list(remove)})
+        self._moved(machine.id)
         return updated
 
     async def set_role(self, machine_id: str, role: Role) -> Machine:

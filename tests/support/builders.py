@@ -160,6 +160,33 @@ def precheck_report(hostname: str, role: Role = "worker", failing: tuple[str, st
                           checks=results).model_dump(mode="json", by_alias=True)
 
 
+def node_facts(primary: str = "192.0.2.10", cluster: str = "10.10.0.5") -> dict[str, Any]:
+    """Facts as `nodeagent facts` reports them for a node with a default-route interface
+    (eth0, primary), a cluster network (eth1: cluster and fd10::5), an interface with only a
+    link-local address (eth2), and disks: sda holds /, sdb is empty, sdc's partition is an
+    LVM volume's, sr0 is removable, sdd read-only."""
+    def interface(name: str, *addresses: tuple[str, str, int]) -> dict[str, Any]:
+        return {"name": name, "mac": "02:00:00:00:00:01", "state": "UP", "mtu": 1500,
+                "addresses": [{"family": family, "address": address, "prefixlen": length}
+                              for family, address, length in addresses]}
+
+    def disk(name: str, **use: Any) -> dict[str, Any]:
+        return {"name": name, "size_bytes": 100 << 30, "rotational": False, "removable": False,
+                "read_only": False, "model": "QEMU HARDDISK", "partitions": [], "mounts": [],
+                "holders": [], "in_use": bool(use.get("mounts") or use.get("holders")), **use}
+
+    return {
+        "hostname": "node", "primary_ip": primary, "default_interface": "eth0",
+        "interfaces": [interface("lo", ("inet", "127.0.0.1", 8), ("inet6", "::1", 128)),
+                       interface("eth0", ("inet", primary, 24), ("inet6", "fe80::1", 64)),
+                       interface("eth1", ("inet", cluster, 24), ("inet6", "fd10::5", 64)),
+                       interface("eth2", ("inet6", "fe80::2", 64))],
+        "block_devices": [disk("sda", partitions=["sda1"], mounts=["/"]), disk("sdb"),
+                          disk("sdc", partitions=["sdc1"], holders=["dm-0"]),
+                          disk("sr0", removable=True), disk("sdd", read_only=True)],
+    }
+
+
 def registration(hostname: str, join_token: str, failing: bool = False,
                  facts: dict[str, Any] | None = None, **report: Any) -> dict[str, Any]:
     """The body an agent on hostname sends to register; failing: its OS fails a hard check;

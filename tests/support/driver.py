@@ -43,12 +43,14 @@ def join_token(cluster: str = "lab") -> Steps[str]:
 
 
 def register(hostname: str, failing: bool = False, cluster: str = "lab",
-             **report: Any) -> Steps[Registered]:
-    """hostname registered with a fresh join token; failing: its prechecks fail hard; report:
-    the rest of its precheck report (builders.precheck_report's cpus, memory, role...)."""
+             facts: dict[str, Any] | None = None, **report: Any) -> Steps[Registered]:
+    """hostname registered with a fresh join token; failing: its prechecks fail hard; facts:
+    what its node reports about itself; report: the rest of its precheck report
+    (builders.precheck_report's cpus, memory, role...)."""
     token = yield from join_token(cluster)
     answer: Registered = yield Call("POST", "/v1/agent/register", 201, anonymous=True,
-                                    body=builders.registration(hostname, token, failing, **report))
+                                    body=builders.registration(hostname, token, failing, facts,
+                                                               **report))
     return answer
 
 
@@ -128,8 +130,9 @@ class SyncDriver(abc.ABC):
         return self.run(join_token(cluster))
 
     def register(self, hostname: str, failing: bool = False, cluster: str = "lab",
-                 **report: Any) -> Registered:
-        agent = self.agents[hostname] = self.run(register(hostname, failing, cluster, **report))
+                 facts: dict[str, Any] | None = None, **report: Any) -> Registered:
+        agent = self.agents[hostname] = self.run(register(hostname, failing, cluster, facts,
+                                                          **report))
         return agent
 
     def precheck(self, agent: Registered, report: dict[str, Any], expect: int = 200) -> Any:
@@ -180,9 +183,9 @@ class AsyncDriver(abc.ABC):
         return await self.run(join_token(cluster))
 
     async def register(self, hostname: str, failing: bool = False, cluster: str = "lab",
-                       **report: Any) -> Registered:
+                       facts: dict[str, Any] | None = None, **report: Any) -> Registered:
         agent = self.agents[hostname] = await self.run(
-            register(hostname, failing, cluster, **report))
+            register(hostname, failing, cluster, facts, **report))
         return agent
 
     async def precheck(self, agent: Registered, report: dict[str, Any],

@@ -23,6 +23,10 @@ JOIN = joinstring.make("http://coordinator.test:8080", "join_x", None)
      "joinToken (or join)"),
     ("coordinator: {url: 'http://c.test:8080'}\n", 1, "missing joinToken"),
     ("coordinator: {url: 'ftp://c.test'}\n", 2, "coordinator.url: must start with http://"),
+    (f"join: {JOIN}\nnode: {{interface: eth1, address: 10.0.0.5}}\n", 2,
+     "config.yaml:2: node: give interface or address, not both"),
+    (f"join: {JOIN}\nnode: {{address: 10.0.0.500}}\n", 2,
+     "config.yaml:2: node.address: '10.0.0.500' does not appear to be an IPv4 or IPv6 address"),
 ])
 def test_check_config_says_whether_the_agent_can_start(
     tmp_path: Path, text: str, code: int, says: str
@@ -56,7 +60,8 @@ def test_json_output_is_the_config_as_the_daemon_takes_it(tmp_path: Path) -> Non
     config = tmp_path / "config.yaml"
     config.write_text(f"join: {pinned}\ncoordinator: {{urls: ['https://c2.internal:8443']}}\n"
                       f"stateDir: {tmp_path}/state\nproxy: {{https: 'http://proxy.test:3128', "
-                      "noProxy: [.internal]}\nntp: {servers: [ntp.test]}\nrole: manager\n")
+                      "noProxy: [.internal]}\nntp: {servers: [ntp.test]}\nrole: manager\n"
+                      "node: {interface: eth1}\n")
     result = CliRunner().invoke(main, ["check-config", "--config", str(config),
                                        "--output", "json"])
     assert result.exit_code == 0, result.output
@@ -68,6 +73,7 @@ def test_json_output_is_the_config_as_the_daemon_takes_it(tmp_path: Path) -> Non
         ("join_x", "manager", True)
     assert (settings.state_dir, settings.heartbeat_seconds, settings.timeout) == \
         (tmp_path / "state", 10.0, 2.0)
+    assert (settings.node_interface, settings.node_address) == ("eth1", None)
 
 
 def test_json_output_when_not_ready_says_why_on_stderr(tmp_path: Path) -> None:

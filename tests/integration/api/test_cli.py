@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.builders import node_facts
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.waiting import wait_until
 
@@ -102,6 +104,40 @@ def test_a_misspelt_placeholder_is_refused_by_apply_and_the_dry_run_naming_its_l
                 "${machine.hostnme}; did you mean ${machine.hostname}? (known: ${cluster.name}, "
                 in result.stderr), result.stderr
     assert coordinator.cli_json("cluster", "get", "lab") == before
+
+
+def test_approval_with_labels_and_an_interface_then_labels_changed_kubectl_style(
+        coordinator: ServedCoordinator) -> None:
+    coordinator.register("w3", facts=node_facts())
+    approved = coordinator.cli("approve", "w3", "--role", "worker", "--label", "zone=eu-1a",
+                               "--label", "rack=r1", "--interface", "eth1")
+    assert approved.stdout == "w3 approved as worker at 10.10.0.5 with labels rack=r1,zone=eu-1a\n"
+    relabelled = coordinator.cli("machines", "label", "w3", "zone=eu-1b", "rack-", "gpu=")
+    assert relabelled.stdout == "w3 labels: gpu=,zone=eu-1b\n"
+
+    listed = coordinator.cli("machines", "--show-labels").stdout.splitlines()
+    assert listed[0].split() == ["HOSTNAME", "IP", "ROLE", "STATE", "ITEMS", "LABELS", "PROGRESS"]
+    assert [line.split()[5] for line in listed[1:]] == ["-", "-", "gpu=,zone=eu-1b"]
+    shown = coordinator.cli("machines", "get", "w3").stdout
+    assert "\nlabels     gpu=,zone=eu-1b\n" in shown
+    assert ("\naddress    10.10.0.5 on eth1  (interfaces: eth0 192.0.2.10 fe80::1, eth1 10.10.0.5 "
+            "fd10::5, eth2 fe80::2)\n") in shown
+    assert re.search(r"\n  /dev/sdb +100\.0 GiB ssd  QEMU HARDDISK  unused\n", shown), shown
+    assert re.search(r"\n  /dev/sdc .* in use: dm-0\n", shown), shown
+
+
+def test_a_refused_choice_or_label_says_why_without_a_traceback(
+        coordinator: ServedCoordinator) -> None:
+    refused = coordinator.cli("approve", "w2", "--ip", "10.9.9.9", ok=False)
+    assert (refused.returncode, refused.stderr) == (
+        1, "error: ip: 10.9.9.9 is not an address of w2 (it reported no addresses)\n")
+    bad = coordinator.cli("machines", "label", "w2", "zone", ok=False)
+    assert bad.returncode == 2 and "Invalid value for LABELS: 'zone': write KEY=VALUE to set " \
+        "a label, KEY- to remove it" in bad.stderr, bad.stderr
+    bad = coordinator.cli("machines", "label", "w2", "zone=eu west", ok=False)
+    assert bad.returncode == 2 and bad.stderr.startswith(
+        "error: invalid document: label zone: its value 'eu west' must be empty"), bad.stderr
+    assert not coordinator.machine("w2")["approved"]
 
 
 def test_logs_of_an_unknown_machine_say_so(coordinator: ServedCoordinator) -> None:

@@ -3,6 +3,7 @@ every text the agent substitutes in, each problem where the operator wrote it.""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,8 +11,9 @@ import pytest
 from coordinator.domain.model import ClusterSpec
 from coordinator.domain.specs import load_spec
 from coordinator.domain.templating import template_problems, template_values
+from nodeagent.templates import render
 from nodeagent.validation import InvalidDocument
-from tests.support.builders import cluster, machine
+from tests.support.builders import cluster, machine, node_facts
 
 
 def spec_with(action: dict[str, Any], **fields: Any) -> ClusterSpec:
@@ -91,3 +93,51 @@ def test_a_spec_from_the_operator_is_refused_naming_each_line_path_and_name() ->
         "did you mean ${ntp.servers}?"]
     fixed = SPEC.replace("hostnme", "hostname").replace("ntp.server}", "ntp.servers}")
     assert load_spec(fixed).name == "lab"
+
+
+def labelled_spec(*argv: str) -> ClusterSpec:
+    return load_spec(f"""\
+name: lab
+release: "1.0"
+settings:
+  kubernetes: {{labels: {{env: prod, tier: gold}}}}
+machineTypes:
+  worker:
+    - {{name: kubelet, phase: deploy, action: {{type: exec, argv: {list(argv)}}}}}
+""")
+
+
+def test_a_cluster_label_is_a_value_of_its_own_and_only_the_specs_labels_are() -> None:
+    spec = labelled_spec("echo", "${cluster.labels.env}", "${cluster.labels}")
+    values = template_values(spec, machine("w1"), [])
+    assert (values["cluster.labels.env"], values["cluster.labels"]) == ("prod",
+                                                                        "env=prod,tier=gold")
+    with pytest.raises(InvalidDocument) as refused:
+        labelled_spec("echo", "${cluster.labels.tir}")
+    assert str(refused.value).startswith(
+        "line 7: machineTypes.worker[0].action.argv[1]: unknown placeholder "
+        "${cluster.labels.tir}; did you mean ${cluster.labels.tier}? (known: ${cluster.name}, ")
+    assert "${cluster.labels.env}, ${cluster.labels.tier}, ${machine.labels.KEY})" \
+        in str(refused.value)
+
+
+def test_any_machine_label_may_be_named_and_one_the_machine_lacks_renders_empty() -> None:
+    spec = labelled_spec("kubelet", "--node-labels=${machine.labels}",
+                         "--zone=${machine.labels.zone}", "--rack=${machine.labels.rack}")
+    w1 = replace(machine("w1"), labels={"zone": "eu-1a", "example.com/gpu": "a100"})
+    values = template_values(spec, w1, [])
+    assert (values["machine.labels"], values["machine.labels.zone"],
+            values["machine.labels.rack"]) == ("example.com/gpu=a100,zone=eu-1a", "eu-1a", "")
+    assert render(" ".join(spec.machine_types.worker[0].action.argv), values) == (  # type: ignore[union-attr]
+        "kubelet --node-labels=example.com/gpu=a100,zone=eu-1a --zone=eu-1a --rack=")
+    with pytest.raises(InvalidDocument, match=r"unknown placeholder \$\{machine\.labels\.-x\}"):
+        labelled_spec("echo", "${machine.labels.-x}")
+
+
+def test_the_machines_interface_and_unused_disks_come_from_its_facts() -> None:
+    w1 = replace(machine("w1"), facts=node_facts(), ip="10.10.0.5")
+    values = template_values(cluster(), w1, [])
+    assert (values["machine.ip"], values["machine.interface"]) == ("10.10.0.5", "eth1")
+    assert values["machine.devices"] == "/dev/sdb"  # sda mounted, sdc LVM's, sr0 removable, sdd ro
+    assert (template_values(cluster(), machine("w1"), [])["machine.devices"],
+            template_values(cluster(), machine("w1"), [])["machine.interface"]) == ("", "")

@@ -11,12 +11,18 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain.assignment import AssignmentInputs, build_assignment, waits_notices
+from coordinator.domain.assignment import (
+    AssignmentInputs,
+    build_assignment,
+    phase_run,
+    waits_notices,
+)
 from coordinator.domain.errors import Conflict
 from coordinator.domain.fleet import parse_fleet
 from coordinator.domain.minting import mint_pass
 from coordinator.domain.model import Machine, MachineState
 from coordinator.domain.outputs import waits_text
+from coordinator.domain.planner import plan
 from coordinator.domain.records import StoredCluster
 from coordinator.domain.rendering import render_cluster, render_machine
 from coordinator.domain.reports import fold_report, reportable_items
@@ -233,3 +239,22 @@ def test_render_names_secrets_and_what_is_not_produced_yet_never_a_secret_value(
     assert "10.0.0.1:6443" in shown  # declared secret: false
     fleet = repr(render_cluster(spec, [], fleet=parse_fleet("1,1")))
     assert "<${outputs.init.caCertHash}: not produced yet>" in fleet
+
+
+def test_items_run_only_on_machines_whose_labels_match() -> None:
+    labelled = load_spec(SPEC.replace('''  worker:
+''', '''  worker:
+    - name: gpu-driver
+      phase: deploy
+      when: {labels: {gpu: nvidia}}
+      action: {type: exec, argv: [install-driver]}
+'''))
+    m1 = first(labelled)
+    plain = replace(machine("w1", state=S.DEPLOY), material=None)
+    gpu = replace(machine("w2", state=S.DEPLOY), labels={"gpu": "nvidia"})
+    assert [i.name for i in phase_run(labelled, plain, "deploy", [m1])] == ["join"]
+    assert [i.name for i in phase_run(labelled, gpu, "deploy", [m1])] == ["gpu-driver", "join"]
+    # The planner waits for the items that apply: the plain worker is done without the driver.
+    done = replace(plain, applied=frozenset(i.fingerprint()
+                                            for i in phase_run(labelled, plain, "deploy", [m1])))
+    assert [d.to_state for d in plan(labelled, [m1, done]) if d.machine_id == done.id] == [S.READY]

@@ -15,15 +15,23 @@ class AddressError(ValueError):
     """The interface or address asked for is not the node's; the message lists what is."""
 
 
+def _interfaces_in(facts: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The interfaces the facts list, as facts.py writes them: facts are what an agent sent,
+    unchecked (an older agent's, or a simulated one's, may list bare names), and whatever
+    they hold must not fail a view or an approval."""
+    listed = facts.get("interfaces")
+    return [i for i in listed if isinstance(i, Mapping)] if isinstance(listed, list) else []
+
+
 def detected(facts: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(interface, address) of each address the node reported, loopback and link-local
     (which no other node can reach) left out, in the order its facts list them."""
     found = []
-    for interface in facts.get("interfaces") or []:
+    for interface in _interfaces_in(facts):
         for entry in interface.get("addresses") or []:
             try:
                 parsed = ipaddress.ip_address(entry.get("address", ""))
-            except ValueError:
+            except (ValueError, AttributeError, TypeError):
                 continue
             if not (parsed.is_loopback or parsed.is_link_local):
                 found.append((interface.get("name", ""), str(parsed)))
@@ -32,7 +40,7 @@ def detected(facts: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def interface_address(facts: Mapping[str, Any], name: str, who: str) -> str:
     """The first IPv4 address of interface name (who: how the node is called in the error)."""
-    names = [i.get("name", "") for i in facts.get("interfaces") or []]
+    names = [i.get("name", "") for i in _interfaces_in(facts)]
     if name not in names:
         raise AddressError(f"{name} is not an interface of {who} ({_interfaces(names)})")
     ipv4 = [address for interface, address in detected(facts)

@@ -99,7 +99,8 @@ def machine_details(machine: dict[str, Any]) -> list[str]:
     facts = machine.get("facts") or {}
     interfaces = ", ".join(
         f"{i['name']} " + " ".join(a["address"] for a in i.get("addresses") or [])
-        for i in facts.get("interfaces") or [] if i.get("name") != "lo")
+        for i in facts.get("interfaces") or []
+        if isinstance(i, dict) and i.get("name") and i.get("name") != "lo")
     on = f" on {machine['interface']}" if machine.get("interface") else ""
     lines = [f"labels     {labels_text(machine.get('labels') or {}) or '-'}",
              f"address    {machine['ip'] or '-'}{on}  (interfaces: {interfaces or '-'})",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from coordinator.domain.events import event
 from coordinator.domain.model import (
@@ -33,7 +34,7 @@ from coordinator.domain.model import (
 from coordinator.domain.outputs import JOINING_PHASES, declared, minted_references, references
 from coordinator.domain.records import Event
 from coordinator.domain.releases import to_run
-from nodeagent.protocol import StateItem
+from nodeagent.protocol import DEFAULT_MINT_LIFETIME, StateItem
 
 
 def job_items(spec: ClusterSpec, job: MintJob) -> list[StateItem]:
@@ -134,10 +135,13 @@ def _settle_job(state: _Pass, manager: Machine) -> None:
     if job is None:
         return
     if not job.finished:
-        if not _may_run_jobs(manager):
+        declared_items = {i.name for i in state.spec.items("manager", job.kind)}
+        if not _may_run_jobs(manager) or not set(job.items) <= declared_items:
+            # Another manager takes it, or (its items left the spec) it is asked for anew.
+            # A mint, and a revocation of a machine still here, is asked for again by _need.
             state.put(replace(manager, minting=None))
-            state.queue.append(replace(job, done=(), values={} if job.kind == "mint"
-                                       else job.values))
+            if job.kind == "revoke" and job.joiner not in state.machines:
+                _revoke(state, job.values, job)
         return
     state.put(replace(manager, minting=None))
     joiner = state.machines.get(job.joiner)
@@ -154,7 +158,8 @@ def _settle_job(state: _Pass, manager: Machine) -> None:
             or material.used_at is not None:
         _revoke(state, job.values, job)  # minted for a minting no longer wanted
         return
-    lifetime = min(i.lifetime for i in state.spec.items("manager", "mint") if i.name in job.items)
+    lifetime = min((i.lifetime for i in state.spec.items("manager", "mint") if i.name in job.items),
+                   default=DEFAULT_MINT_LIFETIME)
     state.put(replace(joiner, material=replace(
         material, values=dict(job.values), minted_at=state.now,
         expires_at=state.now + lifetime)))
@@ -199,9 +204,10 @@ def _need(state: _Pass, machine: Machine) -> None:
         _revoke(state, material.values, _job("revoke", machine, material, ()))
 
 
-def _job(kind: str, machine: Machine, material: Material, items: tuple[str, ...]) -> MintJob:
+def _job(kind: Literal["mint", "revoke"], machine: Machine, material: Material,
+         items: tuple[str, ...]) -> MintJob:
     assert machine.role is not None
-    return MintJob(kind="mint" if kind == "mint" else "revoke", joiner=machine.id,
+    return MintJob(kind=kind, joiner=machine.id,
                    hostname=machine.hostname, ip=address(machine), role=machine.role,
                    serial=material.serial, items=items)
 
@@ -224,7 +230,8 @@ def _assign(state: _Pass) -> None:
     """Give the queued jobs to Ready managers without one, revocations first, never to the
     machine a job is for; what finds no manager is queued again by the next pass."""
     free = [m for m in _managers(state) if _may_run_jobs(m) and m.minting is None]
-    for job in sorted(state.queue, key=lambda j: j.kind != "revoke"):
+    queued = {(j.kind, j.joiner, j.serial): j for j in state.queue}  # each job once
+    for job in sorted(queued.values(), key=lambda j: j.kind != "revoke"):
         manager = next((m for m in free if m.id != job.joiner), None)
         if manager is None:
             continue

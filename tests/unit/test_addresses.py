@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.domain.approval import approval_address
 from coordinator.domain.errors import Conflict
-from nodeagent.addresses import AddressError, chosen, detected, interface_of
+from nodeagent.addresses import AddressError, chosen, detected, interface_address, interface_of
 from tests.support.builders import machine, node_facts
 
 FACTS = node_facts()  # eth0 192.0.2.10 (default route), eth1 10.10.0.5 and fd10::5
@@ -59,3 +59,13 @@ def test_approval_checks_the_choice_against_the_machines_facts_naming_the_field(
     with pytest.raises(Conflict, match=r"^interface: eth1 is not an interface of w1 \(it "
                        "reported no interfaces\\)"):
         approval_address(machine("w1"), "eth1", None)
+
+
+def test_facts_of_another_shape_offer_no_address_and_fail_nothing() -> None:
+    """Facts are what an agent sent, unchecked: bare interface names (an older or simulated
+    agent) neither fail a view nor count as addresses."""
+    facts = {"interfaces": ["eth0", "eth1"], "primary_ip": "10.0.0.7"}
+    assert detected(facts) == []
+    assert interface_of(facts, "10.0.0.7") == ""
+    with pytest.raises(AddressError, match="eth0 is not an interface of n1"):
+        interface_address(facts, "eth0", "n1")

@@ -258,3 +258,26 @@ def test_items_run_only_on_machines_whose_labels_match() -> None:
     done = replace(plain, applied=frozenset(i.fingerprint()
                                             for i in phase_run(labelled, plain, "deploy", [m1])))
     assert [d.to_state for d in plan(labelled, [m1, done]) if d.machine_id == done.id] == [S.READY]
+
+
+def test_a_job_whose_manager_stops_answering_moves_to_one_other_manager(spec: Any) -> None:
+    m1 = first(spec)
+    m2 = replace(machine("m2", "manager", state=S.READY), deploy_order=2, release="1")
+    m3 = replace(machine("m3", "manager", state=S.READY), deploy_order=3, release="1")
+    w1 = machine("w1", state=S.DEPLOY)
+    m1, m2, m3, w1 = settle(spec, [m1, m2, m3, w1], now=10.0)
+    assert m1.minting is not None and m2.minting is None
+    m1, m2, m3, w1 = settle(spec, [replace(m1, responding=False), m2, m3, w1], now=11.0)
+    assert m1.minting is None
+    assert [m.hostname for m in (m2, m3) if m.minting is not None] == ["m2"]
+    assert w1.material is not None and w1.material.minter == m2.id
+
+
+def test_a_job_whose_items_left_the_spec_is_dropped_not_run_forever(spec: Any) -> None:
+    m1, w1 = settle(spec, [first(spec), machine("w1", state=S.DEPLOY)], now=10.0)
+    renamed = load_spec(SPEC.replace("- name: token\n", "- name: bootstrap\n")
+                        .replace("outputs.token.token", "outputs.bootstrap.token"))
+    m1, w1 = settle(renamed, [m1, w1], now=11.0)
+    assert m1.minting is None or m1.minting.items == ("bootstrap",)
+    m1, w1 = settle(renamed, [m1, w1], now=12.0)
+    assert m1.minting is not None and m1.minting.items == ("bootstrap",)

@@ -201,11 +201,6 @@ class Material:
     def minted(self) -> bool:
         return self.minted_at is not None
 
-    def usable(self, now: float) -> bool:
-        """Minted, not expired, not used: what the joiner's assignment may carry."""
-        return (self.minted_at is not None and self.used_at is None
-                and self.expires_at is not None and now < self.expires_at)
-
 
 @dataclass(frozen=True)
 class MintJob:

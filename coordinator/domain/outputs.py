@@ -14,6 +14,7 @@ and the status says for what (waits_text).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -58,12 +59,18 @@ def references(item: StateItem) -> list[str]:
     names none: the spec's checks report it)."""
     found: list[str] = []
     for _, text in item.action.templated():
-        try:
-            names = placeholders(text)
-        except TemplateError:
-            continue
-        found += [n for n in names if n.startswith(PREFIX) and n not in found]
+        found += [n for n in _outputs_named(text) if n not in found]
     return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _outputs_named(text: str) -> tuple[str, ...]:
+    """The outputs a text names: parsed once per text, as every reconcile pass asks for each
+    machine's items (a malformed placeholder names none: the spec's checks report it)."""
+    try:
+        return tuple(n for n in placeholders(text) if n.startswith(PREFIX))
+    except TemplateError:
+        return ()
 
 
 def minted_references(spec: ClusterSpec, items: Iterable[StateItem]) -> list[str]:
@@ -163,11 +170,11 @@ def _minting(machine: Machine, by_id: dict[str, Machine]) -> str:
 
 def _producer(item: StateItem, peers: Sequence[Machine]) -> str:
     """Where the producing item runs, as far as the managers tell."""
-    running = [m for m in peers if m.role == "manager" and m.progress is not None
-               and m.progress.item == item.name]
+    running = [(m, p) for m in peers if m.role == "manager"
+               and (p := m.progress) is not None and p.item == item.name]
     if running:
-        m = running[0]
-        return f"on {m.hostname} ({m.state.value}, {m.progress.status if m.progress else ''})"
+        (m, progress), *_ = running
+        return f"on {m.hostname} ({m.state.value}, {progress.status})"
     names = ", ".join(f"{m.hostname} ({m.state.value})" for m in peers if m.role == "manager")
     return f"(not run yet; managers: {names or 'none'})"
 

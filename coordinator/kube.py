@@ -28,6 +28,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from coordinator.domain.drain import PodRef, classify, ref
 from coordinator.domain.kubeconfig import parse_kubeconfig
 from coordinator.domain.model import DrainSettings
+from coordinator.domain.nodes import MACHINE_ID_LABEL, node_of
 
 MAX_RETRY_SECONDS = 30.0
 MAX_POLL_SECONDS = 1.0
@@ -133,18 +134,36 @@ class Kube:
             f" ({part})" for part in (ready.reason, ready.message) if part)
         return ready.status == "True", detail
 
-    async def pods_on(self, node: str) -> list[dict[str, Any]]:
-        """The node's pods as JSON: parsed once, without building a model object per pod."""
+    async def _items(self, what: str, request: Callable[[], Awaitable[Any]]) -> list[dict[str, Any]]:
+        """A list call's items as JSON: parsed once, without building a model object each."""
         async def fetch() -> list[dict[str, Any]]:
-            response = await self._core.list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={node}", _preload_content=False)
+            response = await request()
             async with response:
                 if response.status != 200:
-                    raise KubeError(f"list pods on {node}: {response.status} {response.reason}")
+                    raise KubeError(f"{what}: {response.status} {response.reason}")
                 items: list[dict[str, Any]] = (await response.json())["items"]
                 return items
-        found: list[dict[str, Any]] = await self._call(f"list pods on {node}", fetch)
+        found: list[dict[str, Any]] = await self._call(what, fetch)
         return found
+
+    async def pods_on(self, node: str) -> list[dict[str, Any]]:
+        """The node's pods as JSON."""
+        return await self._items(f"list pods on {node}", lambda: self._core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={node}", _preload_content=False))
+
+    async def find_node(self, cluster: str, machine_id: str) -> str | None:
+        """The name of the machine's Node (domain/nodes.py says how it is marked), or None
+        while no node carries its mark."""
+        labelled = await self._items(f"find the node of machine {machine_id}",
+                                     lambda: self._core.list_node(
+                                         label_selector=f"{MACHINE_ID_LABEL}={machine_id}",
+                                         _preload_content=False))
+        found = node_of(labelled, cluster, machine_id)
+        if found is not None:
+            return found
+        every = await self._items(f"find the node of machine {machine_id}",
+                                  lambda: self._core.list_node(_preload_content=False))
+        return node_of(every, cluster, machine_id)
 
     async def drain(self, node: str, settings: DrainSettings, deadline: float, force: bool = False,
                     clock: Clock = time.time, progress: OnProgress | None = None,

@@ -118,7 +118,7 @@ def _resource(name: str, kind: str, namespaced: bool, verbs: list[str],
 
 DISCOVERY: dict[str, Obj] = {
     "v1": {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1", "resources": [
-        _resource("nodes", "Node", False, ["get", "list", "patch", "update"]),
+        _resource("nodes", "Node", False, ["create", "delete", "get", "list", "patch", "update"]),
         _resource("pods", "Pod", True, ["delete", "get", "list"]),
         _resource("pods/eviction", "Eviction", True, ["create"], "policy", "v1"),
         _resource("namespaces", "Namespace", False, ["get", "list"]),
@@ -148,6 +148,7 @@ class Cluster:
     evictions: list[str] = field(default_factory=list)  # namespace/name, in order granted
     refusals: int = 0  # evictions answered 429
     uncordons: list[str] = field(default_factory=list)  # nodes made schedulable again, in order
+    deleted_nodes: list[str] = field(default_factory=list)  # in order deleted
     requests: int = 0
     lock: threading.RLock = field(default_factory=threading.RLock)
     later: Callable[[float, Callable[[], None]], None] = lambda delay, fn: None
@@ -159,12 +160,15 @@ class Cluster:
         return str(self._rv)
 
     # -- building the workload ---------------------------------------------------------------
-    def add_node(self, name: str, labels: dict[str, str] | None = None) -> None:
+    def add_node(self, name: str, labels: dict[str, str] | None = None,
+                 provider_id: str | None = None) -> None:
+        """A node as a kubelet registers it: its hostname label, the labels and providerID
+        of its flags, Ready."""
         self.nodes[name] = {
             "kind": "Node", "apiVersion": "v1",
             "metadata": _meta(name, None, {"kubernetes.io/hostname": name, **(labels or {})},
                               resourceVersion=self.rv()),
-            "spec": {},
+            "spec": {"providerID": provider_id} if provider_id else {},
             "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
         }
         for ds in self.daemonsets.values():
@@ -480,7 +484,45 @@ def create_app(cluster: Cluster) -> web.Application:
 
     @routes.get("/api/v1/nodes")
     async def list_nodes(request: web.Request) -> web.Response:
-        return _list("NodeList", list(cluster.nodes.values()), str(cluster._rv))
+        labels = _label_selector(request.query.get("labelSelector", ""))
+        items = [n for n in cluster.nodes.values()
+                 if all(n["metadata"]["labels"].get(k) == v for k, v in labels.items())]
+        return _list("NodeList", items, str(cluster._rv))
+
+    @routes.post("/api/v1/nodes")
+    async def create_node(request: web.Request) -> web.Response:
+        """A kubelet registering its node: the object as sent, with server-set metadata."""
+        body = await request.json()
+        name = body.get("metadata", {}).get("name", "")
+        if name in cluster.nodes:
+            return _status(409, "AlreadyExists", f'nodes "{name}" already exists')
+        metadata = body.get("metadata", {})
+        body["metadata"] = _meta(name, None, {"kubernetes.io/hostname": name,
+                                              **metadata.get("labels", {})},
+                                 resourceVersion=cluster.rv(),
+                                 annotations=metadata.get("annotations", {}))
+        body.setdefault("spec", {})
+        body.setdefault("status", {"conditions": []})
+        body.update(kind="Node", apiVersion="v1")
+        cluster.nodes[name] = body
+        for ds in cluster.daemonsets.values():
+            cluster._daemon_pod(ds, name)
+        cluster._reconcile()
+        return web.json_response(body, status=201)
+
+    @routes.delete("/api/v1/nodes/{name}")
+    async def delete_node(request: web.Request) -> web.Response:
+        """The node goes, and with it its pods (as the pod garbage collector removes pods
+        bound to a node that no longer exists)."""
+        name = request.match_info["name"]
+        node = cluster.nodes.pop(name, None)
+        if node is None:
+            return _status(404, "NotFound", f'nodes "{name}" not found')
+        for key in [k for k, p in cluster.pods.items() if p["spec"].get("nodeName") == name]:
+            del cluster.pods[key]
+        cluster.deleted_nodes.append(name)
+        cluster._reconcile()
+        return web.json_response(node)
 
     @routes.get("/api/v1/nodes/{name}")
     async def get_node(request: web.Request) -> web.Response:
@@ -490,6 +532,7 @@ def create_app(cluster: Cluster) -> web.Application:
         return web.json_response(node)
 
     @routes.patch("/api/v1/nodes/{name}")
+    @routes.patch("/api/v1/nodes/{name}/status")  # a kubelet posting its conditions
     async def patch_node(request: web.Request) -> web.Response:
         name = request.match_info["name"]
         node = cluster.nodes.get(name)

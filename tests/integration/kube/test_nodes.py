@@ -1,0 +1,35 @@
+"""Finding a machine's Node (coordinator/kube.py, domain/nodes.py) in the test Kubernetes API
+server, after a kubelet-like registration through the API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+
+from coordinator.domain.nodes import MACHINE_ID_LABEL, provider_id
+from coordinator.kube import Kube
+from tests.support.kubeapi import KubeApiServer, kube_api_server
+
+
+async def register(server: KubeApiServer, name: str, labels: dict[str, str],
+                   provider: str | None = None) -> int:
+    """POST the node as a kubelet does (the test server takes no credentials)."""
+    body = {"metadata": {"name": name, "labels": labels},
+            "spec": {"providerID": provider} if provider else {}}
+    async with aiohttp.ClientSession() as http, http.post(
+            f"{server.url}/api/v1/nodes", json=body) as response:
+        return response.status
+
+
+async def test_a_machine_s_node_is_found_by_its_mark_and_not_by_its_hostname(tmp_path: Path) -> None:
+    with kube_api_server() as server:
+        assert await register(server, "w1", {}) == 201  # a node of the machine's hostname
+        assert await register(server, "w1.lab.example", {MACHINE_ID_LABEL: "id-1"}) == 201
+        assert await register(server, "node-b", {}, provider_id("lab", "id-2")) == 201
+        assert await register(server, "node-b", {}) == 409
+        async with await Kube.connect(str(server.write_kubeconfig(tmp_path / "kubeconfig"))) as kube:
+            assert await kube.find_node("lab", "id-1") == "w1.lab.example"
+            assert await kube.find_node("lab", "id-2") == "node-b"
+            assert await kube.find_node("other", "id-2") is None
+            assert await kube.find_node("lab", "id-3") is None

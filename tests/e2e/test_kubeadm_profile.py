@@ -1,9 +1,10 @@
 """The kubeadm profile (examples/kubeadm/cluster.yaml), unmodified, takes three managers and four
-workers (real agents in network namespaces) to a cluster, then upgrades it. The agents find the
-test doubles of tests/support/k8s_doubles first in their PATH: kubeadm keeps its tokens and
-certificate key in a state shared by the nodes, checks every join as kubeadm does, and
-registers each Node (the kubelet's part) in the test Kubernetes API server on the LAN's hub,
-which the coordinator also reaches through the kubeconfig the first manager reports.
+workers (real agents in network namespaces) to a cluster, upgrades it, and resets a worker.
+The agents find the test doubles of tests/support/k8s_doubles first in their PATH: kubeadm
+keeps its tokens and certificate key in a state shared by the nodes, checks every join as
+kubeadm does, and registers each Node (the kubelet's part) in the test Kubernetes API server
+on the LAN's hub, which the coordinator also reaches through the kubeconfig the first manager
+reports.
 
 What is asserted comes from the doubles' log of every call, with its host and its start and
 end: who ran `kubeadm init` and when each machine joined with what."""
@@ -76,6 +77,13 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         f.admin("cluster", "apply", "-f", str(tmp_path / "upgraded.yaml"))
         f.wait_for(f"every machine Ready at {UPGRADE_TO}", lambda: at_release(f, UPGRADE_TO),
                    timeout=150)
+        rendered = f.admin("cluster", "render", spec["name"], "--fleet", "3,50")
+        f.admin("delete", "w4")
+        f.wait_for("w4 reset and removed", lambda: "w4" not in {
+            m["hostname"] for m in f.admin_json("machines")})
+
+    assert "kubeadm init --config /etc/kubernetes/nodeagent/init.yaml" in rendered
+    assert "problem" not in rendered
 
     log = calls(log_path)
     kubeadm = [c for c in log if c.command == "kubeadm"]
@@ -142,6 +150,12 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         restarts = [c for c in upgrade if c.host == host and c.is_("systemctl", "restart", "kubelet")]
         step = applies[0] if host == "m1" else node_upgrades[host]
         assert len(restarts) == 1 and restarts[0].start >= step.end
+
+    # A deleted worker: kubeadm reset, then what it leaves, inside the agent's root only.
+    assert [c.host for c in kubeadm if c.is_("kubeadm", "reset")] == ["w4"]
+    assert any(c.host == "w4" and c.is_("iptables") for c in log)
+    assert not (f.root("w4") / "etc/kubernetes").exists()
+    assert (f.root("w4") / "etc/containerd/config.toml").exists()
 
 
 def nodes_of(server: KubeApiServer) -> dict[str, Any]:

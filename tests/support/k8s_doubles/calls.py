@@ -35,6 +35,7 @@ class Call:
     end: float
     exit: int
     details: dict[str, Any]
+    proxy: dict[str, str]  # the proxy variables in its environment
 
     def is_(self, command: str, *words: str) -> bool:
         """This command, its arguments starting with words (flags left out)."""

@@ -3,7 +3,8 @@ run through the `double` links of this directory): they simulate what a test nee
 tools, record every call, and change nothing outside the caller's working directory.
 
 - Every call is appended to $K8S_DOUBLES_LOG as a JSON line: host (the UTS hostname, i.e. the
-  machine), command, argv, start, end, exit and what it did (`details`: the token a join used...).
+  machine), command, argv, start, end, exit, what it did (`details`: the token a join used...)
+  and the proxy variables it was given.
 - Exec items run with the agent's root as working directory, so an absolute path
   (/etc/kubernetes/admin.conf) means that path under the working directory.
 - What kubeadm keeps in the cluster (bootstrap tokens with their expiry, revocations, the
@@ -51,6 +52,7 @@ VALUED = {"--config", "--ttl", "--description", "--certificate-key", "--kubeconf
           "--output", "-n", "--namespace", "-f", "--filename", "--version", "--set"}
 JOIN_SECONDS = 0.5  # how long init and join take: long enough to see two overlap
 CERT_KEY_SECONDS = 7200  # kubeadm deletes the uploaded certificates after two hours
+PROXY = {"http_proxy", "https_proxy", "no_proxy"}  # recorded as the command got them
 
 
 class Failure(Exception):
@@ -362,7 +364,7 @@ def main(argv: list[str]) -> int:
         code = 1
     record({"host": socket.gethostname(), "command": command, "argv": args,
             "cwd": str(Path.cwd()), "start": start, "end": time.time(), "exit": code,
-            "details": details})
+            "details": details, "proxy": {k: v for k, v in os.environ.items() if k in PROXY}})
     return code
 
 

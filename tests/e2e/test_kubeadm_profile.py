@@ -20,11 +20,11 @@ from typing import Any
 import yaml
 
 from tests.support.k8s_doubles.calls import Call, agent_env, calls
+from tests.support.kubeadm_profile import PROFILE
 from tests.support.kubeapi import KubeApiServer, kube_api_server
 from tests.support.lan import HUB_IP, Lan
 from tests.support.rollout import Fleet, all_ready, fleet
 
-PROFILE = Path(__file__).parents[2] / "examples/kubeadm/cluster.yaml"
 MANAGERS = ["m1", "m2", "m3"]
 WORKERS = ["w1", "w2", "w3", "w4"]
 UPGRADE_TO = "1.34.1"

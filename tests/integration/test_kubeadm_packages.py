@@ -5,7 +5,6 @@ gets, the Kubernetes repository of the version's minor, exact versions, and the 
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +14,9 @@ from coordinator.domain.fleet import Fleet
 from coordinator.domain.rendering import render_cluster
 from coordinator.domain.specs import load_spec
 from tests.support.k8s_doubles.calls import Call, agent_env, calls
+from tests.support.kubeadm_profile import PROFILE, run_exec_item, write_file_item
 from tests.support.roots import OS_RELEASE_DEBIAN_12
 
-PROFILE = Path(__file__).parents[2] / "examples/kubeadm/cluster.yaml"
 PROXY = "http://proxy.test:3128"
 ROCKY_9 = 'NAME="Rocky Linux"\nID="rocky"\nID_LIKE="rhel centos fedora"\nVERSION_ID="9.4"\n'
 
@@ -35,15 +34,11 @@ def run(root: Path, tmp: Path, os_release: str, *names: str) -> tuple[list[Call]
     """The items named, in a root with this os-release (the script written by its file item
     first), their calls as the doubles recorded them and each item's output."""
     items = prepare_items()
-    script = items["packages-script"]
-    (root / script["path"].lstrip("/")).parent.mkdir(parents=True)
-    (root / script["path"].lstrip("/")).write_text(script["content"])
+    write_file_item(items["packages-script"], root)
     (root / "etc").mkdir(exist_ok=True)
     (root / "etc/os-release").write_text(os_release)
     env = agent_env(tmp / "log", tmp / "state", "http://127.0.0.1:9")
-    outputs = [subprocess.run(items[name]["argv"], cwd=root, env={**env, **items[name]["env"]},
-                              capture_output=True, text=True, timeout=60)
-               for name in names]
+    outputs = [run_exec_item(items[name], root, env) for name in names]
     return calls(tmp / "log"), [f"{o.returncode} {o.stdout}{o.stderr}" for o in outputs]
 
 

@@ -9,41 +9,34 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from coordinator.domain.fleet import Fleet, hypothetical_fleet
 from coordinator.domain.minting import needed
-from coordinator.domain.model import ClusterSpec, Machine, MachineState, Material
-from coordinator.domain.rendering import machine_values, render_cluster, render_item, shown_items
-from coordinator.domain.specs import load_spec
+from coordinator.domain.model import ClusterSpec, Machine, MachineState
+from coordinator.domain.rendering import render_cluster
 from nodeagent.contract import ROLES
 from nodeagent.protocol import StateItem
 from tests.support.k8s_doubles.calls import doubled
+from tests.support.kubeadm_profile import deployed, kubeadm_config, profile_spec, rendered
 
-PROFILE = Path(__file__).parents[2] / "examples/kubeadm/cluster.yaml"
 CA_HASH = "sha256:" + "c" * 64
 
 
 @pytest.fixture(scope="module")
 def spec() -> ClusterSpec:
-    return load_spec(PROFILE.read_text(), str(PROFILE))
+    return profile_spec()
 
 
 @pytest.fixture(scope="module")
 def fleet(spec: ClusterSpec) -> list[Machine]:
     """3 managers and 50 workers: manager-1 ran init (its outputs are there), every other
     machine holds join material minted for it alone."""
-    machines = hypothetical_fleet(spec, Fleet(3, 50))
-    first = replace(machines[0], outputs={"init.caCertHash": CA_HASH,
-                                          "init.endpoint": "192.0.2.1:6443"})
-    return [first, *(replace(m, material=Material(
-        serial=1, minter=first.id, requested_at=0.0, items=("token",), minted_at=0.0,
-        values={"outputs.token.token": token_of(m), "outputs.certkey.key": key_of(m)}
-        if m.role == "manager" else {"outputs.token.token": token_of(m)})) for m in machines[1:])]
+    return deployed(hypothetical_fleet(spec, Fleet(3, 50)),
+                    {"init.caCertHash": CA_HASH, "init.endpoint": "192.0.2.1:6443"},
+                    lambda m: {"outputs.token.token": token_of(m), "outputs.certkey.key": key_of(m)}
+                    if m.role == "manager" else {"outputs.token.token": token_of(m)})
 
 
 def token_of(machine: Machine) -> str:
@@ -52,19 +45,6 @@ def token_of(machine: Machine) -> str:
 
 def key_of(machine: Machine) -> str:
     return machine.hostname.encode().hex().ljust(64, "0")
-
-
-def rendered(spec: ClusterSpec, machine: Machine, peers: list[Machine],
-             phase: str) -> dict[str, dict[str, Any]]:
-    """machine's items of phase with the values its agent would fill in (secrets included:
-    the render shows them masked, this test needs to tell them apart), by name."""
-    known = machine_values(spec, machine, peers).known
-    return {i.name: render_item(i, known).action
-            for i in shown_items(spec, machine, peers, phase)}  # type: ignore[arg-type]
-
-
-def kubeadm_config(action: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {d["kind"]: d for d in yaml.safe_load_all(action["template"])}
 
 
 def test_the_profile_passes_validation_and_renders_every_machine(spec: ClusterSpec) -> None:

@@ -1,12 +1,14 @@
 """The kubeadm profile's deploy items as the agents render them, run in fake roots with the test
 doubles first in PATH and the test Kubernetes API server on loopback: the first manager's init
-and its outputs, then a worker whose first token expired after its join configuration was
-written joins with the token minted again."""
+and the endpoint it gives the joiners, then a worker whose first token expired after its join
+configuration was written joins with the token minted again."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from coordinator.domain.fleet import Fleet, hypothetical_fleet
 from tests.support.k8s_doubles.calls import agent_env, calls
@@ -70,3 +72,22 @@ def test_a_token_minted_again_replaces_the_expired_one_the_join_configuration_ho
     assert f'token: "{again}"' in (worker / "etc/kubernetes/nodeagent/join.yaml").read_text()
     assert node["metadata"]["labels"]["nodeagent.io/machine-id"] == machines[1].id
     assert node["spec"]["providerID"] == f"nodeagent://k8s/{machines[1].id}"
+
+
+@pytest.mark.parametrize(("setting", "endpoint", "written"), [
+    (None, "192.0.2.1:6443", '"192.0.2.1:6443"'),
+    ("k8s-api.test", "k8s-api.test:6443", '"k8s-api.test"'),
+    ("[fd00::10]:7443", "[fd00::10]:7443", '"[fd00::10]:7443"')])
+def test_init_gives_the_joiners_an_endpoint_with_a_port(
+        tmp_path: Path, setting: str | None, endpoint: str, written: str) -> None:
+    """No setting: the first manager's address, written into init.yaml too; a setting without
+    a port: kubeadm's 6443 added for the joiners."""
+    spec = profile_spec(control_plane_endpoint=setting)
+    machines = hypothetical_fleet(spec, Fleet(1, 0))
+    deploy = rendered(spec, machines[0], machines, "deploy")
+    with kube_api_server() as api:
+        env = agent_env(tmp_path / "log", tmp_path / "state", api.url)
+        apply(deploy["init-config"], tmp_path, env)
+        assert outputs(apply(deploy["init"], tmp_path, env), "init")["init.endpoint"] == endpoint
+    config = (tmp_path / "etc/kubernetes/nodeagent/init.yaml").read_text()
+    assert f"controlPlaneEndpoint: {written}" in config

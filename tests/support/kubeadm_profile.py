@@ -20,8 +20,12 @@ from nodeagent.contract import Phase
 PROFILE = Path(__file__).parents[2] / "examples/kubeadm/cluster.yaml"
 
 
-def profile_spec() -> ClusterSpec:
-    return load_spec(PROFILE.read_text(), str(PROFILE))
+def profile_spec(**kubernetes: object) -> ClusterSpec:
+    """The profile, with these settings.kubernetes fields (control_plane_endpoint="lb") set."""
+    spec = load_spec(PROFILE.read_text(), str(PROFILE))
+    settings = spec.settings.model_copy(
+        update={"kubernetes": spec.settings.kubernetes.model_copy(update=kubernetes)})
+    return spec.model_copy(update={"settings": settings})
 
 
 def deployed(machines: list[Machine], outputs: Mapping[str, str],

@@ -216,7 +216,7 @@ def kubeadm_join(words: list[str], flags: dict[str, str]) -> Details:
         if pinned not in discovery.get("caCertHashes", []):
             raise Failure(f"error execution phase preflight: cluster CA found in cluster-info "
                           f"ConfigMap is invalid: none of the public keys \"{pinned}\" are pinned")
-        if discovery["apiServerEndpoint"] != data["cluster"]["endpoint"]:
+        if with_port(discovery["apiServerEndpoint"]) != with_port(data["cluster"]["endpoint"]):
             raise Failure(f"error execution phase preflight: Get \"https://"
                           f"{discovery['apiServerEndpoint']}/api/v1/namespaces/kube-public/"
                           "configmaps/cluster-info\": connection refused")
@@ -234,6 +234,11 @@ def kubeadm_join(words: list[str], flags: dict[str, str]) -> Details:
     return {"token": token, "controlPlane": plane is not None,
             "certificateKey": (plane or {}).get("certificateKey"),
             **register_node(join.get("nodeRegistration", {}))}
+
+
+def with_port(endpoint: str) -> str:
+    """host[:port] with kubeadm's default port when it names none."""
+    return endpoint if re.search(r":\d+$", endpoint) else f"{endpoint}:6443"
 
 
 def duration(text: str) -> float:

@@ -66,7 +66,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/machines/{ref}", admin.get_machine, "Get a machine by id or hostname",
           "admin"),
     Route("DELETE", "/v1/machines/{ref}", admin.delete_machine,
-          "Delete a machine (reset items first unless force=true)", "admin", 202),
+          "Delete a machine: drain, reset items, Node deletion, then the record (query: "
+          "skipReset=true removes the record at once; force=true deletes a manager the quorum "
+          "guard refuses, 409 otherwise)", "admin", 202),
     Route("POST", "/v1/machines/{ref}/approve", admin.approve,
           "Approve a Pending machine, optionally with a role, labels and its cluster address "
           "(an interface or address its node reported)", "admin", body=ApproveBody,

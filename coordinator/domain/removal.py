@@ -95,6 +95,19 @@ def node_deletion_due(spec: ClusterSpec, machine: Machine) -> bool:
             and not pending_items(spec, machine, "reset"))
 
 
+def found_by_mark(machine: Machine) -> bool:
+    """Whether its drain finds the machine's Node by the mark its items put on it
+    (domain/nodes.py): a leaving machine's, which must never be taken for another's; an
+    upgrading machine's is still named by its hostname."""
+    return machine.state is S.DELETING
+
+
+def unregistered(machine: Machine) -> str:
+    """What a leaving machine's drain and Node deletion say when no Node carries its mark."""
+    return (f"no Node carries the mark of {machine.hostname} (never registered): no drain, "
+            "no Node to delete")
+
+
 def may_be_removed(machine: Machine) -> bool:
     """Whether a Deleting machine whose reset items are applied may lose its record: it has
     no Kubernetes side, or its Node is deleted."""

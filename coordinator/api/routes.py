@@ -99,8 +99,9 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/clusters/{name}/upgrade/{verb}", admin.pause,
           "verb pause: no machine starts upgrading (running ones finish); verb resume", "admin"),
     Route("POST", "/v1/machines/{ref}/drain/{action}", admin.drain_action,
-          "A machine's drain: action retry (new attempt and timeout), skip (upgrade with the "
-          "pods left) or force (delete pods their budgets protect)", "admin"),
+          "A machine's drain (an upgrade's or a removal's): action retry (new attempt and "
+          "timeout), skip (upgrade or reset with the pods left) or force (delete pods their "
+          "budgets protect)", "admin"),
     Route("POST", "/v1/machines/{ref}/revoke", admin.revoke_machine_credential,
           "Revoke a machine's credential", "admin"),
     Route("GET", "/v1/events", streams.events,

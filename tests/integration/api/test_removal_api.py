@@ -150,6 +150,9 @@ async def test_a_blocked_removal_drain_shows_and_the_operator_answers_it(
         [pod], ["default/db"])
     table = await cli(env, "machines")
     assert "drain Blocked (attempt 1)" in table and "retry|skip|force w1" in table
+    status = await env.call("GET", "/v1/clusters/lab/status", 200)
+    [shown] = [m["drain"] for m in status["machines"] if m["hostname"] == "w1"]
+    assert shown["blocking_budgets"] == ["default/db"] and "budget default/db" in shown["message"]
     assert (await env.assignment(agents["w1"]))["items"] == []
 
     await cli(env, "upgrade", "force", "w1")

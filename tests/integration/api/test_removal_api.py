@@ -54,18 +54,20 @@ Agents = dict[str, Registered]
 
 
 async def rolled_out(env: InProcessCoordinator, kube: KubeApiServer, managers: int,
-                     workers: int) -> Agents:
-    """Managers m1.. and workers w1.. Ready, each with a Node its kubelet registered as
-    node-HOSTNAME, marked with its machine id (not named after its hostname)."""
+                     workers: int, unregistered: tuple[str, ...] = ()) -> Agents:
+    """Managers m1.. and workers w1.. Ready, each (but the unregistered) with a Node its
+    kubelet registered as node-HOSTNAME, marked with its machine id (not named after its
+    hostname)."""
     agents = {}
     for role, count in (("manager", managers), ("worker", workers)):
         for index in range(1, count + 1):
             hostname = f"{role[0]}{index}"
             agents[hostname] = await env.register(hostname)
             await env.call("POST", f"/v1/machines/{hostname}/approve", 200, json={"role": role})
-            with kube.locked() as cluster:
-                cluster.add_node(f"node-{hostname}",
-                                 {MACHINE_ID_LABEL: agents[hostname]["machine_id"]})
+            if hostname not in unregistered:
+                with kube.locked() as cluster:
+                    cluster.add_node(f"node-{hostname}",
+                                     {MACHINE_ID_LABEL: agents[hostname]["machine_id"]})
 
     async def agents_apply() -> bool:
         for agent in agents.values():
@@ -111,6 +113,7 @@ async def test_deleting_a_worker_drains_its_node_resets_it_then_deletes_the_node
         cluster.add_replicaset("default", "web", 3, {"app": "web"},
                                nodes=["node-w1", "node-w2", "node-w1"])
         cluster.add_pdb("default", "web", {"app": "web"}, min_available=2)
+        cluster.add_node("w1")  # named like the machine, but another's: never touched
 
     assert (await env.call("DELETE", "/v1/machines/w1", 202))["status"] == "resetting"
     w1 = await machine(env, "w1")
@@ -126,7 +129,8 @@ async def test_deleting_a_worker_drains_its_node_resets_it_then_deletes_the_node
     await reset(env, kube, agents["w1"], "node-w1")
     await until(env, "w1 removed", lambda: gone(env, "w1"))
     assert kube.cluster.deleted_nodes == ["node-w1"]
-    assert sorted(kube.cluster.nodes) == ["node-m1", "node-w2"]
+    assert sorted(kube.cluster.nodes) == ["node-m1", "node-w2", "w1"]
+    assert "w1" not in kube.cluster.cordoned()
     messages = await said_of(env, "w1")
     assert "w1 Ready -> Deleting: drain, reset items, Node deletion" in messages
     assert "w1: node node-w1 deleted" in messages
@@ -215,3 +219,18 @@ async def test_skip_reset_removes_at_once_and_a_bad_flag_is_refused(
     await env.call("DELETE", "/v1/machines/m1", 409)  # the last manager
     assert (await env.call("DELETE", "/v1/machines/w1?skipReset=true", 200))["status"] == "removed"
     assert kube.cluster.deleted_nodes == [] and kube.cluster.cordoned() == []
+
+
+async def test_a_machine_whose_node_never_registered_is_reset_and_removed_saying_so(
+        env: InProcessCoordinator, kube: KubeApiServer) -> None:
+    agents = await rolled_out(env, kube, managers=1, workers=1, unregistered=("w1",))
+    with kube.locked() as cluster:
+        cluster.add_node("w1")  # named like the machine, but not marked as its Node
+    await env.call("DELETE", "/v1/machines/w1", 202)
+    await until(env, "w1's drain skipped", lambda: stage(env, "w1", "Skipped"))
+    note = "no Node carries the mark of w1 (never registered): no drain, no Node to delete"
+    assert (await machine(env, "w1"))["drain"]["message"] == note
+    await env.report_all(agents["w1"])
+    await until(env, "w1 removed", lambda: gone(env, "w1"))
+    assert kube.cluster.deleted_nodes == [] and kube.cluster.cordoned() == []
+    assert f"w1: {note}" in await said_of(env, "w1", "drain")

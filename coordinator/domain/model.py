@@ -413,4 +413,3 @@ def items_may_run(spec: ClusterSpec, machine: Machine) -> bool:
     if machine.state is MachineState.DELETING:
         return machine.drain is None or machine.drain.stage in ITEMS_MAY_RUN
     return machine.state is not MachineState.UPGRADE or upgrade_items_may_run(spec, machine)
-

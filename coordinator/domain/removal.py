@@ -47,8 +47,8 @@ def quorum_refusal(machine: Machine, machines: Sequence[Machine]) -> str | None:
         why = ", ".join(f"{m.hostname} is " + (m.state.value if m.responding and m.state in
                                               _CHANGING else "not responding") for m in busy)
         return (f"{machine.hostname} cannot be deleted now: managers leave one at a time, while "
-                f"every other manager is Ready and answers ({why}). Wait until it is Ready, or "
-                "delete anyway with force (coordinator delete --force)")
+                f"every other manager is Ready and answers ({why}). Delete it once they are, or "
+                "delete it anyway with force (coordinator delete --force)")
     if machine.state not in DEPLOYED_STATES:
         return None  # still joining: the quorum of the deployed set does not count it
     deployed = 1 + sum(m.state in DEPLOYED_STATES for m in others)

@@ -1,4 +1,5 @@
-"""The one seam to a workload cluster's Kubernetes API: cordon, drain, uncordon.
+"""The one seam to a workload cluster's Kubernetes API: cordon, drain, uncordon, find and
+delete a machine's Node.
 
 Through kubernetes_asyncio (the asyncio client generated from Kubernetes' own API), never
 hand-written HTTP. A drain is kubectl's, with two differences that matter at scale: every
@@ -164,6 +165,18 @@ class Kube:
         every = await self._items(f"find the node of machine {machine_id}",
                                   lambda: self._core.list_node(_preload_content=False))
         return node_of(every, cluster, machine_id)
+
+    async def delete_node(self, node: str) -> None:
+        """Delete the Node (what `kubectl delete node` does: its pods go with it); a Node
+        already gone is no error, so a retried deletion succeeds."""
+        async def request() -> None:
+            try:
+                await self._core.delete_node(node)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+        await self._call(f"delete node {node}", request)
 
     async def drain(self, node: str, settings: DrainSettings, deadline: float, force: bool = False,
                     clock: Clock = time.time, progress: OnProgress | None = None,

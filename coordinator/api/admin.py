@@ -8,6 +8,7 @@ from aiohttp import web
 from coordinator.api.bodies import (
     AdminTokenBody,
     ApproveBody,
+    DeleteQuery,
     JoinTokenBody,
     LabelsBody,
     RenderQuery,
@@ -141,9 +142,9 @@ async def revoke_machine_credential(request: web.Request) -> web.Response:
 
 async def delete_machine(request: web.Request) -> web.Response:
     c = service(request)
+    asked = query(request, DeleteQuery)
     machine = await c.queries.machine(request.match_info["ref"])
-    force = request.query.get("force", "false").lower() in ("1", "true", "yes")
-    if await c.admin.delete_machine(machine.id, force=force) is None:
+    if await c.admin.delete_machine(machine.id, asked.force, asked.skip_reset) is None:
         return web.json_response({"status": "removed", "id": machine.id})
     return web.json_response({"status": "resetting", "id": machine.id}, status=202)
 

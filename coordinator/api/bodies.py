@@ -97,3 +97,12 @@ class RenderQuery(_Body):
     fleet: Annotated[Fleet | None, BeforeValidator(_fleet)] = Field(
         default=None, description="MANAGERS,WORKERS: a hypothetical fleet instead of the "
         "cluster's machines")
+
+
+class DeleteQuery(_Body):
+    """How `DELETE /v1/machines/REF` deletes: the query string's parameters."""
+
+    force: bool = Field(default=False, description="delete a manager even though the quorum "
+                        "guard refuses (managers one at a time, a majority left)")
+    skip_reset: bool = Field(default=False, description="remove the record at once: no drain, "
+                             "no reset items, no Node deletion")

@@ -66,7 +66,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/machines/{ref}", admin.get_machine, "Get a machine by id or hostname",
           "admin"),
     Route("DELETE", "/v1/machines/{ref}", admin.delete_machine,
-          "Delete a machine (reset items first unless force=true)", "admin", 202),
+          "Delete a machine: drain, reset items, Node deletion, then the record (query: "
+          "skipReset=true removes the record at once; force=true deletes a manager the quorum "
+          "guard refuses, 409 otherwise)", "admin", 202),
     Route("POST", "/v1/machines/{ref}/approve", admin.approve,
           "Approve a Pending machine, optionally with a role, labels and its cluster address "
           "(an interface or address its node reported)", "admin", body=ApproveBody,
@@ -97,8 +99,9 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/clusters/{name}/upgrade/{verb}", admin.pause,
           "verb pause: no machine starts upgrading (running ones finish); verb resume", "admin"),
     Route("POST", "/v1/machines/{ref}/drain/{action}", admin.drain_action,
-          "A machine's drain: action retry (new attempt and timeout), skip (upgrade with the "
-          "pods left) or force (delete pods their budgets protect)", "admin"),
+          "A machine's drain (an upgrade's or a removal's): action retry (new attempt and "
+          "timeout), skip (upgrade or reset with the pods left) or force (delete pods their "
+          "budgets protect)", "admin"),
     Route("POST", "/v1/machines/{ref}/revoke", admin.revoke_machine_credential,
           "Revoke a machine's credential", "admin"),
     Route("GET", "/v1/events", streams.events,

@@ -159,11 +159,16 @@ def role(ctx: click.Context, machine: str, role: str) -> None:
 
 @click.command()
 @click.argument("machine", shell_complete=complete_machines)
-@click.option("--force", is_flag=True, help="Remove at once, without running reset items.")
+@click.option("--force", is_flag=True, help="Delete a manager even though the quorum guard "
+              "refuses (another manager not Ready, or too few managers would be left).")
+@click.option("--skip-reset", is_flag=True, help="Remove the record at once: no drain, no "
+              "reset items, no Node deletion (a machine that is gone for good).")
 @click.pass_context
-def delete(ctx: click.Context, machine: str, force: bool) -> None:
-    """Delete a machine: its agent runs the cluster's reset items, then it is removed."""
-    data = call(ctx, "DELETE", f"/v1/machines/{machine}" + ("?force=true" if force else ""))
+def delete(ctx: click.Context, machine: str, force: bool, skip_reset: bool) -> None:
+    """Delete a machine: its node is drained, its agent runs the cluster's reset items, its
+    Node is deleted, then its record goes. Managers leave one at a time, a majority left."""
+    asked = {key: "true" for key, on in (("force", force), ("skipReset", skip_reset)) if on}
+    data = call(ctx, "DELETE", f"/v1/machines/{machine}" + (f"?{urlencode(asked)}" if asked else ""))
     click.echo(f"{machine}: {data['status']}")
 
 

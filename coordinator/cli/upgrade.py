@@ -1,5 +1,5 @@
 """`coordinator upgrade ...`: the dry-run plan, pausing and resuming, and acting on a machine
-whose drain is stuck."""
+whose drain is stuck (an upgrade's, or a removal's)."""
 
 from __future__ import annotations
 
@@ -56,5 +56,6 @@ def _drain_command(action: str, help_text: str) -> None:
 
 
 _drain_command("retry", "Drain the machine's node again, with a new timeout.")
-_drain_command("skip", "Upgrade the machine with the pods its drain could not move.")
+_drain_command("skip", "Upgrade (or reset, when it is being deleted) the machine with the "
+               "pods its drain could not move.")
 _drain_command("force", "Drain again, deleting the pods budgets protect (bypassing them).")

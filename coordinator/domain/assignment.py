@@ -13,8 +13,8 @@ from coordinator.domain.model import (
     Machine,
     MachineState,
     deployed_managers,
+    items_may_run,
     machine_items,
-    upgrade_items_may_run,
 )
 from coordinator.domain.outputs import Handed, available, hand_out, secret_names
 from coordinator.domain.records import StoredCluster
@@ -45,8 +45,8 @@ def assigned_phase(spec: ClusterSpec, machine: Machine, post_deploy_host: str | 
     phase = PHASE_OF_STATE.get(machine.state) if machine.role else None
     if machine.minting is not None and machine.state is MachineState.READY:
         return machine.minting.kind
-    if machine.state is MachineState.UPGRADE and not upgrade_items_may_run(spec, machine):
-        return None  # the node is being drained: its upgrade items wait
+    if not items_may_run(spec, machine):
+        return None  # the node is being drained: its upgrade or reset items wait
     if may_host_post_deploy(machine) and post_deploy_host == machine.id:
         return "postdeploy"
     return phase

@@ -158,16 +158,19 @@ class DrainStage(StrEnum):
     UNCORDONED = "Uncordoned"  # upgrade items applied, node schedulable: waiting for it to be Ready
     NOT_READY = "NodeNotReady"  # not Ready within drain.nodeReadyTimeoutSeconds: still checked
     NODE_READY = "NodeReady"  # uncordoned and Ready: the machine may return to Ready
+    NODE_DELETED = "NodeDeleted"  # Deleting: reset items applied, its Node deleted (or it had
+    # none): the record may go
 
 
-# Stages in which the node is empty enough for its upgrade items to run.
+# Stages in which the node is empty enough for its upgrade (or reset) items to run.
 ITEMS_MAY_RUN = frozenset({DrainStage.DRAINED, DrainStage.SKIPPED, DrainStage.UNCORDONED,
-                           DrainStage.NOT_READY, DrainStage.NODE_READY})
+                           DrainStage.NOT_READY, DrainStage.NODE_READY, DrainStage.NODE_DELETED})
 
 
 @dataclass(frozen=True)
 class DrainStatus:
-    """A machine's cordon/drain during Upgrade, written by the coordinator's Kubernetes side."""
+    """A machine's cordon/drain during Upgrade, or during Deleting until its Node is deleted,
+    written by the coordinator's Kubernetes side."""
 
     stage: DrainStage
     started_at: float  # the drain timeout counts from here, across coordinator restarts
@@ -254,7 +257,7 @@ class Machine:
     # The post-deploy step's host as the last reconcile pass found it (planner.
     # assignment_notices): a pass that finds otherwise changes this and the generation.
     post_deploy: bool = False
-    drain: DrainStatus | None = None  # only in Upgrade
+    drain: DrainStatus | None = None  # only in Upgrade, and Deleting (domain/removal.py)
     # Only in Upgrade: the fingerprints it was admitted to run, which stay in its upgrade's
     # list once applied (releases.upgrade_run).
     upgrading: frozenset[str] = frozenset()
@@ -402,3 +405,11 @@ def upgrade_items_may_run(spec: ClusterSpec, machine: Machine) -> bool:
     return not needs_drain(spec, machine) or (
         machine.drain is not None and machine.drain.stage in ITEMS_MAY_RUN)
 
+
+def items_may_run(spec: ClusterSpec, machine: Machine) -> bool:
+    """Whether the machine's node lets the items of its state's phase run: an upgrade's once
+    its drain allows (upgrade_items_may_run), a removal's reset items once its drain allows
+    (a removal without a drain, in a cluster the coordinator cannot reach, runs them at once)."""
+    if machine.state is MachineState.DELETING:
+        return machine.drain is None or machine.drain.stage in ITEMS_MAY_RUN
+    return machine.state is not MachineState.UPGRADE or upgrade_items_may_run(spec, machine)

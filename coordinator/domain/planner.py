@@ -42,6 +42,7 @@ from coordinator.domain.model import (
     phase_items,
 )
 from coordinator.domain.releases import at_release, baseline, names, to_run
+from coordinator.domain.removal import may_be_removed, node_deletion_due
 from nodeagent.contract import ROLES, Phase
 from nodeagent.protocol import StateItem
 
@@ -51,7 +52,7 @@ S = MachineState
 _MANAGER_BUSY = frozenset({S.DEPLOY, S.UPGRADE, S.RECONFIGURE})
 
 # Where a machine goes once every item of its state's phase is applied (None: the record is
-# removed). Upgrade also needs its node uncordoned: see _advance.
+# removed). Upgrade also needs its node uncordoned, Deleting its Node deleted: see _advance.
 _ON_PHASE_COMPLETE: dict[MachineState, tuple[MachineState | None, str]] = {
     S.DEPLOY: (S.READY, "deploy items applied"),
     S.RECONFIGURE: (S.READY, "reconfigure items applied"),
@@ -262,11 +263,16 @@ def assignment_notices(spec: ClusterSpec, machines: Sequence[Machine]) -> list[M
     return noticed
 
 
-NodeAction = Literal["drain", "uncordon", "await-ready"]
+NodeAction = Literal["drain", "uncordon", "await-ready", "delete-node"]
 
 
 def node_action(spec: ClusterSpec, machine: Machine) -> NodeAction | None:
-    """What the coordinator's Kubernetes side owes an upgrading machine's node now."""
+    """What the coordinator's Kubernetes side owes an upgrading or leaving machine's node now
+    (a leaving one's: domain/removal.py)."""
+    if machine.state is S.DELETING and machine.drain is not None:
+        if machine.drain.stage is DrainStage.DRAINING:
+            return "drain"
+        return "delete-node" if node_deletion_due(spec, machine) else None
     if machine.state is not S.UPGRADE or not needs_drain(spec, machine):
         return None
     stage = machine.drain.stage if machine.drain else None
@@ -376,6 +382,10 @@ def _advance(state: _Pass, machine: Machine) -> Decision | None:
         if machine.drain is None or machine.drain.stage is not DrainStage.NODE_READY:
             return None
         target = (S.READY, "upgrade items applied; node uncordoned and Ready")
+    if machine.state is S.DELETING and machine.drain is not None:
+        if not may_be_removed(machine):
+            return None
+        target = (None, f"reset items applied, {machine.drain.message}: machine removed")
     return _decide(machine, *target)
 
 

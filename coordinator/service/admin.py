@@ -20,6 +20,7 @@ from coordinator.domain.model import (
     needs_drain,
 )
 from coordinator.domain.records import Event, JoinToken, StoredCluster
+from coordinator.domain.removal import quorum_refusal, removal_drain
 from coordinator.domain.specs import check_fixed
 from coordinator.service.access import Access
 from coordinator.service.drainer import Drainer
@@ -82,11 +83,12 @@ class Admin:
         return stored, changed
 
     async def delete_cluster(self, name: str) -> None:
-        """Every machine runs its reset items and goes; then the cluster goes."""
+        """Every machine runs its reset items and goes; then the cluster goes. The whole
+        cluster leaving, no node is drained (its pods have nowhere to go) nor guarded."""
         await self.queries.cluster(name)
         await self.store.mark_cluster_deleting(name)
         for machine in await self.store.list_machines(name):
-            await self.delete_machine(machine.id)
+            await self.delete_machine(machine.id, whole_cluster=True)
         self.notifier.kick()
 
     async def create_join_token(self, cluster: str, ttl: float | None,
@@ -157,24 +159,50 @@ class Admin:
         self.notifier.wake([machine.id])
         return updated
 
-    async def delete_machine(self, machine_id: str, force: bool = False) -> Machine | None:
-        """Machines that never ran items, or with force, go at once; the others run their
-        reset items first (state Deleting). Returns the machine unless it is gone."""
+    async def delete_machine(self, machine_id: str, force: bool = False, skip_reset: bool = False,
+                             whole_cluster: bool = False) -> Machine | None:
+        """Delete a machine: it goes through Deleting (domain/removal.py: its node drained,
+        its reset items, its Node deleted) unless it never ran items, or skip_reset removes
+        the record at once. A manager whose leaving could cost the control plane its quorum
+        is refused (Conflict, saying why) unless forced; the whole cluster leaving, nothing is
+        guarded nor drained. Returns the machine unless it is gone; deleting a machine that
+        is already leaving changes nothing."""
         async with self.writes.lock:
             machine = await self.queries.machine_by_id(machine_id)
-            if force or machine.state is MachineState.PENDING or machine.role is None:
+            if machine.state is MachineState.DELETING and not skip_reset:
+                return machine
+            machines = await self.store.list_machines(machine.cluster)
+            refused = None if whole_cluster else quorum_refusal(machine, machines)
+            if refused and not force:
+                raise Conflict(refused)
+            at_once = skip_reset or machine.state is MachineState.PENDING or machine.role is None
+            if at_once:
                 await self.writes.commit([], [self._event(
                     machine.cluster, "removed",
-                    f"{machine.hostname} removed" + (" without reset (forced)" if force else ""),
-                    machine)], removed={machine.id: self.clock()})
-                self.notifier.wake([machine.id])
-                return None
-            updated = machine.with_state(MachineState.DELETING, self.clock())
-            await self._commit_one(
-                updated, "state",
-                f"{machine.hostname} {machine.state.value} -> Deleting: running reset items",
-                {"from": machine.state.value, "to": "Deleting"})
+                    f"{machine.hostname} removed" + (" without reset (skipped)" if skip_reset
+                                                     else ""), machine)],
+                    removed={machine.id: self.clock()})
+            else:
+                updated = await self._leave(machine, machines, refused, whole_cluster)
+        await self.drainer.cancel(machine.id)  # an upgrade's drain task: its writes are void now
+        if at_once:
+            self.notifier.wake([machine.id])
+            return None
         self._moved(machine.id)
+        return updated
+
+    async def _leave(self, machine: Machine, machines: Sequence[Machine], refused: str | None,
+                     whole_cluster: bool) -> Machine:
+        """Move machine into Deleting, with the drain its removal starts with (none when the
+        cluster cannot be reached or leaves whole); refused: the guard it was forced past."""
+        spec = (await self.queries.cluster(machine.cluster)).spec
+        drain = None if whole_cluster else removal_drain(spec, machines, machine, self.clock())
+        updated = replace(machine.with_state(MachineState.DELETING, self.clock()), drain=drain)
+        then = "running reset items" if drain is None else "drain, reset items, Node deletion"
+        await self._commit_one(
+            updated, "state", f"{machine.hostname} {machine.state.value} -> Deleting: {then}"
+            + (f" (forced, though {refused})" if refused else ""),
+            {"from": machine.state.value, "to": "Deleting", "forced": refused is not None})
         return updated
 
     async def set_paused(self, name: str, paused: bool) -> StoredCluster:
@@ -191,20 +219,23 @@ class Admin:
         return stored
 
     async def drain_action(self, machine_id: str, action: str) -> Machine:
-        """The operator's answer to a drain: retry (a new attempt and timeout), skip (run the
-        upgrade items with what is left on the node) or force (delete budget-protected pods)."""
+        """The operator's answer to a drain, an upgrade's or a removal's: retry (a new attempt
+        and timeout), skip (run the upgrade or reset items with what is left on the node) or
+        force (delete budget-protected pods)."""
         await self.drainer.cancel(machine_id)
         async with self.writes.lock:
             machine = await self.queries.machine_by_id(machine_id)
             stored = await self.queries.cluster(machine.cluster)
-            if machine.state is not MachineState.UPGRADE or not needs_drain(stored.spec, machine):
+            leaving = machine.state is MachineState.DELETING and machine.drain is not None
+            if not leaving and (machine.state is not MachineState.UPGRADE
+                                or not needs_drain(stored.spec, machine)):
                 raise Conflict(f"{machine.hostname} is {machine.state.value}: it has no drain to "
                                f"{action}")
             current = machine.drain or DrainStatus(DrainStage.DRAINING, self.clock(), attempt=0)
             if current.stage not in (DrainStage.DRAINING, DrainStage.BLOCKED):
                 raise Conflict(f"{machine.hostname}: its drain is {current.stage.value}, nothing "
                                f"to {action}")
-            status = _answered(current, action, self.clock())
+            status = _answered(current, action, self.clock(), "resetting" if leaving else "upgrading")
             updated = replace(machine, drain=status, generation=machine.generation + 1)
             await self._commit_one(updated, "drain", f"{machine.hostname}: operator chose "
                                    f"{action} (drain attempt {status.attempt})", {"action": action})
@@ -219,10 +250,10 @@ class Admin:
             data={"actor": actor, "method": method, "path": path, "status": status})])
 
 
-def _answered(current: DrainStatus, action: str, now: float) -> DrainStatus:
-    """The drain once the operator answered it."""
+def _answered(current: DrainStatus, action: str, now: float, going_on: str) -> DrainStatus:
+    """The drain once the operator answered it; going_on: what the machine does next."""
     if action == "skip":
         return replace(current, stage=DrainStage.SKIPPED, message=(
-            "drain skipped by the operator; upgrading with "
+            f"drain skipped by the operator; {going_on} with "
             f"{len(current.blocking_pods)} pods left on the node"))
     return DrainStatus(DrainStage.DRAINING, now, current.attempt + 1, force=action == "force")

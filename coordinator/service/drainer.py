@@ -1,6 +1,8 @@
 """Runs what the planner's node_action asks of upgrading machines' Kubernetes nodes: a drain
 task (cordon + drain) per machine, then the uncordon once its upgrade items are applied, then
-the wait for the node to report Ready.
+the wait for the node to report Ready. A deleted machine's node is drained the same way, then
+deleted once its reset items are applied (domain/removal.py); its Node is the one find_node
+finds by the machine's mark, and one that never registered has nothing to drain or delete.
 
 Each task writes its outcome into the machine's DrainStatus through a DrainLedger (under the
 write lock, and only if the drain attempt it ran is still the current one: an operator's retry,
@@ -14,13 +16,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol
 
 from coordinator.domain.model import ClusterSpec, DrainStage, DrainStatus, Machine, kubeconfig_reporter
 from coordinator.domain.planner import node_action
+from coordinator.domain.removal import found_by_mark, unregistered
 from coordinator.kube import DrainResult, Kube, KubeError
 from coordinator.metrics import record_blocked_eviction, record_drain
 
@@ -62,6 +65,8 @@ class Drainer:
                 work = self._drain(spec, machine, access)
             elif action == "uncordon":
                 work = self._uncordon(machine, access)
+            elif action == "delete-node":
+                work = self._delete_node(machine, access)
             else:
                 work = self._await_ready(spec, machine, access)
             self._tasks[machine.id] = asyncio.create_task(work, name=f"{action} {machine.hostname}")
@@ -94,6 +99,7 @@ class Drainer:
         async def progress(result: DrainResult) -> None:
             await self.ledger.set_drain(machine.id, status, _status(status, result), None)
 
+        node: str | None = machine.hostname
         while True:
             if access is None:
                 result = DrainResult(False, f"{NO_KUBECONFIG}: the node cannot be cordoned and "
@@ -101,10 +107,12 @@ class Drainer:
                 break
             try:
                 async with await Kube.connect(access.path, access.text) as kube:
-                    result = await kube.drain(
-                        machine.hostname, settings.drain, deadline, force=status.force,
-                        clock=self.clock, progress=progress,
-                        refused=partial(record_blocked_eviction, machine.cluster))
+                    node = await _node(kube, machine)
+                    result = DrainResult(True, unregistered(machine)) if node is None else \
+                        await kube.drain(
+                            node, settings.drain, deadline, force=status.force,
+                            clock=self.clock, progress=progress,
+                            refused=partial(record_blocked_eviction, machine.cluster))
                 break
             except KubeError as exc:
                 result = DrainResult(False, str(exc))
@@ -112,6 +120,10 @@ class Drainer:
                     break
                 await progress(result)
                 await asyncio.sleep(RETRY_SECONDS)
+        if node is None:
+            await self.ledger.set_drain(machine.id, status, _status(
+                status, result, DrainStage.SKIPPED), f"{machine.hostname}: {result.message}")
+            return
         final = _status(status, result, DrainStage.DRAINED if result.drained else DrainStage.BLOCKED)
         record_drain(machine.cluster, self.clock() - status.started_at,
                      ("forced" if status.force else "drained") if result.drained else "timed-out")
@@ -119,27 +131,58 @@ class Drainer:
         await self.ledger.set_drain(machine.id, status, final,
                                          f"{machine.hostname} {verb}: {result.message}")
 
-    async def _uncordon(self, machine: Machine, access: KubeAccess | None) -> None:
+    async def _call(self, machine: Machine, access: KubeAccess | None, what: str,
+                    request: Callable[[Kube], Awaitable[None]]) -> bool:
+        """One request of a node step (an uncordon, a Node deletion) through a new connection;
+        when it fails, the drain's message says so and the step is retried RETRY_SECONDS later
+        (False)."""
         status = machine.drain
-        assert status is not None  # node_action asks for an uncordon only after a drain
+        assert status is not None  # node_action asks for these steps only after a drain
         try:
             if access is None:
                 raise KubeError(NO_KUBECONFIG)
             async with await Kube.connect(access.path, access.text) as kube:
-                await kube.set_unschedulable(machine.hostname, False)
+                await request(kube)
         except KubeError as exc:
             self._not_before[machine.id] = self.clock() + RETRY_SECONDS
             await self.ledger.set_drain(machine.id, status, replace(
-                status, message=f"uncordon failed, retrying: {exc}"), None)
+                status, message=f"{what} failed, retrying: {exc}"), None)
             self.ledger.kick()
-            return
+            return False
         self._not_before.pop(machine.id, None)
+        return True
+
+    async def _uncordon(self, machine: Machine, access: KubeAccess | None) -> None:
+        status = machine.drain
+        assert status is not None
+        if not await self._call(machine, access, "uncordon",
+                                lambda kube: kube.set_unschedulable(machine.hostname, False)):
+            return
         await self.ledger.set_drain(
             machine.id, status, replace(status, stage=DrainStage.UNCORDONED,
                                         uncordoned_at=self.clock(), message=(
                                             "upgrade items applied; uncordoned; waiting for node "
                                             f"{machine.hostname} to report Ready")),
             f"{machine.hostname} uncordoned")
+
+    async def _delete_node(self, machine: Machine, access: KubeAccess | None) -> None:
+        """Delete a leaving machine's Node, the one carrying its mark, once its reset items
+        are applied; then its record may go."""
+        status = machine.drain
+        assert status is not None
+        found: list[str] = []
+
+        async def delete(kube: Kube) -> None:
+            node = await kube.find_node(machine.cluster, machine.id)
+            if node is not None:
+                await kube.delete_node(node)
+                found.append(node)
+
+        if not await self._call(machine, access, "Node deletion", delete):
+            return
+        done = f"node {found[0]} deleted" if found else unregistered(machine)
+        await self.ledger.set_drain(machine.id, status, replace(
+            status, stage=DrainStage.NODE_DELETED, message=done), f"{machine.hostname}: {done}")
 
     async def _await_ready(self, spec: ClusterSpec, machine: Machine,
                            access: KubeAccess | None) -> None:
@@ -200,6 +243,13 @@ def kube_access(spec: ClusterSpec, machines: Sequence[Machine]) -> KubeAccess | 
         return KubeAccess(path=spec.settings.kubernetes.kubeconfig)
     reporter = kubeconfig_reporter(machines)
     return None if reporter is None else KubeAccess(text=reporter.kubeconfig)
+
+
+async def _node(kube: Kube, machine: Machine) -> str | None:
+    """The Node to drain (None: no Node carries the machine's mark)."""
+    if found_by_mark(machine):
+        return await kube.find_node(machine.cluster, machine.id)
+    return machine.hostname
 
 
 def _status(status: DrainStatus, result: DrainResult, stage: DrainStage | None = None) -> DrainStatus:

@@ -1,6 +1,7 @@
 """The drainer's ledger: how a drain task records its progress on the machine. A write counts
-only while the machine is in Upgrade with the drain attempt the task ran, so an operator's
-retry, skip or force (a new attempt) makes an older task's writes no-ops."""
+only while the machine is in Upgrade (or Deleting) with the drain attempt the task ran, so an
+operator's retry, skip or force (a new attempt), or a deletion, makes an older task's writes
+no-ops."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from coordinator.domain.events import event
-from coordinator.domain.model import DrainStatus, Machine, MachineState, upgrade_items_may_run
+from coordinator.domain.model import DrainStatus, Machine, MachineState, items_may_run
 from coordinator.service.notifier import Notifier
 from coordinator.service.queries import Queries
 from coordinator.service.writes import Writes
+
+# The states whose machines' nodes drain tasks work on.
+DRAINED_STATES = frozenset({MachineState.UPGRADE, MachineState.DELETING})
 
 
 def same_attempt(now: DrainStatus | None, expected: DrainStatus | None) -> bool:
@@ -41,12 +45,12 @@ class DrainRecords:
         agent is woken when its upgrade items may now run."""
         async with self.writes.lock:
             machine = await self.writes.store.get_machine(machine_id)
-            if machine is None or machine.state is not MachineState.UPGRADE \
+            if machine is None or machine.state not in DRAINED_STATES \
                     or not same_attempt(machine.drain, expected):
                 return False
             spec = (await self.queries.cluster(machine.cluster)).spec
             updated = replace(machine, drain=status)
-            if upgrade_items_may_run(spec, updated) != upgrade_items_may_run(spec, machine):
+            if items_may_run(spec, updated) != items_may_run(spec, machine):
                 updated = replace(updated, generation=machine.generation + 1)
             events = [] if message is None else [event(
                 self.clock(), machine.cluster, "drain", message, updated,

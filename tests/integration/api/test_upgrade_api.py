@@ -4,21 +4,17 @@ cordoned in Upgrade naming the pod and budget, and the operator's retry, force a
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from coordinator.cli import main
 from coordinator.metrics import METRICS
+from tests.integration.api.operator import cli, machine, until
 from tests.support.harness import InProcessCoordinator, in_process_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
-from tests.support.waiting import wait_until_async
 
 SPEC = """\
 name: lab
@@ -65,31 +61,6 @@ async def env(tmp_path: Path, kube: KubeApiServer) -> AsyncIterator[InProcessCoo
     async with in_process_coordinator(tmp_path, spec(kube.write_kubeconfig(tmp_path / "kubeconfig")),
                                       clock=time.time) as running:
         yield running
-
-
-async def until(env: InProcessCoordinator, what: str, predicate: Callable[[], Awaitable[bool]],
-                timeout: float = 15) -> None:
-    """predicate true, with a reconcile pass after every time it is not."""
-    async def settled() -> bool:
-        if await predicate():
-            return True
-        await env.coordinator.reconciler.reconcile_once()
-        return False
-
-    await wait_until_async(settled, timeout, what, interval=0.05)
-
-
-async def machine(env: InProcessCoordinator, hostname: str) -> dict[str, Any]:
-    return await env.call("GET", f"/v1/machines/{hostname}", 200)  # type: ignore[no-any-return]
-
-
-async def cli(env: InProcessCoordinator, *args: str, token: str | None = None) -> str:
-    """The CLI's output, as the admin (or with the given token)."""
-    url = str(env.client.make_url("")).rstrip("/")
-    result = await asyncio.to_thread(CliRunner().invoke, main, [
-        "--url", url, "--token", token or env.admin["Authorization"].split()[1], *args])
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 Agents = dict[str, dict[str, str]]

@@ -33,3 +33,19 @@ async def test_a_machine_s_node_is_found_by_its_mark_and_not_by_its_hostname(tmp
             assert await kube.find_node("lab", "id-2") == "node-b"
             assert await kube.find_node("other", "id-2") is None
             assert await kube.find_node("lab", "id-3") is None
+
+
+async def test_a_deleted_node_goes_with_its_pods_and_deleting_it_again_is_no_error(
+        tmp_path: Path) -> None:
+    with kube_api_server() as server:
+        with server.locked() as cluster:
+            cluster.add_node("w1.lab.example", {MACHINE_ID_LABEL: "id-1"})
+            cluster.add_node("w2")
+            cluster.add_pod("default", "solo", "w1.lab.example")
+        async with await Kube.connect(str(server.write_kubeconfig(tmp_path / "kubeconfig"))) as kube:
+            await kube.delete_node("w1.lab.example")
+            await kube.delete_node("w1.lab.example")  # a retry after a lost answer
+            assert await kube.find_node("lab", "id-1") is None
+        assert server.cluster.deleted_nodes == ["w1.lab.example"]
+        assert sorted(server.cluster.nodes) == ["w2"]
+        assert server.cluster.pods_on("w1.lab.example") == []

@@ -1,0 +1,134 @@
+"""Removing a machine safely: the quorum guard, case by case, and the order a removal takes
+in the planner and the assignment (drain, reset items, Node deletion, record removed)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from coordinator.domain.assignment import assigned_phase
+from coordinator.domain.model import DrainStage, DrainStatus, Machine, MachineState
+from coordinator.domain.planner import Decision, node_action, plan
+from coordinator.domain.removal import quorum_refusal, removal_drain
+from tests.support.builders import cluster, drained, finish_phase, items, machine
+
+S = MachineState
+
+
+def managers(*states: MachineState) -> list[Machine]:
+    """Managers m1, m2... in these states, in registration order."""
+    return [machine(f"m{i}", "manager", state=s, created_at=i) for i, s in enumerate(states, 1)]
+
+
+def test_deleting_one_of_three_ready_managers_is_allowed() -> None:
+    fleet = managers(S.READY, S.READY, S.READY)
+    assert quorum_refusal(fleet[2], fleet) is None
+
+
+def test_deleting_one_of_two_ready_managers_is_refused_naming_the_numbers() -> None:
+    fleet = managers(S.READY, S.READY)
+    assert quorum_refusal(fleet[1], fleet) == (
+        "deleting m2 would leave 1 of the 2 deployed managers, fewer than a majority (2): etcd "
+        "could lose its quorum. Add a manager first, or delete it anyway with force "
+        "(coordinator delete --force)")
+
+
+def test_deleting_the_last_manager_is_refused() -> None:
+    fleet = [*managers(S.READY), machine("w1", state=S.READY)]
+    refused = quorum_refusal(fleet[0], fleet)
+    assert refused is not None and refused.startswith("m1 is the last deployed manager")
+
+
+def test_four_managers_may_lose_one_as_three_are_a_majority() -> None:
+    fleet = managers(S.READY, S.READY, S.READY, S.READY)
+    assert quorum_refusal(fleet[0], fleet) is None
+
+
+@pytest.mark.parametrize("state", [S.DEPLOY, S.UPGRADE, S.RECONFIGURE, S.DELETING])
+def test_a_manager_may_not_leave_while_another_is_not_ready(state: MachineState) -> None:
+    fleet = managers(S.READY, S.READY, S.READY, state)
+    refused = quorum_refusal(fleet[0], fleet)
+    assert refused is not None and f"m4 is {state.value}" in refused
+    assert "managers leave one at a time" in refused
+
+
+def test_a_manager_may_not_leave_while_another_does_not_answer() -> None:
+    fleet = managers(S.READY, S.READY, S.READY)
+    fleet[2] = replace(fleet[2], responding=False)
+    refused = quorum_refusal(fleet[0], fleet)
+    assert refused is not None and "m3 is not responding" in refused
+
+
+def test_a_manager_not_deploying_yet_and_workers_always_may_go() -> None:
+    fleet = [*managers(S.READY, S.PREPARE, S.UPGRADE), machine("w1", state=S.READY)]
+    assert quorum_refusal(fleet[1], fleet) is None
+    assert quorum_refusal(fleet[3], fleet) is None
+
+
+def test_a_deploying_manager_waits_for_the_others_but_not_for_the_count() -> None:
+    fleet = managers(S.READY, S.DEPLOY)
+    assert quorum_refusal(fleet[1], fleet) is None
+
+
+SPEC = cluster(worker=items("reset", 1))
+KUBE = cluster(worker=items("reset", 1), kubernetes={"kubeconfig": "/etc/k.conf"})
+
+
+def leaving() -> Machine:
+    w1 = machine("w1", state=S.READY)
+    return replace(w1, state=S.DELETING, drain=removal_drain(KUBE, [w1], w1, 5.0))
+
+
+def test_without_kubernetes_access_a_removal_records_no_drain() -> None:
+    w1 = machine("w1", state=S.READY)
+    assert removal_drain(SPEC, [w1], w1, 5.0) is None
+    reporter = replace(machine("m1", "manager", state=S.READY), kubeconfig="apiVersion: v1")
+    assert removal_drain(SPEC, [w1, reporter], w1, 5.0) is not None
+    assert removal_drain(SPEC, [reporter], reporter, 5.0) is None, \
+        "a manager's own kubeconfig is no way in once it is leaving"
+
+
+def test_with_drains_disabled_a_removal_skips_the_drain_but_not_the_node_deletion() -> None:
+    spec = cluster(worker=items("reset", 1), kubernetes={"kubeconfig": "/k"},
+                   drain={"enabled": False})
+    w1 = machine("w1", state=S.READY)
+    status = removal_drain(spec, [w1], w1, 5.0)
+    assert status is not None and status.stage is DrainStage.SKIPPED
+    gone = finish_phase(spec, replace(w1, state=S.DELETING, drain=status))
+    assert node_action(spec, gone) == "delete-node"
+
+
+def test_reset_items_wait_for_the_drain() -> None:
+    w1 = leaving()
+    assert node_action(KUBE, w1) == "drain"
+    assert assigned_phase(KUBE, w1, None) is None, "reset items handed out before the drain"
+    blocked = drained(w1, DrainStage.BLOCKED)
+    assert assigned_phase(KUBE, blocked, None) is None and node_action(KUBE, blocked) is None
+    assert assigned_phase(KUBE, drained(w1), None) == "reset"
+    assert assigned_phase(KUBE, drained(w1, DrainStage.SKIPPED), None) == "reset"
+
+
+def test_the_node_is_deleted_only_once_the_reset_items_are_applied() -> None:
+    w1 = drained(leaving())
+    assert node_action(KUBE, w1) is None
+    assert plan(KUBE, [w1]) == []
+    assert node_action(KUBE, finish_phase(KUBE, w1)) == "delete-node"
+
+
+def test_the_record_waits_for_the_node_deletion() -> None:
+    reset = finish_phase(KUBE, drained(leaving()))
+    assert plan(KUBE, [reset]) == [], "removed before its Node was deleted"
+    gone = replace(reset, drain=DrainStatus(DrainStage.NODE_DELETED, 0.0,
+                                            message="node w1 deleted"))
+    assert node_action(KUBE, gone) is None
+    assert plan(KUBE, [gone]) == [Decision(
+        "id-w1", "w1", S.DELETING, None,
+        "reset items applied, node w1 deleted: machine removed")]
+
+
+def test_without_a_drain_a_removal_is_as_before() -> None:
+    w1 = machine("w1", state=S.DELETING)
+    assert node_action(SPEC, w1) is None
+    assert assigned_phase(SPEC, w1, None) == "reset"
+    assert [d.to_state for d in plan(SPEC, [finish_phase(SPEC, w1)])] == [None]

@@ -49,9 +49,11 @@ def most_at_once(spans: list[Call]) -> int:
 
 
 def window(log: list[Call], host: str) -> tuple[float, float]:
-    """From the first to the last call a machine's upgrade made (kubectl left out: the
-    post-deploy step's check runs on the first manager after the whole upgrade)."""
-    mine = [c for c in log if c.host == host and c.command != "kubectl"]
+    """From the first to the last call a machine's upgrade made (left out: kubectl, the
+    post-deploy step's check on the first manager after the whole upgrade, and join material
+    a manager mints or deletes for others)."""
+    mine = [c for c in log if c.host == host and c.command != "kubectl"
+            and not c.is_("kubeadm", "token")]
     return min(c.start for c in mine), max(c.end for c in mine)
 
 
@@ -70,6 +72,7 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         f.wait_for("every machine Ready", lambda: all_ready(f), timeout=150)
         f.wait_for("the post-deploy step verified", lambda: any(
             e["kind"] == "post-deploy" and "verified" in e["message"] for e in f.events()))
+        f.wait_for("every token deleted", lambda: tokens_left(calls(log_path)) == set())
         machines = {m["hostname"]: m for m in f.admin_json("machines")}
         nodes = nodes_of(servers[0])
         upgrade_from = time.time()
@@ -81,6 +84,7 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         f.admin("delete", "w4")
         f.wait_for("w4 reset and removed", lambda: "w4" not in {
             m["hostname"] for m in f.admin_json("machines")})
+        nodes_left = nodes_of(servers[0])
 
     assert "kubeadm init --config /etc/kubernetes/nodeagent/init.yaml" in rendered
     assert "problem" not in rendered
@@ -118,8 +122,7 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
     assert min(joins[h].start for h in WORKERS) >= inits[0].end
 
     # Every token deleted once its joiner joined.
-    deleted = {t for c in kubeadm if c.is_("kubeadm", "token", "delete") for t in c.details["deleted"]}
-    assert set(minted) == deleted
+    assert tokens_left(log) == set()
     assert all(deletion.start >= joins[minted[token].details["description"].split(": ")[1]].end
                for deletion in kubeadm if deletion.is_("kubeadm", "token", "delete")
                for token in deletion.details["deleted"])
@@ -151,11 +154,20 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         step = applies[0] if host == "m1" else node_upgrades[host]
         assert len(restarts) == 1 and restarts[0].start >= step.end
 
-    # A deleted worker: kubeadm reset, then what it leaves, inside the agent's root only.
+    # A deleted worker: its Node (found by its mark) gone, kubeadm reset, then what it leaves,
+    # inside the agent's root only.
+    assert sorted(nodes_left) == sorted(MANAGERS + WORKERS[:-1])
     assert [c.host for c in kubeadm if c.is_("kubeadm", "reset")] == ["w4"]
     assert any(c.host == "w4" and c.is_("iptables") for c in log)
     assert not (f.root("w4") / "etc/kubernetes").exists()
     assert (f.root("w4") / "etc/containerd/config.toml").exists()
+
+
+def tokens_left(log: list[Call]) -> set[str]:
+    """The tokens kubeadm created and nobody deleted yet."""
+    created = {c.details["token"] for c in log if c.is_("kubeadm", "token", "create")}
+    return created - {t for c in log if c.is_("kubeadm", "token", "delete")
+                      for t in c.details["deleted"]}
 
 
 def nodes_of(server: KubeApiServer) -> dict[str, Any]:

@@ -103,6 +103,12 @@ class _Pass:
         return not any(self.role[i] == "manager" and s in _MANAGER_BUSY
                        for i, s in self.after.items())
 
+    def manager_leaving(self) -> bool:
+        """A manager is being deleted: its etcd member is being removed, so no other manager
+        joins or restarts its control plane (Deploy, Upgrade) until it is gone; reconfiguring
+        the others for the new list may go on."""
+        return any(self.role[i] == "manager" and s is S.DELETING for i, s in self.after.items())
+
 
 def plan(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Decision]:
     """One pass: every transition the invariants allow now, at most one per machine.
@@ -444,10 +450,10 @@ def _admit_to_deploy(state: _Pass) -> list[Decision]:
             continue
         decision = None
         if machine.role == "manager" and not manager_deployed:
-            if not deploying:
+            if not deploying and not state.manager_leaving():
                 decision = _decide(machine, S.DEPLOY, "first manager deploys alone")
         elif machine.role == "manager":
-            if state.manager_slot_free():
+            if state.manager_slot_free() and not state.manager_leaving():
                 decision = _decide(machine, S.DEPLOY, "next manager deploys (one at a time)")
         elif machine.role == "worker" and manager_deployed and workers_deploying < batch:
             workers_deploying += 1
@@ -503,7 +509,7 @@ def _admit_to_upgrade(state: _Pass) -> list[Decision]:
     managers_behind = managers_busy > 0 or any(
         m.role == "manager" and behind(spec, m) for m in state.machines)
     for m in outdated:
-        if m.role == "manager" and managers_busy == 0:
+        if m.role == "manager" and managers_busy == 0 and not state.manager_leaving():
             state.after[m.id] = S.UPGRADE
             return [_upgrade(spec, m, "manager upgrades (one at a time)")]
     if managers_behind:

@@ -407,6 +407,9 @@ def check_decisions(
             assert manager_deployed_after, "a worker was admitted with no manager deployed"
         if d.to_state is S.DEPLOY and m.role == "manager" and not manager_deployed_after:
             assert deploying_after == [m.id], "the first manager was admitted beside others"
+        if d.to_state in (S.DEPLOY, S.UPGRADE) and m.role == "manager":
+            assert not any(o.role == "manager" and o.state is S.DELETING for o in after), \
+                f"{m.hostname} admitted to {d.to_state} while a manager leaves"
         if d.to_state is S.UPGRADE:
             check_upgrade_admission(spec, m, after)
         if d.from_state is S.UPGRADE:

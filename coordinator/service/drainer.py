@@ -1,6 +1,7 @@
 """Runs what the planner's node_action asks of upgrading machines' Kubernetes nodes: a drain
 task (cordon + drain) per machine, then the uncordon once its upgrade items are applied, then
-the wait for the node to report Ready.
+the wait for the node to report Ready. The node is the one the machine's items marked
+(Kube.machine_node), whatever its name: never looked up by the machine's hostname.
 
 Each task writes its outcome into the machine's DrainStatus through a DrainLedger (under the
 write lock, and only if the drain attempt it ran is still the current one: an operator's retry,
@@ -102,7 +103,8 @@ class Drainer:
             try:
                 async with await Kube.connect(access.path, access.text) as kube:
                     result = await kube.drain(
-                        machine.hostname, settings.drain, deadline, force=status.force,
+                        await kube.machine_node(machine.cluster, machine.id, machine.hostname),
+                        settings.drain, deadline, force=status.force,
                         clock=self.clock, progress=progress,
                         refused=partial(record_blocked_eviction, machine.cluster))
                 break
@@ -126,7 +128,8 @@ class Drainer:
             if access is None:
                 raise KubeError(NO_KUBECONFIG)
             async with await Kube.connect(access.path, access.text) as kube:
-                await kube.set_unschedulable(machine.hostname, False)
+                node = await kube.machine_node(machine.cluster, machine.id, machine.hostname)
+                await kube.set_unschedulable(node, False)
         except KubeError as exc:
             self._not_before[machine.id] = self.clock() + RETRY_SECONDS
             await self.ledger.set_drain(machine.id, status, replace(
@@ -138,8 +141,8 @@ class Drainer:
             machine.id, status, replace(status, stage=DrainStage.UNCORDONED,
                                         uncordoned_at=self.clock(), message=(
                                             "upgrade items applied; uncordoned; waiting for node "
-                                            f"{machine.hostname} to report Ready")),
-            f"{machine.hostname} uncordoned")
+                                            f"{node} to report Ready")),
+            f"{machine.hostname} uncordoned (node {node})")
 
     async def _await_ready(self, spec: ClusterSpec, machine: Machine,
                            access: KubeAccess | None) -> None:
@@ -152,23 +155,25 @@ class Drainer:
         timeout = spec.settings.drain.node_ready_timeout_seconds
         deadline = status.uncordoned_at + timeout
         interval = 0.1
+        node = machine.hostname  # named in messages until the node is found
         while True:
             try:
                 if access is None:
                     raise KubeError(NO_KUBECONFIG)
                 async with await Kube.connect(access.path, access.text) as kube:
-                    ready, detail = await kube.node_ready(machine.hostname)
+                    node = await kube.machine_node(machine.cluster, machine.id, machine.hostname)
+                    ready, detail = await kube.node_ready(node)
             except KubeError as exc:
                 ready, detail = False, str(exc)
             if ready:
                 await self.ledger.set_drain(machine.id, status, replace(
                     status, stage=DrainStage.NODE_READY,
-                    message=f"upgrade items applied; uncordoned; node {machine.hostname} Ready"),
-                    f"{machine.hostname}: node Ready")
+                    message=f"upgrade items applied; uncordoned; node {node} Ready"),
+                    f"{machine.hostname}: node {node} Ready")
                 return
             if self.clock() >= deadline and status.stage is not DrainStage.NOT_READY:
                 late = replace(status, stage=DrainStage.NOT_READY, message=(
-                    f"node {machine.hostname} is not Ready {timeout:g}s after the uncordon: "
+                    f"node {node} is not Ready {timeout:g}s after the uncordon: "
                     f"{detail}; still checking"))
                 if not await self.ledger.set_drain(
                         machine.id, status, late, f"{machine.hostname}: {late.message}"):

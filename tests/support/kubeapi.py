@@ -235,6 +235,12 @@ class Cluster:
             "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
         node["metadata"]["resourceVersion"] = self.rv()
 
+    def mark_node(self, name: str, machine_id: str) -> None:
+        """Label the node with the machine's id, as the kubelet flags of its items do
+        (coordinator/domain/nodes.py): the coordinator finds the machine's node by it."""
+        self.nodes[name]["metadata"]["labels"]["nodeagent.io/machine-id"] = machine_id
+        self.nodes[name]["metadata"]["resourceVersion"] = self.rv()
+
     # -- reading ---------------------------------------------------------------------------------
     def pods_on(self, node: str) -> list[str]:
         return sorted(f"{ns}/{name}" for (ns, name), p in self.pods.items()

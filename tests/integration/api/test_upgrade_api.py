@@ -95,12 +95,16 @@ async def cli(env: InProcessCoordinator, *args: str, token: str | None = None) -
 Agents = dict[str, dict[str, str]]
 
 
-async def rolled_out(env: InProcessCoordinator, kubeconfig: str | None = None) -> Agents:
-    """m1 (manager), w1 and w2 (workers) registered, approved and Ready; m1's agent reports
-    kubeconfig for its item with kubeconfigFrom."""
+async def rolled_out(env: InProcessCoordinator, kube: KubeApiServer,
+                     kubeconfig: str | None = None) -> Agents:
+    """m1 (manager), w1 and w2 (workers) registered, approved and Ready, each node of the test
+    server marked with its machine's id; m1's agent reports kubeconfig for its item with
+    kubeconfigFrom."""
     agents = {}
     for hostname, role in (("m1", "manager"), ("w1", "worker"), ("w2", "worker")):
         agents[hostname] = await env.register(hostname)
+        with kube.locked() as cluster:
+            cluster.mark_node(hostname, agents[hostname]["machine_id"])
         await env.call("POST", f"/v1/machines/{hostname}/approve", 200, json={"role": role})
 
     async def agents_apply() -> bool:
@@ -122,7 +126,7 @@ async def upgraded(env: InProcessCoordinator, agents: Agents, hostname: str) -> 
 
 async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
         env: InProcessCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
-    agents = await rolled_out(env)
+    agents = await rolled_out(env, kube)
     new_spec = tmp_path / "v2.yaml"
     new_spec.write_text(spec(tmp_path / "kubeconfig", "2.0"))
 
@@ -209,7 +213,7 @@ async def test_drain_actions_refuse_machines_without_a_drain(env: InProcessCoord
 async def test_a_kubeconfig_the_first_manager_reports_is_used_to_drain_and_never_shown(
         env: InProcessCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
     await env.call("PUT", "/v1/clusters", 200, data=spec(None))
-    agents = await rolled_out(env, kube.kubeconfig())
+    agents = await rolled_out(env, kube, kube.kubeconfig())
     events = await env.call("GET", "/v1/events?cluster=lab&kind=kubeconfig", 200)
     assert [(e["hostname"], e["message"].split(":")[0]) for e in events] == [
         ("m1", "m1 reported a kubeconfig (item control-plane, /etc/kubernetes/admin.conf)")]
@@ -247,7 +251,15 @@ async def test_a_report_refuses_or_reports_a_kubeconfig_it_cannot_use(
     assert event["message"] == ("m1: the kubeconfig item control-plane left in "
                                 "/etc/kubernetes/admin.conf is not usable: not YAML (line 1)")
     await env.coordinator.reconciler.reconcile_once()
-    assert (await machine(env, "m1"))["state"] == "Ready", "the item did not count as applied"
+    found = await machine(env, "m1")
+    assert found["items"] == {"phase": "deploy", "done": 1, "total": 1}, \
+        "the item did not count as applied"
+    # Without a usable kubeconfig its Node cannot be seen: it waits in Deploy, saying so.
+    assert (found["state"], found["step"]["node"]) == ("Deploy", "waiting for node m1 to register")
+    with kube.locked() as cluster:
+        cluster.mark_node("m1", m1["machine_id"])
+    await env.report_all(m1, kube.kubeconfig())  # the item's file, readable this time
+    await until(env, "m1 Ready", lambda: _state(env, "m1", "Ready"))
 
     w1 = await env.register("w1")
     await env.call("POST", "/v1/machines/w1/approve", 200, json={"role": "worker"})
@@ -255,6 +267,10 @@ async def test_a_report_refuses_or_reports_a_kubeconfig_it_cannot_use(
     [join] = (await env.assignment(w1))["items"]
     answer = await env.report(w1, join, "deploy", expect=409, kubeconfig=kube.kubeconfig())
     assert answer["error"].startswith("kubeconfig: item join is not a manager item")
+
+
+async def _state(env: InProcessCoordinator, hostname: str, state: str) -> bool:
+    return bool((await machine(env, hostname))["state"] == state)
 
 
 async def _assigned(env: InProcessCoordinator, agent: dict[str, str], phase: str) -> bool:
@@ -273,9 +289,9 @@ def with_post_deploy(text: str) -> str:
 
 
 async def test_the_post_deploy_version_is_verified_and_again_after_every_upgrade(
-        env: InProcessCoordinator, tmp_path: Path) -> None:
+        env: InProcessCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    agents = await rolled_out(env)
+    agents = await rolled_out(env, kube)
     await env.call("PUT", "/v1/clusters", 200, data=with_post_deploy(spec(kubeconfig)))
     await env.coordinator.reconciler.reconcile_once()
     assignment = await env.assignment(agents["m1"])
@@ -322,7 +338,7 @@ async def test_the_post_deploy_version_is_verified_and_again_after_every_upgrade
 
 async def test_an_upgraded_node_that_is_not_ready_keeps_its_machine_in_upgrade(
         env: InProcessCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
-    agents = await rolled_out(env)
+    agents = await rolled_out(env, kube)
     await env.call("PUT", "/v1/clusters", 200, data=spec(tmp_path / "kubeconfig", "2.0").replace(
         "drain: {", "drain: {nodeReadyTimeoutSeconds: 1, "))
     await until(env, "m1 drained", lambda: _stage(env, "m1", "Drained"))
@@ -345,7 +361,7 @@ async def test_an_upgraded_node_that_is_not_ready_keeps_its_machine_in_upgrade(
     await until(env, "m1 Ready at 2.0", lambda: upgraded(env, agents, "m1"))
     messages = [e["message"] for e in await env.call("GET", "/v1/events?kind=drain", 200)
                 if e["hostname"] == "m1"]
-    assert messages[-3:] == ["m1 uncordoned", f"m1: {expected}", "m1: node Ready"]
+    assert messages[-3:] == ["m1 uncordoned (node m1)", f"m1: {expected}", "m1: node m1 Ready"]
 
 
 def changed_workers(text: str) -> str:
@@ -359,8 +375,8 @@ def changed_workers(text: str) -> str:
 
 
 async def test_the_upgrade_plan_lists_the_items_each_machine_runs_and_the_upgrade_runs_them(
-        env: InProcessCoordinator, tmp_path: Path) -> None:
-    agents = await rolled_out(env)
+        env: InProcessCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
+    agents = await rolled_out(env, kube)
     new_spec = tmp_path / "v2.yaml"
     new_spec.write_text(changed_workers(spec(tmp_path / "kubeconfig", "2.0")))
     assert (await cli(env, "upgrade", "plan", "lab", "-f", str(new_spec))).splitlines() == [

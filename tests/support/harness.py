@@ -17,7 +17,7 @@ import functools
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from tests.support.builders import API_CLUSTER, OPERATOR_CLUSTER, TEST_CIPHER
 from tests.support.driver import AsyncDriver, Call, Registered, SyncDriver
 from tests.support.ports import free_port
 from tests.support.process import serving
+from tests.support.waiting import wait_until_async
 
 COORDINATOR = str(Path(sys.executable).with_name("coordinator"))
 
@@ -77,6 +78,17 @@ class InProcessCoordinator(AsyncDriver):
                    else {"Authorization": f"Bearer {call.agent['credential']}"})
         return await self.call(call.method, call.path, call.expect, json=call.body,
                                headers=headers)
+
+    async def until(self, what: str, predicate: Callable[[], Awaitable[bool]],
+                    timeout: float = 15) -> None:
+        """predicate true, with a reconcile pass after every time it is not."""
+        async def settled() -> bool:
+            if await predicate():
+                return True
+            await self.coordinator.reconciler.reconcile_once()
+            return False
+
+        await wait_until_async(settled, timeout, what, interval=0.05)
 
     @contextlib.asynccontextmanager
     async def background(self, tick: float = 1.0) -> AsyncIterator[None]:

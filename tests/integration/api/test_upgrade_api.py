@@ -18,7 +18,6 @@ from coordinator.cli import main
 from coordinator.metrics import METRICS
 from tests.support.harness import InProcessCoordinator, in_process_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
-from tests.support.waiting import wait_until_async
 
 SPEC = """\
 name: lab
@@ -69,14 +68,7 @@ async def env(tmp_path: Path, kube: KubeApiServer) -> AsyncIterator[InProcessCoo
 
 async def until(env: InProcessCoordinator, what: str, predicate: Callable[[], Awaitable[bool]],
                 timeout: float = 15) -> None:
-    """predicate true, with a reconcile pass after every time it is not."""
-    async def settled() -> bool:
-        if await predicate():
-            return True
-        await env.coordinator.reconciler.reconcile_once()
-        return False
-
-    await wait_until_async(settled, timeout, what, interval=0.05)
+    await env.until(what, predicate, timeout)
 
 
 async def machine(env: InProcessCoordinator, hostname: str) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The one seam to a workload cluster's Kubernetes API: cordon, drain, uncordon; a machine's
-Node found, read, labelled and tainted.
+Node found, read, labelled and tainted; kube-system's workloads.
 
 Through kubernetes_asyncio (the asyncio client generated from Kubernetes' own API), never
 hand-written HTTP. A drain is kubectl's, with two differences that matter at scale: every
@@ -36,6 +36,7 @@ from coordinator.domain.nodes import (
     provider_id,
     ready_condition,
 )
+from coordinator.domain.workloads import NAMESPACE, SystemWorkloads, short_of_available
 
 MAX_RETRY_SECONDS = 30.0
 MAX_POLL_SECONDS = 1.0
@@ -86,6 +87,7 @@ class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self._api = api
         self._core = client.CoreV1Api(api)
+        self._apps = client.AppsV1Api(api)
         self._limit = asyncio.Semaphore(CONCURRENT_REQUESTS)
 
     @classmethod
@@ -134,6 +136,14 @@ class Kube:
         reason, message: what the kubelet says is wrong)."""
         condition = ready_condition(await self.node(node))
         return condition[0] == "True", condition_text(*condition)
+
+    async def system_workloads(self) -> SystemWorkloads:
+        """kube-system's Deployments and DaemonSets, and which fall short of available."""
+        deployments = await self._items(f"list deployments in {NAMESPACE}", lambda: self._apps
+                                        .list_namespaced_deployment(NAMESPACE, _preload_content=False))
+        daemonsets = await self._items(f"list daemonsets in {NAMESPACE}", lambda: self._apps
+                                       .list_namespaced_daemon_set(NAMESPACE, _preload_content=False))
+        return short_of_available(deployments, daemonsets)
 
     async def node(self, node: str) -> dict[str, Any]:
         """The node as JSON."""

@@ -18,6 +18,7 @@ from coordinator.domain.model import ClusterSpec, Machine, MachineState, Role, p
 from coordinator.domain.nodes import kubernetes_access, node_wait
 from coordinator.domain.planner import DEPLOYED_STATES, post_deploy_host
 from coordinator.domain.steps import History, failure, machine_step, phase_run
+from coordinator.domain.workloads import SystemWorkloads
 from nodeagent.contract import Phase
 
 StageState = Literal["waiting", "in-progress", "failing", "done"]
@@ -123,14 +124,15 @@ class _Fleet:
     live: list[Machine]
     started: list[Machine]
     failures: dict[str, tuple[float, str]]
+    system: SystemWorkloads | None  # kube-system as last looked at; None: not looked at
 
     @classmethod
     def of(cls, spec: ClusterSpec, created: float, machines: Sequence[Machine], history: History,
-           now: float) -> _Fleet:
+           now: float, system: SystemWorkloads | None) -> _Fleet:
         live = [m for m in machines if m.state is not MachineState.DELETING]
         started = [m for m in live if m.state is not MachineState.PENDING]
         failures = {m.id: f for m in started if (f := failure(spec, m, now)) is not None}
-        return cls(spec, created, history, now, live, started, failures)
+        return cls(spec, created, history, now, live, started, failures, system)
 
     def failing(self, m: Machine, states: Iterable[MachineState]) -> tuple[float | None, str]:
         """Since when and how m fails, if it does while in one of states."""
@@ -291,6 +293,8 @@ def _ready(fleet: _Fleet) -> Stage:
             if m.state is not MachineState.READY:
                 by_state.setdefault(m.state.value, []).append(m.hostname)
         message = _summary("Ready", tracks, sorted(by_state.items()))
+    if state == "done" and fleet.system is not None and not fleet.system.available:
+        state, message = "in-progress", f"{message}; {fleet.system.text()}"
     return Stage("ready", "Cluster ready", state, since, message)
 
 
@@ -300,12 +304,13 @@ _STAGES: tuple[Callable[[_Fleet], Stage | None], ...] = (
 
 
 def stages(spec: ClusterSpec, cluster_created: float, machines: Sequence[Machine],
-           history: History, now: float) -> list[Stage]:
+           history: History, now: float, system: SystemWorkloads | None = None) -> list[Stage]:
     """The rollout's stages in order: registered, approved, prepared, first manager, managers,
     workers, nodes (only with Kubernetes access), ready. A later stage may finish before an
     earlier one only when machines join late (a new worker makes `approved` and `ready` run
-    again while `managers` stays done)."""
-    fleet = _Fleet.of(spec, cluster_created, machines, history, now)
+    again while `managers` stays done). With system (kube-system's workloads, looked at once
+    every machine is Ready), `ready` is done only once they are all available too."""
+    fleet = _Fleet.of(spec, cluster_created, machines, history, now, system)
     return [found for stage in _STAGES if (found := stage(fleet)) is not None]
 
 

@@ -25,6 +25,7 @@ from coordinator.service.notifier import Notifier
 from coordinator.service.postdeploy import PostDeployHosts
 from coordinator.service.queries import Queries
 from coordinator.service.reconciler import Reconciler
+from coordinator.service.systemcheck import SystemCheck
 from coordinator.service.writes import Writes
 from coordinator.store.base import Store
 
@@ -38,7 +39,7 @@ class Coordinator:
         self.access = Access(store, clock)
         self.credentials = CredentialCache(store, clock)
         self.writes = Writes(store, self.notifier, self.credentials)
-        self.queries = Queries(store, clock)
+        self.queries = Queries(store, clock, SystemCheck())
         self.heartbeats = HeartbeatBuffer(store, self.writes, clock, self.notifier.kick)
         post_deploy = PostDeployHosts(store)
         self.drainer = Drainer(DrainRecords(self.writes, self.queries, self.notifier, clock), clock)

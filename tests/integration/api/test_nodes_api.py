@@ -213,3 +213,26 @@ async def _state(env: InProcessCoordinator, hostname: str, state: str) -> bool:
 
 async def _has_node_record(env: InProcessCoordinator, hostname: str) -> bool:
     return (await env.machine(hostname))["node"] is not None
+
+
+async def test_the_cluster_is_ready_once_kube_system_workloads_are_available(
+        env: InProcessCoordinator, kube: KubeApiServer) -> None:
+    with kube.locked() as cluster:
+        cluster.add_deployment("kube-system", "coredns", replicas=2, available=1)
+        cluster.add_daemonset("kube-system", "calico-node", {"k8s-app": "calico-node"})
+    await ready_manager(env, kube)
+    with kube.locked() as cluster:
+        [calico] = [p for p in cluster.pods_on("cp-1") if "calico-node" in p]
+        cluster.set_pod_ready(*calico.split("/"), False)
+
+    async def ready_says(state: str, message: str) -> bool:
+        ready = await stage(env, "ready")
+        return bool((ready["state"], ready["message"]) == (state, message))
+
+    await env.until("ready waits on kube-system", lambda: ready_says(
+        "in-progress", "1 of 1 Ready; kube-system: deployment coredns 1/2 available, "
+        "daemonset calico-node 0/1"))
+    with kube.locked() as cluster:
+        cluster.add_deployment("kube-system", "coredns", replicas=2, available=2)
+        cluster.set_pod_ready(*calico.split("/"), True)
+    await env.until("ready done", lambda: ready_says("done", "1 of 1 Ready"))

@@ -195,9 +195,10 @@ class NodeStatus:
     condition: str = ""  # "" when the Node has no Ready condition yet, else its status
     registered_at: float | None = None
     ready_since: float | None = None
-    # The labels and taints the coordinator last put on it (nodes.metadata_digest): a pass
+    # The labels and taints the coordinator last put on it (NodeMetadata.digest): a pass
     # that wants others has the Node patched.
     metadata: str = ""
+    error: str = ""  # why the last look could not see the Node (no kubeconfig, API down)
 
 
 @dataclass(frozen=True)

@@ -213,6 +213,8 @@ def node_wait(spec: ClusterSpec, machine: Machine, now: float) -> NodeWait | Non
         text = f"waiting for node {machine.hostname} to register"
     else:
         text = f"waiting for node {node.name} to become Ready: {described(node)}"
+    if node is not None and node.error:
+        text += f" (cannot look: {node.error})"
     since = node.waiting_since if node is not None else (
         machine.progress.updated_at if machine.progress else machine.state_since)
     waited = max(0.0, now - since)
@@ -223,6 +225,12 @@ def node_wait(spec: ClusterSpec, machine: Machine, now: float) -> NodeWait | Non
 # --- recording what was found -----------------------------------------------------------------
 
 
+def unseen(before: NodeStatus | None, now: float, error: str) -> NodeStatus:
+    """The machine's NodeStatus after a look that could not see the Node: what was found
+    before stays, with why."""
+    return replace(before or NodeStatus(waiting_since=now), error=error)
+
+
 def observed(before: NodeStatus | None, now: float, name: str | None,
              condition: tuple[str, str, str] = ("", "", ""), metadata: str = "") -> NodeStatus:
     """The machine's NodeStatus after a look that found the Node `name` (None: none yet) with
@@ -231,7 +239,7 @@ def observed(before: NodeStatus | None, now: float, name: str | None,
     base = before or NodeStatus(waiting_since=now)
     if name is None:
         return replace(base, name="", ready=False, condition="", reason="", message="",
-                       registered_at=None, ready_since=None, metadata="")
+                       registered_at=None, ready_since=None, metadata="", error="")
     same = base.name == name
     status, reason, message = condition
     ready = status == "True"
@@ -239,7 +247,7 @@ def observed(before: NodeStatus | None, now: float, name: str | None,
                    registered_at=base.registered_at if same and base.registered_at else now,
                    ready_since=(base.ready_since if same and base.ready and base.ready_since
                                 else now) if ready else None,
-                   metadata=metadata)
+                   metadata=metadata, error="")
 
 
 def node_news(hostname: str, before: NodeStatus | None, after: NodeStatus) -> str | None:

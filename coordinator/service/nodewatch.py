@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -25,11 +24,11 @@ from coordinator.domain.nodes import (
     node_news,
     observed,
     ready_condition,
+    unseen,
 )
 from coordinator.kube import Kube, KubeError
-from coordinator.service.drainer import KubeAccess, kube_access
+from coordinator.service.drainer import NO_KUBECONFIG, KubeAccess, kube_access
 
-log = logging.getLogger("coordinator.service.nodewatch")
 POLL_SECONDS = 2.0  # the longest wait between two looks at a machine's Node
 
 
@@ -46,17 +45,18 @@ class NodeWatch:
         self.ledger = ledger
         self.clock = clock
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        # Each cluster's kubeconfig as the last pass found it: the first manager's report
+        # brings one to tasks already waiting.
+        self._access: dict[str, KubeAccess | None] = {}
 
     def schedule(self, spec: ClusterSpec, machines: Sequence[Machine]) -> None:
         """Start a task for every machine whose Node is owed a look and has none running."""
-        access = kube_access(spec, machines)
-        if access is None:
-            return  # no kubeconfig yet: the first manager's report brings one
+        self._access[spec.name] = kube_access(spec, machines)
         for machine in machines:
             running = self._tasks.get(machine.id)
             if node_due(spec, machine) and (running is None or running.done()):
                 self._tasks[machine.id] = asyncio.create_task(
-                    self._watch(spec, machine, access), name=f"node of {machine.hostname}")
+                    self._watch(spec, machine), name=f"node of {machine.hostname}")
 
     async def close(self) -> None:
         for task in self._tasks.values():
@@ -66,17 +66,17 @@ class NodeWatch:
                 await task
         self._tasks.clear()
 
-    async def _watch(self, spec: ClusterSpec, machine: Machine, access: KubeAccess) -> None:
+    async def _watch(self, spec: ClusterSpec, machine: Machine) -> None:
         """Look until the machine's Node is Ready and carries what it should, or the machine
-        no longer waits on it (moved on, deleted)."""
+        no longer waits on it (moved on, deleted). A look that fails is recorded (the status
+        says why) and tried again."""
         interval = 0.1
         while True:
             try:
-                found = await self._look(spec, machine, access)
+                found = await self._look(spec, machine)
             except KubeError as exc:
-                log.warning("node of %s: %s", machine.hostname, exc)
-                found = machine.node
-            if found is not None and found != machine.node and not await self.ledger.set_node(
+                found = unseen(machine.node, self.clock(), str(exc))
+            if found != machine.node and not await self.ledger.set_node(
                     machine.id, found, node_news(machine.hostname, machine.node, found)):
                 return
             await asyncio.sleep(interval)
@@ -86,10 +86,13 @@ class NodeWatch:
                 return
             spec, machine = current
 
-    async def _look(self, spec: ClusterSpec, machine: Machine, access: KubeAccess) -> NodeStatus:
+    async def _look(self, spec: ClusterSpec, machine: Machine) -> NodeStatus:
         """Find the Node, patch its labels and taints if they are out of step, read its Ready
         condition."""
         now = self.clock()
+        access = self._access.get(spec.name)
+        if access is None:
+            raise KubeError(NO_KUBECONFIG)
         async with await Kube.connect(access.path, access.text) as kube:
             name = await kube.find_node(spec.name, machine.id)
             if name is None:

@@ -246,8 +246,12 @@ async def test_a_report_refuses_or_reports_a_kubeconfig_it_cannot_use(
     found = await machine(env, "m1")
     assert found["items"] == {"phase": "deploy", "done": 1, "total": 1}, \
         "the item did not count as applied"
-    # Without a usable kubeconfig its Node cannot be seen: it waits in Deploy, saying so.
-    assert (found["state"], found["step"]["node"]) == ("Deploy", "waiting for node m1 to register")
+    # Without a usable kubeconfig its Node cannot be seen: it waits in Deploy, saying why.
+    await until(env, "m1 waiting for a kubeconfig", lambda: _node_says(
+        env, "m1", "waiting for node m1 to register (cannot look: no kubeconfig: "
+        "settings.kubernetes.kubeconfig is not set and no manager reported one "
+        "(kubeconfigFrom on a manager item))"))
+    assert (await machine(env, "m1"))["state"] == "Deploy"
     with kube.locked() as cluster:
         cluster.mark_node("m1", m1["machine_id"])
     await env.report_all(m1, kube.kubeconfig())  # the item's file, readable this time
@@ -259,6 +263,10 @@ async def test_a_report_refuses_or_reports_a_kubeconfig_it_cannot_use(
     [join] = (await env.assignment(w1))["items"]
     answer = await env.report(w1, join, "deploy", expect=409, kubeconfig=kube.kubeconfig())
     assert answer["error"].startswith("kubeconfig: item join is not a manager item")
+
+
+async def _node_says(env: InProcessCoordinator, hostname: str, text: str) -> bool:
+    return bool((await machine(env, hostname))["step"]["node"] == text)
 
 
 async def _state(env: InProcessCoordinator, hostname: str, state: str) -> bool:

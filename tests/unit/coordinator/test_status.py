@@ -230,6 +230,12 @@ def test_before_the_first_look_the_wait_counts_from_the_last_report() -> None:
     assert machine_step(KUBE_SPEC, deployed_items(None), now=130.0).node_waiting == 20.0
 
 
+def test_a_look_that_failed_says_why() -> None:
+    node = NodeStatus(112.0, error="list nodes: the API server does not answer")
+    assert machine_step(KUBE_SPEC, deployed_items(node), now=142.0).node == (
+        "waiting for node w3 to register (cannot look: list nodes: the API server does not answer)")
+
+
 def test_a_registered_node_not_ready_names_its_condition() -> None:
     node = NodeStatus(112.0, name="w3.lab", condition="False", reason="KubeletNotReady",
                       message="container runtime network not ready", registered_at=115.0)

@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
+from click.testing import CliRunner
 
 from coordinator.api.app import create_app
 from coordinator.api.context import Presentation
+from coordinator.cli import main
 from coordinator.cli.client import AdminClient, ClientError
 from coordinator.domain.tokens import ADMIN, new_token, token_hash
 from coordinator.service.coordinator import Coordinator
@@ -78,6 +80,15 @@ class InProcessCoordinator(AsyncDriver):
                    else {"Authorization": f"Bearer {call.agent['credential']}"})
         return await self.call(call.method, call.path, call.expect, json=call.body,
                                headers=headers)
+
+    async def cli(self, *args: str, token: str | None = None) -> str:
+        """The CLI's output against this coordinator, as the admin (or with the given
+        token); it must succeed."""
+        url = str(self.client.make_url("")).rstrip("/")
+        result = await asyncio.to_thread(CliRunner().invoke, main, [
+            "--url", url, "--token", token or self.admin["Authorization"].split()[1], *args])
+        assert result.exit_code == 0, result.output
+        return result.output
 
     async def until(self, what: str, predicate: Callable[[], Awaitable[bool]],
                     timeout: float = 15) -> None:

@@ -107,12 +107,14 @@ async def test_a_machine_waits_in_deploy_for_its_node_to_register_then_to_become
     await env.until("m1 waiting for its node to be Ready", lambda: _is(env, "m1", not_ready))
     found = await env.machine("m1")
     assert (found["node"]["name"], found["node"]["ready"]) == ("m1.lab.example", False)
+    assert f"1/1     {not_ready[2]} (" in await env.cli("machines")
 
     with kube.locked() as cluster:
         cluster.set_node_ready("m1.lab.example", True)
     await env.until("m1 Ready", lambda: _state(env, "m1", "Ready"))
     found = await env.machine("m1")
     assert (found["node"]["name"], found["node"]["ready"]) == ("m1.lab.example", True)
+    assert "node       m1.lab.example Ready\n" in await env.cli("machines", "get", "m1")
     assert (await stage(env, "nodes"))["state"] == "done"
     events = [e["message"] for e in await env.call("GET", "/v1/events?kind=node", 200)]
     assert events == ["m1: node m1.lab.example registered: Ready=False (KubeletNotReady) "

@@ -4,7 +4,6 @@ cordoned in Upgrade naming the pod and budget, and the operator's retry, force a
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -12,9 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from coordinator.cli import main
 from coordinator.metrics import METRICS
 from tests.support.harness import InProcessCoordinator, in_process_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
@@ -76,12 +73,7 @@ async def machine(env: InProcessCoordinator, hostname: str) -> dict[str, Any]:
 
 
 async def cli(env: InProcessCoordinator, *args: str, token: str | None = None) -> str:
-    """The CLI's output, as the admin (or with the given token)."""
-    url = str(env.client.make_url("")).rstrip("/")
-    result = await asyncio.to_thread(CliRunner().invoke, main, [
-        "--url", url, "--token", token or env.admin["Authorization"].split()[1], *args])
-    assert result.exit_code == 0, result.output
-    return result.output
+    return await env.cli(*args, token=token)
 
 
 Agents = dict[str, dict[str, str]]

@@ -102,7 +102,9 @@ def desired_metadata(spec: ClusterSpec, machine: Machine) -> NodeMetadata:
 def metadata_patch(node: Mapping[str, Any], desired: NodeMetadata) -> dict[str, Any] | None:
     """The merge patch that brings node (as the API returns it, JSON) to carry desired: labels
     set, the labels and taints the coordinator put there before (its annotations say which)
-    and no longer wants removed, everyone else's kept. None when the node is as desired."""
+    and no longer wants removed, everyone else's kept. A change of taints carries the node's
+    resourceVersion, so that the API refuses it (409) if another taint came in meanwhile.
+    None when the node is as desired."""
     meta = node.get("metadata") or {}
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
     had_labels = _listed(annotations.get(MANAGED_LABELS))
@@ -124,7 +126,10 @@ def metadata_patch(node: Mapping[str, Any], desired: NodeMetadata) -> dict[str, 
         patch["metadata"] = {**({"labels": label_changes} if label_changes else {}),
                              **({"annotations": annotation_changes} if annotation_changes else {})}
     if _taint_set(taints) != _taint_set(current):
+        # The list is replaced whole: only if nobody changed the node since it was read.
         patch["spec"] = {"taints": taints}
+        if meta.get("resourceVersion"):
+            patch.setdefault("metadata", {})["resourceVersion"] = meta["resourceVersion"]
     return patch or None
 
 

@@ -149,9 +149,11 @@ def test_a_node_as_desired_needs_no_patch() -> None:
 def test_taints_the_coordinator_manages_come_and_go_and_others_taints_are_kept() -> None:
     theirs = {"key": "example.com/maintenance", "effect": "NoExecute"}
     node = registered({}, {MANAGED_LABELS: "", MANAGED_TAINTS: ""}, [theirs])
+    node["metadata"]["resourceVersion"] = "41"
     added = metadata_patch(node, NodeMetadata({}, (CONTROL_PLANE_TAINT,)))
     assert added is not None and added["spec"] == {"taints": [
         theirs, {"key": CONTROL_PLANE_TAINT.key, "effect": "NoSchedule"}]}
+    assert added["metadata"]["resourceVersion"] == "41"  # refused if the taints moved since
     tainted = registered({}, {MANAGED_LABELS: "", MANAGED_TAINTS: CONTROL_PLANE_TAINT.ref},
                          [theirs, {"key": CONTROL_PLANE_TAINT.key, "effect": "NoSchedule"}])
     removed = metadata_patch(tainted, NodeMetadata({}, ()))

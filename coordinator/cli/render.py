@@ -120,9 +120,9 @@ def _node(node: dict[str, Any] | None) -> str:
     """The machine's Kubernetes Node as last found: its name and Ready condition."""
     if node is None:
         return "-"
-    if not node["name"]:
-        return "not registered yet"
-    return f"{node['name']} " + ("Ready" if node["ready"] else f"not Ready: {node['condition_text']}")
+    found = ("not registered yet" if not node["name"] else f"{node['name']} "
+             + ("Ready" if node["ready"] else f"not Ready: {node['condition_text']}"))
+    return found + (f" (cannot look: {node['error']})" if node.get("error") else "")
 
 
 def _size(size: int | None) -> str:

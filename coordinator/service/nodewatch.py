@@ -52,6 +52,7 @@ class NodeWatch:
     def schedule(self, spec: ClusterSpec, machines: Sequence[Machine]) -> None:
         """Start a task for every machine whose Node is owed a look and has none running."""
         self._access[spec.name] = kube_access(spec, machines)
+        self._tasks = {i: task for i, task in self._tasks.items() if not task.done()}
         for machine in machines:
             running = self._tasks.get(machine.id)
             if node_due(spec, machine) and (running is None or running.done()):

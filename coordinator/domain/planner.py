@@ -30,6 +30,7 @@ from coordinator.domain.model import (
     DrainStatus,
     Machine,
     MachineState,
+    NodeStatus,
     Role,
     deployed_managers,
     first_manager,
@@ -40,6 +41,7 @@ from coordinator.domain.model import (
     pending_items,
     phase_items,
 )
+from coordinator.domain.nodes import awaits_node, metadata_due
 from coordinator.domain.releases import at_release, baseline, names, to_run
 from coordinator.domain.removal import may_be_removed, node_deletion_due
 from nodeagent.contract import ROLES, Phase
@@ -185,7 +187,8 @@ def inert_filter(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Mach
     """Whether a machine is inert: a planning pass neither moves it nor counts it against any
     limit, as long as the deployed managers stay `managers`. Unapproved Pending machines,
     workers still preparing, and Ready workers that answer, are recorded at the spec's release
-    and have nothing to upgrade or reconfigure (nor join material to revoke) are; managers
+    and have nothing to upgrade or reconfigure (nor join material to revoke, nor labels or
+    taints to put on their Node) are; managers
     never are (few, and they decide the manager list, the post-deploy host and who mints). The
     reconciler plans on the working set: the machines that are not inert and one inert Ready
     worker standing in for the others (coordinator/fleetview.py), so that a pass over a large
@@ -203,7 +206,8 @@ def inert_filter(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Mach
             return not complete(machine)
         return (machine.state is S.READY and machine.responding and at_release(spec, machine)
                 and not behind(spec, machine) and not _must_reconfigure(spec, machine, managers)
-                and not (machine.material is not None and machine.material.values))
+                and not (machine.material is not None and machine.material.values)
+                and not metadata_due(spec, machine))
 
     return inert
 
@@ -335,16 +339,19 @@ def _part(spec: ClusterSpec, machine: Machine, waiting: str = "") -> MachineUpgr
 
 
 def _finish(spec: ClusterSpec, machine: Machine, managers: tuple[str, ...]) -> Machine:
-    """The machine once its agent applied its phase and, in Upgrade, its node was uncordoned."""
+    """The machine once its agent applied its phase and, in Upgrade, its node was uncordoned;
+    in Deploy, its Node registered Ready."""
     phase = PHASE_OF_STATE.get(machine.state)
     if phase is None or machine.state is S.DELETING or not machine.responding:
         return machine
     done = ({f for _, f in to_run(spec, machine)} if machine.state is S.UPGRADE
             else {i.fingerprint() for i in pending_items(spec, machine, phase, managers)})
-    drain = machine.drain
+    drain, node = machine.drain, machine.node
     if machine.state is S.UPGRADE and needs_drain(spec, machine):
         drain = DrainStatus(DrainStage.NODE_READY, started_at=0.0)
-    return replace(machine, applied=machine.applied | done, drain=drain)
+    if machine.state is S.DEPLOY:
+        node = NodeStatus(0.0, name=machine.hostname, ready=True)
+    return replace(machine, applied=machine.applied | done, drain=drain, node=node)
 
 
 def _phase_completion(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Machine], bool]:
@@ -374,8 +381,9 @@ def _phase_completion(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[
 
 
 def _advance(state: _Pass, machine: Machine) -> Decision | None:
-    """Transitions that depend on the machine alone: the approval gate, finished phases, and
-    a Ready machine's release."""
+    """Transitions that depend on the machine alone: the approval gate, finished phases (in
+    Deploy, with the machine's Node Ready when the cluster gives Kubernetes access), and a
+    Ready machine's release."""
     if machine.state is S.PENDING:
         return _advance_pending(machine)
     if machine.state is S.READY:
@@ -391,6 +399,10 @@ def _advance(state: _Pass, machine: Machine) -> Decision | None:
         if not may_be_removed(machine):
             return None
         target = (None, f"reset items applied, {machine.drain.message}: machine removed")
+    if machine.state is S.DEPLOY and machine.node is not None and machine.node.ready:
+        target = (S.READY, f"deploy items applied; node {machine.node.name} Ready")
+    elif awaits_node(state.spec, machine):
+        return None
     return _decide(machine, *target)
 
 

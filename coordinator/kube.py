@@ -1,5 +1,5 @@
-"""The one seam to a workload cluster's Kubernetes API: cordon, drain, uncordon, find and
-delete a machine's Node.
+"""The one seam to a workload cluster's Kubernetes API: cordon, drain, uncordon; a machine's
+Node found, read, labelled, tainted and deleted; kube-system's workloads.
 
 Through kubernetes_asyncio (the asyncio client generated from Kubernetes' own API), never
 hand-written HTTP. A drain is kubectl's, with two differences that matter at scale: every
@@ -29,7 +29,14 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from coordinator.domain.drain import PodRef, classify, ref
 from coordinator.domain.kubeconfig import parse_kubeconfig
 from coordinator.domain.model import DrainSettings
-from coordinator.domain.nodes import MACHINE_ID_LABEL, node_of
+from coordinator.domain.nodes import (
+    MACHINE_ID_LABEL,
+    condition_text,
+    node_of,
+    provider_id,
+    ready_condition,
+)
+from coordinator.domain.workloads import NAMESPACE, SystemWorkloads, short_of_available
 
 MAX_RETRY_SECONDS = 30.0
 MAX_POLL_SECONDS = 1.0
@@ -80,6 +87,7 @@ class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self._api = api
         self._core = client.CoreV1Api(api)
+        self._apps = client.AppsV1Api(api)
         self._limit = asyncio.Semaphore(CONCURRENT_REQUESTS)
 
     @classmethod
@@ -126,26 +134,41 @@ class Kube:
     async def node_ready(self, node: str) -> tuple[bool, str]:
         """Whether the node's Ready condition is True, and the condition as a phrase (status,
         reason, message: what the kubelet says is wrong)."""
-        found = await self._call(f"get node {node}", lambda: self._core.read_node(node))
-        conditions = (found.status.conditions if found.status else None) or []
-        ready = next((c for c in conditions if c.type == "Ready"), None)
-        if ready is None:
-            return False, "no Ready condition"
-        detail = f"Ready={ready.status}" + "".join(
-            f" ({part})" for part in (ready.reason, ready.message) if part)
-        return ready.status == "True", detail
+        condition = ready_condition(await self.node(node))
+        return condition[0] == "True", condition_text(*condition)
 
-    async def _items(self, what: str, request: Callable[[], Awaitable[Any]]) -> list[dict[str, Any]]:
-        """A list call's items as JSON: parsed once, without building a model object each."""
-        async def fetch() -> list[dict[str, Any]]:
+    async def system_workloads(self) -> SystemWorkloads:
+        """kube-system's Deployments and DaemonSets, and which fall short of available."""
+        deployments = await self._items(f"list deployments in {NAMESPACE}", lambda: self._apps
+                                        .list_namespaced_deployment(NAMESPACE, _preload_content=False))
+        daemonsets = await self._items(f"list daemonsets in {NAMESPACE}", lambda: self._apps
+                                       .list_namespaced_daemon_set(NAMESPACE, _preload_content=False))
+        return short_of_available(deployments, daemonsets)
+
+    async def node(self, node: str) -> dict[str, Any]:
+        """The node as JSON."""
+        found: dict[str, Any] = await self._json(f"get node {node}", lambda: self._core.read_node(
+            node, _preload_content=False))
+        return found
+
+    async def patch_node(self, node: str, patch: dict[str, Any]) -> None:
+        """A merge patch of the node's labels, annotations and taints (nodes.metadata_patch)."""
+        await self._call(f"label and taint node {node}", lambda: self._core.patch_node(node, patch))
+
+    async def _json(self, what: str, request: Callable[[], Awaitable[Any]]) -> Any:
+        """A call's answer as JSON, without building a model object."""
+        async def fetch() -> Any:
             response = await request()
             async with response:
                 if response.status != 200:
                     raise KubeError(f"{what}: {response.status} {response.reason}")
-                items: list[dict[str, Any]] = (await response.json())["items"]
-                return items
-        found: list[dict[str, Any]] = await self._call(what, fetch)
-        return found
+                return await response.json()
+        return await self._call(what, fetch)
+
+    async def _items(self, what: str, request: Callable[[], Awaitable[Any]]) -> list[dict[str, Any]]:
+        """A list call's items as JSON: parsed once, without building a model object each."""
+        items: list[dict[str, Any]] = (await self._json(what, request))["items"]
+        return items
 
     async def pods_on(self, node: str) -> list[dict[str, Any]]:
         """The node's pods as JSON."""
@@ -177,6 +200,15 @@ class Kube:
                     raise
 
         await self._call(f"delete node {node}", request)
+
+    async def machine_node(self, cluster: str, machine_id: str, hostname: str) -> str:
+        """find_node, for an operation that needs the node: KubeError while there is none."""
+        found = await self.find_node(cluster, machine_id)
+        if found is None:
+            raise KubeError(f"no node of machine {hostname} is registered (none labelled "
+                            f"{MACHINE_ID_LABEL}={machine_id} or with providerID "
+                            f"{provider_id(cluster, machine_id)})")
+        return found
 
     async def drain(self, node: str, settings: DrainSettings, deadline: float, force: bool = False,
                     clock: Clock = time.time, progress: OnProgress | None = None,

@@ -7,6 +7,7 @@ from dataclasses import asdict
 from typing import Any
 
 from coordinator.domain.model import ClusterSpec, Machine, Material
+from coordinator.domain.nodes import described
 from coordinator.domain.outputs import public_outputs, waits_text
 from coordinator.domain.planner import MachineUpgrade, UpgradePlan
 from coordinator.domain.records import AdminToken, Event, JoinToken, StoredCluster
@@ -56,6 +57,8 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
             **asdict(machine.drain), "stage": machine.drain.stage.value,
             "blocking_pods": list(machine.drain.blocking_pods),
             "blocking_budgets": list(machine.drain.blocking_budgets)},
+        "node": None if machine.node is None else {
+            **asdict(machine.node), "condition_text": described(machine.node)},
         "credential": {"revoked": not machine.credential_hash,
                        "expires_at": machine.credential_expires_at},
         "waits": waits_text(spec, machine, peers) if spec is not None else "",

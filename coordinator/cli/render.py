@@ -38,6 +38,9 @@ def machine_note(machine: dict[str, Any]) -> str:
         text = "waiting for approval"
     elif machine["state"] == "Pending" and not machine["role"]:
         text = "approved; waiting for a role"
+    elif step.get("node"):
+        text = (f"failing for {duration(step.get('failing_for'))}: " if step["status"] == "failed"
+                else "") + f"{step['node']} ({duration(step.get('node_waiting'))})"
     elif step.get("status") == "failed":
         retry = step.get("next_retry_in")
         text = (f"failing for {duration(step.get('failing_for'))}"
@@ -61,7 +64,7 @@ def machine_progress(machine: dict[str, Any]) -> str:
     if step.get("status") == "running":
         text = (f"{step['index']}/{step['total']} {step['item']} running (attempt "
                 f"{step['attempt']}, {duration(step['item_elapsed'])}) {text}")
-    elif step.get("status") == "failed":
+    elif step.get("status") == "failed" and not step.get("node"):
         text = f"{step['index']}/{step['total']} {step['item']} attempt {step['attempt']} {text}"
     drain = machine.get("drain")
     if drain and drain["stage"] != "NodeReady" and not (
@@ -94,8 +97,8 @@ def machines_table(machines: list[dict[str, Any]], show_labels: bool = False) ->
 
 
 def machine_details(machine: dict[str, Any]) -> list[str]:
-    """What `machines get` adds under the table: labels, the cluster address and the
-    interfaces it was chosen from, the node's disks."""
+    """What `machines get` adds under the table: labels, its Kubernetes Node, the cluster
+    address and the interfaces it was chosen from, the node's disks."""
     facts = machine.get("facts") or {}
     interfaces = ", ".join(
         f"{i['name']} " + " ".join(a["address"] for a in i.get("addresses") or [])
@@ -103,6 +106,7 @@ def machine_details(machine: dict[str, Any]) -> list[str]:
         if isinstance(i, dict) and i.get("name") and i.get("name") != "lo")
     on = f" on {machine['interface']}" if machine.get("interface") else ""
     lines = [f"labels     {labels_text(machine.get('labels') or {}) or '-'}",
+             f"node       {_node(machine.get('node'))}",
              f"address    {machine['ip'] or '-'}{on}  (interfaces: {interfaces or '-'})",
              "devices    " + ("" if facts.get("block_devices") else "-")]
     lines += [f"  /dev/{d['name']:<10} {_size(d.get('size_bytes'))} "
@@ -110,6 +114,15 @@ def machine_details(machine: dict[str, Any]) -> list[str]:
               f"  {d.get('model') or ''}  {_use(d)}".rstrip()
               for d in facts.get("block_devices") or []]
     return lines
+
+
+def _node(node: dict[str, Any] | None) -> str:
+    """The machine's Kubernetes Node as last found: its name and Ready condition."""
+    if node is None:
+        return "-"
+    found = ("not registered yet" if not node["name"] else f"{node['name']} "
+             + ("Ready" if node["ready"] else f"not Ready: {node['condition_text']}"))
+    return found + (f" (cannot look: {node['error']})" if node.get("error") else "")
 
 
 def _size(size: int | None) -> str:

@@ -79,10 +79,15 @@ class KubernetesSettings(SpecModel):
         default="calico", description="the network plugin items install (none: the profile "
         "installs its own, or none)")
     dedicated_managers: bool = Field(
-        default=False, description="managers run no workloads (items taint them)")
+        default=False, description="managers run no workloads: the coordinator taints their "
+        "Nodes node-role.kubernetes.io/control-plane:NoSchedule")
     labels: dict[str, str] = Field(
         default_factory=dict, description="the cluster's labels: ${cluster.labels} (k=v,...) "
-        "and ${cluster.labels.KEY}")
+        "and ${cluster.labels.KEY}; the coordinator puts them on every Node")
+    node_ready_timeout_seconds: float = Field(
+        default=600, gt=0, description="once a machine's deploy items are applied, how long its "
+        "Node may take to register and report Ready before the status says it fails (the "
+        "machine stays in Deploy until it does)")
 
     @field_validator("version")
     @classmethod

@@ -184,6 +184,27 @@ class DrainStatus:
 
 
 @dataclass(frozen=True)
+class NodeStatus:
+    """The machine's Kubernetes Node as the coordinator last found it (the Node its items
+    marked: domain/nodes.py), recorded once its deploy items are applied: what the status
+    shows while a machine waits in Deploy for its Node, and the name every Node operation
+    uses."""
+
+    waiting_since: float  # when the coordinator began looking for it (deploy items applied)
+    name: str = ""  # "" while no Node carries the machine's mark
+    ready: bool = False
+    reason: str = ""  # the Ready condition's reason and message, as its kubelet posts them
+    message: str = ""
+    condition: str = ""  # "" when the Node has no Ready condition yet, else its status
+    registered_at: float | None = None
+    ready_since: float | None = None
+    # The labels and taints the coordinator last put on it (NodeMetadata.digest): a pass
+    # that wants others has the Node patched.
+    metadata: str = ""
+    error: str = ""  # why the last look could not see the Node (no kubeconfig, API down)
+
+
+@dataclass(frozen=True)
 class Material:
     """Join material minted for one machine (its joiner) by a Ready manager's mint items,
     because the items it runs now use their outputs: requested, minted (values, until
@@ -258,6 +279,7 @@ class Machine:
     # assignment_notices): a pass that finds otherwise changes this and the generation.
     post_deploy: bool = False
     drain: DrainStatus | None = None  # only in Upgrade, and Deleting (domain/removal.py)
+    node: NodeStatus | None = None  # its Kubernetes Node, once looked for
     # Only in Upgrade: the fingerprints it was admitted to run, which stay in its upgrade's
     # list once applied (releases.upgrade_run).
     upgrading: frozenset[str] = frozenset()

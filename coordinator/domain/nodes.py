@@ -4,12 +4,29 @@ another name: --hostname-override, a cloud provider, an FQDN).
 
 The mark is the label `nodeagent.io/machine-id=<machine id>` (kubelet --node-labels), and
 failing that the providerID `nodeagent://<cluster>/<machine id>` (kubelet --provider-id).
-A profile sets them from `${machine.id}` and `${cluster.name}`."""
+A profile sets them from `${machine.id}` and `${cluster.name}`.
+
+Also the pure rules around that Node: when a machine waits for it in Deploy (and what the
+status says meanwhile), and which labels and taints the coordinator puts on it and how it
+patches them without touching anyone else's. The Kubernetes calls are kube.py's."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
+
+from coordinator.domain.model import (
+    ADMITTED_STATES,
+    ClusterSpec,
+    Machine,
+    MachineState,
+    NodeStatus,
+    pending_items,
+)
+from nodeagent.contract import Role
 
 MACHINE_ID_LABEL = "nodeagent.io/machine-id"
 PROVIDER_SCHEME = "nodeagent://"
@@ -30,4 +47,227 @@ def node_of(nodes: Iterable[Mapping[str, Any]], cluster: str, machine_id: str) -
     for node in listed:
         if (node.get("spec") or {}).get("providerID") == wanted:
             return str(node["metadata"]["name"])
+    return None
+
+
+# --- what the coordinator puts on a Node ----------------------------------------------------
+
+ROLE_LABELS: dict[Role, str] = {"manager": "node-role.kubernetes.io/control-plane",
+                                "worker": "node-role.kubernetes.io/worker"}
+# The keys (labels) and key:effect (taints) the coordinator put on a Node, so that a later
+# change removes only its own and never a label or taint someone else set.
+MANAGED_LABELS = "nodeagent.io/managed-labels"
+MANAGED_TAINTS = "nodeagent.io/managed-taints"
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    effect: str
+    value: str = ""
+
+    @property
+    def ref(self) -> str:
+        return f"{self.key}:{self.effect}"
+
+
+CONTROL_PLANE_TAINT = Taint(ROLE_LABELS["manager"], "NoSchedule")
+
+
+@dataclass(frozen=True)
+class NodeMetadata:
+    """The labels and taints a machine's Node should carry by the coordinator's hand."""
+
+    labels: dict[str, str]
+    taints: tuple[Taint, ...]
+
+    def digest(self) -> str:
+        """Names these labels and taints, for NodeStatus.metadata: equal sets, equal digests."""
+        text = json.dumps([sorted(self.labels.items()), sorted(t.ref + "=" + t.value
+                                                              for t in self.taints)])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def desired_metadata(spec: ClusterSpec, machine: Machine) -> NodeMetadata:
+    """The role label (control-plane for managers, worker for workers: kubectl get nodes shows
+    them as ROLES, and a kubelet may not set node-role labels on itself), the cluster's labels,
+    the machine's own labels (they win over the cluster's on the same key), and on managers
+    the control-plane NoSchedule taint when settings.kubernetes.dedicatedManagers is true."""
+    labels = {**({ROLE_LABELS[machine.role]: ""} if machine.role else {}),
+              **spec.settings.kubernetes.labels, **machine.labels}
+    dedicated = machine.role == "manager" and spec.settings.kubernetes.dedicated_managers
+    return NodeMetadata(labels, (CONTROL_PLANE_TAINT,) if dedicated else ())
+
+
+def metadata_patch(node: Mapping[str, Any], desired: NodeMetadata) -> dict[str, Any] | None:
+    """The merge patch that brings node (as the API returns it, JSON) to carry desired: labels
+    set, the labels and taints the coordinator put there before (its annotations say which)
+    and no longer wants removed, everyone else's kept. A change of taints carries the node's
+    resourceVersion, so that the API refuses it (409) if another taint came in meanwhile.
+    None when the node is as desired."""
+    meta = node.get("metadata") or {}
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    had_labels = _listed(annotations.get(MANAGED_LABELS))
+    had_taints = _listed(annotations.get(MANAGED_TAINTS))
+    wanted_refs = {t.ref for t in desired.taints}
+    label_changes: dict[str, str | None] = {
+        key: None for key in sorted(had_labels - set(desired.labels)) if key in labels}
+    label_changes.update((k, v) for k, v in desired.labels.items() if labels.get(k) != v)
+    current = list((node.get("spec") or {}).get("taints") or [])
+    others = [t for t in current if f"{t.get('key')}:{t.get('effect')}" not in
+              (had_taints | wanted_refs)]
+    taints = others + [{"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})}
+                       for t in desired.taints]
+    managed = {MANAGED_LABELS: ",".join(sorted(desired.labels)),
+               MANAGED_TAINTS: ",".join(sorted(wanted_refs))}
+    annotation_changes = {k: v for k, v in managed.items() if annotations.get(k) != v}
+    patch: dict[str, Any] = {}
+    if label_changes or annotation_changes:
+        patch["metadata"] = {**({"labels": label_changes} if label_changes else {}),
+                             **({"annotations": annotation_changes} if annotation_changes else {})}
+    if _taint_set(taints) != _taint_set(current):
+        # The list is replaced whole: only if nobody changed the node since it was read.
+        patch["spec"] = {"taints": taints}
+        if meta.get("resourceVersion"):
+            patch.setdefault("metadata", {})["resourceVersion"] = meta["resourceVersion"]
+    return patch or None
+
+
+def _listed(text: str | None) -> set[str]:
+    return {part for part in (text or "").split(",") if part}
+
+
+def _taint_set(taints: Iterable[Mapping[str, Any]]) -> set[tuple[str, str, str]]:
+    return {(str(t.get("key")), str(t.get("effect")), str(t.get("value") or "")) for t in taints}
+
+
+# --- whether the coordinator looks at Nodes at all ---------------------------------------------
+
+
+def ready_condition(node: Mapping[str, Any]) -> tuple[str, str, str]:
+    """The node's (JSON) Ready condition: status ("True", "False", "Unknown"; "" when it has
+    none yet), reason and message."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), {})
+    return str(ready.get("status", "")), str(ready.get("reason") or ""), str(ready.get("message") or "")
+
+
+def kubernetes_access(spec: ClusterSpec) -> bool:
+    """Whether the cluster gives the coordinator a way to its Kubernetes API: a kubeconfig
+    file in settings.kubernetes, or a manager item that reports one (kubeconfigFrom). Only
+    then does a machine wait in Deploy for its Node and get labels and taints on it; a
+    cluster without either goes Ready on its deploy items alone."""
+    return spec.settings.kubernetes.kubeconfig is not None or any(
+        i.kubeconfig_from is not None for i in spec.machine_types.manager)
+
+
+def node_ready(machine: Machine) -> bool:
+    return machine.node is not None and machine.node.ready
+
+
+def metadata_due(spec: ClusterSpec, machine: Machine) -> bool:
+    """Whether the machine's found Node lacks the labels and taints it should now carry (the
+    spec's or the machine's labels changed since they were put there)."""
+    return (kubernetes_access(spec) and machine.node is not None and bool(machine.node.name)
+            and machine.node.metadata != desired_metadata(spec, machine).digest())
+
+
+def awaits_node(spec: ClusterSpec, machine: Machine) -> bool:
+    """A machine in Deploy whose deploy items are all applied and whose Node is not (yet)
+    found Ready, in a cluster the coordinator reaches: it stays in Deploy until it is."""
+    return (machine.state is MachineState.DEPLOY and kubernetes_access(spec)
+            and not node_ready(machine) and not pending_items(spec, machine, "deploy"))
+
+
+def node_due(spec: ClusterSpec, machine: Machine) -> bool:
+    """Whether the coordinator's Node watch owes the machine a look: it awaits its Node, or
+    its Node's labels and taints are out of step (Deploy or deployed; never while leaving)."""
+    if machine.state not in ADMITTED_STATES:
+        return False
+    return awaits_node(spec, machine) or metadata_due(spec, machine)
+
+
+# --- what the status says of a machine waiting for its Node ------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeWait:
+    text: str  # "waiting for node w3 to register", "... to become Ready: Ready=False (...)"
+    waited: float  # seconds since its deploy items were applied
+    late_for: float | None  # seconds past settings.kubernetes.nodeReadyTimeoutSeconds
+
+
+def condition_text(status: str, reason: str, message: str) -> str:
+    """The Ready condition as its kubelet posts it: `Ready=False (KubeletNotReady) (message)`."""
+    if not status:
+        return "no Ready condition"
+    return f"Ready={status}" + "".join(f" ({part})" for part in (reason, message) if part)
+
+
+def described(node: NodeStatus) -> str:
+    return condition_text(node.condition, node.reason, node.message)
+
+
+def node_wait(spec: ClusterSpec, machine: Machine, now: float) -> NodeWait | None:
+    """What a machine that awaits its Node (awaits_node) waits for, and for how long: since
+    the coordinator began looking for it, else since its last item's report."""
+    if not awaits_node(spec, machine):
+        return None
+    node = machine.node
+    if node is None or not node.name:
+        text = f"waiting for node {machine.hostname} to register"
+    else:
+        text = f"waiting for node {node.name} to become Ready: {described(node)}"
+    if node is not None and node.error:
+        text += f" (cannot look: {node.error})"
+    since = node.waiting_since if node is not None else (
+        machine.progress.updated_at if machine.progress else machine.state_since)
+    waited = max(0.0, now - since)
+    late = waited - spec.settings.kubernetes.node_ready_timeout_seconds
+    return NodeWait(text, waited, late if late > 0 else None)
+
+
+# --- recording what was found -----------------------------------------------------------------
+
+
+def unseen(before: NodeStatus | None, now: float, error: str) -> NodeStatus:
+    """The machine's NodeStatus after a look that could not see the Node: what was found
+    before stays, with why."""
+    return replace(before or NodeStatus(waiting_since=now), error=error)
+
+
+def observed(before: NodeStatus | None, now: float, name: str | None,
+             condition: tuple[str, str, str] = ("", "", ""), metadata: str = "") -> NodeStatus:
+    """The machine's NodeStatus after a look that found the Node `name` (None: none yet) with
+    this Ready condition, carrying the labels and taints of digest `metadata`. The times are
+    kept while the same Node stays registered and Ready."""
+    base = before or NodeStatus(waiting_since=now)
+    if name is None:
+        return replace(base, name="", ready=False, condition="", reason="", message="",
+                       registered_at=None, ready_since=None, metadata="", error="")
+    same = base.name == name
+    status, reason, message = condition
+    ready = status == "True"
+    return replace(base, name=name, ready=ready, condition=status, reason=reason, message=message,
+                   registered_at=base.registered_at if same and base.registered_at else now,
+                   ready_since=(base.ready_since if same and base.ready and base.ready_since
+                                else now) if ready else None,
+                   metadata=metadata, error="")
+
+
+def node_news(hostname: str, before: NodeStatus | None, after: NodeStatus) -> str | None:
+    """What an event says of a change in what was found: registered, Ready, NotReady, labelled."""
+    was = before or NodeStatus(waiting_since=after.waiting_since)
+    if after.name and after.name != was.name:
+        news = f"{hostname}: node {after.name} registered"
+        return news + (" and Ready" if after.ready else
+                       f": {described(after)}")
+    if after.name and after.ready != was.ready:
+        return f"{hostname}: node {after.name} " + (
+            "Ready" if after.ready else
+            f"not Ready: {described(after)}")
+    if after.name and after.metadata != was.metadata:
+        return f"{hostname}: labels and taints of node {after.name} brought in step"
+    if was.name and not after.name:
+        return f"{hostname}: node {was.name} is gone"
     return None

@@ -30,6 +30,7 @@ from coordinator.domain.model import (
     DrainStatus,
     Machine,
     MachineState,
+    NodeStatus,
     Role,
     admission_order,
     deployed_managers,
@@ -41,6 +42,7 @@ from coordinator.domain.model import (
     pending_items,
     phase_items,
 )
+from coordinator.domain.nodes import awaits_node, metadata_due
 from coordinator.domain.releases import at_release, baseline, names, to_run
 from coordinator.domain.removal import may_be_removed, node_deletion_due
 from nodeagent.contract import ROLES, Phase
@@ -103,6 +105,12 @@ class _Pass:
         """No manager deploying, upgrading or reconfiguring: one may start doing so."""
         return not any(self.role[i] == "manager" and s in _MANAGER_BUSY
                        for i, s in self.after.items())
+
+    def manager_leaving(self) -> bool:
+        """A manager is being deleted: its etcd member is being removed, so no other manager
+        joins or restarts its control plane (Deploy, Upgrade) until it is gone; reconfiguring
+        the others for the new list may go on."""
+        return any(self.role[i] == "manager" and s is S.DELETING for i, s in self.after.items())
 
 
 def plan(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Decision]:
@@ -180,7 +188,8 @@ def inert_filter(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Mach
     """Whether a machine is inert: a planning pass neither moves it nor counts it against any
     limit, as long as the deployed managers stay `managers`. Unapproved Pending machines,
     workers still preparing, and Ready workers that answer, are recorded at the spec's release
-    and have nothing to upgrade or reconfigure (nor join material to revoke) are; managers
+    and have nothing to upgrade or reconfigure (nor join material to revoke, nor labels or
+    taints to put on their Node) are; managers
     never are (few, and they decide the manager list, the post-deploy host and who mints). The
     reconciler plans on the working set: the machines that are not inert and one inert Ready
     worker standing in for the others (coordinator/fleetview.py), so that a pass over a large
@@ -198,7 +207,8 @@ def inert_filter(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Mach
             return not complete(machine)
         return (machine.state is S.READY and machine.responding and at_release(spec, machine)
                 and not behind(spec, machine) and not _must_reconfigure(spec, machine, managers)
-                and not (machine.material is not None and machine.material.values))
+                and not (machine.material is not None and machine.material.values)
+                and not metadata_due(spec, machine))
 
     return inert
 
@@ -330,16 +340,19 @@ def _part(spec: ClusterSpec, machine: Machine, waiting: str = "") -> MachineUpgr
 
 
 def _finish(spec: ClusterSpec, machine: Machine, managers: tuple[str, ...]) -> Machine:
-    """The machine once its agent applied its phase and, in Upgrade, its node was uncordoned."""
+    """The machine once its agent applied its phase and, in Upgrade, its node was uncordoned;
+    in Deploy, its Node registered Ready."""
     phase = PHASE_OF_STATE.get(machine.state)
     if phase is None or machine.state is S.DELETING or not machine.responding:
         return machine
     done = ({f for _, f in to_run(spec, machine)} if machine.state is S.UPGRADE
             else {i.fingerprint() for i in pending_items(spec, machine, phase, managers)})
-    drain = machine.drain
+    drain, node = machine.drain, machine.node
     if machine.state is S.UPGRADE and needs_drain(spec, machine):
         drain = DrainStatus(DrainStage.NODE_READY, started_at=0.0)
-    return replace(machine, applied=machine.applied | done, drain=drain)
+    if machine.state is S.DEPLOY:
+        node = NodeStatus(0.0, name=machine.hostname, ready=True)
+    return replace(machine, applied=machine.applied | done, drain=drain, node=node)
 
 
 def _phase_completion(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Machine], bool]:
@@ -369,8 +382,9 @@ def _phase_completion(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[
 
 
 def _advance(state: _Pass, machine: Machine) -> Decision | None:
-    """Transitions that depend on the machine alone: the approval gate, finished phases, and
-    a Ready machine's release."""
+    """Transitions that depend on the machine alone: the approval gate, finished phases (in
+    Deploy, with the machine's Node Ready when the cluster gives Kubernetes access), and a
+    Ready machine's release."""
     if machine.state is S.PENDING:
         return _advance_pending(machine)
     if machine.state is S.READY:
@@ -386,6 +400,10 @@ def _advance(state: _Pass, machine: Machine) -> Decision | None:
         if not may_be_removed(machine):
             return None
         target = (None, f"reset items applied, {machine.drain.message}: machine removed")
+    if machine.state is S.DEPLOY and machine.node is not None and machine.node.ready:
+        target = (S.READY, f"deploy items applied; node {machine.node.name} Ready")
+    elif awaits_node(state.spec, machine):
+        return None
     return _decide(machine, *target)
 
 
@@ -445,10 +463,10 @@ def _admit_to_deploy(state: _Pass) -> list[Decision]:
             continue
         decision = None
         if machine.role == "manager" and not manager_deployed:
-            if not deploying:
+            if not deploying and not state.manager_leaving():
                 decision = _decide(machine, S.DEPLOY, "first manager deploys alone")
         elif machine.role == "manager":
-            if state.manager_slot_free():
+            if state.manager_slot_free() and not state.manager_leaving():
                 decision = _decide(machine, S.DEPLOY, "next manager deploys (one at a time)")
         elif machine.role == "worker" and manager_deployed and workers_deploying < batch:
             workers_deploying += 1
@@ -506,7 +524,7 @@ def _admit_to_upgrade(state: _Pass) -> list[Decision]:
     # In the order they deployed: the first manager's control plane (`kubeadm upgrade apply`)
     # goes before any other manager's (`kubeadm upgrade node` follows the cluster's version).
     for m in sorted(outdated, key=admission_order):
-        if m.role == "manager" and managers_busy == 0:
+        if m.role == "manager" and managers_busy == 0 and not state.manager_leaving():
             state.after[m.id] = S.UPGRADE
             return [_upgrade(spec, m, "manager upgrades (one at a time)")]
     if managers_behind:

@@ -95,10 +95,10 @@ def node_deletion_due(spec: ClusterSpec, machine: Machine) -> bool:
             and not pending_items(spec, machine, "reset"))
 
 
-def found_by_mark(machine: Machine) -> bool:
-    """Whether its drain finds the machine's Node by the mark its items put on it
-    (domain/nodes.py): a leaving machine's, which must never be taken for another's; an
-    upgrading machine's is still named by its hostname."""
+def may_lack_node(machine: Machine) -> bool:
+    """Whether the machine's drain goes on without a Node carrying its mark (domain/nodes.py):
+    a leaving machine's kubelet may never have registered one, and then there is nothing to
+    drain or delete; an upgrading machine's Node must be there."""
     return machine.state is S.DELETING
 
 

@@ -15,8 +15,10 @@ from typing import Literal
 
 from coordinator.domain.catalog import catalog
 from coordinator.domain.model import ClusterSpec, Machine, MachineState, Role, phase_items
+from coordinator.domain.nodes import kubernetes_access, node_wait
 from coordinator.domain.planner import DEPLOYED_STATES, post_deploy_host
 from coordinator.domain.steps import History, failure, machine_step, phase_run
+from coordinator.domain.workloads import SystemWorkloads
 from nodeagent.contract import Phase
 
 StageState = Literal["waiting", "in-progress", "failing", "done"]
@@ -122,14 +124,15 @@ class _Fleet:
     live: list[Machine]
     started: list[Machine]
     failures: dict[str, tuple[float, str]]
+    system: SystemWorkloads | None  # kube-system as last looked at; None: not looked at
 
     @classmethod
     def of(cls, spec: ClusterSpec, created: float, machines: Sequence[Machine], history: History,
-           now: float) -> _Fleet:
+           now: float, system: SystemWorkloads | None) -> _Fleet:
         live = [m for m in machines if m.state is not MachineState.DELETING]
         started = [m for m in live if m.state is not MachineState.PENDING]
         failures = {m.id: f for m in started if (f := failure(spec, m, now)) is not None}
-        return cls(spec, created, history, now, live, started, failures)
+        return cls(spec, created, history, now, live, started, failures, system)
 
     def failing(self, m: Machine, states: Iterable[MachineState]) -> tuple[float | None, str]:
         """Since when and how m fails, if it does while in one of states."""
@@ -239,6 +242,37 @@ def _workers(fleet: _Fleet) -> Stage:
     return _role_deployed(fleet, "worker", "Workers deployed")
 
 
+def _node_track(fleet: _Fleet, m: Machine) -> _Track | None:
+    """A machine's Node once its deploy items are applied: done once it is Ready (a machine
+    deployed before Nodes were looked at counts as done since it went Ready)."""
+    if m.state in DEPLOYED_STATES:
+        done = (m.node.ready_since if m.node is not None and m.node.ready_since is not None
+                else fleet.history.first_entry(m, [MachineState.READY]) or m.state_since)
+        return _Track(m.hostname, done, done, done)
+    wait = node_wait(fleet.spec, m, fleet.now)
+    if wait is None:
+        return None
+    began = fleet.now - wait.waited
+    late = None if wait.late_for is None else fleet.now - wait.late_for
+    return _Track(m.hostname, began, began, None, late, f"{m.hostname}: {wait.text} "
+                  f"({wait.waited:.0f}s" + ("; still waiting)" if late is not None else ")"))
+
+
+def _nodes(fleet: _Fleet) -> Stage | None:
+    """None for a cluster without Kubernetes access: its machines wait for no Node."""
+    if not kubernetes_access(fleet.spec):
+        return None
+    tracks = [t for m in fleet.started if (t := _node_track(fleet, m)) is not None]
+    state, since = _condition(tracks, fleet.created)
+    if not tracks:
+        return Stage("nodes", "Nodes Ready", state, since,
+                     "no machine has applied its deploy items yet")
+    waiting = [t.note for t in tracks if t.done is None and t.failing is None]
+    parts = [f"{sum(t.done is not None for t in tracks)} of {len(tracks)} nodes Ready",
+             *waiting[:NAMES_SHOWN], _failing_note(tracks)]
+    return Stage("nodes", "Nodes Ready", state, since, "; ".join(p for p in parts if p))
+
+
 def _ready_track(fleet: _Fleet, m: Machine) -> _Track:
     if m.state is MachineState.READY:
         return _Track(m.hostname, m.state_since, m.state_since, m.state_since)
@@ -259,21 +293,25 @@ def _ready(fleet: _Fleet) -> Stage:
             if m.state is not MachineState.READY:
                 by_state.setdefault(m.state.value, []).append(m.hostname)
         message = _summary("Ready", tracks, sorted(by_state.items()))
+    if state == "done" and fleet.system is not None and not fleet.system.available:
+        state, message = "in-progress", f"{message}; {fleet.system.text()}"
     return Stage("ready", "Cluster ready", state, since, message)
 
 
 # The stages in the order a rollout reaches them.
-_STAGES: tuple[Callable[[_Fleet], Stage], ...] = (
-    _registered, _approved, _prepared, _first_manager, _managers, _workers, _ready)
+_STAGES: tuple[Callable[[_Fleet], Stage | None], ...] = (
+    _registered, _approved, _prepared, _first_manager, _managers, _workers, _nodes, _ready)
 
 
 def stages(spec: ClusterSpec, cluster_created: float, machines: Sequence[Machine],
-           history: History, now: float) -> list[Stage]:
+           history: History, now: float, system: SystemWorkloads | None = None) -> list[Stage]:
     """The rollout's stages in order: registered, approved, prepared, first manager, managers,
-    workers, ready. A later stage may finish before an earlier one only when machines join
-    late (a new worker makes `approved` and `ready` run again while `managers` stays done)."""
-    fleet = _Fleet.of(spec, cluster_created, machines, history, now)
-    return [stage(fleet) for stage in _STAGES]
+    workers, nodes (only with Kubernetes access), ready. A later stage may finish before an
+    earlier one only when machines join late (a new worker makes `approved` and `ready` run
+    again while `managers` stays done). With system (kube-system's workloads, looked at once
+    every machine is Ready), `ready` is done only once they are all available too."""
+    fleet = _Fleet.of(spec, cluster_created, machines, history, now, system)
+    return [found for stage in _STAGES if (found := stage(fleet)) is not None]
 
 
 # -- the post-deploy step --------------------------------------------------------------------

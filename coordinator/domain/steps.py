@@ -9,11 +9,12 @@ machine's step of one spec.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from coordinator.domain.catalog import Entry, catalog
 from coordinator.domain.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, machine_items
+from coordinator.domain.nodes import NodeWait, node_wait
 from coordinator.domain.records import Event
 from coordinator.domain.releases import upgrade_run
 from nodeagent.contract import Phase
@@ -37,6 +38,8 @@ class Step:
     failing_for: float | None
     next_retry_in: float | None
     error: str
+    node: str = ""  # what the machine waits for of its Node, once its deploy items are applied
+    node_waiting: float | None = None  # for how long it has waited for it
 
 
 class History:
@@ -75,6 +78,21 @@ def phase_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
 
 
 def machine_step(spec: ClusterSpec | None, machine: Machine, now: float) -> Step:
+    step = _item_step(spec, machine, now)
+    wait = node_wait(spec, machine, now) if spec is not None and step.status == "done" else None
+    return step if wait is None else _waiting_for_node(step, wait)
+
+
+def _waiting_for_node(step: Step, wait: NodeWait) -> Step:
+    """A machine whose deploy items are done waits for its Node: failing once it has waited
+    past settings.kubernetes.nodeReadyTimeoutSeconds, and still waiting."""
+    failing = wait.late_for is not None
+    return replace(step, status="failed" if failing else "waiting", node=wait.text,
+                   node_waiting=wait.waited, failing_for=wait.late_for,
+                   error=f"{wait.text} ({wait.waited:.0f}s); still waiting" if failing else "")
+
+
+def _item_step(spec: ClusterSpec | None, machine: Machine, now: float) -> Step:
     phase = PHASE_OF_STATE.get(machine.state) if machine.role else None
     items = phase_run(spec, machine) if spec is not None else []
     names = [item.name for item, _ in items]
@@ -117,5 +135,7 @@ def failure(spec: ClusterSpec, machine: Machine, now: float) -> tuple[float, str
     step = machine_step(spec, machine, now)
     if step.failing_for is None:
         return None
+    if step.node:
+        return now - step.failing_for, f"{machine.hostname}: {step.error}"
     return now - step.failing_for, (f"{machine.hostname}: {step.item} failing "
                                     f"(attempt {step.attempt}): {step.error}".rstrip(": "))

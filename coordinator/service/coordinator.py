@@ -19,10 +19,13 @@ from coordinator.service.drainer import Drainer
 from coordinator.service.drains import DrainRecords
 from coordinator.service.heartbeats import HEARTBEAT_FLUSH_SECONDS, HeartbeatBuffer
 from coordinator.service.leadership import Leadership
+from coordinator.service.noderecords import NodeRecords
+from coordinator.service.nodewatch import NodeWatch
 from coordinator.service.notifier import Notifier
 from coordinator.service.postdeploy import PostDeployHosts
 from coordinator.service.queries import Queries
 from coordinator.service.reconciler import Reconciler
+from coordinator.service.systemcheck import SystemCheck
 from coordinator.service.writes import Writes
 from coordinator.store.base import Store
 
@@ -36,13 +39,15 @@ class Coordinator:
         self.access = Access(store, clock)
         self.credentials = CredentialCache(store, clock)
         self.writes = Writes(store, self.notifier, self.credentials)
-        self.queries = Queries(store, clock)
+        self.queries = Queries(store, clock, SystemCheck())
         self.heartbeats = HeartbeatBuffer(store, self.writes, clock, self.notifier.kick)
         post_deploy = PostDeployHosts(store)
         self.drainer = Drainer(DrainRecords(self.writes, self.queries, self.notifier, clock), clock)
+        self.nodes = NodeWatch(NodeRecords(self.writes, self.queries, self.notifier, clock), clock)
         self.reconciler = Reconciler(self.writes, self.heartbeats, self.notifier, self.drainer,
-                                     post_deploy, clock)
-        self.leadership = Leadership(store, self.notifier, self.reconciler, self.drainer)
+                                     self.nodes, post_deploy, clock)
+        self.leadership = Leadership(store, self.notifier, self.reconciler, self.drainer,
+                                     self.nodes)
         self.agents = Agents(self.writes, self.queries, self.access, self.notifier, post_deploy,
                              clock, credential_ttl, self.leadership.after_reports)
         self.admin = Admin(self.writes, self.queries, self.access, self.notifier, self.drainer,
@@ -56,7 +61,8 @@ class Coordinator:
         await self.heartbeats.run(interval)
 
     async def close(self) -> None:
-        """Every report answered, every drain task stopped, every heartbeat written."""
+        """Every report answered, every drain and node task stopped, every heartbeat written."""
         await self.agents.close()
         await self.drainer.close()
+        await self.nodes.close()
         await self.heartbeats.flush()

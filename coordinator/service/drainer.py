@@ -1,8 +1,9 @@
 """Runs what the planner's node_action asks of upgrading machines' Kubernetes nodes: a drain
 task (cordon + drain) per machine, then the uncordon once its upgrade items are applied, then
 the wait for the node to report Ready. A deleted machine's node is drained the same way, then
-deleted once its reset items are applied (domain/removal.py); its Node is the one find_node
-finds by the machine's mark, and one that never registered has nothing to drain or delete.
+deleted once its reset items are applied (domain/removal.py). The node is always the one the
+machine's items marked (Kube.find_node), whatever its name: never looked up by hostname; a
+leaving machine whose Node never registered has nothing to drain or delete.
 
 Each task writes its outcome into the machine's DrainStatus through a DrainLedger (under the
 write lock, and only if the drain attempt it ran is still the current one: an operator's retry,
@@ -23,7 +24,7 @@ from typing import Protocol
 
 from coordinator.domain.model import ClusterSpec, DrainStage, DrainStatus, Machine, kubeconfig_reporter
 from coordinator.domain.planner import node_action
-from coordinator.domain.removal import found_by_mark, unregistered
+from coordinator.domain.removal import may_lack_node, unregistered
 from coordinator.kube import DrainResult, Kube, KubeError
 from coordinator.metrics import record_blocked_eviction, record_drain
 
@@ -132,55 +133,61 @@ class Drainer:
                                          f"{machine.hostname} {verb}: {result.message}")
 
     async def _call(self, machine: Machine, access: KubeAccess | None, what: str,
-                    request: Callable[[Kube], Awaitable[None]]) -> bool:
-        """One request of a node step (an uncordon, a Node deletion) through a new connection;
-        when it fails, the drain's message says so and the step is retried RETRY_SECONDS later
-        (False)."""
+                    request: Callable[[Kube], Awaitable[str]]) -> str | None:
+        """One request of a node step (an uncordon, a Node deletion) through a new connection,
+        and what it answered; when it fails, the drain's message says so and the step is
+        retried RETRY_SECONDS later (None)."""
         status = machine.drain
         assert status is not None  # node_action asks for these steps only after a drain
         try:
             if access is None:
                 raise KubeError(NO_KUBECONFIG)
             async with await Kube.connect(access.path, access.text) as kube:
-                await request(kube)
+                done = await request(kube)
         except KubeError as exc:
             self._not_before[machine.id] = self.clock() + RETRY_SECONDS
             await self.ledger.set_drain(machine.id, status, replace(
                 status, message=f"{what} failed, retrying: {exc}"), None)
             self.ledger.kick()
-            return False
+            return None
         self._not_before.pop(machine.id, None)
-        return True
+        return done
 
     async def _uncordon(self, machine: Machine, access: KubeAccess | None) -> None:
         status = machine.drain
         assert status is not None
-        if not await self._call(machine, access, "uncordon",
-                                lambda kube: kube.set_unschedulable(machine.hostname, False)):
+
+        async def uncordon(kube: Kube) -> str:
+            node = await kube.machine_node(machine.cluster, machine.id, machine.hostname)
+            await kube.set_unschedulable(node, False)
+            return node
+
+        node = await self._call(machine, access, "uncordon", uncordon)
+        if node is None:
             return
         await self.ledger.set_drain(
             machine.id, status, replace(status, stage=DrainStage.UNCORDONED,
                                         uncordoned_at=self.clock(), message=(
                                             "upgrade items applied; uncordoned; waiting for node "
-                                            f"{machine.hostname} to report Ready")),
-            f"{machine.hostname} uncordoned")
+                                            f"{node} to report Ready")),
+            f"{machine.hostname} uncordoned (node {node})")
 
     async def _delete_node(self, machine: Machine, access: KubeAccess | None) -> None:
         """Delete a leaving machine's Node, the one carrying its mark, once its reset items
         are applied; then its record may go."""
         status = machine.drain
         assert status is not None
-        found: list[str] = []
 
-        async def delete(kube: Kube) -> None:
+        async def delete(kube: Kube) -> str:
             node = await kube.find_node(machine.cluster, machine.id)
-            if node is not None:
-                await kube.delete_node(node)
-                found.append(node)
+            if node is None:
+                return unregistered(machine)
+            await kube.delete_node(node)
+            return f"node {node} deleted"
 
-        if not await self._call(machine, access, "Node deletion", delete):
+        done = await self._call(machine, access, "Node deletion", delete)
+        if done is None:
             return
-        done = f"node {found[0]} deleted" if found else unregistered(machine)
         await self.ledger.set_drain(machine.id, status, replace(
             status, stage=DrainStage.NODE_DELETED, message=done), f"{machine.hostname}: {done}")
 
@@ -195,23 +202,25 @@ class Drainer:
         timeout = spec.settings.drain.node_ready_timeout_seconds
         deadline = status.uncordoned_at + timeout
         interval = 0.1
+        node = machine.hostname  # named in messages until the node is found
         while True:
             try:
                 if access is None:
                     raise KubeError(NO_KUBECONFIG)
                 async with await Kube.connect(access.path, access.text) as kube:
-                    ready, detail = await kube.node_ready(machine.hostname)
+                    node = await kube.machine_node(machine.cluster, machine.id, machine.hostname)
+                    ready, detail = await kube.node_ready(node)
             except KubeError as exc:
                 ready, detail = False, str(exc)
             if ready:
                 await self.ledger.set_drain(machine.id, status, replace(
                     status, stage=DrainStage.NODE_READY,
-                    message=f"upgrade items applied; uncordoned; node {machine.hostname} Ready"),
-                    f"{machine.hostname}: node Ready")
+                    message=f"upgrade items applied; uncordoned; node {node} Ready"),
+                    f"{machine.hostname}: node {node} Ready")
                 return
             if self.clock() >= deadline and status.stage is not DrainStage.NOT_READY:
                 late = replace(status, stage=DrainStage.NOT_READY, message=(
-                    f"node {machine.hostname} is not Ready {timeout:g}s after the uncordon: "
+                    f"node {node} is not Ready {timeout:g}s after the uncordon: "
                     f"{detail}; still checking"))
                 if not await self.ledger.set_drain(
                         machine.id, status, late, f"{machine.hostname}: {late.message}"):
@@ -246,10 +255,12 @@ def kube_access(spec: ClusterSpec, machines: Sequence[Machine]) -> KubeAccess | 
 
 
 async def _node(kube: Kube, machine: Machine) -> str | None:
-    """The Node to drain (None: no Node carries the machine's mark)."""
-    if found_by_mark(machine):
+    """The Node to drain, the one carrying the machine's mark. A leaving machine's may never
+    have registered (None: nothing to drain); an upgrading machine's must be there (KubeError,
+    retried until the drain's deadline)."""
+    if may_lack_node(machine):
         return await kube.find_node(machine.cluster, machine.id)
-    return machine.hostname
+    return await kube.machine_node(machine.cluster, machine.id, machine.hostname)
 
 
 def _status(status: DrainStatus, result: DrainResult, stage: DrainStage | None = None) -> DrainStatus:

@@ -9,6 +9,7 @@ import contextlib
 import logging
 
 from coordinator.service.drainer import Drainer
+from coordinator.service.nodewatch import NodeWatch
 from coordinator.service.notifier import Notifier
 from coordinator.service.reconciler import Reconciler
 from coordinator.store.base import Store, Term, leader_epoch
@@ -21,11 +22,12 @@ STANDBY_SECONDS = 3.0
 
 class Leadership:
     def __init__(self, store: Store, notifier: Notifier, reconciler: Reconciler,
-                 drainer: Drainer) -> None:
+                 drainer: Drainer, nodes: NodeWatch) -> None:
         self.store = store
         self.notifier = notifier
         self.reconciler = reconciler
         self.drainer = drainer
+        self.nodes = nodes
         self._term: Term | None = None  # while this replica leads the reconcile loop
 
     async def run(self, tick: float = 1.0) -> None:
@@ -41,7 +43,8 @@ class Leadership:
             await asyncio.sleep(STANDBY_SECONDS)
 
     async def _lead(self, term: Term, tick: float) -> None:
-        """Reconcile until the term is lost; then stop reconciling and draining."""
+        """Reconcile until the term is lost; then stop reconciling, draining and watching
+        nodes."""
         self._term = term
         epoch = leader_epoch.set(term.epoch)
         try:
@@ -58,6 +61,7 @@ class Leadership:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await self.drainer.close()
+            await self.nodes.close()
 
     async def share(self) -> None:
         """With replicas sharing the store: their wakes, changes and kicks reach this one's

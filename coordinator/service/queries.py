@@ -24,6 +24,7 @@ from coordinator.domain.status import (
     rollout,
     stages,
 )
+from coordinator.service.systemcheck import SystemCheck
 from coordinator.store.base import Store
 from nodeagent.contract import Phase
 
@@ -44,9 +45,11 @@ class ClusterStatus:
 
 
 class Queries:
-    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
+    def __init__(self, store: Store, clock: Callable[[], float],
+                 system: SystemCheck | None = None) -> None:
         self.store = store
         self.clock = clock
+        self.system = system  # kube-system's workloads, for the `ready` stage
 
     async def cluster(self, name: str) -> StoredCluster:
         stored = await self.store.get_cluster(name)
@@ -160,7 +163,8 @@ class Queries:
         for machine in machines:
             counts[machine.state.value] = counts.get(machine.state.value, 0) + 1
         history = History(await self.all_events(cluster=spec.name, kinds=HISTORY_KINDS))
+        system = await self.system.look(spec, machines) if self.system is not None else None
         now = self.clock()
         return ClusterStatus(stored, machines, counts, post_deploy(spec, machines),
-                             stages(spec, stored.created_at, machines, history, now),
+                             stages(spec, stored.created_at, machines, history, now, system),
                              rollout(spec, machines, history, now), now)

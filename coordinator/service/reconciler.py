@@ -20,6 +20,7 @@ from coordinator.domain.records import Event, StoredCluster
 from coordinator.domain.workingset import ClusterView
 from coordinator.service.drainer import Drainer
 from coordinator.service.heartbeats import HeartbeatBuffer
+from coordinator.service.nodewatch import NodeWatch
 from coordinator.service.notifier import Notifier
 from coordinator.service.postdeploy import PostDeployHosts
 from coordinator.service.writes import Writes
@@ -39,13 +40,14 @@ class PassWrites:
 
 class Reconciler:
     def __init__(self, writes: Writes, heartbeats: HeartbeatBuffer, notifier: Notifier,
-                 drainer: Drainer, post_deploy: PostDeployHosts,
+                 drainer: Drainer, nodes: NodeWatch, post_deploy: PostDeployHosts,
                  clock: Callable[[], float]) -> None:
         self.writes = writes
         self.store = writes.store
         self.heartbeats = heartbeats
         self.notifier = notifier
         self.drainer = drainer
+        self.nodes = nodes
         self.post_deploy = post_deploy
         self.clock = clock
         self._views: dict[str, ClusterView] = {}  # what the last pass kept of each cluster
@@ -110,7 +112,9 @@ class Reconciler:
             await self.writes.commit_planned(list(out.changed.values()), out.events, removed)
             self.notifier.wake([*out.changed, *removed],
                                await self._assignment_news(stored, out.changed.values()))
-        self.drainer.schedule(spec, [out.changed.get(m.id, m) for m in after])
+        current = [out.changed.get(m.id, m) for m in after]
+        self.drainer.schedule(spec, current)
+        self.nodes.schedule(spec, current)
         if view.update(list(out.changed.values()), removed):
             self._views[spec.name] = view
         else:

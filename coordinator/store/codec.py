@@ -25,6 +25,7 @@ from coordinator.domain.model import (
     MachineState,
     Material,
     MintJob,
+    NodeStatus,
 )
 from coordinator.domain.records import (
     AdminToken,
@@ -41,6 +42,7 @@ SEALED = "sealed"
 _MACHINE_FIELDS = tuple(f.name for f in fields(Machine))
 _PROGRESS_FIELDS = tuple(f.name for f in fields(ItemProgress))
 _DRAIN_FIELDS = tuple(f.name for f in fields(DrainStatus))
+_NODE_FIELDS = tuple(f.name for f in fields(NodeStatus))
 _MATERIAL_FIELDS = tuple(f.name for f in fields(Material))
 _JOB_FIELDS = tuple(f.name for f in fields(MintJob))
 _PLAIN_FIELDS = tuple(name for name in _MACHINE_FIELDS if name not in ("kubeconfig", "outputs"))
@@ -64,6 +66,7 @@ def machine_to_doc(machine: Machine, cipher: Cipher | None) -> dict[str, Any]:
     doc["waits"] = list(machine.waits)
     doc["progress"] = None if machine.progress is None else asdict(machine.progress)
     doc["drain"] = None if machine.drain is None else asdict(machine.drain)
+    doc["node"] = None if machine.node is None else asdict(machine.node)
     doc["material"] = None if machine.material is None else _without_values(machine.material)
     doc["minting"] = None if machine.minting is None else _without_values(machine.minting)
     secrets = _secrets_of(machine)
@@ -126,6 +129,9 @@ def machine_from_doc(doc: Mapping[str, Any], cipher: Cipher | None) -> Machine:
         for name in ("blocking_pods", "blocking_budgets"):
             drain[name] = tuple(drain.get(name, ()))
         values["drain"] = DrainStatus(**drain)
+    if values.get("node") is not None:
+        values["node"] = NodeStatus(**{n: values["node"][n] for n in _NODE_FIELDS
+                                       if n in values["node"]})
     if values.get("material") is not None:
         material = {n: values["material"][n] for n in _MATERIAL_FIELDS if n in values["material"]}
         material["items"] = tuple(material["items"])

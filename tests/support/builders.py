@@ -21,9 +21,11 @@ from coordinator.domain.model import (
     MachineTypes,
     Material,
     MintJob,
+    NodeStatus,
     Role,
     pending_items,
 )
+from coordinator.domain.planner import Decision
 from coordinator.domain.releases import baseline
 from coordinator.store.cipher import Cipher
 from nodeagent.prechecks import CHECKS
@@ -255,6 +257,11 @@ def drained(m: Machine, stage: DrainStage = DrainStage.DRAINED) -> Machine:
     return replace(m, drain=DrainStatus(stage, started_at=0.0))
 
 
+def moves(decisions: Sequence[Decision]) -> list[tuple[str, MachineState | None]]:
+    """Each decision as (hostname, the state it moves the machine to)."""
+    return [(d.hostname, d.to_state) for d in decisions]
+
+
 def full_machine(machine_id: str = "m-1", cluster: str = "edge", **changes: Any) -> Machine:
     """A machine with every field away from its default, so a lossy round trip shows."""
     full = Machine(
@@ -279,6 +286,9 @@ def full_machine(machine_id: str = "m-1", cluster: str = "edge", **changes: Any)
         responding=False,
         deploy_order=2,
         post_deploy=True,
+        node=NodeStatus(2.0, name=f"node-{machine_id}", ready=True, reason="KubeletReady",
+                        message="kubelet is posting ready status", condition="True",
+                        registered_at=2.25, ready_since=2.75, metadata="0123456789abcdef"),
     )
     return replace(full, **changes)
 

@@ -17,15 +17,17 @@ import functools
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
+from click.testing import CliRunner
 
 from coordinator.api.app import create_app
 from coordinator.api.context import Presentation
+from coordinator.cli import main
 from coordinator.cli.client import AdminClient, ClientError
 from coordinator.domain.tokens import ADMIN, new_token, token_hash
 from coordinator.service.coordinator import Coordinator
@@ -35,6 +37,7 @@ from tests.support.builders import API_CLUSTER, OPERATOR_CLUSTER, TEST_CIPHER
 from tests.support.driver import AsyncDriver, Call, Registered, SyncDriver
 from tests.support.ports import free_port
 from tests.support.process import serving
+from tests.support.waiting import wait_until_async
 
 COORDINATOR = str(Path(sys.executable).with_name("coordinator"))
 
@@ -77,6 +80,26 @@ class InProcessCoordinator(AsyncDriver):
                    else {"Authorization": f"Bearer {call.agent['credential']}"})
         return await self.call(call.method, call.path, call.expect, json=call.body,
                                headers=headers)
+
+    async def cli(self, *args: str, token: str | None = None, exit_code: int = 0) -> str:
+        """The CLI's output (its errors too) against this coordinator, as the admin (or with
+        the given token); it must exit with exit_code."""
+        url = str(self.client.make_url("")).rstrip("/")
+        result = await asyncio.to_thread(CliRunner().invoke, main, [
+            "--url", url, "--token", token or self.admin["Authorization"].split()[1], *args])
+        assert result.exit_code == exit_code, result.output
+        return result.output
+
+    async def until(self, what: str, predicate: Callable[[], Awaitable[bool]],
+                    timeout: float = 15) -> None:
+        """predicate true, with a reconcile pass after every time it is not."""
+        async def settled() -> bool:
+            if await predicate():
+                return True
+            await self.coordinator.reconciler.reconcile_once()
+            return False
+
+        await wait_until_async(settled, timeout, what, interval=0.05)
 
     @contextlib.asynccontextmanager
     async def background(self, tick: float = 1.0) -> AsyncIterator[None]:

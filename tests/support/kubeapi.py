@@ -1,12 +1,14 @@
-"""A test Kubernetes API server: nodes, pods, ReplicaSets, DaemonSets and PodDisruptionBudgets
-held in memory, served over HTTP the way kube-apiserver serves them, so that both our drain
-(kubernetes_asyncio) and the real `kubectl cordon`/`kubectl drain` can run against it.
+"""A test Kubernetes API server: nodes, pods, ReplicaSets, DaemonSets, PodDisruptionBudgets and
+Deployments (listed with a status tests set) held in memory, served over HTTP the way
+kube-apiserver serves them, so that both our drain (kubernetes_asyncio) and the real
+`kubectl cordon`/`kubectl drain` can run against it.
 
 What it implements is what a drain touches: discovery, node get/list/patch (with the Ready
 condition a test sets, as a kubelet posts it), pod list (by the spec.nodeName field
 selector), pod get/delete, the policy/v1 eviction subresource with the
 disruption controller's arithmetic (minAvailable and maxUnavailable, integers and percentages,
-429 with a DisruptionBudget cause), DaemonSet and ReplicaSet get. Two controllers run: a
+429 with a DisruptionBudget cause), DaemonSet and ReplicaSet get; and what the coordinator
+reads of kube-system (Deployments and DaemonSets listed with their status). Two controllers run: a
 ReplicaSet controller that replaces removed pods on schedulable nodes (they turn Ready after
 `ready_delay`), and the kubelet's part of deletion (a deleted pod goes after
 min(grace period, `termination_delay`)). It records, for every budget, the least number of
@@ -125,7 +127,8 @@ DISCOVERY: dict[str, Obj] = {
     ]},
     "apps/v1": {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "apps/v1",
                 "resources": [_resource("daemonsets", "DaemonSet", True, ["get", "list"]),
-                              _resource("replicasets", "ReplicaSet", True, ["get", "list"])]},
+                              _resource("replicasets", "ReplicaSet", True, ["get", "list"]),
+                              _resource("deployments", "Deployment", True, ["list"])]},
     "policy/v1": {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "policy/v1",
                   "resources": [_resource("poddisruptionbudgets", "PodDisruptionBudget", True,
                                           ["get", "list"])]},
@@ -143,6 +146,7 @@ class Cluster:
     replicasets: dict[Key, Obj] = field(default_factory=dict)
     daemonsets: dict[Key, Obj] = field(default_factory=dict)
     pdbs: dict[Key, Obj] = field(default_factory=dict)
+    deployments: dict[Key, Obj] = field(default_factory=dict)  # listed with the status tests set
     min_healthy: dict[str, int] = field(default_factory=dict)  # budget name -> least healthy seen
     max_cordoned: int = 0
     evictions: list[str] = field(default_factory=list)  # namespace/name, in order granted
@@ -234,6 +238,34 @@ class Cluster:
             "message": "kubelet is posting ready status" if ready else message,
             "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
         node["metadata"]["resourceVersion"] = self.rv()
+
+    def mark_node(self, name: str, machine_id: str) -> None:
+        """Label the node with the machine's id, as the kubelet flags of its items do
+        (coordinator/domain/nodes.py): the coordinator finds the machine's node by it."""
+        self.nodes[name]["metadata"]["labels"]["nodeagent.io/machine-id"] = machine_id
+        self.nodes[name]["metadata"]["resourceVersion"] = self.rv()
+
+    def add_deployment(self, namespace: str, name: str, replicas: int, available: int) -> None:
+        """A Deployment as the API lists it, its status saying how many replicas are
+        available (no pods behind it: only its status is read)."""
+        self.deployments[(namespace, name)] = {
+            "kind": "Deployment", "apiVersion": "apps/v1",
+            "metadata": _meta(name, namespace, resourceVersion=self.rv()),
+            "spec": {"replicas": replicas},
+            "status": {"replicas": replicas, "availableReplicas": available}}
+
+    def set_pod_ready(self, namespace: str, name: str, ready: bool) -> None:
+        self.pods[(namespace, name)]["status"] = self._pod_status(ready)
+        self._record()
+
+    def daemonset_status(self, ds: Obj) -> Obj:
+        """The DaemonSet controller's counts: one pod wanted per node, available when Ready."""
+        uid = ds["metadata"]["uid"]
+        pods = [p for p in self.pods.values()
+                if any(r["uid"] == uid for r in p["metadata"].get("ownerReferences", []))]
+        return {"desiredNumberScheduled": len(self.nodes), "currentNumberScheduled": len(pods),
+                "numberReady": sum(map(self._healthy, pods)),
+                "numberAvailable": sum(map(self._healthy, pods))}
 
     # -- reading ---------------------------------------------------------------------------------
     def pods_on(self, node: str) -> list[str]:
@@ -607,6 +639,19 @@ def create_app(cluster: Cluster) -> web.Application:
                  if namespace is None or ns == namespace]
         return web.json_response({"kind": "PodDisruptionBudgetList", "apiVersion": "policy/v1",
                                   "metadata": {"resourceVersion": str(cluster._rv)}, "items": items})
+
+    @routes.get("/apis/apps/v1/namespaces/{namespace}/deployments")
+    async def list_deployments(request: web.Request) -> web.Response:
+        namespace = request.match_info["namespace"]
+        return _list("DeploymentList", [d for (ns, _), d in sorted(cluster.deployments.items())
+                                        if ns == namespace], str(cluster._rv))
+
+    @routes.get("/apis/apps/v1/namespaces/{namespace}/daemonsets")
+    async def list_daemonsets(request: web.Request) -> web.Response:
+        namespace = request.match_info["namespace"]
+        return _list("DaemonSetList", [{**ds, "status": cluster.daemonset_status(ds)}
+                                       for (ns, _), ds in sorted(cluster.daemonsets.items())
+                                       if ns == namespace], str(cluster._rv))
 
     app = web.Application(middlewares=[locked])
     app.add_routes(routes)

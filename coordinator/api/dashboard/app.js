@@ -226,7 +226,10 @@ function note(m) {
   if (m.precheck_failures.length) text = `prechecks failed: ${m.precheck_failures.join("; ")}`;
   else if (m.state === "Pending" && !m.approved) text = "waiting for approval";
   else if (m.state === "Pending" && !m.role) text = "approved; waiting for a role";
-  else if (step.status === "failed") {
+  else if (step.node) {
+    text = (step.status === "failed" ? `failing for ${duration(step.failing_for)}: ` : "")
+      + `${step.node} (${duration(step.node_waiting)})`;
+  } else if (step.status === "failed") {
     text = `failing for ${duration(step.failing_for)}`
       + (step.next_retry_in !== null ? `, retry in ${duration(step.next_retry_in)}` : "") + `: ${step.error}`;
   } else if (step.status === "done" && m.state === "Prepare") text = "prepared; waiting for a deploy slot";

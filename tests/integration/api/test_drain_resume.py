@@ -59,7 +59,8 @@ def test_a_coordinator_killed_mid_drain_resumes_it_after_a_restart(
     kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
     with running_coordinator(tmp_path, SPEC.format(release="1.0", kubeconfig=kubeconfig)) as c:
         for hostname, role in (("m1", "manager"), ("w1", "worker")):
-            c.register(hostname)
+            with kube.locked() as cluster:  # its node, as the machine's kubelet marks it
+                cluster.mark_node(hostname, c.register(hostname)["machine_id"])
             c.admin.request("POST", f"/v1/machines/{hostname}/approve", body={"role": role})
 
         def rolled_out() -> bool:

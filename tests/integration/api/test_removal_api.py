@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.domain.nodes import MACHINE_ID_LABEL
-from tests.integration.api.operator import cli, machine, until
+from tests.integration.api.operator import machine
 from tests.support.driver import Registered
 from tests.support.harness import InProcessCoordinator, in_process_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
@@ -55,9 +55,9 @@ Agents = dict[str, Registered]
 
 async def rolled_out(env: InProcessCoordinator, kube: KubeApiServer, managers: int,
                      workers: int, unregistered: tuple[str, ...] = ()) -> Agents:
-    """Managers m1.. and workers w1.. Ready, each (but the unregistered) with a Node its
-    kubelet registered as node-HOSTNAME, marked with its machine id (not named after its
-    hostname)."""
+    """Managers m1.. and workers w1.. Ready, each with a Node its kubelet registered as
+    node-HOSTNAME, marked with its machine id (not named after its hostname); the unregistered
+    ones have none, and so wait in Deploy for it."""
     agents = {}
     for role, count in (("manager", managers), ("worker", workers)):
         for index in range(1, count + 1):
@@ -73,9 +73,10 @@ async def rolled_out(env: InProcessCoordinator, kube: KubeApiServer, managers: i
         for agent in agents.values():
             await env.report_all(agent)
         status = await env.call("GET", "/v1/clusters/lab/status", 200)
-        return bool(status["counts"] == {"Ready": len(agents)})
+        expected = {"Ready": len(agents) - len(unregistered), "Deploy": len(unregistered)}
+        return bool(status["counts"] == {k: n for k, n in expected.items() if n})
 
-    await until(env, "the rollout", agents_apply)
+    await env.until("the rollout", agents_apply)
     return agents
 
 
@@ -120,14 +121,14 @@ async def test_deleting_a_worker_drains_its_node_resets_it_then_deletes_the_node
     assert (w1["state"], w1["drain"]["stage"]) == ("Deleting", "Draining")
     assert (await env.assignment(agents["w1"]))["items"] == [], "reset items before the drain"
 
-    await until(env, "w1 drained", lambda: stage(env, "w1", "Drained"))
+    await env.until("w1 drained", lambda: stage(env, "w1", "Drained"))
     assert kube.cluster.cordoned() == ["node-w1"] and kube.cluster.pods_on("node-w1") == []
     assert kube.cluster.refusals > 0, "the budget never refused an eviction: nothing waited"
     assert kube.cluster.min_healthy["default/web"] == 2, "the budget was violated"
     assert kube.cluster.deleted_nodes == []
 
     await reset(env, kube, agents["w1"], "node-w1")
-    await until(env, "w1 removed", lambda: gone(env, "w1"))
+    await env.until("w1 removed", lambda: gone(env, "w1"))
     assert kube.cluster.deleted_nodes == ["node-w1"]
     assert sorted(kube.cluster.nodes) == ["node-m1", "node-w2", "w1"]
     assert "w1" not in kube.cluster.cordoned()
@@ -146,24 +147,24 @@ async def test_a_blocked_removal_drain_shows_and_the_operator_answers_it(
         cluster.add_pdb("default", "db", {"app": "db"}, min_available=1)
     [pod] = kube.cluster.pods_on("node-w1")
 
-    await cli(env, "delete", "w1")
-    await until(env, "w1's drain blocked", lambda: stage(env, "w1", "Blocked"))
+    await env.cli("delete", "w1")
+    await env.until("w1's drain blocked", lambda: stage(env, "w1", "Blocked"))
     w1 = await machine(env, "w1")
     assert w1["state"] == "Deleting"
     assert (w1["drain"]["blocking_pods"], w1["drain"]["blocking_budgets"]) == (
         [pod], ["default/db"])
-    table = await cli(env, "machines")
+    table = await env.cli("machines")
     assert "drain Blocked (attempt 1)" in table and "retry|skip|force w1" in table
     status = await env.call("GET", "/v1/clusters/lab/status", 200)
     [shown] = [m["drain"] for m in status["machines"] if m["hostname"] == "w1"]
     assert shown["blocking_budgets"] == ["default/db"] and "budget default/db" in shown["message"]
     assert (await env.assignment(agents["w1"]))["items"] == []
 
-    await cli(env, "upgrade", "force", "w1")
-    await until(env, "w1 drained by force", lambda: stage(env, "w1", "Drained"))
+    await env.cli("upgrade", "force", "w1")
+    await env.until("w1 drained by force", lambda: stage(env, "w1", "Drained"))
     assert pod not in kube.cluster.pods_on("node-w1")
     await reset(env, kube, agents["w1"], "node-w1")
-    await until(env, "w1 removed", lambda: gone(env, "w1"))
+    await env.until("w1 removed", lambda: gone(env, "w1"))
     assert kube.cluster.deleted_nodes == ["node-w1"]
 
 
@@ -178,9 +179,9 @@ async def test_managers_leave_one_at_a_time_and_never_below_a_majority(
 
     # m3 leaves the manager list at once: the others reconfigure without it, m3 resets as a
     # member (its Node and etcd member still there) and goes.
-    await until(env, "m3 drained", lambda: stage(env, "m3", "Drained"))
+    await env.until("m3 drained", lambda: stage(env, "m3", "Drained"))
     await reset(env, kube, agents["m3"], "node-m3")
-    await until(env, "m3 removed", lambda: gone(env, "m3"))
+    await env.until("m3 removed", lambda: gone(env, "m3"))
     assert kube.cluster.deleted_nodes == ["node-m3"]
 
     seen: set[str] = set()  # the managers whose reconfigure items saw m1 and m2 alone
@@ -195,18 +196,18 @@ async def test_managers_leave_one_at_a_time_and_never_below_a_majority(
         status = await env.call("GET", "/v1/clusters/lab/status", 200)
         return bool(status["counts"] == {"Ready": 3})
 
-    await until(env, "m1 and m2 reconfigured for two managers", reconfigured)
+    await env.until("m1 and m2 reconfigured for two managers", reconfigured)
     assert seen == {"m1", "m2"}
 
     # 2 -> 1 would leave no majority: refused, naming the numbers, through the CLI too
     refused = await env.call("DELETE", "/v1/machines/m2", 409)
     assert refused["error"].startswith("deleting m2 would leave 1 of the 2 deployed managers, "
                                        "fewer than a majority (2)")
-    said = await cli(env, "delete", "m2", exit_code=1)
+    said = await env.cli("delete", "m2", exit_code=1)
     assert "error: deleting m2 would leave 1 of the 2" in said and "--force" in said
     assert (await machine(env, "m2"))["state"] == "Ready"
 
-    assert "m2: resetting" in await cli(env, "delete", "m2", "--force")
+    assert "m2: resetting" in await env.cli("delete", "m2", "--force")
     [forced] = [m for m in await said_of(env, "m2", "state") if "-> Deleting" in m]
     assert "(forced, though deleting m2 would leave 1 of the 2" in forced
 
@@ -227,10 +228,10 @@ async def test_a_machine_whose_node_never_registered_is_reset_and_removed_saying
     with kube.locked() as cluster:
         cluster.add_node("w1")  # named like the machine, but not marked as its Node
     await env.call("DELETE", "/v1/machines/w1", 202)
-    await until(env, "w1's drain skipped", lambda: stage(env, "w1", "Skipped"))
+    await env.until("w1's drain skipped", lambda: stage(env, "w1", "Skipped"))
     note = "no Node carries the mark of w1 (never registered): no drain, no Node to delete"
     assert (await machine(env, "w1"))["drain"]["message"] == note
     await env.report_all(agents["w1"])
-    await until(env, "w1 removed", lambda: gone(env, "w1"))
+    await env.until("w1 removed", lambda: gone(env, "w1"))
     assert kube.cluster.deleted_nodes == [] and kube.cluster.cordoned() == []
     assert f"w1: {note}" in await said_of(env, "w1", "drain")

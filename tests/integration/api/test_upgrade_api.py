@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.metrics import METRICS
-from tests.integration.api.operator import cli, machine, until
+from tests.integration.api.operator import machine
 from tests.support.harness import InProcessCoordinator, in_process_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 
@@ -66,12 +66,16 @@ async def env(tmp_path: Path, kube: KubeApiServer) -> AsyncIterator[InProcessCoo
 Agents = dict[str, dict[str, str]]
 
 
-async def rolled_out(env: InProcessCoordinator, kubeconfig: str | None = None) -> Agents:
-    """m1 (manager), w1 and w2 (workers) registered, approved and Ready; m1's agent reports
-    kubeconfig for its item with kubeconfigFrom."""
+async def rolled_out(env: InProcessCoordinator, kube: KubeApiServer,
+                     kubeconfig: str | None = None) -> Agents:
+    """m1 (manager), w1 and w2 (workers) registered, approved and Ready, each node of the test
+    server marked with its machine's id; m1's agent reports kubeconfig for its item with
+    kubeconfigFrom."""
     agents = {}
     for hostname, role in (("m1", "manager"), ("w1", "worker"), ("w2", "worker")):
         agents[hostname] = await env.register(hostname)
+        with kube.locked() as cluster:
+            cluster.mark_node(hostname, agents[hostname]["machine_id"])
         await env.call("POST", f"/v1/machines/{hostname}/approve", 200, json={"role": role})
 
     async def agents_apply() -> bool:
@@ -80,7 +84,7 @@ async def rolled_out(env: InProcessCoordinator, kubeconfig: str | None = None) -
         status = await env.call("GET", "/v1/clusters/lab/status", 200)
         return status["counts"] == {"Ready": 3}
 
-    await until(env, "the rollout", agents_apply)
+    await env.until("the rollout", agents_apply)
     return agents
 
 
@@ -93,30 +97,30 @@ async def upgraded(env: InProcessCoordinator, agents: Agents, hostname: str) -> 
 
 async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
         env: InProcessCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
-    agents = await rolled_out(env)
+    agents = await rolled_out(env, kube)
     new_spec = tmp_path / "v2.yaml"
     new_spec.write_text(spec(tmp_path / "kubeconfig", "2.0"))
 
     reader = (await env.call("POST", "/v1/admin-tokens", 201,
                              json={"name": "viewer", "role": "read-only"}))["token"]
-    plan = await cli(env, "upgrade", "plan", "lab", "-f", str(new_spec), token=reader)
+    plan = await env.cli("upgrade", "plan", "lab", "-f", str(new_spec), token=reader)
     assert plan.splitlines()[1:] == ["step 1: m1 (manager, from 1.0) runs upgrade/kubelet-manager",
                                      "step 2: w1 (worker, from 1.0) runs upgrade/kubelet-worker",
                                      "step 3: w2 (worker, from 1.0) runs upgrade/kubelet-worker"]
-    assert (await cli(env, "upgrade", "plan", "lab", token=reader)).splitlines() == [
+    assert (await env.cli("upgrade", "plan", "lab", token=reader)).splitlines() == [
         "upgrade of lab to release 1.0", "nothing to upgrade"]
     assert (await machine(env, "m1"))["release"] == "1.0", "the dry run changed something"
 
-    await cli(env, "upgrade", "pause", "lab")
+    await env.cli("upgrade", "pause", "lab")
     await env.call("PUT", "/v1/clusters", 200, data=new_spec.read_text().replace(
         "settings:\n", "settings:\n  upgrade: {workerBatchSize: 1, paused: true}\n", 1)
         .replace("  upgrade: {workerBatchSize: 1}\n", "", 1))
     await env.coordinator.reconciler.reconcile_once()
     assert (await machine(env, "m1"))["state"] == "Ready", "a paused upgrade started"
-    assert "paused" in await cli(env, "upgrade", "plan", "lab")
-    await cli(env, "upgrade", "resume", "lab")
+    assert "paused" in await env.cli("upgrade", "plan", "lab")
+    await env.cli("upgrade", "resume", "lab")
 
-    await until(env, "m1 upgraded", lambda: upgraded(env, agents, "m1"))
+    await env.until("m1 upgraded", lambda: upgraded(env, agents, "m1"))
     assert "m1" not in kube.cluster.cordoned()
 
     async def blocked(hostname: str, attempt: int) -> bool:
@@ -134,28 +138,28 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
     before = {o: drain_count(o) for o in ("drained", "forced", "timed-out")}
     refused_before = refusals()
 
-    await until(env, "w1's drain blocked", lambda: blocked("w1", 1))
+    await env.until("w1's drain blocked", lambda: blocked("w1", 1))
     w1 = await machine(env, "w1")
     assert w1["state"] == "Upgrade"
     assert w1["drain"]["blocking_budgets"] == ["default/web"]
     [pod] = w1["drain"]["blocking_pods"]
     assert pod in kube.cluster.pods_on("w1") and kube.cluster.cordoned() == ["w1"]
     assert (await env.assignment(agents["w1"]))["items"] == [], "upgrade items ran undrained"
-    table = await cli(env, "machines")
+    table = await env.cli("machines")
     assert "drain Blocked (attempt 1)" in table and "retry|skip|force w1" in table
 
-    await cli(env, "upgrade", "retry", "w1")
-    await until(env, "w1's retried drain blocked", lambda: blocked("w1", 2))
+    await env.cli("upgrade", "retry", "w1")
+    await env.until("w1's retried drain blocked", lambda: blocked("w1", 2))
     assert kube.cluster.min_healthy["default/web"] == 2, "the budget was violated"
 
-    await cli(env, "upgrade", "force", "w1")
-    await until(env, "w1 upgraded", lambda: upgraded(env, agents, "w1"))
+    await env.cli("upgrade", "force", "w1")
+    await env.until("w1 upgraded", lambda: upgraded(env, agents, "w1"))
     assert kube.cluster.min_healthy["default/web"] == 1  # forced: the budget was bypassed
     assert pod not in kube.cluster.pods_on("w1")
 
-    await until(env, "w2's drain blocked", lambda: blocked("w2", 1))
-    await cli(env, "upgrade", "skip", "w2")
-    await until(env, "w2 upgraded", lambda: upgraded(env, agents, "w2"))
+    await env.until("w2's drain blocked", lambda: blocked("w2", 1))
+    await env.cli("upgrade", "skip", "w2")
+    await env.until("w2 upgraded", lambda: upgraded(env, agents, "w2"))
     assert kube.cluster.cordoned() == []
     assert any(p.startswith("default/web-") for p in kube.cluster.pods_on("w2")), \
         "a skipped drain still evicted the pod"
@@ -180,14 +184,14 @@ async def test_drain_actions_refuse_machines_without_a_drain(env: InProcessCoord
 async def test_a_kubeconfig_the_first_manager_reports_is_used_to_drain_and_never_shown(
         env: InProcessCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
     await env.call("PUT", "/v1/clusters", 200, data=spec(None))
-    agents = await rolled_out(env, kube.kubeconfig())
+    agents = await rolled_out(env, kube, kube.kubeconfig())
     events = await env.call("GET", "/v1/events?cluster=lab&kind=kubeconfig", 200)
     assert [(e["hostname"], e["message"].split(":")[0]) for e in events] == [
         ("m1", "m1 reported a kubeconfig (item control-plane, /etc/kubernetes/admin.conf)")]
 
     await env.call("PUT", "/v1/clusters", 200, data=spec(None, "2.0"))
-    await until(env, "m1 upgraded", lambda: upgraded(env, agents, "m1"))
-    await until(env, "w1's drain blocked by the budget", lambda: _stage(env, "w1", "Blocked"))
+    await env.until("m1 upgraded", lambda: upgraded(env, agents, "m1"))
+    await env.until("w1's drain blocked by the budget", lambda: _stage(env, "w1", "Blocked"))
     assert kube.cluster.cordoned() == ["w1"]
     w1 = await machine(env, "w1")
     assert w1["drain"]["blocking_budgets"] == ["default/web"], w1["drain"]
@@ -212,20 +216,40 @@ async def test_a_report_refuses_or_reports_a_kubeconfig_it_cannot_use(
     await env.call("PUT", "/v1/clusters", 200, data=spec(None))
     m1 = await env.register("m1")
     await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
-    await until(env, "m1 deploying", lambda: _assigned(env, m1, "deploy"))
+    await env.until("m1 deploying", lambda: _assigned(env, m1, "deploy"))
     await env.report_all(m1, "clusters: [this is not: a kubeconfig")
     [event] = await env.call("GET", "/v1/events?kind=kubeconfig", 200)
     assert event["message"] == ("m1: the kubeconfig item control-plane left in "
                                 "/etc/kubernetes/admin.conf is not usable: not YAML (line 1)")
     await env.coordinator.reconciler.reconcile_once()
-    assert (await machine(env, "m1"))["state"] == "Ready", "the item did not count as applied"
+    found = await machine(env, "m1")
+    assert found["items"] == {"phase": "deploy", "done": 1, "total": 1}, \
+        "the item did not count as applied"
+    # Without a usable kubeconfig its Node cannot be seen: it waits in Deploy, saying why.
+    await env.until("m1 waiting for a kubeconfig", lambda: _node_says(
+        env, "m1", "waiting for node m1 to register (cannot look: no kubeconfig: "
+        "settings.kubernetes.kubeconfig is not set and no manager reported one "
+        "(kubeconfigFrom on a manager item))"))
+    assert (await machine(env, "m1"))["state"] == "Deploy"
+    with kube.locked() as cluster:
+        cluster.mark_node("m1", m1["machine_id"])
+    await env.report_all(m1, kube.kubeconfig())  # the item's file, readable this time
+    await env.until("m1 Ready", lambda: _state(env, "m1", "Ready"))
 
     w1 = await env.register("w1")
     await env.call("POST", "/v1/machines/w1/approve", 200, json={"role": "worker"})
-    await until(env, "w1 deploying", lambda: _assigned(env, w1, "deploy"))
+    await env.until("w1 deploying", lambda: _assigned(env, w1, "deploy"))
     [join] = (await env.assignment(w1))["items"]
     answer = await env.report(w1, join, "deploy", expect=409, kubeconfig=kube.kubeconfig())
     assert answer["error"].startswith("kubeconfig: item join is not a manager item")
+
+
+async def _node_says(env: InProcessCoordinator, hostname: str, text: str) -> bool:
+    return bool((await machine(env, hostname))["step"]["node"] == text)
+
+
+async def _state(env: InProcessCoordinator, hostname: str, state: str) -> bool:
+    return bool((await machine(env, hostname))["state"] == state)
 
 
 async def _assigned(env: InProcessCoordinator, agent: dict[str, str], phase: str) -> bool:
@@ -244,9 +268,9 @@ def with_post_deploy(text: str) -> str:
 
 
 async def test_the_post_deploy_version_is_verified_and_again_after_every_upgrade(
-        env: InProcessCoordinator, tmp_path: Path) -> None:
+        env: InProcessCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    agents = await rolled_out(env)
+    agents = await rolled_out(env, kube)
     await env.call("PUT", "/v1/clusters", 200, data=with_post_deploy(spec(kubeconfig)))
     await env.coordinator.reconciler.reconcile_once()
     assignment = await env.assignment(agents["m1"])
@@ -263,7 +287,7 @@ async def test_the_post_deploy_version_is_verified_and_again_after_every_upgrade
         "items": 1, "running_on": "m1", "failing": "m1: helm-controller.version failing "
         "(attempt 1): installed version '0.14.0', declared '0.15.0'"}
     assert "post-deploy step: m1: helm-controller.version failing (attempt 1): installed " \
-        "version '0.14.0', declared '0.15.0'" in " ".join((await cli(env, "status", "lab")).split())
+        "version '0.14.0', declared '0.15.0'" in " ".join((await env.cli("status", "lab")).split())
     [mismatch] = await env.call("GET", "/v1/events?kind=post-deploy&order=desc&limit=1", 200)
     assert mismatch["message"] == (
         "post-deploy check helm-controller.version failed on m1 at release 1.0 (attempt 1): "
@@ -276,7 +300,7 @@ async def test_the_post_deploy_version_is_verified_and_again_after_every_upgrade
 
     await env.call("PUT", "/v1/clusters", 200, data=with_post_deploy(spec(kubeconfig, "2.0")))
     for hostname in agents:
-        await until(env, f"{hostname} upgraded", lambda h=hostname: upgraded(env, agents, h))
+        await env.until(f"{hostname} upgraded", lambda h=hostname: upgraded(env, agents, h))
     await env.coordinator.reconciler.reconcile_once()
     again = await env.assignment(agents["m1"])
     assert again["phase"] == "postdeploy", "the upgrade was not followed by a post-deploy check"
@@ -293,30 +317,30 @@ async def test_the_post_deploy_version_is_verified_and_again_after_every_upgrade
 
 async def test_an_upgraded_node_that_is_not_ready_keeps_its_machine_in_upgrade(
         env: InProcessCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
-    agents = await rolled_out(env)
+    agents = await rolled_out(env, kube)
     await env.call("PUT", "/v1/clusters", 200, data=spec(tmp_path / "kubeconfig", "2.0").replace(
         "drain: {", "drain: {nodeReadyTimeoutSeconds: 1, "))
-    await until(env, "m1 drained", lambda: _stage(env, "m1", "Drained"))
+    await env.until("m1 drained", lambda: _stage(env, "m1", "Drained"))
     with kube.locked() as cluster:  # the upgrade restarts the kubelet, which does not come back
         cluster.set_node_ready("m1", False, message="container runtime is down")
     await env.report_all(agents["m1"])
-    await until(env, "m1 uncordoned", lambda: _stage(env, "m1", "Uncordoned"))
+    await env.until("m1 uncordoned", lambda: _stage(env, "m1", "Uncordoned"))
     assert kube.cluster.cordoned() == []
-    await until(env, "m1 reported not Ready", lambda: _stage(env, "m1", "NodeNotReady"))
+    await env.until("m1 reported not Ready", lambda: _stage(env, "m1", "NodeNotReady"))
     m1 = await machine(env, "m1")
     assert m1["state"] == "Upgrade" and m1["release"] == "1.0"
     expected = ("node m1 is not Ready 1s after the uncordon: Ready=False (KubeletNotReady) "
                 "(container runtime is down); still checking")
     assert m1["drain"]["message"] == expected
-    assert f"drain NodeNotReady (attempt 1): {expected}" in await cli(env, "machines")
+    assert f"drain NodeNotReady (attempt 1): {expected}" in await env.cli("machines")
     assert (await machine(env, "w1"))["state"] == "Ready", "a worker upgraded beside it"
 
     with kube.locked() as cluster:
         cluster.set_node_ready("m1", True)
-    await until(env, "m1 Ready at 2.0", lambda: upgraded(env, agents, "m1"))
+    await env.until("m1 Ready at 2.0", lambda: upgraded(env, agents, "m1"))
     messages = [e["message"] for e in await env.call("GET", "/v1/events?kind=drain", 200)
                 if e["hostname"] == "m1"]
-    assert messages[-3:] == ["m1 uncordoned", f"m1: {expected}", "m1: node Ready"]
+    assert messages[-3:] == ["m1 uncordoned (node m1)", f"m1: {expected}", "m1: node m1 Ready"]
 
 
 def changed_workers(text: str) -> str:
@@ -330,11 +354,11 @@ def changed_workers(text: str) -> str:
 
 
 async def test_the_upgrade_plan_lists_the_items_each_machine_runs_and_the_upgrade_runs_them(
-        env: InProcessCoordinator, tmp_path: Path) -> None:
-    agents = await rolled_out(env)
+        env: InProcessCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
+    agents = await rolled_out(env, kube)
     new_spec = tmp_path / "v2.yaml"
     new_spec.write_text(changed_workers(spec(tmp_path / "kubeconfig", "2.0")))
-    assert (await cli(env, "upgrade", "plan", "lab", "-f", str(new_spec))).splitlines() == [
+    assert (await env.cli("upgrade", "plan", "lab", "-f", str(new_spec))).splitlines() == [
         "upgrade of lab to release 2.0",
         "step 1: w1 (worker, from 1.0) runs deploy/join, upgrade/kubelet-worker",
         "step 2: w2 (worker, from 1.0) runs deploy/join, upgrade/kubelet-worker",
@@ -346,12 +370,12 @@ async def test_the_upgrade_plan_lists_the_items_each_machine_runs_and_the_upgrad
     assert plan["nothing_to_run"] == [{"hostname": "m1", "role": "manager", "from": "1.0"}]
 
     await env.call("PUT", "/v1/clusters", 200, data=new_spec.read_text())
-    await until(env, "w1 in Upgrade", lambda: _assigned(env, agents["w1"], "upgrade"))
+    await env.until("w1 in Upgrade", lambda: _assigned(env, agents["w1"], "upgrade"))
     assert [i["name"] for i in (await env.assignment(agents["w1"]))["items"]] == [
         "join", "kubelet-worker"]
     assert (await machine(env, "m1"))["release"] == "2.0", "m1 shows as behind"
     for hostname in ("w1", "w2"):
-        await until(env, f"{hostname} upgraded", lambda h=hostname: upgraded(env, agents, h))
+        await env.until(f"{hostname} upgraded", lambda h=hostname: upgraded(env, agents, h))
     assert (await machine(env, "m1"))["state"] == "Ready"
     states = await env.call("GET", "/v1/events?cluster=lab&kind=state", 200)
     assert [e["message"] for e in states if e["data"]["to"] == "Upgrade"] == [
@@ -359,6 +383,6 @@ async def test_the_upgrade_plan_lists_the_items_each_machine_runs_and_the_upgrad
         "upgrade/kubelet-worker" for w in ("w1", "w2")]
     assert "m1 Ready -> Ready: release 2.0 has nothing for it to run: recorded at 2.0" in [
         e["message"] for e in states]
-    logs = await cli(env, "machines", "logs", "w1")
+    logs = await env.cli("machines", "logs", "w1")
     assert "w1 deploy/join (in the upgrade) attempt 1 succeeded" in logs
     assert "w1 upgrade/kubelet-worker attempt 1 succeeded" in logs

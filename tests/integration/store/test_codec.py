@@ -71,6 +71,11 @@ machines = st.builds(
         force=st.booleans(), message=st.text(), blocking_pods=st.lists(st.text()).map(tuple),
         blocking_budgets=st.lists(st.text()).map(tuple), evicted=st.integers(),
         uncordoned_at=st.none() | finite),
+    node=st.none() | st.builds(
+        model.NodeStatus, waiting_since=finite, name=st.text(), ready=st.booleans(),
+        reason=st.text(), message=st.text(), condition=st.text(),
+        registered_at=st.none() | finite, ready_since=st.none() | finite, metadata=st.text(),
+        error=st.text()),
     kubeconfig=st.text(),
     labels=st.dictionaries(st.text(), st.text(), max_size=3),
     outputs=secret_values,

@@ -8,13 +8,9 @@ import pytest
 
 from coordinator.domain.model import ItemProgress, Machine, MachineState
 from coordinator.domain.planner import Decision, enact, plan, plan_to_fixpoint
-from tests.support.builders import cluster, finish_phase, items, machine
+from tests.support.builders import cluster, finish_phase, items, machine, moves
 
 P, PREP, DEP, READY = MachineState.PENDING, MachineState.PREPARE, MachineState.DEPLOY, MachineState.READY
-
-
-def moves(decisions: list[Decision]) -> list[tuple[str, MachineState | None]]:
-    return [(d.hostname, d.to_state) for d in decisions]
 
 
 def test_approved_machine_with_role_and_passing_prechecks_starts_prepare() -> None:

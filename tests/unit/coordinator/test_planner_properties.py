@@ -1,6 +1,7 @@
 """The ordering invariants as properties: random fleets, random agent reports, admin actions,
 new releases (with changed items, and upgrade items kept from earlier releases), items changed
-at the same release, drains and machines that stop answering, interleaved with planner passes;
+at the same release, drains, Nodes registering (with Kubernetes access: Deploy ends once the
+machine's Node is Ready) and machines that stop answering, interleaved with planner passes;
 after every pass (and every prefix of its decisions) the invariants hold, no agent is ever
 told to run an upgrade item of a release its machine deployed or upgraded at, and once agents
 apply everything and drains finish the fleet converges within a known bound: every machine
@@ -35,6 +36,7 @@ from coordinator.domain.model import (
     pending_items,
     phase_items,
 )
+from coordinator.domain.nodes import awaits_node, desired_metadata, observed
 from coordinator.domain.planner import (
     Decision,
     assignment_notices,
@@ -228,7 +230,15 @@ class World:
     def drain_step(self, m: Machine, index: int) -> Machine:
         """The coordinator's Kubernetes side moves an upgrading node one step on: cordon and
         drain, a drain blocked then skipped by the operator, uncordon once items are done, the node
-        Ready (at once, or after the timeout said it was not)."""
+        Ready (at once, or after the timeout said it was not). With Kubernetes access, a
+        machine waiting in Deploy for its Node sees it register (NotReady, or Ready at once),
+        then turn Ready."""
+        if awaits_node(self.spec, m):
+            event("a machine waits in Deploy for its Node")
+            ready = m.node is not None or index % 2 == 1
+            return replace(m, node=observed(m.node, self.now, m.hostname,
+                                            ("True" if ready else "False", "", ""),
+                                            desired_metadata(self.spec, m).digest()))
         if m.state is not S.UPGRADE or not needs_drain(self.spec, m):
             return m
         stage = m.drain.stage if m.drain else None
@@ -407,6 +417,9 @@ def check_decisions(
             assert manager_deployed_after, "a worker was admitted with no manager deployed"
         if d.to_state is S.DEPLOY and m.role == "manager" and not manager_deployed_after:
             assert deploying_after == [m.id], "the first manager was admitted beside others"
+        if d.to_state in (S.DEPLOY, S.UPGRADE) and m.role == "manager":
+            assert not any(o.role == "manager" and o.state is S.DELETING for o in after), \
+                f"{m.hostname} admitted to {d.to_state} while a manager leaves"
         if d.to_state is S.UPGRADE:
             check_upgrade_admission(spec, m, after)
         if d.from_state is S.UPGRADE:
@@ -493,9 +506,11 @@ def worlds(draw: st.DrawFn, managers: Counts = (0, 6), workers: Counts = (0, 30)
         for role in ("manager", "worker")
     }
     role_items["manager"] += items("postdeploy", draw(st.integers(*post_deploy)))
+    # With Kubernetes access, Deploy ends only once the machine's Node is Ready.
+    kube = {"kubernetes": {"kubeconfig": "/etc/coordinator/kubeconfig"}} if draw(st.booleans()) else {}
     spec = upgraded_cluster(
         cluster(manager=role_items["manager"], worker=role_items["worker"],
-                batch=draw(st.integers(1, 5))),
+                batch=draw(st.integers(1, 5)), **kube),
         release="1.0.0-upgrade",
         worker_batch_size=draw(st.none() | st.integers(1, 4)),
         max_unavailable_workers=draw(st.none() | st.integers(1, 4)),

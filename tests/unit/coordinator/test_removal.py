@@ -11,7 +11,15 @@ from coordinator.domain.assignment import assigned_phase
 from coordinator.domain.model import DrainStage, DrainStatus, Machine, MachineState
 from coordinator.domain.planner import Decision, node_action, plan
 from coordinator.domain.removal import quorum_refusal, removal_drain
-from tests.support.builders import cluster, drained, finish_phase, items, machine
+from tests.support.builders import (
+    at_release,
+    cluster,
+    drained,
+    finish_phase,
+    items,
+    machine,
+    upgraded_cluster,
+)
 
 S = MachineState
 
@@ -132,3 +140,20 @@ def test_without_a_drain_a_removal_is_as_before() -> None:
     assert node_action(SPEC, w1) is None
     assert assigned_phase(SPEC, w1, None) == "reset"
     assert [d.to_state for d in plan(SPEC, [finish_phase(SPEC, w1)])] == [None]
+
+
+def test_while_a_manager_leaves_no_other_manager_deploys_or_upgrades_but_workers_go_on() -> None:
+    """Its etcd member is being removed: another member joining or restarting then could cost
+    the quorum. Once it is gone, both go ahead."""
+    spec = cluster(manager=[*items("prepare", 1), *items("deploy", 1), *items("reset", 1)],
+                   worker=[*items("prepare", 1), *items("deploy", 1)])
+    newer = upgraded_cluster(spec)
+    m1 = at_release(newer, machine("m1", "manager", state=S.READY, created_at=1))
+    m2 = machine("m2", "manager", state=S.DELETING, created_at=2)
+    m3 = finish_phase(spec, machine("m3", "manager", state=S.PREPARE, created_at=3))
+    m4 = machine("m4", "manager", state=S.READY, created_at=4)  # behind: due for an upgrade
+    w1 = finish_phase(spec, machine("w1", state=S.PREPARE, created_at=5))
+    admitted = {d.hostname: d.to_state for d in plan(newer, [m1, m2, m3, m4, w1])}
+    assert admitted == {"w1": S.DEPLOY}
+    admitted = {d.hostname: d.to_state for d in plan(newer, [m1, m3, m4, w1])}
+    assert admitted["m3"] is S.DEPLOY, "once it is gone the next manager deploys"

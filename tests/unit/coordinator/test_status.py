@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coordinator.domain.model import ItemProgress, Machine, MachineState, phase_items
+from coordinator.domain.model import ItemProgress, Machine, MachineState, NodeStatus, phase_items
 from coordinator.domain.planner import plan_to_fixpoint
 from coordinator.domain.records import Event
 from coordinator.domain.status import History, machine_step, rollout, stages
@@ -57,7 +57,7 @@ def states(r: SimulatedRollout) -> dict[str, str]:
 def test_an_empty_cluster_waits_since_it_was_created_and_says_what_to_do() -> None:
     r = SimulatedRollout()
     assert list(r.stages()) == ["registered", "approved", "prepared", "first-manager", "managers",
-                                "workers", "ready"]
+                                "workers", "ready"]  # no Kubernetes access: no nodes stage
     assert set(states(r).values()) == {"waiting"}
     assert r.stages()["registered"] == (
         "waiting", 50.0, "no machine has registered: create a join token and start agents")
@@ -196,3 +196,68 @@ def test_rollout_eta_follows_the_pace_so_far_and_ignores_long_finished_machines(
     r.tick()  # only w2's run counts now
     late = rollout(SPEC, list(r.machines.values()), History(r.events), r.now)
     assert (late.done, late.total, late.machines) == (0, 3, 1)
+
+
+# -- a machine waiting for its Node ----------------------------------------------------------------
+
+KUBE_SPEC = SPEC.model_copy(update={"settings": SPEC.settings.model_copy(update={
+    "kubernetes": SPEC.settings.kubernetes.model_copy(update={
+        "kubeconfig": "/etc/coordinator/kubeconfig", "node_ready_timeout_seconds": 60.0})})})
+
+
+def deployed_items(node: NodeStatus | None) -> Machine:
+    """w3 in Deploy since 100 with its deploy items applied, its last report at 110."""
+    m = finish_phase(KUBE_SPEC, replace(machine("w3", state=MachineState.DEPLOY), state_since=100.0))
+    return replace(m, node=node, progress=ItemProgress(item="wdeploy-0", attempt=1,
+                                                       status="succeeded", updated_at=110.0))
+
+
+def node_stage(m: Machine, now: float) -> tuple[str, float | None, str]:
+    found = {s.name: s for s in stages(KUBE_SPEC, 50.0, [m], History([]), now)}
+    assert list(found)[-2:] == ["nodes", "ready"]
+    return found["nodes"].state, found["nodes"].since, found["nodes"].message
+
+
+def test_a_machine_whose_node_has_not_registered_waits_for_it_and_says_so() -> None:
+    step = machine_step(KUBE_SPEC, deployed_items(NodeStatus(waiting_since=112.0)), now=142.0)
+    assert (step.phase, step.status, step.item) == ("deploy", "waiting", None)
+    assert (step.node, step.node_waiting) == ("waiting for node w3 to register", 30.0)
+    assert node_stage(deployed_items(NodeStatus(waiting_since=112.0)), 142.0) == (
+        "in-progress", 112.0, "0 of 1 nodes Ready; w3: waiting for node w3 to register (30s)")
+
+
+def test_before_the_first_look_the_wait_counts_from_the_last_report() -> None:
+    assert machine_step(KUBE_SPEC, deployed_items(None), now=130.0).node_waiting == 20.0
+
+
+def test_a_look_that_failed_says_why() -> None:
+    node = NodeStatus(112.0, error="list nodes: the API server does not answer")
+    assert machine_step(KUBE_SPEC, deployed_items(node), now=142.0).node == (
+        "waiting for node w3 to register (cannot look: list nodes: the API server does not answer)")
+
+
+def test_a_registered_node_not_ready_names_its_condition() -> None:
+    node = NodeStatus(112.0, name="w3.lab", condition="False", reason="KubeletNotReady",
+                      message="container runtime network not ready", registered_at=115.0)
+    step = machine_step(KUBE_SPEC, deployed_items(node), now=150.0)
+    assert step.node == ("waiting for node w3.lab to become Ready: Ready=False (KubeletNotReady) "
+                         "(container runtime network not ready)")
+    assert step.status == "waiting" and step.failing_for is None
+
+
+def test_past_the_timeout_the_wait_shows_failing_and_still_waiting() -> None:
+    node = NodeStatus(112.0, name="w3.lab", condition="False", reason="KubeletNotReady")
+    step = machine_step(KUBE_SPEC, deployed_items(node), now=182.0)
+    assert (step.status, step.failing_for) == ("failed", 10.0)
+    assert step.error == ("waiting for node w3.lab to become Ready: Ready=False (KubeletNotReady) "
+                          "(70s); still waiting")
+    state, since, message = node_stage(deployed_items(node), 182.0)
+    assert (state, since) == ("failing", 172.0)
+    assert message == ("0 of 1 nodes Ready; w3: waiting for node w3.lab to become Ready: "
+                       "Ready=False (KubeletNotReady) (70s; still waiting)")
+
+
+def test_without_kubernetes_access_a_machine_with_its_deploy_items_done_waits_for_nothing() -> None:
+    m = finish_phase(SPEC, replace(machine("w3", state=MachineState.DEPLOY), state_since=100.0))
+    step = machine_step(SPEC, m, now=500.0)
+    assert (step.status, step.node, step.failing_for) == ("done", "", None)

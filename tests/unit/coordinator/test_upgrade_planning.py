@@ -25,14 +25,11 @@ from tests.support.builders import (
     item,
     items,
     machine,
+    moves,
     upgraded_cluster,
 )
 
 READY, UPGRADE, RECONF = MachineState.READY, MachineState.UPGRADE, MachineState.RECONFIGURE
-
-
-def moves(decisions: list[Decision]) -> list[tuple[str, MachineState | None]]:
-    return [(d.hostname, d.to_state) for d in decisions]
 
 
 def ready(hostname: str, role: str = "worker", release: str = "1.0.0", created_at: float = 0,

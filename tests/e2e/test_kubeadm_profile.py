@@ -134,7 +134,12 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         assert node["metadata"]["labels"]["nodeagent.io/machine-id"] == machine["id"]
         assert node["spec"]["providerID"] == f"nodeagent://{spec['name']}/{machine['id']}"
         assert {"type": "Ready", "status": "True"}.items() <= node["status"]["conditions"][0].items()
-        assert "node-role.kubernetes.io/control-plane" not in node["metadata"]["labels"]
+        # Role labels are the coordinator's (a kubelet may not set them on itself).
+        role = "control-plane" if host in MANAGERS else "worker"
+        assert f"node-role.kubernetes.io/{role}" in node["metadata"]["labels"]
+    for call in [*inits, *joins.values()]:
+        assert call.details["labels"] == {"nodeagent.io/machine-id": machines[call.host]["id"]}
+        assert call.details["taints"] == []
     assert not [c for c in deploy if c.is_("kubeadm", "upgrade")]
 
     # The upgrade: the control plane first (kubeadm upgrade apply, once, on m1), then the other

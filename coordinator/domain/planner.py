@@ -32,6 +32,7 @@ from coordinator.domain.model import (
     MachineState,
     NodeStatus,
     Role,
+    admission_order,
     deployed_managers,
     first_manager,
     is_first_manager,
@@ -520,7 +521,9 @@ def _admit_to_upgrade(state: _Pass) -> list[Decision]:
     managers_busy = sum(state.count(s, "manager") for s in _MANAGER_BUSY)
     managers_behind = managers_busy > 0 or any(
         m.role == "manager" and behind(spec, m) for m in state.machines)
-    for m in outdated:
+    # In the order they deployed: the first manager's control plane (`kubeadm upgrade apply`)
+    # goes before any other manager's (`kubeadm upgrade node` follows the cluster's version).
+    for m in sorted(outdated, key=admission_order):
         if m.role == "manager" and managers_busy == 0 and not state.manager_leaving():
             state.after[m.id] = S.UPGRADE
             return [_upgrade(spec, m, "manager upgrades (one at a time)")]

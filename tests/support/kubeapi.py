@@ -743,8 +743,10 @@ class KubeApiServer:
 
 
 @contextlib.contextmanager
-def kube_api_server(cluster: Cluster | None = None, netns: str | None = None) -> Iterator[KubeApiServer]:
-    server = KubeApiServer(cluster, socket_in_netns(netns)).start()
+def kube_api_server(cluster: Cluster | None = None, netns: str | None = None,
+                    host: str = "127.0.0.1") -> Iterator[KubeApiServer]:
+    """The server on host (an address of netns, e.g. a LAN's hub for its nodes to reach)."""
+    server = KubeApiServer(cluster, socket_in_netns(netns, host)).start()
     try:
         yield server
     finally:

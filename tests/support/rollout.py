@@ -11,10 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tests.support.harness import ServedCoordinator
 from tests.support.lan import HUB_IP, Lan, Node, lan
@@ -79,6 +81,8 @@ class Fleet:
     managers: Sequence[str] = tuple(MANAGERS)  # hostnames, in registration order
     workers: Sequence[str] = tuple(WORKERS)
     agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    cluster: str = "lab"  # the spec's name
+    env: dict[str, str] = field(default_factory=dict)  # added to every agent's environment
 
     @property
     def hostnames(self) -> list[str]:
@@ -129,11 +133,11 @@ class Fleet:
         log = (self.tmp / f"{hostname}.log").open("ab")
         self.agents[hostname] = self.node(hostname).ns.popen(
             [str(BIN / "nodeagent"), "run", "--config", str(config), "--root", str(root)],
-            stdout=log, stderr=subprocess.STDOUT)
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
 
     def join(self, hostname: str) -> None:
         """A late worker's agent started now with a join string of its own, and approved."""
-        self.start_agent(hostname, self.admin("join-token", "create", "lab").strip())
+        self.start_agent(hostname, self.admin("join-token", "create", self.cluster).strip())
         self.open_gate(hostname)
         self.wait_for(f"{hostname} registered", lambda: hostname in {
             m["hostname"] for m in self.admin_json("machines")})
@@ -157,23 +161,31 @@ class Fleet:
         return wait_until(predicate, timeout, logs, interval=0.3)
 
     def events(self) -> list[dict[str, Any]]:
-        out = self.admin("events", "--cluster", "lab", "--output", "json")
+        out = self.admin("events", "--cluster", self.cluster, "--output", "json")
         return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+# Starts what the agents need beside the coordinator on the LAN (stopped by the stack), and
+# returns what to add to their environment.
+AgentEnv = Callable[[Lan, contextlib.ExitStack], dict[str, str]]
 
 
 @contextlib.contextmanager
 def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = (), store: str | None = None,
           replicas: int = 1, managers: Sequence[str] = tuple(MANAGERS),
           workers: Sequence[str] = tuple(WORKERS), cluster_spec: str | None = None,
-          late: tuple[str, ...] = ()) -> Iterator[Fleet]:
+          late: tuple[str, ...] = (), agent_env: AgentEnv | None = None) -> Iterator[Fleet]:
     """The cluster (cluster_spec, default spec()) with every machine registered and approved.
     With store (a PostgreSQL DSN reachable from the hub namespace), `replicas` coordinators
     share it and the data dir. `late` workers have a node on the LAN but no agent until the
-    test has them join."""
+    test has them join. agent_env starts services for the agents and gives their environment."""
+    cluster_spec = cluster_spec or spec()
     with lan([*managers, *workers, *late]) as network, contextlib.ExitStack() as stack:
         # HTTPS, as in production: agents reach it at the hub's address on the LAN.
         shared = ("--store", store) if store else ()
-        running = Fleet(network, tmp_path, [], managers, workers)
+        running = Fleet(network, tmp_path, [], managers, workers,
+                        cluster=yaml.safe_load(cluster_spec)["name"],
+                        env=agent_env(network, stack) if agent_env else {})
         for index in range(replicas):
             port = free_port()
             advertised = ("--advertise-url", f"https://{HUB_IP}:{port}")
@@ -186,9 +198,9 @@ def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = (), store: str | None 
         for replica in running.replicas:  # each up (the first so leading) before the next
             replica.start()
             stack.callback(replica.stop)
-        (tmp_path / "cluster.yaml").write_text(cluster_spec or spec())
+        (tmp_path / "cluster.yaml").write_text(cluster_spec)
         running.admin("cluster", "apply", "-f", str(tmp_path / "cluster.yaml"))
-        token = running.admin("join-token", "create", "lab").strip()
+        token = running.admin("join-token", "create", running.cluster).strip()
         for count, hostname in enumerate(running.hostnames, start=1):
             running.start_agent(hostname, token)
             if hostname not in closed_gates:
@@ -215,7 +227,7 @@ def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = (), store: str | None 
 
 
 def all_ready(f: Fleet) -> bool:
-    status = f.admin_json("status", "lab")
+    status = f.admin_json("status", f.cluster)
     return status["counts"] == {"Ready": len(f.hostnames)}
 
 

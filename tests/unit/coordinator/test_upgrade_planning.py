@@ -53,6 +53,16 @@ def test_a_new_release_upgrades_managers_one_at_a_time_first() -> None:
     assert plan(spec, machines) == [], "a second manager or a worker joined a manager's upgrade"
 
 
+def test_the_manager_that_deployed_first_upgrades_first_whatever_registered_first() -> None:
+    """Its control plane goes first (kubeadm upgrade apply): m2 registered earlier but m1 was
+    admitted into Deploy first, so m1 upgrades, then m2."""
+    machines = [replace(m, deploy_order=2 if m.hostname == "m2" else 1) if m.role == "manager"
+                else m for m in fleet()]
+    machines = [replace(m, created_at=5) if m.hostname == "m1" else m for m in machines]
+    spec = upgraded_cluster(cluster(batch=2))
+    assert moves(plan(spec, machines)) == [("m1", UPGRADE)]
+
+
 def test_a_machine_at_the_release_never_upgrades_to_it() -> None:
     spec = upgraded_cluster(cluster())
     assert plan(spec, [at_release(spec, ready("m1", "manager"))]) == []

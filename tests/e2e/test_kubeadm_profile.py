@@ -1,0 +1,184 @@
+"""The kubeadm profile (examples/kubeadm/cluster.yaml), unmodified, takes three managers and four
+workers (real agents in network namespaces) to a cluster, upgrades it, and resets a worker.
+The agents find the test doubles of tests/support/k8s_doubles first in their PATH: kubeadm
+keeps its tokens and certificate key in a state shared by the nodes, checks every join as
+kubeadm does, and registers each Node (the kubelet's part) in the test Kubernetes API server
+on the LAN's hub, which the coordinator also reaches through the kubeconfig the first manager
+reports.
+
+What is asserted comes from the doubles' log of every call, with its host and its start and
+end: who ran `kubeadm init` and when each machine joined with what."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.k8s_doubles.calls import Call, agent_env, calls
+from tests.support.kubeadm_profile import PROFILE
+from tests.support.kubeapi import KubeApiServer, kube_api_server
+from tests.support.lan import HUB_IP, Lan
+from tests.support.rollout import Fleet, all_ready, fleet
+
+MANAGERS = ["m1", "m2", "m3"]
+WORKERS = ["w1", "w2", "w3", "w4"]
+UPGRADE_TO = "1.34.1"
+
+
+def upgraded(profile: str, version: str) -> str:
+    """The profile at another Kubernetes version, as its header says to upgrade: the version
+    (whose anchor versions the upgrade items) and the release."""
+    current = yaml.safe_load(profile)["settings"]["kubernetes"]["version"]
+    return (profile.replace(f'release: "{current}"', f'release: "{version}"')
+            .replace(f'version: &kubernetes "{current}"', f'version: &kubernetes "{version}"'))
+
+
+def most_at_once(spans: list[Call]) -> int:
+    """The most of these calls running at the same moment."""
+    edges = sorted([(c.start, 1) for c in spans] + [(c.end, -1) for c in spans])
+    running = most = 0
+    for _, step in edges:
+        running += step
+        most = max(most, running)
+    return most
+
+
+def window(log: list[Call], host: str) -> tuple[float, float]:
+    """From the first to the last call a machine's upgrade made (left out: kubectl, the
+    post-deploy step's check on the first manager after the whole upgrade, and join material
+    a manager mints or deletes for others)."""
+    mine = [c for c in log if c.host == host and c.command != "kubectl"
+            and not c.is_("kubeadm", "token")]
+    return min(c.start for c in mine), max(c.end for c in mine)
+
+
+def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) -> None:
+    profile = PROFILE.read_text()
+    spec = yaml.safe_load(profile)
+    log_path, state = tmp_path / "doubles.log", tmp_path / "doubles-state"
+    servers: list[KubeApiServer] = []
+
+    def on_the_lan(network: Lan, stack: contextlib.ExitStack) -> dict[str, str]:
+        servers.append(stack.enter_context(kube_api_server(netns=network.hub.name, host=HUB_IP)))
+        return agent_env(log_path, state, servers[0].url)
+
+    with fleet(tmp_path, managers=MANAGERS, workers=WORKERS, cluster_spec=profile,
+               agent_env=on_the_lan) as f:
+        f.wait_for("every machine Ready", lambda: all_ready(f), timeout=150)
+        f.wait_for("the post-deploy step verified", lambda: any(
+            e["kind"] == "post-deploy" and "verified" in e["message"] for e in f.events()))
+        f.wait_for("every token deleted", lambda: tokens_left(calls(log_path)) == set())
+        machines = {m["hostname"]: m for m in f.admin_json("machines")}
+        nodes = nodes_of(servers[0])
+        upgrade_from = time.time()
+        (tmp_path / "upgraded.yaml").write_text(upgraded(profile, UPGRADE_TO))
+        f.admin("cluster", "apply", "-f", str(tmp_path / "upgraded.yaml"))
+        f.wait_for(f"every machine Ready at {UPGRADE_TO}", lambda: at_release(f, UPGRADE_TO),
+                   timeout=150)
+        rendered = f.admin("cluster", "render", spec["name"], "--fleet", "3,50")
+        f.admin("delete", "w4")
+        f.wait_for("w4 reset and removed", lambda: "w4" not in {
+            m["hostname"] for m in f.admin_json("machines")})
+        nodes_left = nodes_of(servers[0])
+
+    assert "kubeadm init --config /etc/kubernetes/nodeagent/init.yaml" in rendered
+    assert "problem" not in rendered
+
+    log = calls(log_path)
+    kubeadm = [c for c in log if c.command == "kubeadm"]
+    assert not [c for c in kubeadm if c.exit], "no kubeadm call failed"
+    deploy, upgrade = ([c for c in log if c.start < upgrade_from],
+                       [c for c in log if c.start >= upgrade_from])
+
+    # The control plane: one init, on the first manager; the CNI right after it, there.
+    inits = [c for c in kubeadm if c.is_("kubeadm", "init") and "phase" not in c.argv]
+    assert [c.host for c in inits] == ["m1"]
+    assert next(c.host for c in log if c.is_("kubectl", "apply")) == "m1"
+
+    # Joins: each joiner once, with a token minted for it (kubeadm token create's description
+    # names it); managers one at a time with a certificate key each, workers never with one.
+    minted = {c.details["token"]: c for c in kubeadm if c.is_("kubeadm", "token", "create")}
+    joins = {c.host: c for c in kubeadm if c.is_("kubeadm", "join")}
+    assert sorted(joins) == sorted(MANAGERS[1:] + WORKERS)
+    assert len([c for c in kubeadm if c.is_("kubeadm", "join")]) == len(joins)
+    for host, join in joins.items():
+        assert minted[join.details["token"]].details["description"] == f"nodeagent: {host}"
+        assert minted[join.details["token"]].host in MANAGERS
+        assert join.details["controlPlane"] is (host in MANAGERS)
+        assert (join.details["certificateKey"] is not None) is (host in MANAGERS)
+    uploaded = [c.details["certificateKey"] for c in kubeadm
+                if c.is_("kubeadm", "init", "phase", "upload-certs")]
+    assert sorted(joins[h].details["certificateKey"] for h in MANAGERS[1:]) == sorted(uploaded)
+    assert len(set(uploaded)) == 2
+    manager_joins = sorted((joins[h] for h in MANAGERS[1:]), key=lambda c: c.start)
+    assert manager_joins[0].end <= manager_joins[1].start, "two managers joined at once"
+    assert inits[0].end <= manager_joins[0].start
+    assert most_at_once([joins[h] for h in WORKERS]) <= spec["settings"]["workerBatchSize"]
+    assert min(joins[h].start for h in WORKERS) >= inits[0].end
+
+    # Every token deleted once its joiner joined.
+    assert tokens_left(log) == set()
+    assert all(deletion.start >= joins[minted[token].details["description"].split(": ")[1]].end
+               for deletion in kubeadm if deletion.is_("kubeadm", "token", "delete")
+               for token in deletion.details["deleted"])
+
+    # Every machine's Node, registered by its kubelet with the machine's mark, Ready.
+    assert sorted(nodes) == sorted(MANAGERS + WORKERS)
+    for host, machine in machines.items():
+        node = nodes[host]
+        assert node["metadata"]["labels"]["nodeagent.io/machine-id"] == machine["id"]
+        assert node["spec"]["providerID"] == f"nodeagent://{spec['name']}/{machine['id']}"
+        assert {"type": "Ready", "status": "True"}.items() <= node["status"]["conditions"][0].items()
+        # Role labels are the coordinator's (a kubelet may not set them on itself).
+        role = "control-plane" if host in MANAGERS else "worker"
+        assert f"node-role.kubernetes.io/{role}" in node["metadata"]["labels"]
+    for call in [*inits, *joins.values()]:
+        assert call.details["labels"] == {"nodeagent.io/machine-id": machines[call.host]["id"]}
+        assert call.details["taints"] == []
+    assert not [c for c in deploy if c.is_("kubeadm", "upgrade")]
+
+    # The upgrade: the control plane first (kubeadm upgrade apply, once, on m1), then the other
+    # managers one at a time (kubeadm upgrade node), then the workers; each machine's kubelet
+    # after its kubeadm step.
+    applies = [c for c in upgrade if c.is_("kubeadm", "upgrade", "apply")]
+    assert [(c.host, c.details["version"]) for c in applies] == [("m1", UPGRADE_TO)]
+    node_upgrades = {c.host: c for c in upgrade if c.is_("kubeadm", "upgrade", "node")}
+    assert sorted(node_upgrades) == sorted(MANAGERS[1:] + WORKERS)
+    assert all(c.start >= applies[0].end for c in node_upgrades.values())
+    windows = sorted((window(upgrade, h), h) for h in MANAGERS)
+    assert [h for _, h in windows] == MANAGERS
+    assert all(a[0][1] <= b[0][0] for a, b in itertools.pairwise(windows)), "managers overlapped"
+    assert min(window(upgrade, h)[0] for h in WORKERS) >= windows[-1][0][1]
+    for host in MANAGERS + WORKERS:
+        restarts = [c for c in upgrade if c.host == host and c.is_("systemctl", "restart", "kubelet")]
+        step = applies[0] if host == "m1" else node_upgrades[host]
+        assert len(restarts) == 1 and restarts[0].start >= step.end
+
+    # A deleted worker: its Node (found by its mark) gone, kubeadm reset, then what it leaves,
+    # inside the agent's root only.
+    assert sorted(nodes_left) == sorted(MANAGERS + WORKERS[:-1])
+    assert [c.host for c in kubeadm if c.is_("kubeadm", "reset")] == ["w4"]
+    assert any(c.host == "w4" and c.is_("iptables") for c in log)
+    assert not (f.root("w4") / "etc/kubernetes").exists()
+    assert (f.root("w4") / "etc/containerd/config.toml").exists()
+
+
+def tokens_left(log: list[Call]) -> set[str]:
+    """The tokens kubeadm created and nobody deleted yet."""
+    created = {c.details["token"] for c in log if c.is_("kubeadm", "token", "create")}
+    return created - {t for c in log if c.is_("kubeadm", "token", "delete")
+                      for t in c.details["deleted"]}
+
+
+def nodes_of(server: KubeApiServer) -> dict[str, Any]:
+    with server.locked() as cluster:
+        return {name: dict(node) for name, node in cluster.nodes.items()}
+
+
+def at_release(f: Fleet, release: str) -> bool:
+    return all(m["state"] == "Ready" and m["release"] == release for m in f.admin_json("machines"))

@@ -1,0 +1,90 @@
+"""The kubeadm profile's package items, as a machine's agent renders them, run against a fake
+root per distribution with the test doubles first in PATH: which package manager each family
+gets, the Kubernetes repository of the version's minor, exact versions, and the cluster's proxy
+(empty settings unset, not empty)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.domain.fleet import Fleet
+from coordinator.domain.rendering import render_cluster
+from coordinator.domain.specs import load_spec
+from tests.support.k8s_doubles.calls import Call, agent_env, calls
+from tests.support.kubeadm_profile import PROFILE, run_exec_item, write_file_item
+from tests.support.roots import OS_RELEASE_DEBIAN_12
+
+PROXY = "http://proxy.test:3128"
+ROCKY_9 = 'NAME="Rocky Linux"\nID="rocky"\nID_LIKE="rhel centos fedora"\nVERSION_ID="9.4"\n'
+
+
+def prepare_items() -> dict[str, dict[str, Any]]:
+    """A worker's prepare items, rendered, with the cluster's http(s) proxy set and no noProxy."""
+    text = PROFILE.read_text().replace("proxy: {http: null, https: null, noProxy: []}",
+                                       f"proxy: {{http: {PROXY}, https: {PROXY}, noProxy: []}}")
+    rendering = render_cluster(load_spec(text), [], Fleet(1, 1), machine="worker-1",
+                               phase="prepare")
+    return {i.name: i.action for p in rendering.machines[0].phases for i in p.items}
+
+
+def run(root: Path, tmp: Path, os_release: str, *names: str) -> tuple[list[Call], list[str]]:
+    """The items named, in a root with this os-release (the script written by its file item
+    first), their calls as the doubles recorded them and each item's output."""
+    items = prepare_items()
+    write_file_item(items["packages-script"], root)
+    (root / "etc").mkdir(exist_ok=True)
+    (root / "etc/os-release").write_text(os_release)
+    env = agent_env(tmp / "log", tmp / "state", "http://127.0.0.1:9")
+    outputs = [run_exec_item(items[name], root, env) for name in names]
+    return calls(tmp / "log"), [f"{o.returncode} {o.stdout}{o.stderr}" for o in outputs]
+
+
+def test_debian_gets_containerd_and_pinned_kubernetes_packages_through_apt_and_the_proxy(
+        tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "kubelet=1.33.4-1.1").touch()  # a file a shell glob would put in place of the pattern
+    log, outputs = run(root, tmp_path, OS_RELEASE_DEBIAN_12, "containerd", "kubernetes-packages")
+    assert [o[0] for o in outputs] == ["0", "0"], outputs
+    assert [c.argv for c in log if c.command == "apt-get" and "install" in c.argv] == [
+        ["install", "-y", "-o", "Dpkg::Options::=--force-confold", "containerd"],
+        ["install", "-y", "--allow-change-held-packages", "--allow-downgrades",
+         "kubeadm=1.33.4-*", "kubelet=1.33.4-*", "kubectl=1.33.4-*"]]
+    assert [c.argv for c in log if c.command == "apt-mark"] == [["hold", "kubeadm", "kubelet", "kubectl"]]
+    assert [c.argv[-1] for c in log if c.command == "curl"] == [
+        "https://pkgs.k8s.io/core:/stable:/v1.33/deb/Release.key"]
+    assert (root / "etc/apt/sources.list.d/kubernetes.list").read_text() == (
+        "deb [signed-by=/etc/apt/keyrings/kubernetes-v1.33.gpg] "
+        "https://pkgs.k8s.io/core:/stable:/v1.33/deb/ /\n")
+    assert not [c for c in log if c.command == "dnf"]
+    # The proxy as set, and no_proxy unset rather than empty.
+    assert all(c.proxy == {"http_proxy": PROXY, "https_proxy": PROXY} for c in log)
+
+
+def test_the_rhel_family_gets_them_through_dnf_from_the_versions_repository(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    log, outputs = run(root, tmp_path, ROCKY_9, "containerd", "kubernetes-packages")
+    assert [o[0] for o in outputs] == ["0", "0"], outputs
+    assert [c.argv for c in log if c.command == "dnf"] == [
+        ["install", "-y", "containerd"],
+        ["install", "-y", "--disableexcludes=kubernetes", "kubeadm-1.33.4", "kubelet-1.33.4",
+         "kubectl-1.33.4"]]
+    repo = (root / "etc/yum.repos.d/kubernetes.repo").read_text()
+    assert "baseurl=https://pkgs.k8s.io/core:/stable:/v1.33/rpm/\n" in repo
+    assert "exclude=kubelet kubeadm kubectl cri-tools kubernetes-cni\n" in repo
+    assert not [c for c in log if c.command.startswith("apt")]
+
+
+@pytest.mark.parametrize("os_release", ['ID=alpine\n', 'ID=opensuse-leap\nID_LIKE="suse opensuse"\n'])
+def test_another_distribution_is_refused_naming_it_and_nothing_is_installed(
+        tmp_path: Path, os_release: str) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    log, outputs = run(root, tmp_path, os_release, "kubernetes-packages")
+    assert outputs[0].startswith("1 unsupported distribution ")
+    assert os_release.split("\n")[0].removeprefix("ID=") in outputs[0]
+    assert log == []

@@ -1,5 +1,7 @@
 """The kubeadm profile (examples/kubeadm/cluster.yaml), unmodified, takes three managers and four
-workers (real agents in network namespaces) to a cluster, upgrades it, and resets a worker.
+workers (real agents in network namespaces) to a cluster, labels and taints its Nodes, upgrades
+it, removes a worker (drained within its budget, reset, its Node deleted) and a manager, and
+refuses to remove one more manager than etcd's quorum allows.
 The agents find the test doubles of tests/support/k8s_doubles first in their PATH: kubeadm
 keeps its tokens and certificate key in a state shared by the nodes, checks every join as
 kubeadm does, and registers each Node (the kubelet's part) in the test Kubernetes API server
@@ -7,7 +9,9 @@ on the LAN's hub, which the coordinator also reaches through the kubeconfig the 
 reports.
 
 What is asserted comes from the doubles' log of every call, with its host and its start and
-end: who ran `kubeadm init` and when each machine joined with what."""
+end: who ran `kubeadm init` and when each machine joined with what; and from the test API
+server: when each Node turned Ready (a Node registers NotReady until the network plugin runs on
+it: tests/support/k8s_doubles/network.py), its labels and taints, evictions and deletions."""
 
 from __future__ import annotations
 
@@ -20,8 +24,9 @@ from typing import Any
 import yaml
 
 from tests.support.k8s_doubles.calls import Call, agent_env, calls
+from tests.support.k8s_doubles.network import NetworkPlugin
 from tests.support.kubeadm_profile import PROFILE
-from tests.support.kubeapi import KubeApiServer, kube_api_server
+from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 from tests.support.lan import HUB_IP, Lan
 from tests.support.rollout import Fleet, all_ready, fleet
 
@@ -63,8 +68,12 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
     log_path, state = tmp_path / "doubles.log", tmp_path / "doubles-state"
     servers: list[KubeApiServer] = []
 
+    plugins: list[NetworkPlugin] = []
+
     def on_the_lan(network: Lan, stack: contextlib.ExitStack) -> dict[str, str]:
-        servers.append(stack.enter_context(kube_api_server(netns=network.hub.name, host=HUB_IP)))
+        servers.append(stack.enter_context(kube_api_server(
+            Cluster(ready_delay=0.2), netns=network.hub.name, host=HUB_IP)))
+        plugins.append(stack.enter_context(NetworkPlugin(servers[0], log_path)))
         return agent_env(log_path, state, servers[0].url)
 
     with fleet(tmp_path, managers=MANAGERS, workers=WORKERS, cluster_spec=profile,
@@ -75,16 +84,38 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         f.wait_for("every token deleted", lambda: tokens_left(calls(log_path)) == set())
         machines = {m["hostname"]: m for m in f.admin_json("machines")}
         nodes = nodes_of(servers[0])
+        ready_at = {e["hostname"]: e["time"] for e in f.events()
+                    if e["kind"] == "state" and e["data"].get("to") == "Ready"
+                    and e["data"].get("from") == "Deploy"}
+        labelled_and_tainted(f, servers[0], profile, tmp_path)
         upgrade_from = time.time()
         (tmp_path / "upgraded.yaml").write_text(upgraded(profile, UPGRADE_TO))
         f.admin("cluster", "apply", "-f", str(tmp_path / "upgraded.yaml"))
         f.wait_for(f"every machine Ready at {UPGRADE_TO}", lambda: at_release(f, UPGRADE_TO),
                    timeout=150)
         rendered = f.admin("cluster", "render", spec["name"], "--fleet", "3,50")
+        removal_from = time.time()
+        with servers[0].locked() as cluster:  # w4 runs pods a budget protects
+            cluster.add_replicaset("default", "web", 4, {"app": "web"}, nodes=["w4", "w4", "w3", "w2"])
+            cluster.add_pdb("default", "web", {"app": "web"}, min_available=3)
+            on_w4 = set(cluster.pods_on("w4"))
         f.admin("delete", "w4")
         f.wait_for("w4 reset and removed", lambda: "w4" not in {
-            m["hostname"] for m in f.admin_json("machines")})
+            m["hostname"] for m in f.admin_json("machines")}, timeout=120)
         nodes_left = nodes_of(servers[0])
+        with servers[0].locked() as cluster:
+            evicted, least_healthy = list(cluster.evictions), cluster.min_healthy["default/web"]
+        drained_at = next(e["time"] for e in f.events() if e["kind"] == "drain"
+                          and e["message"].startswith("w4 drained"))
+        managers_removed = managers_leave_within_quorum(f)
+
+    # No machine was Ready before its Node: each left Deploy only after its Node turned Ready
+    # (they register NotReady, and turn Ready once the CNI applied on m1 runs on them).
+    assert sorted(ready_at) == sorted(MANAGERS + WORKERS)
+    for host, when in ready_at.items():
+        assert when >= plugins[0].ready_at[host], f"{host} Ready before its Node"
+    first_worker_ready = min(ready_at[h] for h in WORKERS)
+    assert ready_at["m1"] <= first_worker_ready
 
     assert "kubeadm init --config /etc/kubernetes/nodeagent/init.yaml" in rendered
     assert "problem" not in rendered
@@ -93,7 +124,7 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
     kubeadm = [c for c in log if c.command == "kubeadm"]
     assert not [c for c in kubeadm if c.exit], "no kubeadm call failed"
     deploy, upgrade = ([c for c in log if c.start < upgrade_from],
-                       [c for c in log if c.start >= upgrade_from])
+                       [c for c in log if upgrade_from <= c.start < removal_from])
 
     # The control plane: one init, on the first manager; the CNI right after it, there.
     inits = [c for c in kubeadm if c.is_("kubeadm", "init") and "phase" not in c.argv]
@@ -162,7 +193,13 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
     # A deleted worker: its Node (found by its mark) gone, kubeadm reset, then what it leaves,
     # inside the agent's root only.
     assert sorted(nodes_left) == sorted(MANAGERS + WORKERS[:-1])
-    assert [c.host for c in kubeadm if c.is_("kubeadm", "reset")] == ["w4"]
+    # ... drained first through the Eviction API, within the budget, before its reset.
+    assert on_w4 and on_w4 <= set(evicted), "w4's pods were not evicted"
+    assert least_healthy >= 3, "the budget was broken"
+    reset = next(c for c in kubeadm if c.is_("kubeadm", "reset") and c.host == "w4")
+    assert drained_at <= reset.start, "w4 reset before its drain ended"
+    assert managers_removed == ["m3"]
+    assert sorted(c.host for c in kubeadm if c.is_("kubeadm", "reset")) == ["m3", "w4"]
     assert any(c.host == "w4" and c.is_("iptables") for c in log)
     assert not (f.root("w4") / "etc/kubernetes").exists()
     assert (f.root("w4") / "etc/containerd/config.toml").exists()
@@ -182,3 +219,43 @@ def nodes_of(server: KubeApiServer) -> dict[str, Any]:
 
 def at_release(f: Fleet, release: str) -> bool:
     return all(m["state"] == "Ready" and m["release"] == release for m in f.admin_json("machines"))
+
+
+def labelled_and_tainted(f: Fleet, server: KubeApiServer, profile: str, tmp: Path) -> None:
+    """A machine's label reaches its Node and leaves it again; dedicatedManagers taints the
+    managers' Nodes (and only theirs); labels set by others are left alone."""
+    with server.locked() as cluster:
+        cluster.nodes["w1"]["metadata"]["labels"]["team"] = "db"  # someone else's
+    f.admin("machines", "label", "w1", "zone=eu-1a")
+    f.wait_for("w1's Node labelled", lambda: nodes_of(server)["w1"]["metadata"]["labels"].get(
+        "zone") == "eu-1a")
+    f.admin("machines", "label", "w1", "zone-")
+    f.wait_for("the label gone from w1's Node", lambda: "zone" not in nodes_of(server)["w1"][
+        "metadata"]["labels"])
+    assert nodes_of(server)["w1"]["metadata"]["labels"]["team"] == "db"
+    dedicated = tmp / "dedicated.yaml"
+    dedicated.write_text(profile.replace("dedicatedManagers: false", "dedicatedManagers: true"))
+    f.admin("cluster", "apply", "-f", str(dedicated))
+
+    def tainted() -> bool:
+        nodes = nodes_of(server)
+        return all(any(t == {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+                       for t in nodes[h]["spec"].get("taints") or []) for h in MANAGERS)
+
+    f.wait_for("the managers' Nodes tainted NoSchedule", tainted)
+    assert not any(nodes_of(server)[h]["spec"].get("taints") for h in WORKERS)
+
+
+def managers_leave_within_quorum(f: Fleet) -> list[str]:
+    """m3 may go (two of three are a majority); m2 may not while m3 is leaving (one at a
+    time), nor once m3 is gone (one of two is no majority). The managers removed."""
+    f.admin("delete", "m3")
+    refused = f.coordinator.cli("delete", "m2", ok=False)
+    assert refused.returncode != 0 and "m3" in refused.stderr + refused.stdout, refused
+    f.wait_for("m3 reset and removed", lambda: "m3" not in {
+        m["hostname"] for m in f.admin_json("machines")}, timeout=120)
+    refused = f.coordinator.cli("delete", "m2", ok=False)
+    assert refused.returncode != 0 and "majority" in refused.stderr + refused.stdout, refused
+    hosts = {m["hostname"]: m["state"] for m in f.admin_json("machines")}
+    assert hosts["m2"] == "Ready" and hosts["m1"] == "Ready"
+    return sorted(set(MANAGERS) - set(hosts))

@@ -136,15 +136,19 @@ def write_node_files(ca: str, control_plane: bool) -> None:
 
 def register_node(registration: dict[str, Any]) -> Details:
     """POST the Node as its kubelet would: the name, the labels and providerID of its
-    kubeletExtraArgs (v1beta4's list of name/value), Ready."""
+    kubeletExtraArgs (v1beta4's list of name/value), NotReady until a network plugin runs on
+    it (tests/support/k8s_doubles/network.py plays the CNI's part)."""
     extra = registration.get("kubeletExtraArgs") or []
     args = {a["name"]: a["value"] for a in extra} if isinstance(extra, list) else dict(extra)
     labels = dict(pair.split("=", 1) for pair in args.get("node-labels", "").split(",") if pair)
     name = registration.get("name") or socket.gethostname()
     node = {"metadata": {"name": name, "labels": labels},
             "spec": {"providerID": args["provider-id"]} if "provider-id" in args else {},
-            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                       "message": "kubelet is posting ready status"}]}}
+            "status": {"conditions": [{
+                "type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                "message": "container runtime network not ready: NetworkReady=false "
+                           "reason:NetworkPluginNotReady message:Network plugin returns error: "
+                           "cni plugin not initialized"}]}}
     request = urllib.request.Request(f"{os.environ['K8S_DOUBLES_API']}/api/v1/nodes",
                                      json.dumps(node).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from coordinator.cli.plumbing import EXIT_ERROR, EXIT_USAGE, parse_duration
+from coordinator.cli.plumbing import EXIT_ERROR, EXIT_USAGE, parse_duration, say, say_block
 
 data_dir_option = click.option(
     "--data-dir", default="coordinator-data", show_default=True, type=click.Path(file_okay=False),
@@ -105,7 +105,7 @@ def init(data_dir: str, listen: str, advertise_url: str | None, store: str | Non
         try:
             spec = load_spec(cluster_file.read(), cluster_file.name)
         except InvalidDocument as exc:
-            click.echo(f"error: bad cluster spec\n{exc}", err=True)
+            say_block(f"error: bad cluster spec\n{exc}", err=True)
             sys.exit(EXIT_USAGE)
     host, port = parse_listen(listen)
     options = ServeOptions(Path(data_dir), host, port,
@@ -115,14 +115,14 @@ def init(data_dir: str, listen: str, advertise_url: str | None, store: str | Non
         done = asyncio.run(initialize(options, list(names), spec,
                                       parse_duration(join_ttl, "--join-ttl"), join_max_uses))
     except (PkiError, SetupError) as exc:
-        click.echo(f"error: {exc}", err=True)
+        say(f"error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
-    click.echo(f"CA certificate:  {options.pki().ca_cert}  ({done.ca_hash})")
-    click.echo(f"admin token:     {options.data_dir / 'admin.token'}")
-    click.echo(f"secrets key:     {options.key_file()}  (back it up with the database: without "
+    say(f"CA certificate:  {options.pki().ca_cert}  ({done.ca_hash})")
+    say(f"admin token:     {options.data_dir / 'admin.token'}")
+    say(f"secrets key:     {options.key_file()}  (back it up with the database: without "
                "it the machines' secrets cannot be read)")
-    click.echo(f"start it with:   coordinator serve --data-dir {data_dir} --listen {listen} "
+    say(f"start it with:   coordinator serve --data-dir {data_dir} --listen {listen} "
                f"--advertise-url {options.url()}" + (" --store DSN" if store else ""))
     if done.join:
-        click.echo(f"join string for cluster {spec.name if spec else ''} (put it in each "
+        say(f"join string for cluster {spec.name if spec else ''} (put it in each "
                    f"node's /etc/nodeagent/config.yaml as `join:`):\n{done.join}")

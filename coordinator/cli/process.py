@@ -59,9 +59,12 @@ def parse_store(location: str | None) -> str | None:
 @click.option("--gc-interval", default=0.25, show_default=True, type=click.FloatRange(min=0),
               help="Seconds between the coordinator's own collections of cyclic garbage, which "
                    "replace CPython's long automatic ones (docs/coordinator.md); 0: CPython's.")
+@click.option("--metrics-token-file", type=click.Path(dir_okay=False),
+              help="File holding a token /metrics then asks for (Authorization: Bearer); "
+                   "default: /metrics is open.")
 def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
           artifacts: str | None, insecure_http: bool, credential_ttl: str,
-          register_rate: float, gc_interval: float) -> None:
+          register_rate: float, gc_interval: float, metrics_token_file: str | None) -> None:
     """Run the coordinator: HTTPS API plus the reconcile loop, on the embedded SQLite store or
     on PostgreSQL (--store), where several replicas serve the API and one leads."""
     from coordinator.server.serve import ServeOptions, serve_forever
@@ -71,7 +74,8 @@ def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | No
         Path(data_dir), host, port, Path(artifacts) if artifacts else None,
         insecure_http=insecure_http, advertise_url=advertise_url,
         credential_ttl=parse_duration(credential_ttl, "--credential-ttl"),
-        register_rate=register_rate, store=parse_store(store), gc_interval=gc_interval))
+        register_rate=register_rate, store=parse_store(store), gc_interval=gc_interval,
+        metrics_token_file=Path(metrics_token_file) if metrics_token_file else None))
 
 
 @click.command()

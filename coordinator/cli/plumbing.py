@@ -64,7 +64,8 @@ def completer(path: str, key: str) -> Callable[[click.Context, click.Parameter, 
                                                list[CompletionItem]]:
     """Shell completion of names the coordinator knows (clusters, machines). The group's
     options (--url, --token, --token-file, --ca and their env vars) say which coordinator to
-    ask; anything going wrong completes nothing rather than printing into the shell."""
+    ask; anything going wrong completes nothing rather than printing into the shell, and a
+    name holding control characters (an old record's) is left out rather than shown."""
     def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
         params = ctx.find_root().params
         try:
@@ -73,8 +74,9 @@ def completer(path: str, key: str) -> Callable[[click.Context, click.Parameter, 
             found = client.get(path)
         except (ClientError, click.BadParameter):
             return []
-        return [CompletionItem(item[key]) for item in found
-                if str(item[key]).startswith(incomplete)]
+        names = [str(item[key]) for item in found]
+        return [CompletionItem(name) for name in names
+                if name.startswith(incomplete) and terminal_safe(name) == name]
     return complete
 
 

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import sqlite3
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -100,3 +101,14 @@ def test_the_live_status_view_escapes_names_in_a_terminal(
         watch.send_signal(signal.SIGINT)
         watch.wait(timeout=10)
         os.close(main)
+
+
+def test_shell_completion_leaves_a_hostile_name_out(hostile: tuple[ServedCoordinator, str]) -> None:
+    served, _ = hostile
+    env = {**os.environ, "_COORDINATOR_COMPLETE": "bash_complete",
+           "COMP_WORDS": "coordinator machines logs ", "COMP_CWORD": "3",
+           "COORDINATOR_URL": served.url, "COORDINATOR_TOKEN_FILE": str(served.token_file),
+           "COORDINATOR_CA": str(served.ca_file)}
+    result = subprocess.run([served.cli_argv()[0]], env=env, capture_output=True, text=True,
+                            timeout=30, check=True)
+    assert result.stdout == "plain,w1\n"

@@ -121,7 +121,7 @@ def main() -> None:
         def all_ready() -> bool:
             """Print the machines table whenever it changed; True once every machine is Ready."""
             status = admin.get(f"/v1/clusters/{applied['name']}/status")
-            table = machines_table(status["machines"])
+            table = "\n".join(machines_table(status["machines"]))
             if table != shown[0]:
                 counts = ", ".join(f"{n} {s}" for s, n in sorted(status["counts"].items()))
                 print(f"\n-- {time.strftime('%H:%M:%S')}  {counts}\n{table}", flush=True)

@@ -16,6 +16,7 @@ from coordinator.api.context import (
     SERVICE,
     Presentation,
 )
+from coordinator.api.headers import security_headers
 from coordinator.api.middleware import ROUTE_INDEX, middleware
 from coordinator.api.routes import ROUTES
 from coordinator.api.routing import ROUTE_TABLE
@@ -35,6 +36,7 @@ def create_app(coordinator: Coordinator, artifacts: Path, presentation: Presenta
         app[REGISTER_LIMIT] = RateLimiter(presentation.register_rate, presentation.register_burst)
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
+    app.on_response_prepare.append(security_headers)
     app.on_shutdown.append(_close_streams)
     return app
 

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from coordinator.domain.errors import Unauthorized
+from coordinator.domain.errors import Forbidden, Unauthorized
 from coordinator.domain.ratelimit import RateLimiter
 from coordinator.service.coordinator import Coordinator
 from nodeagent.validation import InvalidDocument, Problem, problems_from
@@ -24,12 +24,14 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 @dataclass(frozen=True)
 class Presentation:
     """How this coordinator presents itself: the URL agents use (it goes into join strings),
-    its CA certificate (None when serving plain HTTP), and the registration rate limit."""
+    its CA certificate (None when serving plain HTTP), the registration rate limit, and the
+    token /metrics asks for (None: metrics are open)."""
 
     advertise_url: str
     ca_pem: str | None = None
     register_rate: float = 5.0  # per second and client address; 0 turns the limit off
     register_burst: int = 50
+    metrics_token: str | None = None
 
 
 SERVICE = web.AppKey("coordinator", Coordinator)
@@ -50,6 +52,13 @@ def error(status: int, message: str, problems: list[Problem] | None = None) -> w
         body["problems"] = [{"path": p.path, "line": p.line, "message": p.message}
                             for p in problems]
     return web.json_response(body, status=status)
+
+
+def refused(request: web.Request, exc: Unauthorized | Forbidden) -> None:
+    """Count a refused admin (or metrics) request for the audit trail."""
+    service(request).refusals.refused(request.remote or "unknown",
+                                      401 if isinstance(exc, Unauthorized) else 403, str(exc),
+                                      request.method, request.path)
 
 
 def bearer(request: web.Request) -> str:

@@ -9,7 +9,7 @@ import time
 
 from aiohttp import web
 
-from coordinator.api.context import MAX_BODY_BYTES, bearer, error, service
+from coordinator.api.context import MAX_BODY_BYTES, bearer, error, refused, service
 from coordinator.api.routing import Handler, Route
 from coordinator.domain.errors import (
     Conflict,
@@ -79,9 +79,13 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
 
 async def _admin(request: web.Request, handler: Handler, route: Route) -> web.StreamResponse:
     """An admin token is needed (a read-only one may only read, or send a dry run), and every
-    change is audited."""
+    change is audited, as is every refusal (counted, then written once a minute)."""
     c = service(request)
-    token = await c.access.authorize_admin(bearer(request), route.changes)
+    try:
+        token = await c.access.authorize_admin(bearer(request), route.changes)
+    except (Unauthorized, Forbidden) as exc:
+        refused(request, exc)
+        raise
     response = await handler(request)
     if route.changes and response.status < 400:
         await c.admin.audit(f"{token.name} ({token.id})", request.method, request.path,

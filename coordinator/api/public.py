@@ -3,14 +3,15 @@ certificate, metrics, and the dashboard's files (the page itself asks for a toke
 
 from __future__ import annotations
 
+import hmac
 from pathlib import Path
 
 from aiohttp import web
 
-from coordinator.api.context import PRESENTATION, service
+from coordinator.api.context import PRESENTATION, bearer, refused, service
 from coordinator.api.openapi import openapi_document
 from coordinator.api.routing import ROUTE_TABLE
-from coordinator.domain.errors import NotFound
+from coordinator.domain.errors import NotFound, Unauthorized
 from coordinator.metrics import CONTENT_TYPE, METRICS
 
 DASHBOARD = Path(__file__).with_name("dashboard")
@@ -41,6 +42,15 @@ async def ca_certificate(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
+    """Open, unless serve was given a metrics token: then only its bearer may scrape."""
+    expected = request.app[PRESENTATION].metrics_token
+    if expected is not None:
+        try:
+            if not hmac.compare_digest(bearer(request).encode(), expected.encode()):
+                raise Unauthorized("wrong metrics token")
+        except Unauthorized as exc:
+            refused(request, exc)
+            raise
     counts = await service(request).queries.count_machines()
     return web.Response(body=METRICS.exposition(counts), headers={"Content-Type": CONTENT_TYPE})
 

@@ -110,7 +110,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/events/stream", streams.event_stream,
           "Server-sent events: new events as they are recorded (the filters of /v1/events; "
           "resumes after Last-Event-ID)", "admin"),
-    Route("GET", "/metrics", public.metrics, "Prometheus metrics (text format)", "open"),
+    Route("GET", "/metrics", public.metrics,
+          "Prometheus metrics (text format; with serve --metrics-token-file, its token)", "open"),
     Route("GET", "/", public.dashboard_root, "Redirects to the dashboard", "open", 302),
     Route("GET", "/ui/", public.dashboard_root, "Redirects to the dashboard", "open", 302),
     Route("GET", "/ui/{name}", public.dashboard,

@@ -13,7 +13,7 @@ from coordinator.cli.clusters import cluster
 from coordinator.cli.completion import completion
 from coordinator.cli.events import events
 from coordinator.cli.machines import approve, delete, machines, revoke, role
-from coordinator.cli.plumbing import DEFAULT_URL, make_client
+from coordinator.cli.plumbing import DEFAULT_URL, make_client, say
 from coordinator.cli.process import init, serve
 from coordinator.cli.status import status
 from coordinator.cli.tokens import admin_token, join_token
@@ -43,7 +43,7 @@ def main(ctx: click.Context, url: str, token: str | None, token_file: str | None
 @main.command()
 def version() -> None:
     """Print the coordinator version."""
-    click.echo(__version__)
+    say(__version__)
 
 
 machines.add_command(machines_add)

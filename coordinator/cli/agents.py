@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 import click
 
 from coordinator.cli.client import AdminClient, ClientError
-from coordinator.cli.plumbing import EXIT_ERROR, call
+from coordinator.cli.plumbing import EXIT_ERROR, call, say
 
 if TYPE_CHECKING:
     from nodeagent.contract import Role
@@ -56,10 +56,10 @@ def _run_ssh(targets: tuple[str, ...], key: str, known_hosts: str | None,
         try:
             asyncio.run(one(target))
         except SshError as exc:
-            click.echo(f"error: {exc}", err=True)
+            say(f"error: {exc}", err=True)
             failed.append(str(target))
     if failed:
-        click.echo(f"failed on {len(failed)} of {len(parsed)}: {', '.join(failed)}", err=True)
+        say(f"failed on {len(failed)} of {len(parsed)}: {', '.join(failed)}", err=True)
         sys.exit(EXIT_ERROR)
 
 
@@ -97,7 +97,7 @@ def machines_add(ctx: click.Context, target: str, key: str, known_hosts: str | N
         join_string = call(ctx, "POST", f"/v1/clusters/{cluster_name}/join-tokens",
                             body={"ttl": "1h", "maxUses": 1})["join"]
     _run_ssh((target,), key, known_hosts, host_key, lambda ssh: install_agent(
-        ssh, Path(packages_dir), join_string, cast("Role | None", role), click.echo))
+        ssh, Path(packages_dir), join_string, cast("Role | None", role), say))
 
 
 @click.group()
@@ -129,8 +129,8 @@ def agents_retarget(ctx: click.Context, new_url: str, targets: tuple[str, ...], 
         AdminClient(new_url, None, timeout=10, ca_file=ctx.find_root().params["ca_file"]
                     ).get("/healthz")
     except ClientError as exc:
-        click.echo(f"error: the new coordinator does not answer, no agent moved: {exc}",
+        say(f"error: the new coordinator does not answer, no agent moved: {exc}",
                    err=True)
         sys.exit(EXIT_ERROR)
     _run_ssh(targets, key, known_hosts, host_key,
-             lambda ssh: retarget_agent(ssh, new_url, click.echo))
+             lambda ssh: retarget_agent(ssh, new_url, say))

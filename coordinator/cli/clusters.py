@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 
 import click
 
-from coordinator.cli.plumbing import call, complete_clusters, echo_lines, emit, output_option
+from coordinator.cli.plumbing import call, complete_clusters, echo_lines, emit, output_option, say
 from coordinator.cli.render import clusters_lines, rendering_lines
 from nodeagent.contract import PHASES
 
@@ -27,7 +27,7 @@ def cluster_apply(ctx: click.Context, path: Any) -> None:
     text = path.read()
     result = call(ctx, "PUT", "/v1/clusters", text=text, content_type="application/yaml")
     verb = "changed" if result["changed"] else "unchanged"
-    click.echo(f"cluster {result['name']} {verb}: release {result['release']}, "
+    say(f"cluster {result['name']} {verb}: release {result['release']}, "
                f"generation {result['generation']}")
 
 
@@ -48,7 +48,7 @@ def cluster_get(ctx: click.Context, name: str | None, output: str) -> None:
 def cluster_delete(ctx: click.Context, name: str) -> None:
     """Reset every machine of the cluster, then remove it."""
     call(ctx, "DELETE", f"/v1/clusters/{name}")
-    click.echo(f"cluster {name}: machines are resetting; it goes when they are done")
+    say(f"cluster {name}: machines are resetting; it goes when they are done")
 
 
 def _fleet(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -1,28 +1,46 @@
 """Cluster status for a terminal, drawn with rich: stages, the rollout's bar and ETA, and a
 progress bar per machine. Input is the JSON the status endpoint serves, so the CLI shows
 exactly what the API and the dashboard show. Apart from render.py so that only `status`
-pays for importing rich (about as long as the rest of the CLI's start-up)."""
+pays for importing rich (about as long as the rest of the CLI's start-up).
+
+Data never reaches rich as a str: every cell is a Text of its escaped value (`cell`), so
+neither markup (`[link=...]`), emoji codes nor control characters in a name take effect, and
+the console itself interprets none of them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from coordinator.cli.render import clock, duration, machine_note
+from coordinator.cli.render import clock, duration, machine_note, terminal_safe
 
 STAGE_STYLE = {"done": ("✓", "green"), "in-progress": ("…", "cyan"),
                "failing": ("✗", "bold red"), "waiting": ("·", "dim")}
 STATE_STYLE = {"Ready": "green", "Pending": "yellow", "Deleting": "magenta"}
 
 
+def status_console() -> Console:
+    """A console that takes no text for markup, emoji codes or highlighting."""
+    console = Console(markup=False, emoji=False, highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 160)  # a pipe or file gets whole lines
+    return console
+
+
+def cell(text: str, style: str = "") -> Text:
+    """A table cell or line showing text as it is: escaped, never read as markup."""
+    return Text(terminal_safe(text), style=style)
+
+
 def status_renderable(data: dict[str, Any]) -> RenderableType:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(data["counts"].items())) or "no machines"
-    header = Text.assemble((f"cluster {data['cluster']}", "bold"),
-                           f"  release {data['release']}  generation {data['generation']}  {counts}")
+    header = Text.assemble(cell(f"cluster {data['cluster']}", "bold"),
+                           cell(f"  release {data['release']}  generation {data['generation']}  "
+                                f"{counts}"))
 
     stages = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     for column in ("STAGE", "STATE", "SINCE", "MESSAGE"):
@@ -30,8 +48,8 @@ def status_renderable(data: dict[str, Any]) -> RenderableType:
                           no_wrap=column != "MESSAGE")
     for stage in data["stages"]:
         mark, style = STAGE_STYLE[stage["state"]]
-        stages.add_row(Text(f"{mark} {stage['title']}", style=style), Text(stage["state"], style),
-                       clock(stage["since"]), stage["message"])
+        stages.add_row(cell(f"{mark} {stage['title']}", style), cell(stage["state"], style),
+                       cell(clock(stage["since"])), cell(stage["message"]))
 
     rollout = data["rollout"]
     total = rollout["total"]
@@ -40,8 +58,8 @@ def status_renderable(data: dict[str, Any]) -> RenderableType:
     eta_text = "done" if eta == 0 else ("estimating" if eta is None else duration(eta))
     bar.add_row(Text("rollout", style="bold"),
                 ProgressBar(total=max(total, 1), completed=rollout["done"], width=40),
-                f"{rollout['done']}/{total} items on {rollout['machines']} "
-                f"machine{'' if rollout['machines'] == 1 else 's'}",
+                cell(f"{rollout['done']}/{total} items on {rollout['machines']} "
+                     f"machine{'' if rollout['machines'] == 1 else 's'}"),
                 Text(f"ETA {eta_text}", style="bold"))
 
     machines = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
@@ -56,16 +74,16 @@ def status_renderable(data: dict[str, Any]) -> RenderableType:
         item = (f"{step['index']}/{total_items} {step['item']}" if step.get("item") else "-")
         elapsed = step.get("item_elapsed") if step.get("status") == "running" else None
         machines.add_row(
-            m["hostname"], m["ip"] or "-", m["role"] or "-",
-            Text(m["state"], style=STATE_STYLE.get(m["state"], "cyan")),
-            f"{step.get('done', 0)}/{total_items}" if step.get("phase") else "-",
-            progress, item, str(step["attempt"]) if step.get("attempt") else "-",
-            f"{duration(elapsed if elapsed is not None else step.get('state_elapsed'))}",
-            Text(machine_note(m), style="red" if step.get("status") == "failed" else ""))
+            cell(m["hostname"]), cell(m["ip"] or "-"), cell(m["role"] or "-"),
+            cell(m["state"], STATE_STYLE.get(m["state"], "cyan")),
+            cell(f"{step.get('done', 0)}/{total_items}" if step.get("phase") else "-"),
+            progress, cell(item), cell(str(step["attempt"]) if step.get("attempt") else "-"),
+            cell(duration(elapsed if elapsed is not None else step.get("state_elapsed"))),
+            cell(machine_note(m), "red" if step.get("status") == "failed" else ""))
     parts: list[RenderableType] = [header, Text(""), stages, Text(""), bar, Text(""), machines]
     post = data["post_deploy"]
     if post["failing"]:
-        parts.append(Text(f"\npost-deploy step: {post['failing']}", style="bold red"))
+        parts += [Text(""), cell(f"post-deploy step: {post['failing']}", "bold red")]
     elif post["running_on"]:
-        parts.append(Text(f"\npost-deploy step: running on {post['running_on']}"))
+        parts += [Text(""), cell(f"post-deploy step: running on {post['running_on']}")]
     return Group(*parts)

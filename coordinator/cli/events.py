@@ -17,6 +17,7 @@ from coordinator.cli.plumbing import (
     follow_events,
     interrupt_quietly,
     output_option,
+    say,
 )
 from coordinator.cli.render import event_line
 
@@ -66,7 +67,7 @@ def events(ctx: click.Context, cluster_name: str | None, machine: str | None,
         if output != "table":
             emit_record(event, output)
         else:
-            click.echo(event_line(event))
+            say(event_line(event))
 
     after = 0
     for event in event_history(ctx, query, None):

@@ -13,12 +13,15 @@ from coordinator.cli.plumbing import (
     call,
     complete_clusters,
     complete_machines,
+    echo_lines,
     emit,
     emit_record,
     event_history,
     follow_events,
     interrupt_quietly,
     output_option,
+    say,
+    say_block,
 )
 from coordinator.cli.render import (
     clock,
@@ -44,7 +47,7 @@ def machines(ctx: click.Context, cluster_name: str | None, show_labels: bool,
     path = "/v1/machines" + (f"?{urlencode({'cluster': cluster_name})}" if cluster_name else "")
     data = call(ctx, "GET", path)
     if not emit(data, output):
-        click.echo(machines_table(data, show_labels))
+        echo_lines(machines_table(data, show_labels))
 
 
 @machines.command("get")
@@ -56,10 +59,11 @@ def machines_get(ctx: click.Context, machine: str, output: str) -> None:
     data = call(ctx, "GET", f"/v1/machines/{machine}")
     if emit(data, output):
         return
-    click.echo(machines_table([data]))
-    click.echo(f"\nid {data['id']}  cluster {data['cluster']}  in {data['state']} for "
+    echo_lines(machines_table([data]))
+    say("")
+    say(f"id {data['id']}  cluster {data['cluster']}  in {data['state']} for "
                f"{duration(data['step']['state_elapsed'])}  last seen {clock(data['last_seen'])}")
-    click.echo("\n".join(machine_details(data)))
+    echo_lines(machine_details(data))
 
 
 def print_item(event: dict[str, Any], output: str) -> None:
@@ -67,10 +71,10 @@ def print_item(event: dict[str, Any], output: str) -> None:
     if output != "table":
         emit_record(event, output)
         return
-    click.echo(item_header(event))
+    say(item_header(event))
     text = event["data"].get("output")
     if text:
-        click.echo(text, nl=not text.endswith("\n"))
+        say_block(text)
 
 
 @machines.command("logs")
@@ -131,7 +135,7 @@ def approve(ctx: click.Context, machine: str, role: str | None, labels: tuple[st
     body = {"role": role, "labels": changes["set"], "interface": interface, "ip": ip}
     data = call(ctx, "POST", f"/v1/machines/{machine}/approve",
                 body={key: value for key, value in body.items() if value})
-    click.echo(f"{data['hostname']} approved" + (f" as {data['role']}" if data["role"] else "")
+    say(f"{data['hostname']} approved" + (f" as {data['role']}" if data["role"] else "")
                + f" at {data['ip'] or data['hostname']}"
                + (f" with labels {labels_text(data['labels'])}" if data["labels"] else ""))
 
@@ -144,7 +148,7 @@ def machines_label(ctx: click.Context, machine: str, changes: tuple[str, ...]) -
     """Set (KEY=VALUE) and remove (KEY-) a machine's labels, as kubectl label does; items
     that use them see the new ones in its next assignment."""
     data = call(ctx, "PATCH", f"/v1/machines/{machine}/labels", body=label_changes(changes))
-    click.echo(f"{data['hostname']} labels: {labels_text(data['labels']) or 'none'}")
+    say(f"{data['hostname']} labels: {labels_text(data['labels']) or 'none'}")
 
 
 @click.command()
@@ -154,7 +158,7 @@ def machines_label(ctx: click.Context, machine: str, changes: tuple[str, ...]) -
 def role(ctx: click.Context, machine: str, role: str) -> None:
     """Set the role of a Pending machine."""
     data = call(ctx, "PUT", f"/v1/machines/{machine}/role", body={"role": role})
-    click.echo(f"{data['hostname']} is a {data['role']}")
+    say(f"{data['hostname']} is a {data['role']}")
 
 
 @click.command()
@@ -169,7 +173,7 @@ def delete(ctx: click.Context, machine: str, force: bool, skip_reset: bool) -> N
     Node is deleted, then its record goes. Managers leave one at a time, a majority left."""
     asked = {key: "true" for key, on in (("force", force), ("skipReset", skip_reset)) if on}
     data = call(ctx, "DELETE", f"/v1/machines/{machine}" + (f"?{urlencode(asked)}" if asked else ""))
-    click.echo(f"{machine}: {data['status']}")
+    say(f"{machine}: {data['status']}")
 
 
 @click.command()
@@ -178,4 +182,4 @@ def delete(ctx: click.Context, machine: str, force: bool, skip_reset: bool) -> N
 def revoke(ctx: click.Context, machine: str) -> None:
     """Revoke a machine's credential: its agent is refused until the machine joins anew."""
     data = call(ctx, "POST", f"/v1/machines/{machine}/revoke")
-    click.echo(f"{data['hostname']}: credential revoked")
+    say(f"{data['hostname']}: credential revoked")

@@ -1,6 +1,8 @@
 """What the commands of the `coordinator` CLI share: the client the root group builds, calling
-the API with it (errors become messages and exit codes), json/yaml output, shell completion of
-names, durations, and reading the event history. Commands import this, never each other."""
+the API with it (errors become messages and exit codes), the one way to print (`say`,
+`echo_lines`, `say_block`: every line escaped, so that no command can print a node's escape
+sequences; ruff bans click.echo elsewhere), json/yaml output, shell completion of names,
+durations, and reading the event history. Commands import this, never each other."""
 
 from __future__ import annotations
 
@@ -17,10 +19,27 @@ import click
 from click.shell_completion import CompletionItem
 
 from coordinator.cli.client import AdminClient, ClientError
+from coordinator.cli.render import block_lines, terminal_safe
 
 EXIT_ERROR, EXIT_USAGE = 1, 2
 DEFAULT_URL = "https://127.0.0.1:8080"
 RECONNECT_SECONDS = 1.0
+
+
+def say(line: str, err: bool = False) -> None:
+    """Print one line for people: its control characters (newlines too) shown escaped."""
+    click.echo(terminal_safe(line), err=err)
+
+
+def echo_lines(lines: list[str]) -> None:
+    for line in lines:
+        say(line)
+
+
+def say_block(text: str, err: bool = False) -> None:
+    """Print a multi-line text (an item's output) line by line, each escaped, tabs expanded."""
+    for line in block_lines(text):
+        say(line.expandtabs(), err=err)
 
 
 def read_token(token: str | None, token_file: str | None) -> str | None:
@@ -45,7 +64,8 @@ def completer(path: str, key: str) -> Callable[[click.Context, click.Parameter, 
                                                list[CompletionItem]]:
     """Shell completion of names the coordinator knows (clusters, machines). The group's
     options (--url, --token, --token-file, --ca and their env vars) say which coordinator to
-    ask; anything going wrong completes nothing rather than printing into the shell."""
+    ask; anything going wrong completes nothing rather than printing into the shell, and a
+    name holding control characters (an old record's) is left out rather than shown."""
     def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
         params = ctx.find_root().params
         try:
@@ -54,8 +74,9 @@ def completer(path: str, key: str) -> Callable[[click.Context, click.Parameter, 
             found = client.get(path)
         except (ClientError, click.BadParameter):
             return []
-        return [CompletionItem(item[key]) for item in found
-                if str(item[key]).startswith(incomplete)]
+        names = [str(item[key]) for item in found]
+        return [CompletionItem(name) for name in names
+                if name.startswith(incomplete) and terminal_safe(name) == name]
     return complete
 
 
@@ -70,11 +91,11 @@ def call(ctx: click.Context, method: str, path: str, **kwargs: Any) -> Any:
     try:
         return client.request(method, path, **kwargs)
     except ClientError as exc:
-        click.echo(f"error: {exc}", err=True)
+        say(f"error: {exc}", err=True)
         for problem in exc.problems:
             line = f"line {problem['line']}: " if problem.get("line") else ""
             path_text = f"{problem['path']}: " if problem.get("path") else ""
-            click.echo(f"  {line}{path_text}{problem['message']}", err=True)
+            say(f"  {line}{path_text}{problem['message']}", err=True)
         sys.exit(EXIT_USAGE if exc.status in (400, 422) else EXIT_ERROR)
 
 
@@ -100,11 +121,6 @@ def emit_record(data: Any, output: str) -> None:
         emit(data, "yaml")
 
 
-def echo_lines(lines: list[str]) -> None:
-    for line in lines:
-        click.echo(line)
-
-
 output_option = click.option("--output", "-o", type=click.Choice(["table", "json", "yaml"]),
                              default="table", show_default=True,
                              help="table for people; json or yaml for scripts.")
@@ -126,7 +142,7 @@ def interrupt_quietly() -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt:
-        click.echo("", err=True)
+        say("", err=True)
 
 
 def event_history(ctx: click.Context, query: dict[str, Any], tail: int | None) -> Iterator[dict[str, Any]]:
@@ -157,9 +173,9 @@ def follow_events(ctx: click.Context, query: dict[str, Any], after: int,
                 warned = False
         except ClientError as exc:
             if exc.status not in (0, 502, 503, 504):
-                click.echo(f"error: {exc}", err=True)
+                say(f"error: {exc}", err=True)
                 sys.exit(EXIT_USAGE if exc.status in (400, 422) else EXIT_ERROR)
             if not warned:
-                click.echo(f"warning: {exc}; reconnecting", err=True)
+                say(f"warning: {exc}; reconnecting", err=True)
                 warned = True
         time.sleep(RECONNECT_SECONDS)

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from coordinator.cli.plumbing import EXIT_ERROR, EXIT_USAGE, parse_duration
+from coordinator.cli.plumbing import EXIT_ERROR, EXIT_USAGE, parse_duration, say, say_block
 
 data_dir_option = click.option(
     "--data-dir", default="coordinator-data", show_default=True, type=click.Path(file_okay=False),
@@ -59,9 +59,12 @@ def parse_store(location: str | None) -> str | None:
 @click.option("--gc-interval", default=0.25, show_default=True, type=click.FloatRange(min=0),
               help="Seconds between the coordinator's own collections of cyclic garbage, which "
                    "replace CPython's long automatic ones (docs/coordinator.md); 0: CPython's.")
+@click.option("--metrics-token-file", type=click.Path(dir_okay=False),
+              help="File holding a token /metrics then asks for (Authorization: Bearer); "
+                   "default: /metrics is open.")
 def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
           artifacts: str | None, insecure_http: bool, credential_ttl: str,
-          register_rate: float, gc_interval: float) -> None:
+          register_rate: float, gc_interval: float, metrics_token_file: str | None) -> None:
     """Run the coordinator: HTTPS API plus the reconcile loop, on the embedded SQLite store or
     on PostgreSQL (--store), where several replicas serve the API and one leads."""
     from coordinator.server.serve import ServeOptions, serve_forever
@@ -71,7 +74,8 @@ def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | No
         Path(data_dir), host, port, Path(artifacts) if artifacts else None,
         insecure_http=insecure_http, advertise_url=advertise_url,
         credential_ttl=parse_duration(credential_ttl, "--credential-ttl"),
-        register_rate=register_rate, store=parse_store(store), gc_interval=gc_interval))
+        register_rate=register_rate, store=parse_store(store), gc_interval=gc_interval,
+        metrics_token_file=Path(metrics_token_file) if metrics_token_file else None))
 
 
 @click.command()
@@ -105,7 +109,7 @@ def init(data_dir: str, listen: str, advertise_url: str | None, store: str | Non
         try:
             spec = load_spec(cluster_file.read(), cluster_file.name)
         except InvalidDocument as exc:
-            click.echo(f"error: bad cluster spec\n{exc}", err=True)
+            say_block(f"error: bad cluster spec\n{exc}", err=True)
             sys.exit(EXIT_USAGE)
     host, port = parse_listen(listen)
     options = ServeOptions(Path(data_dir), host, port,
@@ -115,14 +119,14 @@ def init(data_dir: str, listen: str, advertise_url: str | None, store: str | Non
         done = asyncio.run(initialize(options, list(names), spec,
                                       parse_duration(join_ttl, "--join-ttl"), join_max_uses))
     except (PkiError, SetupError) as exc:
-        click.echo(f"error: {exc}", err=True)
+        say(f"error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
-    click.echo(f"CA certificate:  {options.pki().ca_cert}  ({done.ca_hash})")
-    click.echo(f"admin token:     {options.data_dir / 'admin.token'}")
-    click.echo(f"secrets key:     {options.key_file()}  (back it up with the database: without "
+    say(f"CA certificate:  {options.pki().ca_cert}  ({done.ca_hash})")
+    say(f"admin token:     {options.data_dir / 'admin.token'}")
+    say(f"secrets key:     {options.key_file()}  (back it up with the database: without "
                "it the machines' secrets cannot be read)")
-    click.echo(f"start it with:   coordinator serve --data-dir {data_dir} --listen {listen} "
+    say(f"start it with:   coordinator serve --data-dir {data_dir} --listen {listen} "
                f"--advertise-url {options.url()}" + (" --store DSN" if store else ""))
     if done.join:
-        click.echo(f"join string for cluster {spec.name if spec else ''} (put it in each "
+        say(f"join string for cluster {spec.name if spec else ''} (put it in each "
                    f"node's /etc/nodeagent/config.yaml as `join:`):\n{done.join}")

@@ -1,12 +1,37 @@
 """The CLI's plain texts: short durations and times, why a machine is where it is, and the
 tables commands print. Pure functions of the API's JSON, shared by the plain output, the rich
-status view (console.py) and the demo script."""
+status view (console.py) and the demo script. Also the one escaping of what reaches a terminal
+(`terminal_safe`): names, errors and logs come from nodes, and nodes may be hostile."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from typing import Any
+
+# C0, DEL and C1 controls; the Unicode line and paragraph separators; the bidirectional
+# embeddings, overrides and isolates, which make a text display as another.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def terminal_safe(text: str) -> str:
+    """text with every control character written out (\\n, \\t, \\x1b, \\u202e...), so that
+    data can neither drive the terminal (clear the screen, set the window title) nor start a
+    line of its own in a table."""
+    return CONTROL.sub(_written_out, text)
+
+
+def _written_out(match: re.Match[str]) -> str:
+    code = ord(match[0])
+    return NAMED.get(match[0]) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def block_lines(text: str) -> list[str]:
+    """A multi-line text (an item's output, a file's content) as its lines, split on newlines
+    only: each line is then shown escaped like any other."""
+    return text.removesuffix("\n").split("\n")
 
 
 def duration(seconds: float | None) -> str:
@@ -80,7 +105,7 @@ def labels_text(labels: dict[str, str]) -> str:
     return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
 
 
-def machines_table(machines: list[dict[str, Any]], show_labels: bool = False) -> str:
+def machines_table(machines: list[dict[str, Any]], show_labels: bool = False) -> list[str]:
     """One line per machine; with show_labels, a LABELS column before PROGRESS."""
     labels = [labels_text(m.get("labels") or {}) or "-" for m in machines]
     width = max([len("LABELS"), *map(len, labels)])
@@ -93,7 +118,7 @@ def machines_table(machines: list[dict[str, Any]], show_labels: bool = False) ->
         column = f"{text:<{width}} " if show_labels else ""
         lines.append(f"{m['hostname']:<20} {m['ip'] or '-':<16} {m['role'] or '-':<8} "
                      f"{m['state']:<12} {items:<7} {column}{machine_progress(m)}".rstrip())
-    return "\n".join(lines)
+    return lines
 
 
 def machine_details(machine: dict[str, Any]) -> list[str]:
@@ -276,7 +301,7 @@ def _rendered_item(item: dict[str, Any]) -> list[str]:
 
 def _field(label: str, text: str) -> list[str]:
     """label: text on one line, or text as a block under label when it has several."""
-    lines = text.splitlines() or [""]
+    lines = block_lines(text)
     if len(lines) == 1:
         return [f"      {label}: {lines[0]}"]
     return [f"      {label}:", *(f"        | {line}" for line in lines)]

@@ -39,15 +39,12 @@ def status(ctx: click.Context, cluster_name: str, watch: bool, interval: float,
                 emit_record(data, output)
                 time.sleep(interval)
                 data = call(ctx, "GET", path)
-    from rich.console import Console, Group
+    from rich.console import Group
     from rich.live import Live
-    from rich.text import Text
 
-    from coordinator.cli.console import status_renderable
+    from coordinator.cli.console import cell, status_console, status_renderable
 
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, 160)  # a pipe or file gets whole lines
+    console = status_console()
     if not watch:
         console.print(status_renderable(data))
         return
@@ -60,5 +57,5 @@ def status(ctx: click.Context, cluster_name: str, watch: bool, interval: float,
                 data = client.get(path)
                 live.update(status_renderable(data), refresh=True)
             except ClientError as exc:  # keep the last picture; say why it is stale
-                live.update(Group(status_renderable(data), Text(f"\n{exc}: retrying", "bold red")),
-                            refresh=True)
+                live.update(Group(status_renderable(data), cell(""),
+                                  cell(f"{exc}: retrying", "bold red")), refresh=True)

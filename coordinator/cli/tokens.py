@@ -14,6 +14,7 @@ from coordinator.cli.plumbing import (
     emit,
     output_option,
     parse_duration,
+    say,
 )
 from coordinator.cli.render import admin_tokens_lines, join_tokens_lines
 
@@ -35,7 +36,7 @@ def join_token_create(ctx: click.Context, cluster_name: str, ttl: str, max_uses:
     parse_duration(ttl, "--ttl")
     data = call(ctx, "POST", f"/v1/clusters/{cluster_name}/join-tokens",
                 body={"ttl": ttl, "maxUses": max_uses})
-    click.echo(data["token"] if token_only else data["join"])
+    say(data["token"] if token_only else data["join"])
 
 
 @join_token.command("list")
@@ -56,7 +57,7 @@ def join_token_list(ctx: click.Context, cluster_name: str | None, output: str) -
 def join_token_revoke(ctx: click.Context, token_id: str) -> None:
     """Revoke a join token: no machine can register with it any more."""
     call(ctx, "DELETE", f"/v1/join-tokens/{token_id}")
-    click.echo(f"join token {token_id} revoked")
+    say(f"join token {token_id} revoked")
 
 
 @click.group("admin-token")
@@ -71,7 +72,7 @@ def admin_token() -> None:
 @click.pass_context
 def admin_token_create(ctx: click.Context, name: str, role: str) -> None:
     """Create an admin API token and print it (shown once)."""
-    click.echo(call(ctx, "POST", "/v1/admin-tokens", body={"name": name, "role": role})["token"])
+    say(call(ctx, "POST", "/v1/admin-tokens", body={"name": name, "role": role})["token"])
 
 
 @admin_token.command("list")
@@ -88,4 +89,4 @@ def admin_token_list(ctx: click.Context, output: str) -> None:
 @click.pass_context
 def admin_token_revoke(ctx: click.Context, token_id: str) -> None:
     call(ctx, "DELETE", f"/v1/admin-tokens/{token_id}")
-    click.echo(f"admin token {token_id} revoked")
+    say(f"admin token {token_id} revoked")

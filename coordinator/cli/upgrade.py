@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from coordinator.cli.plumbing import call, echo_lines, emit, output_option
+from coordinator.cli.plumbing import call, echo_lines, emit, output_option, say
 from coordinator.cli.render import upgrade_plan_lines
 
 
@@ -38,7 +38,7 @@ def _pause_command(verb: str, help_text: str) -> None:
     @click.pass_context
     def command(ctx: click.Context, cluster_name: str) -> None:
         call(ctx, "POST", f"/v1/clusters/{cluster_name}/upgrade/{verb}")
-        click.echo(f"cluster {cluster_name}: upgrade {verb}d")
+        say(f"cluster {cluster_name}: upgrade {verb}d")
 
 
 _pause_command("pause", "No machine starts upgrading; those upgrading finish.")
@@ -51,7 +51,7 @@ def _drain_command(action: str, help_text: str) -> None:
     @click.pass_context
     def command(ctx: click.Context, machine: str) -> None:
         data = call(ctx, "POST", f"/v1/machines/{machine}/drain/{action}")
-        click.echo(f"{data['hostname']}: drain {data['drain']['stage']} "
+        say(f"{data['hostname']}: drain {data['drain']['stage']} "
                    f"(attempt {data['drain']['attempt']})")
 
 

@@ -47,6 +47,7 @@ class ServeOptions:
     register_rate: float = 5.0
     store: str | None = None  # a postgresql:// DSN; None: the SQLite file in data_dir
     gc_interval: float = DEFAULT_INTERVAL_SECONDS  # 0: CPython's own garbage collection
+    metrics_token_file: Path | None = None  # None: /metrics needs no token
 
     def pki(self) -> Pki:
         return Pki(self.data_dir / "pki")
@@ -109,6 +110,20 @@ async def open_coordinator(options: ServeOptions) -> Coordinator:
     return coordinator
 
 
+def metrics_token(path: Path | None) -> str | None:
+    """The token /metrics asks for, from its file (None: no file, metrics are open)."""
+    if path is None:
+        return None
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise SetupError(f"--metrics-token-file: cannot read {path}: {exc.strerror}") from None
+    if len(token) < 16:
+        raise SetupError(f"--metrics-token-file: {path} must hold a token of at least 16 "
+                         "characters")
+    return token
+
+
 async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> None:
     context = None if options.insecure_http else tls_context(options.pki())
     artifacts = options.artifacts or options.data_dir / "artifacts"
@@ -116,7 +131,8 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
     coordinator = await open_coordinator(options)
     ca_pem = None if options.insecure_http else options.pki().ca_cert.read_text()
     app = create_app(coordinator, artifacts, Presentation(
-        advertise_url=options.url(), ca_pem=ca_pem, register_rate=options.register_rate))
+        advertise_url=options.url(), ca_pem=ca_pem, register_rate=options.register_rate,
+        metrics_token=metrics_token(options.metrics_token_file)))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
@@ -127,7 +143,8 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
         print(f"coordinator listening on {scheme}://{options.host}:{options.port} "
               f"(data in {options.data_dir}; agents use {options.url()})", flush=True)
         background = [asyncio.create_task(coordinator.run()),
-                      asyncio.create_task(coordinator.write_heartbeats())]
+                      asyncio.create_task(coordinator.write_heartbeats()),
+                      asyncio.create_task(coordinator.audit_refusals())]
         policy = None
         METRICS.gc_pauses.install()  # at /metrics, whoever schedules the collections
         if options.gc_interval > 0:

@@ -25,6 +25,7 @@ from coordinator.service.notifier import Notifier
 from coordinator.service.postdeploy import PostDeployHosts
 from coordinator.service.queries import Queries
 from coordinator.service.reconciler import Reconciler
+from coordinator.service.refusalaudit import AUDIT_WINDOW_SECONDS, RefusalAudit
 from coordinator.service.systemcheck import SystemCheck
 from coordinator.service.writes import Writes
 from coordinator.store.base import Store
@@ -52,6 +53,7 @@ class Coordinator:
                              clock, credential_ttl, self.leadership.after_reports)
         self.admin = Admin(self.writes, self.queries, self.access, self.notifier, self.drainer,
                            clock)
+        self.refusals = RefusalAudit(self.writes, clock)
 
     async def run(self, tick: float = 1.0) -> None:
         """Relay wake-ups between replicas, and reconcile while this replica leads."""
@@ -60,9 +62,14 @@ class Coordinator:
     async def write_heartbeats(self, interval: float = HEARTBEAT_FLUSH_SECONDS) -> None:
         await self.heartbeats.run(interval)
 
+    async def audit_refusals(self, interval: float = AUDIT_WINDOW_SECONDS) -> None:
+        await self.refusals.run(interval)
+
     async def close(self) -> None:
-        """Every report answered, every drain and node task stopped, every heartbeat written."""
+        """Every report answered, every drain and node task stopped, every heartbeat and
+        counted refusal written."""
         await self.agents.close()
         await self.drainer.close()
         await self.nodes.close()
         await self.heartbeats.flush()
+        await self.refusals.flush()

@@ -168,12 +168,18 @@ def read_terminal(fd: int, until: str, timeout: float = 15) -> str:
     return seen[0]
 
 
-def test_status_watch_redraws_progress_bars_and_an_eta_in_a_terminal(coordinator: ServedCoordinator) -> None:
+def watch_status(served: ServedCoordinator, columns: int) -> tuple[subprocess.Popen[bytes], int]:
+    """`status lab --watch` in a terminal that wide: the process, and the terminal to read."""
     main, terminal = pty.openpty()
-    env = {**os.environ, "COLUMNS": "180", "LINES": "60", "TERM": "xterm-256color"}
-    watch = subprocess.Popen(coordinator.cli_argv("status", "lab", "--watch", "--interval", "0.3"),
+    env = {**os.environ, "COLUMNS": str(columns), "LINES": "60", "TERM": "xterm-256color"}
+    watch = subprocess.Popen(served.cli_argv("status", "lab", "--watch", "--interval", "0.3"),
                              stdin=terminal, stdout=terminal, stderr=terminal, env=env)
     os.close(terminal)
+    return watch, main
+
+
+def test_status_watch_redraws_progress_bars_and_an_eta_in_a_terminal(coordinator: ServedCoordinator) -> None:
+    watch, main = watch_status(coordinator, 180)
     try:
         screen = read_terminal(main, "ETA")
         assert "━" in screen  # rich's progress bars

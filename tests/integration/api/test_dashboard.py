@@ -45,13 +45,16 @@ def page(browser: Browser, coordinator: ServedCoordinator) -> Iterator[Page]:
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda error: errors.append(str(error)))
+    opened.on("console", lambda message: errors.append(message.text)  # what the CSP blocked
+              if "Content Security Policy" in message.text else None)
     yield opened
     context.close()
-    assert errors == [], f"JavaScript errors on the page: {errors}"
+    assert errors == [], f"JavaScript errors or blocked content on the page: {errors}"
 
 
 def sign_in(page: Page, c: ServedCoordinator) -> None:
-    page.goto(c.url + "/")
+    shown = page.goto(c.url + "/")
+    assert shown is not None and "script-src 'self'" in shown.headers["content-security-policy"]
     page.get_by_label("Token").fill(c.token_file.read_text().strip())
     page.get_by_role("button", name="Connect").click()
     expect(page.locator("#live")).to_have_text("live")

@@ -1,0 +1,41 @@
+"""The audit trail of refused admin attempts: refusals are counted in memory as they come
+(`domain/refusals.py`) and written every AUDIT_WINDOW_SECONDS, one event per source address
+and status, so a flood of bad tokens costs the store a few rows a minute."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from coordinator.domain.refusals import RefusalTally
+from coordinator.service.writes import Writes
+
+log = logging.getLogger("coordinator")
+AUDIT_WINDOW_SECONDS = 60.0
+
+
+class RefusalAudit:
+    def __init__(self, writes: Writes, clock: Callable[[], float]) -> None:
+        self.writes = writes
+        self.clock = clock
+        self.tally = RefusalTally()
+
+    def refused(self, source: str, status: int, reason: str, method: str, path: str) -> None:
+        """A 401 or 403 answered to an admin request (or to /metrics): counted, not written."""
+        self.tally.note(source, status, reason, method, path, self.clock())
+
+    async def flush(self) -> None:
+        """Write what was counted since the last flush."""
+        events = self.tally.drain(self.clock())
+        if events:
+            await self.writes.record(events)
+
+    async def run(self, interval: float = AUDIT_WINDOW_SECONDS) -> None:
+        """Flush every interval seconds, until cancelled (close() flushes the rest)."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.flush()
+            except Exception:  # the store is away for a while: these counts are lost, not the next
+                log.exception("writing the audit of refused requests failed")

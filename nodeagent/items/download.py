@@ -27,16 +27,20 @@ ArtifactSource = Callable[[str], AsyncIterator[bytes]]
 _CHUNK = 1 << 16
 
 
-def sha256_of(path: Path) -> str | None:
-    """Hex sha256 of a file's content, None when it can't be read (e.g. it does not exist)."""
+def _already_there(target: Path, sha256: str, mode: int) -> bool:
+    """Whether target already holds content of this sha256, then given mode; never through a
+    link in target's place (a link is replaced by the download instead)."""
     digest = hashlib.sha256()
     try:
-        with path.open("rb") as handle:
+        with open(os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as handle:
             while chunk := handle.read(1 << 20):
                 digest.update(chunk)
-    except OSError:
-        return None
-    return digest.hexdigest()
+            if digest.hexdigest() != sha256:
+                return False
+            os.fchmod(handle.fileno(), mode)
+    except OSError:  # missing, unreadable, a directory, or a link
+        return False
+    return True
 
 
 async def open_url(url: str, proxy: ProxySettings) -> AsyncIterator[bytes]:
@@ -82,8 +86,7 @@ async def apply_download(action: DownloadAction, root: Path, artifacts: Artifact
                          proxy: ProxySettings) -> ItemOutcome:
     target = machine_path(root, action.path)
     mode = int(action.mode, 8)
-    if await asyncio.to_thread(sha256_of, target) == action.sha256:
-        target.chmod(mode)
+    if await asyncio.to_thread(_already_there, target, action.sha256, mode):
         return ItemOutcome(True, output=f"{action.path} already has sha256 {action.sha256}")
     source = action.artifact or action.url or ""
     stream = artifacts(action.artifact) if action.artifact else open_url(source, proxy)

@@ -10,16 +10,20 @@ loosened by someone, and whether it leaked is for the operator to judge: it is r
 from __future__ import annotations
 
 import logging
-import os
 import stat
 from pathlib import Path
 
-from coordinator.server.secrets_key import FILE_NAME as KEY_FILE_NAME
+from coordinator.server.pki import Pki
 
 log = logging.getLogger(__name__)
 
 PRIVATE_UMASK = 0o077  # what `coordinator serve` and `init` run under: files 0600, dirs 0700
-PKI_DIR = "pki"
+DATABASE = "coordinator.db"
+ADMIN_TOKEN = "admin.token"
+# What the coordinator writes in DATA_DIR, besides the secrets key; nothing else there is
+# touched (a data dir given by mistake, a home say, keeps its other files' modes).
+_WRITTEN = (DATABASE, *(f"{DATABASE}-{suffix}" for suffix in ("wal", "shm", "journal")),
+            ADMIN_TOKEN)
 
 
 class DataDirError(Exception):
@@ -27,21 +31,14 @@ class DataDirError(Exception):
 
 
 def make_private(data_dir: Path) -> None:
-    """DATA_DIR created 0700 if missing; it, the pki directory and their files that others
-    may read or write tightened to their owner's bits, each logged. The artifacts directory
-    holds the operator's files: left as they are."""
+    """DATA_DIR created 0700 if missing; it and what the coordinator writes there (the PKI
+    included) tightened to their owner's bits where others could read or write them, each
+    logged. The artifacts directory holds the operator's files: left as they are."""
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    pki = data_dir / PKI_DIR
-    for path in (data_dir, pki, *_files(data_dir), *_files(pki)):
+    pki = Pki(data_dir / "pki")
+    for path in (data_dir, *(data_dir / name for name in _WRITTEN), pki.directory,
+                 pki.ca_key, pki.ca_cert, pki.server_key, pki.server_cert):
         _tighten(path)
-
-
-def _files(directory: Path) -> list[Path]:
-    """The regular files in directory (none when it is not one), the secrets key aside."""
-    if not directory.is_dir():
-        return []
-    return [Path(e.path) for e in os.scandir(directory)
-            if e.is_file(follow_symlinks=False) and e.name != KEY_FILE_NAME]
 
 
 def _tighten(path: Path) -> None:

@@ -83,7 +83,7 @@ def make_store(location: str | None, data_dir: Path, cipher: Cipher) -> Store:
     """The embedded SQLite file by default; PostgreSQL (which replicas may share) for a DSN.
     Either seals machines' secrets with cipher."""
     if location is None:
-        return SQLiteStore(data_dir / "coordinator.db", cipher)
+        return SQLiteStore(data_dir / datadir.DATABASE, cipher)
     if location.startswith(POSTGRES_SCHEMES):
         from coordinator.store.postgres import PostgresStore  # asyncpg only when used
 
@@ -106,7 +106,7 @@ async def open_coordinator(options: ServeOptions) -> Coordinator:
     except StoreError as exc:
         raise SetupError(f"cannot open the store: {exc}") from None
     coordinator = Coordinator(store, credential_ttl=options.credential_ttl)
-    await coordinator.access.ensure_admin_token(options.data_dir / "admin.token")
+    await coordinator.access.ensure_admin_token(options.data_dir / datadir.ADMIN_TOKEN)
     return coordinator
 
 

@@ -1,7 +1,8 @@
 """The data dir stays private whatever the umask it is made under (outside systemd, a shell's
 022): the directory and the pki 0700, every file the coordinator writes 0600 (the database
 and its -wal and -shm, the admin token, keys and certificates, the secrets key); a data dir an
-older coordinator left open to others is tightened at start, saying so."""
+older coordinator left open to others is tightened at start, saying so, and nothing else in it
+is touched."""
 
 from __future__ import annotations
 
@@ -72,10 +73,12 @@ async def test_a_data_dir_left_open_to_others_is_tightened_at_start_and_logged(
     loosened = ["", "pki", "coordinator.db", "admin.token", "pki/ca.crt", "pki/server.key"]
     for name in loosened:
         (data / name).chmod(0o755 if (data / name).is_dir() else 0o644)
+    (data / "notes.txt").write_text("not the coordinator's\n")  # left as it is
+    (data / "notes.txt").chmod(0o644)
     caplog.set_level(logging.WARNING, logger="coordinator.server.datadir")
     coordinator = await open_coordinator(options)
     await coordinator.store.close()
-    assert open_to_others(data) == {}
+    assert open_to_others(data) == {"notes.txt": "0644"}
     assert sorted(r.getMessage() for r in caplog.records) == sorted(
         f"{data / name if name else data} had mode "
         f"{'0755' if (data / name).is_dir() else '0644'}, open to others: tightened to "

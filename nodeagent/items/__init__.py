@@ -8,7 +8,11 @@ when it would leave it: a link never takes a write or a read out of the root.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from nodeagent.items.outcome import ItemFailed
@@ -40,12 +44,46 @@ def resolved_path(root: Path, path: str) -> Path:
                                                              path.lstrip("/"))))
 
 
+@contextlib.contextmanager
+def directory_of(root: Path, path: str, target: Path, create: bool = False) -> Iterator[int]:
+    """A descriptor of the directory of target (path as machine_path or resolved_path gave
+    it), reached from root one directory at a time without following a link, made on the way
+    with create: a link put in place of one of them since path was resolved ends the walk
+    instead of leading out of root."""
+    base = os.path.realpath(root)
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in target.parent.relative_to(base).parts:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, dir_fd=fd)
+                    os.fsync(fd)  # the new directory survives a crash
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                                | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR) and stat.S_ISLNK(
+                        os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode):
+                    raise ItemFailed(f"{path}: {part} became a symbolic link while it was "
+                                     "resolved: refused") from None
+                raise
+            os.close(fd)
+            fd = inner
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def read_left_file(root: Path, path: str, limit: int, what: str) -> str:
     """The text of a file an item left for its report (a kubeconfig, an output), at most limit
     bytes since a report carries no more; ItemFailed starting with `what` when it can't. The
-    file is opened without following a link put in its place since it was resolved."""
+    file and its directories are opened without following a link put in their place since
+    it was resolved."""
     try:
-        fd = os.open(resolved_path(root, path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        target = resolved_path(root, path)
+        with directory_of(root, path, target) as directory:
+            fd = os.open(target.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         dir_fd=directory)
         with os.fdopen(fd, "rb") as handle:
             data = handle.read(limit + 1)
     except ItemFailed as exc:

@@ -146,3 +146,49 @@ async def test_with_root_slash_every_path_is_inside(tmp_path: Path) -> None:
 
 def tmp_journal(tmp_path: Path) -> Journal:
     return Journal(tmp_path / "journal.json", "m-1")
+
+
+def swap_for_link(monkeypatch: pytest.MonkeyPatch, module: object, resolver: str,
+                  directory: Path, outside: Path) -> None:
+    """A hostile process's move: once the item's path is resolved, directory (under the
+    root) becomes a link out of it, before anything is written or read there."""
+    resolve = getattr(module, resolver)
+
+    def resolved_then_swapped(root: Path, path: str) -> Path:
+        found = resolve(root, path)
+        directory.rename(directory.with_name("moved-away"))
+        directory.symlink_to(outside)
+        return found
+
+    monkeypatch.setattr(module, resolver, resolved_then_swapped)
+
+
+async def test_a_directory_swapped_for_a_link_after_resolution_takes_no_write_out(
+        root: Path, outside: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import nodeagent.items.file
+
+    (root / "etc/edge").mkdir(parents=True)
+    swap_for_link(monkeypatch, nodeagent.items.file, "machine_path", root / "etc/edge", outside)
+    outcome = await apply(make_item("f", file_item("/etc/edge/app.conf")), root)
+    assert outcome.error == ("/etc/edge/app.conf: edge became a symbolic link while it was "
+                             "resolved: refused")
+    assert untouched(outside) == []
+
+
+async def test_a_directory_swapped_for_a_link_after_resolution_takes_no_read_out(
+        root: Path, outside: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import nodeagent.items
+
+    (root / "etc/kubernetes").mkdir(parents=True)
+    (root / "etc/kubernetes/shadow").write_text("apiVersion: v1\n")
+    swap_for_link(monkeypatch, nodeagent.items, "resolved_path", root / "etc/kubernetes",
+                  outside)
+    item = exec_item("init", ["true"], kubeconfigFrom="/etc/kubernetes/shadow", phase="deploy")
+    recorder = Recorder()
+    assert not await run([item], tmp_journal(tmp_path), recorder, root,
+                         RetryPolicy(max_attempts=1))
+    assert recorder.reports[-1].error == (
+        "kubeconfigFrom /etc/kubernetes/shadow: /etc/kubernetes/shadow: kubernetes became a "
+        "symbolic link while it was resolved: refused")
+    assert all("$6$" not in r.output + r.error and r.kubeconfig is None
+               for r in recorder.reports)

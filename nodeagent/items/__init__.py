@@ -81,6 +81,8 @@ def read_left_file(root: Path, path: str, limit: int, what: str) -> str:
     it was resolved."""
     try:
         target = resolved_path(root, path)
+        if str(target) == os.path.realpath(root):
+            raise ItemFailed(f"{path} is the agent's root, a directory")
         with directory_of(root, path, target) as directory:
             fd = os.open(target.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
                          dir_fd=directory)

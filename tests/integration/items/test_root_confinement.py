@@ -192,3 +192,12 @@ async def test_a_directory_swapped_for_a_link_after_resolution_takes_no_read_out
         "symbolic link while it was resolved: refused")
     assert all("$6$" not in r.output + r.error and r.kubeconfig is None
                for r in recorder.reports)
+
+
+async def test_an_output_naming_the_root_itself_fails_clearly(root: Path, tmp_path: Path) -> None:
+    item = exec_item("mint", ["true"], outputs=[{"name": "token", "file": "/etc/.."}])
+    recorder = Recorder()
+    assert not await run([item], tmp_journal(tmp_path), recorder, root,
+                         RetryPolicy(max_attempts=1))
+    assert recorder.reports[-1].error == (
+        "output token (/etc/..): /etc/.. is the agent's root, a directory")

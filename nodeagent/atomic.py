@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -39,12 +39,33 @@ def make_dirs(directory: Path) -> None:
         fsync_dir(new.parent)
 
 
-def _remove_stale_temps(path: Path) -> None:
-    prefix = f".{path.name}."
-    for entry in os.scandir(path.parent):
+def _remove_stale_temps(directory: int, name: str) -> None:
+    prefix = f".{name}."
+    for entry in os.scandir(directory):
         if entry.name.startswith(prefix) and entry.name.endswith(_TEMP_SUFFIX):
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
+                os.unlink(entry.name, dir_fd=directory)
+
+
+def _new_temp(directory: int, name: str) -> tuple[str, int]:
+    """A new temp file's name in directory and its descriptor, open for writing (0600)."""
+    while True:
+        temp = f".{name}.{secrets.token_hex(4)}{_TEMP_SUFFIX}"
+        try:
+            return temp, os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                                 | os.O_CLOEXEC, 0o600, dir_fd=directory)
+        except FileExistsError:
+            continue
+
+
+@contextlib.contextmanager
+def opened_dir(directory: Path) -> Iterator[int]:
+    """A descriptor of directory, closed on leaving."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -55,8 +76,19 @@ def atomic_file(
     path with mode and owner (uid, gid) already set, data and directory entry fsynced.
     On error (or cancellation) nothing at path changes and the temp file is removed."""
     make_dirs(path.parent)
-    _remove_stale_temps(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TEMP_SUFFIX)
+    with opened_dir(path.parent) as directory, \
+            atomic_file_in(directory, path.name, mode, owner) as handle:
+        yield handle
+
+
+@contextlib.contextmanager
+def atomic_file_in(
+    directory: int, name: str, mode: int = 0o644, owner: tuple[int, int] | None = None
+) -> Iterator[BinaryIO]:
+    """atomic_file for the entry name of the directory open as `directory`: every step
+    (temp file, rename, sync) in that very directory, whatever its path leads to meanwhile."""
+    _remove_stale_temps(directory, name)
+    temp, fd = _new_temp(directory, name)
     try:
         with os.fdopen(fd, "wb") as handle:
             yield handle
@@ -65,12 +97,12 @@ def atomic_file(
             if owner is not None:
                 os.fchown(handle.fileno(), *owner)
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        os.replace(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.unlink(temp, dir_fd=directory)
         raise
-    fsync_dir(path.parent)
+    os.fsync(directory)
 
 
 def atomic_write(

@@ -4,6 +4,7 @@ commands start fast."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,7 @@ def init(data_dir: str, listen: str, advertise_url: str | None, store: str | Non
     import asyncio
 
     from coordinator.domain.specs import load_spec
+    from coordinator.server.datadir import PRIVATE_UMASK
     from coordinator.server.init import initialize
     from coordinator.server.pki import PkiError
     from coordinator.server.serve import ServeOptions, SetupError
@@ -112,6 +114,7 @@ def init(data_dir: str, listen: str, advertise_url: str | None, store: str | Non
             say_block(f"error: bad cluster spec\n{exc}", err=True)
             sys.exit(EXIT_USAGE)
     host, port = parse_listen(listen)
+    os.umask(PRIVATE_UMASK)  # whatever the shell's: every file it makes is its own
     options = ServeOptions(Path(data_dir), host, port,
                            advertise_url=advertise_url or f"https://{names[0]}:{port}",
                            store=parse_store(store))

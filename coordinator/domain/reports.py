@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from coordinator.domain.assignment import assigned_phase
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.kubeconfig import kubeconfig_problem
@@ -15,10 +16,12 @@ from coordinator.domain.model import (
     Machine,
     MachineState,
     MintJob,
+    applies,
     phase_items,
 )
 from coordinator.domain.outputs import key
 from coordinator.domain.records import Event
+from coordinator.domain.releases import upgrade_run
 from nodeagent.contract import JOB_PHASES, ROLES
 from nodeagent.protocol import ItemReport, StateItem, VersionAction, installed_version
 from nodeagent.redact import mask_values
@@ -56,7 +59,7 @@ def fold_report(spec: ClusterSpec, items: dict[str, StateItem], machine: Machine
     succeeded = report.status == "succeeded"
     applied = machine.applied | {report.fingerprint} if succeeded and not job \
         else machine.applied
-    kubeconfig, kubeconfig_events = _kubeconfig(machine, item, report, now)
+    kubeconfig, kubeconfig_events = _kubeconfig(spec, machine, item, report, now)
     produced = _outputs(item, report)
     report = _masked(report, machine, produced)
     updated = replace(
@@ -119,15 +122,21 @@ def _job_done(job: MintJob | None, item: StateItem, produced: dict[str, str]) ->
                    values=values if job.kind == "mint" else job.values)
 
 
-def _kubeconfig(machine: Machine, item: StateItem, report: ItemReport,
+def _kubeconfig(spec: ClusterSpec, machine: Machine, item: StateItem, report: ItemReport,
                 now: float) -> tuple[str, list[Event]]:
     """The kubeconfig the machine holds once this report is in, and the event saying it
-    changed. The kubeconfig itself goes into no event: only who sent it, from where."""
+    changed. The kubeconfig itself goes into no event: only who sent it, from where. Drains
+    go through it, so only the item that declares kubeconfigFrom may bring one, while the
+    machine runs it."""
     if report.kubeconfig is None:
         return machine.kubeconfig, []
     if item.kubeconfig_from is None or machine.role != "manager" or report.status != "succeeded":
         raise Conflict(f"kubeconfig: item {item.name} is not a manager item with kubeconfigFrom "
                        "that succeeded: its report cannot carry one")
+    if not _runs_now(spec, machine, item, report):
+        raise Conflict(f"kubeconfig: item {item.name} ({report.phase}) is not in the current "
+                       f"assignment of {machine.hostname} ({machine.state.value}): its report "
+                       "cannot carry one")
     problem = kubeconfig_problem(report.kubeconfig)
     if problem is not None:
         return machine.kubeconfig, [event(
@@ -139,6 +148,18 @@ def _kubeconfig(machine: Machine, item: StateItem, report: ItemReport,
         now, machine.cluster, "kubeconfig", f"{machine.hostname} reported a kubeconfig (item "
         f"{item.name}, {item.kubeconfig_from}): drains use the first manager's unless "
         "settings.kubernetes.kubeconfig is set", machine, {"item": item.name})]
+
+
+def _runs_now(spec: ClusterSpec, machine: Machine, item: StateItem, report: ItemReport) -> bool:
+    """Whether the report is of an item the machine's current assignment holds, under the
+    item's own phase: a manager in Prepare cannot report its deploy item. Which manager hosts
+    the post-deploy step is not known here: any Ready manager's post-deploy items count."""
+    phase = assigned_phase(spec, machine, post_deploy_host=machine.id)
+    if phase is None or report.phase != item.phase:
+        return False
+    if phase == "upgrade":  # an upgrade runs changed prepare and deploy items too
+        return report.fingerprint in {f for _, f in upgrade_run(spec, machine)}
+    return item.phase == phase and (phase in JOB_PHASES or applies(item, machine))
 
 
 def _post_deploy_check(spec: ClusterSpec, machine: Machine, item: StateItem, report: ItemReport,

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coordinator.domain.model import ClusterSpec
-from coordinator.server import pki
-from coordinator.server.serve import ServeOptions, open_coordinator
+from coordinator.server import datadir, pki
+from coordinator.server.serve import ServeOptions, SetupError, open_coordinator
 from nodeagent import joinstring
 
 
@@ -20,6 +20,10 @@ class Initialized:
 
 async def initialize(options: ServeOptions, names: list[str], spec: ClusterSpec | None,
                      join_ttl: float | None, join_max_uses: int | None) -> Initialized:
+    try:
+        datadir.make_private(options.data_dir)  # before the PKI makes it, whatever the umask
+    except datadir.DataDirError as exc:
+        raise SetupError(str(exc)) from None
     layout = options.pki()
     pki.create(layout, names)
     ca_pem = layout.ca_cert.read_text()

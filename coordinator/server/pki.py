@@ -1,5 +1,5 @@
 """The coordinator's own small CA: it signs the server certificate agents verify. Made with
-the `cryptography` library; keys never leave DATA_DIR/pki (mode 0600)."""
+the `cryptography` library; keys never leave DATA_DIR/pki (mode 0700, every file 0600)."""
 
 from __future__ import annotations
 
@@ -108,6 +108,6 @@ def create(pki: Pki, names: list[str], now: datetime.datetime | None = None) -> 
               .sign(ca_key, hashes.SHA256()))
     pki.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     _write(pki.ca_key, _key_pem(ca_key), 0o600)
-    _write(pki.ca_cert, ca.public_bytes(serialization.Encoding.PEM), 0o644)
+    _write(pki.ca_cert, ca.public_bytes(serialization.Encoding.PEM), 0o600)
     _write(pki.server_key, _key_pem(server_key), 0o600)
-    _write(pki.server_cert, server.public_bytes(serialization.Encoding.PEM), 0o644)
+    _write(pki.server_cert, server.public_bytes(serialization.Encoding.PEM), 0o600)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 import ssl
@@ -20,7 +21,7 @@ from coordinator.api.context import Presentation
 from coordinator.domain.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
 from coordinator.gcpolicy import DEFAULT_INTERVAL_SECONDS, GcPolicy
 from coordinator.metrics import METRICS
-from coordinator.server import secrets_key
+from coordinator.server import datadir, secrets_key
 from coordinator.server.pki import Pki
 from coordinator.service.coordinator import Coordinator
 from coordinator.store.base import Store, StoreError
@@ -83,7 +84,7 @@ def make_store(location: str | None, data_dir: Path, cipher: Cipher) -> Store:
     """The embedded SQLite file by default; PostgreSQL (which replicas may share) for a DSN.
     Either seals machines' secrets with cipher."""
     if location is None:
-        return SQLiteStore(data_dir / "coordinator.db", cipher)
+        return SQLiteStore(data_dir / datadir.DATABASE, cipher)
     if location.startswith(POSTGRES_SCHEMES):
         from coordinator.store.postgres import PostgresStore  # asyncpg only when used
 
@@ -94,11 +95,11 @@ def make_store(location: str | None, data_dir: Path, cipher: Cipher) -> Store:
 
 async def open_coordinator(options: ServeOptions) -> Coordinator:
     """The store opened and migrated with the secrets key (made unless DATA_DIR has one), an
-    admin token ensured (DATA_DIR/admin.token)."""
-    options.data_dir.mkdir(parents=True, exist_ok=True)
+    admin token ensured (DATA_DIR/admin.token); DATA_DIR made private first (datadir.py)."""
     try:
+        datadir.make_private(options.data_dir)
         cipher = secrets_key.load_or_create(options.key_file())
-    except secrets_key.KeyFileError as exc:
+    except (datadir.DataDirError, secrets_key.KeyFileError) as exc:
         raise SetupError(str(exc)) from None
     store = make_store(options.store, options.data_dir, cipher)
     try:
@@ -106,7 +107,7 @@ async def open_coordinator(options: ServeOptions) -> Coordinator:
     except StoreError as exc:
         raise SetupError(f"cannot open the store: {exc}") from None
     coordinator = Coordinator(store, credential_ttl=options.credential_ttl)
-    await coordinator.access.ensure_admin_token(options.data_dir / "admin.token")
+    await coordinator.access.ensure_admin_token(options.data_dir / datadir.ADMIN_TOKEN)
     return coordinator
 
 
@@ -126,9 +127,9 @@ def metrics_token(path: Path | None) -> str | None:
 
 async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> None:
     context = None if options.insecure_http else tls_context(options.pki())
+    coordinator = await open_coordinator(options)
     artifacts = options.artifacts or options.data_dir / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
-    coordinator = await open_coordinator(options)
     ca_pem = None if options.insecure_http else options.pki().ca_cert.read_text()
     app = create_app(coordinator, artifacts, Presentation(
         advertise_url=options.url(), ca_pem=ca_pem, register_rate=options.register_rate,
@@ -174,6 +175,7 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
 
 
 def serve_forever(options: ServeOptions) -> None:
+    os.umask(datadir.PRIVATE_UMASK)  # whatever the shell's: every file it makes is its own
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:

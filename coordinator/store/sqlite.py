@@ -12,6 +12,7 @@ power cut.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -148,6 +149,10 @@ class SQLiteStore(Store):
             raise
 
     def _connect(self) -> None:
+        try:  # made 0600 whatever the umask: SQLite gives its -wal and -shm the file's mode
+            os.close(os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot create it: {exc.strerror}") from None
         # isolation_level=None: no implicit transactions, transaction() says where they are.
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
         try:

@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
 from nodeagent import http_client
-from nodeagent.atomic import atomic_file
-from nodeagent.items import machine_path
+from nodeagent.atomic import atomic_file_in
+from nodeagent.items import directory_of, machine_path
 from nodeagent.items.outcome import ItemFailed, ItemOutcome
 from nodeagent.protocol import DownloadAction, ProxySettings
 from nodeagent.proxy import proxy_for
@@ -27,16 +27,21 @@ ArtifactSource = Callable[[str], AsyncIterator[bytes]]
 _CHUNK = 1 << 16
 
 
-def sha256_of(path: Path) -> str | None:
-    """Hex sha256 of a file's content, None when it can't be read (e.g. it does not exist)."""
+def _already_there(directory: int, name: str, sha256: str, mode: int) -> bool:
+    """Whether the entry name of directory already holds content of this sha256, then given
+    mode; never through a link in its place (a link is replaced by the download instead)."""
     digest = hashlib.sha256()
     try:
-        with path.open("rb") as handle:
+        with open(os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory),
+                  "rb") as handle:
             while chunk := handle.read(1 << 20):
                 digest.update(chunk)
-    except OSError:
-        return None
-    return digest.hexdigest()
+            if digest.hexdigest() != sha256:
+                return False
+            os.fchmod(handle.fileno(), mode)
+    except OSError:  # missing, unreadable, a directory, or a link
+        return False
+    return True
 
 
 async def open_url(url: str, proxy: ProxySettings) -> AsyncIterator[bytes]:
@@ -82,15 +87,21 @@ async def apply_download(action: DownloadAction, root: Path, artifacts: Artifact
                          proxy: ProxySettings) -> ItemOutcome:
     target = machine_path(root, action.path)
     mode = int(action.mode, 8)
-    if await asyncio.to_thread(sha256_of, target) == action.sha256:
-        target.chmod(mode)
-        return ItemOutcome(True, output=f"{action.path} already has sha256 {action.sha256}")
+    with directory_of(root, action.path, target, create=True) as directory:
+        if await asyncio.to_thread(_already_there, directory, target.name, action.sha256, mode):
+            return ItemOutcome(True, output=f"{action.path} already has sha256 {action.sha256}")
+        return await _fetch(action, directory, target.name, artifacts, proxy)
+
+
+async def _fetch(action: DownloadAction, directory: int, name: str, artifacts: ArtifactSource,
+                 proxy: ProxySettings) -> ItemOutcome:
+    """The download written as the entry name of directory, kept only when its sha256 matches."""
     source = action.artifact or action.url or ""
     stream = artifacts(action.artifact) if action.artifact else open_url(source, proxy)
     digest = hashlib.sha256()
     size = 0
     async with _closing(stream):
-        with atomic_file(target, mode) as handle:
+        with atomic_file_in(directory, name, int(action.mode, 8)) as handle:
             async for chunk in stream:
                 digest.update(chunk)
                 size += len(chunk)
@@ -99,7 +110,7 @@ async def apply_download(action: DownloadAction, root: Path, artifacts: Artifact
                 raise ItemFailed(f"sha256 mismatch for {source}: expected {action.sha256}, "
                                  f"got {digest.hexdigest()} ({size} bytes); nothing was written")
             handle.flush()
-            # Flush a large file to disk off the event loop; atomic_file's own fsync then has
+            # Flush a large file to disk off the event loop; atomic_file_in's own fsync then has
             # nothing left to write and doesn't stall heartbeats.
             await asyncio.to_thread(os.fsync, handle.fileno())
     return ItemOutcome(True, output=f"downloaded {size} bytes from {source} to {action.path}")

@@ -10,7 +10,7 @@ import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from nodeagent.items import machine_path
+from nodeagent.items import resolved_path
 from nodeagent.items.outcome import ItemFailed, ItemOutcome
 from nodeagent.protocol import ExecAction, VersionAction, installed_version
 from nodeagent.templates import render
@@ -45,7 +45,7 @@ async def run_exec(action: ExecAction, values: Mapping[str, str], root: Path,
     file items write."""
     argv = [render(arg, values) for arg in action.argv]
     env = {**os.environ, **{name: render(value, values) for name, value in action.env.items()}}
-    cwd = machine_path(root, render(action.cwd, values)) if action.cwd else root
+    cwd = resolved_path(root, render(action.cwd, values)) if action.cwd else root
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,

@@ -8,8 +8,8 @@ import pwd
 from collections.abc import Mapping
 from pathlib import Path
 
-from nodeagent.atomic import atomic_write
-from nodeagent.items import machine_path
+from nodeagent.atomic import atomic_file_in
+from nodeagent.items import directory_of, machine_path
 from nodeagent.items.outcome import ItemFailed, ItemOutcome
 from nodeagent.protocol import FileAction
 from nodeagent.templates import render
@@ -36,5 +36,8 @@ def apply_file(action: FileAction, values: Mapping[str, str], root: Path) -> Ite
     text = action.content if action.content is not None else render(action.template or "", values)
     data = text.encode()
     owner = resolve_owner(action.owner) if action.owner else None
-    atomic_write(machine_path(root, action.path), data, int(action.mode, 8), owner)
+    target = machine_path(root, action.path)
+    with directory_of(root, action.path, target, create=True) as directory, \
+            atomic_file_in(directory, target.name, int(action.mode, 8), owner) as handle:
+        handle.write(data)
     return ItemOutcome(True, output=f"wrote {len(data)} bytes to {action.path}")

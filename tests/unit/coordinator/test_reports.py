@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from coordinator.domain.errors import Conflict
-from coordinator.domain.model import MachineState
+from coordinator.domain.model import DrainStage, DrainStatus, MachineState
 from coordinator.domain.reports import fold_report, reportable_items
 from nodeagent.protocol import ItemReport, StateItem
 from tests.support.builders import cluster, item, items, machine
@@ -75,3 +75,21 @@ def test_an_unusable_kubeconfig_is_kept_out_and_the_event_says_why() -> None:
                          report(source, kubeconfig="clusters: []"), now=1.0)
     assert folded.machine.kubeconfig == KUBECONFIG
     assert any("not usable" in e.message for e in folded.events)
+
+
+def test_a_kubeconfig_comes_with_its_item_only_while_the_machines_state_runs_it() -> None:
+    """An upgrade that runs the changed kubeconfigFrom item again takes its new kubeconfig; a
+    Ready manager, or one preparing, cannot send one for it."""
+    source = StateItem.model_validate({"name": "init", "phase": "deploy", "kubeconfigFrom": "/k",
+                                       "version": "2", "action": {"type": "exec", "argv": ["true"]}})
+    spec = cluster(manager=[source]).model_copy(update={"release": "2"})
+    known, sent = reportable_items(spec, ()), report(source, kubeconfig=KUBECONFIG)
+    upgrading = replace(machine("m1", "manager", state=MachineState.UPGRADE, release="1"),
+                        drain=DrainStatus(DrainStage.DRAINED, started_at=0.0))
+    assert fold_report(spec, known, upgrading, sent, now=1.0).machine.kubeconfig == KUBECONFIG
+    with pytest.raises(Conflict, match="not in the current assignment"):  # not drained yet
+        fold_report(spec, known, replace(upgrading, drain=None), sent, now=1.0)
+    for state in (MachineState.READY, MachineState.PREPARE):
+        with pytest.raises(Conflict, match=f"not in the current assignment of m1 \\({state}\\)"):
+            fold_report(spec, known, machine("m1", "manager", state=state, release="2"), sent,
+                        now=1.0)

@@ -290,15 +290,18 @@ class Agent:
             await asyncio.sleep(wait)
 
     async def _heartbeat(self, identity: Identity) -> None:
+        every = self.settings.heartbeat_seconds
         while True:
+            url = self.client.url  # the call may move on to another replica
             try:
                 with contextlib.suppress(Rejected):  # the long-poll says a credential is refused
                     if identity.due_for_rotation(time.time()):
                         await self._rotate(identity)
                     await self.client.heartbeat(identity.machine_id, identity.credential)
             except Unreachable as exc:  # said: it may be what moved on to another replica
-                log.warning("heartbeat: coordinator unreachable (%s)", exc)
-            await asyncio.sleep(self.settings.heartbeat_seconds)
+                log.warning("heartbeat: coordinator %s unreachable (%s); retrying in %gs", url,
+                            exc, every)
+            await asyncio.sleep(every)
 
 
 async def _watchdog() -> None:

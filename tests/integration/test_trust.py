@@ -99,6 +99,12 @@ def test_an_agent_waits_for_a_coordinator_that_is_not_up_yet_then_registers(
         wait_until((tmp_path / "node" / "identity.json").exists, 60, "registration")
         (machine,) = coordinator.admin.get("/v1/machines")
         assert machine["state"] == "Pending"
+
+        coordinator.stop()  # later steps wait it out too, saying so
+        for step in ("heartbeat", "fetch assignment"):
+            wait_until(lambda step=step: f"{step}: coordinator {coordinator.url} unreachable ("
+                       in log.read_text(), 30, f"{step} retried")
+        assert agent.poll() is None, log.read_text()
     finally:
         agent.terminate()
         agent.wait(timeout=30)

@@ -24,6 +24,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 
 from nodeagent import addresses, sdnotify, trust
@@ -104,7 +105,8 @@ class Agent:
 
     async def _trust(self) -> ssl.SSLContext | None:
         """The TLS context for an https coordinator: its CA from the config, or the one the
-        join string pins (fetched and checked once, then kept in the state dir)."""
+        join string pins (fetched and checked once, then kept in the state dir). A coordinator
+        that does not answer yet is waited for; one presenting another CA stops the agent."""
         url = self.client.url
         if not url.startswith("https://"):
             return None
@@ -114,19 +116,28 @@ class Agent:
             if pin is None:
                 raise AgentError(f"{url} is https but there is no CA to trust: set "
                                  "coordinator.caFile or use a join string (join:)")
-            # The replicas share one CA: the first that presents the pinned one will do.
-            problems = []
-            for endpoint in self.client.endpoints:
-                try:
-                    await trust.fetch_pinned_ca(endpoint.url, pin, kept, endpoint.proxy,
-                                                self.settings.timeout * 5)
-                    break
-                except trust.TrustError as exc:
-                    problems.append(str(exc))
-            else:
-                raise AgentError("; ".join(problems))
+            attempt = 0
+            while (unreachable := await self._fetch_ca(pin, kept)) is not None:
+                attempt += 1
+                urls = " or ".join(endpoint.url for endpoint in self.client.endpoints)
+                await self._wait_out("fetch the coordinator's CA", urls, unreachable, attempt)
             log.info("trusting the coordinator's CA %s", pin)
         return trust.context_for(kept)
+
+    async def _fetch_ca(self, pin: str, kept: Path) -> str | None:
+        """Keep the pinned CA from the first replica that presents it (they share one): None
+        once kept, else why none answered."""
+        problems = []
+        for endpoint in self.client.endpoints:
+            try:
+                await trust.fetch_pinned_ca(endpoint.url, pin, kept, endpoint.proxy,
+                                            self.settings.timeout * 5)
+                return None
+            except trust.CAUnreachable as exc:
+                problems.append(str(exc))
+            except trust.TrustError as exc:
+                raise AgentError(str(exc)) from None
+        return "; ".join(problems)
 
     async def _settle_rotation(self, identity: Identity | None) -> Identity | None:
         """A rotation cut short (crash, lost answer) left identity.next.json: whichever of the
@@ -205,14 +216,12 @@ class Agent:
         """Call until the coordinator answers; a refusal is final."""
         attempt = 0
         while True:
+            url = self.client.url  # the call may move on to another replica
             try:
                 return await call()
             except Unreachable as exc:
                 attempt += 1
-                wait = delay(attempt, 0.5, 30.0, self.rand)
-                log.warning("%s: coordinator unreachable (%s); retrying in %.1fs", what, exc, wait)
-                sdnotify.status(f"coordinator unreachable; retrying {what}")
-                await asyncio.sleep(wait)
+                await self._wait_out(what, url, exc, attempt)
             except Rejected as exc:
                 if exc.status == 410:
                     raise MachineRemoved(f"{what}: {exc}") from exc
@@ -222,6 +231,15 @@ class Agent:
                         f"({exc}); it was deleted or the state dir is stale. Remove "
                         f"{self.identity_path} to register again") from exc
                 raise AgentError(f"{what}: {exc}") from exc
+
+    async def _wait_out(self, what: str, url: str, reason: object, attempt: int) -> None:
+        """Say that the coordinator is away and wait (capped backoff) before trying again:
+        an outage is waited out at every step, never a reason to exit."""
+        wait = delay(attempt, 0.5, 30.0, self.rand)
+        log.warning("%s: coordinator %s unreachable (%s); retrying in %.1fs", what, url, reason,
+                    wait)
+        sdnotify.status(f"coordinator unreachable; retrying {what}")
+        await asyncio.sleep(wait)
 
     async def _follow(self, identity: Identity, reporter: Reporter) -> None:
         """Long-poll the assignment; restart the phase whenever what to run changes."""
@@ -272,15 +290,18 @@ class Agent:
             await asyncio.sleep(wait)
 
     async def _heartbeat(self, identity: Identity) -> None:
+        every = self.settings.heartbeat_seconds
         while True:
+            url = self.client.url  # the call may move on to another replica
             try:
                 with contextlib.suppress(Rejected):  # the long-poll says a credential is refused
                     if identity.due_for_rotation(time.time()):
                         await self._rotate(identity)
                     await self.client.heartbeat(identity.machine_id, identity.credential)
             except Unreachable as exc:  # said: it may be what moved on to another replica
-                log.warning("heartbeat: coordinator unreachable (%s)", exc)
-            await asyncio.sleep(self.settings.heartbeat_seconds)
+                log.warning("heartbeat: coordinator %s unreachable (%s); retrying in %gs", url,
+                            exc, every)
+            await asyncio.sleep(every)
 
 
 async def _watchdog() -> None:

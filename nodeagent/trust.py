@@ -15,7 +15,11 @@ KEPT_CA = "ca.crt"  # in the state dir: the CA fetched once and checked against 
 
 
 class TrustError(Exception):
-    pass
+    """The coordinator's CA cannot be trusted: final (a wrong pin is an attack or a mistake)."""
+
+
+class CAUnreachable(TrustError):
+    """The CA could not be fetched (no answer, or a 5xx): an outage, worth waiting out."""
 
 
 def trusted_ca(ca_file: str | None, state_dir: Path) -> Path:
@@ -50,7 +54,9 @@ async def fetch_pinned_ca(url: str, pin: str, destination: Path, proxy: str | No
         reply = await http_client.request("GET", source, proxy=proxy, timeout=timeout,
                                           context=unverified_context(), keep_alive=False)
     except http_client.TransportError as exc:
-        raise TrustError(f"cannot fetch the coordinator's CA from {source}: {exc}") from None
+        raise CAUnreachable(str(exc)) from None
+    if reply.status >= 500:
+        raise CAUnreachable(f"{source} answered HTTP {reply.status}")
     if reply.status != 200:
         raise TrustError(f"{source} answered HTTP {reply.status}: is this a coordinator?")
     pem = reply.body.decode(errors="replace")

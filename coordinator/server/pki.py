@@ -74,6 +74,41 @@ def subject_alt_names(names: list[str]) -> list[x509.GeneralName]:
     return found
 
 
+def certificate_names(cert: Path) -> list[str]:
+    """The names and addresses a certificate is valid for (its SANs), as written."""
+    loaded = x509.load_pem_x509_certificate(cert.read_bytes())
+    try:
+        sans = loaded.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return [str(name.value) for name in sans
+            if isinstance(name, (x509.DNSName, x509.IPAddress))]
+
+
+def names_host(names: list[str], host: str) -> bool:
+    """Whether a client verifying the certificate would accept host: an address equal to an
+    IP SAN (2001:db8::1 is 2001:DB8:0::1), else a DNS SAN, case-insensitive, a `*.` one
+    standing for exactly one leftmost label (RFC 6125)."""
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        address = None
+    wanted = host.lower().rstrip(".")
+    for name in names:
+        try:
+            if ipaddress.ip_address(name) == address:
+                return True
+            continue
+        except ValueError:
+            pass
+        pattern = name.lower().rstrip(".")
+        if address is None and (pattern == wanted or (
+                pattern.startswith("*.") and "." in wanted
+                and wanted.split(".", 1)[1] == pattern[2:])):
+            return True
+    return False
+
+
 def create(pki: Pki, names: list[str], now: datetime.datetime | None = None) -> None:
     """A new CA and a server certificate for `names` (host names and addresses agents and
     admins use to reach the coordinator). Refuses to replace an existing CA: every agent

@@ -21,7 +21,7 @@ from coordinator.api.context import Presentation
 from coordinator.domain.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
 from coordinator.gcpolicy import DEFAULT_INTERVAL_SECONDS, GcPolicy
 from coordinator.metrics import METRICS
-from coordinator.server import datadir, secrets_key
+from coordinator.server import advertised, datadir, secrets_key
 from coordinator.server.pki import Pki
 from coordinator.service.coordinator import Coordinator
 from coordinator.store.base import Store, StoreError
@@ -127,6 +127,10 @@ def metrics_token(path: Path | None) -> str | None:
 
 async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> None:
     context = None if options.insecure_http else tls_context(options.pki())
+    if context is not None and (problem := advertised.unnamed(
+            options.url(), options.advertise_url is not None, options.port,
+            options.pki().server_cert)):
+        raise SetupError(problem)
     coordinator = await open_coordinator(options)
     artifacts = options.artifacts or options.data_dir / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)

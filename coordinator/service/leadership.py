@@ -46,6 +46,7 @@ class Leadership:
         """Reconcile until the term is lost; then stop reconciling, draining and watching
         nodes."""
         self._term = term
+        self.reconciler.took_over()
         epoch = leader_epoch.set(term.epoch)
         try:
             work = asyncio.create_task(self._reconcile_loop(tick))  # inherits the epoch

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from coordinator.domain import planner
+from coordinator.domain import liveness, planner
 from coordinator.domain.assignment import AssignmentInputs, waits_notices
 from coordinator.domain.events import decision_event, event
 from coordinator.domain.minting import mint_pass
@@ -52,7 +52,13 @@ class Reconciler:
         self.clock = clock
         self._views: dict[str, ClusterView] = {}  # what the last pass kept of each cluster
         self._last_decision = -math.inf  # when a pass here last moved a machine
+        self.listening_since = clock()  # since when heartbeats reach this leader (see took_over)
         writes.on_written_elsewhere(self._written_elsewhere)
+
+    def took_over(self) -> None:
+        """This replica leads from now: the heartbeats sent to another leader, or while none
+        ran, never reached it, so it judges no one silent for one timeout (domain.liveness)."""
+        self.listening_since = self.clock()
 
     def _written_elsewhere(self, machine_ids: Collection[str] | None) -> None:
         self.post_deploy.forget()
@@ -128,7 +134,8 @@ class Reconciler:
         """The cluster's working set for this pass: the last pass's, updated with what changed
         and with the machines whose heartbeats stopped since, or loaded whole."""
         spec = stored.spec
-        cutoff = now - spec.settings.heartbeat_timeout_seconds
+        cutoff = liveness.silent_before(now, spec.settings.heartbeat_timeout_seconds,
+                                        self.listening_since)
         view = self._views.pop(spec.name, None)
         loaded: list[Machine] = []
         current = view is not None and view.generation == stored.generation and not stored.deleting
@@ -177,8 +184,11 @@ class Reconciler:
         changed go into the pass's writes, with an event each."""
         checked = []
         for machine in machines:
-            silent = now - self.heartbeats.last_heard(machine)
-            responding = silent <= spec.settings.heartbeat_timeout_seconds
+            heard = self.heartbeats.last_heard(machine)
+            silent = now - heard
+            responding = liveness.responding(machine.responding, heard, now,
+                                             spec.settings.heartbeat_timeout_seconds,
+                                             self.listening_since)
             if responding != machine.responding:
                 out.events.append(event(
                     now, spec.name, "responding" if responding else "not-responding",

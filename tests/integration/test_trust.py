@@ -79,3 +79,32 @@ def test_an_agent_trusts_the_pinned_ca_and_rotates_its_credential_before_expiry(
     finally:
         agent.terminate()
         agent.wait(timeout=10)
+
+
+def test_an_agent_waits_for_a_coordinator_that_is_not_up_yet_then_registers(
+        coordinator: ServedCoordinator, tmp_path: Path) -> None:
+    """Started before its coordinator (a power cut, a fresh lab), the agent neither exits nor
+    hammers: it says at each attempt that it waits for the CA, then registers once it answers."""
+    config = agent_config(tmp_path, join_string(coordinator), "node")
+    coordinator.stop()
+    log = tmp_path / "agent.log"
+    agent = subprocess.Popen([str(BIN / "nodeagent"), "run", "--config", str(config)],
+                             stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        waiting = f"fetch the coordinator's CA: coordinator {coordinator.url} unreachable ("
+        wait_until(lambda: log.read_text().count(waiting) >= 3, 30, "three announced retries")
+        assert agent.poll() is None, log.read_text()
+        assert "; retrying in " in log.read_text()
+        coordinator.start()
+        wait_until((tmp_path / "node" / "identity.json").exists, 60, "registration")
+        (machine,) = coordinator.admin.get("/v1/machines")
+        assert machine["state"] == "Pending"
+
+        coordinator.stop()  # later steps wait it out too, saying so
+        for step in ("heartbeat", "fetch assignment"):
+            wait_until(lambda step=step: f"{step}: coordinator {coordinator.url} unreachable ("
+                       in log.read_text(), 30, f"{step} retried")
+        assert agent.poll() is None, log.read_text()
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)

@@ -51,7 +51,7 @@ def test_the_agent_starts_once_configured_pets_the_watchdog_and_stops_on_removal
     assert later["MainPID"] == first["MainPID"] and later["NRestarts"] == "0"
     assert int(later["WatchdogTimestampMonotonic"]) > int(first["WatchdogTimestampMonotonic"])
     journal = box.ok("journalctl", "-u", "nodeagent", "-o", "cat", "--no-pager")
-    assert "register: coordinator unreachable" in journal
+    assert "register: coordinator http://127.0.0.1:9 unreachable" in journal
 
     box.ok("dpkg", "--remove", "nodeagent")
     assert box.active("nodeagent") == "inactive"

@@ -60,7 +60,10 @@ class ServeOptions:
     def url(self) -> str:
         if self.advertise_url:
             return self.advertise_url.rstrip("/")
-        host = socket.gethostname() if self.host in WILDCARDS else self.host
+        host = self.host
+        if host in WILDCARDS:  # this machine's name, or the certificate's first when it lacks it
+            cert = None if self.insecure_http else self.pki().server_cert
+            host = advertised.default_host(socket.gethostname(), cert)
         host = f"[{host}]" if ":" in host else host
         return f"{'http' if self.insecure_http else 'https'}://{host}:{self.port}"
 

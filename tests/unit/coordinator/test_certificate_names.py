@@ -3,7 +3,10 @@ client judges it, not as strings compare."""
 
 from __future__ import annotations
 
-from coordinator.server.pki import names_host
+from pathlib import Path
+
+from coordinator.server.advertised import default_host
+from coordinator.server.pki import Pki, create, names_host
 
 NAMES = ["coord.example", "*.lab.example", "10.0.0.5", "2001:db8::1"]
 
@@ -20,3 +23,12 @@ def test_dns_names_ignore_case_and_a_wildcard_covers_one_label() -> None:
     assert names_host(NAMES, "node.lab.example")
     assert not names_host(NAMES, "lab.example") and not names_host(NAMES, "a.b.lab.example")
     assert not names_host(NAMES, "vm")
+
+
+def test_a_wildcard_listen_advertises_the_hostname_only_when_the_certificate_names_it(
+        tmp_path: Path) -> None:
+    pki = Pki(tmp_path / "pki")
+    create(pki, ["coord.example", "10.0.0.5"])
+    assert default_host("coord.example", pki.server_cert) == "coord.example"
+    assert default_host("vm", pki.server_cert) == "coord.example", "vm is not in it"
+    assert default_host("vm", None) == "vm"  # plain HTTP: nothing to verify against

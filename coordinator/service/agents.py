@@ -35,9 +35,6 @@ from nodeagent.protocol import (
     StateItem,
 )
 
-MIN_CREDENTIAL_CHARACTERS = 32
-
-
 class Agents:
     def __init__(self, writes: Writes, queries: Queries, access: Access, notifier: Notifier,
                  post_deploy: PostDeployHosts, clock: Callable[[], float],
@@ -86,12 +83,15 @@ class Agents:
 
     async def rotate_credential(self, machine_id: str, secret: str) -> float | None:
         """Replace a machine's credential with one its agent chose (and saved before asking,
-        so a lost answer never locks it out). Returns the new expiry."""
-        if len(secret) < MIN_CREDENTIAL_CHARACTERS:
-            raise Conflict(f"a new credential must be at least {MIN_CREDENTIAL_CHARACTERS} characters")
+        so a lost answer never locks it out). Returns the new expiry. A credential another
+        machine holds is refused: each one names a single machine."""
         async with self.writes.lock:
             machine = await self.queries.machine_by_id(machine_id)
             credential = self._credential(secret, self.clock())
+            owner = await self.store.credential_owner(credential.hash)
+            if owner is not None and owner.machine_id != machine_id:
+                raise Conflict("credential: another machine holds this credential; choose a "
+                               "new one")
             updated = replace(machine, credential_hash=credential.hash,
                               credential_expires_at=credential.expires_at)
             await self.writes.commit([updated], [event(

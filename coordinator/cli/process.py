@@ -59,19 +59,36 @@ def parse_store(location: str | None) -> str | None:
 @click.option("--gc-interval", default=0.25, show_default=True, type=click.FloatRange(min=0),
               help="Seconds between the coordinator's own collections of cyclic garbage, which "
                    "replace CPython's long automatic ones (docs/coordinator.md); 0: CPython's.")
+@click.option("--event-retention", default="30d", show_default=True,
+              help="Events older than this are deleted (pruned hourly).")
+@click.option("--event-max", default=1_000_000, show_default=True,
+              type=click.IntRange(min=1000), help="At most this many events are kept, the newest.")
 def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
           artifacts: str | None, insecure_http: bool, credential_ttl: str,
-          register_rate: float, gc_interval: float) -> None:
+          register_rate: float, gc_interval: float, event_retention: str,
+          event_max: int) -> None:
     """Run the coordinator: HTTPS API plus the reconcile loop, on the embedded SQLite store or
     on PostgreSQL (--store), where several replicas serve the API and one leads."""
     from coordinator.server.serve import ServeOptions, serve_forever
+    from coordinator.service.history import Retention
 
     host, port = parse_listen(listen)
     serve_forever(ServeOptions(
         Path(data_dir), host, port, Path(artifacts) if artifacts else None,
         insecure_http=insecure_http, advertise_url=advertise_url,
         credential_ttl=parse_duration(credential_ttl, "--credential-ttl"),
-        register_rate=register_rate, store=parse_store(store), gc_interval=gc_interval))
+        register_rate=register_rate, store=parse_store(store), gc_interval=gc_interval,
+        retention=Retention(max_age_seconds=retention_seconds(event_retention),
+                            max_events=event_max)))
+
+
+def retention_seconds(value: str) -> float:
+    """--event-retention in seconds: a duration, never 0 (history is never kept for ever)."""
+    seconds = parse_duration(value, "--event-retention")
+    if seconds is None:
+        raise click.BadParameter("0 would keep every event for ever: give a duration",
+                                 param_hint="--event-retention")
+    return seconds
 
 
 @click.command()

@@ -3,23 +3,23 @@ carry and what it changes is tested without a store or a server."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from coordinator.domain.assignment import run_items, running_phases
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.kubeconfig import kubeconfig_problem
-from coordinator.domain.minting import job_items
 from coordinator.domain.model import (
     ClusterSpec,
     ItemProgress,
     Machine,
     MachineState,
     MintJob,
-    phase_items,
 )
 from coordinator.domain.outputs import key
 from coordinator.domain.records import Event
-from nodeagent.contract import JOB_PHASES, ROLES
+from nodeagent.contract import JOB_PHASES
 from nodeagent.protocol import ItemReport, StateItem, VersionAction, installed_version
 from nodeagent.redact import mask_values
 
@@ -32,27 +32,29 @@ class Folded:
     events: list[Event]
 
 
-def reportable_items(spec: ClusterSpec, managers: tuple[str, ...]) -> dict[str, StateItem]:
-    """Every item a report may name, by fingerprint: the spec's items of every phase, with the
-    reconfigure items as rendered for the deployed managers and the post-deploy checks."""
-    return {i.fingerprint(): i for role in ROLES
-            for i in [*getattr(spec.machine_types, role),
-                      *phase_items(spec, role, "reconfigure", managers),
-                      *phase_items(spec, role, "postdeploy")]}
+def reportable_items(spec: ClusterSpec, machine: Machine,
+                     managers: Sequence[str]) -> dict[str, StateItem]:
+    """Every item a report from machine may name, by fingerprint: those of its current
+    assignment (any phase it may be running now, assignment.running_phases), with the
+    reconfigure items as rendered for the deployed managers; none before it is approved. A
+    report of anything else is refused before it costs the store a byte."""
+    if not machine.approved:
+        return {}
+    return {i.fingerprint(): i for phase in running_phases(machine)
+            for i in run_items(spec, machine, phase, managers)}
 
 
-def fold_report(spec: ClusterSpec, items: dict[str, StateItem], machine: Machine,
+def fold_report(spec: ClusterSpec, managers: Sequence[str], machine: Machine,
                 report: ItemReport, now: float) -> Folded:
     """The machine once `report` is in. Raises Conflict for a report that does not fit: an
-    item the spec does not have, or a kubeconfig from an item that may not send one."""
-    job = report.phase in JOB_PHASES
-    if job:  # a mint or revoke job's item: its run is versioned by the job (minting.job_items)
-        items = {i.fingerprint(): i for i in
-                 (job_items(spec, machine.minting) if machine.minting is not None else [])}
-    item = items.get(report.fingerprint)
-    if item is None:
-        raise Conflict(f"item {report.item} ({report.fingerprint}) is not in the cluster spec"
-                       + (" or not a job this manager runs now" if job else ""))
+    item that is not in the machine's current assignment (reportable_items) or under another
+    name, or a kubeconfig from an item that may not send one."""
+    job = report.phase in JOB_PHASES  # a mint or revoke job's item: versioned by the job
+    item = reportable_items(spec, machine, managers).get(report.fingerprint)
+    if item is None or item.name != report.item or item.phase != report.phase:
+        state = machine.state.value + ("" if machine.approved else ", not approved")
+        raise Conflict(f"item {report.item[:64]} ({report.fingerprint}): not an item of the "
+                       f"current assignment of {machine.hostname} ({state})")
     succeeded = report.status == "succeeded"
     applied = machine.applied | {report.fingerprint} if succeeded and not job \
         else machine.applied

@@ -23,6 +23,7 @@ from coordinator.metrics import METRICS
 from coordinator.server import secrets_key
 from coordinator.server.pki import Pki
 from coordinator.service.coordinator import Coordinator
+from coordinator.service.history import DEFAULT_RETENTION, Retention
 from coordinator.store.base import Store, StoreError
 from coordinator.store.cipher import Cipher
 from coordinator.store.sqlite import SQLiteStore
@@ -47,6 +48,7 @@ class ServeOptions:
     register_rate: float = 5.0
     store: str | None = None  # a postgresql:// DSN; None: the SQLite file in data_dir
     gc_interval: float = DEFAULT_INTERVAL_SECONDS  # 0: CPython's own garbage collection
+    retention: Retention = DEFAULT_RETENTION  # how much event history is kept
 
     def pki(self) -> Pki:
         return Pki(self.data_dir / "pki")
@@ -104,7 +106,8 @@ async def open_coordinator(options: ServeOptions) -> Coordinator:
         await store.open()
     except StoreError as exc:
         raise SetupError(f"cannot open the store: {exc}") from None
-    coordinator = Coordinator(store, credential_ttl=options.credential_ttl)
+    coordinator = Coordinator(store, credential_ttl=options.credential_ttl,
+                              retention=options.retention)
     await coordinator.access.ensure_admin_token(options.data_dir / "admin.token")
     return coordinator
 
@@ -127,7 +130,8 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
         print(f"coordinator listening on {scheme}://{options.host}:{options.port} "
               f"(data in {options.data_dir}; agents use {options.url()})", flush=True)
         background = [asyncio.create_task(coordinator.run()),
-                      asyncio.create_task(coordinator.write_heartbeats())]
+                      asyncio.create_task(coordinator.write_heartbeats()),
+                      asyncio.create_task(coordinator.history.run())]
         policy = None
         METRICS.gc_pauses.install()  # at /metrics, whoever schedules the collections
         if options.gc_interval > 0:

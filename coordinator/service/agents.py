@@ -18,7 +18,7 @@ from coordinator.domain.events import event
 from coordinator.domain.model import ClusterSpec, Machine, deployed_managers
 from coordinator.domain.records import Event
 from coordinator.domain.registration import Credential, registered, retried
-from coordinator.domain.reports import fold_report, reportable_items
+from coordinator.domain.reports import fold_report
 from coordinator.domain.tokens import new_token, token_hash
 from coordinator.service.access import Access
 from coordinator.service.groupcommit import GroupCommit, Pending
@@ -32,8 +32,8 @@ from nodeagent.protocol import (
     PrecheckReport,
     RegisterRequest,
     RegisterResponse,
-    StateItem,
 )
+
 
 class Agents:
     def __init__(self, writes: Writes, queries: Queries, access: Access, notifier: Notifier,
@@ -157,7 +157,7 @@ class Agents:
         item, bad kubeconfig) is refused alone and changes nothing. Runs under the write lock
         (taken by the group commit)."""
         machines = {m.id: m for m in await self.store.get_machines({p.request[0] for p in batch})}
-        known: dict[str, tuple[ClusterSpec, dict[str, StateItem]]] = {}
+        known: dict[str, tuple[ClusterSpec, tuple[str, ...]]] = {}
         updated: dict[str, Machine] = {}
         events: list[Event] = []
         accepted: list[tuple[Machine, ItemReport]] = []
@@ -169,8 +169,8 @@ class Agents:
                     raise await self.queries.missing(machine_id)
                 if machine.cluster not in known:
                     known[machine.cluster] = await self._reportable(machine.cluster)
-                spec, items = known[machine.cluster]
-                folded = fold_report(spec, items, machine, report, self.clock())
+                spec, managers = known[machine.cluster]
+                folded = fold_report(spec, managers, machine, report, self.clock())
             except Exception as exc:  # this caller's answer, not the batch's
                 pending.fail(exc)
                 continue
@@ -190,8 +190,8 @@ class Agents:
         if any(report.status == "succeeded" for _, report in accepted):
             self.notifier.kick()
 
-    async def _reportable(self, cluster: str) -> tuple[ClusterSpec, dict[str, StateItem]]:
-        """The cluster's spec and every item a report may name, by fingerprint."""
+    async def _reportable(self, cluster: str) -> tuple[ClusterSpec, tuple[str, ...]]:
+        """The cluster's spec and its deployed managers: what the items a report may name are
+        made of (reports.reportable_items)."""
         spec = (await self.queries.cluster(cluster)).spec
-        managers = deployed_managers(await self.store.list_machines(cluster, role="manager"))
-        return spec, reportable_items(spec, managers)
+        return spec, deployed_managers(await self.store.list_machines(cluster, role="manager"))

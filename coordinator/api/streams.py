@@ -38,6 +38,8 @@ async def _event_filters(request: web.Request) -> dict[str, Any]:
     if not 1 <= filters["limit"] <= MAX_EVENT_PAGE:  # SQLite reads LIMIT -1 as no limit
         raise InvalidDocument([Problem("limit", f"must be from 1 to {MAX_EVENT_PAGE}: page on "
                                                 "with after_id")])
+    if not 0 <= filters["since_id"] < 2**63:  # a database integer
+        raise InvalidDocument([Problem("after_id", "must be an event id (0 or more)")])
     if filters["since_time"] is not None and not math.isfinite(filters["since_time"]):
         raise InvalidDocument([Problem("since", "must be a unix time in seconds")])
     if query.get("order", "asc") not in ("asc", "desc"):

@@ -58,6 +58,9 @@ async def test_events_are_read_in_pages_of_at_most_a_thousand(env: InProcessCoor
     for limit in ("0", "-1", "1001"):
         answer = await env.call("GET", f"/v1/events?limit={limit}", 422)
         assert "limit: must be from 1 to 1000" in answer["error"]
+    for after_id in ("-1", "9" * 30):  # beyond a database integer: was a 500
+        answer = await env.call("GET", f"/v1/events?after_id={after_id}", 422)
+        assert "after_id: must be an event id" in answer["error"]
     pages, after = [], 0
     while page := await env.call("GET", f"/v1/events?limit=2&after_id={after}", 200):
         pages.append(page)

@@ -77,7 +77,7 @@ def print_item(event: dict[str, Any], output: str) -> None:
 @machines.command("logs")
 @machine_argument
 @click.option("--follow", "-f", is_flag=True, help="Keep printing output as items report it.")
-@click.option("--tail", type=click.IntRange(min=1), help="Only the last N item reports.")
+@click.option("--tail", type=click.IntRange(1, 1000), help="Only the last N item reports.")
 @output_option
 @click.pass_context
 def machines_logs(ctx: click.Context, machine: MachineRef, follow: bool, tail: int | None,

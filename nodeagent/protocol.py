@@ -7,7 +7,9 @@ the agent sends at registration; its JSON Schema is kept in docs/precheck-report
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
+import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -19,6 +21,46 @@ from nodeagent.redact import redact
 
 PRECHECK_SCHEMA = "nodeagent.precheck/v1"
 MAX_KUBECONFIG_BYTES = 256 * 1024
+MAX_FACTS_BYTES = 64 * 1024  # what a node says about itself, as JSON: real ones take a few KiB
+MAX_CHECK_DATA_BYTES = 16 * 1024
+MAX_CHECKS = 256
+MAX_TEXT = 4096  # a check's message or remedy
+MAX_HOSTNAME = 253
+_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def _hostname(value: str) -> str:
+    """A host name as RFC 1123 has it: it reaches file names, templates, terminals and
+    Kubernetes, so nothing else (no control characters, spaces, `${` or 10 KB names)."""
+    if len(value) > MAX_HOSTNAME or not all(_LABEL.fullmatch(label)
+                                            for label in value.split(".")):
+        raise ValueError("not a host name: labels of letters, digits and '-' (not first or "
+                         f"last), 1 to 63 characters each, separated by dots, {MAX_HOSTNAME} "
+                         "in all")
+    return value
+
+
+def _address(value: str) -> str:
+    """An IPv4 or IPv6 address, nothing around it: it is rendered into other nodes' files."""
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError("not an IP address") from None
+    return value
+
+
+def _json_bounded(limit: int) -> AfterValidator:
+    """At most limit bytes once serialized as JSON: free-form data a node sends is stored,
+    shown and sent again, so its size is bounded where it is received."""
+    def bounded(value: dict[str, Any]) -> dict[str, Any]:
+        if len(json.dumps(value, default=str)) > limit:
+            raise ValueError(f"more than {limit} bytes as JSON")
+        return value
+    return AfterValidator(bounded)
+
+
+HostName = Annotated[str, Field(max_length=MAX_HOSTNAME), AfterValidator(_hostname)]
+IPAddress = Annotated[str, Field(max_length=45), AfterValidator(_address)]
 
 
 class Status(StrEnum):
@@ -38,12 +80,13 @@ class _Wire(BaseModel):
 
 
 class CheckResult(_Wire):
-    name: str
+    name: str = Field(max_length=128)
     severity: Severity
     status: Status
-    message: str
-    remedy: str = ""
-    data: dict[str, Any] = Field(default_factory=dict)
+    message: str = Field(max_length=MAX_TEXT)
+    remedy: str = Field(default="", max_length=MAX_TEXT)
+    data: Annotated[dict[str, Any], _json_bounded(MAX_CHECK_DATA_BYTES)] = Field(
+        default_factory=dict)
     duration: float = Field(description="seconds the check took")
     ignored: bool = Field(
         default=False, description="a failure turned into a warning by --ignore"
@@ -59,13 +102,13 @@ class Summary(_Wire):
 
 class PrecheckReport(_Wire):
     schema_: Literal["nodeagent.precheck/v1"] = Field(default=PRECHECK_SCHEMA, alias="schema")
-    hostname: str
+    hostname: str = Field(max_length=MAX_HOSTNAME)
     role: Role
     started_at: float = Field(description="unix time the run started")
     duration: float = Field(description="wall-clock seconds of the whole run")
     ok: bool = Field(description="true when no hard check failed")
     summary: Summary
-    checks: list[CheckResult]
+    checks: list[CheckResult] = Field(max_length=MAX_CHECKS)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -195,6 +238,7 @@ Action = Annotated[ExecAction | FileAction | DownloadAction | VersionAction,
 # prints to produce it starts (NAME=value).
 OUTPUT_NAME = r"^[A-Za-z][A-Za-z0-9_]*$"
 MAX_OUTPUT_BYTES = 16 * 1024
+MAX_OUTPUTS = 64  # per item
 DEFAULT_MINT_LIFETIME = 900.0
 
 
@@ -339,15 +383,33 @@ class RetryPolicy(SpecModel):
 
 # --- agent <-> coordinator messages ---------------------------------------------------
 
+MIN_CREDENTIAL_DISTINCT = 16  # characters: a random token of 32 has about 25
+
+
+def _credential(value: str) -> str:
+    """A credential an agent chose: printable, without spaces, and not guessable at a glance
+    (`"a"*32` is refused); the agent's own are 43 random URL-safe characters."""
+    if not value.isascii() or not value.isprintable() or " " in value:
+        raise ValueError("only printable ASCII characters without spaces")
+    if len(set(value)) < MIN_CREDENTIAL_DISTINCT:
+        raise ValueError(f"too guessable: fewer than {MIN_CREDENTIAL_DISTINCT} different "
+                         "characters")
+    return value
+
+
+NewCredential = Annotated[str, Field(min_length=32, max_length=256),
+                          AfterValidator(_credential)]
+
 
 class RegisterRequest(_Wire):
-    join_token: str
-    hostname: str
-    ip: str | None
-    facts: dict[str, Any] = Field(default_factory=dict)
+    join_token: str = Field(max_length=256)
+    hostname: HostName
+    ip: IPAddress | None
+    facts: Annotated[dict[str, Any], _json_bounded(MAX_FACTS_BYTES)] = Field(
+        default_factory=dict)
     precheck: PrecheckReport
-    credential: str | None = Field(
-        default=None, min_length=32, max_length=256,
+    credential: NewCredential | None = Field(
+        default=None,
         description="the machine's credential, chosen and saved by the agent before its first "
                     "attempt: a retry carrying it gets the machine that attempt registered, "
                     "without using the join token again (None: the coordinator chooses one)")
@@ -361,8 +423,8 @@ class RegisterResponse(_Wire):
 
 
 class RotateRequest(_Wire):
-    credential: str = Field(min_length=32, max_length=256,
-                            description="the new credential, chosen and saved by the agent")
+    credential: NewCredential = Field(description="the new credential, chosen and saved by "
+                                      "the agent")
 
 
 class RotateResponse(_Wire):
@@ -396,8 +458,8 @@ class Assignment(_Wire):
 
 
 class ItemReport(_Wire):
-    item: str
-    fingerprint: str
+    item: str = Field(max_length=253, description="the item's name, as its assignment has it")
+    fingerprint: str = Field(max_length=64)
     phase: Phase
     status: Literal["running", "succeeded", "failed"]
     attempt: int = Field(ge=1)
@@ -412,7 +474,8 @@ class ItemReport(_Wire):
         description="the file named by the item's kubeconfigFrom, read once it succeeded: in "
         "this field only, never in output, error or logs")
     outputs: dict[str, str] | None = Field(
-        default=None, description="the item's declared outputs (name: value), once it "
+        default=None, max_length=MAX_OUTPUTS,
+        description="the item's declared outputs (name: value), once it "
         "succeeded: in this field only; their values are masked in output, error and logs")
 
     @field_validator("outputs")

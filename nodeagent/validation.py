@@ -114,11 +114,34 @@ def problems_from(error: ValidationError, tree: yaml.Node | None = None,
     return problems
 
 
+MAX_NESTING = 64  # levels of mappings and lists a document may have; real ones have a dozen
+TOO_DEEP = Problem("", f"nested deeper than {MAX_NESTING} levels")
+
+
+def too_deep(data: Any) -> Problem | None:
+    """A problem when data nests more than MAX_NESTING levels: documents from outside are
+    refused before anything recursive (validation, storing, rendering) walks them. Each
+    container is visited once, so shared YAML anchors cost nothing more."""
+    stack, seen = [(data, 1)], set()
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, dict | list) or id(node) in seen:
+            continue
+        if depth > MAX_NESTING:
+            return TOO_DEEP
+        seen.add(id(node))
+        stack += [(child, depth + 1) for child in (node.values() if isinstance(node, dict)
+                                                   else node)]
+    return None
+
+
 def parse_yaml(text: str, source: str | None = None) -> tuple[Any, yaml.Node | None]:
     """Parse one YAML (or JSON) document, keeping the node tree for line numbers."""
     try:
         tree = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise InvalidDocument([TOO_DEEP], source) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark else None
@@ -127,6 +150,9 @@ def parse_yaml(text: str, source: str | None = None) -> tuple[Any, yaml.Node | N
         ) from None
     except yaml.YAMLError as exc:
         raise InvalidDocument([Problem("", f"not valid YAML: {exc}")], source) from None
+    problem = too_deep(data)
+    if problem is not None:
+        raise InvalidDocument([problem], source)
     return data, tree
 
 

@@ -25,6 +25,7 @@ from coordinator.api.views import (
     upgrade_plan_view,
 )
 from coordinator.domain.errors import NotFound
+from coordinator.domain.model import Machine
 from coordinator.domain.specs import load_spec
 from coordinator.domain.tokens import parse_duration
 from coordinator.service.admin import DRAIN_ACTIONS
@@ -101,9 +102,16 @@ async def list_machines(request: web.Request) -> web.Response:
                               for m in machines])
 
 
+async def _machine(request: web.Request) -> Machine:
+    """The machine the path names (id or hostname), in the query's cluster when one is given:
+    a hostname two clusters have needs it."""
+    return await service(request).queries.machine(request.match_info["ref"],
+                                                  request.query.get("cluster"))
+
+
 async def get_machine(request: web.Request) -> web.Response:
     c = service(request)
-    machine = await c.queries.machine(request.match_info["ref"])
+    machine = await _machine(request)
     return web.json_response(machine_view(machine, await c.queries.spec_of(machine), detail=True,
                                           now=c.clock()))
 
@@ -111,7 +119,7 @@ async def get_machine(request: web.Request) -> web.Response:
 async def approve(request: web.Request) -> web.Response:
     c = service(request)
     wanted = await body(request, ApproveBody, optional=True)
-    machine = await c.queries.machine(request.match_info["ref"])
+    machine = await _machine(request)
     approved = await c.admin.approve(machine.id, wanted.role, wanted.labels, wanted.interface,
                                      wanted.ip)
     return web.json_response(machine_view(approved, None))
@@ -120,7 +128,7 @@ async def approve(request: web.Request) -> web.Response:
 async def label(request: web.Request) -> web.Response:
     c = service(request)
     wanted = await body(request, LabelsBody)
-    machine = await c.queries.machine(request.match_info["ref"])
+    machine = await _machine(request)
     return web.json_response(machine_view(await c.admin.label(machine.id, wanted.put,
                                                               wanted.remove), None))
 
@@ -130,20 +138,20 @@ async def set_role(request: web.Request) -> web.Response:
     role = (await body(request, RoleBody)).role
     if role is None:
         raise InvalidDocument([Problem("role", "required")])
-    machine = await c.queries.machine(request.match_info["ref"])
+    machine = await _machine(request)
     return web.json_response(machine_view(await c.admin.set_role(machine.id, role), None))
 
 
 async def revoke_machine_credential(request: web.Request) -> web.Response:
     c = service(request)
-    machine = await c.queries.machine(request.match_info["ref"])
+    machine = await _machine(request)
     return web.json_response(machine_view(await c.admin.revoke_credential(machine.id), None))
 
 
 async def delete_machine(request: web.Request) -> web.Response:
     c = service(request)
     asked = query(request, DeleteQuery)
-    machine = await c.queries.machine(request.match_info["ref"])
+    machine = await _machine(request)
     if await c.admin.delete_machine(machine.id, asked.force, asked.skip_reset) is None:
         return web.json_response({"status": "removed", "id": machine.id})
     return web.json_response({"status": "resetting", "id": machine.id}, status=202)
@@ -183,6 +191,6 @@ async def drain_action(request: web.Request) -> web.Response:
     action = request.match_info["action"]
     if action not in DRAIN_ACTIONS:
         raise NotFound(f"no drain action {action}: retry, skip or force")
-    machine = await c.queries.machine(request.match_info["ref"])
+    machine = await _machine(request)
     updated = await c.admin.drain_action(machine.id, action)
     return web.json_response(machine_view(updated, await c.queries.spec_of(updated)))

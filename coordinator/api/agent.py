@@ -18,6 +18,7 @@ from nodeagent.protocol import (
     RotateRequest,
     RotateResponse,
 )
+from nodeagent.validation import InvalidDocument, Problem
 
 MAX_WAIT_SECONDS = 60.0
 
@@ -44,6 +45,9 @@ async def assignment(request: web.Request) -> web.Response:
         wait = min(float(request.query.get("wait", "0")), MAX_WAIT_SECONDS)
     except ValueError:
         return error(400, "after must be an integer and wait a number of seconds")
+    if not 0 <= wait <= MAX_WAIT_SECONDS:  # nan and negative waits compare false
+        raise InvalidDocument([Problem("wait", f"must be from 0 to {MAX_WAIT_SECONDS:g} "
+                                               "seconds")])
     agents = service(request).agents
     METRICS.poll_opened(machine.machine_id)
     try:
@@ -90,7 +94,10 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     """Files from the artifact store, for any registered machine; never outside the store."""
     await service(request).credentials.authenticate_any(bearer(request))
     store = request.app[ARTIFACTS].resolve()
-    target = (store / request.match_info["name"]).resolve()
+    name = request.match_info["name"]
+    if not name.isprintable():  # a NUL is no file name the OS takes
+        raise InvalidDocument([Problem("name", "an artifact name has no control characters")])
+    target = (store / name).resolve()
     if not target.is_relative_to(store) or not target.is_file():
         raise NotFound(f"no artifact {request.match_info['name']}")
     return web.FileResponse(target)

@@ -106,3 +106,5 @@ class DeleteQuery(_Body):
                         "guard refuses (managers one at a time, a majority left)")
     skip_reset: bool = Field(default=False, description="remove the record at once: no drain, "
                              "no reset items, no Node deletion")
+    cluster: str | None = Field(default=None, description="the machine's cluster, when its "
+                                "hostname is in several")

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from coordinator.domain.errors import Forbidden, Unauthorized
 from coordinator.domain.ratelimit import RateLimiter
 from coordinator.service.coordinator import Coordinator
-from nodeagent.validation import InvalidDocument, Problem, problems_from
+from nodeagent.validation import TOO_DEEP, InvalidDocument, Problem, problems_from, too_deep
 
 M = TypeVar("M", bound=BaseModel)
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -86,6 +86,10 @@ async def body(request: web.Request, model: type[M], optional: bool = False) -> 
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise InvalidDocument([Problem("", f"body is not valid JSON: {exc.msg}", exc.lineno)]) from None
+    except RecursionError:
+        raise InvalidDocument([TOO_DEEP]) from None
+    if (problem := too_deep(data)) is not None:
+        raise InvalidDocument([problem])
     return _validated(model, data)
 
 

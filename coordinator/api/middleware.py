@@ -4,6 +4,7 @@ every request a coroutine and aiohttp's wrapper."""
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -22,6 +23,7 @@ from coordinator.domain.errors import (
 from coordinator.metrics import record_request
 from nodeagent.validation import InvalidDocument
 
+log = logging.getLogger("coordinator")
 ROUTE_INDEX = web.AppKey("route_index", dict)
 STATUSES = ((Unauthorized, 401), (Forbidden, 403), (NotFound, 404), (Conflict, 409), (Gone, 410))
 MAPPED = (InvalidDocument, TooManyRequests, web.HTTPRequestEntityTooLarge,
@@ -66,6 +68,9 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
                 response = await handler(request)
         except MAPPED as exc:
             response = mapped(exc)
+            if response.status in (413, 422):  # bad input: one line, never a traceback
+                log.info("%s %s refused (%d): %.300s", request.method, request.path,
+                         response.status, exc)
         code = response.status
         return response
     except web.HTTPException as exc:

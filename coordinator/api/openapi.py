@@ -12,7 +12,8 @@ from nodeagent import __version__
 
 
 def _operation(route: Route) -> dict[str, Any]:
-    operation: dict[str, Any] = {"summary": route.summary, "parameters": _parameters(route.path)}
+    operation: dict[str, Any] = {"summary": route.summary,
+                                 "parameters": [*_parameters(route.path), *_query(route)]}
     if route.auth != "open":
         operation["security"] = [{route.auth: []}]
     if route.body:
@@ -43,6 +44,12 @@ def _parameters(path: str) -> list[dict[str, Any]]:
     names = [part[1:-1] for part in path.split("/") if part.startswith("{")]
     return [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
             for n in names]
+
+
+def _query(route: Route) -> list[dict[str, Any]]:
+    """The query's parameters, so that a client (and schemathesis) knows to send them."""
+    return [{"name": name, "in": "query", "required": False, "schema": schema}
+            for name, schema in route.query]
 
 
 @cache

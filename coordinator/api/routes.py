@@ -6,6 +6,7 @@ from __future__ import annotations
 from coordinator.api import admin, agent, public, streams
 from coordinator.api.bodies import AdminTokenBody, ApproveBody, JoinTokenBody, LabelsBody, RoleBody
 from coordinator.api.routing import Route
+from coordinator.api.streams import MAX_EVENT_PAGE
 from coordinator.domain.model import ClusterSpec
 from nodeagent.protocol import (
     Assignment,
@@ -16,6 +17,12 @@ from nodeagent.protocol import (
     RotateRequest,
     RotateResponse,
 )
+
+TEXT, NUMBER = {"type": "string"}, {"type": "number"}
+EVENT_QUERY = (("cluster", TEXT), ("machine", TEXT), ("kind", TEXT), ("since", NUMBER),
+               ("after_id", {"type": "integer", "minimum": 0}),
+               ("limit", {"type": "integer", "minimum": 1, "maximum": MAX_EVENT_PAGE}),
+               ("order", {"enum": ["asc", "desc"]}))
 
 ROUTES: tuple[Route, ...] = (
     Route("GET", "/healthz", public.healthz, "Liveness", "open"),
@@ -106,7 +113,8 @@ ROUTES: tuple[Route, ...] = (
           "Revoke a machine's credential", "admin"),
     Route("GET", "/v1/events", streams.events,
           "Event history (query: cluster, machine (id or hostname), kind (comma-separated), "
-          "since (unix time), after_id, limit, order=asc|desc)", "admin"),
+          "since (unix time), after_id, limit (1 to 1000), order=asc|desc)", "admin",
+          query=EVENT_QUERY),
     Route("GET", "/v1/events/stream", streams.event_stream,
           "Server-sent events: new events as they are recorded (the filters of /v1/events; "
           "resumes after Last-Event-ID)", "admin"),

@@ -4,8 +4,8 @@ its OpenAPI operation are all derived from the table of these (api/routes.py).""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from aiohttp import web
 from pydantic import BaseModel
@@ -26,6 +26,8 @@ class Route:
     body_optional: bool = False  # an empty body means every field's default
     answer: type[BaseModel] | None = None
     dry_run: bool = False  # a POST that changes nothing: read-only tokens may send it, no audit
+    # (name, JSON schema) of each query parameter documented (schemathesis fuzzes them)
+    query: tuple[tuple[str, dict[str, Any]], ...] = field(default=(), hash=False)
 
     @property
     def changes(self) -> bool:

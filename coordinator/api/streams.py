@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from typing import Any
 
 from aiohttp import web
@@ -16,23 +17,31 @@ from nodeagent.validation import InvalidDocument, Problem
 
 STREAM_KEEPALIVE_SECONDS = 15.0
 STREAM_PAGE = 500
-MAX_EVENT_PAGE = 10000
+MAX_EVENT_PAGE = 1000  # events in one answer of /v1/events: page on with after_id
+MAX_PAGE_BYTES = 4 * 1024 * 1024  # nor more than this, whatever the limit (one event at least)
 
 
 async def _event_filters(request: web.Request) -> dict[str, Any]:
     """cluster; machine (id or hostname); kind (comma-separated); since (unix time);
-    after_id; limit; order (asc, or desc for the newest first)."""
+    after_id; limit (1 to MAX_EVENT_PAGE); order (asc, or desc for the newest first)."""
     query = request.query
     try:
         filters: dict[str, Any] = {
             "cluster": query.get("cluster"),
             "since_id": int(query.get("after_id", "0")),
             "since_time": float(query["since"]) if "since" in query else None,
-            "limit": min(int(query.get("limit", "1000")), MAX_EVENT_PAGE),
+            "limit": int(query.get("limit", str(MAX_EVENT_PAGE))),
         }
     except ValueError:
         raise InvalidDocument([Problem("query", "after_id and limit must be integers, "
                                                 "since a unix time in seconds")]) from None
+    if not 1 <= filters["limit"] <= MAX_EVENT_PAGE:  # SQLite reads LIMIT -1 as no limit
+        raise InvalidDocument([Problem("limit", f"must be from 1 to {MAX_EVENT_PAGE}: page on "
+                                                "with after_id")])
+    if not 0 <= filters["since_id"] < 2**63:  # a database integer
+        raise InvalidDocument([Problem("after_id", "must be an event id (0 or more)")])
+    if filters["since_time"] is not None and not math.isfinite(filters["since_time"]):
+        raise InvalidDocument([Problem("since", "must be a unix time in seconds")])
     if query.get("order", "asc") not in ("asc", "desc"):
         raise InvalidDocument([Problem("order", "must be asc or desc")])
     filters["newest_first"] = query.get("order") == "desc"
@@ -41,14 +50,24 @@ async def _event_filters(request: web.Request) -> dict[str, Any]:
     if "machine" in query:
         ref = query["machine"]
         with contextlib.suppress(NotFound):  # a removed machine's id still finds its history
-            ref = (await service(request).queries.machine(ref)).id
+            ref = (await service(request).queries.machine(ref, query.get("cluster"))).id
         filters["machine"] = ref
     return filters
 
 
 async def events(request: web.Request) -> web.Response:
+    """One page of history: at most `limit` events and MAX_PAGE_BYTES (a shorter page does
+    not mean the end: the history ends with an empty page)."""
     found = await service(request).queries.events(**await _event_filters(request))
-    return web.json_response([event_view(e) for e in found])
+    page: list[str] = []
+    size = 0
+    for event in found:
+        text = json.dumps(event_view(event))
+        size += len(text) + 2
+        if page and size > MAX_PAGE_BYTES:
+            break
+        page.append(text)
+    return web.Response(text="[" + ", ".join(page) + "]", content_type="application/json")
 
 
 async def event_stream(request: web.Request) -> web.StreamResponse:

@@ -10,15 +10,16 @@ from urllib.parse import urlencode
 import click
 
 from coordinator.cli.plumbing import (
+    MachineRef,
     call,
     complete_clusters,
-    complete_machines,
     echo_lines,
     emit,
     emit_record,
     event_history,
     follow_events,
     interrupt_quietly,
+    machine_argument,
     output_option,
     say,
     say_block,
@@ -51,12 +52,12 @@ def machines(ctx: click.Context, cluster_name: str | None, show_labels: bool,
 
 
 @machines.command("get")
-@click.argument("machine", shell_complete=complete_machines)
+@machine_argument
 @output_option
 @click.pass_context
-def machines_get(ctx: click.Context, machine: str, output: str) -> None:
+def machines_get(ctx: click.Context, machine: MachineRef, output: str) -> None:
     """One machine in full: state, step, facts, precheck report."""
-    data = call(ctx, "GET", f"/v1/machines/{machine}")
+    data = call(ctx, "GET", machine.path())
     if emit(data, output):
         return
     echo_lines(machines_table([data]))
@@ -78,15 +79,15 @@ def print_item(event: dict[str, Any], output: str) -> None:
 
 
 @machines.command("logs")
-@click.argument("machine", shell_complete=complete_machines)
+@machine_argument
 @click.option("--follow", "-f", is_flag=True, help="Keep printing output as items report it.")
-@click.option("--tail", type=click.IntRange(min=1), help="Only the last N item reports.")
+@click.option("--tail", type=click.IntRange(1, 1000), help="Only the last N item reports.")
 @output_option
 @click.pass_context
-def machines_logs(ctx: click.Context, machine: str, follow: bool, tail: int | None,
+def machines_logs(ctx: click.Context, machine: MachineRef, follow: bool, tail: int | None,
                   output: str) -> None:
     """The output of a machine's items (the last 4 KiB of each attempt, as reported)."""
-    found = call(ctx, "GET", f"/v1/machines/{machine}")
+    found = call(ctx, "GET", machine.path())
     query = {"machine": found["id"], "kind": "item"}
     after = 0
     for event in event_history(ctx, query, tail):
@@ -117,7 +118,7 @@ def label_changes(changes: tuple[str, ...]) -> dict[str, Any]:
 
 
 @click.command()
-@click.argument("machine", shell_complete=complete_machines)
+@machine_argument
 @click.option("--role", type=click.Choice(["manager", "worker"]))
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
               help="A label for the machine (repeat for more).")
@@ -125,7 +126,7 @@ def label_changes(changes: tuple[str, ...]) -> dict[str, Any]:
               "reported it (default: the address it registered with).")
 @click.option("--ip", help="Its cluster address: one of the addresses its node reported.")
 @click.pass_context
-def approve(ctx: click.Context, machine: str, role: str | None, labels: tuple[str, ...],
+def approve(ctx: click.Context, machine: MachineRef, role: str | None, labels: tuple[str, ...],
             interface: str | None, ip: str | None) -> None:
     """Approve a Pending machine (by hostname or id), optionally giving its role, labels and
     cluster address."""
@@ -133,7 +134,7 @@ def approve(ctx: click.Context, machine: str, role: str | None, labels: tuple[st
     if changes["remove"]:
         raise click.BadParameter("write KEY=VALUE", param_hint="--label")
     body = {"role": role, "labels": changes["set"], "interface": interface, "ip": ip}
-    data = call(ctx, "POST", f"/v1/machines/{machine}/approve",
+    data = call(ctx, "POST", machine.path("/approve"),
                 body={key: value for key, value in body.items() if value})
     say(f"{data['hostname']} approved" + (f" as {data['role']}" if data["role"] else "")
                + f" at {data['ip'] or data['hostname']}"
@@ -141,45 +142,45 @@ def approve(ctx: click.Context, machine: str, role: str | None, labels: tuple[st
 
 
 @machines.command("label")
-@click.argument("machine", shell_complete=complete_machines)
+@machine_argument
 @click.argument("changes", metavar="LABELS...", nargs=-1, required=True)
 @click.pass_context
-def machines_label(ctx: click.Context, machine: str, changes: tuple[str, ...]) -> None:
+def machines_label(ctx: click.Context, machine: MachineRef, changes: tuple[str, ...]) -> None:
     """Set (KEY=VALUE) and remove (KEY-) a machine's labels, as kubectl label does; items
     that use them see the new ones in its next assignment."""
-    data = call(ctx, "PATCH", f"/v1/machines/{machine}/labels", body=label_changes(changes))
+    data = call(ctx, "PATCH", machine.path("/labels"), body=label_changes(changes))
     say(f"{data['hostname']} labels: {labels_text(data['labels']) or 'none'}")
 
 
 @click.command()
-@click.argument("machine", shell_complete=complete_machines)
+@machine_argument
 @click.argument("role", type=click.Choice(["manager", "worker"]))
 @click.pass_context
-def role(ctx: click.Context, machine: str, role: str) -> None:
+def role(ctx: click.Context, machine: MachineRef, role: str) -> None:
     """Set the role of a Pending machine."""
-    data = call(ctx, "PUT", f"/v1/machines/{machine}/role", body={"role": role})
+    data = call(ctx, "PUT", machine.path("/role"), body={"role": role})
     say(f"{data['hostname']} is a {data['role']}")
 
 
 @click.command()
-@click.argument("machine", shell_complete=complete_machines)
+@machine_argument
 @click.option("--force", is_flag=True, help="Delete a manager even though the quorum guard "
               "refuses (another manager not Ready, or too few managers would be left).")
 @click.option("--skip-reset", is_flag=True, help="Remove the record at once: no drain, no "
               "reset items, no Node deletion (a machine that is gone for good).")
 @click.pass_context
-def delete(ctx: click.Context, machine: str, force: bool, skip_reset: bool) -> None:
+def delete(ctx: click.Context, machine: MachineRef, force: bool, skip_reset: bool) -> None:
     """Delete a machine: its node is drained, its agent runs the cluster's reset items, its
     Node is deleted, then its record goes. Managers leave one at a time, a majority left."""
     asked = {key: "true" for key, on in (("force", force), ("skipReset", skip_reset)) if on}
-    data = call(ctx, "DELETE", f"/v1/machines/{machine}" + (f"?{urlencode(asked)}" if asked else ""))
+    data = call(ctx, "DELETE", machine.path(**asked))
     say(f"{machine}: {data['status']}")
 
 
 @click.command()
-@click.argument("machine", shell_complete=complete_machines)
+@machine_argument
 @click.pass_context
-def revoke(ctx: click.Context, machine: str) -> None:
+def revoke(ctx: click.Context, machine: MachineRef) -> None:
     """Revoke a machine's credential: its agent is refused until the machine joins anew."""
-    data = call(ctx, "POST", f"/v1/machines/{machine}/revoke")
+    data = call(ctx, "POST", machine.path("/revoke"))
     say(f"{data['hostname']}: credential revoked")

@@ -7,13 +7,15 @@ durations, and reading the event history. Commands import this, never each other
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import click
 from click.shell_completion import CompletionItem
@@ -82,6 +84,36 @@ def completer(path: str, key: str) -> Callable[[click.Context, click.Parameter, 
 
 complete_clusters = completer("/v1/clusters", "name")
 complete_machines = completer("/v1/machines", "hostname")
+
+
+@dataclass(frozen=True)
+class MachineRef:
+    """A machine as a command names it: hostname or id, and the cluster when the hostname is
+    in several (`--cluster`); shown as the name given."""
+
+    name: str
+    cluster: str | None = None
+
+    def path(self, suffix: str = "", **query: str) -> str:
+        """The API path of the machine (and suffix), with the cluster and query in its query."""
+        asked = {**({"cluster": self.cluster} if self.cluster else {}), **query}
+        return (f"/v1/machines/{quote(self.name, safe='')}{suffix}"
+                + (f"?{urlencode(asked)}" if asked else ""))
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def machine_argument(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The MACHINE argument and its --cluster option, given to the command as one MachineRef
+    named machine."""
+    @functools.wraps(command)
+    def with_ref(*args: Any, machine: str, machine_cluster: str | None, **kwargs: Any) -> Any:
+        return command(*args, machine=MachineRef(machine, machine_cluster), **kwargs)
+
+    option = click.option("--cluster", "machine_cluster", shell_complete=complete_clusters,
+                          help="The machine's cluster, when its hostname is in several.")
+    return click.argument("machine", shell_complete=complete_machines)(option(with_ref))
 
 
 def call(ctx: click.Context, method: str, path: str, **kwargs: Any) -> Any:

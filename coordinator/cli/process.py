@@ -63,12 +63,18 @@ def parse_store(location: str | None) -> str | None:
 @click.option("--metrics-token-file", type=click.Path(dir_okay=False),
               help="File holding a token /metrics then asks for (Authorization: Bearer); "
                    "default: /metrics is open.")
+@click.option("--event-retention", default="30d", show_default=True,
+              help="Events older than this are deleted (pruned hourly).")
+@click.option("--event-max", default=1_000_000, show_default=True,
+              type=click.IntRange(min=1000), help="At most this many events are kept, the newest.")
 def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
           artifacts: str | None, insecure_http: bool, credential_ttl: str,
-          register_rate: float, gc_interval: float, metrics_token_file: str | None) -> None:
+          register_rate: float, gc_interval: float, metrics_token_file: str | None,
+          event_retention: str, event_max: int) -> None:
     """Run the coordinator: HTTPS API plus the reconcile loop, on the embedded SQLite store or
     on PostgreSQL (--store), where several replicas serve the API and one leads."""
     from coordinator.server.serve import ServeOptions, serve_forever
+    from coordinator.service.history import Retention
 
     host, port = parse_listen(listen)
     serve_forever(ServeOptions(
@@ -76,7 +82,18 @@ def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | No
         insecure_http=insecure_http, advertise_url=advertise_url,
         credential_ttl=parse_duration(credential_ttl, "--credential-ttl"),
         register_rate=register_rate, store=parse_store(store), gc_interval=gc_interval,
-        metrics_token_file=Path(metrics_token_file) if metrics_token_file else None))
+        metrics_token_file=Path(metrics_token_file) if metrics_token_file else None,
+        retention=Retention(max_age_seconds=retention_seconds(event_retention),
+                            max_events=event_max)))
+
+
+def retention_seconds(value: str) -> float:
+    """--event-retention in seconds: a duration, never 0 (history is never kept for ever)."""
+    seconds = parse_duration(value, "--event-retention")
+    if seconds is None:
+        raise click.BadParameter("0 would keep every event for ever: give a duration",
+                                 param_hint="--event-retention")
+    return seconds
 
 
 @click.command()

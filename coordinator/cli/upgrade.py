@@ -7,7 +7,15 @@ from typing import Any
 
 import click
 
-from coordinator.cli.plumbing import call, echo_lines, emit, output_option, say
+from coordinator.cli.plumbing import (
+    MachineRef,
+    call,
+    echo_lines,
+    emit,
+    machine_argument,
+    output_option,
+    say,
+)
 from coordinator.cli.render import upgrade_plan_lines
 
 
@@ -47,10 +55,10 @@ _pause_command("resume", "Let the upgrade go on.")
 
 def _drain_command(action: str, help_text: str) -> None:
     @upgrade.command(action, help=help_text)
-    @click.argument("machine")
+    @machine_argument
     @click.pass_context
-    def command(ctx: click.Context, machine: str) -> None:
-        data = call(ctx, "POST", f"/v1/machines/{machine}/drain/{action}")
+    def command(ctx: click.Context, machine: MachineRef) -> None:
+        data = call(ctx, "POST", machine.path(f"/drain/{action}"))
         say(f"{data['hostname']}: drain {data['drain']['stage']} "
                    f"(attempt {data['drain']['attempt']})")
 

@@ -60,13 +60,31 @@ def phase_run(spec: ClusterSpec, machine: Machine, phase: Phase,
     changed since the machine last ran (releases.upgrade_run), not only upgrade items; a mint
     or revoke phase, the manager's job (minting.job_items); any other, the items whose `when`
     holds for it."""
+    return run_items(spec, machine, phase, deployed_managers(peers))
+
+
+def run_items(spec: ClusterSpec, machine: Machine, phase: Phase,
+              managers: Sequence[str]) -> list[StateItem]:
+    """phase_run, given the addresses of the deployed managers rather than the machines."""
     if machine.role is None:
         return []
     if phase in JOB_PHASES:
         return job_items(spec, machine.minting) if machine.minting is not None else []
     if phase == "upgrade":
         return [item for item, _ in upgrade_run(spec, machine)]
-    return machine_items(spec, machine, phase, deployed_managers(peers))
+    return machine_items(spec, machine, phase, managers)
+
+
+def running_phases(machine: Machine) -> list[Phase]:
+    """Every phase whose items the machine may be running now, whatever the post-deploy
+    step's host and its drain: its state's, its mint or revoke job's, and (a Ready manager)
+    the post-deploy step's."""
+    phases: list[Phase] = [phase] if (phase := PHASE_OF_STATE.get(machine.state)) else []
+    if machine.minting is not None and machine.state is MachineState.READY:
+        phases.append(machine.minting.kind)
+    if may_host_post_deploy(machine):
+        phases.append("postdeploy")
+    return phases
 
 
 def assigned_items(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine],

@@ -1,12 +1,13 @@
-"""What a registration does to the machines of a cluster: a new Pending machine, or a Pending
-one registered again, either approved at once when the cluster auto-approves and its prechecks
-pass (domain/approval.py); or nothing when it retries one whose answer was lost.
+"""What a registration does to the machines of a cluster: a new Pending machine, approved at
+once when the cluster auto-approves and its prechecks pass (domain/approval.py); or nothing
+when it retries one whose answer was lost. A machine of the hostname already there, Pending or
+not, is never displaced: only its own credential gets it back (retried).
 Pure: the service supplies the id, the credential's hash, the machine that credential belongs
 to and the time."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from coordinator.domain.approval import approval_failures, auto_approved
 from coordinator.domain.errors import Conflict
@@ -39,25 +40,22 @@ def registered(cluster: str, settings: ClusterSettings, existing: Machine | None
                request: RegisterRequest, credential: Credential, new_id: str,
                now: float) -> tuple[Machine, list[Event]]:
     """The machine once `request` is registered, and its events. A join token must never let
-    a second node take over an admitted one: an approved machine of that hostname is refused."""
+    a second node take over a machine another agent registered, admitted or Pending (an admin
+    approving the name would approve the newcomer): a machine of that hostname is refused."""
     if existing is not None and existing.approved:
         raise Conflict(f"{request.hostname} is already a member of {cluster} "
                        f"({existing.state.value}); delete it first to register anew")
-    precheck = request.precheck.model_dump(mode="json", by_alias=True)
     if existing is not None:
-        machine = replace(existing, ip=request.ip, facts=request.facts, precheck=precheck,
-                          credential_hash=credential.hash,
-                          credential_expires_at=credential.expires_at, last_seen=now,
-                          responding=True, generation=existing.generation + 1)
-        message = f"{request.hostname} registered again; its credential was replaced"
-    else:
-        machine = Machine(
-            id=new_id, cluster=cluster, hostname=request.hostname, ip=request.ip,
-            facts=request.facts, precheck=precheck, created_at=now, state_since=now,
-            last_seen=now, credential_hash=credential.hash,
-            credential_expires_at=credential.expires_at,
-        )
-        message = f"{request.hostname} registered from {request.ip}"
+        raise Conflict(f"{request.hostname} is already registered in {cluster} by another agent "
+                       "(Pending); delete it first to register anew")
+    precheck = request.precheck.model_dump(mode="json", by_alias=True)
+    machine = Machine(
+        id=new_id, cluster=cluster, hostname=request.hostname, ip=request.ip,
+        facts=request.facts, precheck=precheck, created_at=now, state_since=now,
+        last_seen=now, credential_hash=credential.hash,
+        credential_expires_at=credential.expires_at,
+    )
+    message = f"{request.hostname} registered from {request.ip}"
     failures = approval_failures(settings, machine)
     if failures:
         message += "; hard prechecks failed: " + "; ".join(failures)

@@ -3,26 +3,24 @@ carry and what it changes is tested without a store or a server."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from coordinator.domain.assignment import assigned_phase
+from coordinator.domain.assignment import run_items, running_phases
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.kubeconfig import kubeconfig_problem
-from coordinator.domain.minting import job_items
 from coordinator.domain.model import (
     ClusterSpec,
     ItemProgress,
     Machine,
     MachineState,
     MintJob,
-    applies,
-    phase_items,
+    items_may_run,
 )
 from coordinator.domain.outputs import key
 from coordinator.domain.records import Event
-from coordinator.domain.releases import upgrade_run
-from nodeagent.contract import JOB_PHASES, ROLES
+from nodeagent.contract import JOB_PHASES
 from nodeagent.protocol import ItemReport, StateItem, VersionAction, installed_version
 from nodeagent.redact import mask_values
 
@@ -35,27 +33,29 @@ class Folded:
     events: list[Event]
 
 
-def reportable_items(spec: ClusterSpec, managers: tuple[str, ...]) -> dict[str, StateItem]:
-    """Every item a report may name, by fingerprint: the spec's items of every phase, with the
-    reconfigure items as rendered for the deployed managers and the post-deploy checks."""
-    return {i.fingerprint(): i for role in ROLES
-            for i in [*getattr(spec.machine_types, role),
-                      *phase_items(spec, role, "reconfigure", managers),
-                      *phase_items(spec, role, "postdeploy")]}
+def reportable_items(spec: ClusterSpec, machine: Machine,
+                     managers: Sequence[str]) -> dict[str, StateItem]:
+    """Every item a report from machine may name, by fingerprint: those of its current
+    assignment (any phase it may be running now, assignment.running_phases), with the
+    reconfigure items as rendered for the deployed managers; none before it is approved. A
+    report of anything else is refused before it costs the store a byte."""
+    if not machine.approved:
+        return {}
+    return {i.fingerprint(): i for phase in running_phases(machine)
+            for i in run_items(spec, machine, phase, managers)}
 
 
-def fold_report(spec: ClusterSpec, items: dict[str, StateItem], machine: Machine,
+def fold_report(spec: ClusterSpec, managers: Sequence[str], machine: Machine,
                 report: ItemReport, now: float) -> Folded:
     """The machine once `report` is in. Raises Conflict for a report that does not fit: an
-    item the spec does not have, or a kubeconfig from an item that may not send one."""
-    job = report.phase in JOB_PHASES
-    if job:  # a mint or revoke job's item: its run is versioned by the job (minting.job_items)
-        items = {i.fingerprint(): i for i in
-                 (job_items(spec, machine.minting) if machine.minting is not None else [])}
-    item = items.get(report.fingerprint)
-    if item is None:
-        raise Conflict(f"item {report.item} ({report.fingerprint}) is not in the cluster spec"
-                       + (" or not a job this manager runs now" if job else ""))
+    item that is not in the machine's current assignment (reportable_items) or under another
+    name, or a kubeconfig from an item that may not send one."""
+    job = report.phase in JOB_PHASES  # a mint or revoke job's item: versioned by the job
+    item = reportable_items(spec, machine, managers).get(report.fingerprint)
+    if item is None or item.name != report.item or item.phase != report.phase:
+        state = machine.state.value + ("" if machine.approved else ", not approved")
+        raise Conflict(f"item {report.item[:64]} ({report.fingerprint}): not an item of the "
+                       f"current assignment of {machine.hostname} ({state})")
     succeeded = report.status == "succeeded"
     applied = machine.applied | {report.fingerprint} if succeeded and not job \
         else machine.applied
@@ -127,16 +127,17 @@ def _kubeconfig(spec: ClusterSpec, machine: Machine, item: StateItem, report: It
     """The kubeconfig the machine holds once this report is in, and the event saying it
     changed. The kubeconfig itself goes into no event: only who sent it, from where. Drains
     go through it, so only the item that declares kubeconfigFrom may bring one, while the
-    machine runs it."""
+    machine's assignment holds it: fold_report took only an item of its current assignment
+    under its phase, and an upgrade's items are handed out only once its drain allows."""
     if report.kubeconfig is None:
         return machine.kubeconfig, []
     if item.kubeconfig_from is None or machine.role != "manager" or report.status != "succeeded":
         raise Conflict(f"kubeconfig: item {item.name} is not a manager item with kubeconfigFrom "
                        "that succeeded: its report cannot carry one")
-    if not _runs_now(spec, machine, item, report):
-        raise Conflict(f"kubeconfig: item {item.name} ({report.phase}) is not in the current "
-                       f"assignment of {machine.hostname} ({machine.state.value}): its report "
-                       "cannot carry one")
+    if report.phase not in (*JOB_PHASES, "postdeploy") and not items_may_run(spec, machine):
+        raise Conflict(f"kubeconfig: item {item.name} is not in the current assignment of "
+                       f"{machine.hostname} (its node is being drained): its report cannot "
+                       "carry one")
     problem = kubeconfig_problem(report.kubeconfig)
     if problem is not None:
         return machine.kubeconfig, [event(
@@ -148,18 +149,6 @@ def _kubeconfig(spec: ClusterSpec, machine: Machine, item: StateItem, report: It
         now, machine.cluster, "kubeconfig", f"{machine.hostname} reported a kubeconfig (item "
         f"{item.name}, {item.kubeconfig_from}): drains use the first manager's unless "
         "settings.kubernetes.kubeconfig is set", machine, {"item": item.name})]
-
-
-def _runs_now(spec: ClusterSpec, machine: Machine, item: StateItem, report: ItemReport) -> bool:
-    """Whether the report is of an item the machine's current assignment holds, under the
-    item's own phase: a manager in Prepare cannot report its deploy item. Which manager hosts
-    the post-deploy step is not known here: any Ready manager's post-deploy items count."""
-    phase = assigned_phase(spec, machine, post_deploy_host=machine.id)
-    if phase is None or report.phase != item.phase:
-        return False
-    if phase == "upgrade":  # an upgrade runs changed prepare and deploy items too
-        return report.fingerprint in {f for _, f in upgrade_run(spec, machine)}
-    return item.phase == phase and (phase in JOB_PHASES or applies(item, machine))
 
 
 def _post_deploy_check(spec: ClusterSpec, machine: Machine, item: StateItem, report: ItemReport,

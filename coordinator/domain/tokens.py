@@ -21,6 +21,7 @@ DEFAULT_CREDENTIAL_TTL_SECONDS = 365 * 24 * 3600.0
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION_DAYS = 36500  # a century: longer ones are typos, and 400 nines overflow to infinity
 
 
 def new_token(prefix: str) -> str:
@@ -45,7 +46,10 @@ def parse_duration(text: str) -> float:
     match = _DURATION.match(text)
     if match is None:
         raise ValueError(f"{text!r} is not a duration (e.g. 90s, 15m, 24h, 365d)")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds > MAX_DURATION_DAYS * 86400:
+        raise ValueError(f"{text!r} is longer than {MAX_DURATION_DAYS}d; 0 never expires")
+    return seconds
 
 
 def join_refusal(token: JoinToken | None, now: float) -> str | None:

@@ -24,6 +24,7 @@ from coordinator.metrics import METRICS
 from coordinator.server import advertised, datadir, secrets_key
 from coordinator.server.pki import Pki
 from coordinator.service.coordinator import Coordinator
+from coordinator.service.history import DEFAULT_RETENTION, Retention
 from coordinator.store.base import Store, StoreError
 from coordinator.store.cipher import Cipher
 from coordinator.store.sqlite import SQLiteStore
@@ -49,6 +50,7 @@ class ServeOptions:
     store: str | None = None  # a postgresql:// DSN; None: the SQLite file in data_dir
     gc_interval: float = DEFAULT_INTERVAL_SECONDS  # 0: CPython's own garbage collection
     metrics_token_file: Path | None = None  # None: /metrics needs no token
+    retention: Retention = DEFAULT_RETENTION  # how much event history is kept
 
     def pki(self) -> Pki:
         return Pki(self.data_dir / "pki")
@@ -109,7 +111,8 @@ async def open_coordinator(options: ServeOptions) -> Coordinator:
         await store.open()
     except StoreError as exc:
         raise SetupError(f"cannot open the store: {exc}") from None
-    coordinator = Coordinator(store, credential_ttl=options.credential_ttl)
+    coordinator = Coordinator(store, credential_ttl=options.credential_ttl,
+                              retention=options.retention)
     await coordinator.access.ensure_admin_token(options.data_dir / datadir.ADMIN_TOKEN)
     return coordinator
 
@@ -152,7 +155,8 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
               f"(data in {options.data_dir}; agents use {options.url()})", flush=True)
         background = [asyncio.create_task(coordinator.run()),
                       asyncio.create_task(coordinator.write_heartbeats()),
-                      asyncio.create_task(coordinator.audit_refusals())]
+                      asyncio.create_task(coordinator.audit_refusals()),
+                      asyncio.create_task(coordinator.history.run())]
         policy = None
         METRICS.gc_pauses.install()  # at /metrics, whoever schedules the collections
         if options.gc_interval > 0:

@@ -18,7 +18,7 @@ from coordinator.domain.events import event
 from coordinator.domain.model import ClusterSpec, Machine, deployed_managers
 from coordinator.domain.records import Event
 from coordinator.domain.registration import Credential, registered, retried
-from coordinator.domain.reports import fold_report, reportable_items
+from coordinator.domain.reports import fold_report
 from coordinator.domain.tokens import new_token, token_hash
 from coordinator.service.access import Access
 from coordinator.service.groupcommit import GroupCommit, Pending
@@ -32,10 +32,7 @@ from nodeagent.protocol import (
     PrecheckReport,
     RegisterRequest,
     RegisterResponse,
-    StateItem,
 )
-
-MIN_CREDENTIAL_CHARACTERS = 32
 
 
 class Agents:
@@ -86,12 +83,15 @@ class Agents:
 
     async def rotate_credential(self, machine_id: str, secret: str) -> float | None:
         """Replace a machine's credential with one its agent chose (and saved before asking,
-        so a lost answer never locks it out). Returns the new expiry."""
-        if len(secret) < MIN_CREDENTIAL_CHARACTERS:
-            raise Conflict(f"a new credential must be at least {MIN_CREDENTIAL_CHARACTERS} characters")
+        so a lost answer never locks it out). Returns the new expiry. A credential another
+        machine holds is refused: each one names a single machine."""
         async with self.writes.lock:
             machine = await self.queries.machine_by_id(machine_id)
             credential = self._credential(secret, self.clock())
+            owner = await self.store.credential_owner(credential.hash)
+            if owner is not None and owner.machine_id != machine_id:
+                raise Conflict("credential: another machine holds this credential; choose a "
+                               "new one")
             updated = replace(machine, credential_hash=credential.hash,
                               credential_expires_at=credential.expires_at)
             await self.writes.commit([updated], [event(
@@ -157,7 +157,7 @@ class Agents:
         item, bad kubeconfig) is refused alone and changes nothing. Runs under the write lock
         (taken by the group commit)."""
         machines = {m.id: m for m in await self.store.get_machines({p.request[0] for p in batch})}
-        known: dict[str, tuple[ClusterSpec, dict[str, StateItem]]] = {}
+        known: dict[str, tuple[ClusterSpec, tuple[str, ...]]] = {}
         updated: dict[str, Machine] = {}
         events: list[Event] = []
         accepted: list[tuple[Machine, ItemReport]] = []
@@ -169,8 +169,8 @@ class Agents:
                     raise await self.queries.missing(machine_id)
                 if machine.cluster not in known:
                     known[machine.cluster] = await self._reportable(machine.cluster)
-                spec, items = known[machine.cluster]
-                folded = fold_report(spec, items, machine, report, self.clock())
+                spec, managers = known[machine.cluster]
+                folded = fold_report(spec, managers, machine, report, self.clock())
             except Exception as exc:  # this caller's answer, not the batch's
                 pending.fail(exc)
                 continue
@@ -190,8 +190,8 @@ class Agents:
         if any(report.status == "succeeded" for _, report in accepted):
             self.notifier.kick()
 
-    async def _reportable(self, cluster: str) -> tuple[ClusterSpec, dict[str, StateItem]]:
-        """The cluster's spec and every item a report may name, by fingerprint."""
+    async def _reportable(self, cluster: str) -> tuple[ClusterSpec, tuple[str, ...]]:
+        """The cluster's spec and its deployed managers: what the items a report may name are
+        made of (reports.reportable_items)."""
         spec = (await self.queries.cluster(cluster)).spec
-        managers = deployed_managers(await self.store.list_machines(cluster, role="manager"))
-        return spec, reportable_items(spec, managers)
+        return spec, deployed_managers(await self.store.list_machines(cluster, role="manager"))

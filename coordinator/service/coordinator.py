@@ -18,6 +18,7 @@ from coordinator.service.credentials import CredentialCache
 from coordinator.service.drainer import Drainer
 from coordinator.service.drains import DrainRecords
 from coordinator.service.heartbeats import HEARTBEAT_FLUSH_SECONDS, HeartbeatBuffer
+from coordinator.service.history import DEFAULT_RETENTION, EventRetention, Retention
 from coordinator.service.leadership import Leadership
 from coordinator.service.noderecords import NodeRecords
 from coordinator.service.nodewatch import NodeWatch
@@ -33,7 +34,8 @@ from coordinator.store.base import Store
 
 class Coordinator:
     def __init__(self, store: Store, clock: Callable[[], float] = time.time,
-                 credential_ttl: float | None = DEFAULT_CREDENTIAL_TTL_SECONDS) -> None:
+                 credential_ttl: float | None = DEFAULT_CREDENTIAL_TTL_SECONDS,
+                 retention: Retention = DEFAULT_RETENTION) -> None:
         self.store = store
         self.clock = clock
         self.notifier = Notifier()
@@ -54,6 +56,7 @@ class Coordinator:
         self.admin = Admin(self.writes, self.queries, self.access, self.notifier, self.drainer,
                            clock)
         self.refusals = RefusalAudit(self.writes, clock)
+        self.history = EventRetention(store, clock, retention)
 
     async def run(self, tick: float = 1.0) -> None:
         """Relay wake-ups between replicas, and reconcile while this replica leads."""

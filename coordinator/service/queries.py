@@ -79,16 +79,20 @@ class Queries:
             return Gone(removed.notice())
         return NotFound(f"no machine {machine_id}")
 
-    async def machine(self, ref: str) -> Machine:
-        """A machine by id or hostname (hostnames are unique within a cluster)."""
+    async def machine(self, ref: str, cluster: str | None = None) -> Machine:
+        """A machine by id or hostname (hostnames are unique within a cluster), in cluster when
+        one is named: a hostname in several clusters needs it."""
         machine = await self.store.get_machine(ref)
-        if machine is not None:
+        if machine is not None and cluster in (None, machine.cluster):
             return machine
-        matches = await self.store.machines_by_hostname(ref)
+        matches = await self.store.machines_by_hostname(ref, cluster)
         if len(matches) > 1:
-            raise Conflict(f"hostname {ref} exists in several clusters: use the machine id")
+            clusters = ", ".join(sorted(m.cluster for m in matches))
+            raise Conflict(f"hostname {ref} exists in clusters {clusters}: name one (--cluster, "
+                           "or ?cluster= in the API) or use the machine id")
         if not matches:
-            raise NotFound(f"no machine with id or hostname {ref}")
+            raise NotFound(f"no machine with id or hostname {ref}"
+                           + (f" in cluster {cluster}" if cluster else ""))
         return matches[0]
 
     async def machines(self, cluster: str | None = None) -> tuple[list[Machine], dict[str, ClusterSpec]]:

@@ -207,6 +207,12 @@ class Store(ABC):
         filtering after the limit. tests/integration/store/test_store.py checks both.
         """
 
+    @abstractmethod
+    async def prune_events(self, before: float, keep: int, chunk: int) -> int:
+        """Delete the events older than `before` and those beyond the newest `keep`, oldest
+        first and at most `chunk` of them in one transaction; returns how many went (call
+        again until 0). See sql.prune_through."""
+
     # -- replicas -------------------------------------------------------------------
     def mutex(self) -> AbstractAsyncContextManager[Any]:
         """A lock for read-modify-write sequences of machines, held by one task of one

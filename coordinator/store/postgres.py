@@ -44,7 +44,13 @@ from coordinator.store.codec import (
 )
 from coordinator.store.postgres_connections import Database, Mutex
 from coordinator.store.postgres_schema import MIGRATIONS, migrate
-from coordinator.store.sql import POSTGRES, Statements, check_removable, respecified
+from coordinator.store.sql import (
+    POSTGRES,
+    Statements,
+    check_removable,
+    prune_through,
+    respecified,
+)
 
 SQL = Statements(POSTGRES)  # the statements the stores share, as PostgreSQL spells them
 _INSERT_EVENT = """
@@ -265,6 +271,15 @@ class PostgresStore(Store):
         query, params = SQL.events(cluster, machine, since_id, since_time, limit, kinds,
                                    newest_first)
         return await self.db.all(event_from_row, query, *params)
+
+    async def prune_events(self, before: float, keep: int, chunk: int) -> int:
+        async with self.db.transaction() as conn:
+            through = prune_through(*await conn.fetchrow(SQL.retention_bounds, keep, before),
+                                    chunk=chunk)
+            if through is None:
+                return 0
+            status = await conn.execute(SQL.delete_events_through, through)
+        return int(status.split()[-1])  # "DELETE n"
 
     # -- replicas -------------------------------------------------------------------
     def mutex(self) -> Mutex:

@@ -186,6 +186,15 @@ class Statements:
         self.claim_secrets_key = sql("INSERT INTO secrets_key (id, fingerprint) VALUES (1, $1) "
                                      "ON CONFLICT (id) DO NOTHING")
         self.secrets_key = "SELECT fingerprint FROM secrets_key"
+        # -- the event history's retention: where it ends (prune_through), each bound by the
+        # primary key: the oldest id, the newest beyond the count kept ($1), the first one
+        # recent enough to keep ($2: walks only the expired ones), the newest
+        self.retention_bounds = sql(
+            "SELECT (SELECT MIN(id) FROM events), "
+            "(SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET $1), "
+            "(SELECT id FROM events WHERE time >= $2 ORDER BY id LIMIT 1), "
+            "(SELECT MAX(id) FROM events)")
+        self.delete_events_through = sql("DELETE FROM events WHERE id <= $1")
 
     def machines(self, cluster: str | None, role: Role | None) -> tuple[str, list[Any]]:
         """See Store.list_machines: with a role, through the index on (cluster, role)."""
@@ -227,6 +236,18 @@ def respecified(stored: StoredCluster, spec: ClusterSpec, now: float) -> StoredC
     if spec_to_json(stored.spec) == spec_to_json(spec):
         return None
     return replace(stored, spec=spec, generation=stored.generation + 1, updated_at=now)
+
+
+def prune_through(oldest: int | None, beyond_count: int | None, first_recent: int | None,
+                  newest: int | None, chunk: int) -> int | None:
+    """The last event id a prune deletes (None: nothing to delete): the events beyond the count
+    kept and those older than the age kept (up to the first recent one, in id order), at most
+    chunk of them, oldest first, so that one prune never holds the store for long."""
+    if oldest is None or newest is None:
+        return None
+    expired = newest if first_recent is None else first_recent - 1
+    cutoff = max(expired, beyond_count or 0)
+    return min(cutoff, oldest + chunk - 1) if cutoff >= oldest else None
 
 
 def check_removable(cluster: str, machines: int) -> None:

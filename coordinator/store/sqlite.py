@@ -47,7 +47,7 @@ from coordinator.store.codec import (
     removed_machine_from_row,
     spec_to_json,
 )
-from coordinator.store.sql import SQLITE, Statements, check_removable, respecified
+from coordinator.store.sql import SQLITE, Statements, check_removable, prune_through, respecified
 from coordinator.store.sqlite_schema import MIGRATIONS, migrate, transaction
 
 T = TypeVar("T")
@@ -385,3 +385,15 @@ class SQLiteStore(Store):
         """See Store.list_events."""
         return await self._all(event_from_row, *SQL.events(cluster, machine, since_id, since_time,
                                                            limit, kinds, newest_first))
+
+    async def prune_events(self, before: float, keep: int, chunk: int) -> int:
+        return await self._run(self._prune_events, before, keep, chunk)
+
+    def _prune_events(self, before: float, keep: int, chunk: int) -> int:
+        conn = self._db
+        with transaction(conn):
+            through = prune_through(*conn.execute(SQL.retention_bounds, (keep, before)).fetchone(),
+                                    chunk=chunk)
+            if through is None:
+                return 0
+            return conn.execute(SQL.delete_events_through, (through,)).rowcount

@@ -4,7 +4,9 @@ reports, registrations, item reports). A change to one of these formats is made 
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -187,6 +189,12 @@ def node_facts(primary: str = "192.0.2.10", cluster: str = "10.10.0.5") -> dict[
                           disk("sdc", partitions=["sdc1"], holders=["dm-0"]),
                           disk("sr0", removable=True), disk("sdd", read_only=True)],
     }
+
+
+def credential(seed: str) -> str:
+    """A machine credential as an agent chooses one (random-looking), the same for a seed."""
+    digest = hashlib.sha256(seed.encode()).digest()
+    return "machine_" + base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
 def registration(hostname: str, join_token: str, failing: bool = False,

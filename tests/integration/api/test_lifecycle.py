@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from tests.support.builders import AUTO_APPROVE_CLUSTER, registration
+from tests.support.builders import AUTO_APPROVE_CLUSTER, credential, registration
 from tests.support.driver import Registered
 from tests.support.harness import InProcessCoordinator
 
-CREDENTIAL = "machine_" + "c" * 40  # what an agent chose and saved before registering
+CREDENTIAL = credential("w3")  # what an agent chose and saved before registering
 
 
 def bearer(agent: Registered) -> dict[str, str]:
@@ -30,7 +30,7 @@ async def agent_answers(env: InProcessCoordinator, agent: Registered) -> set[tup
     base = f"/v1/agent/machines/{agent['machine_id']}"
     requests = [("GET", f"{base}/assignment", None), ("POST", f"{base}/heartbeat", None),
                 ("POST", f"{base}/precheck", {}), ("POST", f"{base}/reports", {}),
-                ("POST", f"{base}/credential", {"credential": "c" * 40}),
+                ("POST", f"{base}/credential", {"credential": credential("c")}),
                 ("GET", "/v1/artifacts/anything", None)]
     answers = set()
     for method, path, body in requests:
@@ -83,7 +83,7 @@ async def test_a_registration_whose_answer_was_lost_is_retried_to_the_same_machi
     assert again == first and first["credential"] == CREDENTIAL
     # Both at once (the first still being written when the retry comes): one machine too.
     both = {**registration("w4", (await env.call("POST", "/v1/clusters/lab/join-tokens", 201,
-                                                 json={}))["token"]), "credential": "w4" * 20}
+                                                 json={}))["token"]), "credential": credential("w4")}
     answers = await asyncio.gather(*(env.call("POST", "/v1/agent/register", 201, json=both,
                                               headers={}) for _ in range(2)))
     assert answers[0] == answers[1]
@@ -102,7 +102,7 @@ async def test_a_retry_never_lets_another_node_take_a_machine(env: InProcessCoor
     await env.call("POST", "/v1/agent/register", 201, headers={},
                    json={**registration("w3", token), "credential": CREDENTIAL})
     other_node = await env.call("POST", "/v1/agent/register", 409, headers={},
-                                json={**registration("w3", token), "credential": "o" * 40})
+                                json={**registration("w3", token), "credential": credential("o")})
     assert "w3 is already a member of lab" in other_node["error"]
     other_name = await env.call("POST", "/v1/agent/register", 409, headers={},
                                 json={**registration("w5", token), "credential": CREDENTIAL})

@@ -13,7 +13,7 @@ import pytest
 from coordinator.api.context import MAX_BODY_BYTES
 from coordinator.api.routes import ROUTES
 from coordinator.service.credentials import CREDENTIAL_CACHE_SECONDS
-from tests.support.builders import API_CLUSTER, registration
+from tests.support.builders import API_CLUSTER, credential, registration
 from tests.support.harness import InProcessCoordinator
 
 
@@ -166,7 +166,7 @@ async def test_an_expired_machine_credential_is_refused(env: InProcessCoordinato
 
 async def test_a_rotated_credential_replaces_the_old_one(env: InProcessCoordinator) -> None:
     agent = await env.register("node-a")
-    new = "machine_" + "n" * 40
+    new = credential("new")
     env.clock.now += 100
     rotated = await env.call("POST", f"/v1/agent/machines/{agent['machine_id']}/credential", 200,
                              headers=bearer(agent["credential"]), json={"credential": new})

@@ -392,6 +392,25 @@ async def test_events_can_be_paged_with_the_last_id(store: Store) -> None:
     assert since == stored[-1].id
 
 
+async def test_events_beyond_the_retention_are_pruned_oldest_first_in_chunks(
+        store: Store) -> None:
+    """Older than the age kept, or beyond the count kept: gone, a chunk per call; the rest
+    stays, and ids go on growing."""
+    stored = await store.commit(events=[event(time=float(i)) for i in range(10)])
+    ids = [e.id for e in stored]
+    assert await store.prune_events(before=3.0, keep=100, chunk=2) == 2
+    assert await store.prune_events(before=3.0, keep=100, chunk=2) == 1
+    assert await store.prune_events(before=3.0, keep=100, chunk=2) == 0
+    assert [e.id for e in await store.list_events()] == ids[3:]
+    assert await store.prune_events(before=0.0, keep=4, chunk=100) == 3  # the count
+    assert [e.id for e in await store.list_events()] == ids[6:]
+    assert await store.prune_events(before=100.0, keep=4, chunk=100) == 4  # every one expired
+    assert await store.list_events() == []
+    assert await store.prune_events(before=100.0, keep=4, chunk=100) == 0
+    (later,) = await store.commit(events=[event(time=200.0)])
+    assert later.id > ids[-1]
+
+
 # -- durability ---------------------------------------------------------------------------------
 
 

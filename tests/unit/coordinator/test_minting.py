@@ -25,7 +25,7 @@ from coordinator.domain.outputs import waits_text
 from coordinator.domain.planner import plan
 from coordinator.domain.records import StoredCluster
 from coordinator.domain.rendering import render_cluster, render_machine
-from coordinator.domain.reports import fold_report, reportable_items
+from coordinator.domain.reports import fold_report
 from coordinator.domain.specs import load_spec
 from nodeagent.protocol import Assignment, ItemReport
 from nodeagent.validation import InvalidDocument
@@ -93,7 +93,7 @@ def report(spec: Any, m: Machine, item_name: str, outputs: dict[str, str] | None
     sent = ItemReport(item=item.name, fingerprint=item.fingerprint(), phase=item.phase,
                       status="succeeded", attempt=1, started_at=1.0, finished_at=2.0,
                       exit_code=0, outputs=outputs)
-    return fold_report(spec, reportable_items(spec, ()), m, sent, 3.0).machine
+    return fold_report(spec, (), m, sent, 3.0).machine
 
 
 def settle(spec: Any, machines: list[Machine], now: float) -> list[Machine]:
@@ -225,7 +225,7 @@ def test_the_coordinator_masks_what_it_knows_of_a_machine_in_its_reports(spec: A
     sent = ItemReport(item=item.name, fingerprint=item.fingerprint(), phase=item.phase,
                       status="failed", attempt=1, started_at=1.0, finished_at=2.0, exit_code=1,
                       output="joining with plainvalue42xyz\n", error="exit 1")
-    folded = fold_report(spec, reportable_items(spec, ()), w1, sent, 12.0)
+    folded = fold_report(spec, (), w1, sent, 12.0)
     assert "plainvalue42xyz" not in json.dumps([e.data for e in folded.events])
 
 

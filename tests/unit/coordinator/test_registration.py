@@ -32,12 +32,12 @@ def test_a_new_machine_is_pending_and_auto_approved_only_when_its_prechecks_pass
     assert "hard prechecks failed: kernel: kernel too old" in events[0].message
 
 
-def test_registering_again_keeps_the_pending_machine_and_replaces_its_credential() -> None:
+def test_a_pending_machine_cannot_be_displaced_by_another_agents_registration() -> None:
+    """Same join token, same hostname, another credential: approving w1 would approve the
+    newcomer, so it is refused (its own agent retries with its credential: retried)."""
     before = replace(machine("w1", approved=False), credential_hash="old")
-    again, events = registered("edge", ClusterSettings(), before, request("w1"), CREDENTIAL, "id-new", 9.0)
-    assert again.id == before.id and again.credential_hash == "hash"
-    assert again.generation == before.generation + 1
-    assert events[0].message == "w1 registered again; its credential was replaced"
+    with pytest.raises(Conflict, match=r"w1 is already registered in edge by another agent"):
+        registered("edge", ClusterSettings(), before, request("w1"), CREDENTIAL, "id-new", 9.0)
 
 
 def test_an_admitted_machine_cannot_be_taken_over_by_a_registration() -> None:

@@ -12,7 +12,7 @@ from coordinator.domain.assignment import AssignmentInputs, build_assignment
 from coordinator.domain.model import ClusterSpec, DrainStage, Machine, MachineState, Role
 from coordinator.domain.planner import plan, plan_to_fixpoint, upgrade_plan
 from coordinator.domain.records import StoredCluster
-from coordinator.domain.reports import fold_report, reportable_items
+from coordinator.domain.reports import fold_report
 from coordinator.domain.steps import machine_step
 from nodeagent.protocol import ItemReport, StateItem
 from tests.support.builders import cluster, drained, machine
@@ -179,7 +179,7 @@ def test_an_upgrade_keeps_its_list_while_its_items_are_reported() -> None:
                                      None).items
     report = ItemReport(item="join", fingerprint=join.fingerprint(), phase="deploy",
                         status="succeeded", attempt=1, started_at=1.0, finished_at=2.0)
-    folded = fold_report(v16, reportable_items(v16, ("m1",)), w1, report, now=3.0)
+    folded = fold_report(v16, ("m1",), w1, report, now=3.0)
     assert [e.message for e in folded.events] == [
         "deploy item join succeeded (attempt 1) in the upgrade"]
     assert folded.events[0].data["state"] == "Upgrade"

@@ -8,7 +8,7 @@ import pytest
 
 from coordinator.domain.errors import Conflict
 from coordinator.domain.model import DrainStage, DrainStatus, MachineState
-from coordinator.domain.reports import fold_report, reportable_items
+from coordinator.domain.reports import fold_report
 from nodeagent.protocol import ItemReport, StateItem
 from tests.support.builders import cluster, item, items, machine
 
@@ -25,7 +25,7 @@ def test_a_success_marks_the_item_applied_and_says_so_in_one_event() -> None:
     spec = cluster(worker=items("prepare", 2))
     w1 = machine("w1", state=MachineState.PREPARE)
     first = spec.machine_types.worker[0]
-    folded = fold_report(spec, reportable_items(spec, ()), w1, report(first), now=50.0)
+    folded = fold_report(spec, (), w1, report(first), now=50.0)
     assert folded.machine.applied == {first.fingerprint()}
     assert folded.machine.progress is not None and folded.machine.progress.status == "succeeded"
     assert folded.machine.last_seen == 50.0
@@ -34,7 +34,7 @@ def test_a_success_marks_the_item_applied_and_says_so_in_one_event() -> None:
 
 def test_failing_since_holds_across_retries_and_clears_on_success() -> None:
     spec = cluster(worker=items("prepare", 1))
-    of, known = spec.machine_types.worker[0], reportable_items(spec, ())
+    of, known = spec.machine_types.worker[0], ()
     w1 = machine("w1", state=MachineState.PREPARE)
     w1 = fold_report(spec, known, w1, report(of, "failed", error="exit 1"), now=10.0).machine
     w1 = fold_report(spec, known, w1, report(of, "running", attempt=2), now=20.0).machine
@@ -48,20 +48,36 @@ def test_an_item_the_spec_does_not_have_is_refused() -> None:
     spec = cluster(worker=items("prepare", 1))
     stranger = item("not-in-spec", "prepare")
     with pytest.raises(Conflict, match="not-in-spec"):
-        fold_report(spec, reportable_items(spec, ()), machine("w1"), report(stranger), now=1.0)
+        fold_report(spec, (), machine("w1"), report(stranger), now=1.0)
+
+
+def test_only_the_items_of_the_machines_current_assignment_are_accepted() -> None:
+    """An unapproved machine, another phase's item, another role's, or a known fingerprint
+    under another (4 MiB) name: each would be stored and shown; each is refused."""
+    spec = cluster(manager=items("deploy", 1), worker=[*items("prepare", 1), *items("deploy", 1)])
+    prepare, deploy = spec.machine_types.worker
+    w1 = machine("w1", state=MachineState.PREPARE)
+    assert fold_report(spec, (), w1, report(prepare), now=1.0).machine.applied
+    refused = [(replace(w1, approved=False), report(prepare)),
+               (w1, report(deploy)),
+               (w1, report(spec.machine_types.manager[0])),
+               (w1, report(prepare).model_copy(update={"item": "x" * 4_000_000}))]
+    for sender, sent in refused:
+        with pytest.raises(Conflict, match="not an item of the current assignment of w1"):
+            fold_report(spec, (), sender, sent, now=1.0)
 
 
 def test_only_a_managers_kubeconfig_item_may_carry_a_kubeconfig_and_it_is_never_in_an_event() -> None:
     source = StateItem.model_validate({"name": "init", "phase": "deploy", "kubeconfigFrom": "/k",
                                        "action": {"type": "exec", "argv": ["true"]}})
     spec = cluster(manager=[source])
-    known = reportable_items(spec, ())
+    known = ()
     m1 = machine("m1", "manager", state=MachineState.DEPLOY)
     folded = fold_report(spec, known, m1, report(source, kubeconfig=KUBECONFIG), now=1.0)
     assert folded.machine.kubeconfig == KUBECONFIG
     assert all("127.0.0.1:6443" not in e.message and "127.0.0.1:6443" not in str(e.data)
                for e in folded.events)
-    with pytest.raises(Conflict, match="kubeconfig"):
+    with pytest.raises(Conflict, match="not an item of the current assignment of w1"):
         fold_report(spec, known, machine("w1", state=MachineState.DEPLOY),
                     report(source, kubeconfig=KUBECONFIG), now=1.0)
 
@@ -71,7 +87,7 @@ def test_an_unusable_kubeconfig_is_kept_out_and_the_event_says_why() -> None:
                                        "action": {"type": "exec", "argv": ["true"]}})
     spec = cluster(manager=[source])
     m1 = replace(machine("m1", "manager", state=MachineState.DEPLOY), kubeconfig=KUBECONFIG)
-    folded = fold_report(spec, reportable_items(spec, ()), m1,
+    folded = fold_report(spec, (), m1,
                          report(source, kubeconfig="clusters: []"), now=1.0)
     assert folded.machine.kubeconfig == KUBECONFIG
     assert any("not usable" in e.message for e in folded.events)
@@ -83,13 +99,13 @@ def test_a_kubeconfig_comes_with_its_item_only_while_the_machines_state_runs_it(
     source = StateItem.model_validate({"name": "init", "phase": "deploy", "kubeconfigFrom": "/k",
                                        "version": "2", "action": {"type": "exec", "argv": ["true"]}})
     spec = cluster(manager=[source]).model_copy(update={"release": "2"})
-    known, sent = reportable_items(spec, ()), report(source, kubeconfig=KUBECONFIG)
+    sent = report(source, kubeconfig=KUBECONFIG)
     upgrading = replace(machine("m1", "manager", state=MachineState.UPGRADE, release="1"),
                         drain=DrainStatus(DrainStage.DRAINED, started_at=0.0))
-    assert fold_report(spec, known, upgrading, sent, now=1.0).machine.kubeconfig == KUBECONFIG
+    assert fold_report(spec, (), upgrading, sent, now=1.0).machine.kubeconfig == KUBECONFIG
     with pytest.raises(Conflict, match="not in the current assignment"):  # not drained yet
-        fold_report(spec, known, replace(upgrading, drain=None), sent, now=1.0)
+        fold_report(spec, (), replace(upgrading, drain=None), sent, now=1.0)
     for state in (MachineState.READY, MachineState.PREPARE):
-        with pytest.raises(Conflict, match=f"not in the current assignment of m1 \\({state}\\)"):
-            fold_report(spec, known, machine("m1", "manager", state=state, release="2"), sent,
+        with pytest.raises(Conflict, match=f"current assignment of m1 \\({state}\\)"):
+            fold_report(spec, (), machine("m1", "manager", state=state, release="2"), sent,
                         now=1.0)

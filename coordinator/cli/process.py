@@ -56,12 +56,15 @@ def parse_store(location: str | None) -> str | None:
               help="Lifetime of a machine credential (agents rotate before it ends); 0: forever.")
 @click.option("--register-rate", default=5.0, show_default=True,
               help="Registrations a second allowed per client address (bursts of 50); 0: no limit.")
+@click.option("--register-rate-total", default=50.0, show_default=True,
+              help="Registrations a second whose body is read, from all addresses together "
+                   "(bursts of 500); 0: no limit.")
 @click.option("--gc-interval", default=0.25, show_default=True, type=click.FloatRange(min=0),
               help="Seconds between the coordinator's own collections of cyclic garbage, which "
                    "replace CPython's long automatic ones (docs/coordinator.md); 0: CPython's.")
 def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
           artifacts: str | None, insecure_http: bool, credential_ttl: str,
-          register_rate: float, gc_interval: float) -> None:
+          register_rate: float, register_rate_total: float, gc_interval: float) -> None:
     """Run the coordinator: HTTPS API plus the reconcile loop, on the embedded SQLite store or
     on PostgreSQL (--store), where several replicas serve the API and one leads."""
     from coordinator.server.serve import ServeOptions, serve_forever
@@ -71,7 +74,8 @@ def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | No
         Path(data_dir), host, port, Path(artifacts) if artifacts else None,
         insecure_http=insecure_http, advertise_url=advertise_url,
         credential_ttl=parse_duration(credential_ttl, "--credential-ttl"),
-        register_rate=register_rate, store=parse_store(store), gc_interval=gc_interval))
+        register_rate=register_rate, register_rate_total=register_rate_total,
+        store=parse_store(store), gc_interval=gc_interval))
 
 
 @click.command()

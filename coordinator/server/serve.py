@@ -45,6 +45,7 @@ class ServeOptions:
     advertise_url: str | None = None  # what join strings tell agents; default from the listen address
     credential_ttl: float | None = DEFAULT_CREDENTIAL_TTL_SECONDS
     register_rate: float = 5.0
+    register_rate_total: float = 50.0
     store: str | None = None  # a postgresql:// DSN; None: the SQLite file in data_dir
     gc_interval: float = DEFAULT_INTERVAL_SECONDS  # 0: CPython's own garbage collection
 
@@ -116,7 +117,8 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
     coordinator = await open_coordinator(options)
     ca_pem = None if options.insecure_http else options.pki().ca_cert.read_text()
     app = create_app(coordinator, artifacts, Presentation(
-        advertise_url=options.url(), ca_pem=ca_pem, register_rate=options.register_rate))
+        advertise_url=options.url(), ca_pem=ca_pem, register_rate=options.register_rate,
+        register_total_rate=options.register_rate_total))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:

@@ -9,7 +9,7 @@ import signal
 import socket
 import ssl
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvloop
@@ -21,6 +21,7 @@ from coordinator.domain.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
 from coordinator.gcpolicy import DEFAULT_INTERVAL_SECONDS, GcPolicy
 from coordinator.metrics import METRICS
 from coordinator.server import secrets_key
+from coordinator.server.listener import ConnectionLimits, GuardedSite, raise_descriptor_limit
 from coordinator.server.pki import Pki
 from coordinator.service.coordinator import Coordinator
 from coordinator.store.base import Store, StoreError
@@ -48,6 +49,7 @@ class ServeOptions:
     register_rate_total: float = 50.0
     store: str | None = None  # a postgresql:// DSN; None: the SQLite file in data_dir
     gc_interval: float = DEFAULT_INTERVAL_SECONDS  # 0: CPython's own garbage collection
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
 
     def pki(self) -> Pki:
         return Pki(self.data_dir / "pki")
@@ -119,11 +121,15 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
     app = create_app(coordinator, artifacts, Presentation(
         advertise_url=options.url(), ca_pem=ca_pem, register_rate=options.register_rate,
         register_total_rate=options.register_rate_total))
-    runner = web.AppRunner(app, access_log=None)
+    limits = options.connections
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_seconds)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, options.host, options.port, reuse_address=True,
-                           ssl_context=context)
+        descriptors = raise_descriptor_limit()
+        logging.getLogger(__name__).info(
+            "descriptor limit %d: up to %d connections, %s from one address", descriptors,
+            max(1, descriptors - limits.reserve), limits.per_address or "all")
+        site = GuardedSite(runner, options.host, options.port, context, limits, descriptors)
         await site.start()
         scheme = "http" if context is None else "https"
         print(f"coordinator listening on {scheme}://{options.host}:{options.port} "

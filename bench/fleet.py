@@ -56,6 +56,7 @@ from nodeagent.daemon import LONG_POLL_SECONDS
 from tests.support.builders import FACTS, cluster, fingerprint, item, registration, spec_text
 from tests.support.harness import running_coordinator
 from tests.support.postgres import postgres_server
+from tests.support.probes import ms, percentile
 from tests.support.units import under_coordinator_limits
 
 CLUSTER = "fleet"
@@ -308,15 +309,6 @@ def gc_pauses(url: str, ca_file: str) -> dict[str, tuple[float, float, float]]:
             found[generation][names.index(name)] = float(value)
     return {generation: (count, seconds, longest)
             for generation, (count, seconds, longest) in found.items()}
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
-def ms(value: float) -> str:
-    return f"{value * 1000:.1f} ms"
 
 
 def ordering(marks: list[tuple[float, str, str]]) -> list[tuple[float, float]]:

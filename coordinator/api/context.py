@@ -32,7 +32,7 @@ class Presentation:
     register_burst: int = 50
     # Registrations whose body is read, from all addresses together; 0 turns the limit off.
     register_total_rate: float = 50.0
-    register_total_burst: int = 500
+    register_total_burst: int = 100
 
 
 SERVICE = web.AppKey("coordinator", Coordinator)

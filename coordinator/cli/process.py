@@ -58,7 +58,7 @@ def parse_store(location: str | None) -> str | None:
               help="Registrations a second allowed per client address (bursts of 50); 0: no limit.")
 @click.option("--register-rate-total", default=50.0, show_default=True,
               help="Registrations a second whose body is read, from all addresses together "
-                   "(bursts of 500); 0: no limit.")
+                   "(bursts of 100); 0: no limit.")
 @click.option("--connections-per-address", default=1024, show_default=True,
               type=click.IntRange(min=0),
               help="Connections one client address (an IPv6 /64) may hold open; 0: no bound "

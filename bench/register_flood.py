@@ -17,16 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import multiprocessing
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -39,10 +35,10 @@ import uvloop
 
 from tests.support.builders import registration
 from tests.support.harness import ServedCoordinator, running_coordinator
-from tests.support.probes import Prober, admin_prober
+from tests.support.probes import Prober, admin_prober, as_another_machine
+from tests.support.revisions import revision
 from tests.support.units import under_coordinator_limits
 
-REPO = Path(__file__).resolve().parent.parent
 FORGED = "join_" + "f" * 43  # shaped like a join token, issued by nobody
 ADDRESSES = [f"127.0.3.{index}" for index in range(1, 51)]
 
@@ -67,6 +63,7 @@ FLOODS = (Flood("4 MiB bodies, forged token", 4_000_000, header=True),
 def flood(url: str, ca_file: str, kind: Flood, seconds: float, pipe: Connection) -> None:
     """In a process of its own: one registration at a time from each address for seconds; sends
     back the answers' statuses."""
+    as_another_machine()
     pipe.send(uvloop.run(_flood(url, ca_file, kind, seconds)))
 
 
@@ -127,28 +124,6 @@ def run_floods(served: ServedCoordinator, seconds: float) -> None:
     admin.stop()
 
 
-@contextlib.contextmanager
-def revision(rev: str | None) -> Iterator[None]:
-    """The coordinator's code at rev (exported, first on PYTHONPATH for the processes started
-    meanwhile); None: this worktree's."""
-    if rev is None:
-        yield
-        return
-    with tempfile.TemporaryDirectory() as tree:
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
-        before = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = tree
-        try:
-            yield
-        finally:
-            if before is None:
-                del os.environ["PYTHONPATH"]
-            else:
-                os.environ["PYTHONPATH"] = before
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of each flood")
@@ -159,8 +134,8 @@ def main() -> None:
     if args.quick:
         args.duration = 2.0
     for rev in ([args.before] if args.before else []) + [None]:
-        with revision(rev), tempfile.TemporaryDirectory() as tmp, running_coordinator(
-                Path(tmp), prefix=under_coordinator_limits()) as served:
+        with revision(rev) as tree, tempfile.TemporaryDirectory() as tmp, running_coordinator(
+                Path(tmp), prefix=under_coordinator_limits(tree / "systemd")) as served:
             print(f"coordinator {rev or 'of this worktree'} ({' '.join(served.prefix)}), "
                   f"{len(ADDRESSES)} flooding addresses, {args.duration:g} s each:")
             run_floods(served, args.duration)

@@ -33,6 +33,7 @@ from coordinator.domain.connections import ConnectionCounts, client_of
 log = logging.getLogger(__name__)
 
 ACCEPT_RETRY_SECONDS = 0.1  # after accept() failed for want of descriptors (or buffers)
+ACCEPT_BATCH = 256  # connections accepted at once before the event loop gets a turn
 
 
 @dataclass(frozen=True)
@@ -156,21 +157,32 @@ class GuardedSite(web.BaseSite):
         task.add_done_callback(self._tasks.discard)
 
     async def _accept(self, listener: socket.socket) -> None:
+        """Every connection waiting, each time the listener is readable (as uvloop's own server
+        does): one accept per turn of a busy event loop would leave new connections queued."""
         loop = asyncio.get_running_loop()
         while True:
             try:
-                connection, peer = await loop.sock_accept(listener)
+                self._admit(*await loop.sock_accept(listener))
+                for _ in range(ACCEPT_BATCH):
+                    self._admit(*listener.accept())
+            except BlockingIOError:  # none left waiting
+                continue
             except OSError as exc:  # EMFILE, ENFILE, ENOBUFS: wait for descriptors to free
                 log.warning("cannot accept a connection: %s", exc.strerror)
                 await asyncio.sleep(ACCEPT_RETRY_SECONDS)
-                continue
-            client = client_of(peer[0])
-            refusal = self.counts.admit(client)
-            if refusal is not None:
-                connection.close()
-                log.debug("refused a connection from %s: %s", peer[0], refusal)
-                continue
-            self._spawn(self._open(connection, client, loop.time() + self.limits.header_seconds))
+
+    def _admit(self, connection: socket.socket, peer: Any) -> None:
+        """Hand the connection on, or close it at once when its client has its share or the
+        process has no descriptor to spare."""
+        client = client_of(peer[0])
+        refusal = self.counts.admit(client)
+        if refusal is not None:
+            connection.close()
+            log.debug("refused a connection from %s: %s", peer[0], refusal)
+            return
+        connection.setblocking(False)
+        deadline = asyncio.get_running_loop().time() + self.limits.header_seconds
+        self._spawn(self._open(connection, client, deadline))
 
     async def _open(self, connection: socket.socket, client: str, deadline: float) -> None:
         """Hand the connection to aiohttp (after the TLS handshake); it stays counted until it

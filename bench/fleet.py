@@ -56,6 +56,8 @@ from nodeagent.daemon import LONG_POLL_SECONDS
 from tests.support.builders import FACTS, cluster, fingerprint, item, registration, spec_text
 from tests.support.harness import running_coordinator
 from tests.support.postgres import postgres_server
+from tests.support.probes import ms, percentile
+from tests.support.units import under_coordinator_limits
 
 CLUSTER = "fleet"
 NOT_MODIFIED: dict[str, Any] = {}  # a poll answered 304: the assignment held is current
@@ -99,9 +101,10 @@ class SimAgent:
 
     async def register(self) -> None:
         """Until the coordinator accepts it (errors are counted, not fatal)."""
-        body = registration(self.hostname, self.sim.plan.join_token, facts=FACTS, checks=13)
-        while (answer := await self.sim.call("POST", "/v1/agent/register", "register",
-                                             json=body)) is None:
+        token = self.sim.plan.join_token
+        body = registration(self.hostname, token, facts=FACTS, checks=13)
+        while (answer := await self.sim.call("POST", "/v1/agent/register", "register", json=body,
+                                             headers={"Authorization": f"Bearer {token}"})) is None:
             await asyncio.sleep(0.5)
         self.machine_id = answer["machine_id"]
         self.headers = {"Authorization": f"Bearer {answer['credential']}"}
@@ -308,15 +311,6 @@ def gc_pauses(url: str, ca_file: str) -> dict[str, tuple[float, float, float]]:
             for generation, (count, seconds, longest) in found.items()}
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
-def ms(value: float) -> str:
-    return f"{value * 1000:.1f} ms"
-
-
 def ordering(marks: list[tuple[float, str, str]]) -> list[tuple[float, float]]:
     """For each admission to Deploy after the first: when, and the time since the latest done
     report."""
@@ -416,7 +410,10 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
         hostnames: list[str]) -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp, running_coordinator(
             Path(tmp), cluster_spec(args.batch_size, args.heartbeat_timeout),
-            ["--register-rate", "0", *args.serve_args]) as served:
+            ["--register-rate", "0", "--register-rate-total", "0",
+             "--connections-per-address", "0", *args.serve_args],
+            prefix=under_coordinator_limits()) as served:
+        print(f"coordinator under coordinator.service's limits: {' '.join(served.prefix)}")
         token = served.admin.request("POST", f"/v1/clusters/{CLUSTER}/join-tokens",
                                      body={"ttl": "0"})["token"]
         sampler = Sampler(served.pid)

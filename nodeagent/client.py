@@ -110,8 +110,10 @@ class CoordinatorClient:
                        f"{method} {path}")
 
     async def register(self, request: Document) -> Document:
-        """A RegisterRequest in, a RegisterResponse back."""
-        return await self._document("POST", "/v1/agent/register", body=request)
+        """A RegisterRequest in, a RegisterResponse back. The join token goes in the
+        Authorization header too: the coordinator checks it before reading the body."""
+        return await self._document("POST", "/v1/agent/register", request.get("join_token"),
+                                    body=request)
 
     async def assignment(self, machine_id: str, credential: str, after: int,
                          wait: float) -> Document | None:

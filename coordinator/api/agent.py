@@ -6,8 +6,17 @@ import time
 
 from aiohttp import web
 
-from coordinator.api.context import ARTIFACTS, REGISTER_LIMIT, bearer, body, error, service
+from coordinator.api.context import (
+    ARTIFACTS,
+    REGISTER_LIMIT,
+    REGISTER_TOTAL_LIMIT,
+    bearer,
+    body,
+    error,
+    service,
+)
 from coordinator.domain.errors import NotFound, TooManyRequests
+from coordinator.domain.ratelimit import RateLimiter
 from coordinator.domain.records import CredentialOwner
 from coordinator.metrics import METRICS, record_item
 from nodeagent.client import generation_tag
@@ -21,6 +30,9 @@ from nodeagent.protocol import (
 from nodeagent.validation import InvalidDocument, Problem
 
 MAX_WAIT_SECONDS = 60.0
+# A registration without the join token in its header (agents before it) is read up to this:
+# a real one is a few KiB.
+LEGACY_REGISTRATION_BYTES = 64 * 1024
 
 
 async def _agent(request: web.Request) -> CredentialOwner:
@@ -29,13 +41,38 @@ async def _agent(request: web.Request) -> CredentialOwner:
 
 
 async def register(request: web.Request) -> web.Response:
-    limiter = request.app.get(REGISTER_LIMIT)
-    if limiter is not None:
-        wait = limiter.wait(request.remote or "", time.monotonic())
-        if wait:
-            raise TooManyRequests("too many registrations from this address; retry later", wait)
-    response = await service(request).agents.register(await body(request, RegisterRequest))
+    """The join token comes first, in the Authorization header: a stranger's registration is
+    refused before its body is read (it is a 4 MiB JSON document at worst, ~0.12 s of CPU to
+    parse and validate). Registrations that pass are also held to a budget for all addresses
+    together. Agents from before the header send the token only in the body: theirs is read
+    only up to LEGACY_REGISTRATION_BYTES."""
+    now = time.monotonic()
+    _limit(request.app.get(REGISTER_LIMIT), request.remote or "", now,
+           "too many registrations from this address; retry later")
+    token = _join_token(request)
+    if token is not None:
+        await service(request).access.known_join_token(token)
+    _limit(request.app.get(REGISTER_TOTAL_LIMIT), "", now,
+           "too many registrations at once; retry later")
+    if token is None and (request.content_length or LEGACY_REGISTRATION_BYTES + 1) \
+            > LEGACY_REGISTRATION_BYTES:
+        return error(413, "a registration without its join token in the Authorization header "
+                     f"is at most {LEGACY_REGISTRATION_BYTES} bytes, with a Content-Length")
+    registration = await body(request, RegisterRequest)
+    if token is not None:
+        registration = registration.model_copy(update={"join_token": token})
+    response = await service(request).agents.register(registration)
     return web.json_response(response.model_dump(mode="json"), status=201)
+
+
+def _join_token(request: web.Request) -> str | None:
+    """The join token of the Authorization header; None when there is none (an old agent)."""
+    return bearer(request) if "Authorization" in request.headers else None
+
+
+def _limit(limiter: RateLimiter | None, key: str, now: float, message: str) -> None:
+    if limiter is not None and (wait := limiter.wait(key, now)):
+        raise TooManyRequests(message, wait)
 
 
 async def assignment(request: web.Request) -> web.Response:

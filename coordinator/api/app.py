@@ -13,6 +13,7 @@ from coordinator.api.context import (
     MAX_BODY_BYTES,
     PRESENTATION,
     REGISTER_LIMIT,
+    REGISTER_TOTAL_LIMIT,
     SERVICE,
     Presentation,
 )
@@ -34,6 +35,9 @@ def create_app(coordinator: Coordinator, artifacts: Path, presentation: Presenta
     app[ROUTE_INDEX] = {(r.method, r.path): r for r in ROUTES}
     if presentation.register_rate > 0:
         app[REGISTER_LIMIT] = RateLimiter(presentation.register_rate, presentation.register_burst)
+    if presentation.register_total_rate > 0:
+        app[REGISTER_TOTAL_LIMIT] = RateLimiter(presentation.register_total_rate,
+                                                presentation.register_total_burst)
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
     app.on_response_prepare.append(security_headers)

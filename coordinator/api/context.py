@@ -32,11 +32,15 @@ class Presentation:
     register_rate: float = 5.0  # per second and client address; 0 turns the limit off
     register_burst: int = 50
     metrics_token: str | None = None
+    # Registrations whose body is read, from all addresses together; 0 turns the limit off.
+    register_total_rate: float = 50.0
+    register_total_burst: int = 100
 
 
 SERVICE = web.AppKey("coordinator", Coordinator)
 PRESENTATION = web.AppKey("presentation", Presentation)
 REGISTER_LIMIT = web.AppKey("register_limit", RateLimiter)
+REGISTER_TOTAL_LIMIT = web.AppKey("register_total_limit", RateLimiter)
 ARTIFACTS = web.AppKey("artifacts", Path)
 CLOSING = web.AppKey("closing", asyncio.Event)
 

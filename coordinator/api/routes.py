@@ -30,7 +30,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/openapi.json", public.openapi, "This document", "open"),
     Route("GET", "/v1/ca.crt", public.ca_certificate,
           "The CA certificate (PEM) agents check against their join string's hash", "open"),
-    Route("POST", "/v1/agent/register", agent.register, "Register a machine with a join token",
+    Route("POST", "/v1/agent/register", agent.register, "Register a machine with a join token "
+          "(also in the Authorization header: checked before the body is read)",
           "open", 201, body=RegisterRequest, answer=RegisterResponse),
     Route("GET", "/v1/agent/machines/{machine_id}/assignment", agent.assignment,
           "Long-poll the machine's assignment (query: after=generation, wait=seconds; 304 when "

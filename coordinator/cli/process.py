@@ -57,6 +57,17 @@ def parse_store(location: str | None) -> str | None:
               help="Lifetime of a machine credential (agents rotate before it ends); 0: forever.")
 @click.option("--register-rate", default=5.0, show_default=True,
               help="Registrations a second allowed per client address (bursts of 50); 0: no limit.")
+@click.option("--register-rate-total", default=50.0, show_default=True,
+              help="Registrations a second whose body is read, from all addresses together "
+                   "(bursts of 100); 0: no limit.")
+@click.option("--connections-per-address", default=1024, show_default=True,
+              type=click.IntRange(min=0),
+              help="Connections one client address (an IPv6 /64) may hold open; 0: no bound "
+                   "(say, a large fleet behind one NAT address).")
+@click.option("--header-timeout", default=10.0, show_default=True,
+              type=click.FloatRange(min=0.1),
+              help="Seconds a new connection has for its TLS handshake and first request's "
+                   "headers before it is closed.")
 @click.option("--gc-interval", default=0.25, show_default=True, type=click.FloatRange(min=0),
               help="Seconds between the coordinator's own collections of cyclic garbage, which "
                    "replace CPython's long automatic ones (docs/coordinator.md); 0: CPython's.")
@@ -69,10 +80,12 @@ def parse_store(location: str | None) -> str | None:
               type=click.IntRange(min=1000), help="At most this many events are kept, the newest.")
 def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
           artifacts: str | None, insecure_http: bool, credential_ttl: str,
-          register_rate: float, gc_interval: float, metrics_token_file: str | None,
+          register_rate: float, register_rate_total: float, connections_per_address: int,
+          header_timeout: float, gc_interval: float, metrics_token_file: str | None,
           event_retention: str, event_max: int) -> None:
     """Run the coordinator: HTTPS API plus the reconcile loop, on the embedded SQLite store or
     on PostgreSQL (--store), where several replicas serve the API and one leads."""
+    from coordinator.server.listener import ConnectionLimits
     from coordinator.server.serve import ServeOptions, serve_forever
     from coordinator.service.history import Retention
 
@@ -81,7 +94,10 @@ def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | No
         Path(data_dir), host, port, Path(artifacts) if artifacts else None,
         insecure_http=insecure_http, advertise_url=advertise_url,
         credential_ttl=parse_duration(credential_ttl, "--credential-ttl"),
-        register_rate=register_rate, store=parse_store(store), gc_interval=gc_interval,
+        register_rate=register_rate, register_rate_total=register_rate_total,
+        store=parse_store(store), gc_interval=gc_interval,
+        connections=ConnectionLimits(per_address=connections_per_address,
+                                     header_seconds=header_timeout),
         metrics_token_file=Path(metrics_token_file) if metrics_token_file else None,
         retention=Retention(max_age_seconds=retention_seconds(event_retention),
                             max_events=event_max)))

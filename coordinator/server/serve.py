@@ -10,7 +10,7 @@ import signal
 import socket
 import ssl
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvloop
@@ -22,6 +22,7 @@ from coordinator.domain.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
 from coordinator.gcpolicy import DEFAULT_INTERVAL_SECONDS, GcPolicy
 from coordinator.metrics import METRICS
 from coordinator.server import advertised, datadir, secrets_key
+from coordinator.server.listener import ConnectionLimits, GuardedSite, raise_descriptor_limit
 from coordinator.server.pki import Pki
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.history import DEFAULT_RETENTION, Retention
@@ -47,10 +48,12 @@ class ServeOptions:
     advertise_url: str | None = None  # what join strings tell agents; default from the listen address
     credential_ttl: float | None = DEFAULT_CREDENTIAL_TTL_SECONDS
     register_rate: float = 5.0
+    register_rate_total: float = 50.0
     store: str | None = None  # a postgresql:// DSN; None: the SQLite file in data_dir
     gc_interval: float = DEFAULT_INTERVAL_SECONDS  # 0: CPython's own garbage collection
     metrics_token_file: Path | None = None  # None: /metrics needs no token
     retention: Retention = DEFAULT_RETENTION  # how much event history is kept
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
 
     def pki(self) -> Pki:
         return Pki(self.data_dir / "pki")
@@ -143,12 +146,17 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
     ca_pem = None if options.insecure_http else options.pki().ca_cert.read_text()
     app = create_app(coordinator, artifacts, Presentation(
         advertise_url=options.url(), ca_pem=ca_pem, register_rate=options.register_rate,
-        metrics_token=metrics_token(options.metrics_token_file)))
-    runner = web.AppRunner(app, access_log=None)
+        metrics_token=metrics_token(options.metrics_token_file),
+        register_total_rate=options.register_rate_total))
+    limits = options.connections
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_seconds)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, options.host, options.port, reuse_address=True,
-                           ssl_context=context)
+        descriptors = raise_descriptor_limit()
+        logging.getLogger(__name__).info(
+            "descriptor limit %d: up to %d connections, %s from one address", descriptors,
+            max(1, descriptors - limits.reserve), limits.per_address or "all")
+        site = GuardedSite(runner, options.host, options.port, context, limits, descriptors)
         await site.start()
         scheme = "http" if context is None else "https"
         print(f"coordinator listening on {scheme}://{options.host}:{options.port} "

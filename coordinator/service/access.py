@@ -51,6 +51,14 @@ class Access:
             raise Unauthorized(join_refusal(token, self.clock()) or "join token not usable")
         return token.cluster
 
+    async def known_join_token(self, secret: str) -> None:
+        """Unauthorized unless secret is a join token this coordinator issued: checked before a
+        registration's body is read, so a stranger's costs no parsing. Whatever the token's
+        state: a retry whose first attempt used it up still gets its machine (the
+        registration itself checks the token)."""
+        if await self.store.join_token(token_hash(secret)) is None:
+            raise Unauthorized("unknown join token")
+
     # -- admin tokens ---------------------------------------------------------------
     async def create_admin_token(self, name: str, role: str) -> tuple[str, AdminToken]:
         if role not in ADMIN_ROLES:

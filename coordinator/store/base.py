@@ -85,6 +85,10 @@ class Store(ABC):
         """Oldest first."""
 
     @abstractmethod
+    async def join_token(self, token_hash: str) -> JoinToken | None:
+        """The token with this hash, whatever its state; None when unknown."""
+
+    @abstractmethod
     async def revoke_join_token(self, token_id: str) -> JoinToken | None:
         """None when no token has that id."""
 

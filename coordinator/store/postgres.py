@@ -143,6 +143,9 @@ class PostgresStore(Store):
             return await self.db.all(join_token_from_row, SQL.join_tokens)
         return await self.db.all(join_token_from_row, SQL.cluster_join_tokens, cluster)
 
+    async def join_token(self, token_hash: str) -> JoinToken | None:
+        return await self.db.one(join_token_from_row, SQL.join_token, token_hash)
+
     async def revoke_join_token(self, token_id: str) -> JoinToken | None:
         async with self.db.transaction() as conn:
             row = await conn.fetchrow(SQL.revoke_join_token + " RETURNING *", token_id)

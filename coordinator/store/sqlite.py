@@ -261,6 +261,9 @@ class SQLiteStore(Store):
             return await self._all(join_token_from_row, SQL.join_tokens)
         return await self._all(join_token_from_row, SQL.cluster_join_tokens, (cluster,))
 
+    async def join_token(self, token_hash: str) -> JoinToken | None:
+        return await self._one(join_token_from_row, SQL.join_token, (token_hash,))
+
     async def revoke_join_token(self, token_id: str) -> JoinToken | None:
         await self._execute(SQL.revoke_join_token, (token_id,))
         return await self._one(join_token_from_row, SQL.join_token_by_id, (token_id,))

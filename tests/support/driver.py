@@ -24,14 +24,15 @@ AGENT_RETRY_SECONDS = 30  # when a simulated agent that failed an item says it t
 @dataclass(frozen=True)
 class Call:
     """One HTTP call of a driver operation. As the admin unless agent is given (then with that
-    agent's credential) or anonymous is set (a registration carries its join token)."""
+    agent's credential) or join_token is given (a registration: it carries its join token, as
+    the agent does)."""
 
     method: str
     path: str
     expect: int = 200
     body: Any = None
     agent: Registered | None = None
-    anonymous: bool = False
+    join_token: str | None = None
 
 
 Steps = Generator[Call, Any, T]  # yields calls, is sent their answers, returns its result
@@ -48,7 +49,7 @@ def register(hostname: str, failing: bool = False, cluster: str = "lab",
     what its node reports about itself; report: the rest of its precheck report
     (builders.precheck_report's cpus, memory, role...)."""
     token = yield from join_token(cluster)
-    answer: Registered = yield Call("POST", "/v1/agent/register", 201, anonymous=True,
+    answer: Registered = yield Call("POST", "/v1/agent/register", 201, join_token=token,
                                     body=builders.registration(hostname, token, failing, facts,
                                                                **report))
     return answer

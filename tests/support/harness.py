@@ -76,8 +76,8 @@ class InProcessCoordinator(AsyncDriver):
         return body
 
     async def send(self, call: Call) -> Any:
-        headers = ({} if call.anonymous else self.admin if call.agent is None
-                   else {"Authorization": f"Bearer {call.agent['credential']}"})
+        token = call.join_token or (call.agent or {}).get("credential")
+        headers = self.admin if token is None else {"Authorization": f"Bearer {token}"}
         return await self.call(call.method, call.path, call.expect, json=call.body,
                                headers=headers)
 
@@ -125,11 +125,12 @@ async def admin_header(store: Store, now: float) -> dict[str, str]:
 @contextlib.asynccontextmanager
 async def in_process_coordinator(
         directory: Path, cluster: str | None = API_CLUSTER, store: Store | None = None,
-        clock: Callable[[], float] | None = None) -> AsyncIterator[InProcessCoordinator]:
+        clock: Callable[[], float] | None = None,
+        **presentation: Any) -> AsyncIterator[InProcessCoordinator]:
     """The service on store (opened here and closed after; default: SQLite in directory,
     which also holds the artifacts, sealing secrets with TEST_CIPHER), its clock a ManualClock
-    unless one is given, an admin token made, and cluster (a spec's text) applied. Closed on
-    leaving."""
+    unless one is given, an admin token made, and cluster (a spec's text) applied; presentation:
+    Presentation's fields besides the URL (its rate limits...). Closed on leaving."""
     store = store or SQLiteStore(directory / "coordinator.db", TEST_CIPHER)
     clock = clock or ManualClock()
     await store.open()
@@ -137,7 +138,7 @@ async def in_process_coordinator(
         coordinator = Coordinator(store, clock=clock)
         port = free_port()
         app = create_app(coordinator, directory,
-                         Presentation(advertise_url=f"http://127.0.0.1:{port}"))
+                         Presentation(advertise_url=f"http://127.0.0.1:{port}", **presentation))
         client = TestClient(TestServer(app, host="127.0.0.1", port=port))
         await client.start_server()
         try:
@@ -247,8 +248,8 @@ class ServedCoordinator(SyncDriver):
         return self._clients[token]
 
     def send(self, call: Call) -> Any:
-        client = (self.client(None) if call.anonymous else self.admin if call.agent is None
-                  else self.client(call.agent["credential"]))
+        token = call.join_token or (call.agent or {}).get("credential")
+        client = self.admin if token is None else self.client(token)
         try:
             return client.request(call.method, call.path, body=call.body)
         except ClientError as error:

@@ -1,0 +1,225 @@
+"""The coordinator's listening sockets, with limits a client that opens connections and never
+finishes a request cannot wear out (one held 20,000 TLS connections, a header line every 10 s,
+until the process ran out of descriptors and every admin request failed).
+
+aiohttp's TCPSite hands connections to the application's protocol only after the TLS handshake,
+without saying who is connecting before then; so this site accepts connections itself and
+decides at once, knowing the peer (asyncio's `sock_accept` and `connect_accepted_socket`):
+- at most `per_address` connections open from one client address (an IPv6 /64);
+- at most the descriptor limit less `reserve` open in all: the store, the PKI files and the
+  logs always find a descriptor, and a connection beyond is closed at once, not left in the
+  listen queue;
+- the TLS handshake and the first request's headers within `header_seconds` of the accept;
+- later requests on a kept-alive connection: aiohttp's keepalive_timeout (`idle_seconds`)
+  closes a connection idle, or whose next request's headers are not complete, that long after
+  its last answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import socket
+import ssl
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from coordinator.domain.connections import ConnectionCounts, client_of
+
+log = logging.getLogger(__name__)
+
+ACCEPT_RETRY_SECONDS = 0.1  # after accept() failed for want of descriptors (or buffers)
+ACCEPT_BATCH = 256  # connections accepted at once before the event loop gets a turn
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    per_address: int = 1024  # 0: no bound per address (a fleet behind one NAT address)
+    reserve: int = 256  # descriptors never given to connections
+    header_seconds: float = 10.0
+    # Above the agent's own idle limit (nodeagent/http_client.py IDLE_LIMIT, 60 s), so the
+    # server is not the one to close an agent's idle connection as a request goes out.
+    idle_seconds: float = 75.0
+
+
+def raise_descriptor_limit() -> int:
+    """Raise the soft limit on open descriptors to the hard one (systemd's default soft limit
+    is 1,024: about a thousand agents' connections); the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError) as exc:  # a seccomp filter refusing setrlimit, say
+            log.warning("cannot raise the descriptor limit from %d to %d: %s", soft, hard, exc)
+    return soft
+
+
+class _Guarded(asyncio.Protocol):
+    """aiohttp's protocol for one connection, wrapped: the connection is counted until it
+    closes, and closed if the first request's headers are not complete by the deadline. One
+    object with slots per connection: at 10,000 agents, every object a connection keeps is
+    traversed by each full garbage collection."""
+
+    __slots__ = ("client", "counts", "deadline", "inner", "tail", "timer", "transport")
+
+    def __init__(self, inner: asyncio.Protocol, deadline: float, counts: ConnectionCounts,
+                 client: str) -> None:
+        self.inner = inner
+        self.deadline = deadline
+        self.counts = counts
+        self.client: str | None = client  # None once released
+        self.transport: asyncio.BaseTransport | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.tail = b""  # the last bytes of the headers so far: where their end may begin
+
+    def release(self) -> None:
+        """The connection no longer counts (whichever way it ended, once)."""
+        if self.client is not None:
+            self.counts.release(self.client)
+            self.client = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.timer = asyncio.get_running_loop().call_at(self.deadline, self._expire)
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.timer is not None:
+            seen = self.tail + data
+            if b"\r\n\r\n" in seen:
+                self.timer.cancel()
+                self.timer, self.tail = None, b""
+            else:
+                self.tail = seen[-3:]
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.release()
+        self.inner.connection_lost(exc)
+
+    def _expire(self) -> None:
+        self.timer = None
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class GuardedSite(web.BaseSite):
+    """A TCPSite whose connections are held to ConnectionLimits."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int,
+                 ssl_context: ssl.SSLContext | None, limits: ConnectionLimits,
+                 descriptors: int) -> None:
+        super().__init__(runner, ssl_context=ssl_context, backlog=1024)
+        self.host, self.port, self.limits = host, port, limits
+        self.counts = ConnectionCounts(max(1, descriptors - limits.reserve), limits.per_address)
+        self.sockets: list[socket.socket] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def name(self) -> str:
+        scheme = "https" if self._ssl_context else "http"
+        return f"{scheme}://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        await super().start()
+        self.sockets = _listen(self.host, self.port, self._backlog)
+        for listener in self.sockets:
+            self._spawn(self._accept(listener))
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for listener in self.sockets:
+            listener.close()
+        await super().stop()
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept(self, listener: socket.socket) -> None:
+        """Every connection waiting, each time the listener is readable (as uvloop's own server
+        does): one accept per turn of a busy event loop would leave new connections queued."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                self._admit(*await loop.sock_accept(listener))
+                for _ in range(ACCEPT_BATCH):
+                    self._admit(*listener.accept())
+            except BlockingIOError:  # none left waiting
+                continue
+            except OSError as exc:  # EMFILE, ENFILE, ENOBUFS: wait for descriptors to free
+                log.warning("cannot accept a connection: %s", exc.strerror)
+                await asyncio.sleep(ACCEPT_RETRY_SECONDS)
+
+    def _admit(self, connection: socket.socket, peer: Any) -> None:
+        """Hand the connection on, or close it at once when its client has its share or the
+        process has no descriptor to spare."""
+        client = client_of(peer[0])
+        refusal = self.counts.admit(client)
+        if refusal is not None:
+            connection.close()
+            log.debug("refused a connection from %s: %s", peer[0], refusal)
+            return
+        connection.setblocking(False)
+        deadline = asyncio.get_running_loop().time() + self.limits.header_seconds
+        self._spawn(self._open(connection, client, deadline))
+
+    async def _open(self, connection: socket.socket, client: str, deadline: float) -> None:
+        """Hand the connection to aiohttp (after the TLS handshake); it stays counted until it
+        closes, however it ends."""
+        server = self._runner.server
+        assert server is not None
+        guarded = _Guarded(server(), deadline, self.counts, client)
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: guarded, connection, ssl=self._ssl_context,
+                ssl_handshake_timeout=self.limits.header_seconds if self._ssl_context else None)
+        except OSError:  # a failed or timed-out handshake (SSLError, TimeoutError)
+            guarded.release()
+            connection.close()
+        except asyncio.CancelledError:
+            guarded.release()
+            connection.close()
+            raise
+
+
+def _listen(host: str, port: int, backlog: int) -> list[socket.socket]:
+    """Listening sockets on every address host resolves to (all interfaces for "", 0.0.0.0 is
+    IPv4's, :: IPv6's), as asyncio's create_server binds them."""
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(socket.getaddrinfo(
+                host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)):
+            listener = socket.socket(family, kind, proto)
+            sockets.append(listener)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            listener.bind(address)
+            listener.listen(backlog)
+            listener.setblocking(False)
+    except OSError:
+        for listener in sockets:
+            listener.close()
+        raise
+    return sockets

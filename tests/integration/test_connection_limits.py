@@ -1,0 +1,116 @@
+"""A client that opens connections and never finishes a request cannot deny the coordinator to
+others: one address holds at most its share, a connection must send its first request's
+headers in time, and descriptors are kept in reserve. The coordinator runs under a low
+descriptor limit (400) so that a few hundred connections would exhaust it; the hostile client
+plays other hosts from 127.0.0.x source addresses on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.cli.client import AdminClient
+from coordinator.server.listener import ConnectionLimits
+from tests.support.harness import ServedCoordinator, running_coordinator
+
+pytestmark = pytest.mark.integration
+
+LIMIT = 400  # descriptors the coordinator may open (soft and hard)
+SHARE = 100  # connections one address may hold
+HEADER_SECONDS = 2.0
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[ServedCoordinator]:
+    with running_coordinator(
+            tmp_path, cluster=None, prefix=("prlimit", f"--nofile={LIMIT}:{LIMIT}"),
+            serve_args=("--connections-per-address", str(SHARE),
+                        "--header-timeout", str(HEADER_SECONDS))) as coordinator:
+        yield coordinator
+
+
+@contextlib.contextmanager
+def held(port: int, count: int, source: str) -> Iterator[list[socket.socket]]:
+    """count TCP connections from source that never send a byte, closed on leaving."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sockets.append(socket.create_connection(("127.0.0.1", port), timeout=5,
+                                                    source_address=(source, 0)))
+        yield sockets
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def still_open(sockets: list[socket.socket]) -> int:
+    """How many of sockets the server has not closed."""
+    open_ = 0
+    for sock in sockets:
+        sock.settimeout(0.01)
+        try:
+            open_ += sock.recv(1) != b""
+        except TimeoutError:
+            open_ += 1
+        except ConnectionError:
+            pass
+    return open_
+
+
+def admin_latencies(served: ServedCoordinator, count: int) -> list[float]:
+    """Seconds each of count admin requests took, each on a new connection from 127.0.0.1."""
+    admin = AdminClient(served.url, served.token_file.read_text().strip(), timeout=3,
+                        ca_file=str(served.ca_file))
+    latencies = []
+    for _ in range(count):
+        started = time.monotonic()
+        admin.get("/v1/machines")
+        latencies.append(time.monotonic() - started)
+    return latencies
+
+
+def test_one_address_holds_its_share_and_others_are_still_served(
+        served: ServedCoordinator) -> None:
+    with held(served.port, 3 * SHARE, "127.0.0.2") as hostile:
+        time.sleep(0.5)
+        assert still_open(hostile) == SHARE
+        assert max(admin_latencies(served, 20)) < 1.0
+
+
+def test_a_connection_that_dawdles_over_its_headers_is_closed(served: ServedCoordinator) -> None:
+    context = ssl.create_default_context(cafile=str(served.ca_file))
+    raw = socket.create_connection(("127.0.0.1", served.port), timeout=5,
+                                   source_address=("127.0.0.3", 0))
+    with context.wrap_socket(raw, server_hostname="127.0.0.1") as slow:
+        slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: coordinator\r\n")
+        started = time.monotonic()
+        with pytest.raises(OSError):  # a header line every 0.25 s, until the server closes
+            while time.monotonic() - started < 4 * HEADER_SECONDS:
+                slow.sendall(b"X-Dawdle: 1\r\n")
+                time.sleep(0.25)
+                slow.settimeout(0.01)
+                with contextlib.suppress(TimeoutError):
+                    if slow.recv(1) == b"":
+                        raise ConnectionResetError("closed by the coordinator")
+        assert time.monotonic() - started < 2 * HEADER_SECONDS
+
+
+def test_descriptors_are_kept_for_the_process_when_connections_fill_them(
+        served: ServedCoordinator) -> None:
+    """Many addresses together fill every connection the limit allows: new ones are closed at
+    once (not left to fail the process's own files), and once they leave all is served."""
+    with contextlib.ExitStack() as stack:
+        hostile = [s for index in range(2, 6)
+                   for s in stack.enter_context(held(served.port, SHARE, f"127.0.2.{index}"))]
+        time.sleep(0.5)
+        # refused before the process runs short: the reserve stays free
+        assert still_open(hostile) == LIMIT - ConnectionLimits().reserve
+        log = served.log.read_text()
+        assert "Too many open files" not in log
+    assert max(admin_latencies(served, 5)) < 1.0

@@ -184,3 +184,6 @@ def validate(model: type[M], data: Any, tree: yaml.Node | None = None,
         return model.model_validate(data)
     except ValidationError as exc:
         raise InvalidDocument(problems_from(exc, tree, data), source) from None
+    except UnicodeEncodeError:  # a JSON \udXXX escape standing alone: no character at all
+        raise InvalidDocument([Problem("", "a text holds a lone surrogate (\\ud800-\\udfff): "
+                                           "not a Unicode character")], source) from None

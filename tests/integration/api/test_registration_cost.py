@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 
 from coordinator.api.context import MAX_BODY_BYTES
+from nodeagent.identity import new_credential
 from tests.support.builders import registration
 from tests.support.harness import InProcessCoordinator, in_process_coordinator
 
@@ -49,7 +50,7 @@ async def test_the_header_token_is_the_one_used(env: InProcessCoordinator) -> No
 
 async def test_a_retry_gets_its_machine_after_the_token_ran_out(env: InProcessCoordinator) -> None:
     once = (await env.call("POST", "/v1/clusters/lab/join-tokens", 201, json={"maxUses": 1}))
-    body = {**registration("node-a", once["token"]), "credential": "c" * 40}
+    body = {**registration("node-a", once["token"]), "credential": new_credential()}
     first = await env.call("POST", REGISTER, 201, json=body, headers=bearer(once["token"]))
     again = await env.call("POST", REGISTER, 201, json=body, headers=bearer(once["token"]))
     assert again["machine_id"] == first["machine_id"]

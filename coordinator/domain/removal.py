@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from coordinator.domain.kubeaccess import kube_access
 from coordinator.domain.model import (
     ADMITTED_STATES,
     DEPLOYED_STATES,
@@ -22,7 +23,6 @@ from coordinator.domain.model import (
     DrainStatus,
     Machine,
     MachineState,
-    kubeconfig_reporter,
     pending_items,
 )
 
@@ -68,8 +68,7 @@ def quorum_refusal(machine: Machine, machines: Sequence[Machine]) -> str | None:
 def reachable(spec: ClusterSpec, machines: Sequence[Machine], leaving: Machine) -> bool:
     """Whether the coordinator reaches the cluster's Kubernetes API once leaving is Deleting:
     the cluster setting names a kubeconfig, or another manager reported one."""
-    return spec.settings.kubernetes.kubeconfig is not None or kubeconfig_reporter(
-        m for m in machines if m.id != leaving.id) is not None
+    return kube_access(spec, [m for m in machines if m.id != leaving.id]) is not None
 
 
 def removal_drain(spec: ClusterSpec, machines: Sequence[Machine], leaving: Machine,

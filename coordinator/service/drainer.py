@@ -18,11 +18,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Protocol
 
-from coordinator.domain.model import ClusterSpec, DrainStage, DrainStatus, Machine, kubeconfig_reporter
+from coordinator.domain.kubeaccess import NO_KUBECONFIG, KubeAccess, kube_access
+from coordinator.domain.model import ClusterSpec, DrainStage, DrainStatus, Machine
 from coordinator.domain.planner import node_action
 from coordinator.domain.removal import may_lack_node, unregistered
 from coordinator.kube import DrainResult, Kube, KubeError
@@ -232,26 +233,6 @@ class Drainer:
             if now is None or now.drain is None or now.drain.stage not in (
                     DrainStage.UNCORDONED, DrainStage.NOT_READY) or now.drain.attempt != status.attempt:
                 return  # deleted, or moved on without this task
-
-
-@dataclass(frozen=True)
-class KubeAccess:
-    """The kubeconfig drains go through: a file on the coordinator's host, or a text."""
-
-    path: str | None = None
-    text: str | None = None
-
-
-NO_KUBECONFIG = ("no kubeconfig: settings.kubernetes.kubeconfig is not set and no manager "
-                 "reported one (kubeconfigFrom on a manager item)")
-
-
-def kube_access(spec: ClusterSpec, machines: Sequence[Machine]) -> KubeAccess | None:
-    """The cluster setting when there is one, else what the first manager reported."""
-    if spec.settings.kubernetes.kubeconfig is not None:
-        return KubeAccess(path=spec.settings.kubernetes.kubeconfig)
-    reporter = kubeconfig_reporter(machines)
-    return None if reporter is None else KubeAccess(text=reporter.kubeconfig)
 
 
 async def _node(kube: Kube, machine: Machine) -> str | None:

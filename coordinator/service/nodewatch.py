@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from coordinator.domain.kubeaccess import NO_KUBECONFIG, KubeAccess, kube_access
 from coordinator.domain.model import ClusterSpec, Machine, NodeStatus
 from coordinator.domain.nodes import (
     desired_metadata,
@@ -27,7 +28,6 @@ from coordinator.domain.nodes import (
     unseen,
 )
 from coordinator.kube import Kube, KubeError
-from coordinator.service.drainer import NO_KUBECONFIG, KubeAccess, kube_access
 
 POLL_SECONDS = 2.0  # the longest wait between two looks at a machine's Node
 

@@ -10,11 +10,11 @@ import asyncio
 import time
 from collections.abc import Sequence
 
+from coordinator.domain.kubeaccess import NO_KUBECONFIG, kube_access
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
 from coordinator.domain.nodes import kubernetes_access
 from coordinator.domain.workloads import SystemWorkloads
 from coordinator.kube import Kube, KubeError
-from coordinator.service.drainer import NO_KUBECONFIG, kube_access
 
 CACHE_SECONDS = 2.0
 TIMEOUT_SECONDS = 3.0

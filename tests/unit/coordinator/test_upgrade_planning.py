@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from coordinator.domain.kubeaccess import KubeAccess, kube_access
 from coordinator.domain.model import DrainStage, KubernetesSettings, Machine, MachineState, phase_items
 from coordinator.domain.planner import (
     Decision,
@@ -15,7 +16,6 @@ from coordinator.domain.planner import (
     post_deploy_host,
     upgrade_plan,
 )
-from coordinator.service.drainer import KubeAccess, kube_access
 from nodeagent.protocol import StateItem, VersionAction
 from tests.support.builders import (
     at_release,

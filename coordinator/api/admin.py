@@ -35,8 +35,9 @@ from nodeagent.validation import InvalidDocument, Problem
 
 async def apply_cluster(request: web.Request) -> web.Response:
     spec = load_spec(await text(request), "request body")
-    stored, changed = await service(request).admin.apply_cluster(spec)
-    return web.json_response({**cluster_view(stored), "changed": changed})
+    applied = await service(request).admin.apply_cluster(spec)
+    return web.json_response({**cluster_view(applied.stored), "changed": applied.changed,
+                              "was_paused": applied.was_paused})
 
 
 async def list_clusters(request: web.Request) -> web.Response:
@@ -64,18 +65,20 @@ async def create_join_token(request: web.Request) -> web.Response:
         request.match_info["name"], parse_duration(wanted.ttl) or None, wanted.max_uses)
     presentation = request.app[PRESENTATION]
     join = joinstring.make(presentation.advertise_url, secret, presentation.ca_pem)
-    return web.json_response({**join_token_view(token), "token": secret, "join": join},
+    return web.json_response({**join_token_view(token, token.created_at), "token": secret,
+                              "join": join},
                              status=201)
 
 
 async def list_join_tokens(request: web.Request) -> web.Response:
     tokens = await service(request).queries.join_tokens(request.match_info.get("name"))
-    return web.json_response([join_token_view(t) for t in tokens])
+    now = service(request).clock()
+    return web.json_response([join_token_view(t, now) for t in tokens])
 
 
 async def revoke_join_token(request: web.Request) -> web.Response:
     token = await service(request).access.revoke_join_token(request.match_info["id"])
-    return web.json_response(join_token_view(token))
+    return web.json_response(join_token_view(token, service(request).clock()))
 
 
 async def create_admin_token(request: web.Request) -> web.Response:

@@ -13,6 +13,7 @@ from coordinator.domain.planner import MachineUpgrade, UpgradePlan
 from coordinator.domain.records import AdminToken, Event, JoinToken, StoredCluster
 from coordinator.domain.rendering import RenderedMachine, Rendering
 from coordinator.domain.status import machine_step
+from coordinator.domain.tokens import join_token_state
 from coordinator.service.queries import ClusterStatus
 from nodeagent.addresses import interface_of
 
@@ -151,10 +152,11 @@ def _rendered_machine_view(machine: RenderedMachine) -> dict[str, Any]:
                        for p in machine.phases]}
 
 
-def join_token_view(token: JoinToken) -> dict[str, Any]:
+def join_token_view(token: JoinToken, now: float) -> dict[str, Any]:
+    """state: active, revoked, expired or used up, by the coordinator's clock."""
     return {"id": token.id, "cluster": token.cluster, "created_at": token.created_at,
             "expires_at": token.expires_at, "max_uses": token.max_uses, "uses": token.uses,
-            "revoked": token.revoked}
+            "revoked": token.revoked, "state": join_token_state(token, now)}
 
 
 def admin_token_view(token: AdminToken) -> dict[str, Any]:

@@ -28,7 +28,23 @@ def cluster_apply(ctx: click.Context, path: Any) -> None:
     result = call(ctx, "PUT", "/v1/clusters", text=text, content_type="application/yaml")
     verb = "changed" if result["changed"] else "unchanged"
     say(f"cluster {result['name']} {verb}: release {result['release']}, "
-               f"generation {result['generation']}")
+        f"generation {result['generation']}")
+    pause = pause_note(result["name"], result.get("was_paused"),
+                       result["spec"]["settings"]["upgrade"]["paused"])
+    if pause:
+        say(pause)
+
+
+def pause_note(name: str, was_paused: bool | None, paused: bool) -> str | None:
+    """What an apply did to a pause, said whenever upgrades are held: a paused cluster whose
+    new release does not roll out must not look like one that does."""
+    if paused:
+        how = "paused by this file" if was_paused is False else "still paused"
+        return (f"upgrades {how}: no machine starts upgrading until "
+                f"`coordinator upgrade resume {name}`")
+    if was_paused:
+        return "upgrades resumed: this file says settings.upgrade.paused: false"
+    return None
 
 
 @cluster.command("get")

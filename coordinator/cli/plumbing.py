@@ -123,12 +123,23 @@ def call(ctx: click.Context, method: str, path: str, **kwargs: Any) -> Any:
     try:
         return client.request(method, path, **kwargs)
     except ClientError as exc:
-        say(f"error: {exc}", err=True)
-        for problem in exc.problems:
-            line = f"line {problem['line']}: " if problem.get("line") else ""
-            path_text = f"{problem['path']}: " if problem.get("path") else ""
-            say(f"  {line}{path_text}{problem['message']}", err=True)
+        for line in _problems_shown(exc):
+            say(line, err=True)
         sys.exit(EXIT_USAGE if exc.status in (400, 422) else EXIT_ERROR)
+
+
+def _problems_shown(exc: ClientError) -> list[str]:
+    """What to print of an error, once: the API's message repeats every problem (for clients
+    that read nothing else), so one problem is that message alone and several are its
+    headline then one problem a line."""
+    if len(exc.problems) < 2:
+        return [f"error: {exc}"]
+    lines = [f"error: {str(exc).split(':', 1)[0]} ({len(exc.problems)} problems):"]
+    for problem in exc.problems:
+        line = f"line {problem['line']}: " if problem.get("line") else ""
+        path_text = f"{problem['path']}: " if problem.get("path") else ""
+        lines.append(f"  {line}{path_text}{problem['message']}")
+    return lines
 
 
 def emit(data: Any, output: str) -> bool:

@@ -165,14 +165,13 @@ def clusters_lines(clusters: list[dict[str, Any]]) -> list[str]:
             + (" (deleting)" if item["deleting"] else "") for item in clusters]
 
 
-def join_tokens_lines(tokens: list[dict[str, Any]], now: float) -> list[str]:
+def join_tokens_lines(tokens: list[dict[str, Any]]) -> list[str]:
+    """STATUS is the coordinator's word (active, used up, expired, revoked): by its clock."""
     lines = [f"{'ID':<14}{'CLUSTER':<16}{'EXPIRES':<18}{'USES':<10}STATUS"]
     for t in tokens:
         uses = f"{t['uses']}/{t['max_uses'] or '-'}"
-        expired = t["expires_at"] is not None and t["expires_at"] <= now
-        state = "revoked" if t["revoked"] else "expired" if expired else "active"
         lines.append(f"{t['id']:<14}{t['cluster']:<16}{day_and_time(t['expires_at']):<18}"
-                     f"{uses:<10}{state}")
+                     f"{uses:<10}{t['state']}")
     return lines
 
 

@@ -3,8 +3,6 @@ operator hands out, one to let machines register, one to use the admin API."""
 
 from __future__ import annotations
 
-import time
-
 import click
 
 from coordinator.cli.plumbing import (
@@ -48,7 +46,7 @@ def join_token_list(ctx: click.Context, cluster_name: str | None, output: str) -
     data = call(ctx, "GET", f"/v1/clusters/{cluster_name}/join-tokens" if cluster_name
                 else "/v1/join-tokens")
     if not emit(data, output):
-        echo_lines(join_tokens_lines(data, time.time()))
+        echo_lines(join_tokens_lines(data))
 
 
 @join_token.command("revoke")

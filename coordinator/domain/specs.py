@@ -31,6 +31,20 @@ def spec_problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
     return [*template_problems(spec), *outputs.problems(spec)]
 
 
+def pause_kept(before: ClusterSpec | None, spec: ClusterSpec) -> ClusterSpec:
+    """spec as applied over before: a file that does not say settings.upgrade.paused keeps
+    the stored pause. `upgrade pause` then `cluster apply` of a new release is how a change is
+    staged (and checked with `upgrade plan -f`); an apply that silently resumed would start
+    the very upgrade the operator held back. A file that says `paused:` is obeyed."""
+    settings = spec.settings
+    said = ("settings" in spec.model_fields_set and "upgrade" in settings.model_fields_set
+            and "paused" in settings.upgrade.model_fields_set)
+    if before is None or said or before.settings.upgrade.paused == settings.upgrade.paused:
+        return spec
+    upgrade = settings.upgrade.model_copy(update={"paused": before.settings.upgrade.paused})
+    return spec.model_copy(update={"settings": settings.model_copy(update={"upgrade": upgrade})})
+
+
 def check_fixed(before: ClusterSpec, after: ClusterSpec, machines: Iterable[Machine]) -> None:
     """Conflict naming every field after changes that may no longer change: the networking
     settings are fixed once a manager was admitted into Deploy (the first manager's `kubeadm

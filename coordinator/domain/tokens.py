@@ -52,17 +52,26 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def join_token_state(token: JoinToken, now: float) -> str:
+    """active, or in a word why it cannot be used at `now`: revoked, expired or used up (in
+    that order: what an operator would have to undo first)."""
+    if token.revoked:
+        return "revoked"
+    if token.expires_at is not None and now >= token.expires_at:
+        return "expired"
+    if token.max_uses is not None and token.uses >= token.max_uses:
+        return "used up"
+    return "active"
+
+
 def join_refusal(token: JoinToken | None, now: float) -> str | None:
     """Why a join token cannot be used at `now`, or None when it can."""
     if token is None:
         return "unknown join token"
-    if token.revoked:
-        return f"join token {token.id} was revoked"
-    if token.expires_at is not None and now >= token.expires_at:
-        return f"join token {token.id} expired"
-    if token.max_uses is not None and token.uses >= token.max_uses:
+    state = join_token_state(token, now)
+    if state == "used up":
         return f"join token {token.id} was used {token.uses} times, its limit"
-    return None
+    return None if state == "active" else f"join token {token.id} {state}"
 
 
 def admin_refusal(token: AdminToken | None, changes: bool) -> tuple[int, str] | None:

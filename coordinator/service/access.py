@@ -44,8 +44,19 @@ class Access:
             raise NotFound(f"no join token {token_id}")
         return token
 
+    async def usable_join_token(self, secret: str) -> str:
+        """The cluster the token admits to, counting no use (a registration refused for
+        another reason must not cost one); Unauthorized saying why not."""
+        token = await self.store.join_token(token_hash(secret))
+        refusal = join_refusal(token, self.clock())
+        if refusal is not None or token is None:
+            raise Unauthorized(refusal or "join token not usable")
+        return token.cluster
+
     async def consume_join_token(self, secret: str) -> str:
-        """The cluster the token admits to, counting one use; Unauthorized saying why not."""
+        """The cluster the token admits to, counting one use; Unauthorized saying why not.
+        The count is one conditional update: two registrations never share a token's last
+        use."""
         token, counted = await self.store.use_join_token(token_hash(secret), self.clock())
         if not counted or token is None:
             raise Unauthorized(join_refusal(token, self.clock()) or "join token not usable")

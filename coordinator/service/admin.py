@@ -5,7 +5,7 @@ of it all."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from coordinator.domain.approval import approval_address, approved_event, refusal
 from coordinator.domain.errors import Conflict
@@ -21,7 +21,7 @@ from coordinator.domain.model import (
 )
 from coordinator.domain.records import Event, JoinToken, StoredCluster
 from coordinator.domain.removal import quorum_refusal, removal_drain
-from coordinator.domain.specs import check_fixed
+from coordinator.domain.specs import check_fixed, pause_kept
 from coordinator.service.access import Access
 from coordinator.service.drainer import Drainer
 from coordinator.service.notifier import Notifier
@@ -30,6 +30,17 @@ from coordinator.service.writes import Writes
 from nodeagent.contract import Role
 
 DRAIN_ACTIONS = ("retry", "skip", "force")
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What `cluster apply` did: the cluster as stored, whether that changed it, and whether
+    upgrades were paused before (None: a new cluster), so the operator is told of a pause
+    the file changed."""
+
+    stored: StoredCluster
+    changed: bool
+    was_paused: bool | None
 
 
 class Admin:
@@ -60,12 +71,15 @@ class Admin:
             self.notifier.changed()
         self.notifier.kick()
 
-    async def apply_cluster(self, spec: ClusterSpec) -> tuple[StoredCluster, bool]:
-        """Store the spec; returns it and whether it changed. Agents re-fetch on a change."""
+    async def apply_cluster(self, spec: ClusterSpec) -> Applied:
+        """Store the spec (keeping the stored pause unless it says `paused:`, see
+        domain/specs.pause_kept); returns what was stored and whether it changed. Agents
+        re-fetch on a change."""
         async with self.writes.lock:
             before = await self.store.get_cluster(spec.name)
             if before is not None and before.deleting:
                 raise Conflict(f"cluster {spec.name} is being deleted")
+            spec = pause_kept(before and before.spec, spec)
             machines = await self.store.list_machines(spec.name)
             if before is not None:
                 check_fixed(before.spec, spec, machines)
@@ -80,7 +94,8 @@ class Admin:
                     data={"release": spec.release, "generation": stored.generation})])
                 self.notifier.wake(m.id for m in machines)
         self.notifier.kick()
-        return stored, changed
+        return Applied(stored, changed,
+                       None if before is None else before.spec.settings.upgrade.paused)
 
     async def delete_cluster(self, name: str) -> None:
         """Every machine runs its reset items and goes; then the cluster goes. The whole
@@ -207,16 +222,16 @@ class Admin:
 
     async def set_paused(self, name: str, paused: bool) -> StoredCluster:
         """Pause or resume upgrades: the spec's settings.upgrade.paused (a later apply of a
-        file sets it to what the file says, as with a Deployment's spec.paused)."""
+        file that says `paused:` sets it to what the file says; one that does not keeps it)."""
         spec = (await self.queries.cluster(name)).spec
         settings = spec.settings.model_copy(update={
             "upgrade": spec.settings.upgrade.model_copy(update={"paused": paused})})
-        stored, changed = await self.apply_cluster(spec.model_copy(update={"settings": settings}))
-        if changed:
+        applied = await self.apply_cluster(spec.model_copy(update={"settings": settings}))
+        if applied.changed:
             await self.writes.record([self._event(
                 name, "upgrade", "upgrade " + ("paused: no machine starts upgrading"
                                                if paused else "resumed"))])
-        return stored
+        return applied.stored
 
     async def drain_action(self, machine_id: str, action: str) -> Machine:
         """The operator's answer to a drain, an upgrade's or a removal's: retry (a new attempt

@@ -60,8 +60,9 @@ class Agents:
     async def register(self, request: RegisterRequest) -> RegisterResponse:
         """Register a machine with the credential its agent chose (or a new one). Safe to
         retry: a registration whose credential is already a machine's gets that machine again,
-        and uses no join token. Under the write lock, so that a retry sent while the first
-        attempt is being written waits for it."""
+        and uses no join token; nor does one refused (e.g. its hostname is taken). Under the
+        write lock, so that a retry sent while the first attempt is being written waits for
+        it."""
         secret, now = request.credential or new_token("machine"), self.clock()
         credential = self._credential(secret, now)
         async with self.writes.lock:
@@ -69,12 +70,14 @@ class Agents:
             if owner is not None:
                 return RegisterResponse(machine_id=retried(owner, request), credential=secret,
                                         credential_expires_at=owner.expires_at)
-            cluster = await self.access.consume_join_token(request.join_token)
+            cluster = await self.access.usable_join_token(request.join_token)
             settings = (await self.queries.cluster(cluster)).spec.settings
             existing = next(iter(await self.store.machines_by_hostname(request.hostname,
                                                                        cluster)), None)
             machine, events = registered(cluster, settings, existing, request, credential,
                                          str(uuid.uuid4()), now)
+            # Only a registration that will be written uses the token (a 409 costs nothing).
+            await self.access.consume_join_token(request.join_token)
             await self.writes.commit([machine], events)
         self.notifier.changed()
         self.notifier.kick()

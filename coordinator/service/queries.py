@@ -13,7 +13,7 @@ from coordinator.domain.fleet import Fleet
 from coordinator.domain.model import ClusterSpec, Machine
 from coordinator.domain.records import AdminToken, Event, JoinToken, MachineCount, StoredCluster
 from coordinator.domain.rendering import Rendering, render_cluster
-from coordinator.domain.specs import check_fixed
+from coordinator.domain.specs import check_fixed, pause_kept
 from coordinator.domain.status import (
     HISTORY_KINDS,
     History,
@@ -137,7 +137,7 @@ class Queries:
         stored = await self.cluster(name)
         if spec is not None and spec.name != name:
             raise Conflict(f"the spec is for cluster {spec.name}, not {name}")
-        target = spec or stored.spec
+        target = pause_kept(stored.spec, spec) if spec else stored.spec
         machines = await self.store.list_machines(name)
         check_fixed(stored.spec, target, machines)  # what its apply would refuse
         return target, planner.upgrade_plan(target, machines)

@@ -90,3 +90,18 @@ async def test_the_registration_budget_holds_against_many_addresses(tmp_path: Pa
         statuses = [s for per in await asyncio.gather(*map(from_address, range(1, 31)))
                     for s in per]
         assert statuses.count(201) == 20 and statuses.count(429) == 40
+
+
+async def test_a_registration_refused_for_its_hostname_uses_no_join_token(
+        env: InProcessCoordinator) -> None:
+    """A second node of a taken hostname is refused (409), and the token's use is still
+    there for the node it was meant for: `join-token list` shows it unused and active."""
+    await env.register("node-a")
+    once = await env.call("POST", "/v1/clusters/lab/join-tokens", 201, json={"maxUses": 1})
+    refused = await env.call("POST", REGISTER, 409, json=registration("node-a", once["token"]),
+                             headers=bearer(once["token"]))
+    assert "node-a is already" in refused["error"]
+    listed = await env.cli("join-token", "list", "lab")
+    assert "0/1" in next(line for line in listed.splitlines() if line.startswith(once["id"]))
+    await env.call("POST", REGISTER, 201, json=registration("node-b", once["token"]),
+                   headers=bearer(once["token"]))

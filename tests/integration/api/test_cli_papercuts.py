@@ -1,0 +1,78 @@
+"""What the admin CLI tells an operator off the happy path: a token's real state, what an
+apply did to a pause, each problem of a refused spec once, the environment it reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.support.builders import API_CLUSTER, registration
+from tests.support.harness import InProcessCoordinator
+
+MISSPELT = Path(__file__).resolve().parents[2] / "data" / "bad-specs" / "unknown-placeholder.yaml"
+
+
+def status_of(listed: str, token_id: str) -> str:
+    """The STATUS column of a token's row in `join-token list`."""
+    row = next(line for line in listed.splitlines() if line.startswith(token_id))
+    return row.split(None, 5)[-1]
+
+
+async def test_join_token_list_tells_used_up_expired_and_revoked_from_active(
+        env: InProcessCoordinator) -> None:
+    async def create(**body: Any) -> dict[str, Any]:
+        return dict(await env.call("POST", "/v1/clusters/lab/join-tokens", 201, json=body))
+
+    used_up, expiring = await create(maxUses=1), await create(ttl="1h")
+    revoked, active = await create(), await create(maxUses=5)
+    await env.call("DELETE", f"/v1/join-tokens/{revoked['id']}", 200)
+    await env.call("POST", "/v1/agent/register", 201,
+                   json=registration("node-a", used_up["token"]),
+                   headers={"Authorization": f"Bearer {used_up['token']}"})
+    env.clock.now += 2 * 3600
+    listed = await env.cli("join-token", "list")
+    assert [status_of(listed, t["id"]) for t in (used_up, expiring, revoked, active)] == [
+        "used up", "expired", "revoked", "active"]
+
+
+async def test_apply_keeps_a_pause_and_says_so_unless_the_file_says_otherwise(
+        env: InProcessCoordinator, tmp_path: Path) -> None:
+    """`upgrade pause` then `cluster apply` of a new release is how an upgrade is staged: the
+    apply must not start it behind the operator's back, and says the pause holds."""
+    staged = tmp_path / "lab-2.0.yaml"
+    staged.write_text(API_CLUSTER.replace('release: "1.0"', 'release: "2.0"'))
+    assert "paused" not in API_CLUSTER
+    await env.cli("upgrade", "pause", "lab")
+    applied = await env.cli("cluster", "apply", "-f", str(staged))
+    assert applied.splitlines() == [
+        "cluster lab changed: release 2.0, generation 3",
+        "upgrades still paused: no machine starts upgrading until "
+        "`coordinator upgrade resume lab`"]
+    assert (await env.call("GET", "/v1/clusters/lab", 200))["spec"]["settings"]["upgrade"][
+        "paused"] is True
+
+    resuming = tmp_path / "lab-2.0-resumed.yaml"
+    resuming.write_text(staged.read_text().replace(
+        "settings: {", "settings: {upgrade: {paused: false}, "))
+    applied = await env.cli("cluster", "apply", "-f", str(resuming))
+    assert applied.splitlines()[1] == ("upgrades resumed: this file says "
+                                       "settings.upgrade.paused: false")
+    assert (await env.cli("cluster", "apply", "-f", str(staged))).splitlines() == [
+        "cluster lab unchanged: release 2.0, generation 4"]
+
+
+async def test_a_refused_spec_names_each_problem_once(
+        env: InProcessCoordinator, tmp_path: Path) -> None:
+    refused = await env.cli("cluster", "apply", "-f", str(MISSPELT), exit_code=2)
+    assert refused.count("unknown placeholder ${machine.hostnme}") == 1, refused
+    assert refused.startswith("error: invalid document: line 14: machineTypes.manager[2]"
+                              ".action.argv[1]: unknown placeholder ${machine.hostnme}"), refused
+    two = tmp_path / "two.yaml"
+    two.write_text(API_CLUSTER.replace('argv: ["true"]}}', 'argv: ["${machine.hostnme}"]}}', 2))
+    refused = await env.cli("cluster", "apply", "-f", str(two), exit_code=2)
+    lines = refused.splitlines()
+    assert lines[0] == "error: invalid document (2 problems):", refused
+    assert [line.split(": ", 2)[:2] for line in lines[1:]] == [
+        ["  line 6", "machineTypes.manager[0].action.argv[0]"],
+        ["  line 7", "machineTypes.manager[1].action.argv[0]"]], refused
+    assert refused.count("${machine.hostnme}") == 2

@@ -25,7 +25,7 @@ from coordinator.api.views import (
     upgrade_plan_view,
 )
 from coordinator.domain.errors import NotFound
-from coordinator.domain.model import Machine
+from coordinator.domain.model import Machine, first_manager
 from coordinator.domain.specs import load_spec
 from coordinator.domain.tokens import parse_duration
 from coordinator.service.admin import DRAIN_ACTIONS
@@ -115,8 +115,10 @@ async def _machine(request: web.Request) -> Machine:
 async def get_machine(request: web.Request) -> web.Response:
     c = service(request)
     machine = await _machine(request)
-    return web.json_response(machine_view(machine, await c.queries.spec_of(machine), detail=True,
-                                          now=c.clock()))
+    first = first_manager((await c.queries.machines(machine.cluster))[0], leaving=True)
+    return web.json_response({**machine_view(machine, await c.queries.spec_of(machine),
+                                             detail=True, now=c.clock()),
+                              "first_manager": first is not None and first.id == machine.id})
 
 
 async def approve(request: web.Request) -> web.Response:

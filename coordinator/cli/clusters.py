@@ -4,11 +4,20 @@ seeing what their machines would run."""
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import click
 
-from coordinator.cli.plumbing import call, complete_clusters, echo_lines, emit, output_option, say
+from coordinator.cli.plumbing import (
+    call,
+    complete_clusters,
+    confirm,
+    echo_lines,
+    emit,
+    output_option,
+    say,
+    yes_option,
+)
 from coordinator.cli.render import clusters_lines, rendering_lines
 from nodeagent.contract import PHASES
 
@@ -60,9 +69,14 @@ def cluster_get(ctx: click.Context, name: str | None, output: str) -> None:
 
 @cluster.command("delete")
 @click.argument("name", shell_complete=complete_clusters)
+@yes_option
 @click.pass_context
-def cluster_delete(ctx: click.Context, name: str) -> None:
-    """Reset every machine of the cluster, then remove it."""
+def cluster_delete(ctx: click.Context, name: str, yes: bool) -> None:
+    """Reset every machine of the cluster, then remove it. Asks first (--yes: does not)."""
+    call(ctx, "GET", f"/v1/clusters/{quote(name, safe='')}")  # an unknown one: said at once
+    count = len(call(ctx, "GET", "/v1/machines?" + urlencode({"cluster": name})))
+    confirm(f"Delete cluster {name}? Its {count} machine{'s' if count != 1 else ''} run their "
+            "reset items and leave; its Kubernetes cluster is gone for good.", yes)
     call(ctx, "DELETE", f"/v1/clusters/{name}")
     say(f"cluster {name}: machines are resetting; it goes when they are done")
 

@@ -13,6 +13,7 @@ from coordinator.cli.plumbing import (
     MachineRef,
     call,
     complete_clusters,
+    confirm,
     echo_lines,
     emit,
     emit_record,
@@ -23,6 +24,7 @@ from coordinator.cli.plumbing import (
     output_option,
     say,
     say_block,
+    yes_option,
 )
 from coordinator.cli.render import (
     clock,
@@ -168,10 +170,17 @@ def role(ctx: click.Context, machine: MachineRef, role: str) -> None:
               "refuses (another manager not Ready, or too few managers would be left).")
 @click.option("--skip-reset", is_flag=True, help="Remove the record at once: no drain, no "
               "reset items, no Node deletion (a machine that is gone for good).")
+@yes_option
 @click.pass_context
-def delete(ctx: click.Context, machine: MachineRef, force: bool, skip_reset: bool) -> None:
+def delete(ctx: click.Context, machine: MachineRef, force: bool, skip_reset: bool,
+           yes: bool) -> None:
     """Delete a machine: its node is drained, its agent runs the cluster's reset items, its
-    Node is deleted, then its record goes. Managers leave one at a time, a majority left."""
+    Node is deleted, then its record goes. Managers leave one at a time, a majority left.
+    The first manager (${managers.first}) only once confirmed (--yes: without asking)."""
+    found = call(ctx, "GET", machine.path())
+    if found.get("first_manager"):
+        confirm(f"{found['hostname']} is the first manager of {found['cluster']} "
+                "(${managers.first}: the manager the others joined through). Delete it?", yes)
     asked = {key: "true" for key, on in (("force", force), ("skipReset", skip_reset)) if on}
     data = call(ctx, "DELETE", machine.path(**asked))
     say(f"{machine}: {data['status']}")

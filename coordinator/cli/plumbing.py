@@ -142,6 +142,23 @@ def _problems_shown(exc: ClientError) -> list[str]:
     return lines
 
 
+yes_option = click.option("--yes", "-y", is_flag=True,
+                          help="Do it without asking (needed when not at a terminal).")
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Go on only when the operator said so: --yes, or `y` at the prompt. Without a terminal
+    to ask at (a script, a pipe) it refuses, saying to pass --yes, rather than guess."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        say(f"error: {question} Not at a terminal to ask: pass --yes to go ahead.", err=True)
+        sys.exit(EXIT_USAGE)
+    if not click.confirm(terminal_safe(question), default=False):
+        say("nothing done", err=True)
+        sys.exit(EXIT_ERROR)
+
+
 def emit(data: Any, output: str) -> bool:
     """Print data as JSON or YAML when asked; returns whether it did."""
     if output == "json":

@@ -3,11 +3,14 @@ apply did to a pause, each problem of a refused spec once, the environment it re
 
 from __future__ import annotations
 
+import os
+import pty
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from tests.support.builders import API_CLUSTER, registration
-from tests.support.harness import InProcessCoordinator
+from tests.support.harness import InProcessCoordinator, ServedCoordinator, running_coordinator
 
 MISSPELT = Path(__file__).resolve().parents[2] / "data" / "bad-specs" / "unknown-placeholder.yaml"
 
@@ -76,3 +79,61 @@ async def test_a_refused_spec_names_each_problem_once(
         ["  line 6", "machineTypes.manager[0].action.argv[0]"],
         ["  line 7", "machineTypes.manager[1].action.argv[0]"]], refused
     assert refused.count("${machine.hostnme}") == 2
+
+
+async def deployed_first_manager(env: InProcessCoordinator) -> None:
+    """m1 approved as a manager and through Prepare: the planner chose it first."""
+    m1 = await env.register("m1")
+    await env.cli("approve", "m1", "--role", "manager")
+    await env.coordinator.reconciler.reconcile_once()  # Pending -> Prepare
+    await env.report_all(m1)
+    await env.coordinator.reconciler.reconcile_once()
+    assert (await env.machine("m1"))["state"] == "Deploy"
+
+
+async def test_deleting_the_first_manager_or_a_cluster_without_a_terminal_needs_yes(
+        env: InProcessCoordinator) -> None:
+    """Without a terminal to ask at, nothing irreversible happens unless --yes says so."""
+    await deployed_first_manager(env)
+    await env.register("w1")
+    refused = await env.cli("delete", "m1", exit_code=2)
+    assert refused == ("error: m1 is the first manager of lab (${managers.first}: the manager "
+                       "the others joined through). Delete it? Not at a terminal to ask: pass "
+                       "--yes to go ahead.\n")
+    assert (await env.machine("m1"))["state"] == "Deploy"
+    refused = await env.cli("cluster", "delete", "lab", exit_code=2)
+    assert refused.startswith("error: Delete cluster lab? Its 2 machines run their reset items "
+                              "and leave;"), refused
+    assert "pass --yes" in refused and not (await env.call("GET", "/v1/clusters/lab",
+                                                           200))["deleting"]
+
+    assert await env.cli("delete", "w1") == "w1: removed\n"  # Pending, not the first manager
+    assert await env.cli("delete", "m1", "--yes") == "m1: resetting\n"
+    await env.cli("cluster", "delete", "lab", "--yes")
+    assert (await env.call("GET", "/v1/clusters/lab", 200))["deleting"]
+
+
+def at_terminal(served: ServedCoordinator, answer: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI run with a terminal as its stdin, the operator typing answer at its prompt."""
+    main, terminal = pty.openpty()
+    try:
+        os.write(main, answer.encode() + b"\n")
+        return subprocess.run(served.cli_argv(*args), stdin=terminal, capture_output=True,
+                              text=True, timeout=30, check=False)
+    finally:
+        os.close(main)
+        os.close(terminal)
+
+
+def test_cluster_delete_at_a_terminal_asks_and_a_no_deletes_nothing(tmp_path: Path) -> None:
+    with running_coordinator(tmp_path) as served:
+        served.register("w1")
+        declined = at_terminal(served, "n", "cluster", "delete", "lab")
+        assert declined.stdout == ("Delete cluster lab? Its 1 machine run their reset items and "
+                                   "leave; its Kubernetes cluster is gone for good. [y/N]: ")
+        assert (declined.returncode, declined.stderr) == (1, "nothing done\n")
+        assert not served.cli_json("cluster", "get", "lab")["deleting"]
+        accepted = at_terminal(served, "y", "cluster", "delete", "lab")
+        assert accepted.returncode == 0 and accepted.stdout.endswith(
+            "[y/N]: cluster lab: machines are resetting; it goes when they are done\n")
+        assert "no cluster named lab" in served.cli("cluster", "get", "lab", ok=False).stderr

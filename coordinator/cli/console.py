@@ -71,7 +71,7 @@ def status_renderable(data: dict[str, Any]) -> RenderableType:
         total_items = step.get("total", 0)
         progress: RenderableType = (ProgressBar(total=total_items, completed=step["done"], width=12)
                                     if step.get("phase") and total_items else Text(""))
-        item = (f"{step['index']}/{total_items} {step['item']}" if step.get("item") else "-")
+        item = step.get("item") or "-"  # named: ITEMS beside it counts the done ones
         elapsed = step.get("item_elapsed") if step.get("status") == "running" else None
         machines.add_row(
             cell(m["hostname"]), cell(m["ip"] or "-"), cell(m["role"] or "-"),

@@ -86,11 +86,11 @@ def machine_progress(machine: dict[str, Any]) -> str:
     """The PROGRESS cell: the running or failing item, or the drain while it matters."""
     step = machine.get("step") or {}
     text = machine_note(machine)
-    if step.get("status") == "running":
-        text = (f"{step['index']}/{step['total']} {step['item']} running (attempt "
-                f"{step['attempt']}, {duration(step['item_elapsed'])}) {text}")
+    if step.get("status") == "running":  # named, not numbered: ITEMS beside it counts done
+        text = (f"{step['item']} running (attempt {step['attempt']}, "
+                f"{duration(step['item_elapsed'])}) {text}")
     elif step.get("status") == "failed" and not step.get("node"):
-        text = f"{step['index']}/{step['total']} {step['item']} attempt {step['attempt']} {text}"
+        text = f"{step['item']} attempt {step['attempt']} {text}"
     drain = machine.get("drain")
     if drain and drain["stage"] != "NodeReady" and not (
             machine["progress"] and drain["stage"] in ("Drained", "Skipped")):
@@ -106,7 +106,8 @@ def labels_text(labels: dict[str, str]) -> str:
 
 
 def machines_table(machines: list[dict[str, Any]], show_labels: bool = False) -> list[str]:
-    """One line per machine; with show_labels, a LABELS column before PROGRESS."""
+    """One line per machine; with show_labels, a LABELS column before PROGRESS. ITEMS is the
+    phase's items done of its total; PROGRESS names the item at work (no second count)."""
     labels = [labels_text(m.get("labels") or {}) or "-" for m in machines]
     width = max([len("LABELS"), *map(len, labels)])
     column = f"{'LABELS':<{width}} " if show_labels else ""

@@ -239,9 +239,10 @@ function note(m) {
 function stepText(m) {
   const step = m.step || {};
   if (!step.item) return "-";
-  if (step.status === "waiting") return `${step.index}/${step.total} ${step.item} (next)`;
+  // Named, not numbered: the items column beside it counts the done ones.
+  if (step.status === "waiting") return `${step.item} (next)`;
   const elapsed = step.status === "running" ? `, ${duration(step.item_elapsed)}` : "";
-  return `${step.index}/${step.total} ${step.item} (attempt ${step.attempt}${elapsed})`;
+  return `${step.item} (attempt ${step.attempt}${elapsed})`;
 }
 
 function roleSelect(m) {

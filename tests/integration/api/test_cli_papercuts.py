@@ -137,3 +137,23 @@ def test_cluster_delete_at_a_terminal_asks_and_a_no_deletes_nothing(tmp_path: Pa
         assert accepted.returncode == 0 and accepted.stdout.endswith(
             "[y/N]: cluster lab: machines are resetting; it goes when they are done\n")
         assert "no cluster named lab" in served.cli("cluster", "get", "lab", ok=False).stderr
+
+
+async def test_items_done_and_the_item_at_work_never_read_as_two_counts(
+        env: InProcessCoordinator) -> None:
+    """ITEMS counts the items done; PROGRESS (and status's ITEM) names the one at work rather
+    than numbering it, which beside `0/2` read `1/2 running`: a contradiction."""
+    await env.call("PUT", "/v1/clusters", 200, data=API_CLUSTER.replace(
+        '    - {name: join, phase: deploy',
+        '    - {name: runtime, phase: prepare, action: {type: exec, argv: ["true"]}}\n'
+        '    - {name: join, phase: deploy'))
+    w1 = await env.register("w1")
+    await env.cli("approve", "w1", "--role", "worker")
+    await env.coordinator.reconciler.reconcile_once()
+    await env.report_item(w1, "setup", "running")
+    listed = (await env.cli("machines")).splitlines()
+    assert listed[1].split()[4:7] == ["0/2", "setup", "running"], listed
+    assert "1/2" not in listed[1]
+    shown = await env.cli("status", "lab")
+    row = next(line for line in shown.splitlines() if line.startswith("w1 "))
+    assert row.split()[4:6] == ["0/2", "setup"], row

@@ -21,16 +21,42 @@ from coordinator.cli.upgrade import upgrade
 from nodeagent import __version__
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class RootGroup(click.Group):
+    """The root group, whose help ends with every environment variable a command reads (found
+    in the options, so that a new one is listed without anyone remembering to)."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        read = environment(self, ())
+        with formatter.section("Environment"):
+            formatter.write_dl([(name, ", ".join(sorted(set(uses)))) for name, uses in read])
+        super().format_epilog(ctx, formatter)
+
+
+def environment(command: click.Command, path: tuple[str, ...]) -> list[tuple[str, list[str]]]:
+    """Each environment variable an option of command (or of its subcommands) reads, with the
+    options that read it, as `[command ]--option`."""
+    found: dict[str, list[str]] = {}
+    for param in command.params:
+        names = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or ())
+        for name in names:
+            found.setdefault(name, []).append(" ".join([*path, param.opts[-1]]))
+    for name, sub in getattr(command, "commands", {}).items():
+        for variable, uses in environment(sub, (*path, name)):
+            found.setdefault(variable, []).extend(uses)
+    return sorted(found.items())
+
+
+@click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="coordinator")
-@click.option("--url", envvar="COORDINATOR_URL", default=DEFAULT_URL,
-              show_default=True, help="Coordinator address (env COORDINATOR_URL).")
-@click.option("--token", envvar="COORDINATOR_TOKEN", help="Admin token (env COORDINATOR_TOKEN).")
-@click.option("--token-file", envvar="COORDINATOR_TOKEN_FILE", type=click.Path(dir_okay=False),
+@click.option("--url", envvar="COORDINATOR_URL", show_envvar=True, default=DEFAULT_URL,
+              show_default=True, help="Coordinator address.")
+@click.option("--token", envvar="COORDINATOR_TOKEN", show_envvar=True, help="Admin token.")
+@click.option("--token-file", envvar="COORDINATOR_TOKEN_FILE", show_envvar=True,
+              type=click.Path(dir_okay=False),
               help="File holding the admin token, e.g. DATA_DIR/admin.token.")
-@click.option("--ca", "ca_file", envvar="COORDINATOR_CA", type=click.Path(dir_okay=False),
-              help="CA certificate to trust for https, e.g. DATA_DIR/pki/ca.crt "
-                   "(env COORDINATOR_CA).")
+@click.option("--ca", "ca_file", envvar="COORDINATOR_CA", show_envvar=True,
+              type=click.Path(dir_okay=False),
+              help="CA certificate to trust for https, e.g. DATA_DIR/pki/ca.crt.")
 @click.pass_context
 def main(ctx: click.Context, url: str, token: str | None, token_file: str | None,
          ca_file: str | None) -> None:

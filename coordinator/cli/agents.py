@@ -71,9 +71,9 @@ def _run_ssh(targets: tuple[str, ...], key: str, known_hosts: str | None,
 @click.option("--join", "join_string", help="Use this join string instead of creating a token.")
 @click.option("--role", type=click.Choice(["manager", "worker"]),
               help="Role the agent checks minimums for.")
-@click.option("--packages", "packages_dir", envvar="COORDINATOR_AGENT_PACKAGES", default="dist",
-              show_default=True, type=click.Path(file_okay=False, exists=True),
-              help="Directory with the nodeagent .deb and .rpm (env COORDINATOR_AGENT_PACKAGES).")
+@click.option("--packages", "packages_dir", envvar="COORDINATOR_AGENT_PACKAGES", show_envvar=True,
+              default="dist", show_default=True, type=click.Path(file_okay=False, exists=True),
+              help="Directory with the nodeagent .deb and .rpm.")
 @click.pass_context
 def machines_add(ctx: click.Context, target: str, key: str, known_hosts: str | None,
                  host_key: str | None, cluster_name: str | None, join_string: str | None,

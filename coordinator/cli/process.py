@@ -19,10 +19,10 @@ data_dir_option = click.option(
 listen_option = click.option("--listen", default="127.0.0.1:8080", show_default=True,
                              help="HOST:PORT to serve on.")
 store_option = click.option(
-    "--store", envvar="COORDINATOR_STORE", metavar="DSN",
+    "--store", envvar="COORDINATOR_STORE", show_envvar=True, metavar="DSN",
     help="Keep state in PostgreSQL (postgresql://USER@HOST:PORT/DATABASE; password from "
          "~/.pgpass or PGPASSWORD) so that several replicas can share it. Default: the embedded "
-         "SQLite file DATA_DIR/coordinator.db. Also from $COORDINATOR_STORE.")
+         "SQLite file DATA_DIR/coordinator.db.")
 advertise_option = click.option(
     "--advertise-url", help="URL agents use to reach this coordinator; it goes into join strings "
                             "(default: from --listen).")

@@ -62,10 +62,12 @@ def main() -> None:
     coordinator = ServedCoordinator(f"https://127.0.0.1:{free_port()}", base / "data",
                                     base / "coordinator.log")
     procs: list[subprocess.Popen[bytes]] = []
+    finished = False
     try:
-        print(f"== coordinator init: CA, server certificate and admin token in {coordinator.data}")
+        print(f"== demo directory {base} (removed at the end unless --keep or a failure)")
+        print("== coordinator init: CA, server certificate and admin token in its data/")
         coordinator.init()
-        print(f"== coordinator on {coordinator.url} (TLS), SQLite store in {coordinator.data}")
+        print(f"== coordinator on {coordinator.url} (TLS), SQLite store in data/")
         coordinator.start()
         admin = coordinator.admin
         spec = (REPO / "examples" / "cluster.yaml").read_text()
@@ -128,13 +130,15 @@ def main() -> None:
                 shown[0] = table
             return bool(status["counts"] == {"Ready": len(NODES)})
 
-        wait_until(all_ready, 180, f"the rollout (see the logs in {base})", interval=0.5)
+        wait_until(all_ready, 180, "the rollout", interval=0.5)
         print("\n== rollout order (from the event history):")
         for event in admin.get(f"/v1/events?cluster={applied['name']}"):
             if event["kind"] == "state":
                 print(f"   {event['message']}")
-        print(f"\n== all {len(NODES)} machines Ready. Items wrote under {base / 'roots'}, e.g.:")
+        print(f"\n== all {len(NODES)} machines Ready. Items wrote in each node's root, e.g. "
+              "node-1's /etc/demo/node.env:")
         print((base / "roots" / "node-1" / "etc" / "demo" / "node.env").read_text())
+        finished = True
     finally:
         for proc in reversed(procs):
             proc.send_signal(signal.SIGTERM)
@@ -144,8 +148,18 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
         coordinator.stop()
-        if not args.keep:
-            shutil.rmtree(base, ignore_errors=True)
+        print(kept_or_removed(base, args.keep or not finished), flush=True)
+
+
+def kept_or_removed(base: Path, keep: bool) -> str:
+    """The last word on the demo's directory, said after it is kept or removed: a path is
+    never shown as something to look at once it is gone. A failed run keeps it (its logs say
+    why)."""
+    if keep:
+        return (f"== kept {base}: coordinator.log, each node's log (cp-1.log...), the node roots "
+                "(roots/), the coordinator's data (data/)")
+    shutil.rmtree(base, ignore_errors=True)
+    return f"== removed {base} (--keep keeps it: the logs, the node roots, the data)"
 
 
 if __name__ == "__main__":

@@ -19,3 +19,11 @@ def test_the_demo_rolls_the_sample_cluster_out_to_ready() -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "all 5 machines Ready" in result.stdout
     assert "Traceback" not in result.stderr
+    # The last word on its directory comes after it is removed: no path is printed to look at
+    # after it is gone, and the one it names is gone.
+    last = result.stdout.splitlines()[-1]
+    assert last.startswith("== removed /") and last.endswith(
+        " (--keep keeps it: the logs, the node roots, the data)"), result.stdout[-2000:]
+    base = Path(last.split()[2])
+    assert base.name.startswith("nodeagent-demo-") and not base.exists()
+    assert result.stdout.count(str(base)) == 2  # where the data goes, at the start; removed

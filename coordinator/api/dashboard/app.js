@@ -40,7 +40,17 @@ function duration(seconds) {
   return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
 }
 
-const clock = (t) => (t ? new Date(t * 1000).toLocaleTimeString() : "-");
+// 24-hour local time, as the CLI prints it (its time.localtime): the viewer's time zone.
+const pad = (n) => String(n).padStart(2, "0");
+const clock = (t) => {
+  if (!t) return "-";
+  const d = new Date(t * 1000);
+  return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+};
+const dayAndTime = (t) => {
+  const d = new Date(t * 1000);
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock(t)}`;
+};
 
 function notify(text, isError = false) {
   const line = el("p", { class: isError ? "error" : "" }, text);
@@ -96,6 +106,7 @@ async function refresh() {
   view.status = view.cluster ? await api("GET", `/v1/clusters/${encodeURIComponent(view.cluster)}/status`) : null;
   render();
   if (view.detail) await renderDetail();
+  await loadEvents();
 }
 
 let pending = null;
@@ -163,6 +174,7 @@ async function startStream() {
 }
 
 function onEvent(event) {
+  eventsSoon();
   if (!view.cluster || event.cluster === view.cluster || event.kind.startsWith("cluster")) refreshSoon();
 }
 
@@ -311,7 +323,7 @@ function renderMachines() {
       el("td", { class: "items" }, ...items),
       el("td", { class: "step" }, stepText(m)),
       el("td", { class: `note ${step.status === "failed" || m.precheck_failures.length ? "failed" : ""}` }, note(m)),
-      el("td", {}, clock(m.last_seen)),
+      el("td", { class: "last-seen" }, clock(m.last_seen)),
       el("td", { class: "actions" }, ...actions(m)));
     const select = row.querySelector("select.role");
     if (select && chosen[m.id]) select.value = chosen[m.id];
@@ -357,6 +369,55 @@ async function renderDetail() {
     el("pre", {}, e.data.output)]) : [el("p", {}, "No output reported yet.")]));
 }
 
+// -- events -----------------------------------------------------------------------------------
+
+const EVENTS_SHOWN = 100;
+
+function eventQuery() {
+  const query = new URLSearchParams({ order: "desc", limit: String(EVENTS_SHOWN) });
+  const cluster = $("#events-cluster").value;
+  const machine = $("#events-machine").value.trim();
+  if (cluster) query.set("cluster", cluster);
+  if (machine) query.set("machine", machine);
+  return query;
+}
+
+function eventChoices() {
+  // The clusters and machines to filter by follow what the coordinator has, keeping a choice.
+  const select = $("#events-cluster");
+  const chosen = select.value;
+  select.replaceChildren(el("option", { value: "" }, "All clusters"),
+    ...view.clusters.map((c) => el("option", { value: c.name, selected: c.name === chosen }, c.name)));
+  const machines = view.status ? view.status.machines : [];
+  $("#events-machines").replaceChildren(...machines.map((m) => el("option", { value: m.hostname })));
+}
+
+async function loadEvents() {
+  eventChoices();
+  const events = await api("GET", `/v1/events?${eventQuery()}`);
+  $("#events-shown").textContent = events.length ? `newest ${events.length} first` : "no events match";
+  $("#events-table tbody").replaceChildren(...events.map((e) => el("tr", { "data-kind": e.kind, "data-id": e.id },
+    el("td", { class: "time", title: dayAndTime(e.time) }, clock(e.time)),
+    el("td", { class: "cluster" }, e.cluster),
+    el("td", { class: "machine" }, e.hostname || "-"),
+    el("td", { class: "kind" }, e.kind),
+    el("td", { class: "message" }, e.message))));
+}
+
+let eventsPending = null;
+function eventsSoon() {
+  // Live: one reload for a burst of events, as refreshSoon does for the rest of the page.
+  if (eventsPending) return;
+  eventsPending = setTimeout(async () => {
+    eventsPending = null;
+    try {
+      await loadEvents();
+    } catch (error) {
+      if (error instanceof Unauthorized) showLogin(error.message);
+    }
+  }, 150);
+}
+
 // -- wiring -----------------------------------------------------------------------------------
 
 function init() {
@@ -371,6 +432,7 @@ function init() {
       renderMachines();
     });
   }
+  for (const input of ["#events-cluster", "#events-machine"]) $(input).addEventListener("input", eventsSoon);
   $("#login").addEventListener("submit", (event) => {
     event.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, $("#token").value.trim());

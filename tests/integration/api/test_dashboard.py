@@ -7,19 +7,25 @@ A screenshot after approving a machine is kept: its path is printed, under build
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from tests.support.builders import OPERATOR_CLUSTER
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.requirements import require_binary
+from tests.support.waiting import wait_until
 
 ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS_DIR",
                                 Path(__file__).resolve().parents[3] / "build" / "test-artifacts"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-background-networking"]
+ZONE = "Pacific/Kiritimati"  # UTC+14: the browser's zone, not the host's, decides the hour
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +47,10 @@ def coordinator(tmp_path: Path) -> Iterator[ServedCoordinator]:
 def page(browser: Browser, coordinator: ServedCoordinator) -> Iterator[Page]:
     # The coordinator's certificate is signed by its own CA, which this fresh browser profile
     # does not know: accept it, as an operator does once (or imports ca.crt).
-    context = browser.new_context(viewport={"width": 1400, "height": 950}, ignore_https_errors=True)
+    # A locale whose own habit is 12-hour times, and a fixed zone: the page must still show
+    # 24-hour local times, as the CLI does.
+    context = browser.new_context(viewport={"width": 1400, "height": 950}, ignore_https_errors=True,
+                                  locale="en-US", timezone_id=ZONE)
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda error: errors.append(str(error)))
@@ -159,3 +168,47 @@ def test_a_wrong_token_is_refused_and_a_good_one_is_kept_for_the_tab(
     expect(page.locator("#login")).to_be_hidden()
     page.get_by_role("button", name="Forget token").click()
     expect(page.get_by_label("Token")).to_be_visible()
+
+
+def hh_mm_ss(stamp: float) -> str:
+    """A time as the CLI prints it (24-hour, local), in the browser's zone."""
+    return datetime.fromtimestamp(stamp, ZoneInfo(ZONE)).strftime("%H:%M:%S")
+
+
+def test_events_newest_first_filtered_by_cluster_and_machine_and_live_in_24_hour_time(
+        page: Page, coordinator: ServedCoordinator, tmp_path: Path) -> None:
+    c = coordinator
+    c.admin.request("PUT", "/v1/clusters", text=OPERATOR_CLUSTER.replace("name: lab", "name: edge"),
+                    content_type="application/yaml")
+    for hostname, cluster in (("m1", "lab"), ("w1", "lab"), ("e1", "edge")):
+        c.register(hostname, cluster=cluster)
+    sign_in(page, c)
+    events = page.locator("#events-table tbody tr")
+    newest = c.admin.get("/v1/events?order=desc&limit=100")
+    expect(events).to_have_count(len(newest))
+    expect(events.locator("td.message")).to_have_text([e["message"] for e in newest])
+    expect(events.first.locator("td.machine")).to_have_text("e1")
+    expect(events.first.locator("td.time")).to_have_text(hh_mm_ss(newest[0]["time"]))
+    expect(page.locator("tr[data-hostname=e1] td.last-seen")).to_have_text(
+        re.compile(r"^\d\d:\d\d:\d\d$"))  # no AM/PM
+    expect(page.locator("#stages li").first.locator(".since")).to_have_text(
+        re.compile(r"^\d\d:\d\d:\d\d$"))
+
+    page.get_by_label("Events of cluster").select_option("edge")
+    expect(events.locator("td.cluster")).to_have_text(["edge"] * len(
+        [e for e in newest if e["cluster"] == "edge"]))
+    page.get_by_label("Events of cluster").select_option("")
+    page.get_by_label("Events of machine").fill("m1")
+    expect(events.locator("td.machine")).to_have_text(["m1"] * len(
+        [e for e in newest if e["hostname"] == "m1"]))
+
+    page.evaluate("window.notReloaded = true")
+    c.admin.request("POST", "/v1/machines/m1/approve", body={"role": "manager"})
+    approved = page.locator("#events-table tr[data-kind=approved] td.message")
+    expect(approved).to_contain_text("m1 approved as manager")  # pushed live
+    wait_until(lambda: c.admin.get("/v1/events?machine=m1&kind=state"), 10,
+               "m1's move to Prepare")  # the last event the approval makes
+    m1_newest = c.admin.get("/v1/events?machine=m1&order=desc&limit=100")
+    expect(events.locator("td.kind")).to_have_text([e["kind"] for e in m1_newest])
+    assert page.evaluate("window.notReloaded") is True
+    keep(page, tmp_path, "dashboard-events.png")

@@ -109,19 +109,23 @@ async function refresh() {
   await loadEvents();
 }
 
-let pending = null;
-function refreshSoon() {
-  // Many events arrive together during a rollout: one refresh for a burst.
-  if (pending) return;
-  pending = setTimeout(async () => {
-    pending = null;
-    try {
-      await refresh();
-    } catch (error) {
-      if (error instanceof Unauthorized) showLogin(error.message);
-    }
-  }, 150);
+function soon(task) {
+  // Many events arrive together during a rollout: one run of task for a burst.
+  let pending = null;
+  return () => {
+    if (pending) return;
+    pending = setTimeout(async () => {
+      pending = null;
+      try {
+        await task();
+      } catch (error) {
+        if (error instanceof Unauthorized) showLogin(error.message);
+      }
+    }, 150);
+  };
 }
+
+const refreshSoon = soon(refresh);
 
 // -- live updates -------------------------------------------------------------------------
 
@@ -404,19 +408,7 @@ async function loadEvents() {
     el("td", { class: "message" }, e.message))));
 }
 
-let eventsPending = null;
-function eventsSoon() {
-  // Live: one reload for a burst of events, as refreshSoon does for the rest of the page.
-  if (eventsPending) return;
-  eventsPending = setTimeout(async () => {
-    eventsPending = null;
-    try {
-      await loadEvents();
-    } catch (error) {
-      if (error instanceof Unauthorized) showLogin(error.message);
-    }
-  }, 150);
-}
+const eventsSoon = soon(loadEvents); // live: one reload for a burst of events
 
 // -- wiring -----------------------------------------------------------------------------------
 

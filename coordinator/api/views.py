@@ -13,6 +13,7 @@ from coordinator.domain.planner import MachineUpgrade, UpgradePlan
 from coordinator.domain.records import AdminToken, Event, JoinToken, StoredCluster
 from coordinator.domain.rendering import RenderedMachine, Rendering
 from coordinator.domain.status import machine_step
+from coordinator.domain.steps import item_states
 from coordinator.domain.tokens import join_token_state
 from coordinator.service.queries import ClusterStatus
 from nodeagent.addresses import interface_of
@@ -75,6 +76,9 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
         view["facts"] = machine.facts
         view["precheck"] = machine.precheck
         view["applied"] = sorted(machine.applied)
+        view["phase_items"] = [{"name": name, "status": status, "attempt": attempt}
+                               for name, status, attempt in
+                               (item_states(spec, machine) if spec is not None else [])]
     return view
 
 

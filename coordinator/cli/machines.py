@@ -27,11 +27,9 @@ from coordinator.cli.plumbing import (
     yes_option,
 )
 from coordinator.cli.render import (
-    clock,
-    duration,
     item_header,
     labels_text,
-    machine_details,
+    machine_full,
     machines_table,
 )
 
@@ -58,15 +56,12 @@ def machines(ctx: click.Context, cluster_name: str | None, show_labels: bool,
 @output_option
 @click.pass_context
 def machines_get(ctx: click.Context, machine: MachineRef, output: str) -> None:
-    """One machine in full: state, step, facts, precheck report."""
+    """One machine in full: state and why, prechecks, each item of its phase and where it
+    stands, labels, Node, address, disks (json and yaml: every field, facts and the precheck
+    report too)."""
     data = call(ctx, "GET", machine.path())
-    if emit(data, output):
-        return
-    echo_lines(machines_table([data]))
-    say("")
-    say(f"id {data['id']}  cluster {data['cluster']}  in {data['state']} for "
-               f"{duration(data['step']['state_elapsed'])}  last seen {clock(data['last_seen'])}")
-    echo_lines(machine_details(data))
+    if not emit(data, output):
+        echo_lines(machine_full(data))
 
 
 def print_item(event: dict[str, Any], output: str) -> None:

@@ -142,6 +142,38 @@ def machine_details(machine: dict[str, Any]) -> list[str]:
     return lines
 
 
+def machine_full(machine: dict[str, Any]) -> list[str]:
+    """`machines get`: one machine in full, a key and its value a line: who and where it is,
+    its state and why, its prechecks, each item of its phase and where it stands, then
+    machine_details (labels, Node, address, disks)."""
+    step = machine.get("step") or {}
+    credential = machine["credential"]
+    items = machine.get("phase_items") or []
+    applied = sum(i["status"] == "applied" for i in items)
+    lines = [
+        f"hostname   {machine['hostname']}",
+        f"id         {machine['id']}",
+        f"cluster    {machine['cluster']}",
+        f"role       {machine['role'] or '-'}",
+        f"state      {machine['state']} for {duration(step.get('state_elapsed'))} (since "
+        f"{day_and_time(machine['state_since'])})",
+        f"release    {machine['release'] or '-'}",
+        f"approved   {'yes' if machine['approved'] else 'no'}",
+        f"responding {'yes' if machine['responding'] else 'NO'}, last seen "
+        f"{day_and_time(machine['last_seen'])}",
+        "credential " + ("revoked" if credential["revoked"] else
+                         f"expires {day_and_time(credential['expires_at'])}"),
+        f"progress   {machine_progress(machine) or '-'}",
+        "prechecks  " + ("failed: " + "; ".join(machine["precheck_failures"])
+                         if machine["precheck_failures"] else "passed"),
+        "items      " + (f"{step['phase']}: {applied} of {len(items)} applied"
+                         if step.get("phase") else "-"),
+    ]
+    lines += [f"  {i['name']:<24} {i['status']}"
+              + (f" (attempt {i['attempt']})" if i["attempt"] else "") for i in items]
+    return lines + machine_details(machine)
+
+
 def _node(node: dict[str, Any] | None) -> str:
     """The machine's Kubernetes Node as last found: its name and Ready condition."""
     if node is None:

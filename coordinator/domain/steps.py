@@ -77,6 +77,23 @@ def phase_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
     return catalog(spec).of(machine, phase)
 
 
+def item_states(spec: ClusterSpec, machine: Machine) -> list[tuple[str, str, int]]:
+    """Each item of the machine's current phase in order, with where it stands (applied,
+    running, failed or pending) and the attempt its agent last reported (0: none): what
+    `machines get` lists under the counts."""
+    progress = machine.progress
+    states = []
+    for item, fingerprint in phase_run(spec, machine):
+        if fingerprint in machine.applied:
+            states.append((item.name, "applied", 0))
+        elif (progress is not None and progress.item == item.name
+              and progress.status in ("running", "failed")):
+            states.append((item.name, progress.status, progress.attempt))
+        else:
+            states.append((item.name, "pending", 0))
+    return states
+
+
 def machine_step(spec: ClusterSpec | None, machine: Machine, now: float) -> Step:
     step = _item_step(spec, machine, now)
     wait = node_wait(spec, machine, now) if spec is not None and step.status == "done" else None

@@ -139,21 +139,53 @@ def test_cluster_delete_at_a_terminal_asks_and_a_no_deletes_nothing(tmp_path: Pa
         assert "no cluster named lab" in served.cli("cluster", "get", "lab", ok=False).stderr
 
 
-async def test_items_done_and_the_item_at_work_never_read_as_two_counts(
-        env: InProcessCoordinator) -> None:
-    """ITEMS counts the items done; PROGRESS (and status's ITEM) names the one at work rather
-    than numbering it, which beside `0/2` read `1/2 running`: a contradiction."""
-    await env.call("PUT", "/v1/clusters", 200, data=API_CLUSTER.replace(
-        '    - {name: join, phase: deploy',
-        '    - {name: runtime, phase: prepare, action: {type: exec, argv: ["true"]}}\n'
-        '    - {name: join, phase: deploy'))
+TWO_PREPARE_ITEMS = API_CLUSTER.replace(
+    '    - {name: join, phase: deploy',
+    '    - {name: runtime, phase: prepare, action: {type: exec, argv: ["true"]}}\n'
+    '    - {name: join, phase: deploy')
+
+
+async def preparing_worker(env: InProcessCoordinator) -> dict[str, Any]:
+    """w1, a worker in Prepare (setup, runtime) running setup."""
+    await env.call("PUT", "/v1/clusters", 200, data=TWO_PREPARE_ITEMS)
     w1 = await env.register("w1")
     await env.cli("approve", "w1", "--role", "worker")
     await env.coordinator.reconciler.reconcile_once()
     await env.report_item(w1, "setup", "running")
+    return w1
+
+
+async def test_items_done_and_the_item_at_work_never_read_as_two_counts(
+        env: InProcessCoordinator) -> None:
+    """ITEMS counts the items done; PROGRESS (and status's ITEM) names the one at work rather
+    than numbering it, which beside `0/2` read `1/2 running`: a contradiction."""
+    await preparing_worker(env)
     listed = (await env.cli("machines")).splitlines()
     assert listed[1].split()[4:7] == ["0/2", "setup", "running"], listed
     assert "1/2" not in listed[1]
     shown = await env.cli("status", "lab")
     row = next(line for line in shown.splitlines() if line.startswith("w1 "))
     assert row.split()[4:6] == ["0/2", "setup"], row
+
+
+async def test_machines_get_shows_one_machine_in_full_with_each_item_and_where_it_stands(
+        env: InProcessCoordinator) -> None:
+    w1 = await preparing_worker(env)
+    await env.report_item(w1, "setup", "succeeded")
+    await env.report_item(w1, "runtime", "failed", attempt=2, exit_code=100,
+                          error="exit status 100")
+    shown = (await env.cli("machines", "get", "w1")).splitlines()
+    fields = {line[:11].strip(): line[11:] for line in shown if not line.startswith(" ")}
+    assert fields["hostname"] == "w1" and fields["cluster"] == "lab"
+    assert fields["id"] == w1["machine_id"]
+    assert (fields["role"], fields["approved"]) == ("worker", "yes")
+    assert fields["state"].startswith("Prepare for ")
+    assert fields["responding"].startswith("yes, last seen ")
+    assert fields["credential"].startswith("expires ")
+    assert fields["prechecks"] == "passed"
+    assert fields["progress"].startswith("runtime attempt 2 failing for ")
+    assert fields["items"] == "prepare: 1 of 2 applied"
+    at = shown.index("items      prepare: 1 of 2 applied")
+    assert [line.split() for line in shown[at + 1:at + 3]] == [
+        ["setup", "applied"], ["runtime", "failed", "(attempt", "2)"]]
+    assert {"labels", "node", "address", "devices"} <= set(fields)

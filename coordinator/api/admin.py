@@ -194,3 +194,11 @@ async def drain_action(request: web.Request) -> web.Response:
     machine = await _machine(request)
     updated = await c.admin.drain_action(machine.id, action)
     return web.json_response(machine_view(updated, await c.queries.spec_of(updated)))
+
+
+async def retry_items(request: web.Request) -> web.Response:
+    c = service(request)
+    machine = await _machine(request)
+    updated = await c.admin.retry_items(machine.id)
+    return web.json_response(machine_view(updated, await c.queries.spec_of(updated),
+                                          now=c.clock()))

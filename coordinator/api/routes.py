@@ -110,6 +110,9 @@ ROUTES: tuple[Route, ...] = (
           "A machine's drain (an upgrade's or a removal's): action retry (new attempt and "
           "timeout), skip (upgrade or reset with the pods left) or force (delete pods their "
           "budgets protect)", "admin"),
+    Route("POST", "/v1/machines/{ref}/retry", admin.retry_items,
+          "Run again the item the machine's agent gave up on (retry.maxAttempts), with a fresh "
+          "attempt budget; 409 when none was given up", "admin"),
     Route("POST", "/v1/machines/{ref}/revoke", admin.revoke_machine_credential,
           "Revoke a machine's credential", "admin"),
     Route("GET", "/v1/events", streams.events,

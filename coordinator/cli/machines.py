@@ -159,9 +159,7 @@ def machines_retry(ctx: click.Context, machine: MachineRef) -> None:
     """Run again the item the machine's agent gave up on (it failed retry.maxAttempts times),
     with a fresh attempt budget: once its cause is fixed."""
     data = call(ctx, "POST", machine.path("/retry"))
-    step = data["step"]
-    say(f"{data['hostname']}: {step['item'] or 'its phase'} runs again (retry "
-        f"{data['retries']})")
+    say(f"{data['hostname']}: {data['progress']['item']} runs again (retry {data['retries']})")
 
 
 @click.command()

@@ -67,7 +67,8 @@ def machine_note(machine: dict[str, Any]) -> str:
         text = (f"failing for {duration(step.get('failing_for'))}: " if step["status"] == "failed"
                 else "") + f"{step['node']} ({duration(step.get('node_waiting'))})"
     elif step.get("gave_up"):
-        text = (f"gave up after {step['attempt']} attempts (failing for "
+        attempts = step["attempt"]
+        text = (f"gave up after {attempts} attempt{'' if attempts == 1 else 's'} (failing for "
                 f"{duration(step.get('failing_for'))}): {step.get('error', '')}; fix the cause, "
                 f"then `coordinator machines retry {machine['hostname']}`")
     elif step.get("status") == "failed":

@@ -232,7 +232,7 @@ function note(m) {
     text = (step.status === "failed" ? `failing for ${duration(step.failing_for)}: ` : "")
       + `${step.node} (${duration(step.node_waiting)})`;
   } else if (step.gave_up) {
-    text = `gave up after ${step.attempt} attempts (failing for ${duration(step.failing_for)}): ${step.error}`
+    text = `gave up after ${step.attempt} attempt${step.attempt === 1 ? "" : "s"} (failing for ${duration(step.failing_for)}): ${step.error}`
       + `; fix the cause, then retry (coordinator machines retry ${m.hostname})`;
   } else if (step.status === "failed") {
     text = `failing for ${duration(step.failing_for)}`
@@ -260,7 +260,7 @@ function retryButton(m) {
   return el("button", {
     type: "button", class: "retry", title: "run the item its agent gave up on again, with a fresh attempt budget",
     onclick: () => act(`/v1/machines/${m.id}/retry`, "POST", undefined,
-      (r) => `${r.hostname}: ${r.step.item || "its phase"} runs again (retry ${r.retries})`),
+      (r) => `${r.hostname}: ${r.progress.item} runs again (retry ${r.retries})`),
   }, "Retry");
 }
 

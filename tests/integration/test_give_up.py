@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.cli.client import ClientError
 from tests.support.agent import agent_of
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.waiting import wait_until
@@ -33,6 +34,13 @@ machineTypes:
 
 def events(coordinator: ServedCoordinator, kind: str) -> list[dict[str, Any]]:
     return list(coordinator.admin.get(f"/v1/events?kind={kind}"))
+
+
+def refusal(coordinator: ServedCoordinator, ref: str) -> tuple[int, str]:
+    """The status and message of the API's refusal to retry machine ref."""
+    with pytest.raises(ClientError) as refused:
+        coordinator.admin.request("POST", f"/v1/machines/{ref}/retry")
+    return refused.value.status, str(refused.value)
 
 
 def test_a_given_up_item_is_said_and_runs_again_on_the_operators_retry(tmp_path: Path) -> None:
@@ -59,6 +67,8 @@ def test_a_given_up_item_is_said_and_runs_again_on_the_operators_retry(tmp_path:
         # Retrying an unknown machine names it; a new generation does not restart the item.
         unknown = coordinator.cli("machines", "retry", "no-such-node", ok=False)
         assert unknown.returncode != 0 and "no-such-node" in unknown.stderr
+        assert refusal(coordinator, "no-such-node") == (
+            404, "no machine with id or hostname no-such-node")
         coordinator.cli("machines", "label", host, "zone=a")
         wait_until(lambda: "runs again once the operator retries it" in
                    (tmp_path / "agent.log").read_text(), 30, "the agent to see the new generation")
@@ -75,3 +85,5 @@ def test_a_given_up_item_is_said_and_runs_again_on_the_operators_retry(tmp_path:
                                     "gave up on after 3 attempts (retry 1)")
         again = coordinator.cli("machines", "retry", host, ok=False)
         assert f"{host}: nothing to retry: no item was given up" in again.stderr
+        assert refusal(coordinator, host) == (409, f"{host}: nothing to retry: no item was "
+                                                   "given up")

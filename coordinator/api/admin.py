@@ -14,7 +14,7 @@ from coordinator.api.bodies import (
     RenderQuery,
     RoleBody,
 )
-from coordinator.api.context import PRESENTATION, body, query, service, text
+from coordinator.api.context import PRESENTATION, bearer, body, query, service, text
 from coordinator.api.views import (
     admin_token_view,
     cluster_status_view,
@@ -26,9 +26,9 @@ from coordinator.api.views import (
 )
 from coordinator.domain.errors import NotFound
 from coordinator.domain.model import Machine
+from coordinator.domain.remedies import DRAIN_ACTIONS
 from coordinator.domain.specs import load_spec
 from coordinator.domain.tokens import parse_duration
-from coordinator.service.admin import DRAIN_ACTIONS
 from nodeagent import joinstring
 from nodeagent.validation import InvalidDocument, Problem
 
@@ -92,6 +92,12 @@ async def list_admin_tokens(request: web.Request) -> web.Response:
 async def revoke_admin_token(request: web.Request) -> web.Response:
     token = await service(request).access.revoke_admin_token(request.match_info["id"])
     return web.json_response(admin_token_view(token))
+
+
+async def whoami(request: web.Request) -> web.Response:
+    """The token the request carries (already authorized): its name and role, never itself."""
+    token = await service(request).access.authorize_admin(bearer(request), changes=False)
+    return web.json_response({"id": token.id, "name": token.name, "role": token.role})
 
 
 async def list_machines(request: web.Request) -> web.Response:

@@ -79,7 +79,7 @@ def status_renderable(data: dict[str, Any]) -> RenderableType:
             cell(f"{step.get('done', 0)}/{total_items}" if step.get("phase") else "-"),
             progress, cell(item), cell(str(step["attempt"]) if step.get("attempt") else "-"),
             cell(duration(elapsed if elapsed is not None else step.get("state_elapsed"))),
-            cell(machine_note(m), "red" if step.get("status") == "failed" else ""))
+            cell(machine_note(m), "red" if (m.get("note") or {}).get("failing") else ""))
     parts: list[RenderableType] = [header, Text(""), stages, Text(""), bar, Text(""), machines]
     post = data["post_deploy"]
     if post["failing"]:

@@ -29,8 +29,6 @@ from coordinator.service.queries import Queries
 from coordinator.service.writes import Writes
 from nodeagent.contract import Role
 
-DRAIN_ACTIONS = ("retry", "skip", "force")
-
 
 class Admin:
     def __init__(self, writes: Writes, queries: Queries, access: Access, notifier: Notifier,

@@ -14,6 +14,7 @@ const view = {
   sort: { key: "hostname", dir: 1 },
   detail: null,           // id of the machine whose history is open
   stream: null,           // AbortController of the event stream
+  role: null,             // the token's role: only "admin" is offered actions
 };
 
 const $ = (selector) => document.querySelector(selector);
@@ -66,6 +67,7 @@ async function api(method, path, body) {
 
 function showLogin(message = "") {
   stopStream();
+  view.role = null; // the next token may have another
   $("#app").hidden = true;
   $("#forget").hidden = true;
   $("#login").hidden = false;
@@ -89,6 +91,7 @@ async function start() {
 // -- data -------------------------------------------------------------------------------
 
 async function refresh() {
+  if (view.role === null) view.role = (await api("GET", "/v1/whoami")).role;
   view.clusters = await api("GET", "/v1/clusters");
   if (!view.clusters.some((c) => c.name === view.cluster)) {
     view.cluster = view.clusters.length ? view.clusters[0].name : null;
@@ -220,20 +223,10 @@ function visibleMachines() {
     });
 }
 
+// The API decides each machine's note and remedy (the CLI shows the same words).
 function note(m) {
-  const step = m.step || {};
-  let text = "";
-  if (m.precheck_failures.length) text = `prechecks failed: ${m.precheck_failures.join("; ")}`;
-  else if (m.state === "Pending" && !m.approved) text = "waiting for approval";
-  else if (m.state === "Pending" && !m.role) text = "approved; waiting for a role";
-  else if (step.node) {
-    text = (step.status === "failed" ? `failing for ${duration(step.failing_for)}: ` : "")
-      + `${step.node} (${duration(step.node_waiting)})`;
-  } else if (step.status === "failed") {
-    text = `failing for ${duration(step.failing_for)}`
-      + (step.next_retry_in !== null ? `, retry in ${duration(step.next_retry_in)}` : "") + `: ${step.error}`;
-  } else if (step.status === "done" && m.state === "Prepare") text = "prepared; waiting for a deploy slot";
-  return (m.responding ? "" : "NOT RESPONDING ") + text;
+  const { text, remedy } = m.note;
+  return [el("span", { class: "note-text" }, text), remedy ? el("span", { class: "remedy" }, remedy) : null];
 }
 
 function stepText(m) {
@@ -251,7 +244,15 @@ function roleSelect(m) {
   return select;
 }
 
+const DRAIN_HELP = {
+  retry: "drain again, with a new timeout",
+  skip: "go on with the pods left on the (cordoned) node",
+  force: "drain again, deleting the pods their budgets protect",
+};
+
 function actions(m) {
+  if (view.role !== "admin") return []; // a read-only token sees the note, no buttons
+  if (m.note.actions.length) return drainButtons(m);
   if (m.state !== "Pending") return [];
   const select = roleSelect(m);
   const blocked = m.precheck_failures.length > 0;
@@ -272,6 +273,14 @@ function actions(m) {
     },
   }, "Set role"));
   return buttons;
+}
+
+function drainButtons(m) {
+  return m.note.actions.map((action) => el("button", {
+    type: "button", class: `drain-${action}`, title: DRAIN_HELP[action],
+    onclick: () => act(`/v1/machines/${m.id}/drain/${action}`, "POST", undefined,
+      (r) => `${r.hostname}: drain ${action}: ${r.drain.stage} (attempt ${r.drain.attempt})`),
+  }, action[0].toUpperCase() + action.slice(1)));
 }
 
 async function act(path, method, body, describe) {
@@ -309,7 +318,7 @@ function renderMachines() {
       el("td", { class: "state" }, el("span", { class: `badge ${m.state}` }, m.state)),
       el("td", { class: "items" }, ...items),
       el("td", { class: "step" }, stepText(m)),
-      el("td", { class: `note ${step.status === "failed" || m.precheck_failures.length ? "failed" : ""}` }, note(m)),
+      el("td", { class: `note ${m.note.failing ? "failed" : ""}` }, ...note(m)),
       el("td", {}, clock(m.last_seen)),
       el("td", { class: "actions" }, ...actions(m)));
     const select = row.querySelector("select.role");
@@ -340,7 +349,8 @@ async function renderDetail() {
   $("#detail-title").textContent = `${machine.hostname} (${machine.state})`;
   const facts = [["id", machine.id], ["cluster", machine.cluster], ["ip", machine.ip || "-"],
     ["role", machine.role || "-"], ["in state for", duration(machine.step.state_elapsed)],
-    ["step", stepText(machine)], ["last seen", clock(machine.last_seen)],
+    ["step", stepText(machine)], ["note", machine.note.text || "-"], ["to do", machine.note.remedy || "-"],
+    ["last seen", clock(machine.last_seen)],
     ["applied items", String(machine.applied.length)]];
   $("#detail-facts").replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
   $("#history tbody").replaceChildren(...history.map((e) => el("tr", { "data-status": e.data.status },

@@ -170,12 +170,16 @@ def read_terminal(fd: int, until: str, timeout: float = 15) -> str:
 
 def watch_status(served: ServedCoordinator, columns: int) -> tuple[subprocess.Popen[bytes], int]:
     """`status lab --watch` in a terminal that wide: the process, and the terminal to read."""
+    return in_terminal(served.cli_argv("status", "lab", "--watch", "--interval", "0.3"), columns)
+
+
+def in_terminal(argv: list[str], columns: int) -> tuple[subprocess.Popen[bytes], int]:
+    """argv run in a terminal that wide: the process, and the terminal to read."""
     main, terminal = pty.openpty()
     env = {**os.environ, "COLUMNS": str(columns), "LINES": "60", "TERM": "xterm-256color"}
-    watch = subprocess.Popen(served.cli_argv("status", "lab", "--watch", "--interval", "0.3"),
-                             stdin=terminal, stdout=terminal, stderr=terminal, env=env)
+    process = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal, env=env)
     os.close(terminal)
-    return watch, main
+    return process, main
 
 
 def test_status_watch_redraws_progress_bars_and_an_eta_in_a_terminal(coordinator: ServedCoordinator) -> None:

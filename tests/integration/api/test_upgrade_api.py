@@ -4,7 +4,10 @@ cordoned in Upgrade naming the pod and budget, and the operator's retry, force a
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,7 +16,8 @@ import pytest
 
 from coordinator.metrics import METRICS
 from tests.integration.api.operator import machine
-from tests.support.harness import InProcessCoordinator, in_process_coordinator
+from tests.integration.api.test_cli import in_terminal, read_terminal
+from tests.support.harness import COORDINATOR, InProcessCoordinator, in_process_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 
 SPEC = """\
@@ -43,15 +47,21 @@ def spec(kubeconfig: Path | None, release: str = "1.0") -> str:
         reported="" if kubeconfig else ", kubeconfigFrom: /etc/kubernetes/admin.conf")
 
 
-@pytest.fixture
-async def kube() -> AsyncIterator[KubeApiServer]:
+def budgeted() -> Cluster:
+    """Nodes m1, w1 and w2; on w1 and w2 a pod each of a ReplicaSet whose budget wants both
+    available: the workers' drains block until the operator answers."""
     cluster = Cluster(ready_delay=3600)  # replacements never get Ready: budgets stay tight
     for node in ("m1", "w1", "w2"):
         cluster.add_node(node)
     cluster.add_daemonset("kube-system", "proxy", {"app": "proxy"})
     cluster.add_replicaset("default", "web", 2, {"app": "web"}, nodes=["w1", "w2"])
     cluster.add_pdb("default", "web", {"app": "web"}, min_available=2)
-    with kube_api_server(cluster) as server:
+    return cluster
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[KubeApiServer]:
+    with kube_api_server(budgeted()) as server:
         yield server
 
 
@@ -145,8 +155,13 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
     [pod] = w1["drain"]["blocking_pods"]
     assert pod in kube.cluster.pods_on("w1") and kube.cluster.cordoned() == ["w1"]
     assert (await env.assignment(agents["w1"]))["items"] == [], "upgrade items ran undrained"
-    table = await env.cli("machines")
-    assert "drain Blocked (attempt 1)" in table and "retry|skip|force w1" in table
+    await shown_everywhere(env, "w1", "drain Blocked (attempt 1, cordoned for ", (
+        "relax budget default/web or move its pods, then coordinator upgrade retry|skip|force "
+        "w1 (retry: drain again with a new timeout; skip: upgrade with the pods left on the "
+        "node; force: delete the pods, bypassing their budgets)"))
+    note = (await machine(env, "w1"))["note"]
+    assert f"{pod} (budget default/web)" in note["text"]
+    assert note["failing"] and note["actions"] == ["retry", "skip", "force"]
 
     await env.cli("upgrade", "retry", "w1")
     await env.until("w1's retried drain blocked", lambda: blocked("w1", 2))
@@ -332,7 +347,9 @@ async def test_an_upgraded_node_that_is_not_ready_keeps_its_machine_in_upgrade(
     expected = ("node m1 is not Ready 1s after the uncordon: Ready=False (KubeletNotReady) "
                 "(container runtime is down); still checking")
     assert m1["drain"]["message"] == expected
-    assert f"drain NodeNotReady (attempt 1): {expected}" in await env.cli("machines")
+    await shown_everywhere(env, "m1", f"{expected} (uncordoned ", (
+        "check the kubelet on m1 (journalctl -u kubelet) and `kubectl describe node m1`; the "
+        "machine leaves Upgrade once its node is Ready"))
     assert (await machine(env, "w1"))["state"] == "Ready", "a worker upgraded beside it"
 
     with kube.locked() as cluster:
@@ -386,3 +403,68 @@ async def test_the_upgrade_plan_lists_the_items_each_machine_runs_and_the_upgrad
     logs = await env.cli("machines", "logs", "w1")
     assert "w1 deploy/join (in the upgrade) attempt 1 succeeded" in logs
     assert "w1 upgrade/kubelet-worker attempt 1 succeeded" in logs
+
+
+# -- what every view says of a stuck machine, and what to do ------------------------------------
+
+
+def flat(text: str) -> str:
+    """text with each run of whitespace one space: a note rich folded over lines reads whole."""
+    return " ".join(text.split())
+
+
+async def watched(env: InProcessCoordinator, until: str) -> str:
+    """`status lab --watch` in a wide terminal until `until` is on its screen: the screen."""
+    url = str(env.client.make_url("")).rstrip("/")
+    watch, main = in_terminal([COORDINATOR, "--url", url, "--token",
+                               env.admin["Authorization"].split()[1], "status", "lab", "--watch",
+                               "--interval", "0.3"], 1000)
+    try:
+        return await asyncio.to_thread(read_terminal, main, until)
+    finally:
+        watch.send_signal(signal.SIGINT)
+        watch.wait(timeout=10)
+        os.close(main)
+
+
+async def shown_everywhere(env: InProcessCoordinator, hostname: str, text: str,
+                           remedy: str) -> None:
+    """The machine's note starts with text and its remedy is remedy, in the API's machine,
+    and both show in `status`, `status --watch`, `machines` and `machines get`."""
+    note = (await machine(env, hostname))["note"]
+    assert note["text"].startswith(text) and note["remedy"] == remedy, note
+    status = await env.call("GET", "/v1/clusters/lab/status", 200)
+    assert [m["note"]["remedy"] for m in status["machines"] if m["hostname"] == hostname] == [remedy]
+    for command in (("status", "lab"), ("machines",), ("machines", "get", hostname)):
+        shown = flat(await env.cli(*command))
+        assert text in shown and remedy in shown, (command, shown)
+    assert text in await watched(env, remedy[-40:])
+
+
+async def test_the_upgrade_plan_warns_when_drains_will_block_for_want_of_a_kubeconfig(
+        env: InProcessCoordinator, tmp_path: Path) -> None:
+    def unreachable(release: str) -> str:
+        return spec(None, release).replace(", kubeconfigFrom: /etc/kubernetes/admin.conf", "")
+
+    await env.call("PUT", "/v1/clusters", 200, data=unreachable("1.0"))
+    for hostname, role in (("m1", "manager"), ("w1", "worker")):
+        agent = await env.register(hostname)
+        await env.call("POST", f"/v1/machines/{hostname}/approve", 200, json={"role": role})
+        await env.until(f"{hostname} Ready", lambda a=agent, h=hostname: _ready(env, a, h))
+    new_spec = tmp_path / "v2.yaml"
+    new_spec.write_text(unreachable("2.0"))
+    plan = await env.cli("upgrade", "plan", "lab", "-f", str(new_spec))
+    assert plan.splitlines()[-1] == (
+        "warning: drains will block: settings.kubernetes.kubeconfig is not set and no manager "
+        "item has kubeconfigFrom, so the nodes of m1, w1 cannot be cordoned and drained and "
+        "each would stay in Upgrade with its drain Blocked. To fix: set "
+        "settings.kubernetes.kubeconfig (a kubeconfig file on the coordinator's host) or give a "
+        "manager item kubeconfigFrom; or set settings.drain.enabled: false to upgrade in place, "
+        "without cordon and drain")
+    new_spec.write_text(unreachable("2.0").replace("drain: {", "drain: {enabled: false, "))
+    assert "warning" not in await env.cli("upgrade", "plan", "lab", "-f", str(new_spec))
+
+
+async def _ready(env: InProcessCoordinator, agent: dict[str, str], hostname: str) -> bool:
+    await env.report_all(agent)
+    return (await machine(env, hostname))["state"] == "Ready"

@@ -81,6 +81,23 @@ def _why(spec: ClusterSpec | None, machine: Machine, step: Step, now: float, wai
 # -- an upgrade's or a removal's drain, and the node steps after it ---------------------------
 
 
+def drain_failure(spec: ClusterSpec, machine: Machine, now: float) -> tuple[float, str] | None:
+    """Since when, and how, the machine's drain or the node step after it is stuck (Blocked, a
+    failing uncordon, a node not Ready past its timeout): the status's stages fail on it as
+    on a failing item. None when it is not."""
+    drain = machine.drain
+    if drain is None:
+        return None
+    note = _drain_note(spec, machine, now)
+    if note is None or not note.failing:
+        return None
+    timeouts = spec.settings.drain
+    since = (drain.step_error_since if drain.step_error else
+             drain.started_at + timeouts.timeout_seconds if drain.stage is DrainStage.BLOCKED
+             else (drain.uncordoned_at or now) + timeouts.node_ready_timeout_seconds)
+    return min(now, since or now), f"{machine.hostname}: {note.text}"
+
+
 def _drain_note(spec: ClusterSpec | None, machine: Machine, now: float) -> Note | None:
     """A drain that holds the machine or fails; None once it is out of the way (the items run)."""
     drain = machine.drain

@@ -19,6 +19,7 @@ from tests.integration.api.operator import machine
 from tests.integration.api.test_cli import in_terminal, read_terminal
 from tests.support.harness import COORDINATOR, InProcessCoordinator, in_process_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
+from tests.support.ports import free_port
 
 SPEC = """\
 name: lab
@@ -439,6 +440,28 @@ async def shown_everywhere(env: InProcessCoordinator, hostname: str, text: str,
         shown = flat(await env.cli(*command))
         assert text in shown and remedy in shown, (command, shown)
     assert text in await watched(env, remedy[-40:])
+
+
+async def test_a_failing_uncordon_shows_its_error_and_what_to_check(
+        env: InProcessCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
+    agents = await rolled_out(env, kube)
+    kubeconfig = tmp_path / "kubeconfig"
+    await env.call("PUT", "/v1/clusters", 200, data=spec(kubeconfig, "2.0"))
+    await env.until("m1 drained", lambda: _stage(env, "m1", "Drained"))
+    kubeconfig.write_text(kube.kubeconfig().replace(kube.url, f"http://127.0.0.1:{free_port()}"))
+    await env.report_all(agents["m1"])  # its upgrade items applied: the uncordon is due
+
+    async def failing() -> bool:
+        return bool((await machine(env, "m1"))["drain"]["step_error"])
+
+    await env.until("m1's uncordon failing", failing)
+    await shown_everywhere(env, "m1", "uncordon failing for ", (
+        "check that the coordinator reaches the cluster's API with its kubeconfig and may patch "
+        "and delete Nodes (kubectl auth can-i patch nodes); it retries on its own"))
+    assert (await machine(env, "m1"))["note"]["failing"]
+    kubeconfig.write_text(kube.kubeconfig())
+    await env.until("m1 upgraded once the API answers", lambda: upgraded(env, agents, "m1"))
+    assert "m1" not in kube.cluster.cordoned()
 
 
 async def test_the_upgrade_plan_warns_when_drains_will_block_for_want_of_a_kubeconfig(

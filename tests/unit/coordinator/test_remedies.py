@@ -20,7 +20,8 @@ from coordinator.domain.model import (
 from coordinator.domain.planner import upgrade_plan
 from coordinator.domain.remedies import DRAIN_ACTIONS, Note, drain_warnings
 from coordinator.domain.remedies import machine_note as decided
-from coordinator.domain.steps import machine_step
+from coordinator.domain.status import stages
+from coordinator.domain.steps import History, machine_step
 from tests.support.builders import (
     at_release,
     cluster,
@@ -189,3 +190,16 @@ def test_the_upgrade_plan_warns_when_drains_cannot_reach_the_cluster() -> None:
 def replace_kubeconfig(spec: ClusterSpec) -> ClusterSpec:
     return spec.model_copy(update={"settings": spec.settings.model_copy(update={
         "kubernetes": spec.settings.kubernetes.model_copy(update={"kubeconfig": "/k"})})})
+
+
+def test_the_cluster_ready_stage_fails_on_a_stuck_drain_as_on_a_failing_item() -> None:
+    blocked = upgrading(DrainStatus(DrainStage.BLOCKED, NOW - 700, message="drain timed out: "
+                                    "default/web-1 (budget default/web)"))
+    ready = next(s for s in stages(SPEC, 0.0, [blocked], History([]), NOW) if s.name == "ready")
+    assert (ready.state, ready.since) == ("failing", NOW - 100)  # since its timeout ran out
+    assert ready.message == ("0 of 1 Ready; Upgrade: w1; w1: drain Blocked (attempt 1, cordoned "
+                             "for 11m40s): drain timed out: default/web-1 (budget default/web)")
+    uncordoning = upgrading(DrainStatus(DrainStage.UNCORDONED, NOW - 700, uncordoned_at=NOW - 5,
+                                        message="uncordoned; waiting for node w1 to report Ready"))
+    calm = next(s for s in stages(SPEC, 0.0, [uncordoning], History([]), NOW) if s.name == "ready")
+    assert calm.state == "in-progress"

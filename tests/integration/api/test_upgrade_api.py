@@ -4,10 +4,7 @@ cordoned in Upgrade naming the pod and budget, and the operator's retry, force a
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from coordinator.metrics import METRICS
-from tests.integration.api.operator import machine
-from tests.integration.api.test_cli import in_terminal, read_terminal
-from tests.support.harness import COORDINATOR, InProcessCoordinator, in_process_coordinator
+from tests.integration.api.operator import machine, shown_everywhere
+from tests.support.harness import InProcessCoordinator, in_process_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 from tests.support.ports import free_port
 
@@ -407,39 +403,6 @@ async def test_the_upgrade_plan_lists_the_items_each_machine_runs_and_the_upgrad
 
 
 # -- what every view says of a stuck machine, and what to do ------------------------------------
-
-
-def flat(text: str) -> str:
-    """text with each run of whitespace one space: a note rich folded over lines reads whole."""
-    return " ".join(text.split())
-
-
-async def watched(env: InProcessCoordinator, until: str) -> str:
-    """`status lab --watch` in a wide terminal until `until` is on its screen: the screen."""
-    url = str(env.client.make_url("")).rstrip("/")
-    watch, main = in_terminal([COORDINATOR, "--url", url, "--token",
-                               env.admin["Authorization"].split()[1], "status", "lab", "--watch",
-                               "--interval", "0.3"], 1000)
-    try:
-        return await asyncio.to_thread(read_terminal, main, until)
-    finally:
-        watch.send_signal(signal.SIGINT)
-        watch.wait(timeout=10)
-        os.close(main)
-
-
-async def shown_everywhere(env: InProcessCoordinator, hostname: str, text: str,
-                           remedy: str) -> None:
-    """The machine's note starts with text and its remedy is remedy, in the API's machine,
-    and both show in `status`, `status --watch`, `machines` and `machines get`."""
-    note = (await machine(env, hostname))["note"]
-    assert note["text"].startswith(text) and note["remedy"] == remedy, note
-    status = await env.call("GET", "/v1/clusters/lab/status", 200)
-    assert [m["note"]["remedy"] for m in status["machines"] if m["hostname"] == hostname] == [remedy]
-    for command in (("status", "lab"), ("machines",), ("machines", "get", hostname)):
-        shown = flat(await env.cli(*command))
-        assert text in shown and remedy in shown, (command, shown)
-    assert text in await watched(env, remedy[-40:])
 
 
 async def test_a_failing_uncordon_shows_its_error_and_what_to_check(

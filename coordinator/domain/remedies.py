@@ -26,6 +26,9 @@ from coordinator.domain.steps import Step
 
 # The answers POST /v1/machines/M/drain/ACTION takes (coordinator upgrade ACTION M).
 DRAIN_ACTIONS = ("retry", "skip", "force")
+# A note's actions are paths under the machine's resource, each POSTed as it is (the
+# dashboard's buttons): the drain answers.
+DRAIN_ANSWERS = tuple(f"drain/{action}" for action in DRAIN_ACTIONS)
 # How to give the coordinator a way to the cluster's API, or do without one.
 KUBECONFIG_REMEDY = ("set settings.kubernetes.kubeconfig (a kubeconfig file on the coordinator's "
                      "host) or give a manager item kubeconfigFrom; or set settings.drain.enabled: "
@@ -35,8 +38,8 @@ KUBECONFIG_REMEDY = ("set settings.kubernetes.kubeconfig (a kubeconfig file on t
 @dataclass(frozen=True)
 class Note:
     """Why a machine is where it is (text), what the operator can do (remedy: "" when nothing
-    is theirs to do), whether it is stuck or failing, and the drain answers the API takes for
-    it now (the dashboard's buttons)."""
+    is theirs to do), whether it is stuck or failing, and what the API takes for it now: paths
+    under /v1/machines/ID to POST (the dashboard's buttons), e.g. `drain/retry`."""
 
     text: str = ""
     remedy: str = ""
@@ -107,7 +110,7 @@ def _drain_note(spec: ClusterSpec | None, machine: Machine, now: float) -> Note 
     if drain.stage is DrainStage.BLOCKED:
         return Note(f"drain Blocked (attempt {drain.attempt}, cordoned for "
                     f"{duration(now - drain.started_at)}): {drain.message}",
-                    _blocked_remedy(drain, host, leaving), True, DRAIN_ACTIONS)
+                    _blocked_remedy(drain, host, leaving), True, DRAIN_ANSWERS)
     if drain.stage is DrainStage.DRAINING:
         return _draining_note(spec, machine, drain, now)
     if drain.step_error:
@@ -140,7 +143,7 @@ def _draining_note(spec: ClusterSpec | None, machine: Machine, drain: DrainStatu
         return Note(text)
     return Note(text, _blocked_remedy(drain, machine.hostname,
                                       machine.state is MachineState.DELETING, waiting=True),
-                actions=DRAIN_ACTIONS)
+                actions=DRAIN_ANSWERS)
 
 
 def _blocked_remedy(drain: DrainStatus, host: str, leaving: bool, waiting: bool = False) -> str:

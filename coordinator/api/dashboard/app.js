@@ -244,15 +244,16 @@ function roleSelect(m) {
   return select;
 }
 
-const DRAIN_HELP = {
-  retry: "drain again, with a new timeout",
-  skip: "go on with the pods left on the (cordoned) node",
-  force: "drain again, deleting the pods their budgets protect",
+// What each action a machine's note offers does: the path under /v1/machines/ID it POSTs.
+const ACTION_HELP = {
+  "drain/retry": "drain again, with a new timeout",
+  "drain/skip": "go on with the pods left on the (cordoned) node",
+  "drain/force": "drain again, deleting the pods their budgets protect",
 };
 
 function actions(m) {
   if (view.role !== "admin") return []; // a read-only token sees the note, no buttons
-  if (m.note.actions.length) return drainButtons(m);
+  if (m.note.actions.length) return noteButtons(m);
   if (m.state !== "Pending") return [];
   const select = roleSelect(m);
   const blocked = m.precheck_failures.length > 0;
@@ -275,12 +276,16 @@ function actions(m) {
   return buttons;
 }
 
-function drainButtons(m) {
-  return m.note.actions.map((action) => el("button", {
-    type: "button", class: `drain-${action}`, title: DRAIN_HELP[action],
-    onclick: () => act(`/v1/machines/${m.id}/drain/${action}`, "POST", undefined,
-      (r) => `${r.hostname}: drain ${action}: ${r.drain.stage} (attempt ${r.drain.attempt})`),
-  }, action[0].toUpperCase() + action.slice(1)));
+function noteButtons(m) {
+  return m.note.actions.map((action) => {
+    const name = action.split("/").pop();
+    return el("button", {
+      type: "button", class: action.replace("/", "-"), title: ACTION_HELP[action] || action,
+      onclick: () => act(`/v1/machines/${m.id}/${action}`, "POST", undefined,
+        (r) => `${r.hostname}: ${action.replace("/", " ")}`
+          + (r.drain ? `: ${r.drain.stage} (attempt ${r.drain.attempt})` : "")),
+    }, name[0].toUpperCase() + name.slice(1));
+  });
 }
 
 async function act(path, method, body, describe) {

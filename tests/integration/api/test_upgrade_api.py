@@ -158,7 +158,7 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
         "node; force: delete the pods, bypassing their budgets)"))
     note = (await machine(env, "w1"))["note"]
     assert f"{pod} (budget default/web)" in note["text"]
-    assert note["failing"] and note["actions"] == ["retry", "skip", "force"]
+    assert note["failing"] and note["actions"] == ["drain/retry", "drain/skip", "drain/force"]
 
     await env.cli("upgrade", "retry", "w1")
     await env.until("w1's retried drain blocked", lambda: blocked("w1", 2))

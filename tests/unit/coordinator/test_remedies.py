@@ -18,7 +18,7 @@ from coordinator.domain.model import (
     NodeStatus,
 )
 from coordinator.domain.planner import upgrade_plan
-from coordinator.domain.remedies import DRAIN_ACTIONS, Note, drain_warnings
+from coordinator.domain.remedies import DRAIN_ANSWERS, Note, drain_warnings
 from coordinator.domain.remedies import machine_note as decided
 from coordinator.domain.status import stages
 from coordinator.domain.steps import History, machine_step
@@ -58,7 +58,7 @@ def test_a_blocked_drain_names_its_pods_and_budgets_and_the_three_answers() -> N
     assert found.remedy.startswith("relax budget default/web or move its pods, then "
                                    "coordinator upgrade retry|skip|force w1 (retry: drain again")
     assert "skip: upgrade with the pods left on the node" in found.remedy
-    assert found.failing and found.actions == DRAIN_ACTIONS
+    assert found.failing and found.actions == ("drain/retry", "drain/skip", "drain/force")
 
 
 def test_a_removals_blocked_drain_skips_to_the_reset() -> None:
@@ -85,7 +85,7 @@ def test_a_drain_waiting_on_a_budget_may_be_answered_before_its_timeout() -> Non
     assert found.text == ("drain Draining (attempt 1, 8m20s of its timeout left): waiting: "
                           "default/web-1 (budget default/web)")
     assert found.remedy.startswith("wait, or coordinator upgrade retry|skip|force w1")
-    assert not found.failing and found.actions == DRAIN_ACTIONS
+    assert not found.failing and found.actions == DRAIN_ANSWERS
     plain = note(upgrading(DrainStatus(DrainStage.DRAINING, NOW - 1, message="cordon and drain")))
     assert (plain.remedy, plain.actions) == ("", ())
 

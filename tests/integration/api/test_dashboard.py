@@ -214,6 +214,9 @@ def test_a_blocked_drain_shows_its_remedy_and_only_an_admin_may_answer_it(
     expect(w1.locator("td.note .remedy")).to_contain_text(
         "relax budget default/web or move its pods, then coordinator upgrade retry|skip|force w1")
     expect(w1.locator("td.note")).to_have_class("note failed")
+    ready = page.locator("#stages li[data-stage=ready]")
+    expect(ready).to_have_attribute("data-state", "failing")
+    expect(ready).to_contain_text("w1: drain Blocked (attempt 1")
     expect(page.locator("td.actions button")).to_have_count(0)  # read-only: no buttons at all
     keep(page, tmp_path, "dashboard-blocked-drain-read-only.png")
 

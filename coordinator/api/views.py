@@ -26,6 +26,7 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
     at = machine.state_since if now is None else now
     step = machine_step(spec, machine, at)
     waits = waits_text(spec, machine, peers) if spec is not None else ""
+    failures = machine.precheck_failures()
     items: dict[str, Any] | None = None
     if spec is not None and step.phase:
         items = {"phase": step.phase, "done": step.done, "total": step.total}
@@ -53,7 +54,7 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
             "updated_at": progress.updated_at,
             "failing_since": progress.failing_since,
         },
-        "precheck_failures": machine.precheck_failures(),
+        "precheck_failures": failures,
         "release": machine.release,
         "managers": list(machine.managers),  # the manager set its items last applied
         "drain": None if machine.drain is None else {
@@ -66,7 +67,7 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
                        "expires_at": machine.credential_expires_at},
         "waits": waits,
         # Why it is where it is and what to do: every view shows this (domain/remedies.py).
-        "note": vars(machine_note(spec, machine, step, at, waits)),
+        "note": vars(machine_note(spec, machine, step, at, waits, failures)),
         "join_material": _material_view(machine.material),
         "minting": None if machine.minting is None else {
             "kind": machine.minting.kind, "for": machine.minting.hostname,

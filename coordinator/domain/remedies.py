@@ -48,17 +48,19 @@ class Note:
 
 
 def machine_note(spec: ClusterSpec | None, machine: Machine, step: Step, now: float,
-                 waits: str = "") -> Note:
+                 waits: str = "", precheck_failures: Sequence[str] | None = None) -> Note:
     """The note every view shows for machine; waits: what its assignment waits for
-    (outputs.waits_text), when anything."""
-    note = _why(spec, machine, step, now, waits)
+    (outputs.waits_text), when anything; precheck_failures: machine.precheck_failures() when
+    the caller has them already (judging a report costs more than the rest of the note)."""
+    failures = machine.precheck_failures() if precheck_failures is None else precheck_failures
+    note = _why(spec, machine, step, now, waits, failures)
     if not machine.responding:
         note = replace(note, text=f"NOT RESPONDING {note.text}".strip())
     return note
 
 
-def _why(spec: ClusterSpec | None, machine: Machine, step: Step, now: float, waits: str) -> Note:
-    failures = machine.precheck_failures()
+def _why(spec: ClusterSpec | None, machine: Machine, step: Step, now: float, waits: str,
+         failures: Sequence[str]) -> Note:
     if failures:
         return Note("prechecks failed: " + "; ".join(failures), failing=True)
     if machine.state is MachineState.PENDING and not machine.approved:

@@ -157,6 +157,14 @@ def test_a_node_that_never_registers_points_at_the_kubelets_mark_once_late() -> 
     assert "--provider-id nodeagent://edge/id-w3" in late.remedy
 
 
+def test_a_node_the_coordinator_cannot_look_at_says_how_to_let_it() -> None:
+    unreachable = note(deploy_done(NodeStatus(NOW - 10, error=NO_KUBECONFIG)))
+    assert unreachable.text.startswith("waiting for node w3 to register (cannot look: no kubeconfig")
+    assert unreachable.remedy.startswith("set settings.kubernetes.kubeconfig")
+    down = note(deploy_done(NodeStatus(NOW - 10, error="list nodes: connection refused")))
+    assert down.remedy == "check that the coordinator reaches the cluster's API with its kubeconfig"
+
+
 def test_the_other_notes_read_as_before() -> None:
     assert note(machine("p1", approved=False)).text == "waiting for approval"
     assert note(machine("p2", role=None)).text == "approved; waiting for a role"

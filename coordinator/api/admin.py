@@ -26,9 +26,9 @@ from coordinator.api.views import (
 )
 from coordinator.domain.errors import NotFound
 from coordinator.domain.model import Machine, first_manager
+from coordinator.domain.remedies import DRAIN_ACTIONS
 from coordinator.domain.specs import load_spec
 from coordinator.domain.tokens import parse_duration
-from coordinator.service.admin import DRAIN_ACTIONS
 from nodeagent import joinstring
 from nodeagent.validation import InvalidDocument, Problem
 

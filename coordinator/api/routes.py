@@ -70,8 +70,9 @@ ROUTES: tuple[Route, ...] = (
           body=AdminTokenBody),
     Route("DELETE", "/v1/admin-tokens/{id}", admin.revoke_admin_token,
           "Revoke an admin API token", "admin"),
-    Route("GET", "/v1/whoami", admin.whoami, "The admin token this request carries: its "
-          "name and role (the dashboard offers changes only to an admin token)", "admin"),
+    Route("GET", "/v1/whoami", admin.whoami,
+          "The admin token's name and role: the dashboard offers its actions to admin tokens "
+          "only", "admin"),
     Route("GET", "/v1/machines", admin.list_machines, "List machines (query: cluster)", "admin"),
     Route("GET", "/v1/machines/{ref}", admin.get_machine, "Get a machine by id or hostname",
           "admin"),

@@ -11,6 +11,7 @@ from coordinator.domain.nodes import described
 from coordinator.domain.outputs import public_outputs, waits_text
 from coordinator.domain.planner import MachineUpgrade, UpgradePlan
 from coordinator.domain.records import AdminToken, Event, JoinToken, StoredCluster
+from coordinator.domain.remedies import machine_note
 from coordinator.domain.rendering import RenderedMachine, Rendering
 from coordinator.domain.status import machine_step
 from coordinator.domain.steps import item_states
@@ -24,7 +25,10 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
     """With `now`, also the machine's step: item n of m, attempt, elapsed times. peers (its
     cluster's machines) name where what it waits for is produced. Secrets never: its join
     material shows when it was minted and used, never its values."""
-    step = machine_step(spec, machine, machine.state_since if now is None else now)
+    at = machine.state_since if now is None else now
+    step = machine_step(spec, machine, at)
+    waits = waits_text(spec, machine, peers) if spec is not None else ""
+    failures = machine.precheck_failures()
     items: dict[str, Any] | None = None
     if spec is not None and step.phase:
         items = {"phase": step.phase, "done": step.done, "total": step.total}
@@ -54,7 +58,7 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
             "gave_up": progress.gave_up,
         },
         "retries": machine.retries,  # items given up on that the operator had run again
-        "precheck_failures": machine.precheck_failures(),
+        "precheck_failures": failures,
         "release": machine.release,
         "managers": list(machine.managers),  # the manager set its items last applied
         "drain": None if machine.drain is None else {
@@ -65,7 +69,9 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
             **asdict(machine.node), "condition_text": described(machine.node)},
         "credential": {"revoked": not machine.credential_hash,
                        "expires_at": machine.credential_expires_at},
-        "waits": waits_text(spec, machine, peers) if spec is not None else "",
+        "waits": waits,
+        # Why it is where it is and what to do: every view shows this (domain/remedies.py).
+        "note": vars(machine_note(spec, machine, step, at, waits, failures)),
         "join_material": _material_view(machine.material),
         "minting": None if machine.minting is None else {
             "kind": machine.minting.kind, "for": machine.minting.hostname,
@@ -127,6 +133,7 @@ def upgrade_plan_view(spec: ClusterSpec, plan: UpgradePlan) -> dict[str, Any]:
         "steps": [[_machine_upgrade_view(u) for u in step] for step in plan.steps],
         "waiting": [{**_machine_upgrade_view(u), "reason": u.waiting} for u in plan.waiting],
         "nothing_to_run": [_planned_machine_view(m) for m in plan.nothing_to_run],
+        "warnings": plan.warnings,
     }
 
 

@@ -16,7 +16,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from coordinator.cli.render import clock, duration, machine_note, terminal_safe
+from coordinator.cli.render import clock, duration, terminal_safe
 
 STAGE_STYLE = {"done": ("✓", "green"), "in-progress": ("…", "cyan"),
                "failing": ("✗", "bold red"), "waiting": ("·", "dim")}
@@ -34,6 +34,14 @@ def status_console() -> Console:
 def cell(text: str, style: str = "") -> Text:
     """A table cell or line showing text as it is: escaped, never read as markup."""
     return Text(terminal_safe(text), style=style)
+
+
+def _note(note: dict[str, Any]) -> Text:
+    """The machine's note (red when it fails) and, on a line of its own, its remedy."""
+    text = cell(note.get("text", ""), "red" if note.get("failing") else "")
+    if note.get("remedy"):
+        text.append_text(Text.assemble("\n→ ", cell(note["remedy"])))
+    return text
 
 
 def status_renderable(data: dict[str, Any]) -> RenderableType:
@@ -79,7 +87,7 @@ def status_renderable(data: dict[str, Any]) -> RenderableType:
             cell(f"{step.get('done', 0)}/{total_items}" if step.get("phase") else "-"),
             progress, cell(item), cell(str(step["attempt"]) if step.get("attempt") else "-"),
             cell(duration(elapsed if elapsed is not None else step.get("state_elapsed"))),
-            cell(machine_note(m), "red" if step.get("status") == "failed" else ""))
+            _note(m.get("note") or {}))
     parts: list[RenderableType] = [header, Text(""), stages, Text(""), bar, Text(""), machines]
     post = data["post_deploy"]
     if post["failing"]:

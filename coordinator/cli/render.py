@@ -10,6 +10,8 @@ import shlex
 import time
 from typing import Any
 
+from coordinator.domain.durations import duration
+
 # C0, DEL and C1 controls; the Unicode line and paragraph separators; the bidirectional
 # embeddings, overrides and isolates, which make a text display as another.
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -34,18 +36,6 @@ def block_lines(text: str) -> list[str]:
     return text.removesuffix("\n").split("\n")
 
 
-def duration(seconds: float | None) -> str:
-    """3s, 4m05s, 2h10m: short enough for a table cell."""
-    if seconds is None:
-        return "-"
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-
-
 def clock(timestamp: float | None) -> str:
     return "-" if timestamp is None else time.strftime("%H:%M:%S", time.localtime(timestamp))
 
@@ -55,40 +45,14 @@ def day_and_time(stamp: float | None, never: str = "never") -> str:
 
 
 def machine_note(machine: dict[str, Any]) -> str:
-    """Why a machine is where it is, in a few words."""
-    step = machine.get("step") or {}
-    if machine["precheck_failures"]:
-        text = "prechecks failed: " + "; ".join(machine["precheck_failures"])
-    elif machine["state"] == "Pending" and not machine["approved"]:
-        text = "waiting for approval"
-    elif machine["state"] == "Pending" and not machine["role"]:
-        text = "approved; waiting for a role"
-    elif step.get("node"):
-        text = (f"failing for {duration(step.get('failing_for'))}: " if step["status"] == "failed"
-                else "") + f"{step['node']} ({duration(step.get('node_waiting'))})"
-    elif step.get("gave_up"):
-        attempts = step["attempt"]
-        text = (f"gave up after {attempts} attempt{'' if attempts == 1 else 's'} (failing for "
-                f"{duration(step.get('failing_for'))}): {step.get('error', '')}; fix the cause, "
-                f"then `coordinator machines retry {machine['hostname']}`")
-    elif step.get("status") == "failed":
-        retry = step.get("next_retry_in")
-        text = (f"failing for {duration(step.get('failing_for'))}"
-                + (f", retry in {duration(retry)}" if retry is not None else "")
-                + f": {step.get('error', '')}")
-    elif machine.get("waits"):
-        text = machine["waits"]
-    elif step.get("status") == "done" and machine["state"] == "Prepare":
-        text = "prepared; waiting for a deploy slot"
-    else:
-        text = ""
-    if not machine["responding"]:
-        text = "NOT RESPONDING " + text
-    return text.strip()
+    """Why a machine is where it is, and what to do about it, as the API decided
+    (domain/remedies.py): the same words in every view."""
+    note = machine.get("note") or {}
+    return "; ".join(part for part in (note.get("text", ""), note.get("remedy", "")) if part)
 
 
 def machine_progress(machine: dict[str, Any]) -> str:
-    """The PROGRESS cell: the running or failing item, or the drain while it matters."""
+    """The PROGRESS cell: the running or failing item, then the machine's note."""
     step = machine.get("step") or {}
     text = machine_note(machine)
     if step.get("status") == "running":  # named, not numbered: ITEMS beside it counts done
@@ -96,13 +60,7 @@ def machine_progress(machine: dict[str, Any]) -> str:
                 f"{duration(step['item_elapsed'])}) {text}")
     elif step.get("status") == "failed" and not step.get("node"):
         text = f"{step['item']} attempt {step['attempt']} {text}"
-    drain = machine.get("drain")
-    if drain and drain["stage"] != "NodeReady" and not (
-            machine["progress"] and drain["stage"] in ("Drained", "Skipped")):
-        text = f"drain {drain['stage']} (attempt {drain['attempt']}): {drain['message']}"
-        if drain["stage"] == "Blocked":
-            text += f"; coordinator upgrade retry|skip|force {machine['hostname']}"
-    return text
+    return text.rstrip()
 
 
 def labels_text(labels: dict[str, str]) -> str:
@@ -234,7 +192,7 @@ def upgrade_plan_lines(plan: dict[str, Any]) -> list[str]:
     if plan["nothing_to_run"]:
         lines.append(f"nothing to run, recorded at {plan['release']}: "
                      + ", ".join(_planned(m) for m in plan["nothing_to_run"]))
-    return lines
+    return lines + [f"warning: {warning}" for warning in plan.get("warnings", [])]
 
 
 def _planned(machine: dict[str, Any]) -> str:

@@ -182,6 +182,10 @@ class DrainStatus:
     blocking_budgets: tuple[str, ...] = ()  # namespace/name
     evicted: int = 0
     uncordoned_at: float | None = None  # the wait for the node's Ready condition counts from here
+    # Why the last request of the node step after the drain (the uncordon, a removal's Node
+    # deletion) failed, and since when: it is retried; "" once one succeeds.
+    step_error: str = ""
+    step_error_since: float | None = None
 
 
 @dataclass(frozen=True)

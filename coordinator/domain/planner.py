@@ -44,6 +44,7 @@ from coordinator.domain.model import (
 )
 from coordinator.domain.nodes import awaits_node, metadata_due
 from coordinator.domain.releases import at_release, baseline, names, to_run
+from coordinator.domain.remedies import drain_warnings
 from coordinator.domain.removal import may_be_removed, node_deletion_due
 from nodeagent.contract import ROLES, Phase
 from nodeagent.protocol import StateItem
@@ -309,6 +310,7 @@ class UpgradePlan:
     steps: list[list[MachineUpgrade]]  # machines entering Upgrade together, in order
     waiting: list[MachineUpgrade]  # due machines the plan cannot reach
     nothing_to_run: list[Machine]  # Ready at another release: recorded at spec's as they are
+    warnings: list[str] = field(default_factory=list)  # what will stop it (remedies.py)
 
 
 def upgrade_plan(spec: ClusterSpec, machines: Sequence[Machine]) -> UpgradePlan:
@@ -330,7 +332,8 @@ def upgrade_plan(spec: ClusterSpec, machines: Sequence[Machine]) -> UpgradePlan:
                for m in ordered(current) if awaiting_upgrade(spec, m)]
     nothing_to_run = [m for m in ordered(machines) if m.state is S.READY
                       and m.release != spec.release and not behind(spec, m)]
-    return UpgradePlan(steps, waiting, nothing_to_run)
+    upgrading = [u.machine for step in steps for u in step] + [u.machine for u in waiting]
+    return UpgradePlan(steps, waiting, nothing_to_run, drain_warnings(spec, machines, upgrading))
 
 
 def _part(spec: ClusterSpec, machine: Machine, waiting: str = "") -> MachineUpgrade:

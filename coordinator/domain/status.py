@@ -17,6 +17,7 @@ from coordinator.domain.catalog import catalog
 from coordinator.domain.model import ClusterSpec, Machine, MachineState, Role, phase_items
 from coordinator.domain.nodes import kubernetes_access, node_wait
 from coordinator.domain.planner import DEPLOYED_STATES, post_deploy_host
+from coordinator.domain.remedies import drain_failure
 from coordinator.domain.steps import History, failure, gave_up_text, machine_step, phase_run
 from coordinator.domain.workloads import SystemWorkloads
 from nodeagent.contract import Phase
@@ -131,7 +132,8 @@ class _Fleet:
            now: float, system: SystemWorkloads | None) -> _Fleet:
         live = [m for m in machines if m.state is not MachineState.DELETING]
         started = [m for m in live if m.state is not MachineState.PENDING]
-        failures = {m.id: f for m in started if (f := failure(spec, m, now)) is not None}
+        failures = {m.id: f for m in started
+                    if (f := failure(spec, m, now) or drain_failure(spec, m, now)) is not None}
         return cls(spec, created, history, now, live, started, failures, system)
 
     def failing(self, m: Machine, states: Iterable[MachineState]) -> tuple[float | None, str]:

@@ -30,8 +30,6 @@ from coordinator.service.queries import Queries
 from coordinator.service.writes import Writes
 from nodeagent.contract import Role
 
-DRAIN_ACTIONS = ("retry", "skip", "force")
-
 
 @dataclass(frozen=True)
 class Applied:

@@ -148,7 +148,8 @@ class Drainer:
         except KubeError as exc:
             self._not_before[machine.id] = self.clock() + RETRY_SECONDS
             await self.ledger.set_drain(machine.id, status, replace(
-                status, message=f"{what} failed, retrying: {exc}"), None)
+                status, message=f"{what} failed, retrying: {exc}", step_error=str(exc),
+                step_error_since=status.step_error_since or self.clock()), None)
             self.ledger.kick()
             return None
         self._not_before.pop(machine.id, None)
@@ -167,8 +168,9 @@ class Drainer:
         if node is None:
             return
         await self.ledger.set_drain(
-            machine.id, status, replace(status, stage=DrainStage.UNCORDONED,
-                                        uncordoned_at=self.clock(), message=(
+            machine.id, status, replace(status, stage=DrainStage.UNCORDONED, step_error="",
+                                        step_error_since=None, uncordoned_at=self.clock(),
+                                        message=(
                                             "upgrade items applied; uncordoned; waiting for node "
                                             f"{node} to report Ready")),
             f"{machine.hostname} uncordoned (node {node})")
@@ -190,7 +192,8 @@ class Drainer:
         if done is None:
             return
         await self.ledger.set_drain(machine.id, status, replace(
-            status, stage=DrainStage.NODE_DELETED, message=done), f"{machine.hostname}: {done}")
+            status, stage=DrainStage.NODE_DELETED, message=done, step_error="",
+            step_error_since=None), f"{machine.hostname}: {done}")
 
     async def _await_ready(self, spec: ClusterSpec, machine: Machine,
                            access: KubeAccess | None) -> None:

@@ -15,6 +15,7 @@ const view = {
   sort: { key: "hostname", dir: 1 },
   detail: null,           // id of the machine whose history is open
   stream: null,           // AbortController of the event stream
+  role: null,             // the token's role: only "admin" is offered actions
 };
 
 const $ = (selector) => document.querySelector(selector);
@@ -77,6 +78,7 @@ async function api(method, path, body) {
 
 function showLogin(message = "") {
   stopStream();
+  view.role = null; // the next token may have another
   $("#app").hidden = true;
   $("#forget").hidden = true;
   $("#login").hidden = false;
@@ -101,6 +103,7 @@ async function start() {
 // -- data -------------------------------------------------------------------------------
 
 async function refresh() {
+  if (view.role === null) view.role = (await api("GET", "/v1/whoami")).role;
   view.clusters = await api("GET", "/v1/clusters");
   if (!view.clusters.some((c) => c.name === view.cluster)) {
     view.cluster = view.clusters.length ? view.clusters[0].name : null;
@@ -238,23 +241,10 @@ function visibleMachines() {
     });
 }
 
+// The API decides each machine's note and remedy (the CLI shows the same words).
 function note(m) {
-  const step = m.step || {};
-  let text = "";
-  if (m.precheck_failures.length) text = `prechecks failed: ${m.precheck_failures.join("; ")}`;
-  else if (m.state === "Pending" && !m.approved) text = "waiting for approval";
-  else if (m.state === "Pending" && !m.role) text = "approved; waiting for a role";
-  else if (step.node) {
-    text = (step.status === "failed" ? `failing for ${duration(step.failing_for)}: ` : "")
-      + `${step.node} (${duration(step.node_waiting)})`;
-  } else if (step.gave_up) {
-    text = `gave up after ${step.attempt} attempt${step.attempt === 1 ? "" : "s"} (failing for ${duration(step.failing_for)}): ${step.error}`
-      + `; fix the cause, then retry (coordinator machines retry ${m.hostname})`;
-  } else if (step.status === "failed") {
-    text = `failing for ${duration(step.failing_for)}`
-      + (step.next_retry_in !== null ? `, retry in ${duration(step.next_retry_in)}` : "") + `: ${step.error}`;
-  } else if (step.status === "done" && m.state === "Prepare") text = "prepared; waiting for a deploy slot";
-  return (m.responding ? "" : "NOT RESPONDING ") + text;
+  const { text, remedy } = m.note;
+  return [el("span", { class: "note-text" }, text), remedy ? el("span", { class: "remedy" }, remedy) : null];
 }
 
 function stepText(m) {
@@ -273,16 +263,17 @@ function roleSelect(m) {
   return select;
 }
 
-function retryButton(m) {
-  return el("button", {
-    type: "button", class: "retry", title: "run the item its agent gave up on again, with a fresh attempt budget",
-    onclick: () => act(`/v1/machines/${m.id}/retry`, "POST", undefined,
-      (r) => `${r.hostname}: ${r.progress.item} runs again (retry ${r.retries})`),
-  }, "Retry");
-}
+// What each action a machine's note offers does: the path under /v1/machines/ID it POSTs.
+const ACTION_HELP = {
+  "drain/retry": "drain again, with a new timeout",
+  "drain/skip": "go on with the pods left on the (cordoned) node",
+  "drain/force": "drain again, deleting the pods their budgets protect",
+  "retry": "run the item its agent gave up on again, with a fresh attempt budget",
+};
 
 function actions(m) {
-  if (m.step && m.step.gave_up) return view.role === "admin" ? [retryButton(m)] : [];
+  if (view.role !== "admin") return []; // a read-only token sees the note, no buttons
+  if (m.note.actions.length) return noteButtons(m);
   if (m.state !== "Pending") return [];
   const select = roleSelect(m);
   const blocked = m.precheck_failures.length > 0;
@@ -303,6 +294,19 @@ function actions(m) {
     },
   }, "Set role"));
   return buttons;
+}
+
+function noteButtons(m) {
+  return m.note.actions.map((action) => {
+    const name = action.split("/").pop();
+    return el("button", {
+      type: "button", class: action.replace("/", "-"), title: ACTION_HELP[action] || action,
+      onclick: () => act(`/v1/machines/${m.id}/${action}`, "POST", undefined,
+        (r) => `${r.hostname}: ${action.replace("/", " ")}`
+          + (r.drain ? `: ${r.drain.stage} (attempt ${r.drain.attempt})` : "")
+          + (action === "retry" ? `: ${r.progress.item} runs again (retry ${r.retries})` : "")),
+    }, name[0].toUpperCase() + name.slice(1));
+  });
 }
 
 async function act(path, method, body, describe) {
@@ -340,7 +344,7 @@ function renderMachines() {
       el("td", { class: "state" }, el("span", { class: `badge ${m.state}` }, m.state)),
       el("td", { class: "items" }, ...items),
       el("td", { class: "step" }, stepText(m)),
-      el("td", { class: `note ${step.status === "failed" || m.precheck_failures.length ? "failed" : ""}` }, note(m)),
+      el("td", { class: `note ${m.note.failing ? "failed" : ""}` }, ...note(m)),
       el("td", { class: "last-seen" }, clock(m.last_seen)),
       el("td", { class: "actions" }, ...actions(m)));
     const select = row.querySelector("select.role");
@@ -371,7 +375,8 @@ async function renderDetail() {
   $("#detail-title").textContent = `${machine.hostname} (${machine.state})`;
   const facts = [["id", machine.id], ["cluster", machine.cluster], ["ip", machine.ip || "-"],
     ["role", machine.role || "-"], ["in state for", duration(machine.step.state_elapsed)],
-    ["step", stepText(machine)], ["last seen", clock(machine.last_seen)],
+    ["step", stepText(machine)], ["note", machine.note.text || "-"], ["to do", machine.note.remedy || "-"],
+    ["last seen", clock(machine.last_seen)],
     ["applied items", String(machine.applied.length)]];
   $("#detail-facts").replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
   $("#history tbody").replaceChildren(...history.map((e) => el("tr", { "data-status": e.data.status },

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
-import select
 import signal
 import subprocess
 import time
@@ -20,7 +18,7 @@ import yaml
 
 from tests.support.builders import node_facts
 from tests.support.harness import ServedCoordinator, running_coordinator
-from tests.support.waiting import wait_until
+from tests.support.terminal import in_terminal, read_terminal
 
 MISSPELT = Path(__file__).resolve().parents[2] / "data" / "bad-specs" / "unknown-placeholder.yaml"
 
@@ -155,28 +153,9 @@ def test_events_filter_by_machine_kind_and_since(coordinator: ServedCoordinator)
     assert bad.returncode == 2 and "--since" in bad.stderr and "'yesterday'" in bad.stderr
 
 
-def read_terminal(fd: int, until: str, timeout: float = 15) -> str:
-    seen = [""]
-
-    def shown() -> bool:
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if ready:
-            seen[0] += os.read(fd, 65536).decode(errors="replace")
-        return until in seen[0]
-
-    wait_until(shown, timeout, lambda: f"{until!r} on the screen; screen so far:\n{seen[0][-3000:]}",
-               interval=0)
-    return seen[0]
-
-
 def watch_status(served: ServedCoordinator, columns: int) -> tuple[subprocess.Popen[bytes], int]:
     """`status lab --watch` in a terminal that wide: the process, and the terminal to read."""
-    main, terminal = pty.openpty()
-    env = {**os.environ, "COLUMNS": str(columns), "LINES": "60", "TERM": "xterm-256color"}
-    watch = subprocess.Popen(served.cli_argv("status", "lab", "--watch", "--interval", "0.3"),
-                             stdin=terminal, stdout=terminal, stderr=terminal, env=env)
-    os.close(terminal)
-    return watch, main
+    return in_terminal(served.cli_argv("status", "lab", "--watch", "--interval", "0.3"), columns)
 
 
 def test_status_watch_redraws_progress_bars_and_an_eta_in_a_terminal(coordinator: ServedCoordinator) -> None:

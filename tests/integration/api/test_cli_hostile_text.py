@@ -13,9 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.api.test_cli import read_terminal, watch_status
+from tests.integration.api.test_cli import watch_status
 from tests.support.builders import node_facts
 from tests.support.harness import ServedCoordinator, running_coordinator
+from tests.support.terminal import read_terminal
 
 # Clears the screen (ESC and C1 CSI), sets the window title (OSC), rings, deletes, and carries
 # rich markup and a line that would read as another machine's row.

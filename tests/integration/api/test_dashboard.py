@@ -1,8 +1,8 @@
 """The dashboard as a person uses it: Debian's Chromium, headless, driven by Playwright (its
 auto-waiting assertions read what is on screen), against a real `coordinator serve`.
 
-A screenshot after approving a machine is kept: its path is printed, under build/test-artifacts
-(or $TEST_ARTIFACTS_DIR)."""
+Screenshots (after approving a machine, of a blocked drain as a reader and as an admin see it)
+are kept: their paths are printed, under build/test-artifacts (or $TEST_ARTIFACTS_DIR)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,16 @@ import shutil
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from tests.integration.api.test_upgrade_api import budgeted, spec
 from tests.support.builders import OPERATOR_CLUSTER
 from tests.support.harness import ServedCoordinator, running_coordinator
+from tests.support.kubeapi import KubeApiServer, kube_api_server
 from tests.support.requirements import require_binary
 from tests.support.waiting import wait_until
 
@@ -61,10 +64,11 @@ def page(browser: Browser, coordinator: ServedCoordinator) -> Iterator[Page]:
     assert errors == [], f"JavaScript errors or blocked content on the page: {errors}"
 
 
-def sign_in(page: Page, c: ServedCoordinator) -> None:
+def sign_in(page: Page, c: ServedCoordinator, token: str | None = None) -> None:
+    """Signed in with token (default: the admin token init wrote)."""
     shown = page.goto(c.url + "/")
     assert shown is not None and "script-src 'self'" in shown.headers["content-security-policy"]
-    page.get_by_label("Token").fill(c.token_file.read_text().strip())
+    page.get_by_label("Token").fill(token or c.token_file.read_text().strip())
     page.get_by_role("button", name="Connect").click()
     expect(page.locator("#live")).to_have_text("live")
 
@@ -232,8 +236,8 @@ def test_an_item_given_up_on_is_said_and_an_admin_retries_it_a_reader_cannot(
     page.get_by_label("Token").fill(reader)
     page.get_by_role("button", name="Connect").click()
     row = page.locator("tr[data-hostname=m1]")
-    note = ("gave up after 3 attempts (failing for", "sh exited with 2 (expected 0); fix the "
-            "cause, then retry (coordinator machines retry m1)")
+    note = ("gave up after 3 attempts (failing for", "sh exited with 2 (expected 0)",
+            "fix the cause, then `coordinator machines retry m1`")
     for part in note:
         expect(row.locator("td.note")).to_contain_text(part)
     expect(page.locator("#stages li[data-stage=prepared]")).to_contain_text(
@@ -249,7 +253,7 @@ def test_an_item_given_up_on_is_said_and_an_admin_retries_it_a_reader_cannot(
         expect(row.locator("td.note")).to_contain_text(part)
     keep(page, tmp_path, "dashboard-gave-up.png")
     row.get_by_role("button", name="Retry").click()
-    expect(page.locator("#notice")).to_contain_text("m1: base runs again (retry 1)")
+    expect(page.locator("#notice")).to_contain_text("m1: retry: base runs again (retry 1)")
     expect(row.get_by_role("button", name="Retry")).to_have_count(0)
     expect(row.locator("td.note")).to_contain_text("retry in 0s")
     assert c.assignment(m1)["retries"] == 1
@@ -257,3 +261,82 @@ def test_an_item_given_up_on_is_said_and_an_admin_retries_it_a_reader_cannot(
     expect(row.locator("td.step")).to_contain_text("base (attempt 1")
     expect(row.locator("td.note")).to_have_text("")
     keep(page, tmp_path, "dashboard-after-retry.png")
+# -- a blocked drain, and the operator's answers ------------------------------------------------
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeApiServer]:
+    with kube_api_server(budgeted()) as server:
+        yield server
+
+
+def upgraded_until(c: ServedCoordinator, hostname: str, drain_stage: str | None = None) -> None:
+    """hostname's agent applying what it is given until the machine is Ready at 2.0 (or, with
+    drain_stage, until its drain reaches that stage)."""
+    def arrived() -> bool:
+        c.report_all(c.agents[hostname])
+        found: dict[str, Any] = c.machine(hostname)
+        if drain_stage is not None:
+            return bool(found["drain"]) and found["drain"]["stage"] == drain_stage
+        return found["state"] == "Ready" and found["release"] == "2.0"
+
+    wait_until(arrived, 20, f"{hostname} at {drain_stage or 'Ready at 2.0'}", interval=0.2)
+
+
+def test_a_blocked_drain_shows_its_remedy_and_only_an_admin_may_answer_it(
+        page: Page, coordinator: ServedCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
+    c = coordinator
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    c.admin.request("PUT", "/v1/clusters", text=spec(kubeconfig), content_type="application/yaml")
+    for hostname, role in (("m1", "manager"), ("w1", "worker"), ("w2", "worker")):
+        with kube.locked() as cluster:
+            cluster.mark_node(hostname, c.register(hostname)["machine_id"])
+        c.admin.request("POST", f"/v1/machines/{hostname}/approve", body={"role": role})
+    for hostname in ("m1", "w1", "w2"):
+        wait_until(lambda h=hostname: c.report_all(c.agents[h]) or c.machine(h)["state"] == "Ready",
+                   20, f"{hostname} Ready", interval=0.2)
+    c.admin.request("PUT", "/v1/clusters", text=spec(kubeconfig, "2.0"),
+                    content_type="application/yaml")
+    upgraded_until(c, "m1")
+    upgraded_until(c, "w1", "Blocked")
+
+    reader = c.admin.request("POST", "/v1/admin-tokens",
+                             body={"name": "viewer", "role": "read-only"})["token"]
+    sign_in(page, c, reader)
+    w1 = page.locator("tr[data-hostname=w1]")
+    expect(w1.locator("td.note .note-text")).to_contain_text("drain Blocked (attempt 1, cordoned")
+    expect(w1.locator("td.note .note-text")).to_contain_text("(budget default/web)")
+    expect(w1.locator("td.note .remedy")).to_contain_text(
+        "relax budget default/web or move its pods, then coordinator upgrade retry|skip|force w1")
+    expect(w1.locator("td.note")).to_have_class("note failed")
+    ready = page.locator("#stages li[data-stage=ready]")
+    expect(ready).to_have_attribute("data-state", "failing")
+    expect(ready).to_contain_text("w1: drain Blocked (attempt 1")
+    expect(page.locator("td.actions button")).to_have_count(0)  # read-only: no buttons at all
+    keep(page, tmp_path, "dashboard-blocked-drain-read-only.png")
+
+    page.get_by_role("button", name="Forget token").click()
+    sign_in(page, c)
+    for action in ("Retry", "Skip", "Force"):
+        expect(w1.get_by_role("button", name=action)).to_be_visible()
+    expect(page.locator("tr[data-hostname=w2] td.actions button")).to_have_count(0)
+    keep(page, tmp_path, "dashboard-blocked-drain.png")
+    w1.get_by_role("button", name="w1", exact=True).click()
+    expect(page.locator("#detail-facts")).to_contain_text("coordinator upgrade retry|skip|force w1")
+
+    w1.get_by_role("button", name="Retry").click()
+    expect(page.locator("#notice")).to_contain_text("w1: drain retry: Draining (attempt 2)")
+    expect(w1.locator("td.note .note-text")).to_contain_text("drain Blocked (attempt 2")
+    w1.get_by_role("button", name="Force").click()
+    expect(page.locator("#notice")).to_contain_text("w1: drain force: Draining (attempt 3)")
+    upgraded_until(c, "w1")
+    expect(w1.locator("td.state")).to_have_text("Ready")
+    expect(w1.locator("td.actions button")).to_have_count(0)
+
+    w2 = page.locator("tr[data-hostname=w2]")
+    expect(w2.locator("td.note .note-text")).to_contain_text("drain Blocked (attempt 1")
+    w2.get_by_role("button", name="Skip").click()
+    expect(page.locator("#notice")).to_contain_text("w2: drain skip: Skipped (attempt 1)")
+    upgraded_until(c, "w2")
+    expect(w2.locator("td.state")).to_have_text("Ready")
+    assert kube.cluster.cordoned() == []

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from coordinator.domain.nodes import MACHINE_ID_LABEL
+from tests.integration.api.operator import shown_everywhere
 from tests.support.harness import InProcessCoordinator, ManualClock, in_process_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 
@@ -108,6 +109,9 @@ async def test_a_machine_waits_in_deploy_for_its_node_to_register_then_to_become
     found = await env.machine("m1")
     assert (found["node"]["name"], found["node"]["ready"]) == ("m1.lab.example", False)
     assert f"1/1     {not_ready[2]} (" in await env.cli("machines")
+    await shown_everywhere(env, "m1", not_ready[2], (
+        "check the kubelet on m1 (journalctl -u kubelet) and `kubectl describe node "
+        "m1.lab.example` (its CNI, its conditions); the machine goes Ready once its node is"))
 
     with kube.locked() as cluster:
         cluster.set_node_ready("m1.lab.example", True)

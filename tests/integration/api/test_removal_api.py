@@ -154,7 +154,7 @@ async def test_a_blocked_removal_drain_shows_and_the_operator_answers_it(
     assert (w1["drain"]["blocking_pods"], w1["drain"]["blocking_budgets"]) == (
         [pod], ["default/db"])
     table = await env.cli("machines")
-    assert "drain Blocked (attempt 1)" in table and "retry|skip|force w1" in table
+    assert "drain Blocked (attempt 1, cordoned for " in table and "retry|skip|force w1" in table
     status = await env.call("GET", "/v1/clusters/lab/status", 200)
     [shown] = [m["drain"] for m in status["machines"] if m["hostname"] == "w1"]
     assert shown["blocking_budgets"] == ["default/db"] and "budget default/db" in shown["message"]

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from coordinator.metrics import METRICS
-from tests.integration.api.operator import machine
+from tests.integration.api.operator import machine, shown_everywhere
 from tests.support.harness import InProcessCoordinator, in_process_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
+from tests.support.ports import free_port
 
 SPEC = """\
 name: lab
@@ -43,15 +44,21 @@ def spec(kubeconfig: Path | None, release: str = "1.0") -> str:
         reported="" if kubeconfig else ", kubeconfigFrom: /etc/kubernetes/admin.conf")
 
 
-@pytest.fixture
-async def kube() -> AsyncIterator[KubeApiServer]:
+def budgeted() -> Cluster:
+    """Nodes m1, w1 and w2; on w1 and w2 a pod each of a ReplicaSet whose budget wants both
+    available: the workers' drains block until the operator answers."""
     cluster = Cluster(ready_delay=3600)  # replacements never get Ready: budgets stay tight
     for node in ("m1", "w1", "w2"):
         cluster.add_node(node)
     cluster.add_daemonset("kube-system", "proxy", {"app": "proxy"})
     cluster.add_replicaset("default", "web", 2, {"app": "web"}, nodes=["w1", "w2"])
     cluster.add_pdb("default", "web", {"app": "web"}, min_available=2)
-    with kube_api_server(cluster) as server:
+    return cluster
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[KubeApiServer]:
+    with kube_api_server(budgeted()) as server:
         yield server
 
 
@@ -145,8 +152,13 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
     [pod] = w1["drain"]["blocking_pods"]
     assert pod in kube.cluster.pods_on("w1") and kube.cluster.cordoned() == ["w1"]
     assert (await env.assignment(agents["w1"]))["items"] == [], "upgrade items ran undrained"
-    table = await env.cli("machines")
-    assert "drain Blocked (attempt 1)" in table and "retry|skip|force w1" in table
+    await shown_everywhere(env, "w1", "drain Blocked (attempt 1, cordoned for ", (
+        "relax budget default/web or move its pods, then coordinator upgrade retry|skip|force "
+        "w1 (retry: drain again with a new timeout; skip: upgrade with the pods left on the "
+        "node; force: delete the pods, bypassing their budgets)"))
+    note = (await machine(env, "w1"))["note"]
+    assert f"{pod} (budget default/web)" in note["text"]
+    assert note["failing"] and note["actions"] == ["drain/retry", "drain/skip", "drain/force"]
 
     await env.cli("upgrade", "retry", "w1")
     await env.until("w1's retried drain blocked", lambda: blocked("w1", 2))
@@ -332,7 +344,9 @@ async def test_an_upgraded_node_that_is_not_ready_keeps_its_machine_in_upgrade(
     expected = ("node m1 is not Ready 1s after the uncordon: Ready=False (KubeletNotReady) "
                 "(container runtime is down); still checking")
     assert m1["drain"]["message"] == expected
-    assert f"drain NodeNotReady (attempt 1): {expected}" in await env.cli("machines")
+    await shown_everywhere(env, "m1", f"{expected} (uncordoned ", (
+        "check the kubelet on m1 (journalctl -u kubelet) and `kubectl describe node m1`; the "
+        "machine leaves Upgrade once its node is Ready"))
     assert (await machine(env, "w1"))["state"] == "Ready", "a worker upgraded beside it"
 
     with kube.locked() as cluster:
@@ -386,3 +400,57 @@ async def test_the_upgrade_plan_lists_the_items_each_machine_runs_and_the_upgrad
     logs = await env.cli("machines", "logs", "w1")
     assert "w1 deploy/join (in the upgrade) attempt 1 succeeded" in logs
     assert "w1 upgrade/kubelet-worker attempt 1 succeeded" in logs
+
+
+# -- what every view says of a stuck machine, and what to do ------------------------------------
+
+
+async def test_a_failing_uncordon_shows_its_error_and_what_to_check(
+        env: InProcessCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
+    agents = await rolled_out(env, kube)
+    kubeconfig = tmp_path / "kubeconfig"
+    await env.call("PUT", "/v1/clusters", 200, data=spec(kubeconfig, "2.0"))
+    await env.until("m1 drained", lambda: _stage(env, "m1", "Drained"))
+    kubeconfig.write_text(kube.kubeconfig().replace(kube.url, f"http://127.0.0.1:{free_port()}"))
+    await env.report_all(agents["m1"])  # its upgrade items applied: the uncordon is due
+
+    async def failing() -> bool:
+        return bool((await machine(env, "m1"))["drain"]["step_error"])
+
+    await env.until("m1's uncordon failing", failing)
+    await shown_everywhere(env, "m1", "uncordon failing for ", (
+        "check that the coordinator reaches the cluster's API with its kubeconfig and may patch "
+        "and delete Nodes (kubectl auth can-i patch nodes); it retries on its own"))
+    assert (await machine(env, "m1"))["note"]["failing"]
+    kubeconfig.write_text(kube.kubeconfig())
+    await env.until("m1 upgraded once the API answers", lambda: upgraded(env, agents, "m1"))
+    assert "m1" not in kube.cluster.cordoned()
+
+
+async def test_the_upgrade_plan_warns_when_drains_will_block_for_want_of_a_kubeconfig(
+        env: InProcessCoordinator, tmp_path: Path) -> None:
+    def unreachable(release: str) -> str:
+        return spec(None, release).replace(", kubeconfigFrom: /etc/kubernetes/admin.conf", "")
+
+    await env.call("PUT", "/v1/clusters", 200, data=unreachable("1.0"))
+    for hostname, role in (("m1", "manager"), ("w1", "worker")):
+        agent = await env.register(hostname)
+        await env.call("POST", f"/v1/machines/{hostname}/approve", 200, json={"role": role})
+        await env.until(f"{hostname} Ready", lambda a=agent, h=hostname: _ready(env, a, h))
+    new_spec = tmp_path / "v2.yaml"
+    new_spec.write_text(unreachable("2.0"))
+    plan = await env.cli("upgrade", "plan", "lab", "-f", str(new_spec))
+    assert plan.splitlines()[-1] == (
+        "warning: drains will block: settings.kubernetes.kubeconfig is not set and no manager "
+        "item has kubeconfigFrom, so the nodes of m1, w1 cannot be cordoned and drained and "
+        "each would stay in Upgrade with its drain Blocked. To fix: set "
+        "settings.kubernetes.kubeconfig (a kubeconfig file on the coordinator's host) or give a "
+        "manager item kubeconfigFrom; or set settings.drain.enabled: false to upgrade in place, "
+        "without cordon and drain")
+    new_spec.write_text(unreachable("2.0").replace("drain: {", "drain: {enabled: false, "))
+    assert "warning" not in await env.cli("upgrade", "plan", "lab", "-f", str(new_spec))
+
+
+async def _ready(env: InProcessCoordinator, agent: dict[str, str], hostname: str) -> bool:
+    await env.report_all(agent)
+    return (await machine(env, hostname))["state"] == "Ready"

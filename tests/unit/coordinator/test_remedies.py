@@ -1,0 +1,213 @@
+"""The one note and remedy every view shows for a machine (domain/remedies.py): a drain that
+is Blocked or waits on budgets, an uncordon that fails, a Node not Ready after an upgrade or
+in Deploy, with what the operator can do; and the upgrade plan's warning that drains will
+block."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from coordinator.domain.kubeaccess import NO_KUBECONFIG
+from coordinator.domain.model import (
+    ClusterSpec,
+    DrainStage,
+    DrainStatus,
+    ItemProgress,
+    Machine,
+    MachineState,
+    NodeStatus,
+)
+from coordinator.domain.planner import upgrade_plan
+from coordinator.domain.remedies import DRAIN_ANSWERS, Note, drain_warnings
+from coordinator.domain.remedies import machine_note as decided
+from coordinator.domain.status import stages
+from coordinator.domain.steps import History, machine_step
+from tests.support.builders import (
+    at_release,
+    cluster,
+    finish_phase,
+    item,
+    items,
+    machine,
+    upgraded_cluster,
+)
+
+SPEC = cluster(manager=items("deploy", 1, "m"), worker=items("deploy", 1, "w"),
+               kubernetes={"kubeconfig": "/etc/coordinator/kubeconfig",
+                           "nodeReadyTimeoutSeconds": 60},
+               drain={"timeoutSeconds": 600})
+NOW = 10_000.0
+
+
+def note(m: Machine, spec: ClusterSpec = SPEC, now: float = NOW, waits: str = "") -> Note:
+    return decided(spec, m, machine_step(spec, m, now), now, waits)
+
+
+def upgrading(drain: DrainStatus, state: MachineState = MachineState.UPGRADE) -> Machine:
+    return replace(machine("w1", state=state), drain=drain, state_since=NOW - 900)
+
+
+def test_a_blocked_drain_names_its_pods_and_budgets_and_the_three_answers() -> None:
+    blocked = upgrading(DrainStatus(
+        DrainStage.BLOCKED, started_at=NOW - 720, attempt=2,
+        message="drain timed out: default/web-1 (budget default/web)",
+        blocking_pods=("default/web-1",), blocking_budgets=("default/web",)))
+    found = note(blocked)
+    assert found.text == ("drain Blocked (attempt 2, cordoned for 12m00s): drain timed out: "
+                          "default/web-1 (budget default/web)")
+    assert found.remedy.startswith("relax budget default/web or move its pods, then "
+                                   "coordinator upgrade retry|skip|force w1 (retry: drain again")
+    assert "skip: upgrade with the pods left on the node" in found.remedy
+    assert found.failing and found.actions == ("drain/retry", "drain/skip", "drain/force")
+
+
+def test_a_removals_blocked_drain_skips_to_the_reset() -> None:
+    leaving = upgrading(DrainStatus(DrainStage.BLOCKED, NOW - 60, message="cannot evict 1 pods",
+                                    blocking_pods=("default/solo",)), MachineState.DELETING)
+    assert "move the pods named, then" in note(leaving).remedy
+    assert "skip: reset with the pods left" in note(leaving).remedy
+
+
+def test_a_drain_without_a_kubeconfig_says_how_to_give_one_or_do_without() -> None:
+    blocked = upgrading(DrainStatus(DrainStage.BLOCKED, NOW - 5, message=(
+        f"{NO_KUBECONFIG}: the node cannot be cordoned and drained")))
+    remedy = note(blocked).remedy
+    assert "settings.kubernetes.kubeconfig" in remedy and "kubeconfigFrom" in remedy
+    assert "settings.drain.enabled: false" in remedy
+    assert remedy.endswith("then coordinator upgrade retry w1 (or skip w1)")
+
+
+def test_a_drain_waiting_on_a_budget_may_be_answered_before_its_timeout() -> None:
+    waiting = upgrading(DrainStatus(DrainStage.DRAINING, NOW - 100, message=(
+        "waiting: default/web-1 (budget default/web)"), blocking_pods=("default/web-1",),
+        blocking_budgets=("default/web",)))
+    found = note(waiting)
+    assert found.text == ("drain Draining (attempt 1, 8m20s of its timeout left): waiting: "
+                          "default/web-1 (budget default/web)")
+    assert found.remedy.startswith("wait, or coordinator upgrade retry|skip|force w1")
+    assert not found.failing and found.actions == DRAIN_ANSWERS
+    plain = note(upgrading(DrainStatus(DrainStage.DRAINING, NOW - 1, message="cordon and drain")))
+    assert (plain.remedy, plain.actions) == ("", ())
+
+
+def test_a_failing_uncordon_says_for_how_long_why_and_what_to_check() -> None:
+    failing = upgrading(DrainStatus(
+        DrainStage.DRAINED, NOW - 300, message="uncordon failed, retrying: 403 Forbidden",
+        step_error="403 Forbidden: nodes \"w1\" is forbidden", step_error_since=NOW - 65))
+    found = note(failing)
+    assert found.text == ("uncordon failing for 1m05s, retrying: 403 Forbidden: nodes \"w1\" is "
+                          "forbidden")
+    assert "kubectl auth can-i patch nodes" in found.remedy
+    assert found.failing and found.actions == ()  # the API takes no drain answer now
+    unreachable = replace(failing, drain=replace(failing.drain, step_error=NO_KUBECONFIG))
+    assert "settings.kubernetes.kubeconfig" in note(unreachable).remedy
+    leaving = replace(failing, state=MachineState.DELETING)
+    assert note(leaving).text.startswith("Node deletion failing for 1m05s")
+
+
+def test_a_node_not_ready_after_its_upgrade_says_its_condition_how_long_and_what_to_check() -> None:
+    late = upgrading(DrainStatus(
+        DrainStage.NOT_READY, NOW - 900, uncordoned_at=NOW - 400, message=(
+            "node w1.lab is not Ready 300s after the uncordon: Ready=False (KubeletNotReady) "
+            "(container runtime is down); still checking")))
+    late = replace(late, node=NodeStatus(NOW - 2000, name="w1.lab", ready=True))
+    found = note(late)
+    assert found.text == ("node w1.lab is not Ready 300s after the uncordon: Ready=False "
+                          "(KubeletNotReady) (container runtime is down); still checking "
+                          "(uncordoned 6m40s ago)")
+    assert found.remedy == ("check the kubelet on w1 (journalctl -u kubelet) and `kubectl "
+                            "describe node w1.lab`; the machine leaves Upgrade once its node is "
+                            "Ready")
+    assert found.failing and found.actions == ()
+
+
+def test_a_drained_node_steps_aside_for_the_items_notes() -> None:
+    drained = upgrading(DrainStatus(DrainStage.DRAINED, NOW - 100, message="3 pods evicted"))
+    spec = upgraded_cluster(SPEC)
+    failing = replace(drained, progress=ItemProgress(
+        "upgrade-worker-2.0.0", 2, "failed", "exit status 1", failing_since=NOW - 30,
+        updated_at=NOW))
+    assert note(failing, spec).text == "failing for 30s: exit status 1"
+    assert note(drained) == Note()
+
+
+def deploy_done(node: NodeStatus | None) -> Machine:
+    m = finish_phase(SPEC, replace(machine("w3", state=MachineState.DEPLOY), state_since=NOW - 200))
+    return replace(m, node=node, progress=ItemProgress("wdeploy-0", 1, "succeeded",
+                                                       updated_at=NOW - 190))
+
+
+def test_a_node_not_ready_in_deploy_names_its_condition_and_what_to_check() -> None:
+    node = NodeStatus(NOW - 30, name="w3.lab", condition="False", reason="KubeletNotReady",
+                      message="cni plugin not initialized")
+    found = note(deploy_done(node))
+    assert found.text == ("waiting for node w3.lab to become Ready: Ready=False (KubeletNotReady) "
+                          "(cni plugin not initialized) (30s)")
+    assert found.remedy.startswith("check the kubelet on w3 (journalctl -u kubelet) and `kubectl "
+                                   "describe node w3.lab`")
+    assert not found.failing
+    late = note(deploy_done(replace(node, waiting_since=NOW - 90)))
+    assert late.failing and late.text.startswith("failing for 30s: waiting for node w3.lab")
+
+
+def test_a_node_that_never_registers_points_at_the_kubelets_mark_once_late() -> None:
+    assert note(deploy_done(NodeStatus(NOW - 10))).remedy == ""  # early: nothing to do yet
+    late = note(deploy_done(NodeStatus(NOW - 61)))
+    assert late.failing and "kubelet --node-labels nodeagent.io/machine-id=id-w3" in late.remedy
+    assert "--provider-id nodeagent://edge/id-w3" in late.remedy
+
+
+def test_a_node_the_coordinator_cannot_look_at_says_how_to_let_it() -> None:
+    unreachable = note(deploy_done(NodeStatus(NOW - 10, error=NO_KUBECONFIG)))
+    assert unreachable.text.startswith("waiting for node w3 to register (cannot look: no kubeconfig")
+    assert unreachable.remedy.startswith("set settings.kubernetes.kubeconfig")
+    down = note(deploy_done(NodeStatus(NOW - 10, error="list nodes: connection refused")))
+    assert down.remedy == "check that the coordinator reaches the cluster's API with its kubeconfig"
+
+
+def test_the_other_notes_read_as_before() -> None:
+    assert note(machine("p1", approved=False)).text == "waiting for approval"
+    assert note(machine("p2", role=None)).text == "approved; waiting for a role"
+    silent = replace(machine("p3", approved=False), responding=False)
+    assert note(silent).text == "NOT RESPONDING waiting for approval"
+    assert note(machine("p4", hard_failure=True)).text.startswith("prechecks failed: ")
+    waits = replace(machine("w5", state=MachineState.DEPLOY), state_since=NOW)
+    assert note(waits, waits="waits for outputs.mint.token").text == "waits for outputs.mint.token"
+
+
+def test_the_upgrade_plan_warns_when_drains_cannot_reach_the_cluster() -> None:
+    old = cluster(manager=items("deploy", 1, "m"), worker=items("deploy", 1, "w"))
+    new = old.model_copy(update={"release": "2.0.0", "machine_types": old.machine_types.model_copy(
+        update={"worker": [*old.machine_types.worker, item("kubelet", "upgrade")]})})
+    ready = [at_release(old, finish_phase(old, replace(machine(f"w{i}", state=MachineState.READY))))
+             for i in range(6)]
+    [warning] = upgrade_plan(new, ready).warnings
+    assert warning.startswith("drains will block: settings.kubernetes.kubeconfig is not set and "
+                              "no manager item has kubeconfigFrom, so the nodes of w0, w1, w2, w3 "
+                              "and 2 more cannot be cordoned and drained")
+    assert "or set settings.drain.enabled: false" in warning
+    in_place = new.model_copy(update={"settings": new.settings.model_copy(update={
+        "drain": new.settings.drain.model_copy(update={"enabled": False})})})
+    assert upgrade_plan(in_place, ready).warnings == []
+    assert upgrade_plan(replace_kubeconfig(new), ready).warnings == []
+    reported = new.model_copy(update={"machine_types": new.machine_types.model_copy(update={
+        "manager": [item("m", "deploy").model_copy(update={"kubeconfig_from": "/etc/k.conf"})]})})
+    assert "no manager has reported the kubeconfig" in drain_warnings(reported, ready, ready)[0]
+
+
+def replace_kubeconfig(spec: ClusterSpec) -> ClusterSpec:
+    return spec.model_copy(update={"settings": spec.settings.model_copy(update={
+        "kubernetes": spec.settings.kubernetes.model_copy(update={"kubeconfig": "/k"})})})
+
+
+def test_the_cluster_ready_stage_fails_on_a_stuck_drain_as_on_a_failing_item() -> None:
+    blocked = upgrading(DrainStatus(DrainStage.BLOCKED, NOW - 700, message="drain timed out: "
+                                    "default/web-1 (budget default/web)"))
+    ready = next(s for s in stages(SPEC, 0.0, [blocked], History([]), NOW) if s.name == "ready")
+    assert (ready.state, ready.since) == ("failing", NOW - 100)  # since its timeout ran out
+    assert ready.message == ("0 of 1 Ready; Upgrade: w1; w1: drain Blocked (attempt 1, cordoned "
+                             "for 11m40s): drain timed out: default/web-1 (budget default/web)")
+    uncordoning = upgrading(DrainStatus(DrainStage.UNCORDONED, NOW - 700, uncordoned_at=NOW - 5,
+                                        message="uncordoned; waiting for node w1 to report Ready"))
+    calm = next(s for s in stages(SPEC, 0.0, [uncordoning], History([]), NOW) if s.name == "ready")
+    assert calm.state == "in-progress"

@@ -11,6 +11,7 @@ from coordinator.api.bodies import (
     DeleteQuery,
     JoinTokenBody,
     LabelsBody,
+    ReissueBody,
     RenderQuery,
     RoleBody,
 )
@@ -146,6 +147,17 @@ async def revoke_machine_credential(request: web.Request) -> web.Response:
     c = service(request)
     machine = await _machine(request)
     return web.json_response(machine_view(await c.admin.revoke_credential(machine.id), None))
+
+
+async def reissue_machine_credential(request: web.Request) -> web.Response:
+    """A one-use join string bound to the machine, shown in this answer only."""
+    c = service(request)
+    wanted = await body(request, ReissueBody, optional=True)
+    machine = await _machine(request)
+    secret, updated = await c.admin.reissue_credential(machine.id, parse_duration(wanted.ttl))
+    presentation = request.app[PRESENTATION]
+    join = joinstring.make(presentation.advertise_url, secret, presentation.ca_pem)
+    return web.json_response({**machine_view(updated, None), "join": join}, status=201)
 
 
 async def delete_machine(request: web.Request) -> web.Response:

@@ -60,7 +60,9 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
         "node": None if machine.node is None else {
             **asdict(machine.node), "condition_text": described(machine.node)},
         "credential": {"revoked": not machine.credential_hash,
-                       "expires_at": machine.credential_expires_at},
+                       "expires_at": machine.credential_expires_at,
+                       "reissue_expires_at": machine.reissue_expires_at,
+                       "reissue_used_at": machine.reissue_used_at},
         "waits": waits_text(spec, machine, peers) if spec is not None else "",
         "join_material": _material_view(machine.material),
         "minting": None if machine.minting is None else {

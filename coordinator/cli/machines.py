@@ -1,5 +1,5 @@
-"""`coordinator machines [get|logs|label]` and the commands that act on one machine: approve,
-role, delete, revoke. (`machines add`, which works over SSH, lives with the other SSH
+"""`coordinator machines [get|logs|label|reissue]` and the commands that act on one machine:
+approve, role, delete, revoke. (`machines add`, which works over SSH, lives with the other SSH
 commands.)"""
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ from coordinator.cli.plumbing import (
     interrupt_quietly,
     machine_argument,
     output_option,
+    parse_duration,
     say,
     say_block,
 )
 from coordinator.cli.render import (
     clock,
+    day_and_time,
     duration,
     item_header,
     labels_text,
@@ -184,3 +186,20 @@ def revoke(ctx: click.Context, machine: MachineRef) -> None:
     """Revoke a machine's credential: its agent is refused until the machine joins anew."""
     data = call(ctx, "POST", machine.path("/revoke"))
     say(f"{data['hostname']}: credential revoked")
+
+
+@machines.command("reissue")
+@machine_argument
+@click.option("--ttl", default="1h", show_default=True,
+              help="How long the string is good for, e.g. 15m, 1h, 2d.")
+@click.pass_context
+def machines_reissue(ctx: click.Context, machine: MachineRef, ttl: str) -> None:
+    """Give a machine a new credential, keeping its record, items and history: its current
+    credential is revoked and a one-use join string bound to it printed (shown once). On that
+    host, set `join:` in the agent's config to it, remove identity.json from its state dir
+    and restart nodeagent: it registers again as the same machine."""
+    parse_duration(ttl, "--ttl")
+    data = call(ctx, "POST", machine.path("/reissue"), body={"ttl": ttl})
+    say(data["join"])
+    say(f"{data['hostname']}: credential revoked; this join string binds a new one to the "
+        f"same machine, once, until {day_and_time(data['credential']['reissue_expires_at'])}", err=True)

@@ -22,6 +22,7 @@ from coordinator.api.views import (
     cluster_view,
     join_token_view,
     machine_view,
+    removed_view,
     rendering_view,
     upgrade_plan_view,
 )
@@ -108,6 +109,15 @@ async def _machine(request: web.Request) -> Machine:
     a hostname two clusters have needs it."""
     return await service(request).queries.machine(request.match_info["ref"],
                                                   request.query.get("cluster"))
+
+
+async def removed_machines(request: web.Request) -> web.Response:
+    """Deleted machines by id or hostname (query: ref, cluster), the last removed first."""
+    ref = request.query.get("ref")
+    if not ref:
+        raise InvalidDocument([Problem("ref", "required: a deleted machine's id or hostname")])
+    found = await service(request).queries.removed(ref, request.query.get("cluster"))
+    return web.json_response([removed_view(r) for r in found])
 
 
 async def get_machine(request: web.Request) -> web.Response:

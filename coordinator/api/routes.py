@@ -117,6 +117,9 @@ ROUTES: tuple[Route, ...] = (
           "A machine's drain (an upgrade's or a removal's): action retry (new attempt and "
           "timeout), skip (upgrade or reset with the pods left) or force (delete pods their "
           "budgets protect)", "admin"),
+    Route("GET", "/v1/removed-machines", admin.removed_machines,
+          "Deleted machines whose history is kept, by id or hostname (query: ref, cluster), the "
+          "last removed first", "admin", query=(("ref", TEXT), ("cluster", TEXT))),
     Route("POST", "/v1/machines/{ref}/revoke", admin.revoke_machine_credential,
           "Revoke a machine's credential", "admin"),
     Route("POST", "/v1/machines/{ref}/reissue", admin.reissue_machine_credential,

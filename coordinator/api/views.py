@@ -10,7 +10,13 @@ from coordinator.domain.model import ClusterSpec, Machine, Material
 from coordinator.domain.nodes import described
 from coordinator.domain.outputs import public_outputs, waits_text
 from coordinator.domain.planner import MachineUpgrade, UpgradePlan
-from coordinator.domain.records import AdminToken, Event, JoinToken, StoredCluster
+from coordinator.domain.records import (
+    AdminToken,
+    Event,
+    JoinToken,
+    RemovedMachine,
+    StoredCluster,
+)
 from coordinator.domain.rendering import RenderedMachine, Rendering
 from coordinator.domain.status import machine_step
 from coordinator.service.queries import ClusterStatus
@@ -157,6 +163,11 @@ def join_token_view(token: JoinToken) -> dict[str, Any]:
     return {"id": token.id, "cluster": token.cluster, "created_at": token.created_at,
             "expires_at": token.expires_at, "max_uses": token.max_uses, "uses": token.uses,
             "revoked": token.revoked}
+
+
+def removed_view(removed: RemovedMachine) -> dict[str, Any]:
+    return {"id": removed.machine_id, "cluster": removed.cluster, "hostname": removed.hostname,
+            "removed_at": removed.removed_at}
 
 
 def admin_token_view(token: AdminToken) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from coordinator.cli.plumbing import (
     emit_record,
     event_history,
     follow_events,
+    history_id,
     interrupt_quietly,
     machine_argument,
     output_option,
@@ -88,9 +89,9 @@ def print_item(event: dict[str, Any], output: str) -> None:
 @click.pass_context
 def machines_logs(ctx: click.Context, machine: MachineRef, follow: bool, tail: int | None,
                   output: str) -> None:
-    """The output of a machine's items (the last 4 KiB of each attempt, as reported)."""
-    found = call(ctx, "GET", machine.path())
-    query = {"machine": found["id"], "kind": "item"}
+    """The output of a machine's items (the last 4 KiB of each attempt, as reported); a
+    deleted machine's too, by its id or hostname (the last deleted of that name)."""
+    query = {"machine": history_id(ctx, machine), "kind": "item"}
     after = 0
     for event in event_history(ctx, query, tail):
         print_item(event, output)

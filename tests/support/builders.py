@@ -82,6 +82,23 @@ machineTypes:
 """
 
 
+# A manager and a worker whose upgrade drains it, through the Kubernetes API of the kubeconfig
+# filled in (str.format: release, kubeconfig).
+DRAINING_CLUSTER = """\
+name: lab
+release: "{release}"
+settings:
+  drain: {{timeoutSeconds: 120, evictionRetrySeconds: 0.2, gracePeriodSeconds: 0}}
+  kubernetes: {{kubeconfig: {kubeconfig}}}
+machineTypes:
+  manager:
+    - {{name: control-plane, phase: deploy, action: {{type: exec, argv: ["true"]}}}}
+  worker:
+    - {{name: join, phase: deploy, action: {{type: exec, argv: ["true"]}}}}
+    - {{name: kubelet, phase: upgrade, version: "{release}", action: {{type: exec, argv: ["true"]}}}}
+"""
+
+
 # -- cluster specs as models ---------------------------------------------------------------------
 
 @functools.cache  # items are frozen; validating them is the slow part of building a spec

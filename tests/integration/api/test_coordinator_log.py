@@ -62,7 +62,7 @@ def test_the_coordinator_logs_what_happens_once_each_with_stable_keys(tmp_path: 
             c.client(taken).request("POST", "/v1/agent/register", body=registration("m1", taken))
 
         # The store locked by another process past its busy timeout: the heartbeats queued
-        # cannot be written, an error.
+        # and an operator's change cannot be written, errors (the change answered 500).
         locked, release = threading.Event(), threading.Event()
 
         def hold_the_database() -> None:
@@ -78,7 +78,10 @@ def test_the_coordinator_logs_what_happens_once_each_with_stable_keys(tmp_path: 
         try:
             assert locked.wait(10)
             c.heartbeat(c.agents["m1"])
-            wait_until(lambda: lines(c, event="error"), 30, "an error line")
+            with pytest.raises(ClientError) as failed:
+                c.admin.request("PATCH", "/v1/machines/m1/labels", body={"set": {"rack": "r1"}})
+            assert failed.value.status == 500 and "coordinator's log" in str(failed.value)
+            wait_until(lambda: len(lines(c, event="error")) >= 2, 30, "two error lines")
         finally:
             release.set()
             holder.join()
@@ -102,8 +105,11 @@ def test_the_coordinator_logs_what_happens_once_each_with_stable_keys(tmp_path: 
     counted = {(f["what"], f["status"]): f["refused"] for f in lines(c, event="audit")
                if "refused" in f}
     assert counted == {("registration", "401"): str(FLOOD), ("admin request", "401"): str(FLOOD)}
-    (error, *_) = lines(c, event="error")
-    assert error["msg"] == "writing heartbeats failed" and "database is locked" in error["exception"]
+    errors = {f["msg"]: f for f in lines(c, event="error", level="error")}
+    assert "database is locked" in errors["writing heartbeats failed"]["exception"]
+    failed_change = errors["PATCH /v1/machines/m1/labels failed"]
+    assert (failed_change["method"], failed_change["path"]) == ("PATCH", "/v1/machines/m1/labels")
+    assert "database is locked" in failed_change["exception"]
 
     log = c.log.read_text()
     secrets = [c.token_file.read_text().strip(), *(a["credential"] for a in c.agents.values())]

@@ -203,4 +203,6 @@ def machines_reissue(ctx: click.Context, machine: MachineRef, ttl: str) -> None:
     data = call(ctx, "POST", machine.path("/reissue"), body={"ttl": ttl})
     say(data["join"])
     say(f"{data['hostname']}: credential revoked; this join string binds a new one to the "
-        f"same machine, once, until {day_and_time(data['credential']['reissue_expires_at'])}", err=True)
+        f"same machine, once, until {day_and_time(data['credential']['reissue_expires_at'])}. "
+        f"On {data['hostname']}: set `join:` in the agent's config to it, remove identity.json "
+        "from its state dir, restart nodeagent", err=True)

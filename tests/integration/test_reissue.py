@@ -92,7 +92,8 @@ def test_a_revoked_machine_rejoins_as_the_same_record_with_a_reissued_string(
         assert [e["id"] for e in events[:len(history)]] == [e["id"] for e in history]
         kinds = [e["kind"] for e in events]
         assert kinds.count("registered") == 1 and "reissued" in kinds and "rejoined" in kinds
-        assert token not in str(events) and token not in (tmp_path / "coordinator.log").read_text()
+        logs = (tmp_path / "coordinator.log").read_text() + node.log.read_text()
+        assert token not in str(events) and token not in logs and string not in logs
         assert node.process.poll() is None
 
         status, message = refusal(coordinator, token, HOST)

@@ -16,8 +16,6 @@ from coordinator.domain.registration import Credential
 from coordinator.domain.tokens import same_token
 from nodeagent.protocol import RegisterRequest
 
-DEFAULT_REISSUE_TTL = "1h"
-
 
 def _at(moment: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))

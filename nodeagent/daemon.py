@@ -247,7 +247,7 @@ class Agent:
         """Long-poll the assignment; restart the phase whenever what to run changes."""
         generation = 0
         current: tuple[Any, ...] | None = None
-        work: asyncio.Task[None] | None = None
+        work: asyncio.Task[int] | None = None
         try:
             while True:
                 assignment = await self._retry("fetch assignment", partial(
@@ -264,6 +264,11 @@ class Agent:
                     log.info("assignment %d: same phase and items; the running phase goes on",
                              generation, extra=fields(generation=generation))
                     continue
+                if wanted == current and work is not None and _gave_up(work):
+                    log.warning("assignment %d: same phase and items; an item of it was given "
+                                "up on, and runs again once the operator retries it",
+                                generation, extra=fields(generation=generation))
+                    continue
                 if work is not None:
                     work.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -278,10 +283,11 @@ class Agent:
             if work is not None:
                 work.cancel()
 
-    async def _apply(self, assignment: Document, reporter: Reporter) -> None:
-        """Have the phase applied by a `nodeagent apply` child, passing its reports on. One
-        that neither applied every item nor gave up on one (it crashed, or could not read
-        its journal) is started again after a pause: the journal skips what it did."""
+    async def _apply(self, assignment: Document, reporter: Reporter) -> int:
+        """Have the phase applied by a `nodeagent apply` child, passing its reports on; its
+        exit code. One that neither applied every item nor gave up on one (it crashed, or
+        could not read its journal) is started again after a pause: the journal skips what it
+        did."""
         attempt = 0
         while (code := await apply_phase(assignment, self.config_path, self.host.root,
                                           reporter.submit)) not in (EXIT_APPLIED, EXIT_GAVE_UP):
@@ -290,6 +296,11 @@ class Agent:
             log.error("`nodeagent apply` exited with %d; starting it again in %.1fs", code,
                       wait, extra=fields(exit_code=code, attempt=attempt))
             await asyncio.sleep(wait)
+        if code == EXIT_GAVE_UP:
+            log.warning("phase %s stopped: an item failed retry.maxAttempts times; it runs "
+                        "again once the operator retries it (`coordinator machines retry`)",
+                        assignment.get("phase"), extra=fields(phase=assignment.get("phase")))
+        return code
 
     async def _heartbeat(self, identity: Identity) -> None:
         every = self.settings.heartbeat_seconds
@@ -315,19 +326,26 @@ async def _watchdog() -> None:
         await asyncio.sleep(interval)
 
 
+def _gave_up(work: asyncio.Task[int]) -> bool:
+    """Whether a finished phase stopped because an item failed retry.maxAttempts times."""
+    return not work.cancelled() and work.exception() is None and work.result() == EXIT_GAVE_UP
+
+
 def _work_key(assignment: Document) -> tuple[Any, ...]:
-    """What makes a running phase obsolete: another phase or other items, i.e. anything
-    about an item but its timeout (what StateItem.fingerprint() covers, raw: a field added
-    to items counts here unchanged), or another value of a secret the items use (a token
-    minted again: the one the phase runs with may have expired or been revoked). Other changed
-    values (e.g. a new manager's address) reach the next phase; Reconfigure exists to apply
-    them."""
+    """What makes a running phase obsolete, or starts one given up on again: another phase or
+    other items, i.e. anything about an item but its timeout (what StateItem.fingerprint()
+    covers, raw: a field added to items counts here unchanged), another value of a secret the
+    items use (a token minted again: the one the phase runs with may have expired or been
+    revoked), or a retry the operator ordered (`retries`: the agent alone counts attempts, so
+    only a new count tells it to start a given-up item afresh; see coordinator/domain/
+    retries.py). Other changed values (e.g. a new manager's address) reach the next phase;
+    Reconfigure exists to apply them."""
     items = tuple(json.dumps({k: v for k, v in item.items() if k != "timeout"}, sort_keys=True)
                   for item in assignment.get("items", []))
     values = assignment.get("values", {})
     secrets = tuple(sorted((name, values.get(name)) for name in assignment.get("secrets", [])
                            if any(f"${{{name}}}" in item for item in items)))
-    return assignment.get("phase"), items, secrets
+    return assignment.get("phase"), items, secrets, assignment.get("retries", 0)
 
 
 @contextlib.asynccontextmanager

@@ -452,6 +452,10 @@ class Assignment(_Wire):
     ntp: NtpSettings = Field(default_factory=NtpSettings,
                              description="the cluster's time sources, for the clock check")
     remove: bool = Field(default=False, description="the machine was deleted: stop and forget")
+    retries: int = Field(
+        default=0, ge=0, description="how many times the operator had the machine's given-up "
+        "item run again (`coordinator machines retry`): a new count starts the phase again, the "
+        "item with a fresh attempt budget")
     secrets: list[str] = Field(
         default_factory=list, description="the names of the values that are secret (outputs "
         "and join material): the agent masks their values wherever it shows or reports output")
@@ -469,6 +473,10 @@ class ItemReport(_Wire):
     output: str = Field(default="", max_length=16384, description="the last 4 KiB of output")
     error: str = Field(default="", max_length=16384)
     next_retry_at: float | None = None
+    gave_up: bool = Field(
+        default=False, description="a failed report's: the item failed retry.maxAttempts "
+        "times and the agent stopped retrying it (and the items after it) until the assignment "
+        "changes: a retry ordered by the operator, other items, or the agent restarted")
     kubeconfig: str | None = Field(
         default=None, max_length=MAX_KUBECONFIG_BYTES,
         description="the file named by the item's kubeconfigFrom, read once it succeeded: in "
@@ -485,6 +493,12 @@ class ItemReport(_Wire):
             if len(value.encode()) > MAX_OUTPUT_BYTES:
                 raise ValueError(f"output {name}: more than {MAX_OUTPUT_BYTES} bytes")
         return outputs
+
+    @model_validator(mode="after")
+    def _gave_up_on_a_failure(self) -> ItemReport:
+        if self.gave_up and self.status != "failed":
+            raise ValueError(f"gave_up: only a failed report gives up, not a {self.status} one")
+        return self
 
     @field_validator("output", "error")
     @classmethod

@@ -15,7 +15,7 @@ from coordinator.api.bodies import (
     RenderQuery,
     RoleBody,
 )
-from coordinator.api.context import PRESENTATION, body, query, service, text
+from coordinator.api.context import PRESENTATION, bearer, body, query, service, text
 from coordinator.api.views import (
     admin_token_view,
     cluster_status_view,
@@ -93,6 +93,11 @@ async def list_admin_tokens(request: web.Request) -> web.Response:
 
 async def revoke_admin_token(request: web.Request) -> web.Response:
     token = await service(request).access.revoke_admin_token(request.match_info["id"])
+    return web.json_response(admin_token_view(token))
+
+
+async def whoami(request: web.Request) -> web.Response:
+    token = await service(request).access.authorize_admin(bearer(request), changes=False)
     return web.json_response(admin_token_view(token))
 
 
@@ -216,3 +221,11 @@ async def drain_action(request: web.Request) -> web.Response:
     machine = await _machine(request)
     updated = await c.admin.drain_action(machine.id, action)
     return web.json_response(machine_view(updated, await c.queries.spec_of(updated)))
+
+
+async def retry_items(request: web.Request) -> web.Response:
+    c = service(request)
+    machine = await _machine(request)
+    updated = await c.admin.retry_items(machine.id)
+    return web.json_response(machine_view(updated, await c.queries.spec_of(updated),
+                                          now=c.clock()))

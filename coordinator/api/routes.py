@@ -77,6 +77,8 @@ ROUTES: tuple[Route, ...] = (
           body=AdminTokenBody),
     Route("DELETE", "/v1/admin-tokens/{id}", admin.revoke_admin_token,
           "Revoke an admin API token", "admin"),
+    Route("GET", "/v1/whoami", admin.whoami, "The admin token this request carries: its "
+          "name and role (the dashboard offers changes only to an admin token)", "admin"),
     Route("GET", "/v1/machines", admin.list_machines, "List machines (query: cluster)", "admin"),
     Route("GET", "/v1/machines/{ref}", admin.get_machine, "Get a machine by id or hostname",
           "admin"),
@@ -120,6 +122,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/removed-machines", admin.removed_machines,
           "Deleted machines whose history is kept, by id or hostname (query: ref, cluster), the "
           "last removed first", "admin", query=(("ref", TEXT), ("cluster", TEXT))),
+    Route("POST", "/v1/machines/{ref}/retry", admin.retry_items,
+          "Run again the item the machine's agent gave up on (retry.maxAttempts), with a fresh "
+          "attempt budget; 409 when none was given up", "admin"),
     Route("POST", "/v1/machines/{ref}/revoke", admin.revoke_machine_credential,
           "Revoke a machine's credential", "admin"),
     Route("POST", "/v1/machines/{ref}/reissue", admin.reissue_machine_credential,

@@ -55,7 +55,9 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
             "next_retry_at": progress.next_retry_at,
             "updated_at": progress.updated_at,
             "failing_since": progress.failing_since,
+            "gave_up": progress.gave_up,
         },
+        "retries": machine.retries,  # items given up on that the operator had run again
         "precheck_failures": machine.precheck_failures(),
         "release": machine.release,
         "managers": list(machine.managers),  # the manager set its items last applied

@@ -1,6 +1,6 @@
-"""`coordinator machines [get|logs|label|reissue]` and the commands that act on one machine:
-approve, role, delete, revoke. (`machines add`, which works over SSH, lives with the other SSH
-commands.)"""
+"""`coordinator machines [get|logs|label|retry|reissue]` and the commands that act on one
+machine: approve, role, delete, revoke. (`machines add`, which works over SSH, lives with the
+other SSH commands.)"""
 
 from __future__ import annotations
 
@@ -153,6 +153,16 @@ def machines_label(ctx: click.Context, machine: MachineRef, changes: tuple[str, 
     that use them see the new ones in its next assignment."""
     data = call(ctx, "PATCH", machine.path("/labels"), body=label_changes(changes))
     say(f"{data['hostname']} labels: {labels_text(data['labels']) or 'none'}")
+
+
+@machines.command("retry")
+@machine_argument
+@click.pass_context
+def machines_retry(ctx: click.Context, machine: MachineRef) -> None:
+    """Run again the item the machine's agent gave up on (it failed retry.maxAttempts times),
+    with a fresh attempt budget: once its cause is fixed."""
+    data = call(ctx, "POST", machine.path("/retry"))
+    say(f"{data['hostname']}: {data['progress']['item']} runs again (retry {data['retries']})")
 
 
 @click.command()

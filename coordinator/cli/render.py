@@ -66,6 +66,11 @@ def machine_note(machine: dict[str, Any]) -> str:
     elif step.get("node"):
         text = (f"failing for {duration(step.get('failing_for'))}: " if step["status"] == "failed"
                 else "") + f"{step['node']} ({duration(step.get('node_waiting'))})"
+    elif step.get("gave_up"):
+        attempts = step["attempt"]
+        text = (f"gave up after {attempts} attempt{'' if attempts == 1 else 's'} (failing for "
+                f"{duration(step.get('failing_for'))}): {step.get('error', '')}; fix the cause, "
+                f"then `coordinator machines retry {machine['hostname']}`")
     elif step.get("status") == "failed":
         retry = step.get("next_retry_in")
         text = (f"failing for {duration(step.get('failing_for'))}"

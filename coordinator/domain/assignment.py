@@ -133,5 +133,6 @@ def build_assignment(inputs: AssignmentInputs, post_deploy_host: str | None) -> 
         retry=spec.settings.retry,
         proxy=spec.settings.proxy,
         ntp=spec.settings.ntp,
+        retries=machine.retries,
     )
 

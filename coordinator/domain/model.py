@@ -148,6 +148,7 @@ class ItemProgress:
     next_retry_at: float | None = None
     updated_at: float = 0.0
     failing_since: float | None = None  # first failure of this item not yet followed by success
+    gave_up: bool = False  # the agent stopped retrying it (retry.maxAttempts): domain/retries.py
 
 
 class DrainStage(StrEnum):
@@ -299,6 +300,9 @@ class Machine:
     # The values its assignment waits for (outputs not produced yet, join material not minted)
     # as the last reconcile pass found them: a pass that finds otherwise bumps the generation.
     waits: tuple[str, ...] = ()
+    # How many times the operator had an item its agent gave up on run again (domain/
+    # retries.py): carried in its assignment, a new count starts the item afresh.
+    retries: int = 0
 
     def with_state(self, state: MachineState, now: float) -> Machine:
         return replace(self, state=state, state_since=now, progress=None, drain=None,

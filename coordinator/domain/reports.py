@@ -20,6 +20,7 @@ from coordinator.domain.model import (
 )
 from coordinator.domain.outputs import key
 from coordinator.domain.records import Event
+from coordinator.domain.steps import gave_up_text
 from nodeagent.contract import JOB_PHASES
 from nodeagent.protocol import ItemReport, StateItem, VersionAction, installed_version
 from nodeagent.redact import mask_values
@@ -71,14 +72,15 @@ def fold_report(spec: ClusterSpec, managers: Sequence[str], machine: Machine,
         progress=ItemProgress(item=report.item, attempt=report.attempt, status=report.status,
                               error=report.error, next_retry_at=report.next_retry_at,
                               updated_at=now,
-                              failing_since=failing_since(machine.progress, report, now)),
+                              failing_since=failing_since(machine.progress, report, now),
+                              gave_up=report.gave_up),
     )
-    reported = event(now, machine.cluster, "item", describe(report, machine.state), updated, {
+    reported = event(now, machine.cluster, "item", describe(report, machine), updated, {
         "item": report.item, "phase": report.phase, "state": machine.state.value,
         "status": report.status,
         "attempt": report.attempt, "exit_code": report.exit_code,
         "duration": (report.finished_at - report.started_at) if report.finished_at else None,
-        "error": report.error, "output": report.output,
+        "error": report.error, "output": report.output, "gave_up": report.gave_up,
     })
     return Folded(updated, [reported, *kubeconfig_events,
                             *_post_deploy_check(spec, updated, item, report, now)])
@@ -180,12 +182,15 @@ def failing_since(before: ItemProgress | None, report: ItemReport, now: float) -
     return now if report.status == "failed" else None
 
 
-def describe(report: ItemReport, state: MachineState) -> str:
+def describe(report: ItemReport, machine: Machine) -> str:
     """An item report in one line of history; a prepare or deploy item that an upgrade runs
-    again (it changed) says so."""
+    again (it changed) says so, and the last attempt of one the agent gave up on says that
+    and what the operator does about it."""
     text = f"{report.phase} item {report.item} {report.status} (attempt {report.attempt})"
-    if state is MachineState.UPGRADE and report.phase != "upgrade":
+    if machine.state is MachineState.UPGRADE and report.phase != "upgrade":
         text += " in the upgrade"
     if report.status == "failed" and report.error:
         text += f": {report.error}"
+    if report.gave_up:
+        text += f"; {gave_up_text(machine.hostname, report.item, report.attempt, '')}"
     return text

@@ -17,7 +17,7 @@ from coordinator.domain.catalog import catalog
 from coordinator.domain.model import ClusterSpec, Machine, MachineState, Role, phase_items
 from coordinator.domain.nodes import kubernetes_access, node_wait
 from coordinator.domain.planner import DEPLOYED_STATES, post_deploy_host
-from coordinator.domain.steps import History, failure, machine_step, phase_run
+from coordinator.domain.steps import History, failure, gave_up_text, machine_step, phase_run
 from coordinator.domain.workloads import SystemWorkloads
 from nodeagent.contract import Phase
 
@@ -330,8 +330,10 @@ def post_deploy(spec: ClusterSpec, machines: Sequence[Machine]) -> PostDeploy:
     progress = host.progress if host is not None else None
     if host is not None and progress is not None and progress.status == "failed" and \
             progress.item in {i.name for i in phase_items(spec, "manager", "postdeploy")}:
-        failing = f"{host.hostname}: {progress.item} failing (attempt {progress.attempt}): " \
-                  f"{progress.error}"
+        failing = gave_up_text(host.hostname, progress.item, progress.attempt, progress.error) \
+            if progress.gave_up else \
+            f"{host.hostname}: {progress.item} failing (attempt {progress.attempt}): " \
+            f"{progress.error}"
     return PostDeploy(len(spec.items("manager", "postdeploy")),
                       host.hostname if host is not None else None, failing)
 

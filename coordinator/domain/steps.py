@@ -40,6 +40,7 @@ class Step:
     error: str
     node: str = ""  # what the machine waits for of its Node, once its deploy items are applied
     node_waiting: float | None = None  # for how long it has waited for it
+    gave_up: bool = False  # failed, and its agent stopped retrying it (domain/retries.py)
 
 
 class History:
@@ -127,6 +128,7 @@ def _item_step(spec: ClusterSpec | None, machine: Machine, now: float) -> Step:
         next_retry_in=max(0.0, progress.next_retry_at - now)
         if failed and progress is not None and progress.next_retry_at is not None else None,
         error=progress.error if failed and progress is not None else "",
+        gave_up=failed and progress is not None and progress.gave_up,
     )
 
 
@@ -137,5 +139,21 @@ def failure(spec: ClusterSpec, machine: Machine, now: float) -> tuple[float, str
         return None
     if step.node:
         return now - step.failing_for, f"{machine.hostname}: {step.error}"
+    if step.gave_up and step.item is not None:
+        return now - step.failing_for, gave_up_text(machine.hostname, step.item, step.attempt,
+                                                    step.error)
     return now - step.failing_for, (f"{machine.hostname}: {step.item} failing "
                                     f"(attempt {step.attempt}): {step.error}".rstrip(": "))
+
+
+def retry_command(hostname: str) -> str:
+    """What the operator runs to have an item its agent gave up on run again."""
+    return f"coordinator machines retry {hostname}"
+
+
+def gave_up_text(hostname: str, item: str, attempts: int, error: str) -> str:
+    """An item its agent gave up on, as the status says it: after how many attempts, the last
+    error (as reported: redacted by the agent, masked by the coordinator) and the remedy."""
+    return (f"{hostname}: its agent gave up on {item} after {attempts} attempt"
+            f"{'' if attempts == 1 else 's'}" + (f": {error}" if error else "")
+            + f"; fix the cause, then `{retry_command(hostname)}`")

@@ -22,6 +22,7 @@ from coordinator.domain.model import (
 from coordinator.domain.records import Event, JoinToken, StoredCluster
 from coordinator.domain.reissue import reissued
 from coordinator.domain.removal import quorum_refusal, removal_drain
+from coordinator.domain.retries import retried
 from coordinator.domain.specs import check_fixed
 from coordinator.domain.tokens import new_reissue_token, token_hash
 from coordinator.service.access import Access
@@ -253,6 +254,17 @@ class Admin:
             updated = replace(machine, drain=status, generation=machine.generation + 1)
             await self._commit_one(updated, "drain", f"{machine.hostname}: operator chose "
                                    f"{action} (drain attempt {status.attempt})", {"action": action})
+        self._moved(machine.id)
+        return updated
+
+    async def retry_items(self, machine_id: str) -> Machine:
+        """Have the item the machine's agent gave up on run again, with a fresh attempt budget
+        (domain/retries.py); Conflict when none was given up."""
+        async with self.writes.lock:
+            machine = await self.queries.machine_by_id(machine_id)
+            spec = (await self.queries.cluster(machine.cluster)).spec
+            updated, retry = retried(spec, machine, self.clock())
+            await self.writes.commit([updated], [retry])
         self._moved(machine.id)
         return updated
 

@@ -24,6 +24,7 @@ LOGGED: dict[str, tuple[str, ...]] = {
     "rejoined": (),
     "credential": (),
     "role": ("role",),
+    "retry": (),
     "state": ("from", "to", "reason"),
     "drain": ("stage", "action", "evicted", "blocking_pods"),
     "responding": (),

@@ -157,7 +157,8 @@ async def run_phase(
             await report(item_report(status="failed", attempt=attempt, started_at=started,
                                      finished_at=finished, exit_code=outcome.exit_code,
                                      output=outcome.output, error=outcome.error,
-                                     next_retry_at=None if give_up else finished + wait))
+                                     next_retry_at=None if give_up else finished + wait,
+                                     gave_up=give_up))
             if give_up:
                 return False
             await sleep(wait)

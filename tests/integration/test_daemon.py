@@ -5,16 +5,13 @@ run."""
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.support.agent import NODEAGENT
+from tests.support.agent import agent_of
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.waiting import wait_until
 
@@ -42,27 +39,6 @@ QUICK = '{name: finish, phase: deploy, action: {type: exec, argv: ["true"]}}'
 # Records its pid ($$$$: the shell's $$) and waits for a gate file that never comes.
 BLOCKING = ('{name: finish, phase: deploy, action: {type: exec, argv: [sh, -c, '
             '"echo $$$$ > started; until [ -e gate ]; do sleep 0.1; done; touch finished"]}}')
-
-
-@contextlib.contextmanager
-def agent_of(coordinator: ServedCoordinator, tmp: Path) -> Iterator[psutil.Process]:
-    """`nodeagent run` with a join string, its root at tmp/root; registered when yielded.
-    Started again on the same tmp, it is the same agent restarted."""
-    join = coordinator.cli("join-token", "create", "lab").stdout.strip()
-    root = tmp / "root"
-    root.mkdir(exist_ok=True)
-    config = tmp / "agent.yaml"
-    config.write_text(f"join: {join}\nstateDir: {root}/var/lib/nodeagent\n"
-                      "heartbeatSeconds: 1\nignorePrechecks: [all]\n")
-    with (tmp / "agent.log").open("ab") as log:
-        process = subprocess.Popen([NODEAGENT, "run", "--config", str(config), "--root",
-                                    str(root)], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_until(lambda: bool(coordinator.admin.get("/v1/machines")), 60, "registration", interval=0.2)
-        yield psutil.Process(process.pid)
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
 
 
 def mapped(process: psutil.Process) -> str:

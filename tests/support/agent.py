@@ -8,9 +8,15 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
+
+from tests.support.harness import ServedCoordinator
+from tests.support.waiting import wait_until
 
 # The console script installed next to the interpreter running the tests (the venv's).
 NODEAGENT = str(Path(sys.executable).with_name("nodeagent"))
@@ -70,3 +76,25 @@ class AgentProcess:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, sig)
         return self.process.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def agent_of(coordinator: ServedCoordinator, tmp: Path) -> Iterator[psutil.Process]:
+    """`nodeagent run` with a join string of cluster lab, its root at tmp/root; registered
+    when yielded. Started again on the same tmp, it is the same agent restarted."""
+    join = coordinator.cli("join-token", "create", "lab").stdout.strip()
+    root = tmp / "root"
+    root.mkdir(exist_ok=True)
+    config = tmp / "agent.yaml"
+    config.write_text(f"join: {join}\nstateDir: {root}/var/lib/nodeagent\n"
+                      "heartbeatSeconds: 1\nignorePrechecks: [all]\n")
+    with (tmp / "agent.log").open("ab") as log:
+        process = subprocess.Popen([NODEAGENT, "run", "--config", str(config), "--root",
+                                    str(root)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: bool(coordinator.admin.get("/v1/machines")), 60, "registration",
+                   interval=0.2)
+        yield psutil.Process(process.pid)
+    finally:
+        process.terminate()
+        process.wait(timeout=15)

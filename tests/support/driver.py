@@ -86,9 +86,11 @@ def report(agent: Registered, item: dict[str, Any], phase: str, status: str = "s
 
 
 def report_item(agent: Registered, name: str, status: str, attempt: int = 1, output: str = "",
-                error: str = "", exit_code: int | None = 0, seconds: float = 1.5) -> Steps[None]:
+                error: str = "", exit_code: int | None = 0, seconds: float = 1.5,
+                gave_up: bool = False) -> Steps[None]:
     """The item called name of the agent's current assignment, reported now as having run for
-    seconds (finished unless running; a failed one to be retried in AGENT_RETRY_SECONDS)."""
+    seconds (finished unless running; a failed one to be retried in AGENT_RETRY_SECONDS, unless
+    the agent gave up on it)."""
     current = yield from assignment(agent)
     (found,) = [i for i in current["items"] if i["name"] == name]
     now = time.time()
@@ -97,7 +99,8 @@ def report_item(agent: Registered, name: str, status: str, attempt: int = 1, out
                       error=error, started_at=now - seconds,
                       finished_at=now if finished else None,
                       exit_code=exit_code if finished else None,
-                      next_retry_at=now + AGENT_RETRY_SECONDS if status == "failed" else None)
+                      next_retry_at=now + AGENT_RETRY_SECONDS
+                      if status == "failed" and not gave_up else None, gave_up=gave_up)
 
 
 def report_all(agent: Registered, kubeconfig: str | None = None) -> Steps[None]:

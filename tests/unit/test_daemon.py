@@ -54,3 +54,10 @@ def test_a_new_value_of_a_secret_the_items_use_is_other_work() -> None:
     assert key("abcdef.0123456789abcdef") != key("ghijkl.0123456789abcdef")
     assert key("abcdef.0123456789abcdef") == key("abcdef.0123456789abcdef", "10.0.0.1,10.0.0.2")
     assert key("abcdef.0123456789abcdef") == key("abcdef.0123456789abcdef", other="d4e5f6")
+
+
+def test_a_retry_the_operator_ordered_is_other_work() -> None:
+    """The agent gave up on an item: only a new retry count (or other items) starts it again,
+    not any new generation."""
+    assert _work_key(sent(ITEM, retries=1)) != _work_key(sent(ITEM))
+    assert _work_key(sent(ITEM, retries=1, generation=9)) == _work_key(sent(ITEM, retries=1))

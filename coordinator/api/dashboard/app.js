@@ -9,6 +9,7 @@ const MARKS = { done: "✓", "in-progress": "…", failing: "✗", waiting: "·"
 
 const view = {
   clusters: [],
+  role: null,             // the token's: "admin" may change things, "read-only" not
   cluster: null,          // selected cluster name
   status: null,           // its /status document
   sort: { key: "hostname", dir: 1 },
@@ -76,6 +77,7 @@ function showLogin(message = "") {
 async function start() {
   $("#login").hidden = true;
   try {
+    view.role = (await api("GET", "/v1/whoami")).role;
     await refresh();
   } catch (error) {
     if (error instanceof Unauthorized) return showLogin(error.message);
@@ -229,6 +231,9 @@ function note(m) {
   else if (step.node) {
     text = (step.status === "failed" ? `failing for ${duration(step.failing_for)}: ` : "")
       + `${step.node} (${duration(step.node_waiting)})`;
+  } else if (step.gave_up) {
+    text = `gave up after ${step.attempt} attempt${step.attempt === 1 ? "" : "s"} (failing for ${duration(step.failing_for)}): ${step.error}`
+      + `; fix the cause, then retry (coordinator machines retry ${m.hostname})`;
   } else if (step.status === "failed") {
     text = `failing for ${duration(step.failing_for)}`
       + (step.next_retry_in !== null ? `, retry in ${duration(step.next_retry_in)}` : "") + `: ${step.error}`;
@@ -251,7 +256,16 @@ function roleSelect(m) {
   return select;
 }
 
+function retryButton(m) {
+  return el("button", {
+    type: "button", class: "retry", title: "run the item its agent gave up on again, with a fresh attempt budget",
+    onclick: () => act(`/v1/machines/${m.id}/retry`, "POST", undefined,
+      (r) => `${r.hostname}: ${r.progress.item} runs again (retry ${r.retries})`),
+  }, "Retry");
+}
+
 function actions(m) {
+  if (m.step && m.step.gave_up) return view.role === "admin" ? [retryButton(m)] : [];
   if (m.state !== "Pending") return [];
   const select = roleSelect(m);
   const blocked = m.precheck_failures.length > 0;

@@ -159,3 +159,48 @@ def test_a_wrong_token_is_refused_and_a_good_one_is_kept_for_the_tab(
     expect(page.locator("#login")).to_be_hidden()
     page.get_by_role("button", name="Forget token").click()
     expect(page.get_by_label("Token")).to_be_visible()
+
+
+def test_an_item_given_up_on_is_said_and_an_admin_retries_it_a_reader_cannot(
+        page: Page, coordinator: ServedCoordinator, tmp_path: Path) -> None:
+    c = coordinator
+    m1 = c.register("m1")
+    c.admin.request("POST", "/v1/machines/m1/approve", body={"role": "manager"})
+    c.wait_state("m1", "Prepare")
+    for attempt in (1, 2, 3):
+        c.report_item(m1, "base", "running", attempt=attempt)
+        c.report_item(m1, "base", "failed", attempt=attempt, exit_code=2, gave_up=attempt == 3,
+                      error="sh exited with 2 (expected 0)", output="no /etc/app.conf\n")
+    reader = c.admin.request("POST", "/v1/admin-tokens",
+                             body={"name": "viewer", "role": "read-only"})["token"]
+
+    # A read-only token sees what happened and what to do, and no button to do it.
+    page.goto(c.url + "/")
+    page.get_by_label("Token").fill(reader)
+    page.get_by_role("button", name="Connect").click()
+    row = page.locator("tr[data-hostname=m1]")
+    note = ("gave up after 3 attempts (failing for", "sh exited with 2 (expected 0); fix the "
+            "cause, then retry (coordinator machines retry m1)")
+    for part in note:
+        expect(row.locator("td.note")).to_contain_text(part)
+    expect(page.locator("#stages li[data-stage=prepared]")).to_contain_text(
+        "m1: its agent gave up on base after 3 attempts")
+    expect(row.locator("td.step")).to_have_text("1/1 base (attempt 3)")
+    expect(row.get_by_role("button", name="Retry")).to_have_count(0)
+    keep(page, tmp_path, "dashboard-gave-up-read-only.png")
+
+    # An admin retries it: the agent's assignment carries the retry, the note moves on.
+    page.get_by_role("button", name="Forget token").click()
+    sign_in(page, c)
+    for part in note:
+        expect(row.locator("td.note")).to_contain_text(part)
+    keep(page, tmp_path, "dashboard-gave-up.png")
+    row.get_by_role("button", name="Retry").click()
+    expect(page.locator("#notice")).to_contain_text("m1: base runs again (retry 1)")
+    expect(row.get_by_role("button", name="Retry")).to_have_count(0)
+    expect(row.locator("td.note")).to_contain_text("retry in 0s")
+    assert c.assignment(m1)["retries"] == 1
+    c.report_item(m1, "base", "running", attempt=1)
+    expect(row.locator("td.step")).to_contain_text("1/1 base (attempt 1")
+    expect(row.locator("td.note")).to_have_text("")
+    keep(page, tmp_path, "dashboard-after-retry.png")

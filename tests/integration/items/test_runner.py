@@ -114,8 +114,9 @@ async def test_max_attempts_gives_up_without_running_later_items(
     assert not await run(items, Journal(tmp_path / "journal.json", "m-1"), recorder, root, retry)
     assert recorder.statuses() == [("broken", "running", 1), ("broken", "failed", 1),
                                    ("broken", "running", 2), ("broken", "failed", 2)]
-    assert recorder.reports[1].next_retry_at is not None
+    assert recorder.reports[1].next_retry_at is not None and not recorder.reports[1].gave_up
     assert recorder.reports[-1].next_retry_at is None
+    assert recorder.reports[-1].gave_up  # the last one says so: the coordinator shows it
     assert len(recorder.sleeps) == 1
     assert runs(tmp_path / "never") == 0
 

@@ -228,8 +228,10 @@ class Agent:
                 if exc.status == 401:
                     raise AgentError(
                         f"{what}: the coordinator does not know this machine's credential "
-                        f"({exc}); it was deleted or the state dir is stale. Remove "
-                        f"{self.identity_path} to register again") from exc
+                        f"({exc}); it was revoked, or the state dir is stale. To keep the "
+                        "machine's record, run `coordinator machines reissue` for it, set "
+                        f"join: to the string it prints, remove {self.identity_path} and "
+                        "start again") from exc
                 raise AgentError(f"{what}: {exc}") from exc
 
     async def _wait_out(self, what: str, url: str, reason: object, attempt: int) -> None:

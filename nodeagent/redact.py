@@ -10,8 +10,8 @@ from collections.abc import Iterable
 MASK = "[REDACTED]"
 
 _PATTERNS = (
-    # This project's own secrets: join, machine and admin tokens, join strings.
-    re.compile(r"\b(?:join|machine|admin|reader)_[A-Za-z0-9_-]{20,}"),
+    # This project's own secrets: join, reissue, machine and admin tokens, join strings.
+    re.compile(r"\b(?:join|rejoin|machine|admin|reader)_[A-Za-z0-9_-]{20,}"),
     re.compile(r"\bna1\.[A-Za-z0-9_-]{20,}"),
     # Private keys in PEM, whole blocks (also a block cut off by the 4 KiB output tail).
     re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",

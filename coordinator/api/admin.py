@@ -11,6 +11,7 @@ from coordinator.api.bodies import (
     DeleteQuery,
     JoinTokenBody,
     LabelsBody,
+    ReissueBody,
     RenderQuery,
     RoleBody,
 )
@@ -21,6 +22,7 @@ from coordinator.api.views import (
     cluster_view,
     join_token_view,
     machine_view,
+    removed_view,
     rendering_view,
     upgrade_plan_view,
 )
@@ -117,6 +119,15 @@ async def _machine(request: web.Request) -> Machine:
                                                   request.query.get("cluster"))
 
 
+async def removed_machines(request: web.Request) -> web.Response:
+    """Deleted machines by id or hostname (query: ref, cluster), the last removed first."""
+    ref = request.query.get("ref")
+    if not ref:
+        raise InvalidDocument([Problem("ref", "required: a deleted machine's id or hostname")])
+    found = await service(request).queries.removed(ref, request.query.get("cluster"))
+    return web.json_response([removed_view(r) for r in found])
+
+
 async def get_machine(request: web.Request) -> web.Response:
     c = service(request)
     machine = await _machine(request)
@@ -156,6 +167,17 @@ async def revoke_machine_credential(request: web.Request) -> web.Response:
     c = service(request)
     machine = await _machine(request)
     return web.json_response(machine_view(await c.admin.revoke_credential(machine.id), None))
+
+
+async def reissue_machine_credential(request: web.Request) -> web.Response:
+    """A one-use join string bound to the machine, shown in this answer only."""
+    c = service(request)
+    wanted = await body(request, ReissueBody, optional=True)
+    machine = await _machine(request)
+    secret, updated = await c.admin.reissue_credential(machine.id, parse_duration(wanted.ttl))
+    presentation = request.app[PRESENTATION]
+    join = joinstring.make(presentation.advertise_url, secret, presentation.ca_pem)
+    return web.json_response({**machine_view(updated, None), "join": join}, status=201)
 
 
 async def delete_machine(request: web.Request) -> web.Response:

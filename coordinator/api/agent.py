@@ -13,11 +13,13 @@ from coordinator.api.context import (
     bearer,
     body,
     error,
+    refused,
     service,
 )
-from coordinator.domain.errors import NotFound, TooManyRequests
+from coordinator.domain.errors import Conflict, Forbidden, NotFound, TooManyRequests, Unauthorized
 from coordinator.domain.ratelimit import RateLimiter
 from coordinator.domain.records import CredentialOwner
+from coordinator.domain.refusals import REGISTRATION
 from coordinator.metrics import METRICS, record_item
 from nodeagent.client import generation_tag
 from nodeagent.protocol import (
@@ -50,18 +52,23 @@ async def register(request: web.Request) -> web.Response:
     _limit(request.app.get(REGISTER_LIMIT), request.remote or "", now,
            "too many registrations from this address; retry later")
     token = _join_token(request)
-    if token is not None:
-        await service(request).access.known_join_token(token)
-    _limit(request.app.get(REGISTER_TOTAL_LIMIT), "", now,
-           "too many registrations at once; retry later")
-    if token is None and (request.content_length or LEGACY_REGISTRATION_BYTES + 1) \
-            > LEGACY_REGISTRATION_BYTES:
-        return error(413, "a registration without its join token in the Authorization header "
-                     f"is at most {LEGACY_REGISTRATION_BYTES} bytes, with a Content-Length")
-    registration = await body(request, RegisterRequest)
-    if token is not None:
-        registration = registration.model_copy(update={"join_token": token})
-    response = await service(request).agents.register(registration)
+    try:
+        if token is not None:
+            await service(request).access.known_join_token(token)
+        _limit(request.app.get(REGISTER_TOTAL_LIMIT), "", now,
+               "too many registrations at once; retry later")
+        if token is None and (request.content_length or LEGACY_REGISTRATION_BYTES + 1) \
+                > LEGACY_REGISTRATION_BYTES:
+            return error(413, "a registration without its join token in the Authorization "
+                         f"header is at most {LEGACY_REGISTRATION_BYTES} bytes, with a "
+                         "Content-Length")
+        registration = await body(request, RegisterRequest)
+        if token is not None:
+            registration = registration.model_copy(update={"join_token": token})
+        response = await service(request).agents.register(registration)
+    except (Unauthorized, Forbidden, Conflict) as exc:  # counted, and logged (a flood: once)
+        refused(request, exc, REGISTRATION)
+        raise
     return web.json_response(response.model_dump(mode="json"), status=201)
 
 

@@ -73,6 +73,18 @@ class JoinTokenBody(_Body):
         return value
 
 
+class ReissueBody(_Body):
+    ttl: str = Field(default="1h", description="how long the reissue string is good for: 90s, "
+                     "15m, 1h, 7d (never forever)")
+
+    @field_validator("ttl")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if parse_duration(value) <= 0:
+            raise ValueError("a reissue string must expire: give a duration above 0")
+        return value
+
+
 class AdminTokenBody(_Body):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._@-]*$")
     role: str = Field(json_schema_extra={"enum": list(ADMIN_ROLES)})

@@ -12,8 +12,9 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from coordinator.domain.errors import Forbidden, Unauthorized
+from coordinator.domain.errors import Conflict, Forbidden, Unauthorized
 from coordinator.domain.ratelimit import RateLimiter
+from coordinator.domain.refusals import ADMIN_REQUEST
 from coordinator.service.coordinator import Coordinator
 from nodeagent.validation import TOO_DEEP, InvalidDocument, Problem, problems_from, too_deep
 
@@ -58,11 +59,12 @@ def error(status: int, message: str, problems: list[Problem] | None = None) -> w
     return web.json_response(body, status=status)
 
 
-def refused(request: web.Request, exc: Unauthorized | Forbidden) -> None:
-    """Count a refused admin (or metrics) request for the audit trail."""
-    service(request).refusals.refused(request.remote or "unknown",
-                                      401 if isinstance(exc, Unauthorized) else 403, str(exc),
-                                      request.method, request.path)
+def refused(request: web.Request, exc: Unauthorized | Forbidden | Conflict,
+            what: str = ADMIN_REQUEST) -> None:
+    """Count a refused admin (or metrics) request, or registration, for the audit trail."""
+    status = 401 if isinstance(exc, Unauthorized) else 403 if isinstance(exc, Forbidden) else 409
+    service(request).refusals.refused(request.remote or "unknown", status, str(exc),
+                                      request.method, request.path, what)
 
 
 def bearer(request: web.Request) -> str:

@@ -21,6 +21,7 @@ from coordinator.domain.errors import (
     Unauthorized,
 )
 from coordinator.metrics import record_request
+from nodeagent.logfmt import fields
 from nodeagent.validation import InvalidDocument
 
 log = logging.getLogger("coordinator")
@@ -70,12 +71,17 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
             response = mapped(exc)
             if response.status in (413, 422):  # bad input: one line, never a traceback
                 log.info("%s %s refused (%d): %.300s", request.method, request.path,
-                         response.status, exc)
+                         response.status, exc, extra=fields(event="bad-request",
+                                                            status=response.status))
         code = response.status
         return response
     except web.HTTPException as exc:
         code = exc.status
         raise
+    except Exception:  # a bug: its traceback in the log, once, and a 500 saying where to look
+        log.exception("%s %s failed", request.method, request.path, extra=fields(
+            event="error", method=request.method, path=request.path[:200]))
+        return error(500, "internal error: the coordinator's log has its details")
     finally:
         resource = request.match_info.route.resource
         endpoint = resource.canonical if resource is not None else "unmatched"

@@ -4,7 +4,14 @@ The aiohttp routes, the authentication of each request and /openapi.json all com
 from __future__ import annotations
 
 from coordinator.api import admin, agent, public, streams
-from coordinator.api.bodies import AdminTokenBody, ApproveBody, JoinTokenBody, LabelsBody, RoleBody
+from coordinator.api.bodies import (
+    AdminTokenBody,
+    ApproveBody,
+    JoinTokenBody,
+    LabelsBody,
+    ReissueBody,
+    RoleBody,
+)
 from coordinator.api.routing import Route
 from coordinator.api.streams import MAX_EVENT_PAGE
 from coordinator.domain.model import ClusterSpec
@@ -113,11 +120,18 @@ ROUTES: tuple[Route, ...] = (
           "A machine's drain (an upgrade's or a removal's): action retry (new attempt and "
           "timeout), skip (upgrade or reset with the pods left) or force (delete pods their "
           "budgets protect)", "admin"),
+    Route("GET", "/v1/removed-machines", admin.removed_machines,
+          "Deleted machines whose history is kept, by id or hostname (query: ref, cluster), the "
+          "last removed first", "admin", query=(("ref", TEXT), ("cluster", TEXT))),
     Route("POST", "/v1/machines/{ref}/retry", admin.retry_items,
           "Run again the item the machine's agent gave up on (retry.maxAttempts), with a fresh "
           "attempt budget; 409 when none was given up", "admin"),
     Route("POST", "/v1/machines/{ref}/revoke", admin.revoke_machine_credential,
           "Revoke a machine's credential", "admin"),
+    Route("POST", "/v1/machines/{ref}/reissue", admin.reissue_machine_credential,
+          "Revoke a machine's credential and issue a one-use join string bound to it (shown "
+          "once; its agent registers with it to get a new credential for the same record)",
+          "admin", 201, body=ReissueBody, body_optional=True),
     Route("GET", "/v1/events", streams.events,
           "Event history (query: cluster, machine (id or hostname), kind (comma-separated), "
           "since (unix time), after_id, limit (1 to 1000), order=asc|desc)", "admin",

@@ -48,11 +48,19 @@ async def _event_filters(request: web.Request) -> dict[str, Any]:
     if "kind" in query:
         filters["kinds"] = [k for k in query["kind"].split(",") if k]
     if "machine" in query:
-        ref = query["machine"]
-        with contextlib.suppress(NotFound):  # a removed machine's id still finds its history
-            ref = (await service(request).queries.machine(ref, query.get("cluster"))).id
-        filters["machine"] = ref
+        filters["machine"] = await _history_of(request, query["machine"], query.get("cluster"))
     return filters
+
+
+async def _history_of(request: web.Request, ref: str, cluster: str | None) -> str:
+    """The id whose history a machine filter names: the machine's, live; else that of the
+    machine deleted last with this id or hostname (machines/removed lists them all)."""
+    queries = service(request).queries
+    try:
+        return (await queries.machine(ref, cluster)).id
+    except NotFound:
+        removed = await queries.removed(ref, cluster)
+        return removed[0].machine_id if removed else ref
 
 
 async def events(request: web.Request) -> web.Response:

@@ -10,7 +10,13 @@ from coordinator.domain.model import ClusterSpec, Machine, Material
 from coordinator.domain.nodes import described
 from coordinator.domain.outputs import public_outputs, waits_text
 from coordinator.domain.planner import MachineUpgrade, UpgradePlan
-from coordinator.domain.records import AdminToken, Event, JoinToken, StoredCluster
+from coordinator.domain.records import (
+    AdminToken,
+    Event,
+    JoinToken,
+    RemovedMachine,
+    StoredCluster,
+)
 from coordinator.domain.remedies import machine_note
 from coordinator.domain.rendering import RenderedMachine, Rendering
 from coordinator.domain.status import machine_step
@@ -68,7 +74,9 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
         "node": None if machine.node is None else {
             **asdict(machine.node), "condition_text": described(machine.node)},
         "credential": {"revoked": not machine.credential_hash,
-                       "expires_at": machine.credential_expires_at},
+                       "expires_at": machine.credential_expires_at,
+                       "reissue_expires_at": machine.reissue_expires_at,
+                       "reissue_used_at": machine.reissue_used_at},
         "waits": waits,
         # Why it is where it is and what to do: every view shows this (domain/remedies.py).
         "note": vars(machine_note(spec, machine, step, at, waits, failures)),
@@ -170,6 +178,11 @@ def join_token_view(token: JoinToken, now: float) -> dict[str, Any]:
     return {"id": token.id, "cluster": token.cluster, "created_at": token.created_at,
             "expires_at": token.expires_at, "max_uses": token.max_uses, "uses": token.uses,
             "revoked": token.revoked, "state": join_token_state(token, now)}
+
+
+def removed_view(removed: RemovedMachine) -> dict[str, Any]:
+    return {"id": removed.machine_id, "cluster": removed.cluster, "hostname": removed.hostname,
+            "removed_at": removed.removed_at}
 
 
 def admin_token_view(token: AdminToken) -> dict[str, Any]:

@@ -10,11 +10,13 @@ from typing import Any
 import click
 
 from coordinator.cli.plumbing import (
+    MachineRef,
     complete_clusters,
     complete_machines,
     emit_record,
     event_history,
     follow_events,
+    history_id,
     interrupt_quietly,
     output_option,
     say,
@@ -42,7 +44,8 @@ def parse_since(value: str, now: float) -> float:
 
 @click.command()
 @click.option("--cluster", "cluster_name", shell_complete=complete_clusters)
-@click.option("--machine", help="Hostname or id.", shell_complete=complete_machines)
+@click.option("--machine", help="Hostname or id; a deleted machine's too (the last deleted of "
+              "that hostname, unless its id is given).", shell_complete=complete_machines)
 @click.option("--kind", "kinds", multiple=True,
               help="Only these kinds (repeat): registered, approved, state, item, ...")
 @click.option("--since", help="Only events since: 10m, 2h, 1d, an ISO time or a unix time.")
@@ -57,7 +60,7 @@ def events(ctx: click.Context, cluster_name: str | None, machine: str | None,
     if cluster_name:
         query["cluster"] = cluster_name
     if machine:
-        query["machine"] = machine
+        query["machine"] = history_id(ctx, MachineRef(machine, cluster_name))
     if kinds:
         query["kind"] = ",".join(kinds)
     if since:

@@ -1,6 +1,6 @@
-"""`coordinator machines [get|logs|label|retry]` and the commands that act on one machine: approve,
-role, delete, revoke. (`machines add`, which works over SSH, lives with the other SSH
-commands.)"""
+"""`coordinator machines [get|logs|label|retry|reissue]` and the commands that act on one
+machine: approve, role, delete, revoke. (`machines add`, which works over SSH, lives with the
+other SSH commands.)"""
 
 from __future__ import annotations
 
@@ -19,14 +19,17 @@ from coordinator.cli.plumbing import (
     emit_record,
     event_history,
     follow_events,
+    history_id,
     interrupt_quietly,
     machine_argument,
     output_option,
+    parse_duration,
     say,
     say_block,
     yes_option,
 )
 from coordinator.cli.render import (
+    day_and_time,
     item_header,
     labels_text,
     machine_full,
@@ -83,9 +86,9 @@ def print_item(event: dict[str, Any], output: str) -> None:
 @click.pass_context
 def machines_logs(ctx: click.Context, machine: MachineRef, follow: bool, tail: int | None,
                   output: str) -> None:
-    """The output of a machine's items (the last 4 KiB of each attempt, as reported)."""
-    found = call(ctx, "GET", machine.path())
-    query = {"machine": found["id"], "kind": "item"}
+    """The output of a machine's items (the last 4 KiB of each attempt, as reported); a
+    deleted machine's too, by its id or hostname (the last deleted of that name)."""
+    query = {"machine": history_id(ctx, machine), "kind": "item"}
     after = 0
     for event in event_history(ctx, query, tail):
         print_item(event, output)
@@ -198,3 +201,22 @@ def revoke(ctx: click.Context, machine: MachineRef) -> None:
     """Revoke a machine's credential: its agent is refused until the machine joins anew."""
     data = call(ctx, "POST", machine.path("/revoke"))
     say(f"{data['hostname']}: credential revoked")
+
+
+@machines.command("reissue")
+@machine_argument
+@click.option("--ttl", default="1h", show_default=True,
+              help="How long the string is good for, e.g. 15m, 1h, 2d.")
+@click.pass_context
+def machines_reissue(ctx: click.Context, machine: MachineRef, ttl: str) -> None:
+    """Give a machine a new credential, keeping its record, items and history: its current
+    credential is revoked and a one-use join string bound to it printed (shown once). On that
+    host, set `join:` in the agent's config to it, remove identity.json from its state dir
+    and restart nodeagent: it registers again as the same machine."""
+    parse_duration(ttl, "--ttl")
+    data = call(ctx, "POST", machine.path("/reissue"), body={"ttl": ttl})
+    say(data["join"])
+    say(f"{data['hostname']}: credential revoked; this join string binds a new one to the "
+        f"same machine, once, until {day_and_time(data['credential']['reissue_expires_at'])}. "
+        f"On {data['hostname']}: set `join:` in the agent's config to it, remove identity.json "
+        "from its state dir, restart nodeagent", err=True)

@@ -14,14 +14,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote, urlencode
 
 import click
 from click.shell_completion import CompletionItem
 
 from coordinator.cli.client import AdminClient, ClientError
-from coordinator.cli.render import block_lines, terminal_safe
+from coordinator.cli.render import block_lines, day_and_time, terminal_safe
 
 EXIT_ERROR, EXIT_USAGE = 1, 2
 DEFAULT_URL = "https://127.0.0.1:8080"
@@ -123,9 +123,37 @@ def call(ctx: click.Context, method: str, path: str, **kwargs: Any) -> Any:
     try:
         return client.request(method, path, **kwargs)
     except ClientError as exc:
-        for line in _problems_shown(exc):
-            say(line, err=True)
-        sys.exit(EXIT_USAGE if exc.status in (400, 422) else EXIT_ERROR)
+        fail(exc)
+
+
+def fail(exc: ClientError) -> NoReturn:
+    """The API's error on stderr (each problem once), and the exit code of call."""
+    for line in _problems_shown(exc):
+        say(line, err=True)
+    sys.exit(EXIT_USAGE if exc.status in (400, 422) else EXIT_ERROR)
+
+
+def history_id(ctx: click.Context, machine: MachineRef) -> str:
+    """The id whose history (events, item output) a command shows for machine: the machine's,
+    live; else that of the record of that id or hostname deleted last, said on stderr with
+    the older ones, which their ids pick."""
+    client: AdminClient = ctx.obj
+    try:
+        return str(client.request("GET", machine.path())["id"])
+    except ClientError as exc:
+        if exc.status not in (404, 410):  # not "no such machine"
+            fail(exc)
+    asked = {"ref": machine.name, **({"cluster": machine.cluster} if machine.cluster else {})}
+    removed = call(ctx, "GET", f"/v1/removed-machines?{urlencode(asked)}")
+    if not removed:
+        say(f"error: no machine with id or hostname {machine}, now or deleted", err=True)
+        sys.exit(EXIT_ERROR)
+    latest, older = removed[0], removed[1:]
+    say(f"{latest['hostname']} was deleted from cluster {latest['cluster']} at "
+        f"{day_and_time(latest['removed_at'])}: history of machine {latest['id']}"
+        + (f" (the last of {len(removed)} deleted machines of that name; the others by id: "
+           + ", ".join(r["id"] for r in older) + ")" if older else ""), err=True)
+    return str(latest["id"])
 
 
 def _problems_shown(exc: ClientError) -> list[str]:

@@ -274,6 +274,11 @@ class Machine:
     generation: int = 1  # grows whenever the agent's assignment changes
     credential_hash: str = ""  # "" when revoked: matches no credential
     credential_expires_at: float | None = None
+    # The last one-use join string issued to bind a new credential to this record (machines
+    # reissue): the hash of its token ("" when none), when it expires and when it was used.
+    reissue_hash: str = field(default="", repr=False)
+    reissue_expires_at: float | None = None
+    reissue_used_at: float | None = None
     responding: bool = True  # false once heartbeats stopped; the state is left as it was
     release: str = ""  # the release it last deployed or upgraded at, or had nothing to run at
     managers: tuple[str, ...] = ()  # the deployed managers its deploy/reconfigure items last saw

@@ -1,7 +1,8 @@
-"""Refused admin attempts (401, 403), counted per source address and status and written as
-one `audit` event each per window: every refusal leaves a trace, and a flood of bad tokens
-writes a handful of events saying how many, never one per request. State in memory, no I/O;
-the caller passes the clock and writes the events."""
+"""Refused attempts, admin requests (401, 403) and registrations (401, 403, 409), counted per
+source address, status and what was refused, and written as one `audit` event each per window:
+every refusal leaves a trace, and a flood of bad tokens writes a handful of events saying how
+many, never one per request. State in memory, no I/O; the caller passes the clock and writes
+the events."""
 
 from __future__ import annotations
 
@@ -23,36 +24,46 @@ class _Count:
     method: str
     path: str
     reason: str
+    what: str
+
+
+ADMIN_REQUEST = "admin request"
+REGISTRATION = "registration"
 
 
 class RefusalTally:
     """The refusals since the last `drain`, bounded by MAX_SOURCES whatever the flood."""
 
     def __init__(self) -> None:
-        self._counts: dict[tuple[str, int], _Count] = {}
+        self._counts: dict[tuple[str, int, str], _Count] = {}
 
-    def note(self, source: str, status: int, reason: str, method: str, path: str,
-             now: float) -> None:
-        key = (source, status)
+    def note(self, source: str, status: int, reason: str, method: str, path: str, now: float,
+             what: str = ADMIN_REQUEST) -> bool:
+        """Count one refusal; True when it is the first of its source, status and kind in
+        this window (the one a log shows at once: the rest are counted in its event)."""
+        key = (source, status, what)
         if key not in self._counts and len(self._counts) >= MAX_SOURCES:
-            key = (OTHERS, status)
+            key = (OTHERS, status, what)
         found = self._counts.get(key)
         if found is None:
-            self._counts[key] = _Count(1, now, now, method, path[:MAX_PATH], reason)
-            return
+            self._counts[key] = _Count(1, now, now, method, path[:MAX_PATH], reason, what)
+            return True
         found.count += 1
         found.last, found.method, found.path, found.reason = now, method, path[:MAX_PATH], reason
+        return False
 
     def drain(self, now: float) -> list[Event]:
-        """One audit event per source and status counted since the last drain; then none."""
+        """One audit event per source, status and kind counted since the last drain; then
+        none."""
         counts, self._counts = self._counts, {}
         return [event(now, "", "audit", _message(source, status, c), data={
             "source": source, "status": status, "refused": c.count, "first": c.first,
-            "last": c.last, "method": c.method, "path": c.path, "reason": c.reason})
-            for (source, status), c in counts.items()]
+            "last": c.last, "method": c.method, "path": c.path, "reason": c.reason,
+            "what": c.what})
+            for (source, status, _), c in counts.items()]
 
 
 def _message(source: str, status: int, count: _Count) -> str:
     times = "once" if count.count == 1 else f"{count.count} times"
-    return (f"{source}: admin request refused {times} ({status}: {count.reason}), last "
+    return (f"{source}: {count.what} refused {times} ({status}: {count.reason}), last "
             f"{count.method} {count.path}")

@@ -28,6 +28,23 @@ def new_token(prefix: str) -> str:
     return f"{prefix}_{secrets.token_urlsafe(32)}"
 
 
+# A reissue string's token names the machine it is bound to: `rejoin_<machine id>_<hex>`. The
+# id is no secret; the hex part (no `_` in it) is, and only the whole token's hash is kept.
+REISSUE_PREFIX = "rejoin_"
+
+
+def new_reissue_token(machine_id: str) -> str:
+    return f"{REISSUE_PREFIX}{machine_id}_{secrets.token_hex(32)}"
+
+
+def reissued_machine(token: str) -> str | None:
+    """The id of the machine a reissue token is bound to; None for any other token."""
+    if not token.startswith(REISSUE_PREFIX):
+        return None
+    machine_id, _, secret = token[len(REISSUE_PREFIX):].rpartition("_")
+    return machine_id if machine_id and secret else None
+
+
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 

@@ -29,7 +29,7 @@ from coordinator.service.history import DEFAULT_RETENTION, Retention
 from coordinator.store.base import Store, StoreError
 from coordinator.store.cipher import Cipher
 from coordinator.store.sqlite import SQLiteStore
-from nodeagent.redact import RedactingFilter
+from nodeagent import logfmt
 
 WILDCARDS = frozenset({"0.0.0.0", "::", ""})
 
@@ -195,10 +195,7 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
 
 def serve_forever(options: ServeOptions) -> None:
     os.umask(datadir.PRIVATE_UMASK)  # whatever the shell's: every file it makes is its own
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RedactingFilter())
+    logfmt.configure("info")  # the agent's format: stable keys, journal priorities, redacted
     try:
         # uvloop's event loop and TLS (libuv, C): with an agent's connection open per machine,
         # asyncio's TLS held a zero-filled 256 KiB read buffer per connection (2.5 GiB at

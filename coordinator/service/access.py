@@ -10,12 +10,14 @@ from pathlib import Path
 
 from coordinator.domain.errors import Forbidden, NotFound, Unauthorized
 from coordinator.domain.records import AdminToken, JoinToken
+from coordinator.domain.reissue import issued_to
 from coordinator.domain.tokens import (
     ADMIN,
     ADMIN_ROLES,
     admin_refusal,
     join_refusal,
     new_token,
+    reissued_machine,
     token_hash,
 )
 from coordinator.store.base import Store
@@ -67,7 +69,12 @@ class Access:
         registration's body is read, so a stranger's costs no parsing. Whatever the token's
         state: a retry whose first attempt used it up still gets its machine (the
         registration itself checks the token)."""
-        if await self.store.join_token(token_hash(secret)) is None:
+        rejoining = reissued_machine(secret)
+        if rejoining is not None:  # a reissue string's: issued to the machine it names
+            if not issued_to(await self.store.get_machine(rejoining), token_hash(secret)):
+                raise Unauthorized("this reissue string is not the one last issued to its "
+                                   "machine: replaced by a newer one, or its machine is gone")
+        elif await self.store.join_token(token_hash(secret)) is None:
             raise Unauthorized("unknown join token")
 
     # -- admin tokens ---------------------------------------------------------------

@@ -20,9 +20,11 @@ from coordinator.domain.model import (
     needs_drain,
 )
 from coordinator.domain.records import Event, JoinToken, StoredCluster
+from coordinator.domain.reissue import reissued
 from coordinator.domain.removal import quorum_refusal, removal_drain
 from coordinator.domain.retries import retried
 from coordinator.domain.specs import check_fixed, pause_kept
+from coordinator.domain.tokens import new_reissue_token, token_hash
 from coordinator.service.access import Access
 from coordinator.service.drainer import Drainer
 from coordinator.service.notifier import Notifier
@@ -172,6 +174,18 @@ class Admin:
             await self._commit_one(updated, "credential", f"{machine.hostname}: credential revoked")
         self.notifier.wake([machine.id])
         return updated
+
+    async def reissue_credential(self, machine_id: str, ttl: float) -> tuple[str, Machine]:
+        """A one-use reissue token bound to the machine (its hash kept, the token returned to
+        be shown once), valid ttl seconds; its current credential is revoked at once."""
+        secret = new_reissue_token(machine_id)
+        async with self.writes.lock:
+            machine = await self.queries.machine_by_id(machine_id)
+            now = self.clock()
+            updated, issued = reissued(machine, token_hash(secret), now + ttl, now)
+            await self.writes.commit([updated], [issued])
+        self.notifier.wake([machine.id])
+        return secret, updated
 
     async def delete_machine(self, machine_id: str, force: bool = False, skip_reset: bool = False,
                              whole_cluster: bool = False) -> Machine | None:

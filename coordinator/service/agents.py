@@ -13,13 +13,14 @@ from dataclasses import replace
 
 from coordinator.domain.approval import prechecked
 from coordinator.domain.assignment import AssignmentInputs, build_assignment, may_host_post_deploy
-from coordinator.domain.errors import Conflict
+from coordinator.domain.errors import Conflict, Unauthorized
 from coordinator.domain.events import event
 from coordinator.domain.model import ClusterSpec, Machine, deployed_managers
 from coordinator.domain.records import Event
 from coordinator.domain.registration import Credential, registered, retried
+from coordinator.domain.reissue import rejoin_refusal, rejoined
 from coordinator.domain.reports import fold_report
-from coordinator.domain.tokens import new_token, token_hash
+from coordinator.domain.tokens import new_token, reissued_machine, token_hash
 from coordinator.service.access import Access
 from coordinator.service.groupcommit import GroupCommit, Pending
 from coordinator.service.notifier import Notifier
@@ -70,19 +71,37 @@ class Agents:
             if owner is not None:
                 return RegisterResponse(machine_id=retried(owner, request), credential=secret,
                                         credential_expires_at=owner.expires_at)
-            cluster = await self.access.usable_join_token(request.join_token)
-            settings = (await self.queries.cluster(cluster)).spec.settings
-            existing = next(iter(await self.store.machines_by_hostname(request.hostname,
-                                                                       cluster)), None)
-            machine, events = registered(cluster, settings, existing, request, credential,
-                                         str(uuid.uuid4()), now)
-            # Only a registration that will be written uses the token (a 409 costs nothing).
-            await self.access.consume_join_token(request.join_token)
+            rejoining = reissued_machine(request.join_token)
+            if rejoining is not None:
+                machine, events = await self._rejoined(rejoining, request, credential, now)
+            else:
+                cluster = await self.access.usable_join_token(request.join_token)
+                settings = (await self.queries.cluster(cluster)).spec.settings
+                existing = next(iter(await self.store.machines_by_hostname(request.hostname,
+                                                                           cluster)), None)
+                machine, events = registered(cluster, settings, existing, request, credential,
+                                             str(uuid.uuid4()), now)
+                # Only a registration that will be written uses the token (a 409 costs nothing).
+                await self.access.consume_join_token(request.join_token)
             await self.writes.commit([machine], events)
         self.notifier.changed()
         self.notifier.kick()
         return RegisterResponse(machine_id=machine.id, credential=secret,
                                 credential_expires_at=credential.expires_at)
+
+    async def _rejoined(self, machine_id: str, request: RegisterRequest, credential: Credential,
+                        now: float) -> tuple[Machine, list[Event]]:
+        """The machine a reissue string is bound to, with the new credential (domain/reissue.py);
+        refused saying why when the string or the node is not the one it was issued for."""
+        machine = await self.store.get_machine(machine_id)
+        if machine is None:
+            raise Unauthorized(f"this reissue string's machine is gone: "
+                               f"{await self.queries.missing(machine_id)}")
+        refused = rejoin_refusal(machine, token_hash(request.join_token), request.hostname, now)
+        if refused is not None:
+            raise refused
+        updated, rebound = rejoined(machine, request, credential, now)
+        return updated, [rebound]
 
     async def rotate_credential(self, machine_id: str, secret: str) -> float | None:
         """Replace a machine's credential with one its agent chose (and saved before asking,

@@ -11,6 +11,7 @@ from coordinator.domain.model import Machine
 from coordinator.domain.records import CredentialOwner
 from coordinator.service.writes import Writes
 from coordinator.store.base import Store
+from nodeagent.logfmt import fields
 
 log = logging.getLogger("coordinator")
 HEARTBEAT_FLUSH_SECONDS = 1.0
@@ -64,4 +65,4 @@ class HeartbeatBuffer:
             try:
                 await self.flush()
             except Exception:  # e.g. the database is locked for a while: the next flush retries
-                log.exception("writing heartbeats failed")
+                log.exception("writing heartbeats failed", extra=fields(event="error"))

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinator.store.base import Store, StoreError
+from nodeagent.logfmt import fields
 
 log = logging.getLogger("coordinator")
 
@@ -53,5 +54,5 @@ class EventRetention:
             try:
                 await self.prune()
             except StoreError as exc:  # the store is down for now: the next prune catches up
-                log.warning("event retention: %s", exc)
+                log.warning("event retention: %s", exc, extra=fields(event="error"))
             await asyncio.sleep(self.retention.interval_seconds)

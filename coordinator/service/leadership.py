@@ -13,6 +13,7 @@ from coordinator.service.nodewatch import NodeWatch
 from coordinator.service.notifier import Notifier
 from coordinator.service.reconciler import Reconciler
 from coordinator.store.base import Store, Term, leader_epoch
+from nodeagent.logfmt import fields
 
 log = logging.getLogger("coordinator")
 # A deposed leader waits this long before it campaigns again: the replicas that saw it go
@@ -83,7 +84,7 @@ class Leadership:
         try:
             await self.reconciler.reconcile_locked()
         except Exception:  # the reports are recorded; the loop tries again
-            log.exception("reconcile pass failed")
+            log.exception("reconcile pass failed", extra=fields(event="error"))
             self.notifier.kick()
         finally:
             leader_epoch.reset(epoch)
@@ -102,5 +103,5 @@ class Leadership:
             try:
                 await self.reconciler.reconcile_once()
             except Exception:  # a bad pass must not stop the loop; the next one retries
-                log.exception("reconcile pass failed")
+                log.exception("reconcile pass failed", extra=fields(event="error"))
                 await asyncio.sleep(tick)

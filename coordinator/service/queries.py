@@ -11,7 +11,14 @@ from coordinator.domain import planner
 from coordinator.domain.errors import Conflict, Gone, NotFound
 from coordinator.domain.fleet import Fleet
 from coordinator.domain.model import ClusterSpec, Machine
-from coordinator.domain.records import AdminToken, Event, JoinToken, MachineCount, StoredCluster
+from coordinator.domain.records import (
+    AdminToken,
+    Event,
+    JoinToken,
+    MachineCount,
+    RemovedMachine,
+    StoredCluster,
+)
 from coordinator.domain.rendering import Rendering, render_cluster
 from coordinator.domain.specs import check_fixed, pause_kept
 from coordinator.domain.status import (
@@ -94,6 +101,14 @@ class Queries:
             raise NotFound(f"no machine with id or hostname {ref}"
                            + (f" in cluster {cluster}" if cluster else ""))
         return matches[0]
+
+    async def removed(self, ref: str, cluster: str | None = None) -> list[RemovedMachine]:
+        """What is kept of deleted machines by id or hostname (in cluster, when named), the
+        most recently removed first: their history stays readable by the name people know."""
+        removed = await self.store.removed_machine(ref)
+        if removed is not None and cluster in (None, removed.cluster):
+            return [removed]
+        return await self.store.removed_by_hostname(ref, cluster)
 
     async def machines(self, cluster: str | None = None) -> tuple[list[Machine], dict[str, ClusterSpec]]:
         """The machines (of one cluster, or all), with the specs of their clusters."""

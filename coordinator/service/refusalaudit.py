@@ -1,6 +1,7 @@
-"""The audit trail of refused admin attempts: refusals are counted in memory as they come
-(`domain/refusals.py`) and written every AUDIT_WINDOW_SECONDS, one event per source address
-and status, so a flood of bad tokens costs the store a few rows a minute."""
+"""The audit trail of refused attempts (admin requests, registrations): refusals are counted
+in memory as they come (`domain/refusals.py`) and written every AUDIT_WINDOW_SECONDS, one event
+per source address, status and kind, so a flood of bad tokens costs the store a few rows a
+minute. The log shows the first of each at once, and the count with the event."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from coordinator.domain.refusals import RefusalTally
+from coordinator.domain.refusals import ADMIN_REQUEST, MAX_PATH, RefusalTally
 from coordinator.service.writes import Writes
+from nodeagent.logfmt import fields
 
 log = logging.getLogger("coordinator")
 AUDIT_WINDOW_SECONDS = 60.0
@@ -21,9 +23,14 @@ class RefusalAudit:
         self.clock = clock
         self.tally = RefusalTally()
 
-    def refused(self, source: str, status: int, reason: str, method: str, path: str) -> None:
-        """A 401 or 403 answered to an admin request (or to /metrics): counted, not written."""
-        self.tally.note(source, status, reason, method, path, self.clock())
+    def refused(self, source: str, status: int, reason: str, method: str, path: str,
+                what: str = ADMIN_REQUEST) -> None:
+        """A 401 or 403 answered to an admin request (or to /metrics), or a registration
+        refused: counted, not written; logged when it is the first of its kind this window."""
+        if self.tally.note(source, status, reason, method, path, self.clock(), what):
+            log.info("%s refused (%d): %s", what, status, reason, extra=fields(
+                event="refused", what=what, source=source, status=status, method=method,
+                path=path[:MAX_PATH]))
 
     async def flush(self) -> None:
         """Write what was counted since the last flush."""
@@ -38,4 +45,5 @@ class RefusalAudit:
             try:
                 await self.flush()
             except Exception:  # the store is away for a while: these counts are lost, not the next
-                log.exception("writing the audit of refused requests failed")
+                log.exception("writing the audit of refused requests failed",
+                              extra=fields(event="error"))

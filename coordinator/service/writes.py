@@ -1,5 +1,6 @@
 """The one seam every machine write goes through: the store, the set of machines the next
-reconcile pass plans on, authentication's cache, and the relay that tells other replicas.
+reconcile pass plans on, authentication's cache, the relay that tells other replicas, and the
+coordinator's log of what happened (eventlog.py).
 
 A write marks its machines changed, as written (the pass plans on that copy, with the
 heartbeats written since) or by id only (the pass reads them again). Replicas relay the ids
@@ -13,6 +14,7 @@ from dataclasses import replace
 from coordinator.domain.model import Machine
 from coordinator.domain.records import Event
 from coordinator.service.credentials import CredentialCache
+from coordinator.service.eventlog import log_events
 from coordinator.service.notifier import Notifier
 from coordinator.store.base import Store
 
@@ -36,17 +38,20 @@ class Writes:
         """Write machines and events, and remove machines (id -> when); the next reconcile
         pass plans on these machines."""
         await self.store.commit(machines, events, removed)
+        log_events(events)
         self.mark(removed or {}, machines)
 
     async def record(self, events: Sequence[Event]) -> None:
         """Write events that change no machine."""
         await self.store.commit([], events)
+        log_events(events)
 
     async def commit_planned(self, machines: Sequence[Machine], events: Sequence[Event],
                              removed: Mapping[str, float]) -> None:
         """A reconcile pass's own writes: the pass keeps them itself, so they are not marked
         changed, but authentication and the other replicas learn of them."""
         await self.store.commit(machines, events, removed)
+        log_events(events)
         self._written_here(list(removed), machines)
 
     def mark(self, machine_ids: Iterable[str], machines: Iterable[Machine] = ()) -> None:

@@ -170,6 +170,12 @@ class Store(ABC):
         removed, or no such machine)."""
 
     @abstractmethod
+    async def removed_by_hostname(self, hostname: str,
+                                  cluster: str | None = None) -> list[RemovedMachine]:
+        """What is kept of the machines of this hostname (in cluster, when named) whose
+        records were removed, the most recently removed first (at most 100)."""
+
+    @abstractmethod
     async def removed_credential(self, credential_hash: str) -> RemovedMachine | None:
         """The machine last removed while this was its credential's hash; None for an unknown
         hash, and always for "" (a revoked credential proves nothing)."""

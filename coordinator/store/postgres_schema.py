@@ -114,6 +114,10 @@ MIGRATIONS: list[str] = [
         fingerprint TEXT NOT NULL
     );
     """,
+    # 5 -> 6: a deleted machine's history is found by its hostname (`machines logs HOST`).
+    """
+    CREATE INDEX removed_machines_hostname ON removed_machines (hostname, removed_at);
+    """,
 ]
 
 

@@ -179,6 +179,10 @@ class Statements:
             "cluster = excluded.cluster, hostname = excluded.hostname, "
             "credential_hash = excluded.credential_hash, removed_at = excluded.removed_at")
         self.removed_machine = sql("SELECT * FROM removed_machines WHERE id = $1")
+        self.removed_named = sql("SELECT * FROM removed_machines WHERE hostname = $1 "
+                                 "ORDER BY removed_at DESC LIMIT 100")
+        self.cluster_removed_named = sql("SELECT * FROM removed_machines WHERE hostname = $2 "
+                                         "AND cluster = $1 ORDER BY removed_at DESC LIMIT 100")
         self.removed_credential = sql("SELECT * FROM removed_machines WHERE credential_hash = $1 "
                                       "ORDER BY removed_at DESC LIMIT 1")
         # -- the fingerprint of the key that seals the machines' secrets: the first store

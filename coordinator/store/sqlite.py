@@ -313,6 +313,13 @@ class SQLiteStore(Store):
     async def removed_machine(self, machine_id: str) -> RemovedMachine | None:
         return await self._one(removed_machine_from_row, SQL.removed_machine, (machine_id,))
 
+    async def removed_by_hostname(self, hostname: str,
+                                  cluster: str | None = None) -> list[RemovedMachine]:
+        if cluster is None:
+            return await self._all(removed_machine_from_row, SQL.removed_named, (hostname,))
+        return await self._all(removed_machine_from_row, SQL.cluster_removed_named,
+                               (cluster, hostname))
+
     async def removed_credential(self, credential_hash: str) -> RemovedMachine | None:
         if not credential_hash:
             return None

@@ -105,6 +105,10 @@ MIGRATIONS: list[str] = [
         fingerprint TEXT NOT NULL
     );
     """,
+    # 6 -> 7: a deleted machine's history is found by its hostname (`machines logs HOST`).
+    """
+    CREATE INDEX removed_machines_hostname ON removed_machines (hostname, removed_at);
+    """,
 ]
 
 

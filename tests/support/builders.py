@@ -82,6 +82,23 @@ machineTypes:
 """
 
 
+# A manager and a worker whose upgrade drains it, through the Kubernetes API of the kubeconfig
+# filled in (str.format: release, kubeconfig).
+DRAINING_CLUSTER = """\
+name: lab
+release: "{release}"
+settings:
+  drain: {{timeoutSeconds: 120, evictionRetrySeconds: 0.2, gracePeriodSeconds: 0}}
+  kubernetes: {{kubeconfig: {kubeconfig}}}
+machineTypes:
+  manager:
+    - {{name: control-plane, phase: deploy, action: {{type: exec, argv: ["true"]}}}}
+  worker:
+    - {{name: join, phase: deploy, action: {{type: exec, argv: ["true"]}}}}
+    - {{name: kubelet, phase: upgrade, version: "{release}", action: {{type: exec, argv: ["true"]}}}}
+"""
+
+
 # -- cluster specs as models ---------------------------------------------------------------------
 
 @functools.cache  # items are frozen; validating them is the slow part of building a spec
@@ -292,6 +309,9 @@ def full_machine(machine_id: str = "m-1", cluster: str = "edge", **changes: Any)
         last_seen=3.5,
         generation=4,
         credential_hash=f"cred-{machine_id}",
+        reissue_hash=f"reissue-{machine_id}",
+        reissue_expires_at=5.5,
+        reissue_used_at=4.5,
         responding=False,
         deploy_order=2,
         post_deploy=True,

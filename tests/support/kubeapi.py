@@ -40,6 +40,9 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.support.driver import Call, SyncDriver
+from tests.support.waiting import wait_until
+
 CLONE_NEWNET = 0x40000000
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for nodes
@@ -751,3 +754,19 @@ def kube_api_server(cluster: Cluster | None = None, netns: str | None = None,
         yield server
     finally:
         server.stop()
+
+
+def rolled_out_marked(c: SyncDriver, kube: KubeApiServer, roles: dict[str, str]) -> None:
+    """Simulated agents of these hostnames registered, each one's Node marked as its kubelet
+    would mark it, approved as its role, and their items reported until all are Ready."""
+    for hostname, role in roles.items():
+        with kube.locked() as cluster:
+            cluster.mark_node(hostname, c.register(hostname)["machine_id"])
+        c.send(Call("POST", f"/v1/machines/{hostname}/approve", body={"role": role}))
+
+    def rolled_out() -> bool:
+        for agent in c.agents.values():
+            c.report_all(agent)
+        return all(c.machine(h)["state"] == "Ready" for h in c.agents)
+
+    wait_until(rolled_out, 30, "the rollout", interval=0.2)

@@ -142,7 +142,7 @@ def test_a_refused_choice_or_label_says_why_without_a_traceback(
 def test_logs_of_an_unknown_machine_say_so(coordinator: ServedCoordinator) -> None:
     result = coordinator.cli("machines", "logs", "nope", ok=False)
     assert result.returncode == 1
-    assert result.stderr == "error: no machine with id or hostname nope\n"
+    assert result.stderr == "error: no machine with id or hostname nope, now or deleted\n"
 
 
 def test_events_filter_by_machine_kind_and_since(coordinator: ServedCoordinator) -> None:

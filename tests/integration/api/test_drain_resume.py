@@ -11,23 +11,11 @@ from typing import Any
 
 import pytest
 
+from tests.support.builders import DRAINING_CLUSTER as SPEC
 from tests.support.harness import ServedCoordinator, running_coordinator
-from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
+from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server, rolled_out_marked
 from tests.support.waiting import wait_until
 
-SPEC = """\
-name: lab
-release: "{release}"
-settings:
-  drain: {{timeoutSeconds: 120, evictionRetrySeconds: 0.2, gracePeriodSeconds: 0}}
-  kubernetes: {{kubeconfig: {kubeconfig}}}
-machineTypes:
-  manager:
-    - {{name: control-plane, phase: deploy, action: {{type: exec, argv: ["true"]}}}}
-  worker:
-    - {{name: join, phase: deploy, action: {{type: exec, argv: ["true"]}}}}
-    - {{name: kubelet, phase: upgrade, version: "{release}", action: {{type: exec, argv: ["true"]}}}}
-"""
 READY_DELAY = 2.0  # a replacement's time to Ready: the budget lets one web pod go per period
 
 
@@ -58,17 +46,7 @@ def test_a_coordinator_killed_mid_drain_resumes_it_after_a_restart(
         tmp_path: Path, kube: KubeApiServer) -> None:
     kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
     with running_coordinator(tmp_path, SPEC.format(release="1.0", kubeconfig=kubeconfig)) as c:
-        for hostname, role in (("m1", "manager"), ("w1", "worker")):
-            with kube.locked() as cluster:  # its node, as the machine's kubelet marks it
-                cluster.mark_node(hostname, c.register(hostname)["machine_id"])
-            c.admin.request("POST", f"/v1/machines/{hostname}/approve", body={"role": role})
-
-        def rolled_out() -> bool:
-            for agent in c.agents.values():
-                c.report_all(agent)
-            return all(c.machine(h)["state"] == "Ready" for h in c.agents)
-
-        wait_until(rolled_out, 30, "the rollout", interval=0.2)
+        rolled_out_marked(c, kube, {"m1": "manager", "w1": "worker"})
         c.admin.request("PUT", "/v1/clusters", text=SPEC.format(release="2.0", kubeconfig=kubeconfig),
                         content_type="application/yaml")
         wait_until(lambda: len(kube.cluster.evictions) == 1, 30, "w1's first eviction")

@@ -281,6 +281,17 @@ async def test_a_removed_machine_is_remembered_by_its_id_and_its_last_credential
     assert await store.removed_credential("cred-m-1") == replace(gone, removed_at=30.0)
 
 
+async def test_removed_machines_are_found_by_hostname_the_last_removed_first(
+        store: Store) -> None:
+    """`machines logs HOST` of a machine deleted (twice, under two ids)."""
+    await store.commit([full_machine("m-1", hostname="w1"), full_machine("m-2", hostname="w1"),
+                        full_machine("m-3", hostname="w1", cluster="lab")])
+    await store.commit(removed={"m-2": 20.0, "m-1": 30.0, "m-3": 25.0})
+    assert [r.machine_id for r in await store.removed_by_hostname("w1")] == ["m-1", "m-3", "m-2"]
+    assert [r.machine_id for r in await store.removed_by_hostname("w1", "edge")] == ["m-1", "m-2"]
+    assert await store.removed_by_hostname("w2") == []
+
+
 async def test_an_empty_commit_changes_nothing(store: Store) -> None:
     assert await store.commit() == []
     assert await store.list_machines() == [] and await store.list_events() == []

@@ -3,7 +3,14 @@ a bounded number of events, and together they count every refusal."""
 
 from __future__ import annotations
 
-from coordinator.domain.refusals import MAX_PATH, MAX_SOURCES, OTHERS, RefusalTally
+from coordinator.domain.refusals import (
+    ADMIN_REQUEST,
+    MAX_PATH,
+    MAX_SOURCES,
+    OTHERS,
+    REGISTRATION,
+    RefusalTally,
+)
 
 
 def test_a_flood_from_many_addresses_writes_a_bounded_number_of_events_counting_all() -> None:
@@ -31,3 +38,17 @@ def test_one_source_refused_again_and_again_is_one_event_saying_how_often() -> N
                                  "'ci' is read-only: it may only read), last POST "
                                  "/v1/clusters/lab/upgrade/pause")
     assert unauthorized.message.startswith("192.0.2.7: admin request refused once (401: ")
+
+
+def test_registrations_are_counted_apart_and_only_a_windows_first_refusal_is_news() -> None:
+    tally = RefusalTally()
+    news = [tally.note("192.0.2.7", 401, "unknown join token", "POST", "/v1/agent/register",
+                       now=10.0, what=REGISTRATION) for _ in range(3)]
+    news.append(tally.note("192.0.2.7", 401, "missing bearer token", "GET", "/v1/machines",
+                           now=11.0))
+    assert news == [True, False, False, True]
+    registrations, admin = tally.drain(now=60.0)
+    assert registrations.message.startswith("192.0.2.7: registration refused 3 times (401: ")
+    assert (registrations.data["what"], admin.data["what"]) == (REGISTRATION, ADMIN_REQUEST)
+    assert tally.note("192.0.2.7", 401, "unknown join token", "POST", "/v1/agent/register",
+                      now=70.0, what=REGISTRATION)  # a new window: news again

@@ -13,8 +13,8 @@ with that revision's coordinator and agents first (exported with `git archive`),
     .venv/bin/python bench/reconnect.py --agents 200 --outage 10 --before main
     .venv/bin/python bench/reconnect.py --quick   # seconds; CI runs it
 
-Prints, per revision: the agents back after p50/p90/max seconds, and how many were back
-within 2 s.
+Prints, per revision: the agents back after p50/p90/max seconds, how many were back within
+2 s, and the CPU the restarted coordinator spent until all were (its start-up included).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import psutil
+
 from tests.support import daemons
 from tests.support.builders import precheck_report
 from tests.support.harness import ServedCoordinator, running_coordinator
@@ -49,7 +51,7 @@ SOON_SECONDS = 2.0  # what an agent should be back within
 def parked(served: ServedCoordinator) -> int | None:
     """Machines whose long-poll the coordinator holds now; None while it does not answer."""
     try:
-        return int(metric(scrape(served, timeout=1), "nodeagent_agents_connected") or 0)
+        return int(metric(scrape(served, timeout=5), "nodeagent_agents_connected") or 0)
     except OSError:
         return None
 
@@ -84,15 +86,18 @@ def fleet(served: ServedCoordinator, tmp: Path, agents: int, processes: int,
             process.wait(timeout=30)
 
 
-def restarted(served: ServedCoordinator, outage: float, agents: int) -> list[float]:
+def restarted(served: ServedCoordinator, outage: float, agents: int) -> tuple[list[float], float]:
     """Stop the coordinator, serve it again after outage seconds; how long after its first
-    answer the 1st, 2nd... agent was back on its long-poll (inf: never within 90 s)."""
+    answer the 1st, 2nd... agent was back on its long-poll (inf: never within 90 s), and the
+    CPU seconds the new coordinator spent until then (its start-up included)."""
     samples: list[tuple[float, int | None]] = []
     done = threading.Event()
 
     def sample() -> None:
+        """Each count at the time it was answered: a loaded coordinator answers late."""
         while not done.is_set():
-            samples.append((time.monotonic(), parked(served)))
+            count = parked(served)
+            samples.append((time.monotonic(), count))
             time.sleep(SAMPLE_SECONDS)
 
     served.stop()
@@ -104,11 +109,12 @@ def restarted(served: ServedCoordinator, outage: float, agents: int) -> list[flo
         wait_until(lambda: bool(samples) and samples[-1][1] == agents, 90, "the agents back",
                    interval=0.1)
     done.set()
+    cpu = psutil.Process(served.pid).cpu_times()
     sampler.join()
     answering = [(at, count) for at, count in samples if count is not None]
     first = answering[0][0]
     return [next((at - first for at, count in answering if count >= k), float("inf"))
-            for k in range(1, agents + 1)]
+            for k in range(1, agents + 1)], cpu.user + cpu.system
 
 
 def summary(back: list[float]) -> str:
@@ -139,9 +145,10 @@ def main() -> None:
             tmp = Path(name)
             (tmp / "agents").mkdir()
             with fleet(served, tmp, args.agents, args.processes, tree):
-                back = restarted(served, args.outage, args.agents)
+                back, cpu = restarted(served, args.outage, args.agents)
             print(f"{rev or 'this worktree'}: {args.agents} agents, coordinator down "
-                  f"{args.outage:g} s: {summary(back)}", flush=True)
+                  f"{args.outage:g} s: {summary(back)}; coordinator CPU until then {cpu:.1f} s",
+                  flush=True)
 
 
 if __name__ == "__main__":

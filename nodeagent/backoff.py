@@ -50,11 +50,11 @@ class Reconnect:
 
     The trade-off: with equal jitter the agents' next attempts are spread evenly over the
     last step, so after a young outage 10,000 agents reach the coordinator over ~1-2 s
-    (thousands of TLS handshakes a second, which the listen backlog and the connection
-    limits absorb) rather than over up to 30 s; until it answers, each agent costs a
-    refused connection every 1-2 s. Faster probing (a retry at once after a cut) would make
-    every agent of a fleet cut at the same instant hit the restarting coordinator at that
-    same instant, so none is made."""
+    (thousands of TLS handshakes a second) rather than over up to 30 s, and until it
+    answers each agent costs it a refused connection every 1-2 s (docs/benchmarks.md has
+    the figures). Faster probing (a retry at once after a cut) would bring every agent of a
+    fleet cut at the same instant to the restarting coordinator in that same instant, so
+    none is made."""
 
     def __init__(self, rand: random.Random | float,
                  clock: Callable[[], float] = time.monotonic) -> None:

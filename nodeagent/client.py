@@ -97,11 +97,11 @@ class CoordinatorClient:
         if reply.status >= 500:
             raise self._unreachable(base, f"{method} {base}{path}: HTTP {reply.status} "
                                     f"{reply.reason}")
-        if reply.status == 304 and etag is not None:
-            return None
         if reply.status == 429:  # registering too fast: wait, here
             raise Busy(f"{method} {path}: HTTP {reply.status} {reply.reason}")
         self.reconnect.answered()
+        if reply.status == 304 and etag is not None:
+            return None
         try:
             payload = json.loads(reply.body) if reply.body else None
         except ValueError:

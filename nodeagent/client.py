@@ -9,12 +9,14 @@ child process that applies a phase validates what it applies."""
 from __future__ import annotations
 
 import json
+import random
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from nodeagent import http_client
+from nodeagent.backoff import Reconnect
 from nodeagent.endpoint import Endpoint
 
 Document = dict[str, Any]
@@ -22,6 +24,10 @@ Document = dict[str, Any]
 
 class Unreachable(Exception):
     """The coordinator did not answer, or answered 5xx: try again later."""
+
+
+class Busy(Unreachable):
+    """The coordinator answered 429 (registering too fast): back off, not merely reconnect."""
 
 
 class Rejected(Exception):
@@ -34,16 +40,19 @@ class Rejected(Exception):
 
 class CoordinatorClient:
     """Calls one replica at a time; when it does not answer (or answers 5xx), the next call
-    goes to the next replica, round the list."""
+    goes to the next replica, round the list. Every answer is noted in `reconnect`, which
+    says how long a caller that did not reach the coordinator waits before trying again."""
 
     def __init__(self, endpoints: Sequence[Endpoint], timeout: float = 10.0,
-                 context: ssl.SSLContext | None = None) -> None:
+                 context: ssl.SSLContext | None = None,
+                 rand: random.Random | None = None) -> None:
         if not endpoints:
             raise ValueError("no coordinator URL")
         self.endpoints = [Endpoint(e.url.rstrip("/"), e.proxy) for e in endpoints]
         self._current = 0
         self.timeout = timeout
         self.context = context  # whom to trust over https: the coordinator's pinned CA
+        self.reconnect = Reconnect(rand or random.Random())
 
     @property
     def url(self) -> str:
@@ -88,10 +97,11 @@ class CoordinatorClient:
         if reply.status >= 500:
             raise self._unreachable(base, f"{method} {base}{path}: HTTP {reply.status} "
                                     f"{reply.reason}")
+        if reply.status == 429:  # registering too fast: wait, here
+            raise Busy(f"{method} {path}: HTTP {reply.status} {reply.reason}")
+        self.reconnect.answered()
         if reply.status == 304 and etag is not None:
             return None
-        if reply.status == 429:  # registering too fast: wait, here
-            raise Unreachable(f"{method} {path}: HTTP {reply.status} {reply.reason}")
         try:
             payload = json.loads(reply.body) if reply.body else None
         except ValueError:

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from nodeagent import addresses, sdnotify, trust
 from nodeagent.backoff import delay
 from nodeagent.children import EXIT_APPLIED, EXIT_GAVE_UP, AgentError, apply_phase, checked_output
-from nodeagent.client import CoordinatorClient, Document, Rejected, Unreachable
+from nodeagent.client import Busy, CoordinatorClient, Document, Rejected, Unreachable
 from nodeagent.host import Host
 from nodeagent.identity import (
     IDENTITY_FILE,
@@ -77,7 +77,8 @@ class Agent:
         self.host = host
         self.state_dir = settings.state_dir
         self.rand = rand or random.Random()
-        self.client = CoordinatorClient(settings.endpoints, timeout=settings.timeout * 5)
+        self.client = CoordinatorClient(settings.endpoints, timeout=settings.timeout * 5,
+                                         rand=self.rand)
         self.identity_path = self.state_dir / IDENTITY_FILE
         self.next_identity_path = self.state_dir / NEXT_IDENTITY_FILE
         self.prechecks = Prechecks(settings, host, config_path, self.client, self.rand)
@@ -90,7 +91,7 @@ class Agent:
             report = await self.prechecks.run()
             identity = await self._register(report)
             self.prechecks.registered(identity, report)
-        reporter = Reporter(self.client, identity, self.rand)
+        reporter = Reporter(self.client, identity)
         try:
             async with _background(reporter.run(), self._heartbeat(identity)):
                 await self._follow(identity, reporter)
@@ -116,11 +117,9 @@ class Agent:
             if pin is None:
                 raise AgentError(f"{url} is https but there is no CA to trust: set "
                                  "coordinator.caFile or use a join string (join:)")
-            attempt = 0
             while (unreachable := await self._fetch_ca(pin, kept)) is not None:
-                attempt += 1
                 urls = " or ".join(endpoint.url for endpoint in self.client.endpoints)
-                await self._wait_out("fetch the coordinator's CA", urls, unreachable, attempt)
+                await self._wait_out("fetch the coordinator's CA", urls, unreachable)
             log.info("trusting the coordinator's CA %s", pin)
         return trust.context_for(kept)
 
@@ -214,14 +213,12 @@ class Agent:
 
     async def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Call until the coordinator answers; a refusal is final."""
-        attempt = 0
         while True:
             url = self.client.url  # the call may move on to another replica
             try:
                 return await call()
             except Unreachable as exc:
-                attempt += 1
-                await self._wait_out(what, url, exc, attempt)
+                await self._wait_out(what, url, exc)
             except Rejected as exc:
                 if exc.status == 410:
                     raise MachineRemoved(f"{what}: {exc}") from exc
@@ -234,12 +231,14 @@ class Agent:
                         "start again") from exc
                 raise AgentError(f"{what}: {exc}") from exc
 
-    async def _wait_out(self, what: str, url: str, reason: object, attempt: int) -> None:
-        """Say that the coordinator is away and wait (capped backoff) before trying again:
-        an outage is waited out at every step, never a reason to exit."""
-        wait = delay(attempt, 0.5, 30.0, self.rand)
+    async def _wait_out(self, what: str, url: str, reason: object) -> None:
+        """Say that the coordinator is away and wait (backoff.Reconnect: about 2 s at most
+        while it answered less than a minute ago) before trying again: an outage is waited
+        out at every step, never a reason to exit."""
+        reconnect = self.client.reconnect
+        wait = reconnect.failed(busy=isinstance(reason, Busy))
         log.warning("%s: coordinator %s unreachable (%s); retrying in %.1fs", what, url, reason,
-                    wait)
+                    wait, extra=fields(failures=reconnect.failures))
         sdnotify.status(f"coordinator unreachable; retrying {what}")
         await asyncio.sleep(wait)
 
@@ -288,13 +287,13 @@ class Agent:
         exit code. One that neither applied every item nor gave up on one (it crashed, or
         could not read its journal) is started again after a pause: the journal skips what it
         did."""
-        attempt = 0
+        restarts = 0
         while (code := await apply_phase(assignment, self.config_path, self.host.root,
                                           reporter.submit)) not in (EXIT_APPLIED, EXIT_GAVE_UP):
-            attempt += 1
-            wait = delay(attempt, 1.0, 60.0, self.rand)
+            restarts += 1
+            wait = delay(restarts, 1.0, 60.0, self.rand)
             log.error("`nodeagent apply` exited with %d; starting it again in %.1fs", code,
-                      wait, extra=fields(exit_code=code, attempt=attempt))
+                      wait, extra=fields(exit_code=code, restarts=restarts))
             await asyncio.sleep(wait)
         if code == EXIT_GAVE_UP:
             log.warning("phase %s stopped: an item failed retry.maxAttempts times; it runs "

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 
-from nodeagent.backoff import delay
 from nodeagent.client import CoordinatorClient, Document, Rejected, Unreachable
 from nodeagent.identity import Identity
 from nodeagent.logfmt import fields
@@ -18,10 +16,9 @@ log = logging.getLogger("nodeagent")
 class Reporter:
     """Delivers item reports in order; holds them while the coordinator is unreachable."""
 
-    def __init__(self, client: CoordinatorClient, identity: Identity, rand: random.Random) -> None:
+    def __init__(self, client: CoordinatorClient, identity: Identity) -> None:
         self._client = client
         self._identity = identity
-        self._rand = rand
         self._queue: asyncio.Queue[Document] = asyncio.Queue()
 
     def submit(self, report: Document) -> None:
@@ -39,17 +36,17 @@ class Reporter:
     async def run(self) -> None:
         while True:
             report = await self._queue.get()
-            attempt = 0
             while True:
                 try:
                     await self._client.report(self._identity.machine_id,
                                               self._identity.credential, report)
                     break
                 except Unreachable as exc:
-                    attempt += 1
-                    log.warning("report of %s held back (%s); retrying", report["item"], exc,
-                                extra=fields(item=report["item"], attempt=attempt))
-                    await asyncio.sleep(delay(attempt, 0.5, 15.0, self._rand))
+                    wait = self._client.reconnect.failed()
+                    log.warning("report of %s held back (%s); retrying in %.1fs", report["item"],
+                                exc, wait, extra=fields(item=report["item"],
+                                                        failures=self._client.reconnect.failures))
+                    await asyncio.sleep(wait)
                 except Rejected as exc:
                     log.error("coordinator refused the report of %s: %s", report["item"], exc)
                     break

@@ -32,7 +32,7 @@ def rolled_out_and_deleted(coordinator: ServedCoordinator, node: AgentProcess) -
     wait_until(lambda: coordinator.admin.get("/v1/machines"), 60, "the registration")
     coordinator.wait_state(HOST, "Ready", timeout=60)
     (machine,) = coordinator.admin.get("/v1/machines")
-    coordinator.cli("delete", HOST, "--force")  # the only manager
+    coordinator.cli("delete", HOST, "--force", "--yes")  # the only manager, the first
     wait_until(lambda: not coordinator.admin.get("/v1/machines"), 60, "the record removed")
     assert node.process is not None and node.process.wait(timeout=30) == 3
     return str(machine["id"])

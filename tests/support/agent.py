@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from tests.support.harness import ServedCoordinator
+from tests.support.netns import with_hostname
 from tests.support.waiting import wait_until
 
 # The console script installed next to the interpreter running the tests (the venv's).
@@ -41,9 +42,12 @@ def checks_by_name(result: subprocess.CompletedProcess[str]) -> dict[str, dict[s
 @dataclass
 class AgentProcess:
     """`nodeagent run` on this host, its root, config (agent.yaml) and log (agent.log) under
-    directory: started, signalled and started again at will, as systemd would."""
+    directory: started, signalled and started again at will, as systemd would. With a
+    hostname, in a UTS namespace of its own that has it: several agents on one host then
+    register as several machines."""
 
     directory: Path
+    hostname: str | None = None
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -64,10 +68,12 @@ class AgentProcess:
 
     def start(self) -> None:
         """In a session of its own, so that stop() reaches its children too."""
+        argv = [NODEAGENT, "run", "--config", str(self.directory / "agent.yaml"), "--root",
+                str(self.root)]
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [NODEAGENT, "run", "--config", str(self.directory / "agent.yaml"), "--root",
-                 str(self.root)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                with_hostname(self.hostname, argv) if self.hostname else argv, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True)
 
     def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
         """Signal it and its children (with SIGKILL: as systemd kills a unit's cgroup); its

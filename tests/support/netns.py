@@ -16,6 +16,11 @@ from dataclasses import dataclass, field
 from tests.support.requirements import require_binary, require_root
 
 
+def with_hostname(name: str, argv: Sequence[str]) -> list[str]:
+    """argv run in a UTS namespace of its own, whose hostname is name (root only)."""
+    return ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', name, *argv]
+
+
 @dataclass
 class Namespace:
     name: str
@@ -26,10 +31,7 @@ class Namespace:
         """argv run inside the namespace; with a hostname, also in its own UTS namespace."""
         name = hostname or self.hostname
         prefix = ["ip", "netns", "exec", self.name]
-        if name:
-            return [*prefix, "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
-                    name, *argv]
-        return [*prefix, *argv]
+        return [*prefix, *(with_hostname(name, argv) if name else argv)]
 
     def run(self, argv: Sequence[str], hostname: str | None = None, timeout: float = 30,
             **kwargs: object) -> subprocess.CompletedProcess[str]:

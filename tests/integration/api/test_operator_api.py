@@ -4,7 +4,6 @@ process, with agents simulated over HTTP."""
 from __future__ import annotations
 
 import queue
-import ssl
 import subprocess
 import threading
 import time
@@ -18,6 +17,7 @@ import pytest
 from coordinator.cli.client import ClientError
 from tests.support.driver import Registered
 from tests.support.harness import COORDINATOR, ServedCoordinator, running_coordinator
+from tests.support.metrics import metric, scrape, tls
 from tests.support.waiting import wait_until
 
 
@@ -36,10 +36,6 @@ def preparing_worker(c: ServedCoordinator, outputs: tuple[str, str] = ("", "")) 
     c.report_item(w1, "base", "succeeded", output=outputs[0], seconds=2.0)
     c.report_item(w1, "runtime", "failed", output=outputs[1], seconds=0.2)
     return w1
-
-
-def tls(c: ServedCoordinator) -> ssl.SSLContext:
-    return ssl.create_default_context(cafile=str(c.ca_file))
 
 
 def stages(c: ServedCoordinator) -> dict[str, dict[str, Any]]:
@@ -130,22 +126,6 @@ def test_the_event_stream_delivers_new_events_at_once_and_resumes_after_the_last
     with pytest.raises(ClientError) as refused:
         next(c.client("wrong").stream("/v1/events/stream"))
     assert refused.value.status == 401
-
-
-def metric(text: str, name: str, **labels: str) -> float | None:
-    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        head, _, value = line.rpartition(" ")
-        if head == (f"{name}{{{wanted}}}" if labels else name):
-            return float(value)
-    return None
-
-
-def scrape(c: ServedCoordinator) -> str:
-    # No token: Prometheus scrapes it as it is.
-    with urllib.request.urlopen(f"{c.url}/metrics", timeout=10, context=tls(c)) as response:
-        assert response.headers["Content-Type"].startswith("text/plain")
-        return response.read().decode()
 
 
 def test_the_coordinator_collects_cyclic_garbage_on_its_own_schedule(tmp_path: Path) -> None:

@@ -1,0 +1,224 @@
+"""The pivot's state machine: run again after an interruption anywhere it resumes from the
+step recorded, and an abort from any step before done leaves the old coordinator whole."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import pytest
+
+from coordinator.domain.errors import Conflict
+from coordinator.domain.pivot import (
+    ORDER,
+    Pivot,
+    Step,
+    abort,
+    advance,
+    begin,
+    refresh_due,
+    refused_change,
+    run,
+)
+
+TARGET = "https://new.example:8080"
+
+
+class Crash(Exception):
+    """A coordinator killed: the call did not return (it may or may not have taken effect)."""
+
+
+@dataclass
+class World:
+    """Two coordinators in memory: the old one's recorded pivot and move target, the
+    target's imports, and where the agents are. `crash_at` kills the n-th call, before or
+    after its effect (`after`)."""
+
+    recorded: Pivot | None = None
+    move_target: str | None = None
+    imports: list[str] = field(default_factory=list)
+    agents_on_target: bool = False
+    calls: int = 0
+    crash_at: int | None = None
+    after: bool = False
+    clock: itertools.count = field(default_factory=lambda: itertools.count(100))
+
+    def _call(self, effect):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        crash = self.calls == self.crash_at
+        if crash and not self.after:
+            raise Crash
+        result = effect()
+        if crash:
+            raise Crash
+        return result
+
+    def begin(self, to_url: str, ca_pin: str | None) -> Pivot:
+        def effect() -> Pivot:
+            self.recorded = begin(self.recorded, to_url, ca_pin, next(self.clock))
+            return self.recorded
+        return self._call(effect)
+
+    def current(self) -> Pivot | None:
+        return self._call(lambda: self.recorded)
+
+    def record(self, pivot: Pivot, step: Step) -> Pivot:
+        def effect() -> Pivot:
+            assert self.recorded is not None and self.recorded.id == pivot.id
+            self.recorded = advance(self.recorded, step, next(self.clock))
+            return self.recorded
+        return self._call(effect)
+
+    def copy(self, pivot: Pivot) -> None:
+        def effect() -> None:
+            assert refused_change(self.recorded), "copied while the old one takes changes"
+            if not self.imports:
+                self.imports.append(pivot.id)
+            elif self.imports != [pivot.id]:
+                raise Conflict("the target holds another coordinator's state")
+        self._call(effect)
+
+    def announce(self, pivot: Pivot) -> None:
+        def effect() -> None:
+            assert self.imports == [pivot.id], "announced before the target holds the state"
+            self.move_target = pivot.to_url
+            self.agents_on_target = True
+        self._call(effect)
+
+    def settle(self, pivot: Pivot) -> None:
+        self._call(lambda: None)
+
+    def withdraw(self, pivot: Pivot) -> None:
+        def effect() -> None:
+            self.move_target = None
+            self.agents_on_target = False
+        self._call(effect)
+
+    def rollback(self, pivot: Pivot) -> None:
+        def effect() -> None:
+            self.recorded = None
+        self._call(effect)
+
+
+def _calls_of_a_whole_pivot() -> int:
+    world = World()
+    run(world, TARGET, None)
+    return world.calls
+
+
+def _until_done(world: World) -> int:
+    """Run again until the pivot completes, as an operator would; how many runs it took."""
+    for attempt in range(1, 10):
+        try:
+            run(world, TARGET, None)
+            return attempt
+        except Crash:
+            world.crash_at = None
+    raise AssertionError("never completed")
+
+
+def test_a_pivot_goes_through_every_step_in_order() -> None:
+    seen: list[Step] = []
+    world = World()
+    done = run(world, TARGET, None, lambda pivot, step: seen.append(step))
+    assert seen == list(ORDER[1:])
+    assert done.step is Step.DONE and world.imports == [done.id]
+    assert world.move_target == TARGET and world.agents_on_target
+    assert "moved to " + TARGET in (refused_change(done) or "")
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before-effect", "after-effect"])
+def test_an_interruption_at_any_call_is_resumed_by_running_again(after: bool) -> None:
+    for crash_at in range(1, _calls_of_a_whole_pivot() + 1):
+        world = World(crash_at=crash_at, after=after)
+        assert _until_done(world) == 2
+        assert world.recorded is not None and world.recorded.step is Step.DONE
+        assert len(world.imports) == 1 and world.imports == [world.recorded.id]
+        assert world.move_target == TARGET
+
+
+@pytest.mark.parametrize("step", ORDER[:-1])
+def test_a_pivot_resumes_from_each_recorded_step(step: Step) -> None:
+    world = World()
+    pivot = begin(None, TARGET, None, 1.0)
+    for reached in ORDER[1:ORDER.index(step) + 1]:
+        pivot = advance(pivot, reached, 2.0)
+        if reached is Step.COPIED:
+            world.imports.append(pivot.id)
+        if reached is Step.ANNOUNCED:
+            world.move_target = TARGET
+    world.recorded = pivot
+    done = run(world, TARGET, None)
+    assert done.id == pivot.id and done.step is Step.DONE and world.imports == [pivot.id]
+
+
+@pytest.mark.parametrize("crash_at", range(1, 9))
+@pytest.mark.parametrize("after", [False, True], ids=["before-effect", "after-effect"])
+def test_an_abort_from_any_step_before_done_leaves_the_old_coordinator_whole(
+        crash_at: int, after: bool) -> None:
+    world = World(crash_at=crash_at, after=after)
+    with pytest.raises(Crash):
+        run(world, TARGET, None)
+    world.crash_at = None
+    if world.recorded is None or world.recorded.done:
+        return  # crashed before anything was recorded, or after the end
+    for attempt in range(3):  # an abort interrupted is run again too
+        world.crash_at, world.calls = (2 if attempt == 0 else None), 0
+        try:
+            abort(world)
+            break
+        except Crash:
+            continue
+        except Conflict as exc:  # the interrupted abort had finished its work
+            assert attempt > 0 and "nothing to abort" in str(exc)
+            break
+    assert world.recorded is None and world.move_target is None
+    assert not world.agents_on_target
+    assert refused_change(world.recorded) is None
+
+
+def test_abort_is_refused_once_done_and_when_nothing_is_under_way() -> None:
+    world = World()
+    with pytest.raises(Conflict, match="nothing to abort"):
+        abort(world)
+    run(world, TARGET, None)
+    with pytest.raises(Conflict, match="is done"):
+        abort(world)
+
+
+def test_another_target_is_refused_while_a_pivot_is_under_way_or_done() -> None:
+    pivot = begin(None, TARGET, None, 1.0)
+    assert begin(pivot, TARGET + "/", None, 2.0) == pivot
+    with pytest.raises(Conflict, match="--abort"):
+        begin(pivot, "https://other.example:8080", None, 2.0)
+    done = pivot
+    for step in ORDER[1:]:
+        done = advance(done, step, 3.0)
+    with pytest.raises(Conflict, match="has moved there"):
+        begin(done, "https://other.example:8080", None, 4.0)
+
+
+def test_steps_are_taken_in_order_and_a_repeated_one_changes_nothing() -> None:
+    pivot = begin(None, TARGET, None, 1.0)
+    with pytest.raises(Conflict, match="next step is frozen, not copied"):
+        advance(pivot, Step.COPIED, 2.0)
+    frozen = advance(pivot, Step.FROZEN, 2.0)
+    assert advance(frozen, Step.FROZEN, 3.0) is frozen
+
+
+def test_changes_are_refused_from_frozen_naming_the_pivot_then_the_new_url() -> None:
+    pivot = begin(None, TARGET, None, 1.0)
+    assert refused_change(pivot) is None
+    frozen = advance(pivot, Step.FROZEN, 2.0)
+    assert pivot.id in (refused_change(frozen) or "")
+    assert "--abort" in (refused_change(frozen) or "")
+
+
+def test_the_copy_is_refreshed_about_every_interval_once_done() -> None:
+    pivot = begin(None, TARGET, None, 1.0)
+    assert not refresh_due(pivot, 100.0, 60.0)
+    for step in ORDER[1:]:
+        pivot = advance(pivot, step, 2.0)
+    assert refresh_due(pivot, 3.0, 60.0)
+    pivot = Pivot.from_json({**pivot.to_json(), "refreshed_at": 10.0})
+    assert not refresh_due(pivot, 69.0, 60.0) and refresh_due(pivot, 70.0, 60.0)

@@ -10,11 +10,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-# A snapshot of the store's state: each table's name (sql.TABLES) with its rows, oldest first,
-# each row column name -> value as JSON carries it. Machines' documents keep their secrets
-# sealed: a snapshot never holds them in the clear.
-Tables = Mapping[str, Sequence[Mapping[str, Any]]]
-
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
@@ -25,6 +20,11 @@ from coordinator.domain.records import (
     RemovedMachine,
     StoredCluster,
 )
+
+# A snapshot of the store's state: each table's name (sql.TABLES) with its rows, oldest first,
+# each row column name -> value as JSON carries it. Machines' documents keep their secrets
+# sealed: a snapshot never holds them in the clear.
+Tables = Mapping[str, Sequence[Mapping[str, Any]]]
 
 
 class StoreError(Exception):

@@ -57,8 +57,11 @@ async def delete_cluster(request: web.Request) -> web.Response:
 
 
 async def cluster_status(request: web.Request) -> web.Response:
-    status = await service(request).queries.cluster_status(request.match_info["name"])
-    return web.json_response(cluster_status_view(status))
+    c = service(request)
+    status = await c.queries.cluster_status(request.match_info["name"])
+    moved = c.pivots.pivot if c.pivots.moved else None
+    return web.json_response({**cluster_status_view(status),
+                              "moved": None if moved is None else moved.to_json()})
 
 
 async def create_join_token(request: web.Request) -> web.Response:

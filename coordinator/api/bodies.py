@@ -96,6 +96,16 @@ class AdminTokenBody(_Body):
             raise ValueError(f"must be one of {', '.join(ADMIN_ROLES)}")
         return value
 
+class PivotBody(_Body):
+    """A pivot to begin, or resume (POST /v1/pivot): the target and how to reach it."""
+
+    to: str = Field(pattern=r"^https?://[^/\s]+$", description="the target coordinator's URL")
+    ca_pem: str | None = Field(default=None, max_length=65536, description="the target's CA "
+                               "certificate (PEM); none for a target on plain HTTP")
+    token: str = Field(min_length=16, max_length=256, description="an admin token of the "
+                       "target, kept sealed: the read-only copy is refreshed with it")
+
+
 
 def _fleet(value: object) -> object:
     return parse_fleet(value) if isinstance(value, str) else value

@@ -97,6 +97,8 @@ async def _admin(request: web.Request, handler: Handler, route: Route) -> web.St
     except (Unauthorized, Forbidden) as exc:
         refused(request, exc)
         raise
+    if route.changes and (moved := c.pivots.refused_change(request.path)) is not None:
+        raise Conflict(moved)  # frozen for a pivot, or moved: the message names the target
     response = await handler(request)
     if route.changes and response.status < 400:
         await c.admin.audit(f"{token.name} ({token.id})", request.method, request.path,

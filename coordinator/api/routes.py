@@ -3,12 +3,13 @@ The aiohttp routes, the authentication of each request and /openapi.json all com
 
 from __future__ import annotations
 
-from coordinator.api import admin, agent, backups, public, streams
+from coordinator.api import admin, agent, backups, pivots, public, streams
 from coordinator.api.bodies import (
     AdminTokenBody,
     ApproveBody,
     JoinTokenBody,
     LabelsBody,
+    PivotBody,
     ReissueBody,
     RoleBody,
 )
@@ -143,6 +144,21 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/events/stream", streams.event_stream,
           "Server-sent events: new events as they are recorded (the filters of /v1/events; "
           "resumes after Last-Event-ID)", "admin"),
+    Route("GET", "/v1/pivot", pivots.get_pivot, "The pivot this coordinator is in, if any "
+          "(`coordinator pivot status`)", "admin"),
+    Route("POST", "/v1/pivot", pivots.begin_pivot, "Begin a pivot to another coordinator, or "
+          "resume the one under way to it (409 for another target)", "admin", body=PivotBody),
+    Route("POST", "/v1/pivot/{id}/steps/{step}", pivots.record_step,
+          "Record that the pivot reached a step (frozen, copied, announced, done); once frozen "
+          "every other change is refused (409), once done for good", "admin"),
+    Route("DELETE", "/v1/pivot/{id}", pivots.abort_pivot,
+          "Roll back a pivot not done yet: changes are taken again", "admin"),
+    Route("POST", "/v1/pivot/{id}/snapshot", pivots.pivot_snapshot,
+          "The frozen coordinator's state as one archive, for the target", "admin"),
+    Route("POST", "/v1/pivot/import", pivots.import_pivot,
+          "On the target: import a pivot's archive (the body; query: pivot, from) into this "
+          "coordinator, which must hold no state, or already hold this pivot's (200 either "
+          "way)", "admin", query=(("pivot", TEXT), ("from", TEXT))),
     Route("GET", "/metrics", public.metrics,
           "Prometheus metrics (text format; with serve --metrics-token-file, its token)", "open"),
     Route("GET", "/", public.dashboard_root, "Redirects to the dashboard", "open", 302),

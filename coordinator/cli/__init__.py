@@ -14,6 +14,7 @@ from coordinator.cli.clusters import cluster
 from coordinator.cli.completion import completion
 from coordinator.cli.events import events
 from coordinator.cli.machines import approve, delete, machines, revoke, role
+from coordinator.cli.pivot import pivot
 from coordinator.cli.plumbing import DEFAULT_URL, make_client, say
 from coordinator.cli.process import init, restore, serve
 from coordinator.cli.status import status
@@ -76,5 +77,5 @@ def version() -> None:
 machines.add_command(machines_add)
 machines.add_command(approve)  # `coordinator machines approve` too, beside `coordinator approve`
 for command in (serve, init, cluster, join_token, admin_token, machines, approve, role, delete,
-                revoke, status, events, completion, upgrade, agents, backup, restore):
+                revoke, status, events, completion, upgrade, agents, backup, restore, pivot):
     main.add_command(command)

@@ -32,15 +32,15 @@ class AdminClient:
             urllib.request.ProxyHandler({}),
             urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=ca_file)))
 
-    def _send(self, method: str, path: str, body: Any, text: str | None, content_type: str,
-              accept: str, timeout: float) -> Any:
+    def _send(self, method: str, path: str, body: Any, text: str | bytes | None,
+              content_type: str, accept: str, timeout: float) -> Any:
         """The open response; HTTP errors and unreachable coordinators become ClientError."""
         data = None
         headers = {"Accept": accept}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         if text is not None:
-            data = text.encode()
+            data = text.encode() if isinstance(text, str) else text
             headers["Content-Type"] = content_type
         elif body is not None:
             data = json.dumps(body).encode()
@@ -62,7 +62,7 @@ class AdminClient:
             raise ClientError(0, f"cannot reach the coordinator at {self.url}: {reason}{hint}") \
                 from None
 
-    def request(self, method: str, path: str, body: Any = None, text: str | None = None,
+    def request(self, method: str, path: str, body: Any = None, text: str | bytes | None = None,
                 content_type: str = "application/json") -> Any:
         with self._send(method, path, body, text, content_type, "application/json",
                         self.timeout) as response:

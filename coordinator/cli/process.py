@@ -86,11 +86,14 @@ def parse_store(location: str | None) -> str | None:
               help="Events older than this are deleted (pruned hourly).")
 @click.option("--event-max", default=1_000_000, show_default=True,
               type=click.IntRange(min=1000), help="At most this many events are kept, the newest.")
+@click.option("--pivot-refresh", default=60.0, show_default=True,
+              type=click.FloatRange(min=1), help="Once this coordinator has moved (`coordinator "
+              "pivot`), seconds between refreshes of its read-only copy from the new one.")
 def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
           artifacts: str | None, insecure_http: bool, credential_ttl: str,
           register_rate: float, register_rate_total: float, connections_per_address: int,
           header_timeout: float, gc_interval: float, metrics_token_file: str | None,
-          event_retention: str, event_max: int) -> None:
+          event_retention: str, event_max: int, pivot_refresh: float) -> None:
     """Run the coordinator: HTTPS API plus the reconcile loop, on the embedded SQLite store or
     on PostgreSQL (--store), where several replicas serve the API and one leads."""
     from coordinator.server.listener import ConnectionLimits
@@ -108,7 +111,7 @@ def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | No
                                      header_seconds=header_timeout),
         metrics_token_file=Path(metrics_token_file) if metrics_token_file else None,
         retention=Retention(max_age_seconds=retention_seconds(event_retention),
-                            max_events=event_max)))
+                            max_events=event_max), pivot_refresh_seconds=pivot_refresh))
 
 
 def retention_seconds(value: str) -> float:

@@ -44,6 +44,12 @@ def day_and_time(stamp: float | None, never: str = "never") -> str:
     return never if stamp is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp))
 
 
+def moved_line(moved: dict[str, Any]) -> str:
+    """What `status` and `pivot status` say of a coordinator that moved (its pivot's view)."""
+    return (f"moved to {moved['to_url']} at {day_and_time(moved['updated_at'])}; this is a "
+            "read-only copy refreshed " + day_and_time(moved.get("refreshed_at"), "not yet"))
+
+
 def machine_note(machine: dict[str, Any]) -> str:
     """Why a machine is where it is, and what to do about it, as the API decided
     (domain/remedies.py): the same words in every view."""

@@ -14,7 +14,9 @@ from coordinator.cli.plumbing import (
     emit_record,
     interrupt_quietly,
     output_option,
+    say,
 )
+from coordinator.cli.render import moved_line
 
 
 @click.command()
@@ -30,6 +32,8 @@ def status(ctx: click.Context, cluster_name: str, watch: bool, interval: float,
     """The cluster's stages, the rollout's progress and each machine's step."""
     path = f"/v1/clusters/{cluster_name}/status"
     data = call(ctx, "GET", path)
+    if data.get("moved") and output == "table":
+        say(moved_line(data["moved"]))
     if output != "table":
         if not watch:
             emit(data, output)

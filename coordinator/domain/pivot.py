@@ -40,7 +40,7 @@ class Pivot:
 
     id: str
     to_url: str
-    ca_pin: str | None  # sha256:HEX of the target's CA (None: the target serves plain HTTP)
+    ca_pem: str | None  # the target's CA certificate (None: the target serves plain HTTP)
     step: Step
     started_at: float
     updated_at: float
@@ -66,7 +66,7 @@ def same_target(a: str, b: str) -> bool:
     return a.rstrip("/") == b.rstrip("/")
 
 
-def begin(current: Pivot | None, to_url: str, ca_pin: str | None, now: float,
+def begin(current: Pivot | None, to_url: str, ca_pem: str | None, now: float,
           pivot_id: str | None = None) -> Pivot:
     """The pivot to run: the one under way when it goes to the same target (resumed from its
     step), a new one when none is; Conflict when one to another target is under way or done."""
@@ -77,11 +77,11 @@ def begin(current: Pivot | None, to_url: str, ca_pin: str | None, now: float,
                               "finish it with `coordinator pivot --to "
                               f"{current.to_url}` or roll it back with `coordinator pivot "
                               "--abort`"))
-        if ca_pin is not None and current.ca_pin is not None and ca_pin != current.ca_pin:
-            raise Conflict(f"pivot {current.id} to {current.to_url} was started with CA pin "
-                           f"{current.ca_pin}, not {ca_pin}: abort it first to change the pin")
+        if ca_pem is not None and current.ca_pem is not None and ca_pem != current.ca_pem:
+            raise Conflict(f"pivot {current.id} to {current.to_url} was started with another "
+                           "CA certificate: abort it first to change it")
         return current
-    return Pivot(pivot_id or new_id(), to_url.rstrip("/"), ca_pin, Step.STARTED, now, now)
+    return Pivot(pivot_id or new_id(), to_url.rstrip("/"), ca_pem, Step.STARTED, now, now)
 
 
 def next_step(pivot: Pivot) -> Step | None:
@@ -151,7 +151,7 @@ class Sides(Protocol):
     """What running a pivot does to the two coordinators (the CLI does it over HTTP). Every
     operation is idempotent: a pivot interrupted anywhere is run again from its recorded step."""
 
-    def begin(self, to_url: str, ca_pin: str | None) -> Pivot:
+    def begin(self, to_url: str, ca_pem: str | None) -> Pivot:
         """The old coordinator's pivot: the one under way to this target, or a new one."""
 
     def current(self) -> Pivot | None:
@@ -184,10 +184,10 @@ ACTIONS: dict[Step, Callable[[Sides, Pivot], None]] = {
 }
 
 
-def run(sides: Sides, to_url: str, ca_pin: str | None,
+def run(sides: Sides, to_url: str, ca_pem: str | None,
         say: Callable[[Pivot, Step], None] = lambda pivot, step: None) -> Pivot:
     """The pivot taken to done from wherever it was: each step done, then recorded."""
-    pivot = sides.begin(to_url, ca_pin)
+    pivot = sides.begin(to_url, ca_pem)
     while (step := next_step(pivot)) is not None:
         say(pivot, step)
         ACTIONS[step](sides, pivot)

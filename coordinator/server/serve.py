@@ -18,12 +18,14 @@ from aiohttp import web
 
 from coordinator.api.app import create_app
 from coordinator.api.context import Presentation
+from coordinator.domain.pivot import DEFAULT_REFRESH_SECONDS
 from coordinator.domain.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
 from coordinator.gcpolicy import DEFAULT_INTERVAL_SECONDS, GcPolicy
 from coordinator.metrics import METRICS
 from coordinator.server import advertised, datadir, secrets_key
 from coordinator.server.listener import ConnectionLimits, GuardedSite, raise_descriptor_limit
 from coordinator.server.pki import Pki
+from coordinator.service import pivots
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.history import DEFAULT_RETENTION, Retention
 from coordinator.store.base import Store, StoreError
@@ -54,6 +56,7 @@ class ServeOptions:
     metrics_token_file: Path | None = None  # None: /metrics needs no token
     retention: Retention = DEFAULT_RETENTION  # how much event history is kept
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
+    pivot_refresh_seconds: float = DEFAULT_REFRESH_SECONDS  # a moved coordinator's copy
 
     def pki(self) -> Pki:
         return Pki(self.data_dir / "pki")
@@ -116,7 +119,8 @@ async def open_coordinator(options: ServeOptions) -> Coordinator:
     except StoreError as exc:
         raise SetupError(f"cannot open the store: {exc}") from None
     coordinator = Coordinator(store, credential_ttl=options.credential_ttl,
-                              retention=options.retention)
+                              retention=options.retention,
+                              pivot_file=options.data_dir / pivots.FILE_NAME)
     await coordinator.access.ensure_admin_token(options.data_dir / datadir.ADMIN_TOKEN)
     return coordinator
 
@@ -165,7 +169,9 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
         background = [asyncio.create_task(coordinator.run()),
                       asyncio.create_task(coordinator.write_heartbeats()),
                       asyncio.create_task(coordinator.audit_refusals()),
-                      asyncio.create_task(coordinator.history.run())]
+                      asyncio.create_task(coordinator.history.run()),
+                      asyncio.create_task(pivots.refresh_loop(
+                          coordinator.pivots, coordinator.store, options.pivot_refresh_seconds))]
         policy = None
         METRICS.gc_pauses.install()  # at /metrics, whoever schedules the collections
         if options.gc_interval > 0:

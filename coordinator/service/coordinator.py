@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from coordinator.domain.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
 from coordinator.service.access import Access
@@ -23,6 +24,7 @@ from coordinator.service.leadership import Leadership
 from coordinator.service.noderecords import NodeRecords
 from coordinator.service.nodewatch import NodeWatch
 from coordinator.service.notifier import Notifier
+from coordinator.service.pivots import PivotLedger
 from coordinator.service.postdeploy import PostDeployHosts
 from coordinator.service.queries import Queries
 from coordinator.service.reconciler import Reconciler
@@ -35,9 +37,11 @@ from coordinator.store.base import Store
 class Coordinator:
     def __init__(self, store: Store, clock: Callable[[], float] = time.time,
                  credential_ttl: float | None = DEFAULT_CREDENTIAL_TTL_SECONDS,
-                 retention: Retention = DEFAULT_RETENTION) -> None:
+                 retention: Retention = DEFAULT_RETENTION, pivot_file: Path | None = None) -> None:
         self.store = store
         self.clock = clock
+        # The pivot this coordinator is in (pivot_file None: kept in memory only).
+        self.pivots = PivotLedger(pivot_file, getattr(store, "cipher", None), clock)
         self.notifier = Notifier()
         self.access = Access(store, clock)
         self.credentials = CredentialCache(store, clock)
@@ -50,7 +54,7 @@ class Coordinator:
         self.reconciler = Reconciler(self.writes, self.heartbeats, self.notifier, self.drainer,
                                      self.nodes, post_deploy, clock)
         self.leadership = Leadership(store, self.notifier, self.reconciler, self.drainer,
-                                     self.nodes)
+                                     self.nodes, idle=lambda: self.pivots.moved)
         self.agents = Agents(self.writes, self.queries, self.access, self.notifier, post_deploy,
                              clock, credential_ttl, self.leadership.after_reports)
         self.admin = Admin(self.writes, self.queries, self.access, self.notifier, self.drainer,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from coordinator.service.drainer import Drainer
 from coordinator.service.nodewatch import NodeWatch
@@ -23,12 +24,14 @@ STANDBY_SECONDS = 3.0
 
 class Leadership:
     def __init__(self, store: Store, notifier: Notifier, reconciler: Reconciler,
-                 drainer: Drainer, nodes: NodeWatch) -> None:
+                 drainer: Drainer, nodes: NodeWatch,
+                 idle: Callable[[], bool] = lambda: False) -> None:
         self.store = store
         self.notifier = notifier
         self.reconciler = reconciler
         self.drainer = drainer
         self.nodes = nodes
+        self.idle = idle  # True: no passes (a coordinator that moved is a read-only copy)
         self._term: Term | None = None  # while this replica leads the reconcile loop
 
     async def run(self, tick: float = 1.0) -> None:
@@ -77,7 +80,8 @@ class Leadership:
         queue for the lock behind the next batch: the next worker of a rollout is admitted as
         soon as the one before it is recorded done."""
         term = self._term
-        if term is None or term.lost.is_set() or not self.notifier.kicked.is_set():
+        if term is None or term.lost.is_set() or not self.notifier.kicked.is_set() \
+                or self.idle():
             return
         self.notifier.kicked.clear()
         epoch = leader_epoch.set(term.epoch)  # the store fences it as it fences the loop
@@ -100,6 +104,8 @@ class Leadership:
                 if not self.notifier.kicked.is_set():
                     continue  # a pass after a batch of reports took the kick meanwhile
             self.notifier.kicked.clear()
+            if self.idle():
+                continue
             try:
                 await self.reconciler.reconcile_once()
             except Exception:  # a bad pass must not stop the loop; the next one retries

@@ -238,10 +238,12 @@ class Store(ABC):
         Writers go on meanwhile."""
 
     @abstractmethod
-    async def import_(self, tables: Tables) -> None:
+    async def import_(self, tables: Tables, beside: Collection[str] = ()) -> None:
         """Write a snapshot (what export returned, from either backend) into this store in one
-        transaction; StoreError, with nothing written, when the store already holds any state.
-        Event ids are kept, and later events are numbered after them."""
+        transaction; StoreError, with nothing written, when the store already holds any state
+        (but in the tables named in beside, which the snapshot must not carry: a pivot's
+        target keeps its own admin tokens). Event ids are kept, and later events are numbered
+        after them."""
 
     # -- replicas -------------------------------------------------------------------
     def mutex(self) -> AbstractAsyncContextManager[Any]:

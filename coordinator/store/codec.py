@@ -227,3 +227,13 @@ def event_from_row(row: Row) -> Event:
     return Event(id=row["id"], time=row["time"], cluster=row["cluster"], machine=row["machine"],
                  hostname=row["hostname"], kind=row["kind"], message=row["message"],
                  data=json.loads(row["data"]))
+
+
+def resealed_doc(doc_text: str, machine_id: str, source: Cipher, target: Cipher) -> str:
+    """A machine's stored document with its secrets sealed by target's key instead of
+    source's: a pivot's target keeps the secrets key it opened its database with."""
+    doc = json.loads(doc_text)
+    if SEALED in doc:
+        context = _context(machine_id)
+        doc[SEALED] = target.seal(source.unseal(doc[SEALED], context), context)
+    return dumps(doc)

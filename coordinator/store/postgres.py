@@ -310,11 +310,11 @@ class PostgresStore(Store):
             tables: dict[str, list[dict[str, Any]]] = await self.db.guard(read())
         return tables
 
-    async def import_(self, tables: Tables) -> None:
+    async def import_(self, tables: Tables, beside: Collection[str] = ()) -> None:
         """COPY per table, in one transaction; the event ids' counter set past the last
         event imported."""
         async with self.db.transaction() as conn:
-            check_importable(tables, [row["name"] for row in await conn.fetch(SQL.occupied)])
+            check_importable(tables, beside, [row["name"] for row in await conn.fetch(SQL.occupied)])
             for table in TABLES:
                 await conn.copy_records_to_table(
                     table.name, columns=list(table.names),

@@ -9,7 +9,7 @@ spells ?1, ?2... No driver here: each store runs the text it is given.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -298,13 +298,17 @@ class Statements:
         return query.text(f" ORDER BY id {order} LIMIT {query.bind(limit)}"), query.params
 
 
-def check_importable(tables: Mapping[str, Sequence[Mapping[str, Any]]],
+def check_importable(tables: Mapping[str, Sequence[Mapping[str, Any]]], beside: Collection[str],
                      occupied: Sequence[str]) -> None:
     """An import goes only into a store that holds nothing (occupied: the tables that have a
     row), and only of the tables a snapshot has: never merged into another coordinator's state."""
     unknown = sorted(set(tables) - set(TABLE_NAMES))
     if unknown:
         raise StoreError(f"cannot import unknown tables {', '.join(unknown)}")
+    carried = sorted(set(beside) & {name for name, rows in tables.items() if rows})
+    if carried:
+        raise StoreError(f"cannot import rows of {', '.join(carried)} beside the store's own")
+    occupied = [name for name in occupied if name not in beside]
     if occupied:
         raise StoreError(f"the store already holds a coordinator's state (rows in "
                          f"{', '.join(occupied)}): restore into an empty database")

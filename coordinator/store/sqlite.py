@@ -437,13 +437,13 @@ class SQLiteStore(Store):
         finally:
             conn.close()
 
-    async def import_(self, tables: Tables) -> None:
-        await self._run(self._import, tables)
+    async def import_(self, tables: Tables, beside: Collection[str] = ()) -> None:
+        await self._run(self._import, tables, beside)
 
-    def _import(self, tables: Tables) -> None:
+    def _import(self, tables: Tables, beside: Collection[str]) -> None:
         conn = self._db
         with transaction(conn):
-            check_importable(tables, [row[0] for row in conn.execute(SQL.occupied)])
+            check_importable(tables, beside, [row[0] for row in conn.execute(SQL.occupied)])
             for table in TABLES:
                 conn.executemany(SQL.import_[table.name],
                                  [table.values(row) for row in tables.get(table.name, ())])

@@ -17,6 +17,7 @@ import psutil
 
 from tests.support.harness import ServedCoordinator
 from tests.support.netns import with_hostname
+from tests.support.requirements import require_root
 from tests.support.waiting import wait_until
 
 # The console script installed next to the interpreter running the tests (the venv's).
@@ -104,3 +105,25 @@ def agent_of(coordinator: ServedCoordinator, tmp: Path) -> Iterator[psutil.Proce
     finally:
         process.terminate()
         process.wait(timeout=15)
+
+
+@contextlib.contextmanager
+def joined_fleet(coordinator: ServedCoordinator, tmp: Path, count: int,
+                 settings: str = "") -> Iterator[list[AgentProcess]]:
+    """count agents named node-0... (each in a UTS namespace of its own: root), each with a
+    join string of cluster lab and its directory under tmp, started (not yet registered) when
+    yielded and stopped after. settings: more of their config (YAML lines)."""
+    require_root()
+    started = []
+    try:
+        for index in range(count):
+            agent = AgentProcess(tmp / f"agent-{index}", hostname=f"node-{index}")
+            agent.root.mkdir(parents=True)
+            join = coordinator.cli("join-token", "create", "lab").stdout.strip()
+            agent.configure(f"join: {join}\nignorePrechecks: [all]\n{settings}")
+            agent.start()
+            started.append(agent)
+        yield started
+    finally:
+        for agent in started:
+            agent.stop()

@@ -53,9 +53,9 @@ class World:
             raise Crash
         return result
 
-    def begin(self, to_url: str, ca_pin: str | None) -> Pivot:
+    def begin(self, to_url: str, ca_pem: str | None) -> Pivot:
         def effect() -> Pivot:
-            self.recorded = begin(self.recorded, to_url, ca_pin, next(self.clock))
+            self.recorded = begin(self.recorded, to_url, ca_pem, next(self.clock))
             return self.recorded
         return self._call(effect)
 

@@ -1,0 +1,89 @@
+"""The pivot's endpoints (domain/pivot.py, service/pivots.py). On the old coordinator: its
+pivot (begin, record a step, roll back) and its frozen snapshot; on the target: the import."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from coordinator.api.backups import ARCHIVE_TYPE
+from coordinator.api.bodies import PivotBody
+from coordinator.api.context import DATA_DIR, PRESENTATION, body, service
+from coordinator.domain import pivot as pv
+from coordinator.domain.errors import Conflict
+from coordinator.service import snapshot
+from coordinator.service.pivots import import_archive
+from nodeagent.validation import InvalidDocument, Problem
+
+MAX_ARCHIVE_BYTES = 1 << 30  # a pivot's archive is read past the API's usual body limit
+
+
+def pivot_view(request: web.Request, pivot: pv.Pivot | None) -> dict[str, Any]:
+    """The pivot, and how agents reach this coordinator (an abort brings moved ones back)."""
+    presentation = request.app[PRESENTATION]
+    return {"pivot": None if pivot is None else pivot.to_json(),
+            "url": presentation.advertise_url, "ca_pem": presentation.ca_pem}
+
+
+async def get_pivot(request: web.Request) -> web.Response:
+    return web.json_response(pivot_view(request, service(request).pivots.pivot))
+
+
+async def begin_pivot(request: web.Request) -> web.Response:
+    wanted = await body(request, PivotBody)
+    pivot = service(request).pivots.begin(wanted.to, wanted.ca_pem, wanted.token)
+    return web.json_response(pivot_view(request, pivot))
+
+
+async def record_step(request: web.Request) -> web.Response:
+    step = request.match_info["step"]
+    if step not in {s.value for s in pv.Step}:
+        raise InvalidDocument([Problem("step", f"unknown step {step!r}: one of "
+                                       f"{', '.join(s.value for s in pv.Step)}")])
+    pivot = service(request).pivots.record(request.match_info["id"], pv.Step(step))
+    return web.json_response(pivot_view(request, pivot))
+
+
+async def abort_pivot(request: web.Request) -> web.Response:
+    pivot = service(request).pivots.rollback(request.match_info["id"])
+    return web.json_response(pivot_view(request, pivot))
+
+
+async def pivot_snapshot(request: web.Request) -> web.Response:
+    """The frozen coordinator's snapshot, for the target's import."""
+    c = service(request)
+    pivot = c.pivots.pivot
+    if pivot is None or pivot.id != request.match_info["id"] or pivot.step is pv.Step.STARTED:
+        raise Conflict(f"no frozen pivot {request.match_info['id']} here: run `coordinator "
+                       "pivot --to URL` again")
+    taken = await snapshot.take(c.store, request.app[DATA_DIR])
+    data = await asyncio.to_thread(snapshot.to_bytes, taken)
+    return web.Response(body=data, content_type=ARCHIVE_TYPE)
+
+
+async def import_pivot(request: web.Request) -> web.Response:
+    """The target's side: the archive of a pivot (query: pivot, from) imported whole, once."""
+    pivot_id, source = request.query.get("pivot", ""), request.query.get("from", "")
+    if not pivot_id or not source:
+        raise InvalidDocument([Problem("pivot" if not pivot_id else "from",
+                                       "required: the pivot's id and the old coordinator's URL")])
+    data = await _archive(request)
+    c = service(request)
+    imported = await import_archive(c.store, getattr(c.store, "cipher", None), data, pivot_id,
+                                    source, c.clock())
+    if imported is not None:
+        c.writes.mark(imported)  # the next pass plans on them; their credentials are known
+        c.notifier.kick()
+    return web.json_response({"pivot": pivot_id, "imported": imported is not None})
+
+
+async def _archive(request: web.Request) -> bytes:
+    chunks, size = [], 0
+    async for chunk in request.content.iter_chunked(1 << 20):
+        size += len(chunk)
+        if size > MAX_ARCHIVE_BYTES:
+            raise web.HTTPRequestEntityTooLarge(max_size=MAX_ARCHIVE_BYTES, actual_size=size)
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,217 @@
+"""Both ends of a pivot (domain/pivot.py).
+
+The old coordinator's side, `PivotLedger`: the pivot it is in, persisted in its data dir
+(pivot.json, written whole and renamed: a kill never leaves half a step), with the target's
+admin token sealed by the secrets key like every other secret; and, once done, the read-only
+copy of the target's clusters and machines refreshed about every minute (`refresh_loop`).
+
+The target's side, `import_archive`: a snapshot imported into its store in one transaction,
+only when it holds no state, or answered at once when it already holds this same pivot."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import ssl
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from coordinator.domain import pivot as pv
+from coordinator.domain.errors import Conflict
+from coordinator.domain.model import ClusterSpec, Machine, MachineState
+from coordinator.service import snapshot
+from coordinator.store.base import Store, StoreError
+from coordinator.store.cipher import Cipher, SecretsKeyError
+from coordinator.store.codec import resealed_doc
+from nodeagent.logfmt import fields
+
+log = logging.getLogger("coordinator")
+FILE_NAME = "pivot.json"
+IMPORTED = "pivot-imported"  # the event a target records its import with, in the same commit
+_TOKEN_CONTEXT = "pivot target token"
+# Admin routes a frozen or moved coordinator still answers: the pivot's own, the move target
+# its agents follow, and backups (which change nothing).
+UNFROZEN_PATHS = ("/v1/pivot", "/v1/move-target", "/v1/backup")
+
+
+class PivotLedger:
+    """The old coordinator's pivot, in memory and in DATA_DIR/pivot.json (no file: a store
+    in a test, kept in memory only)."""
+
+    def __init__(self, path: Path | None, cipher: Cipher | None,
+                 clock: Callable[[], float]) -> None:
+        self.path = path
+        self.cipher = cipher
+        self.clock = clock
+        self._pivot: pv.Pivot | None = None
+        self._token = ""  # sealed
+        if path is not None and path.is_file():
+            saved = json.loads(path.read_text())
+            self._pivot, self._token = pv.Pivot.from_json(saved["pivot"]), saved["token"]
+
+    @property
+    def pivot(self) -> pv.Pivot | None:
+        return self._pivot
+
+    @property
+    def moved(self) -> bool:
+        return self._pivot is not None and self._pivot.done
+
+    def refused_change(self, path: str) -> str | None:
+        """Why an admin change to path is refused now (None: it is not)."""
+        if path.startswith(UNFROZEN_PATHS):
+            return None
+        return pv.refused_change(self._pivot)
+
+    def begin(self, to_url: str, ca_pem: str | None, token: str) -> pv.Pivot:
+        pivot = pv.begin(self._pivot, to_url, ca_pem, self.clock())
+        if pivot is not self._pivot:
+            if self.cipher is None:
+                raise Conflict("this coordinator has no secrets key to keep the target's "
+                               "token with")
+            self._save(pivot, self.cipher.seal(token, _TOKEN_CONTEXT))
+        return pivot
+
+    def record(self, pivot_id: str, step: pv.Step) -> pv.Pivot:
+        current = self._under_way(pivot_id)
+        advanced = pv.advance(current, step, self.clock())
+        if advanced is not current:
+            self._save(advanced, self._token)
+        return advanced
+
+    def rollback(self, pivot_id: str) -> pv.Pivot:
+        current = pv.check_abort(self._under_way(pivot_id))
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+        self._pivot, self._token = None, ""
+        return current
+
+    def token(self) -> str:
+        if self.cipher is None or not self._token:
+            raise SecretsKeyError("no token of the target is kept")
+        return self.cipher.unseal(self._token, _TOKEN_CONTEXT)
+
+    def refreshed(self, now: float) -> None:
+        if self._pivot is not None:
+            self._save(pv.refreshed(self._pivot, now), self._token)
+
+    def _under_way(self, pivot_id: str) -> pv.Pivot:
+        if self._pivot is None or self._pivot.id != pivot_id:
+            under_way = "none is" if self._pivot is None else f"{self._pivot.id} is"
+            raise Conflict(f"no pivot {pivot_id} here ({under_way} under way): run "
+                           "`coordinator pivot --to URL` again")
+        return self._pivot
+
+    def _save(self, pivot: pv.Pivot, token: str) -> None:
+        if self.path is not None:
+            snapshot.save(json.dumps({"pivot": pivot.to_json(), "token": token}).encode(),
+                          self.path)
+        self._pivot, self._token = pivot, token
+
+
+# -- the target's side ------------------------------------------------------------------------
+
+async def import_archive(store: Store, cipher: Cipher | None, data: bytes, pivot_id: str,
+                         from_url: str, now: float) -> list[str] | None:
+    """The ids of the machines imported with the archive's state; None when it is already here
+    from this same pivot.
+    Conflict when the store holds another state; the archive's admin tokens stay behind (the
+    target keeps its own), its machines' secrets are sealed again with this one's key, and
+    the import is recorded by an event in the same transaction."""
+    held = await store.list_events(kinds=[IMPORTED], limit=1, newest_first=True)
+    if held:
+        if held[0].data.get("pivot") == pivot_id:
+            return None
+        raise Conflict(f"this coordinator already holds the state of pivot "
+                       f"{held[0].data.get('pivot')} (from {held[0].data.get('from')}): a pivot "
+                       "goes to a coordinator with no state")
+    try:
+        taken = await asyncio.to_thread(snapshot.from_bytes, data, "the pivot's archive")
+    except snapshot.ArchiveError as exc:
+        raise Conflict(str(exc)) from None
+    tables = _for_target(taken, cipher)
+    events = list(tables["events"])
+    events.append({"id": max((row["id"] for row in events), default=0) + 1, "time": now,
+                   "cluster": "", "machine": None, "hostname": None, "kind": IMPORTED,
+                   "message": f"state imported from {from_url} (pivot {pivot_id})",
+                   "data": json.dumps({"pivot": pivot_id, "from": from_url})})
+    try:
+        await store.import_({**tables, "events": events}, beside=("admin_tokens",))
+    except StoreError as exc:
+        raise Conflict(f"cannot import the pivot's state: {exc}") from None
+    return [str(row["id"]) for row in tables["machines"]]
+
+
+def _for_target(taken: snapshot.Snapshot, cipher: Cipher | None) -> dict[str, list[Any]]:
+    tables = {name: list(rows) for name, rows in taken.tables.items() if name != "admin_tokens"}
+    key = taken.files.get("secrets.key")
+    if cipher is None or key is None:
+        return tables
+    source = Cipher(base64.b64decode(key.strip()), "the pivot's archive")
+    tables["machines"] = [{**row, "doc": resealed_doc(row["doc"], row["id"], source, cipher)}
+                          for row in tables.get("machines", ())]
+    return tables
+
+
+# -- the old coordinator's read-only copy -----------------------------------------------------
+
+async def refresh_loop(ledger: PivotLedger, store: Store, interval: float,
+                       tick: float = 1.0) -> None:
+    """Once the pivot is done, the target's clusters and machines copied into this store
+    about every interval seconds (a failure is logged and tried again next time)."""
+    while True:
+        if pv.refresh_due(ledger.pivot, ledger.clock(), interval):
+            try:
+                await refresh_once(ledger, store)
+            except (aiohttp.ClientError, OSError, TimeoutError, StoreError, ValueError,
+                    KeyError) as exc:
+                log.warning("cannot refresh the copy from %s: %s",
+                            ledger.pivot.to_url if ledger.pivot else "?", exc,
+                            extra=fields(event="pivot-refresh-failed"))
+                ledger.refreshed(ledger.clock())  # next try in an interval, not at once
+        await asyncio.sleep(tick)
+
+
+async def refresh_once(ledger: PivotLedger, store: Store) -> None:
+    pivot = ledger.pivot
+    assert pivot is not None
+    context = ssl.create_default_context(cadata=pivot.ca_pem) if pivot.ca_pem else None
+    headers = {"Authorization": f"Bearer {ledger.token()}"}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        clusters = await _get(session, f"{pivot.to_url}/v1/clusters", headers, context)
+        machines = await _get(session, f"{pivot.to_url}/v1/machines", headers, context)
+    await copy_views(store, clusters, machines, ledger.clock())
+    ledger.refreshed(ledger.clock())
+
+
+async def _get(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str],
+               context: ssl.SSLContext | None) -> Any:
+    async with session.get(url, headers=headers, ssl=context or False) as response:
+        response.raise_for_status()
+        return await response.json()
+
+
+async def copy_views(store: Store, clusters: Sequence[Mapping[str, Any]],
+                     machines: Sequence[Mapping[str, Any]], now: float) -> None:
+    """The target's views of its clusters and machines written over this store's copies: each
+    spec as the target holds it, each known machine's state, role, labels, release and
+    liveness (a machine the target has and this copy lacks is not made up from its view)."""
+    for view in clusters:
+        await store.put_cluster(ClusterSpec.model_validate(view["spec"]), now)
+    known = {m.id: m for m in await store.get_machines([str(v["id"]) for v in machines])}
+    updated: list[Machine] = [replace(
+        known[view["id"]], state=MachineState(view["state"]), role=view["role"],
+        labels=dict(view["labels"]), release=view["release"],
+        responding=bool(view["responding"]), last_seen=float(view["last_seen"]),
+        state_since=float(view["state_since"]))
+        for view in machines if view["id"] in known]
+    gone = {m.id: now for m in await store.list_machines()
+            if m.id not in {str(v["id"]) for v in machines}}
+    await store.commit(updated, removed=gone)
+

@@ -6,7 +6,9 @@ interrupted by a kill -9 of either coordinator at any step completes when run ag
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,3 +107,90 @@ def test_the_target_imports_a_pivot_once_and_refuses_another_state(
         assert copied.keys() == {m["id"] for m in old.admin.get("/v1/machines")}
         assert new.admin.get("/v1/clusters/lab")["release"] == "1"
         assert new.admin.get("/v1/events?kind=pivot-imported")[0]["data"]["pivot"] == pivot_id
+
+
+def settled(old: ServedCoordinator, new: ServedCoordinator, done: Path, since: float) -> None:
+    """Every agent on the new coordinator with the identity it had on the old one, heard
+    from there since the pivot; every item run once; the old one a read-only copy naming the
+    new URL, refreshed from it; an upgrade applied to the new one reaching every agent."""
+    ids = {m["hostname"]: m["id"] for m in old.admin.get("/v1/machines")}
+    wait_until(lambda: all(m["last_seen"] >= since for m in new.admin.get("/v1/machines")),
+               60, "every agent heard from by the new coordinator", interval=0.5)
+    assert {m["hostname"]: m["id"] for m in new.admin.get("/v1/machines")} == ids
+    assert runs(done) == {host: ["base", "control-plane"] for host in ids}
+
+    refused = old.cli("join-token", "create", "lab", ok=False)
+    assert refused.returncode == 1 and f"moved to {new.url}" in refused.stderr
+    new.cli("machines", "label", "node-0", "zone=eu-1b")
+    wait_until(lambda: old.admin.get("/v1/machines/node-0")["labels"].get("zone") == "eu-1b",
+               6 * REFRESH_SECONDS + 30, "the old coordinator's copy refreshed")
+    status = old.cli("status", "lab").stdout
+    assert f"moved to {new.url} at " in status and "read-only copy refreshed at " in status
+
+    new.admin.request("PUT", "/v1/clusters", text=cluster(done, "2"),
+                      content_type="application/yaml")
+    wait_until(lambda: all("upgrade-2" in lines for lines in runs(done).values())
+               and set(states(new).values()) == {"Ready"}, 120,
+               "the upgrade driven from the new coordinator", interval=0.5)
+    assert runs(done) == {host: ["base", "control-plane", "upgrade-2"] for host in ids}
+
+
+def ready(served: ServedCoordinator) -> bool:
+    found = states(served)
+    return len(found) == AGENTS and set(found.values()) == {"Ready"}
+
+
+def test_a_pivot_moves_the_state_and_the_agents_and_leaves_a_read_only_copy(
+        pair: tuple[ServedCoordinator, ServedCoordinator, Path], tmp_path: Path) -> None:
+    old, new, done = pair
+    with joined_fleet(old, tmp_path, AGENTS, "heartbeatSeconds: 1"):
+        wait_until(lambda: ready(old), 120, "a Ready cluster", interval=0.5)
+        since = time.time()
+        result = pivot(old, new)
+        for number, step in enumerate(("frozen", "copied", "announced", "done"), 1):
+            assert f"[{number}/4] {step}: " in result.stdout
+        assert f"agents moved {AGENTS}/{AGENTS}" in result.stdout
+        again = pivot(old, new)  # done already: nothing more to do, and said so
+        assert "done:" in again.stdout and "[1/4]" not in again.stdout
+        settled(old, new, done, since)
+
+
+def interrupted(old: ServedCoordinator, new: ServedCoordinator, step: str,
+                victim: ServedCoordinator) -> None:
+    """`coordinator pivot` run until it says it takes step, then victim killed -9 (the
+    command fails, saying why), and served again from its data dir."""
+    argv = old.cli_argv("pivot", "--to", new.url, "--to-token-file", str(new.token_file),
+                        "--to-ca", str(new.ca_file))
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"}) as command:
+        assert command.stdout is not None and command.stderr is not None
+        said = ""
+        for line in command.stdout:
+            said += line
+            if f"] {step}: " in line:
+                break
+        victim.stop(crash=True)
+        said += command.stdout.read()
+        failed = command.wait(timeout=120)
+        error = command.stderr.read()
+    victim.start()
+    assert f"] {step}: " in said, said + error
+    assert failed == 1 and "Traceback" not in error, said + error
+
+
+@pytest.mark.parametrize("victims", [("old", "new"), ("new", "old")], ids=["old-first",
+                                                                            "new-first"])
+def test_a_pivot_killed_at_every_step_completes_when_run_again(
+        pair: tuple[ServedCoordinator, ServedCoordinator, Path], tmp_path: Path,
+        victims: tuple[str, str]) -> None:
+    old, new, done = pair
+    by_name = {"old": old, "new": new}
+    with joined_fleet(old, tmp_path, AGENTS, "heartbeatSeconds: 1"):
+        wait_until(lambda: ready(old), 120, "a Ready cluster", interval=0.5)
+        since = time.time()
+        for index, step in enumerate(("frozen", "copied", "announced", "done")):
+            interrupted(old, new, step, by_name[victims[index % 2]])
+            assert old.admin.get("/v1/pivot")["pivot"] is not None  # never lost, never undone
+        result = pivot(old, new)
+        assert "done: " in result.stdout
+        settled(old, new, done, since)

@@ -47,7 +47,8 @@ def day_and_time(stamp: float | None, never: str = "never") -> str:
 def moved_line(moved: dict[str, Any]) -> str:
     """What `status` and `pivot status` say of a coordinator that moved (its pivot's view)."""
     return (f"moved to {moved['to_url']} at {day_and_time(moved['updated_at'])}; this is a "
-            "read-only copy refreshed " + day_and_time(moved.get("refreshed_at"), "not yet"))
+            "read-only copy refreshed " + ("not yet" if moved.get("refreshed_at") is None else
+                                           f"at {day_and_time(moved['refreshed_at'])}"))
 
 
 def machine_note(machine: dict[str, Any]) -> str:

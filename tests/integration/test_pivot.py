@@ -83,7 +83,7 @@ def test_a_frozen_coordinator_refuses_changes_naming_the_pivot_until_it_is_abort
     assert "nothing to abort" in old.cli("pivot", "--abort", ok=False).stderr
 
 
-def test_the_target_imports_a_pivot_once_and_refuses_another_state(
+def test_the_target_imports_a_pivot_once_and_the_old_one_is_then_a_read_only_copy(
         pair: tuple[ServedCoordinator, ServedCoordinator, Path], tmp_path: Path) -> None:
     old, new, _ = pair
     with joined_fleet(old, tmp_path, AGENTS, "heartbeatSeconds: 1"):
@@ -108,6 +108,10 @@ def test_the_target_imports_a_pivot_once_and_refuses_another_state(
         assert new.admin.get("/v1/clusters/lab")["release"] == "1"
         assert new.admin.get("/v1/events?kind=pivot-imported")[0]["data"]["pivot"] == pivot_id
 
+        for step in ("copied", "announced", "done"):  # as the command records them
+            old.admin.request("POST", f"/v1/pivot/{pivot_id}/steps/{step}")
+        read_only_copy(old, new)
+
 
 def settled(old: ServedCoordinator, new: ServedCoordinator, done: Path, since: float) -> None:
     """Every agent on the new coordinator with the identity it had on the old one, heard
@@ -119,13 +123,7 @@ def settled(old: ServedCoordinator, new: ServedCoordinator, done: Path, since: f
     assert {m["hostname"]: m["id"] for m in new.admin.get("/v1/machines")} == ids
     assert runs(done) == {host: ["base", "control-plane"] for host in ids}
 
-    refused = old.cli("join-token", "create", "lab", ok=False)
-    assert refused.returncode == 1 and f"moved to {new.url}" in refused.stderr
-    new.cli("machines", "label", "node-0", "zone=eu-1b")
-    wait_until(lambda: old.admin.get("/v1/machines/node-0")["labels"].get("zone") == "eu-1b",
-               6 * REFRESH_SECONDS + 30, "the old coordinator's copy refreshed")
-    status = old.cli("status", "lab").stdout
-    assert f"moved to {new.url} at " in status and "read-only copy refreshed at " in status
+    read_only_copy(old, new)
 
     new.admin.request("PUT", "/v1/clusters", text=cluster(done, "2"),
                       content_type="application/yaml")
@@ -133,6 +131,18 @@ def settled(old: ServedCoordinator, new: ServedCoordinator, done: Path, since: f
                and set(states(new).values()) == {"Ready"}, 120,
                "the upgrade driven from the new coordinator", interval=0.5)
     assert runs(done) == {host: ["base", "control-plane", "upgrade-2"] for host in ids}
+
+
+def read_only_copy(old: ServedCoordinator, new: ServedCoordinator) -> None:
+    """The old coordinator refuses changes naming the new URL, and its copy follows the new
+    one's changes."""
+    refused = old.cli("join-token", "create", "lab", ok=False)
+    assert refused.returncode == 1 and f"moved to {new.url}" in refused.stderr
+    new.cli("machines", "label", "node-0", "zone=eu-1b")
+    wait_until(lambda: old.admin.get("/v1/machines/node-0")["labels"].get("zone") == "eu-1b",
+               6 * REFRESH_SECONDS + 30, "the old coordinator's copy refreshed")
+    status = old.cli("status", "lab").stdout
+    assert f"moved to {new.url} at " in status and "read-only copy refreshed at " in status
 
 
 def ready(served: ServedCoordinator) -> bool:

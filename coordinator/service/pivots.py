@@ -30,6 +30,7 @@ from coordinator.store.base import Store, StoreError
 from coordinator.store.cipher import Cipher, SecretsKeyError
 from coordinator.store.codec import resealed_doc
 from nodeagent.logfmt import fields
+from nodeagent.validation import InvalidDocument, Problem
 
 log = logging.getLogger("coordinator")
 FILE_NAME = "pivot.json"
@@ -133,8 +134,8 @@ async def import_archive(store: Store, cipher: Cipher | None, data: bytes, pivot
                        "goes to a coordinator with no state")
     try:
         taken = await asyncio.to_thread(snapshot.from_bytes, data, "the pivot's archive")
-    except snapshot.ArchiveError as exc:
-        raise Conflict(str(exc)) from None
+    except snapshot.ArchiveError as exc:  # bad input: 422 naming the body
+        raise InvalidDocument([Problem("body", str(exc))]) from None
     tables = _for_target(taken, cipher)
     events = list(tables["events"])
     events.append({"id": max((row["id"] for row in events), default=0) + 1, "time": now,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
@@ -20,6 +20,11 @@ from coordinator.domain.records import (
     RemovedMachine,
     StoredCluster,
 )
+
+# A snapshot of the store's state: each table's name (sql.TABLES) with its rows, oldest first,
+# each row column name -> value as JSON carries it. Machines' documents keep their secrets
+# sealed: a snapshot never holds them in the clear.
+Tables = Mapping[str, Sequence[Mapping[str, Any]]]
 
 
 class StoreError(Exception):
@@ -49,6 +54,8 @@ class Store(ABC):
 
     The last section (replicas) has defaults for a store only one coordinator uses; a backend
     several coordinators share overrides it."""
+
+    kind: ClassVar[str]  # the backend's name, as a backup's manifest records its source
 
     @abstractmethod
     async def open(self) -> None:
@@ -222,6 +229,19 @@ class Store(ABC):
         """Delete the events older than `before` and those beyond the newest `keep`, oldest
         first and at most `chunk` of them in one transaction; returns how many went (call
         again until 0). See sql.prune_through."""
+
+    # -- snapshots (backup, restore, pivot) --------------------------------------------
+    @abstractmethod
+    async def export(self) -> dict[str, list[dict[str, Any]]]:
+        """Every table of the state (sql.TABLES) as one consistent snapshot: read in one
+        transaction, so that a backup taken while agents report holds no half of a commit.
+        Writers go on meanwhile."""
+
+    @abstractmethod
+    async def import_(self, tables: Tables) -> None:
+        """Write a snapshot (what export returned, from either backend) into this store in one
+        transaction; StoreError, with nothing written, when the store already holds any state.
+        Event ids are kept, and later events are numbered after them."""
 
     # -- replicas -------------------------------------------------------------------
     def mutex(self) -> AbstractAsyncContextManager[Any]:

@@ -12,6 +12,7 @@ import socket
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
+from typing import Any
 
 import asyncpg
 
@@ -27,7 +28,7 @@ from coordinator.domain.records import (
 )
 from coordinator.domain.tokens import token_id
 from coordinator.store import postgres_replicas
-from coordinator.store.base import Store, Term
+from coordinator.store.base import Store, Tables, Term
 from coordinator.store.cipher import Cipher
 from coordinator.store.codec import (
     admin_token_from_row,
@@ -46,7 +47,9 @@ from coordinator.store.postgres_connections import Database, Mutex
 from coordinator.store.postgres_schema import MIGRATIONS, migrate
 from coordinator.store.sql import (
     POSTGRES,
+    TABLES,
     Statements,
+    check_importable,
     check_removable,
     prune_through,
     respecified,
@@ -73,6 +76,8 @@ class PostgresStore(Store):
     """Store on a PostgreSQL database given by a libpq-style DSN (postgresql://...); open()
     brings its schema up to date. Several coordinators may share the database, and must share
     the key of cipher, which seals machines' secrets (None: a store that holds none)."""
+
+    kind = "postgresql"
 
     def __init__(self, dsn: str, pool_size: int = 10, cipher: Cipher | None = None) -> None:
         self.db = Database(dsn, pool_size)
@@ -290,6 +295,32 @@ class PostgresStore(Store):
                 return 0
             status = await conn.execute(SQL.delete_events_through, through)
         return int(status.split()[-1])  # "DELETE n"
+
+    # -- snapshots ----------------------------------------------------------------
+    async def export(self) -> dict[str, list[dict[str, Any]]]:
+        """One REPEATABLE READ transaction: every table as of one moment, while replicas
+        go on writing."""
+        async with self.db.connection() as conn:
+            async def read() -> dict[str, list[dict[str, Any]]]:
+                async with conn.transaction(isolation="repeatable_read", readonly=True):
+                    return {table.name: [table.portable(row)
+                                         for row in await conn.fetch(SQL.export[table.name])]
+                            for table in TABLES}
+
+            tables: dict[str, list[dict[str, Any]]] = await self.db.guard(read())
+        return tables
+
+    async def import_(self, tables: Tables) -> None:
+        """COPY per table, in one transaction; the event ids' counter set past the last
+        event imported."""
+        async with self.db.transaction() as conn:
+            check_importable(tables, [row["name"] for row in await conn.fetch(SQL.occupied)])
+            for table in TABLES:
+                await conn.copy_records_to_table(
+                    table.name, columns=list(table.names),
+                    records=[table.values(row) for row in tables.get(table.name, ())])
+            await conn.execute("UPDATE event_ids SET last = GREATEST(last, "
+                               "COALESCE((SELECT MAX(id) FROM events), 0))")
 
     # -- replicas -------------------------------------------------------------------
     def mutex(self) -> Mutex:

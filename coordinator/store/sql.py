@@ -9,14 +9,14 @@ spells ?1, ?2... No driver here: each store runs the text it is given.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from coordinator.domain.model import ClusterSpec, Role
 from coordinator.domain.records import StoredCluster
 from coordinator.store.base import StoreError
-from coordinator.store.codec import spec_to_json
+from coordinator.store.codec import Row, spec_to_json
 
 _NUMBERED = re.compile(r"\$(\d+)")
 
@@ -111,6 +111,65 @@ class SchemaVersions:
         return None if current == latest else migrations[current]
 
 
+@dataclass(frozen=True)
+class Table:
+    """A table as a snapshot carries it (Store.export, Store.import_): its columns with their
+    kinds, in one portable spelling whichever database it came from (SQLite keeps booleans as
+    0 and 1, PostgreSQL has columns of its own such as seq, which are left out)."""
+
+    name: str
+    columns: tuple[tuple[str, str], ...]  # (name, kind): kind one of text, int, real, bool
+    order: str  # the rows' order: an import in that order keeps listings' ties as they were
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.columns)
+
+    def portable(self, row: Row) -> dict[str, Any]:
+        """A row read from either database, as JSON carries it."""
+        return {name: _KINDS[kind](row[name]) if row[name] is not None else None
+                for name, kind in self.columns}
+
+    def values(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
+        """A portable row's values in column order, each of its column's type (JSON gives 1
+        for 1.0, which PostgreSQL's driver refuses for a DOUBLE PRECISION column)."""
+        return tuple(None if row.get(name) is None else _KINDS[kind](row[name])
+                     for name, kind in self.columns)
+
+    def select(self, dialect: Dialect) -> str:
+        return f"SELECT {', '.join(self.names)} FROM {self.name} " \
+               f"ORDER BY {self.order.format(arrival=dialect.arrival)}"
+
+    def insert(self, dialect: Dialect) -> str:
+        params = ", ".join(dialect.param(n + 1) for n in range(len(self.columns)))
+        return f"INSERT INTO {self.name} ({', '.join(self.names)}) VALUES ({params})"
+
+
+_KINDS: dict[str, Any] = {"text": str, "int": int, "real": float, "bool": bool}
+_T, _I, _R, _B = "text", "int", "real", "bool"
+
+# Every table of the coordinator's state, parents first (join tokens name their cluster).
+# Not here: schema_version (the target's own), secrets_key (claimed by the key the target
+# opens with), PostgreSQL's leader and event_ids (the replicas' bookkeeping).
+TABLES: tuple[Table, ...] = (
+    Table("clusters", (("name", _T), ("spec", _T), ("generation", _I), ("created_at", _R),
+                       ("updated_at", _R), ("deleting", _B)), "name"),
+    Table("join_tokens", (("id", _T), ("hash", _T), ("cluster", _T), ("created_at", _R),
+                          ("expires_at", _R), ("max_uses", _I), ("uses", _I), ("revoked", _B)),
+          "created_at, {arrival}"),
+    Table("admin_tokens", (("id", _T), ("hash", _T), ("name", _T), ("role", _T),
+                           ("created_at", _R), ("revoked", _B)), "created_at, {arrival}"),
+    Table("machines", (("id", _T), ("cluster", _T), ("hostname", _T), ("state", _T),
+                       ("credential_hash", _T), ("responding", _B), ("last_seen", _R),
+                       ("doc", _T)), "id"),
+    Table("removed_machines", (("id", _T), ("cluster", _T), ("hostname", _T),
+                               ("credential_hash", _T), ("removed_at", _R)), "id"),
+    Table("events", (("id", _I), ("time", _R), ("cluster", _T), ("machine", _T),
+                     ("hostname", _T), ("kind", _T), ("message", _T), ("data", _T)), "id"),
+)
+TABLE_NAMES = tuple(table.name for table in TABLES)
+
+
 class Statements:
     """The statements both stores run, in one database's dialect."""
 
@@ -199,6 +258,12 @@ class Statements:
             "(SELECT id FROM events WHERE time >= $2 ORDER BY id LIMIT 1), "
             "(SELECT MAX(id) FROM events)")
         self.delete_events_through = sql("DELETE FROM events WHERE id <= $1")
+        # -- snapshots: every table read whole and written whole (Store.export, import_)
+        self.export = {table.name: table.select(d) for table in TABLES}
+        self.import_ = {table.name: table.insert(d) for table in TABLES}
+        self.occupied = " UNION ALL ".join(
+            f"SELECT '{name}' AS name FROM (SELECT 1 FROM {name} LIMIT 1) AS {name}_row"
+            for name in TABLE_NAMES)
 
     def machines(self, cluster: str | None, role: Role | None) -> tuple[str, list[Any]]:
         """See Store.list_machines: with a role, through the index on (cluster, role)."""
@@ -231,6 +296,18 @@ class Statements:
             query.where_in("kind", kinds)
         order = "DESC" if newest_first else "ASC"
         return query.text(f" ORDER BY id {order} LIMIT {query.bind(limit)}"), query.params
+
+
+def check_importable(tables: Mapping[str, Sequence[Mapping[str, Any]]],
+                     occupied: Sequence[str]) -> None:
+    """An import goes only into a store that holds nothing (occupied: the tables that have a
+    row), and only of the tables a snapshot has: never merged into another coordinator's state."""
+    unknown = sorted(set(tables) - set(TABLE_NAMES))
+    if unknown:
+        raise StoreError(f"cannot import unknown tables {', '.join(unknown)}")
+    if occupied:
+        raise StoreError(f"the store already holds a coordinator's state (rows in "
+                         f"{', '.join(occupied)}): restore into an empty database")
 
 
 def respecified(stored: StoredCluster, spec: ClusterSpec, now: float) -> StoredCluster | None:

@@ -32,7 +32,7 @@ from coordinator.domain.records import (
     StoredCluster,
 )
 from coordinator.domain.tokens import token_id
-from coordinator.store.base import Store, StoreError
+from coordinator.store.base import Store, StoreError, Tables
 from coordinator.store.cipher import Cipher
 from coordinator.store.codec import (
     admin_token_from_row,
@@ -47,7 +47,15 @@ from coordinator.store.codec import (
     removed_machine_from_row,
     spec_to_json,
 )
-from coordinator.store.sql import SQLITE, Statements, check_removable, prune_through, respecified
+from coordinator.store.sql import (
+    SQLITE,
+    TABLES,
+    Statements,
+    check_importable,
+    check_removable,
+    prune_through,
+    respecified,
+)
 from coordinator.store.sqlite_schema import MIGRATIONS, migrate, transaction
 
 T = TypeVar("T")
@@ -70,6 +78,8 @@ def _read_only(path: Path, busy_timeout: float) -> sqlite3.Connection:
 class SQLiteStore(Store):
     """Store on one SQLite file; open() creates the file and brings its schema up to date.
     Machines' secrets are sealed with cipher (None: a store that holds none, e.g. a tool's)."""
+
+    kind = "sqlite"
 
     def __init__(self, path: str | Path, cipher: Cipher | None = None) -> None:
         self.path = Path(path)
@@ -407,3 +417,33 @@ class SQLiteStore(Store):
             if through is None:
                 return 0
             return conn.execute(SQL.delete_events_through, (through,)).rowcount
+
+    # -- snapshots ----------------------------------------------------------------
+    async def export(self) -> dict[str, list[dict[str, Any]]]:
+        """On a connection and thread of its own, so that neither the writer nor the readers
+        wait for it: WAL lets its one read transaction see a single commit's state however
+        long it reads."""
+        return await asyncio.to_thread(self._guarded, self._export)
+
+    def _export(self) -> dict[str, list[dict[str, Any]]]:
+        conn = _read_only(self.path, BUSY_TIMEOUT_SECONDS)
+        try:
+            conn.execute("BEGIN")
+            tables = {table.name: [table.portable(row)
+                                   for row in conn.execute(SQL.export[table.name])]
+                      for table in TABLES}
+            conn.execute("COMMIT")
+            return tables
+        finally:
+            conn.close()
+
+    async def import_(self, tables: Tables) -> None:
+        await self._run(self._import, tables)
+
+    def _import(self, tables: Tables) -> None:
+        conn = self._db
+        with transaction(conn):
+            check_importable(tables, [row[0] for row in conn.execute(SQL.occupied)])
+            for table in TABLES:
+                conn.executemany(SQL.import_[table.name],
+                                 [table.values(row) for row in tables.get(table.name, ())])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import stat
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from coordinator.domain.records import Event
+from coordinator.service import snapshot as snapshot_mod
 from coordinator.store.base import Store, StoreError
 from coordinator.store.postgres import PostgresStore
 from coordinator.store.sqlite import SQLiteStore
@@ -149,3 +151,50 @@ async def test_an_export_while_commits_go_on_holds_whole_commits_only(store: Sto
         machines = {row["id"] for row in snapshot["machines"]}
         assert machines == {row["machine"] for row in snapshot["events"]}
     assert len({len(s["machines"]) for s in snapshots}) > 1  # taken while the fleet grew
+
+
+# -- a snapshot of the coordinator: the store and the data dir's identity files together --------
+
+def identity(data_dir: Path) -> dict[str, bytes]:
+    files = {"pki/ca.crt": b"ca cert", "pki/ca.key": b"ca key", "pki/server.crt": b"cert",
+             "pki/server.key": b"key", "secrets.key": b"secrets key"}
+    for name, data in files.items():
+        (data_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (data_dir / name).write_bytes(data)
+    return files
+
+
+async def test_a_restored_coordinator_has_the_same_state_and_files_private(
+        store: Store, empty: Store, tmp_path: Path) -> None:
+    await fill(store)
+    files = identity(tmp_path / "source")
+    snapshot = snapshot_mod.from_bytes(snapshot_mod.to_bytes(
+        await snapshot_mod.take(store, tmp_path / "source")))
+    target = tmp_path / "target"
+    await snapshot_mod.restore(empty, target, snapshot)
+    assert await everything(empty) == await everything(store)
+    assert {name: (target / name).read_bytes() for name in files} == files
+    assert sorted(p.name for p in target.iterdir()) == ["pki", "secrets.key"]
+    assert {stat.S_IMODE(p.stat().st_mode) for p in target.rglob("*")} == {0o600, 0o700}
+    assert stat.S_IMODE(target.stat().st_mode) == 0o700
+
+
+async def test_a_restore_refused_writes_nothing(store: Store, empty: Store, tmp_path: Path) -> None:
+    await fill(store)
+    identity(tmp_path / "source")
+    snapshot = await snapshot_mod.take(store, tmp_path / "source")
+    # A data dir with another coordinator's files: neither they nor the store change.
+    taken = tmp_path / "taken"
+    (taken / "pki").mkdir(parents=True)
+    (taken / "pki" / "ca.key").write_bytes(b"another CA")
+    with pytest.raises(snapshot_mod.RestoreError, match=r"taken already holds a coordinator's "
+                                                        r"files \(pki/ca.key\): restore into a "
+                                                        "new, empty data dir"):
+        await snapshot_mod.restore(empty, taken, snapshot)
+    assert await empty.list_clusters() == []
+    assert [p.name for p in taken.rglob("*")] == ["pki", "ca.key"]
+    # A store that holds state: no file reaches the data dir.
+    await empty.put_cluster(cluster(worker=ONE_ITEM, name="mine"), now=1.0)
+    with pytest.raises(snapshot_mod.RestoreError, match="already holds a coordinator's state"):
+        await snapshot_mod.restore(empty, tmp_path / "fresh", snapshot)
+    assert list((tmp_path / "fresh").iterdir()) == []

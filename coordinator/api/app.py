@@ -10,6 +10,7 @@ from aiohttp import web
 from coordinator.api.context import (
     ARTIFACTS,
     CLOSING,
+    DATA_DIR,
     MAX_BODY_BYTES,
     PRESENTATION,
     REGISTER_LIMIT,
@@ -25,12 +26,14 @@ from coordinator.domain.ratelimit import RateLimiter
 from coordinator.service.coordinator import Coordinator
 
 
-def create_app(coordinator: Coordinator, artifacts: Path, presentation: Presentation) -> web.Application:
+def create_app(coordinator: Coordinator, artifacts: Path, presentation: Presentation,
+               data_dir: Path) -> web.Application:
     app = web.Application(middlewares=[middleware], client_max_size=MAX_BODY_BYTES)
     app[CLOSING] = asyncio.Event()
     app[SERVICE] = coordinator
     app[PRESENTATION] = presentation
     app[ARTIFACTS] = artifacts
+    app[DATA_DIR] = data_dir
     app[ROUTE_TABLE] = ROUTES
     app[ROUTE_INDEX] = {(r.method, r.path): r for r in ROUTES}
     if presentation.register_rate > 0:

@@ -3,7 +3,7 @@ The aiohttp routes, the authentication of each request and /openapi.json all com
 
 from __future__ import annotations
 
-from coordinator.api import admin, agent, public, streams
+from coordinator.api import admin, agent, backups, public, streams
 from coordinator.api.bodies import (
     AdminTokenBody,
     ApproveBody,
@@ -77,6 +77,10 @@ ROUTES: tuple[Route, ...] = (
           body=AdminTokenBody),
     Route("DELETE", "/v1/admin-tokens/{id}", admin.revoke_admin_token,
           "Revoke an admin API token", "admin"),
+    Route("POST", "/v1/backup", backups.backup,
+          "A consistent snapshot of the coordinator's whole state (clusters, machines, tokens as "
+          "hashes, sealed outputs, events, the PKI and the secrets key) as one archive "
+          "(application/gzip): admin tokens only, audited", "admin"),
     Route("GET", "/v1/whoami", admin.whoami,
           "The admin token's name and role: the dashboard offers its actions to admin tokens "
           "only", "admin"),

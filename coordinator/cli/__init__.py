@@ -9,12 +9,13 @@ from __future__ import annotations
 import click
 
 from coordinator.cli.agents import agents, machines_add
+from coordinator.cli.backup import backup
 from coordinator.cli.clusters import cluster
 from coordinator.cli.completion import completion
 from coordinator.cli.events import events
 from coordinator.cli.machines import approve, delete, machines, revoke, role
 from coordinator.cli.plumbing import DEFAULT_URL, make_client, say
-from coordinator.cli.process import init, serve
+from coordinator.cli.process import init, restore, serve
 from coordinator.cli.status import status
 from coordinator.cli.tokens import admin_token, join_token
 from coordinator.cli.upgrade import upgrade
@@ -75,5 +76,5 @@ def version() -> None:
 machines.add_command(machines_add)
 machines.add_command(approve)  # `coordinator machines approve` too, beside `coordinator approve`
 for command in (serve, init, cluster, join_token, admin_token, machines, approve, role, delete,
-                revoke, status, events, completion, upgrade, agents):
+                revoke, status, events, completion, upgrade, agents, backup, restore):
     main.add_command(command)

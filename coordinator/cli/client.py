@@ -6,10 +6,12 @@ import json
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 STREAM_TIMEOUT = 60.0
+DOWNLOAD_TIMEOUT = 600.0  # a backup of a large fleet is taken whole before its first byte
+_CHUNK = 1 << 20
 
 
 class ClientError(Exception):
@@ -87,6 +89,22 @@ class AdminClient:
                         data.append(line[5:].removeprefix(" "))
             except OSError as exc:  # timeouts included
                 raise ClientError(0, f"the stream from {self.url} broke off: {exc}") from None
+
+    def download(self, method: str, path: str, accept: str,
+                 progress: Callable[[int], None]) -> bytes:
+        """The answer's body, read a chunk at a time, each time telling progress the bytes
+        received so far."""
+        with self._send(method, path, None, None, "", accept, DOWNLOAD_TIMEOUT) as response:
+            chunks: list[bytes] = []
+            received = 0
+            try:
+                while chunk := response.read(_CHUNK):
+                    chunks.append(chunk)
+                    received += len(chunk)
+                    progress(received)
+            except OSError as exc:
+                raise ClientError(0, f"the coordinator at {self.url} broke off: {exc}") from None
+        return b"".join(chunks)
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)

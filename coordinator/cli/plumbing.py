@@ -44,6 +44,11 @@ def say_block(text: str, err: bool = False) -> None:
         say(line.expandtabs(), err=err)
 
 
+def row_counts(counts: dict[str, int]) -> str:
+    """A backup's rows per table, as one line: "2 clusters, 6 machines, ..."."""
+    return ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in counts.items())
+
+
 def read_token(token: str | None, token_file: str | None) -> str | None:
     if token is None and token_file:
         try:

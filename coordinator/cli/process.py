@@ -1,4 +1,4 @@
-"""`coordinator serve` and `coordinator init`: the commands that run or set up a coordinator
+"""`coordinator serve`, `init` and `restore`: the commands that run or set up a coordinator
 on this host rather than talk to one. They import the server lazily, so that the admin
 commands start fast."""
 
@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import click
 
-from coordinator.cli.plumbing import EXIT_ERROR, EXIT_USAGE, parse_duration, say, say_block
+from coordinator.cli.plumbing import (
+    EXIT_ERROR,
+    EXIT_USAGE,
+    parse_duration,
+    row_counts,
+    say,
+    say_block,
+)
 
 data_dir_option = click.option(
     "--data-dir", default="coordinator-data", show_default=True, type=click.Path(file_okay=False),
@@ -166,3 +174,32 @@ def init(data_dir: str, listen: str, advertise_url: str | None, store: str | Non
     if done.join:
         say(f"join string for cluster {spec.name if spec else ''} (put it in each "
                    f"node's /etc/nodeagent/config.yaml as `join:`):\n{done.join}")
+
+
+@click.command()
+@click.argument("archive", type=click.Path(dir_okay=False))
+@data_dir_option
+@store_option
+def restore(archive: str, data_dir: str, store: str | None) -> None:
+    """Rebuild a coordinator from a backup, offline, into a new data dir (and with --store an
+    empty PostgreSQL database: the way to move a SQLite coordinator to replicas). Then
+    `coordinator serve` with the same --data-dir and --store serves its clusters, machines,
+    tokens and history; its agents reconnect as they were."""
+    import asyncio
+
+    from coordinator.server.datadir import PRIVATE_UMASK
+    from coordinator.server.restore import restore_archive
+    from coordinator.server.serve import SetupError
+
+    os.umask(PRIVATE_UMASK)
+    location = parse_store(store)
+    try:
+        taken = asyncio.run(restore_archive(Path(archive), Path(data_dir), location))
+    except SetupError as exc:
+        say(f"error: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(taken.created_at))
+    say(f"restored {archive} (taken {when} from {taken.source}): {row_counts(taken.counts())}")
+    say(f"start it with:   coordinator serve --data-dir {data_dir}"
+        + (" --store DSN" if location else "") + " (and the --listen and --advertise-url it had)")
+    say("admin tokens:    those of the backup (admin.token is not in a backup)")

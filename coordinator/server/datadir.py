@@ -22,8 +22,8 @@ DATABASE = "coordinator.db"
 ADMIN_TOKEN = "admin.token"
 # What the coordinator writes in DATA_DIR, besides the secrets key; nothing else there is
 # touched (a data dir given by mistake, a home say, keeps its other files' modes).
-_WRITTEN = (DATABASE, *(f"{DATABASE}-{suffix}" for suffix in ("wal", "shm", "journal")),
-            ADMIN_TOKEN)
+SQLITE_FILES = (DATABASE, *(f"{DATABASE}-{suffix}" for suffix in ("wal", "shm", "journal")))
+_WRITTEN = (*SQLITE_FILES, ADMIN_TOKEN)
 
 
 class DataDirError(Exception):

@@ -88,9 +88,10 @@ def tls_context(pki: Pki) -> ssl.SSLContext:
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
-def make_store(location: str | None, data_dir: Path, cipher: Cipher) -> Store:
+def make_store(location: str | None, data_dir: Path, cipher: Cipher | None) -> Store:
     """The embedded SQLite file by default; PostgreSQL (which replicas may share) for a DSN.
-    Either seals machines' secrets with cipher."""
+    Either seals machines' secrets with cipher (None: a restore, which writes them sealed as
+    they were)."""
     if location is None:
         return SQLiteStore(data_dir / datadir.DATABASE, cipher)
     if location.startswith(POSTGRES_SCHEMES):
@@ -147,7 +148,7 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
     app = create_app(coordinator, artifacts, Presentation(
         advertise_url=options.url(), ca_pem=ca_pem, register_rate=options.register_rate,
         metrics_token=metrics_token(options.metrics_token_file),
-        register_total_rate=options.register_rate_total))
+        register_total_rate=options.register_rate_total), options.data_dir)
     limits = options.connections
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_seconds)
     await runner.setup()

@@ -11,6 +11,7 @@ The public surface (the pivot uses it as it is):
   take(store, data_dir) -> Snapshot        one consistent snapshot of a running coordinator
   to_bytes(snapshot) / from_bytes(data)    the archive's bytes (ArchiveError when refused)
   write_archive(snapshot, path) / read_archive(path)   the same, to and from a file (0600)
+  save(data, path)                         archive bytes to a file, 0600, atomically
   restore(store, data_dir, snapshot)       into an open, empty store and a data dir without
                                            a coordinator's files (RestoreError otherwise)
 
@@ -181,7 +182,7 @@ def write_archive(snapshot: Snapshot, path: Path) -> int:
     never leaves half an archive where a backup was. Mode 0600: it holds the CA's key and the
     secrets key. Returns its size in bytes."""
     data = to_bytes(snapshot)
-    _write_private(path, data)
+    save(data, path)
     return len(data)
 
 
@@ -193,8 +194,9 @@ def read_archive(path: Path) -> Snapshot:
     return from_bytes(data, str(path))
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """data at path, mode 0600, atomically and durably (datadir.py's rule for what is secret)."""
+def save(data: bytes, path: Path) -> None:
+    """data (an archive, or a file of one) at path, mode 0600, atomically and durably
+    (datadir.py's rule for what is secret)."""
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -252,7 +254,7 @@ def _stage(staging: Path, files: Mapping[str, bytes]) -> None:
     for name, data in files.items():
         target = staging / name
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _write_private(target, data)
+        save(data, target)
 
 
 def _place(staging: Path, data_dir: Path, names: Sequence[str]) -> None:

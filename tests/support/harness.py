@@ -138,7 +138,8 @@ async def in_process_coordinator(
         coordinator = Coordinator(store, clock=clock)
         port = free_port()
         app = create_app(coordinator, directory,
-                         Presentation(advertise_url=f"http://127.0.0.1:{port}", **presentation))
+                         Presentation(advertise_url=f"http://127.0.0.1:{port}", **presentation),
+                         directory)
         client = TestClient(TestServer(app, host="127.0.0.1", port=port))
         await client.start_server()
         try:

@@ -12,7 +12,7 @@ from coordinator.cli import main
 READ = {  # what the commands read from the environment, and the options each stands for
     "COORDINATOR_URL": "--url", "COORDINATOR_TOKEN": "--token",
     "COORDINATOR_TOKEN_FILE": "--token-file", "COORDINATOR_CA": "--ca",
-    "COORDINATOR_STORE": "init --store, serve --store",
+    "COORDINATOR_STORE": "init --store, restore --store, serve --store",
     "COORDINATOR_AGENT_PACKAGES": "machines add --packages",
 }
 

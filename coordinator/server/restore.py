@@ -1,0 +1,37 @@
+"""`coordinator restore`: a coordinator rebuilt offline from a backup (service/snapshot.py),
+into a data dir that holds no coordinator and a store that holds no state, either the SQLite
+file in the data dir or a PostgreSQL database. Refused, with nothing left behind, otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from coordinator.server import datadir
+from coordinator.server.serve import SetupError, make_store
+from coordinator.service import snapshot
+from coordinator.store.base import StoreError
+
+
+async def restore_archive(archive: Path, data_dir: Path, store: str | None) -> snapshot.Snapshot:
+    """The snapshot restored (the archive checked whole first); SetupError saying why not."""
+    try:
+        taken = snapshot.read_archive(archive)
+        snapshot.check_free(data_dir)
+        datadir.make_private(data_dir)
+    except (snapshot.ArchiveError, snapshot.RestoreError, datadir.DataDirError) as exc:
+        raise SetupError(str(exc)) from None
+    database = [data_dir / name for name in datadir.SQLITE_FILES]
+    created = store is None and not database[0].exists()
+    target = make_store(store, data_dir, None)
+    try:
+        try:
+            await target.open()
+            await snapshot.restore(target, data_dir, taken)
+        finally:
+            await target.close()
+    except (StoreError, snapshot.RestoreError) as exc:
+        if created:  # the empty SQLite file this attempt made goes too
+            for path in database:
+                path.unlink(missing_ok=True)
+        raise SetupError(f"cannot restore {archive}: {exc}") from None
+    return taken

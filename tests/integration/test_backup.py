@@ -9,11 +9,8 @@ nothing again. A damaged or newer archive is refused, with nothing written."""
 from __future__ import annotations
 
 import contextlib
-import io
-import json
 import stat
 import subprocess
-import tarfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +19,8 @@ from typing import Any
 import pytest
 
 from coordinator.service.snapshot import read_archive
-from tests.support.agent import AgentProcess
+from tests.support.agent import AgentProcess, joined_agent
+from tests.support.archives import repacked
 from tests.support.builders import AUTO_APPROVE_CLUSTER
 from tests.support.harness import COORDINATOR, ServedCoordinator, running_coordinator
 from tests.support.metrics import metric, scrape
@@ -33,6 +31,7 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.integration
 
 AGENTS = 3
+SETTINGS = "heartbeatSeconds: 1\nignorePrechecks: [all]"
 # What a machine's view says that its agent's heartbeats do not change.
 STEADY = ("id", "cluster", "hostname", "ip", "state", "role", "labels", "approved",
           "state_since", "items", "progress", "release", "managers")
@@ -49,12 +48,7 @@ def ready_fleet(served: ServedCoordinator, tmp: Path) -> Iterator[list[AgentProc
     fleet = []
     try:
         for index in range(AGENTS):
-            agent = AgentProcess(tmp / f"agent-{index}", hostname=f"node-{index}")
-            agent.root.mkdir(parents=True)
-            join = served.cli("join-token", "create", "lab").stdout.strip()
-            agent.configure(f"join: {join}\nheartbeatSeconds: 1\nignorePrechecks: [all]")
-            agent.start()
-            fleet.append(agent)
+            fleet.append(joined_agent(served, tmp / f"agent-{index}", f"node-{index}", SETTINGS))
         wait_until(lambda: len(served.admin.get("/v1/machines")) == AGENTS, 60, "registrations")
         for agent in fleet:
             served.wait_state(str(agent.hostname), "Ready", timeout=120)
@@ -166,7 +160,7 @@ def test_a_backup_under_load_restores_into_sqlite_and_postgresql_and_the_agents_
             # A join string made before the backup still registers a machine.
             newcomer = AgentProcess(tmp_path / "newcomer", hostname="node-new")
             newcomer.root.mkdir(parents=True)
-            newcomer.configure(f"join: {kept_join}\nheartbeatSeconds: 1\nignorePrechecks: [all]")
+            newcomer.configure(f"join: {kept_join}\n{SETTINGS}")
             newcomer.start()
             try:
                 wait_until(lambda: len(again.admin.get("/v1/machines")) > AGENTS, 60,
@@ -192,21 +186,6 @@ def test_a_backup_under_load_restores_into_sqlite_and_postgresql_and_the_agents_
                 replica.stop()
 
 
-def repacked(archive: Path, **changes: Any) -> bytes:
-    """The archive with its manifest's fields changed, gzip and tar whole again."""
-    with tarfile.open(archive, mode="r:gz") as tar:
-        members = {m.name: tar.extractfile(m).read() for m in tar}  # type: ignore[union-attr]
-    members["manifest.json"] = json.dumps(
-        {**json.loads(members["manifest.json"]), **changes}).encode()
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name, content in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(content)
-            tar.addfile(info, io.BytesIO(content))
-    return buffer.getvalue()
-
-
 def test_a_damaged_or_newer_backup_is_refused_with_nothing_written(tmp_path: Path) -> None:
     archive = tmp_path / "backup.tgz"
     with running_coordinator(tmp_path / "a") as source:
@@ -225,7 +204,7 @@ def test_a_damaged_or_newer_backup_is_refused_with_nothing_written(tmp_path: Pat
         "flipped": (data[:middle] + bytes([data[middle] ^ 0x40]) + data[middle + 1:],
                     "is damaged: "),
         "truncated": (data[:len(data) * 2 // 3], "is damaged: "),
-        "newer": (repacked(archive, schema_version=99),
+        "newer": (repacked(data, schema_version=99),
                   "has schema version 99, newer than this coordinator reads (1): restore it "
                   "with a coordinator at least as new as the one that took it"),
     }

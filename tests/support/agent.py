@@ -84,6 +84,18 @@ class AgentProcess:
         return self.process.wait(timeout=30)
 
 
+def joined_agent(coordinator: ServedCoordinator, directory: Path, hostname: str,
+                 settings: str = "ignorePrechecks: [all]") -> AgentProcess:
+    """An agent of its own hostname under directory, started with a new join string of
+    cluster lab and settings (YAML lines)."""
+    agent = AgentProcess(directory, hostname=hostname)
+    agent.root.mkdir(parents=True)
+    join = coordinator.cli("join-token", "create", "lab").stdout.strip()
+    agent.configure(f"join: {join}\n{settings}")
+    agent.start()
+    return agent
+
+
 @contextlib.contextmanager
 def agent_of(coordinator: ServedCoordinator, tmp: Path) -> Iterator[psutil.Process]:
     """`nodeagent run` with a join string of cluster lab, its root at tmp/root; registered

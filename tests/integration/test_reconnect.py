@@ -16,10 +16,11 @@ from aiohttp import web
 
 from nodeagent.client import CoordinatorClient, Unreachable
 from nodeagent.endpoint import Endpoint
-from tests.support.agent import AgentProcess, joined_fleet
+from tests.support.agent import AgentProcess, joined_agent
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.metrics import metric, scrape
 from tests.support.ports import free_port
+from tests.support.requirements import require_root
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -39,10 +40,17 @@ def polls_parked(served: ServedCoordinator) -> int:
 def agents(served: ServedCoordinator, tmp: Path, count: int) -> Iterator[list[AgentProcess]]:
     """count agents with join strings, each registered and its long-poll parked when
     yielded (root: each has a hostname of its own)."""
-    with joined_fleet(served, tmp, count) as started:
+    require_root()
+    started = []
+    try:
+        for index in range(count):
+            started.append(joined_agent(served, tmp / f"agent-{index}", f"node-{index}"))
         wait_until(lambda: polls_parked(served) == count, 90, "every agent's long-poll",
                    interval=0.2)
         yield started
+    finally:
+        for agent in started:
+            agent.stop()
 
 
 def test_every_agent_polls_again_within_two_seconds_of_a_restarted_coordinator(

@@ -85,6 +85,18 @@ class AgentProcess:
         return self.process.wait(timeout=30)
 
 
+def joined_agent(coordinator: ServedCoordinator, directory: Path, hostname: str,
+                 settings: str = "ignorePrechecks: [all]") -> AgentProcess:
+    """An agent of its own hostname under directory, started with a new join string of
+    cluster lab and settings (YAML lines)."""
+    agent = AgentProcess(directory, hostname=hostname)
+    agent.root.mkdir(parents=True)
+    join = coordinator.cli("join-token", "create", "lab").stdout.strip()
+    agent.configure(f"join: {join}\n{settings}")
+    agent.start()
+    return agent
+
+
 @contextlib.contextmanager
 def agent_of(coordinator: ServedCoordinator, tmp: Path) -> Iterator[psutil.Process]:
     """`nodeagent run` with a join string of cluster lab, its root at tmp/root; registered
@@ -110,19 +122,14 @@ def agent_of(coordinator: ServedCoordinator, tmp: Path) -> Iterator[psutil.Proce
 @contextlib.contextmanager
 def joined_fleet(coordinator: ServedCoordinator, tmp: Path, count: int,
                  settings: str = "") -> Iterator[list[AgentProcess]]:
-    """count agents named node-0... (each in a UTS namespace of its own: root), each with a
-    join string of cluster lab and its directory under tmp, started (not yet registered) when
-    yielded and stopped after. settings: more of their config (YAML lines)."""
+    """count agents named node-0... (joined_agent's, root), started (not yet registered)
+    when yielded and stopped after. settings: more of their config (YAML lines)."""
     require_root()
-    started = []
+    started: list[AgentProcess] = []
     try:
         for index in range(count):
-            agent = AgentProcess(tmp / f"agent-{index}", hostname=f"node-{index}")
-            agent.root.mkdir(parents=True)
-            join = coordinator.cli("join-token", "create", "lab").stdout.strip()
-            agent.configure(f"join: {join}\nignorePrechecks: [all]\n{settings}")
-            agent.start()
-            started.append(agent)
+            started.append(joined_agent(coordinator, tmp / f"agent-{index}", f"node-{index}",
+                                        f"ignorePrechecks: [all]\n{settings}"))
         yield started
     finally:
         for agent in started:

@@ -24,6 +24,7 @@ from coordinator.service.snapshot import (
     to_bytes,
     write_archive,
 )
+from tests.support.archives import repacked
 
 SNAPSHOT = Snapshot(
     tables={"clusters": [{"name": "edge", "spec": "{}", "generation": 2, "created_at": 1.0,
@@ -32,22 +33,6 @@ SNAPSHOT = Snapshot(
                         "hostname": None, "kind": "audit", "message": "m", "data": "{}"}]},
     files={"pki/ca.key": b"-----BEGIN PRIVATE KEY-----\n", "secrets.key": b"a2V5\n"},
     created_at=1700000000.25, source="sqlite")
-
-
-def repacked(data: bytes, **changes: object) -> bytes:
-    """data with its manifest's fields changed (and its gzip and tar whole again)."""
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        members = {m.name: tar.extractfile(m).read() for m in tar}  # type: ignore[union-attr]
-    manifest = json.loads(members["manifest.json"])
-    manifest.update(changes)
-    members["manifest.json"] = json.dumps(manifest).encode()
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name, content in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(content)
-            tar.addfile(info, io.BytesIO(content))
-    return buffer.getvalue()
 
 
 def test_an_archive_reads_back_the_snapshot_it_was_made_of() -> None:

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from nodeagent.client import CoordinatorClient, Unreachable
 from nodeagent.endpoint import Endpoint
-from tests.support.agent import AgentProcess
+from tests.support.agent import AgentProcess, joined_agent
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.metrics import metric, scrape
 from tests.support.ports import free_port
@@ -44,12 +44,7 @@ def agents(served: ServedCoordinator, tmp: Path, count: int) -> Iterator[list[Ag
     started = []
     try:
         for index in range(count):
-            agent = AgentProcess(tmp / f"agent-{index}", hostname=f"node-{index}")
-            agent.root.mkdir(parents=True)
-            join = served.cli("join-token", "create", "lab").stdout.strip()
-            agent.configure(f"join: {join}\nignorePrechecks: [all]")
-            agent.start()
-            started.append(agent)
+            started.append(joined_agent(served, tmp / f"agent-{index}", f"node-{index}"))
         wait_until(lambda: polls_parked(served) == count, 90, "every agent's long-poll",
                    interval=0.2)
         yield started

@@ -84,6 +84,18 @@ class AgentProcess:
         return self.process.wait(timeout=30)
 
 
+def joined_agent(served: ServedCoordinator, directory: Path, hostname: str,
+                 settings: str = "") -> AgentProcess:
+    """An agent with a join string of cluster lab, its hostname and these settings (YAML),
+    prechecks ignored, started."""
+    agent = AgentProcess(directory, hostname=hostname)
+    agent.root.mkdir(parents=True)
+    join = served.cli("join-token", "create", "lab").stdout.strip()
+    agent.configure(f"join: {join}\nignorePrechecks: [all]\n{settings}")
+    agent.start()
+    return agent
+
+
 @contextlib.contextmanager
 def agent_of(coordinator: ServedCoordinator, tmp: Path) -> Iterator[psutil.Process]:
     """`nodeagent run` with a join string of cluster lab, its root at tmp/root; registered

@@ -69,6 +69,10 @@ class Reconnect:
         self._answered_at = self._clock()
         self.failures = 0
 
+    def silent_for(self) -> float:
+        """Seconds since the coordinator last answered (or since the agent started)."""
+        return self._clock() - self._answered_at
+
     def failed(self, busy: bool = False) -> float:
         """A call did not reach the coordinator (busy: it said 429, too many at once, which
         no outage explains): the seconds to wait before the next."""

@@ -54,6 +54,13 @@ class CoordinatorClient:
         self.context = context  # whom to trust over https: the coordinator's pinned CA
         self.reconnect = Reconnect(rand or random.Random())
 
+    def move_to(self, endpoints: Sequence[Endpoint], context: ssl.SSLContext | None) -> None:
+        """Talk to another coordinator from the next call on (a pivot's target, or back)."""
+        self.endpoints = [Endpoint(e.url.rstrip("/"), e.proxy) for e in endpoints]
+        self._current = 0
+        self.context = context
+        self.reconnect.answered()  # its silence is counted from now
+
     @property
     def url(self) -> str:
         return self.endpoints[self._current].url

@@ -54,6 +54,10 @@ class CoordinatorConfig(_Section):
     ca_file: str | None = Field(default=None, description="CA to trust for an https coordinator "
                                 "(else the one pinned by the join string)")
     health_path: str = "/healthz"
+    fallback_seconds: float = Field(
+        default=600.0, ge=1, le=86400, description="after a move to another coordinator (a "
+        "pivot), how long the new one may not answer before the agent asks the one it came "
+        "from whether the move still stands (docs/agent.md)")
     timeout: float = Field(default=2.0, gt=0, le=60)
 
     @property

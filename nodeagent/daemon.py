@@ -31,6 +31,7 @@ from nodeagent import addresses, sdnotify, trust
 from nodeagent.backoff import delay
 from nodeagent.children import EXIT_APPLIED, EXIT_GAVE_UP, AgentError, apply_phase, checked_output
 from nodeagent.client import Busy, CoordinatorClient, Document, Rejected, Unreachable
+from nodeagent.home import Place, load_home
 from nodeagent.host import Host
 from nodeagent.identity import (
     IDENTITY_FILE,
@@ -46,6 +47,7 @@ from nodeagent.logfmt import fields
 from nodeagent.prechecking import Prechecks
 from nodeagent.removal import forget_machine
 from nodeagent.reporter import Reporter
+from nodeagent.retarget import Retarget
 from nodeagent.settings import DaemonSettings, load_settings
 
 T = TypeVar("T")
@@ -77,15 +79,17 @@ class Agent:
         self.host = host
         self.state_dir = settings.state_dir
         self.rand = rand or random.Random()
-        self.client = CoordinatorClient(settings.endpoints, timeout=settings.timeout * 5,
-                                         rand=self.rand)
+        self.home = load_home(self.state_dir)  # where the coordinator moved, if it did
+        endpoints = self.home.current.endpoints(settings.endpoints[0].proxy) if self.home \
+            else settings.endpoints
+        self.client = CoordinatorClient(endpoints, timeout=settings.timeout * 5, rand=self.rand)
         self.identity_path = self.state_dir / IDENTITY_FILE
         self.next_identity_path = self.state_dir / NEXT_IDENTITY_FILE
         self.prechecks = Prechecks(settings, host, config_path, self.client, self.rand)
 
     async def run(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.client.context = await self._trust()
+        retarget = await self._retarget()
         identity = await self._settle_rotation(load_identity(self.identity_path))
         if identity is None:
             report = await self.prechecks.run()
@@ -93,8 +97,9 @@ class Agent:
             self.prechecks.registered(identity, report)
         reporter = Reporter(self.client, identity)
         try:
-            async with _background(reporter.run(), self._heartbeat(identity)):
-                await self._follow(identity, reporter)
+            async with _background(reporter.run(), self._heartbeat(identity),
+                                   retarget.watch(identity)):
+                await self._follow(identity, reporter, retarget)
         except MachineRemoved as removed:
             kept = forget_machine(self.state_dir, identity.machine_id)
             log.error("%s. The agent forgot that machine (its journal is kept as %s) and "
@@ -103,6 +108,22 @@ class Agent:
             raise
         finally:
             self.prechecks.stop()
+
+    async def _retarget(self) -> Retarget:
+        """Whom the client talks to and trusts: the coordinator the agent moved to (home.py),
+        else the config's, whose CA _trust() settles."""
+        if self.home is not None:
+            self.client.context = self.home.current.context()
+            log.info("following the coordinator at %s (moved there; the config's is not used)",
+                     self.client.url, extra=fields(event="retarget", step="restored",
+                                                   coordinator=self.client.url))
+            origin = self.home.current
+        else:
+            self.client.context = await self._trust()
+            kept = trust.trusted_ca(self.settings.ca_file, self.state_dir)
+            origin = Place(tuple(e.url for e in self.client.endpoints),
+                           kept.read_text() if self.client.context is not None else None)
+        return Retarget(self.client, self.settings, origin, self.home, self.rand)
 
     async def _trust(self) -> ssl.SSLContext | None:
         """The TLS context for an https coordinator: its CA from the config, or the one the
@@ -242,16 +263,24 @@ class Agent:
         sdnotify.status(f"coordinator unreachable; retrying {what}")
         await asyncio.sleep(wait)
 
-    async def _follow(self, identity: Identity, reporter: Reporter) -> None:
-        """Long-poll the assignment; restart the phase whenever what to run changes."""
+    async def _follow(self, identity: Identity, reporter: Reporter, retarget: Retarget) -> None:
+        """Long-poll the assignment; restart the phase whenever what to run changes; start
+        over at another coordinator whenever retarget moves there."""
         generation = 0
         current: tuple[Any, ...] | None = None
         work: asyncio.Task[int] | None = None
         try:
             while True:
-                assignment = await self._retry("fetch assignment", partial(
-                    self.client.assignment, identity.machine_id, identity.credential,
-                    generation, LONG_POLL_SECONDS))
+                assignment = await _unless(retarget.moved, self._retry(
+                    "fetch assignment", partial(self.client.assignment, identity.machine_id,
+                                                identity.credential, generation,
+                                                LONG_POLL_SECONDS)))
+                if retarget.moved.is_set():  # its generations are its own: ask from the start
+                    retarget.moved.clear()
+                    generation = 0
+                    continue
+                if assignment is not None:
+                    retarget.consider(assignment, identity)
                 if assignment is None or assignment["generation"] == generation:
                     continue  # nothing new
                 generation = assignment["generation"]
@@ -345,6 +374,22 @@ def _work_key(assignment: Document) -> tuple[Any, ...]:
     secrets = tuple(sorted((name, values.get(name)) for name in assignment.get("secrets", [])
                            if any(f"${{{name}}}" in item for item in items)))
     return assignment.get("phase"), items, secrets, assignment.get("retries", 0)
+
+
+async def _unless(event: asyncio.Event, call: Awaitable[T]) -> T | None:
+    """call's result; None, with call cancelled, should event be set first."""
+    task = asyncio.ensure_future(call)
+    interrupted = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait((task, interrupted), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (task, interrupted):
+            pending.cancel()
+    if task.done() and not task.cancelled():
+        return task.result()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return None
 
 
 @contextlib.asynccontextmanager

@@ -29,6 +29,7 @@ from nodeagent import trust
 from nodeagent.children import EXIT_APPLIED, EXIT_GAVE_UP, EXIT_STOPPED
 from nodeagent.client import CoordinatorClient
 from nodeagent.config import AgentConfig
+from nodeagent.home import load_home
 from nodeagent.identity import IDENTITY_FILE, load_identity
 from nodeagent.items.runner import run_phase
 from nodeagent.journal import Journal, JournalError
@@ -43,9 +44,12 @@ async def run_items(config: AgentConfig, root: Path, assignment: Assignment,
                 journal: Journal) -> bool:
     """Run the assignment's phase; True when every item is applied."""
     state_dir = Path(config.state_dir)
-    client = CoordinatorClient(config.coordinator_endpoints(os.environ),
-                               timeout=config.coordinator.timeout * 5)
-    if client.url.startswith("https://"):
+    endpoints = config.coordinator_endpoints(os.environ)
+    client = CoordinatorClient(endpoints, timeout=config.coordinator.timeout * 5)
+    home = load_home(state_dir)  # the coordinator moved (home.py): its place comes first
+    if home is not None:
+        client.move_to(home.current.endpoints(endpoints[0].proxy), home.current.context())
+    elif client.url.startswith("https://"):
         client.context = trust.context_for(trust.trusted_ca(config.coordinator.ca_file,
                                                             state_dir))
 

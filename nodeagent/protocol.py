@@ -431,6 +431,17 @@ class RotateResponse(_Wire):
     credential_expires_at: float | None
 
 
+class MoveTarget(_Wire):
+    """The coordinator this machine's agent is to move to (a pivot): it checks the target's CA
+    against ca_pin and that the target knows its credential before it switches (docs/agent.md,
+    "Following the coordinator")."""
+
+    urls: list[str] = Field(min_length=1, description="the target's URL, then its other replicas")
+    ca_pin: str | None = Field(default=None, description="sha256:<hex> of the target's CA "
+                               "certificate (DER), as a join string pins it; None: plain HTTP")
+    since: float = Field(description="when the target was set (unix time)")
+
+
 class Assignment(_Wire):
     """What a machine must do now. `generation` grows on every change the agent must see."""
 
@@ -459,6 +470,9 @@ class Assignment(_Wire):
     secrets: list[str] = Field(
         default_factory=list, description="the names of the values that are secret (outputs "
         "and join material): the agent masks their values wherever it shows or reports output")
+    move_target: MoveTarget | None = Field(
+        default=None, description="the coordinator to move to (`PUT /v1/move-target`), "
+        "the same for every machine; None: stay")
 
 
 class ItemReport(_Wire):

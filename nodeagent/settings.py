@@ -34,6 +34,7 @@ class DaemonSettings:
     own_ntp_servers: bool  # the config names NTP servers: the cluster's do not replace them
     node_interface: str | None = None  # register with this interface's address
     node_address: str | None = None  # or with this address
+    fallback_seconds: float = 600.0  # a coordinator moved to, silent this long: ask the old one
 
     @classmethod
     def from_document(cls, document: Document) -> DaemonSettings:
@@ -47,7 +48,8 @@ class DaemonSettings:
                    ignore_prechecks=config["ignore_prechecks"],
                    own_ntp_servers=bool(config["ntp"]["servers"]),
                    node_interface=config["node"]["interface"],
-                   node_address=config["node"]["address"])
+                   node_address=config["node"]["address"],
+                   fallback_seconds=coordinator["fallback_seconds"])
 
 
 async def load_settings(config_path: str, host: Host) -> DaemonSettings:

@@ -47,6 +47,14 @@ def unverified_context() -> ssl.SSLContext:
 async def fetch_pinned_ca(url: str, pin: str, destination: Path, proxy: str | None,
                           timeout: float) -> None:
     """Fetch the coordinator's CA, check it against pin, keep it at destination."""
+    pem = await pinned_ca(url, pin, proxy, timeout)
+    atomic_write(destination, pem.encode(), mode=0o644)
+
+
+async def pinned_ca(url: str, pin: str, proxy: str | None, timeout: float,
+                    pinned_by: str = "the join string") -> str:
+    """The CA certificate (PEM) the coordinator at url presents, once checked against pin
+    (which pinned_by names, for the refusal's message)."""
     source = url.rstrip("/") + "/v1/ca.crt"
     try:
         # Not kept alive: its unverified context is the only one of its kind, and no call
@@ -66,7 +74,7 @@ async def fetch_pinned_ca(url: str, pin: str, destination: Path, proxy: str | No
         raise TrustError(f"{source} did not answer with a PEM certificate") from None
     if presented != pin:
         raise TrustError(
-            f"the coordinator at {url} presented CA {presented}, but the join string pins "
-            f"{pin}: refusing to trust it (a wrong join string, or something between this node "
-            "and the coordinator)")
-    atomic_write(destination, pem.encode(), mode=0o644)
+            f"the coordinator at {url} presented CA {presented}, but {pinned_by} pins "
+            f"{pin}: refusing to trust it (a wrong {pinned_by}, or something between this "
+            "node and the coordinator)")
+    return pem

@@ -11,6 +11,7 @@ from coordinator.api.bodies import (
     DeleteQuery,
     JoinTokenBody,
     LabelsBody,
+    MoveTargetBody,
     ReissueBody,
     RenderQuery,
     RoleBody,
@@ -237,3 +238,19 @@ async def retry_items(request: web.Request) -> web.Response:
     updated = await c.admin.retry_items(machine.id)
     return web.json_response(machine_view(updated, await c.queries.spec_of(updated),
                                           now=c.clock()))
+
+
+async def get_move_target(request: web.Request) -> web.Response:
+    target = await service(request).move_targets.current()
+    return web.json_response(None if target is None else target.model_dump(mode="json"))
+
+
+async def set_move_target(request: web.Request) -> web.Response:
+    wanted = await body(request, MoveTargetBody)
+    target = await service(request).move_targets.set(wanted.all_urls, wanted.ca_pin)
+    return web.json_response(target.model_dump(mode="json"))
+
+
+async def clear_move_target(request: web.Request) -> web.Response:
+    cleared = await service(request).move_targets.clear()
+    return web.json_response(None if cleared is None else cleared.model_dump(mode="json"))

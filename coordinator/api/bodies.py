@@ -12,6 +12,7 @@ from coordinator.domain.fleet import Fleet, parse_fleet
 from coordinator.domain.labels import change_problems
 from coordinator.domain.model import Role
 from coordinator.domain.tokens import ADMIN_ROLES, parse_duration
+from nodeagent.config import CoordinatorUrl
 from nodeagent.contract import Phase
 
 
@@ -105,6 +106,28 @@ class PivotBody(_Body):
     token: str = Field(min_length=16, max_length=256, description="an admin token of the "
                        "target, kept sealed: the read-only copy is refreshed with it")
 
+
+
+class MoveTargetBody(_Body):
+    """Where every agent is to move (PUT /v1/move-target): the target coordinator."""
+
+    url: CoordinatorUrl = Field(description="the target coordinator's URL, as agents reach it")
+    urls: list[CoordinatorUrl] = Field(default_factory=list, max_length=16,
+                                       description="its other replicas, if any")
+    ca_pin: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$",
+                               description="sha256:<hex> of the target's CA certificate (DER), "
+                               "as its join strings carry it; required for https")
+
+    @model_validator(mode="after")
+    def _pinned(self) -> MoveTargetBody:
+        if self.ca_pin is None and any(u.startswith("https://") for u in self.all_urls):
+            raise ValueError("caPin: an https target needs the pin of its CA "
+                             "(sha256:<hex>, as in its join strings)")
+        return self
+
+    @property
+    def all_urls(self) -> list[str]:
+        return list(dict.fromkeys(u.rstrip("/") for u in (self.url, *self.urls)))
 
 
 def _fleet(value: object) -> object:

@@ -9,6 +9,7 @@ from coordinator.api.bodies import (
     ApproveBody,
     JoinTokenBody,
     LabelsBody,
+    MoveTargetBody,
     PivotBody,
     ReissueBody,
     RoleBody,
@@ -19,6 +20,7 @@ from coordinator.domain.model import ClusterSpec
 from nodeagent.protocol import (
     Assignment,
     ItemReport,
+    MoveTarget,
     PrecheckReport,
     RegisterRequest,
     RegisterResponse,
@@ -137,6 +139,16 @@ ROUTES: tuple[Route, ...] = (
           "Revoke a machine's credential and issue a one-use join string bound to it (shown "
           "once; its agent registers with it to get a new credential for the same record)",
           "admin", 201, body=ReissueBody, body_optional=True),
+    Route("GET", "/v1/move-target", admin.get_move_target,
+          "The coordinator every agent is told to move to (null: none)", "admin"),
+    Route("PUT", "/v1/move-target", admin.set_move_target,
+          "Tell every agent, through its assignment, to move to another coordinator (a pivot): "
+          "each checks its CA against caPin and that it knows its credential, then switches",
+          "admin", body=MoveTargetBody, answer=MoveTarget),
+    Route("DELETE", "/v1/move-target", admin.clear_move_target,
+          "Clear the move target (a pivot rolled back): agents stay, and those that moved come "
+          "back once the target stops answering; answers the target cleared (null: none)",
+          "admin"),
     Route("GET", "/v1/events", streams.events,
           "Event history (query: cluster, machine (id or hostname), kind (comma-separated), "
           "since (unix time), after_id, limit (1 to 1000), order=asc|desc)", "admin",

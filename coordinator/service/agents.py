@@ -23,6 +23,7 @@ from coordinator.domain.reports import fold_report
 from coordinator.domain.tokens import new_token, reissued_machine, token_hash
 from coordinator.service.access import Access
 from coordinator.service.groupcommit import GroupCommit, Pending
+from coordinator.service.movetargets import MoveTargets
 from coordinator.service.notifier import Notifier
 from coordinator.service.postdeploy import PostDeployHosts
 from coordinator.service.queries import Queries
@@ -38,7 +39,8 @@ from nodeagent.protocol import (
 
 class Agents:
     def __init__(self, writes: Writes, queries: Queries, access: Access, notifier: Notifier,
-                 post_deploy: PostDeployHosts, clock: Callable[[], float],
+                 post_deploy: PostDeployHosts, move_targets: MoveTargets,
+                 clock: Callable[[], float],
                  credential_ttl: float | None, after_reports: Callable[[], Awaitable[None]]) -> None:
         self.writes = writes
         self.store = writes.store
@@ -46,6 +48,7 @@ class Agents:
         self.access = access
         self.notifier = notifier
         self.post_deploy = post_deploy
+        self.move_targets = move_targets
         self.clock = clock
         self.credential_ttl = credential_ttl  # None: machine credentials never expire
         self._reports = GroupCommit(writes.lock, self._write_reports, after=after_reports)
@@ -137,7 +140,10 @@ class Agents:
     async def assignment_of(self, inputs: AssignmentInputs) -> Assignment:
         host = await self.post_deploy.host(inputs.stored) \
             if may_host_post_deploy(inputs.machine) else None
-        return build_assignment(inputs, host)
+        assignment = build_assignment(inputs, host)
+        target = await self.move_targets.current()
+        return assignment if target is None else \
+            assignment.model_copy(update={"move_target": target})
 
     async def current_assignment(self, machine_id: str) -> Assignment:
         machine = await self.queries.machine_by_id(machine_id)

@@ -21,6 +21,7 @@ from coordinator.service.drains import DrainRecords
 from coordinator.service.heartbeats import HEARTBEAT_FLUSH_SECONDS, HeartbeatBuffer
 from coordinator.service.history import DEFAULT_RETENTION, EventRetention, Retention
 from coordinator.service.leadership import Leadership
+from coordinator.service.movetargets import MoveTargets
 from coordinator.service.noderecords import NodeRecords
 from coordinator.service.nodewatch import NodeWatch
 from coordinator.service.notifier import Notifier
@@ -55,8 +56,10 @@ class Coordinator:
                                      self.nodes, post_deploy, clock)
         self.leadership = Leadership(store, self.notifier, self.reconciler, self.drainer,
                                      self.nodes, idle=lambda: self.pivots.moved)
+        self.move_targets = MoveTargets(self.writes, self.notifier, clock)
         self.agents = Agents(self.writes, self.queries, self.access, self.notifier, post_deploy,
-                             clock, credential_ttl, self.leadership.after_reports)
+                             self.move_targets, clock, credential_ttl,
+                             self.leadership.after_reports)
         self.admin = Admin(self.writes, self.queries, self.access, self.notifier, self.drainer,
                            clock)
         self.refusals = RefusalAudit(self.writes, clock)

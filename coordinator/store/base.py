@@ -245,6 +245,16 @@ class Store(ABC):
         target keeps its own admin tokens). Event ids are kept, and later events are numbered
         after them."""
 
+    # -- the move target ----------------------------------------------------------
+    @abstractmethod
+    async def move_target(self) -> str | None:
+        """The coordinator every agent is told to move to, as the JSON document set_move_target
+        wrote; None when there is none."""
+
+    @abstractmethod
+    async def set_move_target(self, doc: str | None) -> None:
+        """Replace the move target (None: clear it)."""
+
     # -- replicas -------------------------------------------------------------------
     def mutex(self) -> AbstractAsyncContextManager[Any]:
         """A lock for read-modify-write sequences of machines, held by one task of one

@@ -195,6 +195,15 @@ class PostgresStore(Store):
             return None
         return await self.db.one(credential_owner_from_row, SQL.credential_owner, credential_hash)
 
+    async def move_target(self) -> str | None:
+        return await self.db.one(lambda row: str(row[0]), SQL.move_target)
+
+    async def set_move_target(self, doc: str | None) -> None:
+        if doc is None:
+            await self.db.execute(SQL.clear_move_target)
+        else:
+            await self.db.execute(SQL.put_move_target, doc)
+
     async def removed_machine(self, machine_id: str) -> RemovedMachine | None:
         return await self.db.one(removed_machine_from_row, SQL.removed_machine, machine_id)
 

@@ -249,6 +249,11 @@ class Statements:
         self.claim_secrets_key = sql("INSERT INTO secrets_key (id, fingerprint) VALUES (1, $1) "
                                      "ON CONFLICT (id) DO NOTHING")
         self.secrets_key = "SELECT fingerprint FROM secrets_key"
+        # -- the coordinator agents are told to move to: one row or none
+        self.move_target = "SELECT doc FROM move_target WHERE id = 1"
+        self.put_move_target = sql("INSERT INTO move_target (id, doc) VALUES (1, $1) "
+                                   "ON CONFLICT (id) DO UPDATE SET doc = excluded.doc")
+        self.clear_move_target = "DELETE FROM move_target"
         # -- the event history's retention: where it ends (prune_through), each bound by the
         # primary key: the oldest id, the newest beyond the count kept ($1), the first one
         # recent enough to keep ($2: walks only the expired ones), the newest

@@ -320,6 +320,15 @@ class SQLiteStore(Store):
     async def list_machines(self, cluster: str | None = None, role: Role | None = None) -> list[Machine]:
         return await self._all(self._machine, *SQL.machines(cluster, role))
 
+    async def move_target(self) -> str | None:
+        return await self._one(lambda row: str(row[0]), SQL.move_target, ())
+
+    async def set_move_target(self, doc: str | None) -> None:
+        if doc is None:
+            await self._execute(SQL.clear_move_target, ())
+        else:
+            await self._execute(SQL.put_move_target, (doc,))
+
     async def removed_machine(self, machine_id: str) -> RemovedMachine | None:
         return await self._one(removed_machine_from_row, SQL.removed_machine, (machine_id,))
 

@@ -109,6 +109,14 @@ MIGRATIONS: list[str] = [
     """
     CREATE INDEX removed_machines_hostname ON removed_machines (hostname, removed_at);
     """,
+    # 7 -> 8: the coordinator every agent is told to move to (PUT /v1/move-target), one row.
+    # Not part of a snapshot (sql.TABLES): a restored or pivoted-to coordinator names none.
+    """
+    CREATE TABLE move_target (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        doc TEXT NOT NULL
+    );
+    """,
 ]
 
 

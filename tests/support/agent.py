@@ -85,14 +85,14 @@ class AgentProcess:
         return self.process.wait(timeout=30)
 
 
-def joined_agent(coordinator: ServedCoordinator, directory: Path, hostname: str,
-                 settings: str = "ignorePrechecks: [all]") -> AgentProcess:
-    """An agent of its own hostname under directory, started with a new join string of
-    cluster lab and settings (YAML lines)."""
+def joined_agent(served: ServedCoordinator, directory: Path, hostname: str,
+                 settings: str = "") -> AgentProcess:
+    """An agent with a join string of cluster lab, its hostname and these settings (YAML),
+    prechecks ignored, started."""
     agent = AgentProcess(directory, hostname=hostname)
     agent.root.mkdir(parents=True)
-    join = coordinator.cli("join-token", "create", "lab").stdout.strip()
-    agent.configure(f"join: {join}\n{settings}")
+    join = served.cli("join-token", "create", "lab").stdout.strip()
+    agent.configure(f"join: {join}\nignorePrechecks: [all]\n{settings}")
     agent.start()
     return agent
 
@@ -129,7 +129,7 @@ def joined_fleet(coordinator: ServedCoordinator, tmp: Path, count: int,
     try:
         for index in range(count):
             started.append(joined_agent(coordinator, tmp / f"agent-{index}", f"node-{index}",
-                                        f"ignorePrechecks: [all]\n{settings}"))
+                                        settings))
         yield started
     finally:
         for agent in started:

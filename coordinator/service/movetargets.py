@@ -1,0 +1,61 @@
+"""The coordinator every agent is told to move to (a pivot's announcement, issue 22): one for
+the whole coordinator, since a pivot moves all of its state at once (clusters, machines,
+tokens, PKI) and an agent of one cluster left behind would be half a move.
+
+Set or cleared, it reaches every agent through its own assignment: each machine's generation
+is bumped and its long-poll woken, on every replica, as a cluster apply does."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+from coordinator.service.notifier import Notifier
+from coordinator.service.writes import Writes
+from nodeagent.protocol import MoveTarget
+
+log = logging.getLogger("coordinator.service.movetargets")
+
+
+class MoveTargets:
+    def __init__(self, writes: Writes, notifier: Notifier, clock: Callable[[], float]) -> None:
+        self.writes = writes
+        self.store = writes.store
+        self.notifier = notifier
+        self.clock = clock
+
+    async def current(self) -> MoveTarget | None:
+        """Read at each assignment made (one indexed row): a target another replica set is
+        what the assignments this one makes carry as soon as it is written."""
+        doc = await self.store.move_target()
+        return None if doc is None else MoveTarget.model_validate_json(doc)
+
+    async def set(self, urls: list[str], ca_pin: str | None) -> MoveTarget:
+        """Tell every agent to move to urls (checked against ca_pin). Setting the target it
+        already names again changes nothing (its `since` stays): safe to repeat."""
+        before = await self.current()
+        if before is not None and before.urls == urls and before.ca_pin == ca_pin:
+            return before
+        target = MoveTarget(urls=urls, ca_pin=ca_pin, since=self.clock())
+        await self._announce(target)
+        log.info("move target set: agents move to %s (CA %s)", " ".join(urls), ca_pin)
+        return target
+
+    async def clear(self) -> MoveTarget | None:
+        """Tell every agent to stay (a pivot rolled back); the target cleared, if any. An agent
+        already moved comes back once the target stops answering (docs/agent.md)."""
+        before = await self.current()
+        if before is not None:
+            await self._announce(None)
+            log.info("move target cleared: agents stay here (it was %s)", " ".join(before.urls))
+        return before
+
+    async def _announce(self, target: MoveTarget | None) -> None:
+        async with self.writes.lock:
+            await self.store.set_move_target(None if target is None
+                                             else target.model_dump_json())
+            machines = [replace(m, generation=m.generation + 1)
+                        for m in await self.store.list_machines()]
+            await self.writes.commit(machines, [])
+        self.notifier.wake(m.id for m in machines)

@@ -1,0 +1,50 @@
+"""PUT/DELETE /v1/move-target (issue 22, part 3): the coordinator every agent is told to move
+to, carried by every assignment, announced by a new generation that wakes parked long-polls."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.support.harness import InProcessCoordinator
+
+PIN = "sha256:" + "b" * 64
+
+
+async def test_a_move_target_reaches_every_assignment_at_once_and_is_cleared(
+        env: InProcessCoordinator) -> None:
+    agents = [await env.register(f"w{n}") for n in range(2)]
+    first = await env.assignment(agents[0])
+    assert first["move_target"] is None
+    parked = asyncio.ensure_future(env.assignment(agents[0], first["generation"], 20))
+    await asyncio.sleep(0.2)
+    target = await env.call("PUT", "/v1/move-target", 200,
+                            json={"url": "https://new.example:8443/", "caPin": PIN})
+    woken = await asyncio.wait_for(parked, 5)  # not at the end of its 20 s
+    assert woken["generation"] > first["generation"]
+    assert woken["move_target"] == target == {"urls": ["https://new.example:8443"],
+                                              "ca_pin": PIN, "since": target["since"]}
+    assert (await env.assignment(agents[1]))["move_target"] == target
+    # The same target again changes nothing: no new generation, the same `since`.
+    assert await env.call("PUT", "/v1/move-target", 200,
+                          json={"url": "https://new.example:8443", "caPin": PIN}) == target
+    assert (await env.assignment(agents[0]))["generation"] == woken["generation"]
+
+    assert await env.call("DELETE", "/v1/move-target", 200) == target
+    after = await env.assignment(agents[0])
+    assert after["move_target"] is None and after["generation"] > woken["generation"]
+    assert await env.call("GET", "/v1/move-target", 200) is None
+    assert await env.call("DELETE", "/v1/move-target", 200) is None  # again: nothing to clear
+
+
+async def test_a_bad_move_target_is_refused_naming_the_field(env: InProcessCoordinator) -> None:
+    for body, field in (({"url": "https://new:8443"}, "caPin"),
+                        ({"url": "https://new:8443", "caPin": "sha256:xyz"}, "caPin"),
+                        ({"url": "new:8443", "caPin": PIN}, "url"),
+                        ({"url": "https://new:8443", "caPin": PIN, "urls": ["x"]}, "urls"),
+                        ({"caPin": PIN}, "url")):
+        answer = await env.call("PUT", "/v1/move-target", 422, json=body)
+        assert field in str(answer), (body, answer)
+    assert await env.call("GET", "/v1/move-target", 200) is None
+    # Plain HTTP needs no pin.
+    assert (await env.call("PUT", "/v1/move-target", 200,
+                           json={"url": "http://new:8080"}))["ca_pin"] is None

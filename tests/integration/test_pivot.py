@@ -32,7 +32,7 @@ def cluster(runs: Path, release: str = "1") -> str:
         return (f"    - {{name: {name}, phase: {phase}, action: {{type: exec, argv: "
                 f"[sh, -c, 'echo {name} >> {runs}/$(hostname)']}}}}\n")
     return (f"name: lab\nrelease: \"{release}\"\nsettings: {{autoApprove: true, "
-            "autoApproveRole: manager}\nmachineTypes:\n  manager:\n"
+            "autoApproveRole: manager, drain: {enabled: false}}\nmachineTypes:\n  manager:\n"
             + item("base", "prepare") + item("control-plane", "deploy")
             + item(f"upgrade-{release}", "upgrade"))
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli.client import ClientError
+from nodeagent import joinstring
 from tests.support.agent import joined_fleet
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.waiting import wait_until
@@ -45,10 +46,13 @@ def runs(directory: Path) -> dict[str, list[str]]:
     return {path.name: path.read_text().split() for path in sorted(directory.iterdir())}
 
 
-def pivot(old: ServedCoordinator, new: ServedCoordinator, *args: str,
-          ok: bool = True) -> subprocess.CompletedProcess[str]:
+def pivot(old: ServedCoordinator, new: ServedCoordinator, *args: str, ok: bool = True,
+          pinned: bool = False) -> subprocess.CompletedProcess[str]:
+    """`coordinator pivot` to new, trusting its CA file (pinned: its pin, as join strings
+    carry it, checked against the CA it serves)."""
+    ca = joinstring.ca_hash(new.ca_file.read_text()) if pinned else str(new.ca_file)
     return old.cli("pivot", "--to", new.url, "--to-token-file", str(new.token_file),
-                   "--to-ca", str(new.ca_file), *args, ok=ok, timeout=120)
+                   "--to-ca", ca, *args, ok=ok, timeout=120)
 
 
 @pytest.fixture
@@ -156,7 +160,7 @@ def test_a_pivot_moves_the_state_and_the_agents_and_leaves_a_read_only_copy(
     with joined_fleet(old, tmp_path, AGENTS, "heartbeatSeconds: 1"):
         wait_until(lambda: ready(old), 120, "a Ready cluster", interval=0.5)
         since = time.time()
-        result = pivot(old, new)
+        result = pivot(old, new, pinned=True)
         for number, step in enumerate(("frozen", "copied", "announced", "done"), 1):
             assert f"[{number}/4] {step}: " in result.stdout
         assert f"agents moved {AGENTS}/{AGENTS}" in result.stdout
@@ -204,3 +208,27 @@ def test_a_pivot_killed_at_every_step_completes_when_run_again(
         result = pivot(old, new)
         assert "done: " in result.stdout
         settled(old, new, done, since)
+
+
+def test_an_abort_after_agents_moved_brings_them_back_and_unfreezes_the_old_one(
+        pair: tuple[ServedCoordinator, ServedCoordinator, Path], tmp_path: Path) -> None:
+    old, new, done = pair
+    with joined_fleet(old, tmp_path, AGENTS, "heartbeatSeconds: 1") as agents:
+        wait_until(lambda: ready(old), 120, "a Ready cluster", interval=0.5)
+        agents[-1].stop()  # its host down: the pivot cannot finish until it is back
+        since = time.time()
+        waited = pivot(old, new, "--wait", "5", ok=False)
+        assert f"agents moved {AGENTS - 1}/{AGENTS}" in waited.stdout, waited.stdout
+        assert "1 agent(s) have not reached" in waited.stderr and "--wait 0" in waited.stderr
+        moved = wait_until(lambda: [m["hostname"] for m in new.admin.get("/v1/machines")
+                                    if m["last_seen"] >= since], 30, "agents on the new one")
+        assert len(moved) == AGENTS - 1
+
+        aborted = pivot(old, new, "--abort")
+        assert "rolled back from announced" in aborted.stdout, aborted.stdout
+        back = time.time()
+        wait_until(lambda: all(m["last_seen"] >= back for m in old.admin.get("/v1/machines")
+                               if m["hostname"] in moved), 60, "the agents back on the old one",
+                   interval=0.5)
+        old.cli("join-token", "create", "lab")  # it takes changes again
+        assert runs(done) == {f"node-{i}": ["base", "control-plane"] for i in range(AGENTS)}

@@ -6,7 +6,6 @@ interrupted by a kill -9 of either coordinator at any step completes when run ag
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli.client import ClientError
-from nodeagent import joinstring
 from tests.support.agent import joined_fleet
 from tests.support.harness import ServedCoordinator, running_coordinator
+from tests.support.pivoting import STEPS, interrupted, pivot_argv
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -48,11 +47,11 @@ def runs(directory: Path) -> dict[str, list[str]]:
 
 def pivot(old: ServedCoordinator, new: ServedCoordinator, *args: str, ok: bool = True,
           pinned: bool = False) -> subprocess.CompletedProcess[str]:
-    """`coordinator pivot` to new, trusting its CA file (pinned: its pin, as join strings
-    carry it, checked against the CA it serves)."""
-    ca = joinstring.ca_hash(new.ca_file.read_text()) if pinned else str(new.ca_file)
-    return old.cli("pivot", "--to", new.url, "--to-token-file", str(new.token_file),
-                   "--to-ca", ca, *args, ok=ok, timeout=120)
+    result = subprocess.run(pivot_argv(old, new, None, *args, pinned=pinned),
+                            capture_output=True, text=True, timeout=120, check=False)
+    if ok:
+        assert result.returncode == 0, (result.stdout, result.stderr)
+    return result
 
 
 @pytest.fixture
@@ -161,35 +160,12 @@ def test_a_pivot_moves_the_state_and_the_agents_and_leaves_a_read_only_copy(
         wait_until(lambda: ready(old), 120, "a Ready cluster", interval=0.5)
         since = time.time()
         result = pivot(old, new, pinned=True)
-        for number, step in enumerate(("frozen", "copied", "announced", "done"), 1):
+        for number, step in enumerate(STEPS, 1):
             assert f"[{number}/4] {step}: " in result.stdout
         assert f"agents moved {AGENTS}/{AGENTS}" in result.stdout
         again = pivot(old, new)  # done already: nothing more to do, and said so
         assert "done:" in again.stdout and "[1/4]" not in again.stdout
         settled(old, new, done, since)
-
-
-def interrupted(old: ServedCoordinator, new: ServedCoordinator, step: str,
-                victim: ServedCoordinator) -> None:
-    """`coordinator pivot` run until it says it takes step, then victim killed -9 (the
-    command fails, saying why), and served again from its data dir."""
-    argv = old.cli_argv("pivot", "--to", new.url, "--to-token-file", str(new.token_file),
-                        "--to-ca", str(new.ca_file))
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"}) as command:
-        assert command.stdout is not None and command.stderr is not None
-        said = ""
-        for line in command.stdout:
-            said += line
-            if f"] {step}: " in line:
-                break
-        victim.stop(crash=True)
-        said += command.stdout.read()
-        failed = command.wait(timeout=120)
-        error = command.stderr.read()
-    victim.start()
-    assert f"] {step}: " in said, said + error
-    assert failed == 1 and "Traceback" not in error, said + error
 
 
 @pytest.mark.parametrize("victims", [("old", "new"), ("new", "old")], ids=["old-first",
@@ -202,8 +178,8 @@ def test_a_pivot_killed_at_every_step_completes_when_run_again(
     with joined_fleet(old, tmp_path, AGENTS, "heartbeatSeconds: 1"):
         wait_until(lambda: ready(old), 120, "a Ready cluster", interval=0.5)
         since = time.time()
-        for index, step in enumerate(("frozen", "copied", "announced", "done")):
-            interrupted(old, new, step, by_name[victims[index % 2]])
+        for index, step in enumerate(STEPS):
+            interrupted(pivot_argv(old, new), step, by_name[victims[index % 2]])
             assert old.admin.get("/v1/pivot")["pivot"] is not None  # never lost, never undone
         result = pivot(old, new)
         assert "done: " in result.stdout

@@ -19,16 +19,7 @@ from tests.support.harness import ServedCoordinator
 from tests.support.lan import HUB_IP
 from tests.support.pivoting import STEPS, interrupted, pivot_argv
 from tests.support.ports import free_port
-from tests.support.rollout import (
-    MANAGERS,
-    WORKERS,
-    Fleet,
-    all_ready,
-    assert_ordering_held,
-    fleet,
-    item_log,
-    spec,
-)
+from tests.support.rollout import Fleet, all_ready, assert_ordering_held, fleet, item_log, spec
 
 REFRESH = ("--pivot-refresh", "2")
 UPGRADE_ITEM = """\
@@ -54,6 +45,17 @@ def target(f: Fleet, tmp: Path, name: str) -> tuple[ServedCoordinator, str]:
 
 def machines(served: ServedCoordinator) -> list[dict]:  # type: ignore[type-arg]
     return served.cli_json("machines")  # type: ignore[no-any-return]
+
+
+def journals(f: Fleet) -> dict[str, list[str]]:
+    """The items each node ran, in order (each appends its name once per run)."""
+    return {hostname: item_log(f, hostname) for hostname in f.hostnames}
+
+
+def ran(f: Fleet, *phases: str) -> dict[str, list[str]]:
+    """What journals() says when each node ran its role's item of each phase once."""
+    return {hostname: [f"{phase}-{'manager' if hostname in f.managers else 'worker'}"
+                       for phase in phases] for hostname in f.hostnames}
 
 
 def test_agents_follow_two_pivots_killed_at_random_and_an_upgrade_from_the_last(
@@ -92,9 +94,7 @@ def test_agents_follow_two_pivots_killed_at_random_and_an_upgrade_from_the_last(
                 assert refused.returncode == 1 and f"moved to {url}" in refused.stderr
             last = chain[-1]
             assert {m["hostname"]: m["id"] for m in machines(last)} == identities
-            for hostname in MANAGERS + WORKERS:
-                role = "manager" if hostname in MANAGERS else "worker"
-                assert item_log(f, hostname) == [f"prepare-{role}", f"deploy-{role}"]
+            assert journals(f) == ran(f, "prepare", "deploy")
 
             # The rollout's history came along both pivots, and kept the ordering invariants.
             assert_ordering_held([yaml.safe_load(line) for line in last.cli(
@@ -108,10 +108,7 @@ def test_agents_follow_two_pivots_killed_at_random_and_an_upgrade_from_the_last(
             f.wait_for("the upgrade from the last coordinator", lambda: all(
                 m["state"] == "Ready" and m["release"] == "2.0" for m in machines(last)),
                 timeout=180)
-            for hostname in MANAGERS + WORKERS:
-                role = "manager" if hostname in MANAGERS else "worker"
-                assert item_log(f, hostname) == [f"prepare-{role}", f"deploy-{role}",
-                                                 f"upgrade-{role}"], hostname
+            assert journals(f) == ran(f, "prepare", "deploy", "upgrade")
             for copy in chain[:-1]:  # read-only copies, in step with the last one
                 f.wait_for("the copies refreshed", lambda c=copy: all(
                     m["release"] == "2.0" for m in machines(c)), timeout=60)

@@ -208,3 +208,28 @@ def test_an_abort_after_agents_moved_brings_them_back_and_unfreezes_the_old_one(
                    interval=0.5)
         old.cli("join-token", "create", "lab")  # it takes changes again
         assert runs(done) == {f"node-{i}": ["base", "control-plane"] for i in range(AGENTS)}
+
+
+def test_bad_pivot_requests_are_refused_naming_the_field(
+        pair: tuple[ServedCoordinator, ServedCoordinator, Path]) -> None:
+    old, new, _ = pair
+    cases = [
+        ("POST", "/v1/pivot", {"to": "ftp://new", "token": "x" * 20}, "to"),
+        ("POST", "/v1/pivot", {"to": new.url, "token": "short"}, "token"),
+        ("POST", "/v1/pivot/pv-1/steps/sideways", None, "step"),
+    ]
+    for method, path, body, field in cases:
+        with pytest.raises(ClientError) as refused:
+            old.admin.request(method, path, body)
+        assert refused.value.status == 422 and field in str(refused.value), refused.value
+    with pytest.raises(ClientError, match="pivot") as missing:
+        new.admin.request("POST", "/v1/pivot/import", text=b"", content_type="application/gzip")
+    assert missing.value.status == 422
+    with pytest.raises(ClientError, match="damaged|not a coordinator backup") as damaged:
+        new.admin.request("POST", "/v1/pivot/import?pivot=pv-1&from=https://old",
+                          text=b"not an archive", content_type="application/gzip")
+    assert damaged.value.status == 422
+    with pytest.raises(ClientError, match="no pivot pv-1 here") as unknown:
+        old.admin.request("POST", "/v1/pivot/pv-1/steps/frozen")
+    assert unknown.value.status == 409
+    assert old.admin.get("/v1/pivot")["pivot"] is None and new.admin.get("/v1/machines") == []

@@ -308,6 +308,7 @@ class Agent:
                                       phase=assignment.get("phase"), items=items))
                 work = asyncio.create_task(self._apply(assignment, reporter)) if items else None
         finally:
+            retarget.stop()  # a check of a target under way ends with the agent
             if work is not None:
                 work.cancel()
 

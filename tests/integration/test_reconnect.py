@@ -18,7 +18,7 @@ from nodeagent.client import CoordinatorClient, Unreachable
 from nodeagent.endpoint import Endpoint
 from tests.support.agent import AgentProcess, joined_agent
 from tests.support.harness import ServedCoordinator, running_coordinator
-from tests.support.metrics import metric, scrape
+from tests.support.metrics import polls_parked
 from tests.support.ports import free_port
 from tests.support.requirements import require_root
 from tests.support.waiting import wait_until
@@ -29,11 +29,6 @@ AGENTS = 4
 # Long enough for backoff that doubles with each failure to reach steps of 8-16 s.
 OUTAGE_SECONDS = 12.0
 BACK_WITHIN_SECONDS = 3.0  # about two seconds, with room for a shared 2-core machine
-
-
-def polls_parked(served: ServedCoordinator) -> int:
-    """Machines whose assignment long-poll the coordinator holds now."""
-    return int(metric(scrape(served), "nodeagent_agents_connected") or 0)
 
 
 @contextlib.contextmanager

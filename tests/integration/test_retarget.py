@@ -20,6 +20,7 @@ import pytest
 from nodeagent.joinstring import ca_hash
 from tests.support.agent import AgentProcess, joined_agent
 from tests.support.harness import ServedCoordinator, running_coordinator
+from tests.support.metrics import polls_parked
 from tests.support.requirements import require_root
 from tests.support.waiting import wait_until
 
@@ -121,6 +122,8 @@ def test_agents_move_to_the_target_keeping_identity_and_journal_and_come_back_on
             assert old.admin.get("/v1/move-target")["urls"] == [new.url]
             wait_until(lambda: all(following(a, new) for a in agents), SWITCH_SECONDS,
                        lambda: "every agent following the new coordinator\n" + logs(agents))
+            # Their long-polls move at once, not when the old one's poll ends (up to 30 s).
+            wait_until(lambda: polls_parked(new) == AGENTS, 5, "the long-polls at the new one")
             switched = time.time()
             wait_until(lambda: seen_by(new, switched) == {"node-0", "node-1"}, 10,
                        "heartbeats at the new coordinator")

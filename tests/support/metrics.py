@@ -29,3 +29,8 @@ def metric(text: str, name: str, **labels: str) -> float | None:
         if head == (f"{name}{{{wanted}}}" if labels else name):
             return float(value)
     return None
+
+
+def polls_parked(served: ServedCoordinator) -> int:
+    """Machines whose assignment long-poll the coordinator holds now."""
+    return int(metric(scrape(served), "nodeagent_agents_connected") or 0)

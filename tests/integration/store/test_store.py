@@ -462,3 +462,26 @@ async def test_a_closed_store_refuses_work(make_store: Callable[[], Store]) -> N
     await store.close()
     with pytest.raises(StoreError, match="not open"):
         await store.commit(events=[event()])
+
+
+async def test_the_move_target_is_one_row_replaced_cleared_and_durable(
+        make_store: Callable[..., Store]) -> None:
+    """PUT /v1/move-target's record (coordinator/service/movetargets.py), on either backend."""
+    store = make_store()
+    await store.open()
+    try:
+        assert await store.move_target() is None
+        await store.set_move_target('{"urls": ["https://a:1"]}')
+        await store.set_move_target('{"urls": ["https://b:1"]}')
+        assert await store.move_target() == '{"urls": ["https://b:1"]}'
+    finally:
+        await store.close()
+    reopened = make_store()
+    await reopened.open()
+    try:
+        assert await reopened.move_target() == '{"urls": ["https://b:1"]}'
+        await reopened.set_move_target(None)
+        assert await reopened.move_target() is None
+        await reopened.set_move_target(None)  # nothing to clear: no error
+    finally:
+        await reopened.close()

@@ -225,7 +225,7 @@ def test_bad_pivot_requests_are_refused_naming_the_field(
     with pytest.raises(ClientError, match="pivot") as missing:
         new.admin.request("POST", "/v1/pivot/import", text=b"", content_type="application/gzip")
     assert missing.value.status == 422
-    with pytest.raises(ClientError, match="damaged|not a coordinator backup") as damaged:
+    with pytest.raises(ClientError, match=r"damaged|not a coordinator backup") as damaged:
         new.admin.request("POST", "/v1/pivot/import?pivot=pv-1&from=https://old",
                           text=b"not an archive", content_type="application/gzip")
     assert damaged.value.status == 422

@@ -201,8 +201,9 @@ async def _get(session: aiohttp.ClientSession, url: str, headers: Mapping[str, s
 async def copy_views(store: Store, clusters: Sequence[Mapping[str, Any]],
                      machines: Sequence[Mapping[str, Any]], now: float) -> None:
     """The target's views of its clusters and machines written over this store's copies: each
-    spec as the target holds it, each known machine's state, role, labels, release and
-    liveness (a machine the target has and this copy lacks is not made up from its view)."""
+    spec as the target holds it, each machine's state, role, labels, release and liveness. A
+    machine that joined the target after the pivot is added as its view shows it, without a
+    credential (no agent is served here any more), so the copy lists what the target does."""
     for view in clusters:
         await store.put_cluster(ClusterSpec.model_validate(view["spec"]), now)
     known = {m.id: m for m in await store.get_machines([str(v["id"]) for v in machines])}
@@ -212,7 +213,18 @@ async def copy_views(store: Store, clusters: Sequence[Mapping[str, Any]],
         responding=bool(view["responding"]), last_seen=float(view["last_seen"]),
         state_since=float(view["state_since"]))
         for view in machines if view["id"] in known]
+    updated += [_copied(view) for view in machines if view["id"] not in known]
     gone = {m.id: now for m in await store.list_machines()
             if m.id not in {str(v["id"]) for v in machines}}
     await store.commit(updated, removed=gone)
 
+
+def _copied(view: Mapping[str, Any]) -> Machine:
+    """A machine the copy lacks, from the target's view of it: what status shows, no
+    credential, no items' record."""
+    return Machine(
+        id=str(view["id"]), cluster=str(view["cluster"]), hostname=str(view["hostname"]),
+        ip=view["ip"], state=MachineState(view["state"]), role=view["role"],
+        approved=bool(view["approved"]), labels=dict(view["labels"]), release=view["release"],
+        responding=bool(view["responding"]), last_seen=float(view["last_seen"]),
+        state_since=float(view["state_since"]), created_at=float(view["state_since"]))

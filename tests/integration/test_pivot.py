@@ -114,6 +114,11 @@ def test_the_target_imports_a_pivot_once_and_the_old_one_is_then_a_read_only_cop
         for step in ("copied", "announced", "done"):  # as the command records them
             old.admin.request("POST", f"/v1/pivot/{pivot_id}/steps/{step}")
         read_only_copy(old, new)
+        joined = new.register("late-0")  # a machine that joined the new one after the pivot
+        wait_until(lambda: len(old.admin.get("/v1/machines?cluster=lab"))
+                   == len(new.admin.get("/v1/machines?cluster=lab")), 6 * REFRESH_SECONDS + 30,
+                   "the machine that joined the new coordinator in the old one's copy")
+        assert old.admin.get("/v1/machines/late-0")["id"] == joined["machine_id"]
 
 
 def settled(old: ServedCoordinator, new: ServedCoordinator, done: Path, since: float) -> None:

@@ -22,7 +22,7 @@ from coordinator.domain.model import (
     needs_drain,
 )
 from coordinator.domain.nodes import MACHINE_ID_LABEL, provider_id
-from coordinator.domain.steps import Step, retry_command
+from coordinator.domain.steps import Step, after_attempts, retry_remedy
 
 # The answers POST /v1/machines/M/drain/ACTION takes (coordinator upgrade ACTION M).
 DRAIN_ACTIONS = ("retry", "skip", "force")
@@ -75,10 +75,9 @@ def _why(spec: ClusterSpec | None, machine: Machine, step: Step, now: float, wai
     if step.node:
         return _node_wait_note(machine, step)
     if step.gave_up:
-        return Note(f"gave up after {step.attempt} attempt{'' if step.attempt == 1 else 's'} "
+        return Note(f"gave up {after_attempts(step.attempt)} "
                     f"(failing for {duration(step.failing_for or 0)}): {step.error}",
-                    f"fix the cause, then `{retry_command(machine.hostname)}`", True,
-                    (RETRY,))
+                    retry_remedy(machine.hostname), True, (RETRY,))
     if step.status == "failed":
         retry = f", retry in {duration(step.next_retry_in)}" if step.next_retry_in is not None else ""
         return Note(f"failing for {duration(step.failing_for or 0)}{retry}: {step.error}",

@@ -163,14 +163,17 @@ def failure(spec: ClusterSpec, machine: Machine, now: float) -> tuple[float, str
                                     f"(attempt {step.attempt}): {step.error}".rstrip(": "))
 
 
-def retry_command(hostname: str) -> str:
-    """What the operator runs to have an item its agent gave up on run again."""
-    return f"coordinator machines retry {hostname}"
+def retry_remedy(hostname: str) -> str:
+    """What the operator does about an item its agent gave up on: mend it, have it run again."""
+    return f"fix the cause, then `coordinator machines retry {hostname}`"
+
+
+def after_attempts(attempts: int) -> str:
+    return f"after {attempts} attempt{'' if attempts == 1 else 's'}"
 
 
 def gave_up_text(hostname: str, item: str, attempts: int, error: str) -> str:
     """An item its agent gave up on, as the status says it: after how many attempts, the last
     error (as reported: redacted by the agent, masked by the coordinator) and the remedy."""
-    return (f"{hostname}: its agent gave up on {item} after {attempts} attempt"
-            f"{'' if attempts == 1 else 's'}" + (f": {error}" if error else "")
-            + f"; fix the cause, then `{retry_command(hostname)}`")
+    return (f"{hostname}: its agent gave up on {item} {after_attempts(attempts)}"
+            + (f": {error}" if error else "") + f"; {retry_remedy(hostname)}")

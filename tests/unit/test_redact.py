@@ -29,7 +29,7 @@ KUBECONFIG = """users:
 @pytest.mark.parametrize("secret", [
     new_token("join"), new_token("machine"), new_token("admin"), new_token("reader"),
     joinstring.JoinString("https://c:8080", new_token("join"), "sha256:" + "a" * 64).encode(),
-])
+], ids=["join-token", "machine-credential", "admin-token", "reader-token", "join-string"])
 def test_this_projects_tokens_and_join_strings_are_blanked(secret: str) -> None:
     assert redact(f"joining with {secret} now") == f"joining with {MASK} now"
 

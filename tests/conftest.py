@@ -19,6 +19,31 @@ _REQUIRED_DIRS = ("integration", "e2e")
 _skipped_required: list[str] = []
 
 
+# Under pytest-xdist with `--dist loadfile` (scripts/test.sh), tests/support/scheduling.py makes
+# each file one work unit, and every shipping test one with them; the workers collect the
+# slow tiers first so that no long test is handed out last.
+_TIERS = ("tests/integration/shipping/", "tests/e2e/", "tests/integration/")
+
+
+def _tier(item: pytest.Item) -> int:
+    return next((i for i, prefix in enumerate(_TIERS) if item.nodeid.startswith(prefix)),
+                len(_TIERS))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker
+        items.sort(key=_tier)  # stable: the order within each tier stays
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    if config.getoption("dist") != "loadfile":
+        return None
+    from tests.support.scheduling import FileOrShippingScheduling
+
+    return FileOrShippingScheduling(config, log)
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and any(f"tests/{d}/" in report.nodeid for d in _REQUIRED_DIRS):
         _skipped_required.append(report.nodeid)
@@ -51,3 +76,5 @@ def postgres() -> Iterator[Postgres]:
 
     with postgres_server() as server:
         yield server
+
+

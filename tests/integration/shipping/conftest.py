@@ -2,23 +2,42 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.nspawn import Container, booted
 from tests.support.packages import Packages, build_packages, debootstrap, overlay
 
+# The build keeps a core busy for about a minute, debootstrap mostly waits on the mirror and
+# the disk: the first shipping test to need either starts both side by side (those that the
+# session's tests need), each once.
+_MAKERS: dict[str, Callable[[Path], Any]] = {
+    "packages": build_packages,
+    "debian_root": lambda where: debootstrap(where / "root"),
+}
+
 
 @pytest.fixture(scope="session")
-def packages(tmp_path_factory: pytest.TempPathFactory) -> Packages:
-    return build_packages(tmp_path_factory.mktemp("dist"))
+def _shipping_inputs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                     ) -> Iterator[dict[str, Future[Any]]]:
+    needed = sorted({name for item in request.session.items
+                     for name in getattr(item, "fixturenames", ()) if name in _MAKERS})
+    with ThreadPoolExecutor(len(_MAKERS)) as pool:
+        yield {name: pool.submit(_MAKERS[name], tmp_path_factory.mktemp(name)) for name in needed}
 
 
 @pytest.fixture(scope="session")
-def debian_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return debootstrap(tmp_path_factory.mktemp("debootstrap") / "root")
+def packages(_shipping_inputs: dict[str, Future[Any]]) -> Packages:
+    return _shipping_inputs["packages"].result()
+
+
+@pytest.fixture(scope="session")
+def debian_root(_shipping_inputs: dict[str, Future[Any]]) -> Path:
+    return _shipping_inputs["debian_root"].result()
 
 
 @pytest.fixture

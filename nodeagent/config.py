@@ -106,6 +106,9 @@ class AgentConfig(_Section):
     join_token: str | None = Field(default=None, description="used once, to register")
     state_dir: str = "/var/lib/nodeagent"
     heartbeat_seconds: float = Field(default=10.0, gt=0, le=300)
+    precheck_recheck_seconds: float = Field(
+        default=60.0, gt=0, le=3600, description="while Pending, the longest wait between two "
+        "runs of the prechecks (the wait while they pass)")
     ignore_prechecks: list[str] = Field(
         default_factory=list, description="checks whose failures only warn, as --ignore"
     )

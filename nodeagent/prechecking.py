@@ -19,9 +19,9 @@ from nodeagent.identity import Identity
 from nodeagent.settings import DaemonSettings
 
 log = logging.getLogger("nodeagent")
-# The first wait between two runs while they fail, and the longest: what a node that passes
-# waits, as it has nothing urgent to say.
-RECHECK_SECONDS = (5.0, 60.0)
+# The first wait between two runs while they fail; the longest, what a node that passes waits
+# as it has nothing urgent to say, is the config's precheckRecheckSeconds (default 60).
+RECHECK_FIRST_SECONDS = 5.0
 
 
 class Prechecks:
@@ -92,7 +92,8 @@ class Prechecks:
         """Run the prechecks with backoff and send each report, but a passing one after a
         passing one (sent_ok: whether the coordinator's last one passed; None: unknown). Ends
         when the coordinator refuses a report (the machine was approved, or deleted)."""
-        first, longest = RECHECK_SECONDS
+        longest = self.settings.precheck_recheck_seconds
+        first = min(RECHECK_FIRST_SECONDS, longest)
         attempt = 0
         while True:
             if wait_first:

@@ -35,6 +35,7 @@ class DaemonSettings:
     node_interface: str | None = None  # register with this interface's address
     node_address: str | None = None  # or with this address
     fallback_seconds: float = 600.0  # a coordinator moved to, silent this long: ask the old one
+    precheck_recheck_seconds: float = 60.0  # while Pending, the longest wait between prechecks
 
     @classmethod
     def from_document(cls, document: Document) -> DaemonSettings:
@@ -49,7 +50,8 @@ class DaemonSettings:
                    own_ntp_servers=bool(config["ntp"]["servers"]),
                    node_interface=config["node"]["interface"],
                    node_address=config["node"]["address"],
-                   fallback_seconds=coordinator["fallback_seconds"])
+                   fallback_seconds=coordinator["fallback_seconds"],
+                   precheck_recheck_seconds=config["precheck_recheck_seconds"])
 
 
 async def load_settings(config_path: str, host: Host) -> DaemonSettings:

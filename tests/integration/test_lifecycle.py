@@ -23,6 +23,7 @@ pytestmark = pytest.mark.integration
 
 # A loopback node cannot pass the host-bound checks: one hard check that a file decides counts.
 IGNORED = sorted(set(NAMES) - {"ip-forward"})
+RECHECK = 4  # precheckRecheckSeconds: 60 by default
 FORWARDING_OFF = "ip-forward: IPv4 forwarding is off (/proc/sys/net/ipv4/ip_forward = 0)"
 
 
@@ -50,7 +51,7 @@ def test_a_pending_machine_rechecks_at_every_start_and_until_it_is_approved(
         tmp_path: Path, node: AgentProcess) -> None:
     with running_coordinator(tmp_path, NOOP_CLUSTER) as coordinator:
         join = coordinator.cli("join-token", "create", "lab").stdout.strip()
-        node.configure(f"join: {join}\nheartbeatSeconds: 1\n"
+        node.configure(f"join: {join}\nheartbeatSeconds: 1\nprecheckRecheckSeconds: {RECHECK}\n"
                        f"ignorePrechecks: [{', '.join(IGNORED)}]")
         forwarding(node, False)
         node.start()
@@ -61,10 +62,12 @@ def test_a_pending_machine_rechecks_at_every_start_and_until_it_is_approved(
         forwarding(node, True)
         node.start()
         wait_until(lambda: failures(coordinator) == [], 30, "passing prechecks after a kill -9")
-        # Broken while it runs, after they passed: it keeps checking (every minute at most
-        # while they pass) until the machine is approved, and says so.
+        # Broken while it runs, after they passed: it keeps checking (every RECHECK seconds at
+        # most while they pass, as configured; 60 by default) until the machine is approved,
+        # and says so.
         forwarding(node, False)
-        wait_until(lambda: failures(coordinator) == [FORWARDING_OFF], 90, "failing prechecks again")
+        wait_until(lambda: failures(coordinator) == [FORWARDING_OFF], 4 * RECHECK,
+                   "failing prechecks again")
         # Fixed, and broken again while it was stopped: its next start says so.
         forwarding(node, True)
         wait_until(lambda: failures(coordinator) == [], 30, "passing prechecks, found by itself")

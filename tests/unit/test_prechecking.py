@@ -20,7 +20,8 @@ from nodeagent.settings import DaemonSettings
 IDENTITY = Identity("m-1", "machine_secret")
 SETTINGS = DaemonSettings(endpoints=[], ca_file=None, ca_hash=None, timeout=1.0,
                           state_dir=Path("/nonexistent"), join_token=None, heartbeat_seconds=1.0,
-                          role="worker", ignore_prechecks=[], own_ntp_servers=False)
+                          role="worker", ignore_prechecks=[], own_ntp_servers=False,
+                          precheck_recheck_seconds=0.004)
 
 
 class Coordinator:
@@ -63,7 +64,7 @@ class Scripted(Prechecks):
 
 @pytest.fixture(autouse=True)
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prechecking, "RECHECK_SECONDS", (0.001, 0.004))
+    monkeypatch.setattr(prechecking, "RECHECK_FIRST_SECONDS", 0.001)
 
 
 async def test_a_pending_machine_says_each_failure_and_each_recovery_until_it_is_approved() -> None:

@@ -15,6 +15,7 @@ from coordinator.api.bodies import (
     ReissueBody,
     RenderQuery,
     RoleBody,
+    StatusQuery,
 )
 from coordinator.api.context import PRESENTATION, bearer, body, query, service, text
 from coordinator.api.views import (
@@ -58,10 +59,13 @@ async def delete_cluster(request: web.Request) -> web.Response:
 
 
 async def cluster_status(request: web.Request) -> web.Response:
+    """?machines=false leaves out every machine's view: the dashboard pages them from
+    GET /v1/machines, and 10,000 of them would be most of the answer's cost."""
+    asked = query(request, StatusQuery)
     c = service(request)
     status = await c.queries.cluster_status(request.match_info["name"])
     moved = c.pivots.pivot if c.pivots.moved else None
-    return web.json_response({**cluster_status_view(status),
+    return web.json_response({**cluster_status_view(status, machines=asked.machines),
                               "moved": None if moved is None else moved.to_json()})
 
 

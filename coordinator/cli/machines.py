@@ -5,7 +5,6 @@ other SSH commands.)"""
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 import click
 
@@ -48,8 +47,7 @@ def machines(ctx: click.Context, cluster_name: str | None, show_labels: bool,
     """List machines with their state and item progress (or: machines get|logs|label|add)."""
     if ctx.invoked_subcommand is not None:
         return
-    path = "/v1/machines" + (f"?{urlencode({'cluster': cluster_name})}" if cluster_name else "")
-    data = call(ctx, "GET", path)
+    data = ctx.obj.all_machines([("cluster", cluster_name)] if cluster_name else [])
     if not emit(data, output):
         echo_lines(machines_table(data, show_labels))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from coordinator.domain.model import Machine, MachineState
@@ -173,17 +174,31 @@ _PARSERS: dict[str, Callable[[str], dict[str, Any]]] = {
     "limit": _bounded("limit", 1, MAX_LIMIT), "offset": _bounded("offset", 0, None)}
 
 
-def matches(query: MachineQuery, machine: Listed) -> bool:
-    """Whether the machine passes every filter of the query."""
-    return ((query.cluster is None or machine.cluster == query.cluster)
-            and (not query.states or machine.state in query.states)
-            and (query.role is None or machine.role == query.role)
-            and all(key in machine.labels and (value is None or machine.labels[key] == value)
-                    for key, value in query.labels)
-            and (not query.search or query.search in machine.hostname.lower()
-                 or query.search in (machine.ip or "").lower())
-            and (query.responding is None or machine.responding == query.responding)
-            and (not query.ids or machine.id in query.ids))
+def filters(query: MachineQuery) -> list[Callable[[Listed], bool]]:
+    """One test per filter the query sets: a machine is selected when it passes them all.
+    Only the filters set are applied, each over what the one before kept."""
+    tests: list[Callable[[Listed], bool]] = []
+    if query.cluster is not None:
+        tests.append(lambda m: m.cluster == query.cluster)
+    if query.states:
+        tests.append(lambda m: m.state in query.states)
+    if query.role is not None:
+        tests.append(lambda m: m.role == query.role)
+    if query.responding is not None:
+        tests.append(lambda m: m.responding == query.responding)
+    if query.ids:
+        tests.append(lambda m: m.id in query.ids)
+    for key, value in query.labels:
+        tests.append(partial(_labelled, key, value))
+    if query.search:
+        tests.append(lambda m: query.search in m.hostname.lower()
+                     or query.search in (m.ip or "").lower())
+    return tests
+
+
+def _labelled(key: str, value: str | None, machine: Listed) -> bool:
+    found = machine.labels.get(key)
+    return found is not None and (value is None or found == value)
 
 
 def _key(sort: str) -> Callable[[Listed], tuple[Any, ...]]:
@@ -197,6 +212,8 @@ def _key(sort: str) -> Callable[[Listed], tuple[Any, ...]]:
 
 def select(query: MachineQuery, machines: Iterable[Listed]) -> tuple[list[Listed], int]:
     """The page of the machines the query selects, in its order, and how many it selects."""
-    found = [m for m in machines if matches(query, m)]
+    found = list(machines)
+    for test in filters(query):
+        found = [m for m in found if test(m)]
     found.sort(key=_key(query.sort), reverse=query.descending)
     return found[query.offset:query.offset + query.limit], len(found)

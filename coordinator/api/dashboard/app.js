@@ -203,7 +203,7 @@ async function loadRows(ids) {
   return (await api("GET", `/v1/machines?${query}`)).machines;
 }
 
-function soon(task) {
+function soon(task, wait = 150) {
   // Many events arrive together during a rollout: one run of task for a burst.
   let pending = null;
   return () => {
@@ -215,12 +215,16 @@ function soon(task) {
       } catch (error) {
         if (error instanceof Unauthorized) showLogin(error.message);
       }
-    }, 150);
+    }, wait);
   };
 }
 
+// Following the stream: at most one status and one request for changed rows a second,
+// however many machines change (as often as `status --watch` asks).
+const FOLLOW_MS = 1000;
+
 const refreshSoon = soon(refresh);
-const changedSoon = soon(refreshChanged);
+const changedSoon = soon(refreshChanged, FOLLOW_MS);
 const pageSoon = soon(reloadPage);
 
 // -- live updates -------------------------------------------------------------------------
@@ -285,7 +289,7 @@ function onEvent(event) {
     view.stale = true; // nothing while nobody looks: caught up when the tab shows again
     return;
   }
-  eventsSoon();
+  eventsFollow();
   if (!view.cluster) return refreshSoon();
   if (event.kind.startsWith("cluster") && event.cluster !== view.cluster) return refreshSoon();
   if (event.cluster !== view.cluster) return;
@@ -540,7 +544,8 @@ async function loadEvents() {
     el("td", { class: "message" }, e.message))));
 }
 
-const eventsSoon = soon(loadEvents); // live: one reload for a burst of events
+const eventsSoon = soon(loadEvents); // a filter typed in
+const eventsFollow = soon(loadEvents, FOLLOW_MS); // live: one reload for a burst of events
 
 // -- wiring -----------------------------------------------------------------------------------
 

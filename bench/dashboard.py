@@ -68,7 +68,7 @@ def opened(page: Page, c: ServedCoordinator, machines: int) -> float:
     page.reload()
     page.wait_for_function(FIRST_VIEW, arg=machines, polling="raf", timeout=60_000)
     took: float = page.evaluate("performance.now()")
-    page.wait_for_function("document.querySelector('#live').textContent === 'live'")
+    page.wait_for_function("() => document.querySelector('#live').textContent === 'live'")
     return took
 
 

@@ -204,18 +204,30 @@ async function loadRows(ids) {
 }
 
 function soon(task, wait = 150) {
-  // Many events arrive together during a rollout: one run of task for a burst.
+  // Many events arrive together during a rollout: one run of task for a burst, never two at
+  // once (a slow answer must not pile up requests behind it): asked again while it runs, it
+  // runs once more, wait after the first finished.
   let pending = null;
+  let running = false;
+  let again = false;
+  const run = async () => {
+    pending = null;
+    running = true;
+    try {
+      await task();
+    } catch (error) {
+      if (error instanceof Unauthorized) showLogin(error.message);
+    } finally {
+      running = false;
+    }
+    if (again) {
+      again = false;
+      pending = setTimeout(run, wait);
+    }
+  };
   return () => {
-    if (pending) return;
-    pending = setTimeout(async () => {
-      pending = null;
-      try {
-        await task();
-      } catch (error) {
-        if (error instanceof Unauthorized) showLogin(error.message);
-      }
-    }, wait);
+    if (running) again = true;
+    else if (!pending) pending = setTimeout(run, wait);
   };
 }
 
@@ -295,7 +307,7 @@ function onEvent(event) {
   if (event.cluster !== view.cluster) return;
   if (event.machine) {
     if (view.page.machines.some((m) => m.id === event.machine)) view.changed.add(event.machine);
-    else if (pageFollowsChanges()) view.pageMayMove = true;
+    if (pageFollowsChanges()) view.pageMayMove = true; // it may have entered or left the page
     if (event.machine === view.detail) view.detailChanged = true;
   }
   changedSoon();
@@ -336,7 +348,7 @@ function render() {
 function renderClusters() {
   $("#clusters").replaceChildren(...view.clusters.map((c) => el("button", {
     type: "button", "aria-pressed": String(c.name === view.cluster),
-    onclick: () => { view.cluster = c.name; view.detail = null; $("#detail").hidden = true; refresh(); },
+    onclick: () => { view.cluster = c.name; view.detail = null; view.page.offset = 0; $("#detail").hidden = true; refresh(); },
   }, `${c.name} · ${c.release}${c.deleting ? " (deleting)" : ""}`)));
 }
 

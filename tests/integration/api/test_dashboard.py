@@ -155,10 +155,13 @@ def test_search_filters_sort_and_role_assignment(page: Page, coordinator: Served
 
     page.get_by_label("Filter by state").select_option("Pending")
     expect(names).to_have_text(["worker-b", "worker-a"])
+    c.admin.request("POST", "/v1/machines/worker-a/approve", body={"role": "worker"})
+    expect(names).to_have_text(["worker-b"])  # it left the filter: pushed live
+    expect(page.locator("#shown")).to_have_text("1-1 of 1")
     page.get_by_label("Filter by role").select_option("worker")
     expect(names).to_have_count(0)
     page.get_by_label("Filter by state").select_option("")
-    expect(names).to_have_text(["edge-1"])
+    expect(names).to_have_text(["worker-a", "edge-1"])
 
 
 def test_a_wrong_token_is_refused_and_a_good_one_is_kept_for_the_tab(

@@ -74,7 +74,7 @@ def main() -> None:
         agent = subprocess.Popen([str(BIN / "nodeagent"), "run", "--config", str(config)],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            (machine,) = wait_until(lambda: admin.get("/v1/machines"), 30, "the registration")
+            (machine,) = wait_until(lambda: admin.all_machines(), 30, "the registration")
             time.sleep(2)  # registration done; let start-up work settle
             proc = psutil.Process(agent.pid)
             print("idle agent waiting for approval, " + idle(proc, args.idle_seconds))

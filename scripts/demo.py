@@ -107,14 +107,14 @@ def main() -> None:
         def approve_ready_ones() -> bool:
             """Approve each machine once it registered with passing prechecks (a node whose
             checks failed, e.g. on a busy host, re-runs them and reports again)."""
-            for machine in admin.get("/v1/machines"):
+            for machine in admin.all_machines():
                 if not machine["approved"] and not machine["precheck_failures"]:
                     role = roles[machine["hostname"]]
                     admin.request("POST", f"/v1/machines/{machine['id']}/approve",
                                   body={"role": role})
                     print(f"== approved {machine['hostname']} as {role}")
-            return all(m["approved"] for m in admin.get("/v1/machines")) and len(
-                admin.get("/v1/machines")) == len(NODES)
+            return all(m["approved"] for m in admin.all_machines()) and len(
+                admin.all_machines()) == len(NODES)
 
         wait_until(approve_ready_ones, 120, "every agent registered with passing prechecks",
                    interval=0.2, ignoring=(ClientError,))

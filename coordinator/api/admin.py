@@ -15,6 +15,7 @@ from coordinator.api.bodies import (
     ReissueBody,
     RenderQuery,
     RoleBody,
+    StatusQuery,
 )
 from coordinator.api.context import PRESENTATION, bearer, body, query, service, text
 from coordinator.api.views import (
@@ -28,6 +29,7 @@ from coordinator.api.views import (
     upgrade_plan_view,
 )
 from coordinator.domain.errors import NotFound
+from coordinator.domain.machinelist import parse_query
 from coordinator.domain.model import Machine, first_manager
 from coordinator.domain.remedies import DRAIN_ACTIONS
 from coordinator.domain.specs import load_spec
@@ -58,10 +60,13 @@ async def delete_cluster(request: web.Request) -> web.Response:
 
 
 async def cluster_status(request: web.Request) -> web.Response:
+    """?machines=false leaves out every machine's view: the dashboard pages them from
+    GET /v1/machines, and 10,000 of them would be most of the answer's cost."""
+    asked = query(request, StatusQuery)
     c = service(request)
     status = await c.queries.cluster_status(request.match_info["name"])
     moved = c.pivots.pivot if c.pivots.moved else None
-    return web.json_response({**cluster_status_view(status),
+    return web.json_response({**cluster_status_view(status, machines=asked.machines),
                               "moved": None if moved is None else moved.to_json()})
 
 
@@ -109,11 +114,16 @@ async def whoami(request: web.Request) -> web.Response:
 
 
 async def list_machines(request: web.Request) -> web.Response:
+    """One page of the machines the query selects (domain/machinelist.py has the rules)."""
     c = service(request)
-    machines, specs = await c.queries.machines(request.query.get("cluster"))
+    wanted = parse_query(request.query.items())
+    page = await c.queries.machine_page(wanted)
     now = c.clock()
-    return web.json_response([machine_view(m, specs.get(m.cluster), now=now, peers=machines)
-                              for m in machines])
+    return web.json_response({
+        "machines": [machine_view(m, page.specs.get(m.cluster), now=now,
+                                  peers=page.managers.get(m.cluster, ()))
+                     for m in page.machines],
+        "total": page.total, "offset": wanted.offset, "limit": wanted.limit})
 
 
 async def _machine(request: web.Request) -> Machine:

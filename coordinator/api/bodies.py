@@ -144,6 +144,13 @@ class RenderQuery(_Body):
         "cluster's machines")
 
 
+class StatusQuery(_Body):
+    """What `GET /v1/clusters/NAME/status` includes: the query string's parameters."""
+
+    machines: bool = Field(default=True, description="every machine's view too (false: the "
+                           "stages, counts and rollout alone, as the dashboard asks)")
+
+
 class DeleteQuery(_Body):
     """How `DELETE /v1/machines/REF` deletes: the query string's parameters."""
 

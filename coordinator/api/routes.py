@@ -16,6 +16,7 @@ from coordinator.api.bodies import (
 )
 from coordinator.api.routing import Route
 from coordinator.api.streams import MAX_EVENT_PAGE
+from coordinator.domain.machinelist import MAX_LIMIT, ROLES, SORT_FIELDS
 from coordinator.domain.model import ClusterSpec
 from nodeagent.protocol import (
     Assignment,
@@ -33,6 +34,13 @@ EVENT_QUERY = (("cluster", TEXT), ("machine", TEXT), ("kind", TEXT), ("since", N
                ("after_id", {"type": "integer", "minimum": 0}),
                ("limit", {"type": "integer", "minimum": 1, "maximum": MAX_EVENT_PAGE}),
                ("order", {"enum": ["asc", "desc"]}))
+SORTS = [f"{sign}{name}" for name in SORT_FIELDS for sign in ("", "-")]
+MACHINE_QUERY = (("cluster", TEXT), ("state", TEXT), ("role", {"enum": list(ROLES)}),
+                 ("label", {"type": "array", "items": TEXT}), ("q", TEXT),
+                 ("responding", {"enum": ["true", "false"]}),
+                 ("id", {"type": "array", "items": TEXT}), ("sort", {"enum": SORTS}),
+                 ("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}),
+                 ("offset", {"type": "integer", "minimum": 0}))
 
 ROUTES: tuple[Route, ...] = (
     Route("GET", "/healthz", public.healthz, "Liveness", "open"),
@@ -65,7 +73,8 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", "/v1/clusters/{name}", admin.delete_cluster,
           "Delete a cluster: every machine resets first", "admin", 202),
     Route("GET", "/v1/clusters/{name}/status", admin.cluster_status,
-          "Machine states and item progress", "admin"),
+          "Machine states and item progress (query: machines=false leaves their views out)",
+          "admin"),
     Route("POST", "/v1/clusters/{name}/join-tokens", admin.create_join_token,
           "Create a join token and its join string (shown once)", "admin", 201,
           body=JoinTokenBody, body_optional=True),
@@ -87,7 +96,10 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/whoami", admin.whoami,
           "The admin token's name and role: the dashboard offers its actions to admin tokens "
           "only", "admin"),
-    Route("GET", "/v1/machines", admin.list_machines, "List machines (query: cluster)", "admin"),
+    Route("GET", "/v1/machines", admin.list_machines,
+          "A page of the machines, filtered and sorted: {machines, total, offset, limit} "
+          "(state: comma-separated; label: k=v or k, repeatable; q: in hostname or IP; id: "
+          "repeatable; sort: a field, - first for descending)", "admin", query=MACHINE_QUERY),
     Route("GET", "/v1/machines/{ref}", admin.get_machine, "Get a machine by id or hostname",
           "admin"),
     Route("DELETE", "/v1/machines/{ref}", admin.delete_machine,

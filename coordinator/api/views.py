@@ -190,7 +190,8 @@ def admin_token_view(token: AdminToken) -> dict[str, Any]:
             "created_at": token.created_at, "revoked": token.revoked}
 
 
-def cluster_status_view(status: ClusterStatus) -> dict[str, Any]:
+def cluster_status_view(status: ClusterStatus, machines: bool = True) -> dict[str, Any]:
+    """Without machines: the stages, counts and rollout alone."""
     spec = status.stored.spec
     return {
         "cluster": spec.name,
@@ -204,5 +205,5 @@ def cluster_status_view(status: ClusterStatus) -> dict[str, Any]:
         "stages": [asdict(s) for s in status.stages],
         "rollout": asdict(status.rollout),
         "machines": [machine_view(m, spec, now=status.now, peers=status.machines)
-                     for m in status.machines],
+                     for m in status.machines] if machines else None,
     }

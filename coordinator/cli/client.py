@@ -6,12 +6,14 @@ import json
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+from urllib.parse import urlencode
 
 STREAM_TIMEOUT = 60.0
 DOWNLOAD_TIMEOUT = 600.0  # a backup of a large fleet is taken whole before its first byte
 _CHUNK = 1 << 20
+PAGE_LIMIT = 1000  # GET /v1/machines' largest page
 
 
 class ClientError(Exception):
@@ -108,3 +110,18 @@ class AdminClient:
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)
+
+    def machine_page(self, query: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+        """One page of GET /v1/machines: {machines, total, offset, limit}."""
+        return dict(self.get("/v1/machines" + (f"?{urlencode(query)}" if query else "")))
+
+    def all_machines(self, query: Sequence[tuple[str, str]] = ()) -> list[dict[str, Any]]:
+        """Every machine the query selects, page after page of the largest size (a machine
+        that moves between pages while they are read may show twice or not at all)."""
+        found: list[dict[str, Any]] = []
+        while True:
+            page = self.machine_page([*query, ("limit", str(PAGE_LIMIT)),
+                                      ("offset", str(len(found)))])
+            found += page["machines"]
+            if not page["machines"] or len(found) >= page["total"]:
+                return found

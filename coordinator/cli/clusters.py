@@ -74,7 +74,7 @@ def cluster_get(ctx: click.Context, name: str | None, output: str) -> None:
 def cluster_delete(ctx: click.Context, name: str, yes: bool) -> None:
     """Reset every machine of the cluster, then remove it. Asks first (--yes: does not)."""
     call(ctx, "GET", f"/v1/clusters/{quote(name, safe='')}")  # an unknown one: said at once
-    count = len(call(ctx, "GET", "/v1/machines?" + urlencode({"cluster": name})))
+    count = call(ctx, "GET", "/v1/machines?" + urlencode({"cluster": name, "limit": 1}))["total"]
     confirm(f"Delete cluster {name}? Its {count} machine{'s' if count != 1 else ''} run their "
             "reset items and leave; its Kubernetes cluster is gone for good.", yes)
     call(ctx, "DELETE", f"/v1/clusters/{name}")

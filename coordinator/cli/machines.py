@@ -4,11 +4,12 @@ other SSH commands.)"""
 
 from __future__ import annotations
 
-from typing import Any
-from urllib.parse import urlencode
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
+from coordinator.cli.client import PAGE_LIMIT, AdminClient, ClientError
 from coordinator.cli.plumbing import (
     MachineRef,
     call,
@@ -18,6 +19,7 @@ from coordinator.cli.plumbing import (
     emit,
     emit_record,
     event_history,
+    fail,
     follow_events,
     history_id,
     interrupt_quietly,
@@ -36,22 +38,74 @@ from coordinator.cli.render import (
     machines_table,
 )
 
+T = TypeVar("T")
+
 
 @click.group(invoke_without_command=True)
 @click.option("--cluster", "cluster_name", help="Only this cluster's machines.",
               shell_complete=complete_clusters)
+@click.option("--state", "states", multiple=True,
+              help="Only machines in these states (repeat, or comma-separated: Deploy,Ready).")
+@click.option("--role", type=click.Choice(["manager", "worker"]), help="Only this role.")
+@click.option("--label", "labels", multiple=True,
+              help="Only machines with this label: KEY=VALUE, or KEY for any value (repeat: all "
+                   "must match).")
+@click.option("--search", help="Only machines whose hostname or IP holds this (any case).")
+@click.option("--responding/--not-responding", default=None,
+              help="Only machines whose agent answers (or: has gone quiet).")
+@click.option("--sort", help="hostname (default), state, role, cluster, ip, last_seen or "
+                             "state_since; -FIELD for the descending order.")
+@click.option("--limit", type=click.IntRange(1, PAGE_LIMIT),
+              help="Machines per page (default 100).")
+@click.option("--offset", type=click.IntRange(0), default=0, help="Skip this many first.")
+@click.option("--all", "every", is_flag=True,
+              help="Every page (the default for -o json and yaml without --limit or --offset).")
 @click.option("--show-labels", is_flag=True, help="A LABELS column too.")
 @output_option
 @click.pass_context
-def machines(ctx: click.Context, cluster_name: str | None, show_labels: bool,
-             output: str) -> None:
-    """List machines with their state and item progress (or: machines get|logs|label|add)."""
+def machines(ctx: click.Context, cluster_name: str | None, states: tuple[str, ...],
+             role: str | None, labels: tuple[str, ...], search: str | None,
+             responding: bool | None, sort: str | None, limit: int | None, offset: int,
+             every: bool, show_labels: bool, output: str) -> None:
+    """List machines with their state and item progress, a page at a time, filtered and
+    sorted by the coordinator (or: machines get|logs|label|add). A table shows one page and
+    says how to see the next; json and yaml print every machine selected, as a list."""
     if ctx.invoked_subcommand is not None:
         return
-    path = "/v1/machines" + (f"?{urlencode({'cluster': cluster_name})}" if cluster_name else "")
-    data = call(ctx, "GET", path)
-    if not emit(data, output):
-        echo_lines(machines_table(data, show_labels))
+    query = [(name, value) for name, value in (
+        ("cluster", cluster_name), ("state", ",".join(states)), ("role", role),
+        ("q", search), ("sort", sort),
+        ("responding", None if responding is None else str(responding).lower()))
+        if value] + [("label", label) for label in labels]
+    if every or (output != "table" and limit is None and not offset):
+        data = _listed(ctx, lambda client: client.all_machines(query))
+        if not emit(data, output):
+            echo_lines(machines_table(data, show_labels))
+        return
+    page = _listed(ctx, lambda client: client.machine_page(
+        [*query, ("offset", str(offset))] + ([("limit", str(limit))] if limit else [])))
+    if not emit(page["machines"], output):
+        echo_lines(machines_table(page["machines"], show_labels))
+        say(page_footer(page), err=True)
+
+
+def _listed(ctx: click.Context, read: Callable[[AdminClient], T]) -> T:
+    """What read got of the client, or the API's refusal said as call says it."""
+    try:
+        return read(ctx.obj)
+    except ClientError as exc:
+        fail(exc)
+
+
+def page_footer(page: dict[str, Any]) -> str:
+    """Which machines the page shows of how many, and how to see the next page."""
+    shown, total, offset = len(page["machines"]), page["total"], page["offset"]
+    if not shown:
+        return f"no machines here: {total} match" + (f" (offset {offset})" if offset else "")
+    footer = f"showing {offset + 1}-{offset + shown} of {total}"
+    if offset + shown < total:
+        footer += f"; the next page: --offset {offset + shown} (every page: --all)"
+    return footer
 
 
 @machines.command("get")

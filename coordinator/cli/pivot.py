@@ -78,7 +78,7 @@ class HttpSides:
         deadline = time.monotonic() + self.wait
         shown = None
         while True:
-            machines = self._target().get("/v1/machines")
+            machines = self._target().all_machines()
             expected = [m for m in machines if m["responding"]]
             moved = [m for m in expected if m["last_seen"] >= pivot.updated_at]
             if (len(moved), len(expected)) != shown:

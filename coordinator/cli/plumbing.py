@@ -67,20 +67,25 @@ def make_client(url: str, token: str | None, token_file: str | None, ca_file: st
         raise click.BadParameter(f"cannot load {ca_file}: {exc}", param_hint="--ca") from None
 
 
-def completer(path: str, key: str) -> Callable[[click.Context, click.Parameter, str],
-                                               list[CompletionItem]]:
+def completer(path: str, key: str, search: str = "") -> Callable[
+        [click.Context, click.Parameter, str], list[CompletionItem]]:
     """Shell completion of names the coordinator knows (clusters, machines). The group's
     options (--url, --token, --token-file, --ca and their env vars) say which coordinator to
     ask; anything going wrong completes nothing rather than printing into the shell, and a
-    name holding control characters (an old record's) is left out rather than shown."""
+    name holding control characters (an old record's) is left out rather than shown. With
+    search, the path answers a page of machines (GET /v1/machines) and its `search`
+    parameter narrows it to the names holding what is typed."""
     def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
         params = ctx.find_root().params
         try:
             client = make_client(params.get("url") or DEFAULT_URL, params.get("token"),
                                  params.get("token_file"), params.get("ca_file"), timeout=2)
-            found = client.get(path)
+            found = client.get(f"{path}?{urlencode({search: incomplete, 'limit': 1000})}"
+                               if search else path)
         except (ClientError, click.BadParameter):
             return []
+        if search:
+            found = found["machines"]
         names = [str(item[key]) for item in found]
         return [CompletionItem(name) for name in names
                 if name.startswith(incomplete) and terminal_safe(name) == name]
@@ -88,7 +93,7 @@ def completer(path: str, key: str) -> Callable[[click.Context, click.Parameter, 
 
 
 complete_clusters = completer("/v1/clusters", "name")
-complete_machines = completer("/v1/machines", "hostname")
+complete_machines = completer("/v1/machines", "hostname", search="q")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import aiohttp
 
 from coordinator.domain import pivot as pv
 from coordinator.domain.errors import Conflict
+from coordinator.domain.machinelist import MAX_LIMIT
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
 from coordinator.service import snapshot
 from coordinator.store.base import Store, StoreError
@@ -186,7 +187,7 @@ async def refresh_once(ledger: PivotLedger, store: Store) -> None:
     headers = {"Authorization": f"Bearer {ledger.token()}"}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         clusters = await _get(session, f"{pivot.to_url}/v1/clusters", headers, context)
-        machines = await _get(session, f"{pivot.to_url}/v1/machines", headers, context)
+        machines = await _all_machines(session, pivot.to_url, headers, context)
     await copy_views(store, clusters, machines, ledger.clock())
     ledger.refreshed(ledger.clock())
 
@@ -196,6 +197,21 @@ async def _get(session: aiohttp.ClientSession, url: str, headers: Mapping[str, s
     async with session.get(url, headers=headers, ssl=context or False) as response:
         response.raise_for_status()
         return await response.json()
+
+
+async def _all_machines(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str],
+                        context: ssl.SSLContext | None) -> list[Any]:
+    """Every machine the target lists, page after page (a target from before the pages
+    answers them all in one list)."""
+    found: list[Any] = []
+    while True:
+        page = await _get(session, f"{url}/v1/machines?limit={MAX_LIMIT}&offset={len(found)}",
+                          headers, context)
+        if isinstance(page, list):
+            return page
+        found += page["machines"]
+        if not page["machines"] or len(found) >= page["total"]:
+            return found
 
 
 async def copy_views(store: Store, clusters: Sequence[Mapping[str, Any]],

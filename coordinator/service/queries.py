@@ -10,6 +10,7 @@ from typing import Any
 from coordinator.domain import planner
 from coordinator.domain.errors import Conflict, Gone, NotFound
 from coordinator.domain.fleet import Fleet
+from coordinator.domain.machinelist import MachineQuery, needed_fields, select
 from coordinator.domain.model import ClusterSpec, Machine
 from coordinator.domain.records import (
     AdminToken,
@@ -36,6 +37,16 @@ from coordinator.store.base import Store
 from nodeagent.contract import Phase
 
 EVENT_PAGE = 10000
+
+
+@dataclass(frozen=True)
+class MachinePage:
+    """A page of GET /v1/machines, with what its machines' views need."""
+
+    machines: list[Machine]
+    total: int  # how many machines the filters select, on every page
+    specs: dict[str, ClusterSpec]
+    managers: dict[str, list[Machine]]  # by cluster: where what a machine waits for comes from
 
 
 @dataclass(frozen=True)
@@ -114,6 +125,19 @@ class Queries:
         """The machines (of one cluster, or all), with the specs of their clusters."""
         specs = {c.spec.name: c.spec for c in await self.store.list_clusters()}
         return await self.store.list_machines(cluster), specs
+
+    async def machine_page(self, query: MachineQuery) -> MachinePage:
+        """One page of GET /v1/machines: the rules choose it from the listed fields of every
+        machine, and only its machines are decoded, with their clusters' managers (what a
+        machine waits for is produced on a manager)."""
+        page, total = select(query, await self.store.list_listed(query.cluster,
+                                                                    needed_fields(query)))
+        found = {m.id: m for m in await self.store.get_machines([m.id for m in page])}
+        machines = [found[m.id] for m in page if m.id in found]  # none deleted meanwhile
+        specs = {c.spec.name: c.spec for c in await self.store.list_clusters()}
+        managers = {name: await self.store.list_machines(name, role="manager")
+                    for name in {m.cluster for m in machines}}
+        return MachinePage(machines, total, specs, managers)
 
     async def join_tokens(self, cluster: str | None) -> list[JoinToken]:
         if cluster is not None:

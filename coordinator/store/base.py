@@ -10,6 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from coordinator.domain.machinelist import Listed
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
@@ -137,6 +138,12 @@ class Store(ABC):
         """Ordered by cluster, then hostname. With role, only machines of that role: every
         assignment and report needs a cluster's managers, never its thousands of workers, so
         the role filter must be served by an index."""
+
+    @abstractmethod
+    async def list_listed(self, cluster: str | None, fields: Collection[str]) -> list[Listed]:
+        """The listed fields of every machine (of one cluster), in no order, without
+        decoding a machine: GET /v1/machines filters, sorts and pages 10,000 of them. Of
+        machinelist.DOC_FIELDS only those in fields are read, the others left empty."""
 
     @abstractmethod
     async def count_machines(self) -> list[MachineCount]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from coordinator.domain.machinelist import Listed, listed_from_columns
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
@@ -218,6 +219,10 @@ class PostgresStore(Store):
         if not credential_hash:
             return None
         return await self.db.one(removed_machine_from_row, SQL.removed_credential, credential_hash)
+
+    async def list_listed(self, cluster: str | None, fields: Collection[str]) -> list[Listed]:
+        query, params = SQL.machine_listing(cluster, fields)
+        return await self.db.all(listed_from_columns, query, *params)
 
     async def count_machines(self) -> list[MachineCount]:
         return await self.db.all(machine_count_from_row, SQL.count_machines)

@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from coordinator.domain.machinelist import DOC_FIELDS
 from coordinator.domain.model import ClusterSpec, Role
 from coordinator.domain.records import StoredCluster
 from coordinator.store.base import StoreError
@@ -279,6 +280,20 @@ class Statements:
         if role is not None:
             query.where(f"{self.dialect.doc('role')} = {{}}", role)
         return query.text(" ORDER BY cluster, hostname, id"), query.params
+
+    def machine_listing(self, cluster: str | None,
+                        fields: Collection[str]) -> tuple[str, list[Any]]:
+        """The columns of domain.machinelist.Listed, in its order, without the documents'
+        decoding (GET /v1/machines chooses its page from these); of its document's fields
+        only those named, the others NULL."""
+        doc = {name: self.dialect.doc(name) if name in fields else "NULL" for name in DOC_FIELDS}
+        query = Query(self.dialect,
+                      f"SELECT id, cluster, hostname, {doc['ip']}, state, {doc['role']}, "
+                      f"{doc['labels']}, responding, last_seen, {doc['state_since']} "
+                      "FROM machines")
+        if cluster is not None:
+            query.where("cluster = {}", cluster)
+        return query.text(), query.params
 
     def machines_with_ids(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         query = Query(self.dialect, "SELECT doc, last_seen FROM machines")

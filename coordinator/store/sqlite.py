@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from coordinator.domain.machinelist import Listed, listed_from_columns
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
@@ -343,6 +344,9 @@ class SQLiteStore(Store):
         if not credential_hash:
             return None
         return await self._one(removed_machine_from_row, SQL.removed_credential, (credential_hash,))
+
+    async def list_listed(self, cluster: str | None, fields: Collection[str]) -> list[Listed]:
+        return await self._all(listed_from_columns, *SQL.machine_listing(cluster, fields))
 
     async def count_machines(self) -> list[MachineCount]:
         return await self._all(machine_count_from_row, SQL.count_machines)

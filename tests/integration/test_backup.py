@@ -49,7 +49,7 @@ def ready_fleet(served: ServedCoordinator, tmp: Path) -> Iterator[list[AgentProc
     try:
         for index in range(AGENTS):
             fleet.append(joined_agent(served, tmp / f"agent-{index}", f"node-{index}", SETTINGS))
-        wait_until(lambda: len(served.admin.get("/v1/machines")) == AGENTS, 60, "registrations")
+        wait_until(lambda: len(served.admin.all_machines()) == AGENTS, 60, "registrations")
         for agent in fleet:
             served.wait_state(str(agent.hostname), "Ready", timeout=120)
         yield fleet
@@ -71,7 +71,7 @@ def state(served: ServedCoordinator) -> dict[str, Any]:
     """What an operator sees of the coordinator, without what heartbeats move."""
     return {"clusters": served.admin.get("/v1/clusters"),
             "machines": [{key: m.get(key) for key in STEADY}
-                         for m in served.admin.get("/v1/machines")],
+                         for m in served.admin.all_machines()],
             "admin_tokens": served.admin.get("/v1/admin-tokens")}
 
 
@@ -123,7 +123,7 @@ def check_restored(served: ServedCoordinator, before: dict[str, Any], archive: P
     later = [e for e in events(served) if e["id"] > archived[-1]]
     assert [e for e in later if e["kind"] == "item"] == []
     assert journals(fleet) == ran
-    assert [m["responding"] for m in served.admin.get("/v1/machines")] == [True] * AGENTS
+    assert [m["responding"] for m in served.admin.all_machines()] == [True] * AGENTS
 
 
 def test_a_backup_under_load_restores_into_sqlite_and_postgresql_and_the_agents_carry_on(
@@ -163,7 +163,7 @@ def test_a_backup_under_load_restores_into_sqlite_and_postgresql_and_the_agents_
             newcomer.configure(f"join: {kept_join}\nignorePrechecks: [all]\n{SETTINGS}")
             newcomer.start()
             try:
-                wait_until(lambda: len(again.admin.get("/v1/machines")) > AGENTS, 60,
+                wait_until(lambda: len(again.admin.all_machines()) > AGENTS, 60,
                            "the newcomer's registration")
                 again.wait_state("node-new", "Ready", timeout=120)
             finally:

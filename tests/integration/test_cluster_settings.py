@@ -62,7 +62,7 @@ def start_agent(coordinator: ServedCoordinator, tmp: Path) -> subprocess.Popen[b
 
 
 def clock_check(coordinator: ServedCoordinator) -> dict[str, Any]:
-    machines = coordinator.admin.get("/v1/machines")
+    machines = coordinator.admin.all_machines()
     if not machines:
         return {}
     report = coordinator.machine(machines[0]["id"]).get("precheck") or {}
@@ -82,7 +82,7 @@ def test_the_clusters_ntp_and_proxy_settings_govern_the_node(tmp_path: Path) -> 
             wait_until(lambda: clock_check(coordinator).get("status") == "fail",
                        30, "the clock check against the cluster's server")
             assert "(limit 5s)" in clock_check(coordinator)["message"]
-            machine = coordinator.admin.get("/v1/machines")[0]
+            machine = coordinator.admin.all_machines()[0]
             refused = coordinator.cli("approve", machine["id"], "--role", "worker", ok=False)
             assert refused.returncode != 0 and "time-skew" in refused.stdout + refused.stderr
 

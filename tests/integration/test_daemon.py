@@ -46,7 +46,7 @@ def mapped(process: psutil.Process) -> str:
 
 
 def approve(coordinator: ServedCoordinator) -> str:
-    (machine,) = coordinator.admin.get("/v1/machines")
+    (machine,) = coordinator.admin.all_machines()
     coordinator.cli("approve", machine["id"], "--role", "manager")
     return str(machine["hostname"])
 
@@ -86,7 +86,7 @@ def test_heartbeats_over_https_reuse_the_agents_connections(tmp_path: Path) -> N
         port = int(coordinator.url.rsplit(":", 1)[1])
         held = [c for c in agent.net_connections("tcp4") if c.raddr and c.raddr.port == port]
         assert len(held) == 2 and all(c.status == psutil.CONN_ESTABLISHED for c in held)
-        (machine,) = coordinator.admin.get("/v1/machines")
+        (machine,) = coordinator.admin.all_machines()
         assert machine["responding"] and time.time() - machine["last_seen"] < 2.5
 
 

@@ -29,11 +29,11 @@ def rolled_out_and_deleted(coordinator: ServedCoordinator, node: AgentProcess) -
     """Start the node's agent, let its machine reach Ready, delete it (reset items and all) and
     return its id once its record is gone and its agent stopped."""
     node.start()
-    wait_until(lambda: coordinator.admin.get("/v1/machines"), 60, "the registration")
+    wait_until(lambda: coordinator.admin.all_machines(), 60, "the registration")
     coordinator.wait_state(HOST, "Ready", timeout=60)
-    (machine,) = coordinator.admin.get("/v1/machines")
+    (machine,) = coordinator.admin.all_machines()
     coordinator.cli("delete", HOST, "--force", "--yes")  # the only manager, the first
-    wait_until(lambda: not coordinator.admin.get("/v1/machines"), 60, "the record removed")
+    wait_until(lambda: not coordinator.admin.all_machines(), 60, "the record removed")
     assert node.process is not None and node.process.wait(timeout=30) == 3
     return str(machine["id"])
 

@@ -46,7 +46,7 @@ def refusal(coordinator: ServedCoordinator, ref: str) -> tuple[int, str]:
 def test_a_given_up_item_is_said_and_runs_again_on_the_operators_retry(tmp_path: Path) -> None:
     with running_coordinator(tmp_path, CLUSTER) as coordinator, \
             agent_of(coordinator, tmp_path) as agent:
-        (machine,) = coordinator.admin.get("/v1/machines")
+        (machine,) = coordinator.admin.all_machines()
         host = machine["hostname"]
         coordinator.cli("approve", host, "--role", "manager")
         wait_until(lambda: coordinator.machine(host)["step"]["gave_up"], 60,

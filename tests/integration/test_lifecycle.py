@@ -43,7 +43,7 @@ def forwarding(node: AgentProcess, on: bool) -> None:
 
 def failures(coordinator: ServedCoordinator) -> list[str] | None:
     """The hard precheck failures the coordinator holds for the one machine (None: none yet)."""
-    machines = coordinator.admin.get("/v1/machines")
+    machines = coordinator.admin.all_machines()
     return machines[0]["precheck_failures"] if machines else None
 
 
@@ -78,7 +78,7 @@ def test_a_pending_machine_rechecks_at_every_start_and_until_it_is_approved(
                    "failing prechecks after a stop")
         forwarding(node, True)
         wait_until(lambda: failures(coordinator) == [], 30, "passing prechecks once more")
-        (machine,) = coordinator.admin.get("/v1/machines")
+        (machine,) = coordinator.admin.all_machines()
         coordinator.cli("approve", machine["id"], "--role", "worker")
         coordinator.wait_state(machine["hostname"], "Prepare", timeout=30)
 
@@ -95,7 +95,7 @@ def test_a_registration_whose_answer_was_lost_is_retried_to_the_same_machine(
         node.configure(f"coordinator: {{url: '{lossy.url}', timeout: 1}}\njoinToken: {token}\n"
                        "heartbeatSeconds: 1\nignorePrechecks: [all]")
         node.start()
-        (machine,) = wait_until(lambda: coordinator.admin.get("/v1/machines"), 60,
+        (machine,) = wait_until(lambda: coordinator.admin.all_machines(), 60,
                                 "the registration, committed")
         assert machine["approved"] and lossy.lost
         assert not (node.state_dir / "identity.json").exists()
@@ -108,7 +108,7 @@ def test_a_registration_whose_answer_was_lost_is_retried_to_the_same_machine(
             lossy.losing = None
             node.start()
         coordinator.wait_state(machine["hostname"], "Ready", timeout=60)
-        assert [m["id"] for m in coordinator.admin.get("/v1/machines")] == [machine["id"]]
+        assert [m["id"] for m in coordinator.admin.all_machines()] == [machine["id"]]
         assert len(coordinator.admin.get("/v1/events?kind=registered")) == 1
         identity = json.loads((node.state_dir / "identity.json").read_text())
         assert identity["machine_id"] == machine["id"]

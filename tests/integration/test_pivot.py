@@ -38,7 +38,7 @@ def cluster(runs: Path, release: str = "1") -> str:
 
 
 def states(served: ServedCoordinator) -> dict[str, str]:
-    return {m["hostname"]: m["state"] for m in served.admin.get("/v1/machines")}
+    return {m["hostname"]: m["state"] for m in served.admin.all_machines()}
 
 
 def runs(directory: Path) -> dict[str, list[str]]:
@@ -106,8 +106,8 @@ def test_the_target_imports_a_pivot_once_and_the_old_one_is_then_a_read_only_cop
             other.request("POST", f"/v1/pivot/import?pivot=pv-other&from={old.url}",
                           text=archive, content_type="application/gzip")
         assert refused.value.status == 409
-        copied = {m["id"]: m for m in new.admin.get("/v1/machines")}
-        assert copied.keys() == {m["id"] for m in old.admin.get("/v1/machines")}
+        copied = {m["id"]: m for m in new.admin.all_machines()}
+        assert copied.keys() == {m["id"] for m in old.admin.all_machines()}
         assert new.admin.get("/v1/clusters/lab")["release"] == "1"
         assert new.admin.get("/v1/events?kind=pivot-imported")[0]["data"]["pivot"] == pivot_id
 
@@ -115,8 +115,8 @@ def test_the_target_imports_a_pivot_once_and_the_old_one_is_then_a_read_only_cop
             old.admin.request("POST", f"/v1/pivot/{pivot_id}/steps/{step}")
         read_only_copy(old, new)
         joined = new.register("late-0")  # a machine that joined the new one after the pivot
-        wait_until(lambda: len(old.admin.get("/v1/machines?cluster=lab"))
-                   == len(new.admin.get("/v1/machines?cluster=lab")), 6 * REFRESH_SECONDS + 30,
+        wait_until(lambda: len(old.admin.all_machines([("cluster", "lab")]))
+                   == len(new.admin.all_machines([("cluster", "lab")])), 6 * REFRESH_SECONDS + 30,
                    "the machine that joined the new coordinator in the old one's copy")
         assert old.admin.get("/v1/machines/late-0")["id"] == joined["machine_id"]
 
@@ -125,10 +125,10 @@ def settled(old: ServedCoordinator, new: ServedCoordinator, done: Path, since: f
     """Every agent on the new coordinator with the identity it had on the old one, heard
     from there since the pivot; every item run once; the old one a read-only copy naming the
     new URL, refreshed from it; an upgrade applied to the new one reaching every agent."""
-    ids = {m["hostname"]: m["id"] for m in old.admin.get("/v1/machines")}
-    wait_until(lambda: all(m["last_seen"] >= since for m in new.admin.get("/v1/machines")),
+    ids = {m["hostname"]: m["id"] for m in old.admin.all_machines()}
+    wait_until(lambda: all(m["last_seen"] >= since for m in new.admin.all_machines()),
                60, "every agent heard from by the new coordinator", interval=0.5)
-    assert {m["hostname"]: m["id"] for m in new.admin.get("/v1/machines")} == ids
+    assert {m["hostname"]: m["id"] for m in new.admin.all_machines()} == ids
     assert runs(done) == {host: ["base", "control-plane"] for host in ids}
 
     read_only_copy(old, new)
@@ -201,14 +201,14 @@ def test_an_abort_after_agents_moved_brings_them_back_and_unfreezes_the_old_one(
         waited = pivot(old, new, "--wait", "5", ok=False)
         assert f"agents moved {AGENTS - 1}/{AGENTS}" in waited.stdout, waited.stdout
         assert "1 agent(s) have not reached" in waited.stderr and "--wait 0" in waited.stderr
-        moved = wait_until(lambda: [m["hostname"] for m in new.admin.get("/v1/machines")
+        moved = wait_until(lambda: [m["hostname"] for m in new.admin.all_machines()
                                     if m["last_seen"] >= since], 30, "agents on the new one")
         assert len(moved) == AGENTS - 1
 
         aborted = pivot(old, new, "--abort")
         assert "rolled back from announced" in aborted.stdout, aborted.stdout
         back = time.time()
-        wait_until(lambda: all(m["last_seen"] >= back for m in old.admin.get("/v1/machines")
+        wait_until(lambda: all(m["last_seen"] >= back for m in old.admin.all_machines()
                                if m["hostname"] in moved), 60, "the agents back on the old one",
                    interval=0.5)
         old.cli("join-token", "create", "lab")  # it takes changes again
@@ -237,4 +237,4 @@ def test_bad_pivot_requests_are_refused_naming_the_field(
     with pytest.raises(ClientError, match="no pivot pv-1 here") as unknown:
         old.admin.request("POST", "/v1/pivot/pv-1/steps/frozen")
     assert unknown.value.status == 409
-    assert old.admin.get("/v1/pivot")["pivot"] is None and new.admin.get("/v1/machines") == []
+    assert old.admin.get("/v1/pivot")["pivot"] is None and new.admin.all_machines() == []

@@ -60,7 +60,7 @@ def test_a_revoked_machine_rejoins_as_the_same_record_with_a_reissued_string(
         join = coordinator.cli("join-token", "create", "lab").stdout.strip()
         node.configure(f"join: {join}\nheartbeatSeconds: 1\nignorePrechecks: [all]")
         node.start()
-        wait_until(lambda: coordinator.admin.get("/v1/machines"), 60, "the registration")
+        wait_until(lambda: coordinator.admin.all_machines(), 60, "the registration")
         coordinator.wait_state(HOST, "Ready", timeout=60)
         before = coordinator.admin.get(f"/v1/machines/{HOST}")
         history = coordinator.admin.get(f"/v1/events?machine={before['id']}")
@@ -85,7 +85,7 @@ def test_a_revoked_machine_rejoins_as_the_same_record_with_a_reissued_string(
         wait_until(lambda: coordinator.admin.get(f"/v1/machines/{HOST}")["responding"], 30,
                    "heartbeats from the new credential")
         coordinator.wait_state(HOST, "Ready", timeout=30)
-        after = coordinator.admin.get("/v1/machines")
+        after = coordinator.admin.all_machines()
         assert [m["id"] for m in after] == [before["id"]]
         assert after[0]["progress"] == before["progress"]
         events = coordinator.admin.get(f"/v1/events?machine={before['id']}")

@@ -62,7 +62,7 @@ def following(agent: AgentProcess, served: ServedCoordinator) -> bool:
 
 def seen_by(served: ServedCoordinator, since: float) -> set[str]:
     """Hostnames of the machines whose agents the coordinator heard from after `since`."""
-    return {m["hostname"] for m in served.admin.get("/v1/machines") if m["last_seen"] > since}
+    return {m["hostname"] for m in served.admin.all_machines() if m["last_seen"] > since}
 
 
 @contextlib.contextmanager

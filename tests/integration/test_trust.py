@@ -52,7 +52,7 @@ def test_an_agent_refuses_a_coordinator_whose_ca_is_not_the_pinned_one(
     assert "refusing to trust it" in result.stderr
     assert good.ca_hash in result.stderr  # it says what it was shown
     assert not (tmp_path / "forged" / "ca.crt").exists()
-    assert coordinator.admin.get("/v1/machines") == []  # the token was never sent
+    assert coordinator.admin.all_machines() == []  # the token was never sent
 
 
 def test_an_agent_trusts_the_pinned_ca_and_rotates_its_credential_before_expiry(
@@ -70,7 +70,7 @@ def test_an_agent_trusts_the_pinned_ca_and_rotates_its_credential_before_expiry(
                    != first["credential"],
                    30, "rotation")
         time.sleep(max(0.0, first["expires_at"] - time.time()) + 1)
-        (machine,) = coordinator.admin.get("/v1/machines")
+        (machine,) = coordinator.admin.all_machines()
         assert machine["responding"] and time.time() - machine["last_seen"] < 3
         old = coordinator.client(first["credential"])
         with pytest.raises(ClientError) as refused:
@@ -97,7 +97,7 @@ def test_an_agent_waits_for_a_coordinator_that_is_not_up_yet_then_registers(
         assert "; retrying in " in log.read_text()
         coordinator.start()
         wait_until((tmp_path / "node" / "identity.json").exists, 60, "registration")
-        (machine,) = coordinator.admin.get("/v1/machines")
+        (machine,) = coordinator.admin.all_machines()
         assert machine["state"] == "Pending"
 
         coordinator.stop()  # later steps wait it out too, saying so

@@ -111,7 +111,7 @@ def agent_of(coordinator: ServedCoordinator, tmp: Path) -> Iterator[psutil.Proce
         process = subprocess.Popen([NODEAGENT, "run", "--config", str(config), "--root",
                                     str(root)], stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_until(lambda: bool(coordinator.admin.get("/v1/machines")), 60, "registration",
+        wait_until(lambda: bool(coordinator.admin.all_machines()), 60, "registration",
                    interval=0.2)
         yield psutil.Process(process.pid)
     finally:

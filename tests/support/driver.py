@@ -67,6 +67,14 @@ def machine(ref: str) -> Steps[dict[str, Any]]:
     return found
 
 
+def machines(query: str = "") -> Steps[list[dict[str, Any]]]:
+    """The machines GET /v1/machines lists: its first page (of up to 1,000 here), which holds
+    every machine a test makes."""
+    page = yield Call("GET", "/v1/machines?" + "&".join(filter(None, [query, "limit=1000"])))
+    assert len(page["machines"]) == page["total"], "more machines than one page"
+    return list(page["machines"])
+
+
 def assignment(agent: Registered, after: int = 0, wait: float = 0) -> Steps[dict[str, Any]]:
     path = f"/v1/agent/machines/{agent['machine_id']}/assignment?after={after}&wait={wait}"
     answer: dict[str, Any] = yield Call("GET", path, agent=agent)
@@ -145,6 +153,9 @@ class SyncDriver(abc.ABC):
     def machine(self, ref: str) -> dict[str, Any]:
         return self.run(machine(ref))
 
+    def machines(self, query: str = "") -> list[dict[str, Any]]:
+        return self.run(machines(query))
+
     def assignment(self, agent: Registered, after: int = 0, wait: float = 0) -> dict[str, Any]:
         return self.run(assignment(agent, after, wait))
 
@@ -198,6 +209,9 @@ class AsyncDriver(abc.ABC):
 
     async def machine(self, ref: str) -> dict[str, Any]:
         return await self.run(machine(ref))
+
+    async def machines(self, query: str = "") -> list[dict[str, Any]]:
+        return await self.run(machines(query))
 
     async def assignment(self, agent: Registered, after: int = 0,
                          wait: float = 0) -> dict[str, Any]:

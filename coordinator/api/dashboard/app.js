@@ -1,6 +1,9 @@
 // The coordinator's dashboard: plain DOM code, no build step. Everything it shows comes from
-// the admin API with the token kept in sessionStorage; a server-sent event stream (read with
-// fetch, so it can carry the token) triggers a refresh whenever the coordinator records anything.
+// the admin API with the token kept in sessionStorage. The machine table is one page the
+// coordinator filtered, sorted and cut (GET /v1/machines), so 10,000 machines cost the browser
+// no more than 100. A server-sent event stream (read with fetch, so it can carry the token)
+// says what changed: only those rows and the status are fetched again, and nothing while the
+// tab is hidden. Elapsed times tick here, from when each row was fetched.
 "use strict";
 
 const TOKEN_KEY = "nodeagent.adminToken";
@@ -13,9 +16,14 @@ const view = {
   cluster: null,          // selected cluster name
   status: null,           // its /status document
   sort: { key: "hostname", dir: 1 },
+  page: { machines: [], total: 0, offset: 0, limit: 100 }, // the table's page, as the API cut it
+  fetchedAt: new Map(),   // machine id -> the browser's clock (s) when its row was fetched
+  changed: new Set(),     // ids of shown machines that events said changed since their fetch
+  stale: false,           // events came while the tab was hidden: catch up when it shows
+  pageMayMove: false,     // an event may have moved a machine into or out of the page
+  detailChanged: false,   // an event was about the machine whose history is open
   detail: null,           // id of the machine whose history is open
   stream: null,           // AbortController of the event stream
-  role: null,             // the token's role: only "admin" is offered actions
 };
 
 const $ = (selector) => document.querySelector(selector);
@@ -102,35 +110,134 @@ async function start() {
 
 // -- data -------------------------------------------------------------------------------
 
+const PAGE_SIZE = 100;
+const now = () => Date.now() / 1000;
+
+// Everything the view shows, for the selected cluster: on start, on choosing a cluster, after
+// the stream was down. The status comes without its machines (the table's page has them).
 async function refresh() {
   if (view.role === null) view.role = (await api("GET", "/v1/whoami")).role;
   view.clusters = await api("GET", "/v1/clusters");
   if (!view.clusters.some((c) => c.name === view.cluster)) {
     view.cluster = view.clusters.length ? view.clusters[0].name : null;
   }
-  view.status = view.cluster ? await api("GET", `/v1/clusters/${encodeURIComponent(view.cluster)}/status`) : null;
+  await Promise.all([loadStatus(), loadPage()]);
   render();
   if (view.detail) await renderDetail();
   await loadEvents();
 }
 
-function soon(task) {
-  // Many events arrive together during a rollout: one run of task for a burst.
+async function loadStatus() {
+  view.status = view.cluster
+    ? await api("GET", `/v1/clusters/${encodeURIComponent(view.cluster)}/status?machines=false`) : null;
+}
+
+function machineQuery() {
+  const query = new URLSearchParams({ cluster: view.cluster, limit: String(PAGE_SIZE),
+    offset: String(view.page.offset), sort: `${view.sort.dir < 0 ? "-" : ""}${view.sort.key}` });
+  const text = $("#search").value.trim();
+  const role = $("#filter-role").value;
+  const responding = $("#filter-responding").value;
+  const label = $("#filter-label").value.trim();
+  if (text) query.set("q", text);
+  if ($("#filter-state").value) query.set("state", $("#filter-state").value);
+  if (role) query.set("role", role);
+  if (responding) query.set("responding", responding);
+  if (label) query.append("label", label);
+  return query;
+}
+
+function fetched(machines) {
+  const at = now();
+  for (const m of machines) view.fetchedAt.set(m.id, at);
+}
+
+// The current page of the table, as the coordinator filtered and sorted it.
+async function loadPage() {
+  if (!view.cluster) {
+    view.page = { machines: [], total: 0, offset: 0, limit: PAGE_SIZE };
+    return;
+  }
+  const page = await api("GET", `/v1/machines?${machineQuery()}`);
+  if (page.machines.length === 0 && page.offset > 0 && page.total > 0) {
+    view.page.offset = Math.max(0, Math.floor((page.total - 1) / PAGE_SIZE) * PAGE_SIZE);
+    return loadPage(); // the page emptied under us: its last one
+  }
+  view.page = page;
+  view.changed.clear();
+  view.fetchedAt.clear();
+  fetched(page.machines);
+}
+
+async function reloadPage() {
+  await loadPage();
+  if (view.status) renderMachines();
+}
+
+// Only the shown rows events said changed, by id, and the status beside them, side by side.
+async function refreshChanged() {
+  const ids = [...view.changed].filter((id) => view.page.machines.some((m) => m.id === id));
+  view.changed.clear();
+  const total = view.status ? count(view.status) : 0;
+  const [rows] = await Promise.all([loadRows(ids), loadStatus()]);
+  if ((view.status ? count(view.status) : 0) !== total || view.pageMayMove) {
+    // A machine came or went, or one may have entered or left the filter: this one page again.
+    view.pageMayMove = false;
+    await loadPage();
+  } else {
+    const byId = new Map(rows.map((m) => [m.id, m]));
+    view.page.machines = view.page.machines.map((m) => byId.get(m.id) || m);
+    fetched(rows);
+  }
+  render();
+  if (view.detail && (ids.includes(view.detail) || view.detailChanged)) await renderDetail();
+  view.detailChanged = false;
+}
+
+const count = (status) => Object.values(status.counts).reduce((a, b) => a + b, 0);
+
+async function loadRows(ids) {
+  if (!ids.length) return [];
+  const query = new URLSearchParams({ cluster: view.cluster, limit: String(ids.length) });
+  for (const id of ids) query.append("id", id);
+  return (await api("GET", `/v1/machines?${query}`)).machines;
+}
+
+function soon(task, wait = 150) {
+  // Many events arrive together during a rollout: one run of task for a burst, never two at
+  // once (a slow answer must not pile up requests behind it): asked again while it runs, it
+  // runs once more, wait after the first finished.
   let pending = null;
+  let running = false;
+  let again = false;
+  const run = async () => {
+    pending = null;
+    running = true;
+    try {
+      await task();
+    } catch (error) {
+      if (error instanceof Unauthorized) showLogin(error.message);
+    } finally {
+      running = false;
+    }
+    if (again) {
+      again = false;
+      pending = setTimeout(run, wait);
+    }
+  };
   return () => {
-    if (pending) return;
-    pending = setTimeout(async () => {
-      pending = null;
-      try {
-        await task();
-      } catch (error) {
-        if (error instanceof Unauthorized) showLogin(error.message);
-      }
-    }, 150);
+    if (running) again = true;
+    else if (!pending) pending = setTimeout(run, wait);
   };
 }
 
+// Following the stream: at most one status and one request for changed rows a second,
+// however many machines change (as often as `status --watch` asks).
+const FOLLOW_MS = 1000;
+
 const refreshSoon = soon(refresh);
+const changedSoon = soon(refreshChanged, FOLLOW_MS);
+const pageSoon = soon(reloadPage);
 
 // -- live updates -------------------------------------------------------------------------
 
@@ -157,7 +264,7 @@ async function startStream() {
       if (response.status === 401) return showLogin("the admin token is no longer valid");
       if (!response.ok || !response.body) throw new Error(`stream: ${response.status}`);
       setLive(true);
-      refreshSoon(); // whatever happened while the stream was down
+      // The stream replays what it missed after Last-Event-ID; a first connection had refresh().
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
       let buffer = "";
       for (;;) {
@@ -182,9 +289,34 @@ async function startStream() {
   }
 }
 
+// Filters or a sort on what changes (state, last seen...) may move a machine into or out of
+// the page on any change of it; a plain sort by name moves rows only when machines come or go.
+function pageFollowsChanges() {
+  return ["#search", "#filter-state", "#filter-role", "#filter-responding", "#filter-label"]
+    .some((input) => $(input).value.trim()) || !["hostname", "ip", "cluster"].includes(view.sort.key);
+}
+
 function onEvent(event) {
-  eventsSoon();
-  if (!view.cluster || event.cluster === view.cluster || event.kind.startsWith("cluster")) refreshSoon();
+  if (document.hidden) {
+    view.stale = true; // nothing while nobody looks: caught up when the tab shows again
+    return;
+  }
+  eventsFollow();
+  if (!view.cluster) return refreshSoon();
+  if (event.kind.startsWith("cluster") && event.cluster !== view.cluster) return refreshSoon();
+  if (event.cluster !== view.cluster) return;
+  if (event.machine) {
+    if (view.page.machines.some((m) => m.id === event.machine)) view.changed.add(event.machine);
+    if (pageFollowsChanges()) view.pageMayMove = true; // it may have entered or left the page
+    if (event.machine === view.detail) view.detailChanged = true;
+  }
+  changedSoon();
+}
+
+function caughtUp() {
+  if (document.hidden || !view.stale) return;
+  view.stale = false;
+  refreshSoon();
 }
 
 // -- rendering --------------------------------------------------------------------------
@@ -216,30 +348,10 @@ function render() {
 function renderClusters() {
   $("#clusters").replaceChildren(...view.clusters.map((c) => el("button", {
     type: "button", "aria-pressed": String(c.name === view.cluster),
-    onclick: () => { view.cluster = c.name; view.detail = null; $("#detail").hidden = true; refresh(); },
+    onclick: () => { view.cluster = c.name; view.detail = null; view.page.offset = 0; $("#detail").hidden = true; refresh(); },
   }, `${c.name} · ${c.release}${c.deleting ? " (deleting)" : ""}`)));
 }
 
-function sortValue(m, key) {
-  if (key === "items") return m.step && m.step.total ? m.step.done / m.step.total : -1;
-  if (key === "state") return STATES.indexOf(m.state);
-  return m[key] === null || m[key] === undefined ? "" : m[key];
-}
-
-function visibleMachines() {
-  const text = $("#search").value.trim().toLowerCase();
-  const state = $("#filter-state").value;
-  const role = $("#filter-role").value;
-  const { key, dir } = view.sort;
-  return view.status.machines
-    .filter((m) => !text || [m.hostname, m.ip || "", m.id].some((v) => v.toLowerCase().includes(text)))
-    .filter((m) => !state || m.state === state)
-    .filter((m) => !role || (role === "none" ? !m.role : m.role === role))
-    .sort((a, b) => {
-      const x = sortValue(a, key), y = sortValue(b, key);
-      return (x < y ? -1 : x > y ? 1 : a.hostname.localeCompare(b.hostname)) * dir;
-    });
-}
 
 // The API decides each machine's note and remedy (the CLI shows the same words).
 function note(m) {
@@ -247,12 +359,15 @@ function note(m) {
   return [el("span", { class: "note-text" }, text), remedy ? el("span", { class: "remedy" }, remedy) : null];
 }
 
+// Seconds since the row was fetched: elapsed times move on here, with no request.
+const since = (m) => now() - (view.fetchedAt.get(m.id) || now());
+
 function stepText(m) {
   const step = m.step || {};
   if (!step.item) return "-";
   // Named, not numbered: the items column beside it counts the done ones.
   if (step.status === "waiting") return `${step.item} (next)`;
-  const elapsed = step.status === "running" ? `, ${duration(step.item_elapsed)}` : "";
+  const elapsed = step.status === "running" ? `, ${duration(step.item_elapsed + since(m))}` : "";
   return `${step.item} (attempt ${step.attempt}${elapsed})`;
 }
 
@@ -313,7 +428,10 @@ async function act(path, method, body, describe) {
   try {
     const result = await api(method, path, body);
     notify(describe(result));
-    refreshSoon();
+    const id = path.split("/")[3];
+    if (view.page.machines.some((m) => m.id === id)) view.changed.add(id);
+    view.pageMayMove = pageFollowsChanges();
+    changedSoon();
   } catch (error) {
     if (error instanceof Unauthorized) return showLogin(error.message);
     notify(error.message, true);
@@ -321,8 +439,10 @@ async function act(path, method, body, describe) {
 }
 
 function renderMachines() {
-  const shown = visibleMachines();
-  $("#shown").textContent = `${shown.length} of ${view.status.machines.length} shown`;
+  const { machines: shown, total, offset } = view.page;
+  $("#shown").textContent = total ? `${offset + 1}-${offset + shown.length} of ${total}` : "none match";
+  $("#page-prev").disabled = offset === 0;
+  $("#page-next").disabled = offset + shown.length >= total;
   for (const th of document.querySelectorAll("#machine-table th[data-sort]")) {
     const active = th.dataset.sort === view.sort.key;
     if (active) th.setAttribute("aria-sort", view.sort.dir > 0 ? "ascending" : "descending");
@@ -343,7 +463,7 @@ function renderMachines() {
       el("td", { class: "role" }, m.role || "-"),
       el("td", { class: "state" }, el("span", { class: `badge ${m.state}` }, m.state)),
       el("td", { class: "items" }, ...items),
-      el("td", { class: "step" }, stepText(m)),
+      el("td", { class: "step", "data-running": m.step && m.step.status === "running" }, stepText(m)),
       el("td", { class: `note ${m.note.failing ? "failed" : ""}` }, ...note(m)),
       el("td", { class: "last-seen" }, clock(m.last_seen)),
       el("td", { class: "actions" }, ...actions(m)));
@@ -351,6 +471,14 @@ function renderMachines() {
     if (select && chosen[m.id]) select.value = chosen[m.id];
     return row;
   }));
+}
+
+function tick() {
+  if (document.hidden || !view.status) return;
+  for (const cell of document.querySelectorAll("#machine-table td.step[data-running]")) {
+    const m = view.page.machines.find((r) => r.id === cell.parentElement.dataset.id);
+    if (m) cell.textContent = stepText(m);
+  }
 }
 
 // -- one machine ----------------------------------------------------------------------------
@@ -372,9 +500,10 @@ async function renderDetail() {
     return;
   }
   const history = await api("GET", `/v1/events?machine=${encodeURIComponent(machine.id)}&kind=item&order=desc&limit=100`);
+  view.fetchedAt.set(machine.id, now());
   $("#detail-title").textContent = `${machine.hostname} (${machine.state})`;
   const facts = [["id", machine.id], ["cluster", machine.cluster], ["ip", machine.ip || "-"],
-    ["role", machine.role || "-"], ["in state for", duration(machine.step.state_elapsed)],
+    ["role", machine.role || "-"], ["in state for", duration(machine.step.state_elapsed + since(machine))],
     ["step", stepText(machine)], ["note", machine.note.text || "-"], ["to do", machine.note.remedy || "-"],
     ["last seen", clock(machine.last_seen)],
     ["applied items", String(machine.applied.length)]];
@@ -411,7 +540,7 @@ function eventChoices() {
   const chosen = select.value;
   select.replaceChildren(el("option", { value: "" }, "All clusters"),
     ...view.clusters.map((c) => el("option", { value: c.name, selected: c.name === chosen }, c.name)));
-  const machines = view.status ? view.status.machines : [];
+  const machines = view.page.machines; // the table's page: names to pick, not every machine
   $("#events-machines").replaceChildren(...machines.map((m) => el("option", { value: m.hostname })));
 }
 
@@ -427,22 +556,29 @@ async function loadEvents() {
     el("td", { class: "message" }, e.message))));
 }
 
-const eventsSoon = soon(loadEvents); // live: one reload for a burst of events
+const eventsSoon = soon(loadEvents); // a filter typed in
+const eventsFollow = soon(loadEvents, FOLLOW_MS); // live: one reload for a burst of events
 
 // -- wiring -----------------------------------------------------------------------------------
 
 function init() {
   for (const state of STATES) $("#filter-state").append(el("option", { value: state }, state));
-  for (const input of ["#search", "#filter-state", "#filter-role"]) {
-    $(input).addEventListener("input", () => view.status && renderMachines());
+  const firstPage = () => { view.page.offset = 0; pageSoon(); };
+  for (const input of ["#search", "#filter-state", "#filter-role", "#filter-responding", "#filter-label"]) {
+    $(input).addEventListener("input", firstPage);
   }
   for (const th of document.querySelectorAll("#machine-table th[data-sort]")) {
     th.querySelector("button").addEventListener("click", () => {
       const key = th.dataset.sort;
       view.sort = { key, dir: view.sort.key === key ? -view.sort.dir : 1 };
-      renderMachines();
+      firstPage();
     });
   }
+  $("#page-prev").addEventListener("click", () => {
+    view.page.offset = Math.max(0, view.page.offset - PAGE_SIZE);
+    pageSoon();
+  });
+  $("#page-next").addEventListener("click", () => { view.page.offset += PAGE_SIZE; pageSoon(); });
   for (const input of ["#events-cluster", "#events-machine"]) $(input).addEventListener("input", eventsSoon);
   $("#login").addEventListener("submit", (event) => {
     event.preventDefault();
@@ -452,7 +588,9 @@ function init() {
   });
   $("#forget").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); showLogin(); });
   $("#detail-close").addEventListener("click", () => { view.detail = null; $("#detail").hidden = true; });
-  setInterval(() => view.status && !document.hidden && refreshSoon(), 5000); // elapsed times move on
+  document.addEventListener("visibilitychange", caughtUp);
+  setInterval(tick, 1000); // elapsed times move on in the browser: no request
+
   if (sessionStorage.getItem(TOKEN_KEY)) start();
   else showLogin();
 }

@@ -68,7 +68,7 @@ async def test_register_with_an_unknown_join_token_is_refused(env: InProcessCoor
 async def test_a_machine_failing_hard_prechecks_is_visible_but_cannot_be_approved(
         env: InProcessCoordinator) -> None:
     await env.register("bad-node", failing=True)
-    listed = await env.call("GET", "/v1/machines", 200)
+    listed = await env.machines()
     assert listed[0]["precheck_failures"] == ["os: Plan 9 is not supported"]
     refused = await env.call("POST", "/v1/machines/bad-node/approve", 409, json={"role": "worker"})
     assert "Plan 9 is not supported" in refused["error"]
@@ -194,7 +194,7 @@ async def test_a_machine_that_goes_silent_between_passes_is_marked_and_answers_a
         env.clock.now += 10
         await env.heartbeat(chatty)
         await env.coordinator.reconciler.reconcile_once()
-    machines = {m["hostname"]: m for m in await env.call("GET", "/v1/machines", 200)}
+    machines = {m["hostname"]: m for m in await env.machines()}
     assert machines["quiet"]["responding"] is False and machines["chatty"]["responding"] is True
     await env.heartbeat(quiet)
     await env.coordinator.reconciler.reconcile_once()
@@ -309,7 +309,7 @@ async def test_deleting_a_deployed_machine_runs_its_reset_items_then_removes_it(
 async def test_a_pending_machine_is_removed_at_once(env: InProcessCoordinator) -> None:
     await env.register("p1")
     assert (await env.call("DELETE", "/v1/machines/p1", 200))["status"] == "removed"
-    assert await env.call("GET", "/v1/machines", 200) == []
+    assert await env.machines() == []
 
 
 async def test_artifacts_are_served_to_machines_only_and_never_outside_the_store(

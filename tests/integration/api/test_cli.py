@@ -198,3 +198,26 @@ def test_shell_completion_completes_machine_and_cluster_names(coordinator: Serve
     assert "logs" in complete("coordinator machines ")
     script = coordinator.cli("completion", "bash").stdout
     assert "_COORDINATOR_COMPLETE=bash_complete" in script and "complete -o" in script
+
+
+def test_machines_are_listed_a_page_at_a_time_as_the_coordinator_filters_and_sorts_them(
+        coordinator: ServedCoordinator) -> None:
+    coordinator.register("w3")
+
+    def hostnames(*args: str) -> tuple[list[str], str]:
+        shown = coordinator.cli("machines", *args)
+        return [line.split()[0] for line in shown.stdout.splitlines()[1:]], shown.stderr
+
+    assert hostnames("--limit", "2") == (
+        ["w1", "w2"], "showing 1-2 of 3; the next page: --offset 2 (every page: --all)\n")
+    assert hostnames("--limit", "2", "--offset", "2") == (["w3"], "showing 3-3 of 3\n")
+    assert hostnames("--state", "Pending", "--sort", "-hostname", "--limit", "1", "--all")[0] == [
+        "w3", "w2"]
+    assert hostnames("--search", "W1", "--responding")[0] == ["w1"]
+    assert hostnames("--not-responding") == ([], "no machines here: 0 match\n")
+    assert [m["hostname"] for m in coordinator.cli_json("machines", "--role", "worker")] == ["w1"]
+    assert len(coordinator.cli_json("machines", "--limit", "1", "--offset", "1")) == 1
+    refused = coordinator.cli("machines", "--state", "Deploying", "--sort", "memory", ok=False)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused
+    assert "state: unknown state Deploying: a comma-separated list of" in refused.stderr
+    assert "sort: must be one of hostname, state, role" in refused.stderr

@@ -87,7 +87,7 @@ async def test_a_registration_whose_answer_was_lost_is_retried_to_the_same_machi
     answers = await asyncio.gather(*(env.call("POST", "/v1/agent/register", 201, json=both,
                                               headers={}) for _ in range(2)))
     assert answers[0] == answers[1]
-    assert sorted(m["hostname"] for m in await env.call("GET", "/v1/machines", 200)) == ["w3", "w4"]
+    assert sorted(m["hostname"] for m in await env.machines()) == ["w3", "w4"]
     events = await env.call("GET", "/v1/events?kind=registered", 200)
     assert [e["hostname"] for e in events] == ["w3", "w4"]
     (token,) = [t for t in await env.call("GET", "/v1/clusters/lab/join-tokens", 200)

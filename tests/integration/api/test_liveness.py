@@ -23,7 +23,7 @@ async def test_after_a_restart_no_machine_is_declared_silent_before_one_timeout(
         await asyncio.sleep(0.5)  # many passes of the reconcile loop, the clock still
         clock.now += TIMEOUT - 1
         await asyncio.sleep(0.5)
-        machines = await env.call("GET", "/v1/machines", 200)
+        machines = await env.machines()
         assert [m["responding"] for m in machines] == [True] * 3
         kinds = [e["kind"] for e in await env.call("GET", "/v1/events?cluster=lab", 200)]
         assert "not-responding" not in kinds
@@ -33,7 +33,7 @@ async def test_after_a_restart_no_machine_is_declared_silent_before_one_timeout(
 
         async def judged() -> bool:
             states = {m["hostname"]: m["responding"]
-                      for m in await env.call("GET", "/v1/machines", 200)}
+                      for m in await env.machines()}
             return states == {"m0": True, "m1": False, "m2": False}
 
         await env.until("the silent machines declared", judged)

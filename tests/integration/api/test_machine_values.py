@@ -51,7 +51,7 @@ async def test_approval_gives_labels_and_the_address_of_the_interface_named(
         "machine.labels": "example.com/gpu=,zone=eu-1a", "machine.labels.zone": "eu-1a",
         "machine.devices": "/dev/sdb", "cluster.labels.env": "prod",
         "kubernetes.podSubnet": "10.50.0.0/16"}
-    (listed,) = await env.call("GET", "/v1/machines", 200)
+    (listed,) = await env.machines()
     assert listed["labels"] == {"zone": "eu-1a", "example.com/gpu": ""}
     detail = await env.machine("w1")
     assert [d["name"] for d in detail["facts"]["block_devices"]] == ["sda", "sdb", "sdc", "sr0", "sdd"]

@@ -77,6 +77,14 @@ def test_status_shows_stages_rollout_and_each_machines_step(coordinator: ServedC
     assert 20 < steps["w1"]["next_retry_in"] <= 30 and steps["w1"]["error"] == "exit status 100"
     assert steps["w2"]["status"] is None  # Pending runs no phase
 
+    alone = c.admin.get("/v1/clusters/lab/status?machines=false")  # as the dashboard asks
+    assert alone["machines"] is None
+    assert alone["counts"] == status["counts"]
+    assert [s["state"] for s in alone["stages"]] == [s["state"] for s in status["stages"]]
+    with pytest.raises(ClientError) as refused:
+        c.admin.get("/v1/clusters/lab/status?machines=some")
+    assert refused.value.status == 422 and "machines" in str(refused.value)
+
 
 def test_events_filter_by_hostname_kind_time_and_come_newest_first(coordinator: ServedCoordinator) -> None:
     c = coordinator

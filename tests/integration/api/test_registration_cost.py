@@ -35,7 +35,7 @@ async def test_an_unknown_join_token_is_refused_before_the_body_is_read(
     response = await env.client.post(REGISTER, data=garbage, headers=bearer("join-forged"))
     assert response.status == 401
     assert (await response.json())["error"] == "unknown join token"
-    assert await env.call("GET", "/v1/machines", 200) == []
+    assert await env.machines() == []
 
 
 async def test_the_header_token_is_the_one_used(env: InProcessCoordinator) -> None:
@@ -64,7 +64,7 @@ async def test_an_old_agent_registers_but_only_with_a_small_body(env: InProcessC
     refused = await env.client.post(REGISTER, data=large(token, 256 * 1024))
     assert refused.status == 413
     assert "Authorization header" in (await refused.json())["error"]
-    assert [m["hostname"] for m in await env.call("GET", "/v1/machines", 200)] == ["old-agent"]
+    assert [m["hostname"] for m in await env.machines()] == ["old-agent"]
 
 
 async def test_the_registration_budget_holds_against_many_addresses(tmp_path: Path) -> None:

@@ -196,7 +196,7 @@ async def test_join_tokens_expire_run_out_and_can_be_revoked(env: InProcessCoord
     listed = {t["id"]: t for t in await env.call("GET", "/v1/clusters/lab/join-tokens", 200)}
     assert listed[once["id"]]["uses"] == 1 and listed[revoked["id"]]["revoked"]
     assert "token" not in listed[once["id"]]  # the secret is never shown again
-    assert [m["hostname"] for m in await env.call("GET", "/v1/machines", 200)] == ["a"]
+    assert [m["hostname"] for m in await env.machines()] == ["a"]
 
 
 async def test_a_join_token_cannot_take_over_an_approved_machine(env: InProcessCoordinator) -> None:

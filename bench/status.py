@@ -3,7 +3,7 @@ every machine's step, from the SQLite store), the same computation without I/O, 
 /metrics scrape. The dashboard and `status --watch` ask for the status once a second
 (and on every burst of events), so it must stay well under that.
 
-    .venv/bin/python bench/status.py [--machines 1000,5000] [--runs 5] [--quick]
+    .venv/bin/python bench/status.py [--machines 1000,10000] [--runs 20] [--quick]
 """
 
 from __future__ import annotations
@@ -89,15 +89,21 @@ async def endpoint_seconds(directory: Path, machines: list[Machine], events: lis
     return times["/v1/clusters/bench/status"], times["/metrics"]
 
 
+def p99(samples: list[float]) -> float:
+    """The 99th percentile (the largest sample when there are fewer than 100)."""
+    return statistics.quantiles(samples, n=100, method="inclusive")[98] if len(samples) > 1 \
+        else samples[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--machines", default="1000,5000")
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--machines", default="1000,10000")
+    parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="200 machines, 2 runs: seconds")
     args = parser.parse_args()
     if args.quick:
         args.machines, args.runs = "200", 2
-    print(f"{'machines':>8} {'status API median':>18} {'min':>8} {'pure CPU':>9} {'/metrics':>9}")
+    print(f"{'machines':>8} {'status API p50':>15} {'p99':>8} {'pure CPU':>9} {'/metrics':>9}")
     with tempfile.TemporaryDirectory() as tmp:
         for count in (int(c) for c in args.machines.split(",")):
             machines, events = fleet(count)
@@ -105,7 +111,7 @@ def main() -> None:
             directory = Path(tmp) / f"bench-{count}"
             directory.mkdir()
             api, scrapes = asyncio.run(endpoint_seconds(directory, machines, events, args.runs))
-            print(f"{count:>8} {statistics.median(api) * 1000:>15.0f} ms {min(api) * 1000:>5.0f} ms "
+            print(f"{count:>8} {statistics.median(api) * 1000:>12.0f} ms {p99(api) * 1000:>5.0f} ms "
                   f"{pure * 1000:>6.0f} ms {statistics.median(scrapes) * 1000:>6.1f} ms")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 from coordinator.domain.catalog import catalog
@@ -113,6 +114,14 @@ def _counted(verb: str, tracks: Sequence[_Track]) -> str:
     return _summary(verb, tracks, [("in progress", busy), ("waiting for a deploy slot", queued)])
 
 
+# The states first_entry looks for, as sets of values built once (per machine they cost).
+_LEFT_PENDING = frozenset(s.value for s in MachineState if s is not MachineState.PENDING)
+_PREPARE = frozenset({MachineState.PREPARE.value})
+_DEPLOY = frozenset({MachineState.DEPLOY.value})
+_DEPLOY_ON = frozenset(s.value for s in (MachineState.DEPLOY, *DEPLOYED_STATES))
+_READY = frozenset({MachineState.READY.value})
+
+
 @dataclass(frozen=True)
 class _Fleet:
     """What every stage reads: the machines not being deleted (`live`), those of them past
@@ -136,6 +145,12 @@ class _Fleet:
                     if (f := failure(spec, m, now) or drain_failure(spec, m, now)) is not None}
         return cls(spec, created, history, now, live, started, failures, system)
 
+    @cached_property
+    def prepared(self) -> dict[str, _Track]:
+        """Each started machine's prepare track by id, in order: computed once, as the prepared
+        stage and both deploy stages ask for it."""
+        return {m.id: _prepared_track(self, m) for m in self.started}
+
     def failing(self, m: Machine, states: Iterable[MachineState]) -> tuple[float | None, str]:
         """Since when and how m fails, if it does while in one of states."""
         if m.id in self.failures and m.state in states:
@@ -155,7 +170,7 @@ def _registered(fleet: _Fleet) -> Stage:
 
 
 def _approved_track(fleet: _Fleet, m: Machine) -> _Track:
-    left_pending = fleet.history.first_entry(m, set(MachineState) - {MachineState.PENDING})
+    left_pending = fleet.history.first_entry_of(m, _LEFT_PENDING)
     precheck = m.precheck_failures() if m.state is MachineState.PENDING else []
     ready_to_go = m.approved and m.role is not None and not precheck
     return _Track(
@@ -181,8 +196,8 @@ def _approved(fleet: _Fleet) -> Stage:
 
 
 def _prepared_track(fleet: _Fleet, m: Machine) -> _Track:
-    entered = fleet.history.first_entry(m, [MachineState.PREPARE]) or m.state_since
-    left = fleet.history.first_entry(m, [MachineState.DEPLOY, *DEPLOYED_STATES])
+    entered = fleet.history.first_entry_of(m, _PREPARE) or m.state_since
+    left = fleet.history.first_entry_of(m, _DEPLOY_ON)
     if left is None and m.state is MachineState.PREPARE and \
             machine_step(fleet.spec, m, fleet.now).status == "done":
         left = m.progress.updated_at if m.progress else m.state_since
@@ -191,7 +206,7 @@ def _prepared_track(fleet: _Fleet, m: Machine) -> _Track:
 
 
 def _prepared(fleet: _Fleet) -> Stage:
-    tracks = [_prepared_track(fleet, m) for m in fleet.started]
+    tracks = list(fleet.prepared.values())
     state, since = _condition(tracks, fleet.created)
     message = _counted("prepared", tracks) if tracks else "no machine approved yet"
     return Stage("prepared", "Machines prepared", state, since, message)
@@ -203,9 +218,9 @@ def _deployed_tracks(fleet: _Fleet, role: Role) -> list[_Track]:
     for m in fleet.started:
         if m.role != role:
             continue
-        prepared_at = _prepared_track(fleet, m).done
-        begun = fleet.history.first_entry(m, [MachineState.DEPLOY])
-        finished = (fleet.history.first_entry(m, [MachineState.READY]) or m.state_since
+        prepared_at = fleet.prepared[m.id].done
+        begun = fleet.history.first_entry_of(m, _DEPLOY)
+        finished = (fleet.history.first_entry_of(m, _READY) or m.state_since
                     if m.state in DEPLOYED_STATES else None)
         fail, note = fleet.failing(m, [MachineState.DEPLOY])
         tracks.append(_Track(m.hostname, prepared_at or fleet.now, begun, finished, fail, note,
@@ -249,7 +264,7 @@ def _node_track(fleet: _Fleet, m: Machine) -> _Track | None:
     deployed before Nodes were looked at counts as done since it went Ready)."""
     if m.state in DEPLOYED_STATES:
         done = (m.node.ready_since if m.node is not None and m.node.ready_since is not None
-                else fleet.history.first_entry(m, [MachineState.READY]) or m.state_since)
+                else fleet.history.first_entry_of(m, _READY) or m.state_since)
         return _Track(m.hostname, done, done, done)
     wait = node_wait(fleet.spec, m, fleet.now)
     if wait is None:
@@ -278,7 +293,7 @@ def _nodes(fleet: _Fleet) -> Stage | None:
 def _ready_track(fleet: _Fleet, m: Machine) -> _Track:
     if m.state is MachineState.READY:
         return _Track(m.hostname, m.state_since, m.state_since, m.state_since)
-    begun = (fleet.history.first_entry(m, [MachineState.PREPARE]) or m.state_since
+    begun = (fleet.history.first_entry_of(m, _PREPARE) or m.state_since
              if m.state in (MachineState.PREPARE, MachineState.DEPLOY) else m.state_since)
     fail, note = fleet.failing(m, [m.state])
     return _Track(m.hostname, begun, begun, None, fail, note)

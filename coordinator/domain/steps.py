@@ -9,6 +9,7 @@ machine's step of one spec.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -47,16 +48,23 @@ class History:
     """Each machine's state changes, oldest first, from the `state` events."""
 
     def __init__(self, events: Iterable[Event]) -> None:
-        self._entries: dict[str, list[tuple[float, str]]] = {}
+        # Per machine, each state it entered with the time it first did, in the order it first
+        # did: the first entry into any of a set of states is the first key found in it.
+        self._firsts: dict[str, dict[str, float]] = {}
         for event in events:
             if event.kind == "state" and event.machine and event.data.get("to"):
-                self._entries.setdefault(event.machine, []).append((event.time, event.data["to"]))
+                self._firsts.setdefault(event.machine, {}).setdefault(event.data["to"], event.time)
 
     def first_entry(self, machine: Machine, states: Iterable[MachineState]) -> float | None:
         """When the machine first entered any of states; its state_since when it is in one of
         them and the history has no record (e.g. pruned)."""
-        wanted = {s.value for s in states}
-        found = next((t for t, to in self._entries.get(machine.id, ()) if to in wanted), None)
+        return self.first_entry_of(machine, frozenset(s.value for s in states))
+
+    def first_entry_of(self, machine: Machine, wanted: AbstractSet[str]) -> float | None:
+        """first_entry with the states given by value, for callers that ask for the same
+        states of every machine of a large cluster (the status) and build the set once."""
+        found = next((t for to, t in self._firsts.get(machine.id, {}).items() if to in wanted),
+                     None)
         if found is None and machine.state.value in wanted:
             return machine.state_since
         return found

@@ -337,7 +337,10 @@ class _Chunks:
     async def __anext__(self) -> bytes:
         chunk = await in_thread(_read, self._response, CHUNK)
         if not chunk:
+            short = self._response.length  # what Content-Length promised and never came
             self._response.close()
+            if short:
+                raise TransportError(f"the connection closed {short} bytes short of the end")
             raise StopAsyncIteration
         return chunk
 

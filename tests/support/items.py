@@ -61,9 +61,10 @@ def node_cache(root: Path) -> NodeCache:
 
 async def apply(item: StateItem, root: Path, values: dict[str, str] | None = None,
                 proxy: ProxySettings | None = None,
-                artifacts: ArtifactSource = no_artifacts) -> ItemOutcome:
+                artifacts: ArtifactSource = no_artifacts,
+                cache: NodeCache | None = None) -> ItemOutcome:
     return await apply_item(item, VALUES if values is None else values, root, artifacts,
-                            proxy or ProxySettings(), node_cache(root))
+                            proxy or ProxySettings(), cache or node_cache(root))
 
 
 def leftovers(directory: Path) -> list[str]:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import http.server
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from tests.support.blob import serving_in_thread
 
 
 @dataclass
@@ -81,12 +82,6 @@ def ranged_server(content: bytes, **options: object) -> Iterator[RangedServer]:
                 self.wfile.write(body[offset:offset + 65536])
                 state.sent += len(body[offset:offset + 65536])
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/file"
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
+    with serving_in_thread(Handler) as port:
+        state.url = f"http://127.0.0.1:{port}/file"
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -1,7 +1,9 @@
 """A TCP relay on the loopback in front of a plain-HTTP server, losing answers as a network
 or a crash would: while `losing` names a request's start, a connection whose first request
 starts so gets the server's answer read and dropped, so the server did the work and the
-client never hears of it. The connection closes when the server's side does."""
+client never hears of it (with `cut_after`, only what follows the answer's first cut_after
+bytes, once: a download cut midway). The connection closes when the server's side does.
+It counts the bytes of answers it passed on and keeps each connection's first request."""
 
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ class Relay:
     upstream_port: int
     losing: bytes | None = None  # e.g. b"POST /v1/agent/register"
     lost: int = 0  # connections whose answers were dropped
+    cut_after: int | None = None  # bytes of a losing answer passed on before the cut
+    passed: int = 0  # bytes of answers passed on to clients
+    heads: list[bytes] = field(default_factory=list)  # each connection's first bytes
     _listener: socket.socket = field(
         default_factory=lambda: socket.create_server(("127.0.0.1", 0)), repr=False)
 
@@ -39,21 +44,32 @@ class Relay:
     def _relay(self, client: socket.socket) -> None:
         with client, contextlib.suppress(OSError):
             first = client.recv(CHUNK)
+            self.heads.append(first)
             with socket.create_connection(("127.0.0.1", self.upstream_port)) as upstream:
                 upstream.sendall(first)
                 lose = self.losing is not None and first.startswith(self.losing)
                 self.lost += lose
-                threading.Thread(target=_pump, args=(client, upstream, False), daemon=True).start()
-                _pump(upstream, client, lose)
+                limit = 0 if lose else None
+                if lose and self.cut_after is not None:
+                    limit, self.cut_after, self.losing = self.cut_after, None, None
+                threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
+                self.passed += _pump(upstream, client, limit)
 
 
-def _pump(source: socket.socket, target: socket.socket, drop: bool) -> None:
-    """Copy source to target (or read it and drop it) until source ends, then end target's."""
+def _pump(source: socket.socket, target: socket.socket, limit: int | None = None) -> int:
+    """Copy source to target until source ends (at most limit bytes, the rest read and
+    dropped), then end target's; the bytes passed on."""
+    passed = 0
     with contextlib.suppress(OSError):
         while chunk := source.recv(CHUNK):
-            if not drop:
-                target.sendall(chunk)
+            if limit is not None:
+                chunk = chunk[:max(0, limit - passed)]
+                if limit and not chunk:  # cut: the client sees the connection end here
+                    target.shutdown(socket.SHUT_WR)
+            target.sendall(chunk)
+            passed += len(chunk)
         target.shutdown(socket.SHUT_WR)
+    return passed
 
 
 @contextlib.contextmanager

@@ -307,10 +307,9 @@ class Body:
     chunks: AsyncIterator[bytes]
 
 
-def _start(response: http.client.HTTPResponse) -> int:
+def range_start(content_range: str) -> int:
     """Where a 206's bytes start (Content-Range: bytes START-END/SIZE); -1 when unreadable."""
-    spec = response.headers.get("Content-Range", "")
-    unit, _, rest = spec.partition(" ")
+    unit, _, rest = content_range.partition(" ")
     first = rest.partition("-")[0]
     return int(first) if unit == "bytes" and first.isdigit() else -1
 
@@ -357,6 +356,6 @@ async def open_body(url: str, *, headers: Mapping[str, str] | None = None,
     if response.status not in (200, 206):
         response.close()
         raise BadStatus(response.status, response.reason or "")
-    start = 0 if response.status == 200 else _start(response)
+    start = 0 if response.status == 200 else range_start(response.headers.get("Content-Range", ""))
     return Body(response.status, start, validator_of(response.headers), _Chunks(response))
 

@@ -3,7 +3,7 @@ or a crash would: while `losing` names a request's start, a connection whose fir
 starts so gets the server's answer read and dropped, so the server did the work and the
 client never hears of it (with `cut_after`, only what follows the answer's first cut_after
 bytes, once: a download cut midway). The connection closes when the server's side does.
-It counts the bytes of answers it passed on and keeps each connection's first request."""
+It notes each connection's first request and the bytes of answers it passed on."""
 
 from __future__ import annotations
 
@@ -22,14 +22,20 @@ class Relay:
     losing: bytes | None = None  # e.g. b"POST /v1/agent/register"
     lost: int = 0  # connections whose answers were dropped
     cut_after: int | None = None  # bytes of a losing answer passed on before the cut
-    passed: int = 0  # bytes of answers passed on to clients
-    heads: list[bytes] = field(default_factory=list)  # each connection's first bytes
+    # Each finished connection's first bytes and how many bytes of answers it passed on.
+    answers: list[tuple[bytes, int]] = field(default_factory=list)
     _listener: socket.socket = field(
         default_factory=lambda: socket.create_server(("127.0.0.1", 0)), repr=False)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def passed(self, start: bytes) -> list[tuple[str, int]]:
+        """The connections whose first request starts so: that request's head, and the bytes
+        of answers passed on."""
+        return [(first.decode("latin-1"), size) for first, size in self.answers
+                if first.startswith(start)]
 
     def close(self) -> None:
         self._listener.close()
@@ -44,7 +50,6 @@ class Relay:
     def _relay(self, client: socket.socket) -> None:
         with client, contextlib.suppress(OSError):
             first = client.recv(CHUNK)
-            self.heads.append(first)
             with socket.create_connection(("127.0.0.1", self.upstream_port)) as upstream:
                 upstream.sendall(first)
                 lose = self.losing is not None and first.startswith(self.losing)
@@ -53,7 +58,7 @@ class Relay:
                 if lose and self.cut_after is not None:
                     limit, self.cut_after, self.losing = self.cut_after, None, None
                 threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
-                self.passed += _pump(upstream, client, limit)
+                self.answers.append((first, _pump(upstream, client, limit)))
 
 
 def _pump(source: socket.socket, target: socket.socket, limit: int | None = None) -> int:

@@ -175,13 +175,13 @@ async def _fetch(sha256: str, source: str, opener: Opener, cache: NodeCache) -> 
         if body is None or body.status == 200:  # start over, cleanly
             held, digest = 0, hashlib.sha256()
             body = body or await opener({})
-        cache.remember(sha256, source, body.validator)
+        await asyncio.to_thread(cache.remember, sha256, source, body.validator)
         size = await _append(body, path, held, digest)
     if digest.hexdigest() != sha256:
-        cache.forget_partial(sha256)
+        await asyncio.to_thread(cache.forget_partial, sha256)
         raise ItemFailed(f"sha256 mismatch for {source}: expected {sha256}, "
                          f"got {digest.hexdigest()} ({size} bytes); nothing was written")
-    cache.keep(sha256)
+    await asyncio.to_thread(cache.keep, sha256)  # its syncs off the event loop
     return size, held
 
 

@@ -139,8 +139,6 @@ def _held(path: Path) -> tuple[int, hashlib._Hash]:
 async def _open_from(opener: Opener, held: int, validator: str | None) -> Body | None:
     """The body from byte held on (If-Range: the version of validator only); None when the
     bytes held reach past the end of the file, which a 416 says."""
-    if not held:
-        return await opener({})
     headers = {"Range": f"bytes={held}-"}
     if validator:
         headers["If-Range"] = validator

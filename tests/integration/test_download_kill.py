@@ -1,19 +1,22 @@
-"""A real `nodeagent run` killed with kill -9 in the middle of a coordinator artifact's
-download (its first answer cut half-way by a relay, the retry far off) continues, once started
-again, with a Range request from the bytes its state dir kept, and ends with the right file;
-the relay counts that the coordinator sent the file about once."""
+"""A real `nodeagent run` whose coordinator artifact's download is cut half-way continues
+with a Range request from the bytes its state dir kept, and ends with the right file: killed
+with kill -9 after the cut (the retry far off) and started again, or with its coordinator
+killed -9 and served again while the transfer stalled half-way. The relay in front of the
+coordinator counts that the coordinator sent the file about once."""
 
 from __future__ import annotations
 
 import hashlib
 import signal
+import threading
 from pathlib import Path
 
 import pytest
 
+from nodeagent import http_client
 from tests.support.agent import AgentProcess
-from tests.support.harness import running_coordinator
-from tests.support.relay import relay
+from tests.support.harness import ServedCoordinator, running_coordinator
+from tests.support.relay import Relay, relay
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -33,21 +36,37 @@ machineTypes:
 """
 
 
+def joined(coordinator: ServedCoordinator, via: str, directory: Path) -> AgentProcess:
+    """An agent reaching the coordinator through via, started, registered and approved."""
+    token = coordinator.cli("join-token", "create", "lab").stdout.strip()
+    agent = AgentProcess(directory)
+    agent.root.mkdir(parents=True)
+    agent.configure(f"join: {token}\ncoordinator: {{url: {via}}}\n"
+                    "ignorePrechecks: [all]\nheartbeatSeconds: 1")
+    agent.start()
+    wait_until(lambda: bool(coordinator.admin.get("/v1/machines")), 60, "registration")
+    coordinator.cli("approve", coordinator.admin.get("/v1/machines")[0]["id"], "--role", "worker")
+    return agent
+
+
+def resumed(agent: AgentProcess, cutting: Relay, held: int, at_most: int) -> None:
+    """The download ended right, its second request a Range from the bytes held (at least
+    held, at most at_most), the file sent once."""
+    assert (agent.root / "opt/bin/tool").read_bytes() == CONTENT
+    answers = cutting.passed(ARTIFACT)
+    assert len(answers) == 2
+    start = int(answers[1][0].split("Range: bytes=")[1].split("-")[0])
+    assert held <= start <= at_most
+    assert sum(size for _, size in answers) < len(CONTENT) + 4096  # once, and two heads
+
+
 def test_an_agent_killed_mid_download_resumes_with_a_range(tmp_path: Path) -> None:
     with running_coordinator(tmp_path, cluster=CLUSTER, tls=False) as coordinator, \
             relay(coordinator.port, losing=ARTIFACT) as cutting:
         (coordinator.data / "artifacts" / "tool.bin").write_bytes(CONTENT)
         cutting.cut_after = len(CONTENT) // 2
-        token = coordinator.cli("join-token", "create", "lab").stdout.strip()
-        agent = AgentProcess(tmp_path / "agent")
-        agent.root.mkdir(parents=True)
-        agent.configure(f"join: {token}\ncoordinator: {{url: {cutting.url}}}\n"
-                        "ignorePrechecks: [all]\nheartbeatSeconds: 1")
-        agent.start()
+        agent = joined(coordinator, cutting.url, tmp_path / "agent")
         try:
-            wait_until(lambda: bool(coordinator.admin.get("/v1/machines")), 60, "registration")
-            machine = coordinator.admin.get("/v1/machines")[0]
-            coordinator.cli("approve", machine["id"], "--role", "worker")
             partial = agent.state_dir / "cache" / "partial" / SHA
             wait_until(lambda: len(cutting.passed(ARTIFACT)) == 1 and partial.exists()
                        and partial.stat().st_size > 0, 60, "the cut download's bytes")
@@ -58,8 +77,27 @@ def test_an_agent_killed_mid_download_resumes_with_a_range(tmp_path: Path) -> No
             wait_until(lambda: (agent.root / "opt/bin/tool").exists(), 60, "the download")
         finally:
             agent.stop()
-    assert (agent.root / "opt/bin/tool").read_bytes() == CONTENT
-    answers = cutting.passed(ARTIFACT)
-    assert len(answers) == 2
-    assert f"Range: bytes={held}-" in answers[1][0]
-    assert sum(size for _, size in answers) < len(CONTENT) + 4096  # once, and two heads
+    resumed(agent, cutting, held, held)
+
+
+def test_a_coordinator_killed_mid_transfer_is_resumed_from_once_back(tmp_path: Path) -> None:
+    cluster = CLUSTER.replace("baseSeconds: 600, maxSeconds: 600", "baseSeconds: 0.5, maxSeconds: 1")
+    with running_coordinator(tmp_path, cluster=cluster, tls=False) as coordinator, \
+            relay(coordinator.port, losing=ARTIFACT) as cutting:
+        (coordinator.data / "artifacts" / "tool.bin").write_bytes(CONTENT)
+        cutting.cut_after, cutting.hold = len(CONTENT) // 2, threading.Event()
+        agent = joined(coordinator, cutting.url, tmp_path / "agent")
+        try:
+            partial = agent.state_dir / "cache" / "partial" / SHA
+            # The agent writes whole chunks: the last of the half is still in its read.
+            wait_until(lambda: partial.exists() and partial.stat().st_size
+                       >= len(CONTENT) // 2 - http_client.CHUNK, 60, "half the transfer")
+            coordinator.stop(crash=True)
+            held = partial.stat().st_size
+            coordinator.start()
+            cutting.hold.set()
+            wait_until(lambda: (agent.root / "opt/bin/tool").exists(), 60, "the download")
+        finally:
+            agent.stop()
+    # The bytes the agent was reading when the transfer stalled are written at the cut.
+    resumed(agent, cutting, held, len(CONTENT) // 2)

@@ -22,6 +22,9 @@ class Relay:
     losing: bytes | None = None  # e.g. b"POST /v1/agent/register"
     lost: int = 0  # connections whose answers were dropped
     cut_after: int | None = None  # bytes of a losing answer passed on before the cut
+    # With cut_after: the server's answer is not read past the cut until this is set (a
+    # transfer stalled mid-way, e.g. while the test restarts the server).
+    hold: threading.Event | None = None
     # Each finished connection's first bytes and how many bytes of answers it passed on.
     answers: list[tuple[bytes, int]] = field(default_factory=list)
     _listener: socket.socket = field(
@@ -54,22 +57,27 @@ class Relay:
                 upstream.sendall(first)
                 lose = self.losing is not None and first.startswith(self.losing)
                 self.lost += lose
-                limit = 0 if lose else None
+                limit, hold = (0 if lose else None), None
                 if lose and self.cut_after is not None:
                     limit, self.cut_after, self.losing = self.cut_after, None, None
+                    hold = self.hold
                 threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
-                self.answers.append((first, _pump(upstream, client, limit)))
+                self.answers.append((first, _pump(upstream, client, limit, hold)))
 
 
-def _pump(source: socket.socket, target: socket.socket, limit: int | None = None) -> int:
+def _pump(source: socket.socket, target: socket.socket, limit: int | None = None,
+          hold: threading.Event | None = None) -> int:
     """Copy source to target until source ends (at most limit bytes, the rest read and
-    dropped), then end target's; the bytes passed on."""
+    dropped, once hold is set if given), then end target's; the bytes passed on."""
     passed = 0
     with contextlib.suppress(OSError):
         while chunk := source.recv(CHUNK):
             if limit is not None:
                 chunk = chunk[:max(0, limit - passed)]
-                if limit and not chunk:  # cut: the client sees the connection end here
+                if limit and not chunk and hold is not None:
+                    hold.wait()  # stalled: neither side hears more until it is let go
+                    hold = None
+                elif limit and not chunk:  # cut: the client sees the connection end here
                     target.shutdown(socket.SHUT_WR)
             target.sendall(chunk)
             passed += len(chunk)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -190,6 +191,11 @@ async def _append(body: Body, path: Path, held: int, digest: hashlib._Hash) -> i
     size = held
     async with _closing(body.chunks):
         with open(fd, "wb") as handle:
+            try:  # one writer: a phase's child left behind by a killed daemon may still run
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ItemFailed(f"another process is downloading {path.name} on this node "
+                                 "(an earlier phase still stopping)") from None
             handle.truncate(held)
             handle.seek(held)
             try:

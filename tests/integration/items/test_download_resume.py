@@ -4,6 +4,7 @@ never fetches the same bytes twice (its cache by sha256): against a real HTTP se
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 from pathlib import Path
 
@@ -149,3 +150,18 @@ async def test_the_cache_keeps_at_most_its_limit_least_recently_used_first(root:
             assert outcome.succeeded, outcome.error
     kept = sorted(p.name for p in small.entries.iterdir())
     assert kept == sorted(hashlib.sha256(c).hexdigest() for c in contents[1:])
+
+
+async def test_one_download_of_a_file_at_a_time_on_a_node(root: Path) -> None:
+    """A phase's child a killed daemon left running still writes the partial file: another
+    fails (and is retried) rather than interleave its bytes."""
+    cache = node_cache(root)
+    cache.prepare()
+    with ranged_server(CONTENT) as server, cache.partial(SHA).open("ab") as other:
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX)
+        busy = await apply(download(server.url), root)
+        fcntl.flock(other.fileno(), fcntl.LOCK_UN)
+        done = await apply(download(server.url), root)
+    assert busy.error == (f"another process is downloading {SHA} on this node (an earlier "
+                          "phase still stopping)")
+    assert done.succeeded, done.error

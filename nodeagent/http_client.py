@@ -358,4 +358,3 @@ async def open_body(url: str, *, headers: Mapping[str, str] | None = None,
         raise BadStatus(response.status, response.reason or "")
     start = 0 if response.status == 200 else range_start(response.headers.get("Content-Range", ""))
     return Body(response.status, start, validator_of(response.headers), _Chunks(response))
-

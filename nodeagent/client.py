@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import random
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -159,23 +159,22 @@ class CoordinatorClient:
     async def heartbeat(self, machine_id: str, credential: str) -> None:
         await self._call("POST", f"/v1/agent/machines/{machine_id}/heartbeat", credential)
 
-    async def artifact(self, credential: str, name: str) -> AsyncIterator[bytes]:
-        """Stream an artifact from the coordinator's store."""
+    async def artifact(self, credential: str, name: str,
+                       headers: Mapping[str, str]) -> http_client.Body:
+        """An artifact from the coordinator's store, opened to stream; headers may ask for a
+        range of it (Range, If-Range)."""
         base = self.url
-        chunks = http_client.stream(f"{base}/v1/artifacts/{quote(name)}",
-                                    headers=self._headers(credential), proxy=self.proxy,
-                                    timeout=self.timeout * 3, context=self.context)
         try:
-            async for chunk in chunks:
-                yield chunk
+            return await http_client.open_body(
+                f"{base}/v1/artifacts/{quote(name)}",
+                headers={**self._headers(credential), **headers}, proxy=self.proxy,
+                timeout=self.timeout * 3, context=self.context)
         except http_client.BadStatus as exc:
             if exc.status >= 500:
                 raise self._unreachable(base, f"artifact {name}: {exc}") from None
             raise Rejected(exc.status, f"artifact {name}: {exc.reason}") from None
         except http_client.TransportError as exc:
             raise self._unreachable(base, f"artifact {name}: {exc}") from None
-        finally:
-            await chunks.aclose()
 
 
 def _object(payload: Any, call: str) -> Document:

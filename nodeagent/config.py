@@ -14,6 +14,7 @@ from pydantic.alias_generators import to_camel
 from nodeagent import joinstring
 from nodeagent.contract import Role
 from nodeagent.endpoint import Endpoint
+from nodeagent.items.cache import DEFAULT_MAX_GIB
 from nodeagent.protocol import NtpSettings, ProxySettings
 from nodeagent.proxy import proxy_for
 from nodeagent.validation import InvalidDocument, Problem, load_model
@@ -105,6 +106,9 @@ class AgentConfig(_Section):
                              "token and CA hash in one (coordinator join-token create)")
     join_token: str | None = Field(default=None, description="used once, to register")
     state_dir: str = "/var/lib/nodeagent"
+    cache_max_gib: float = Field(
+        default=DEFAULT_MAX_GIB, ge=0, alias="cacheMaxGiB", description="downloads kept in "
+        "the state dir's cache/ by sha256, least recently used dropped past this size")
     heartbeat_seconds: float = Field(default=10.0, gt=0, le=300)
     precheck_recheck_seconds: float = Field(
         default=60.0, gt=0, le=3600, description="while Pending, the longest wait between two "

@@ -4,7 +4,7 @@ thread.
 Calls to the coordinator (request()) keep their connections alive and reuse them: a heartbeat
 every 10 s that opened a new TCP + TLS connection each time would cost the coordinator a TLS
 handshake per heartbeat, far more CPU than answering it (at 10,000 agents, more than its whole
-budget). Downloads (stream()) go to arbitrary URLs that may redirect: urllib, one connection
+budget). Downloads (open_body()) go to arbitrary URLs that may redirect: urllib, one connection
 each.
 
 Not aiohttp: on a node the agent sits idle almost all the time, making a request every few
@@ -49,7 +49,7 @@ class TransportError(Exception):
 
 
 class BadStatus(Exception):
-    """A streamed download answered with something other than 200."""
+    """A streamed download answered with something other than 200 (or 206 for a range)."""
 
     def __init__(self, status: int, reason: str) -> None:
         self.status = status
@@ -295,15 +295,66 @@ async def request(method: str, url: str, *, headers: Mapping[str, str] | None = 
                            keep_alive)
 
 
-async def stream(url: str, *, headers: Mapping[str, str] | None = None,
-                 proxy: str | None = None, timeout: float = 30.0,
-                 context: ssl.SSLContext | None = None) -> AsyncIterator[bytes]:
-    """GET a body chunk by chunk; BadStatus when the answer is not 200."""
+@dataclass
+class Body:
+    """An opened download: what its first byte's offset is (0 for a whole body, N when a
+    `Range: bytes=N-` was honoured with 206), what tells this version of the file from
+    another (a strong ETag, else Last-Modified), and its bytes."""
+
+    status: int
+    start: int
+    validator: str | None
+    chunks: AsyncIterator[bytes]
+
+
+def range_start(content_range: str) -> int:
+    """Where a 206's bytes start (Content-Range: bytes START-END/SIZE); -1 when unreadable."""
+    unit, _, rest = content_range.partition(" ")
+    first = rest.partition("-")[0]
+    return int(first) if unit == "bytes" and first.isdigit() else -1
+
+
+def validator_of(headers: Mapping[str, str]) -> str | None:
+    """What If-Range may name: a strong ETag (a weak one may not be used there), else the
+    Last-Modified date."""
+    etag = headers.get("ETag")
+    if etag and not etag.startswith("W/"):
+        return etag
+    return headers.get("Last-Modified")
+
+
+class _Chunks:
+    """A response's body as an async iterator that closes the response at its end or when
+    closed early (an async generator never started would not run its finally)."""
+
+    def __init__(self, response: http.client.HTTPResponse) -> None:
+        self._response = response
+
+    def __aiter__(self) -> _Chunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await in_thread(_read, self._response, CHUNK)
+        if not chunk:
+            short = self._response.length  # what Content-Length promised and never came
+            self._response.close()
+            if short:
+                raise TransportError(f"the connection closed {short} bytes short of the end")
+            raise StopAsyncIteration
+        return chunk
+
+    async def aclose(self) -> None:
+        self._response.close()
+
+
+async def open_body(url: str, *, headers: Mapping[str, str] | None = None,
+                    proxy: str | None = None, timeout: float = 30.0,
+                    context: ssl.SSLContext | None = None) -> Body:
+    """GET a body to stream chunk by chunk (its chunks close the response once read or
+    closed); BadStatus when the answer is neither 200 nor 206."""
     response = await in_thread(_open, "GET", url, headers or {}, None, proxy, timeout, context)
-    try:
-        if response.status != 200:
-            raise BadStatus(response.status, response.reason or "")
-        while chunk := await in_thread(_read, response, CHUNK):
-            yield chunk
-    finally:
+    if response.status not in (200, 206):
         response.close()
+        raise BadStatus(response.status, response.reason or "")
+    start = 0 if response.status == 200 else range_start(response.headers.get("Content-Range", ""))
+    return Body(response.status, start, validator_of(response.headers), _Chunks(response))

@@ -20,7 +20,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -30,7 +30,9 @@ from nodeagent.children import EXIT_APPLIED, EXIT_GAVE_UP, EXIT_STOPPED
 from nodeagent.client import CoordinatorClient
 from nodeagent.config import AgentConfig
 from nodeagent.home import load_home
+from nodeagent.http_client import Body
 from nodeagent.identity import IDENTITY_FILE, load_identity
+from nodeagent.items.cache import NodeCache
 from nodeagent.items.runner import run_phase
 from nodeagent.journal import Journal, JournalError
 from nodeagent.protocol import Assignment, ItemReport
@@ -53,11 +55,10 @@ async def run_items(config: AgentConfig, root: Path, assignment: Assignment,
         client.context = trust.context_for(trust.trusted_ca(config.coordinator.ca_file,
                                                             state_dir))
 
-    async def artifacts(name: str) -> AsyncIterator[bytes]:
+    async def artifacts(name: str, headers: Mapping[str, str]) -> Body:
         # Read at each download: the daemon may have rotated the credential meanwhile.
         identity = load_identity(state_dir / IDENTITY_FILE)
-        async for chunk in client.artifact(identity.credential if identity else "", name):
-            yield chunk
+        return await client.artifact(identity.credential if identity else "", name, headers)
 
     async def report(item_report: ItemReport) -> None:
         sys.stdout.write(item_report.model_dump_json() + "\n")
@@ -65,6 +66,7 @@ async def run_items(config: AgentConfig, root: Path, assignment: Assignment,
 
     return await run_phase(assignment.items, assignment.values, journal, report,
                            assignment.retry, root, artifacts, config.proxy.over(assignment.proxy),
+                           NodeCache(state_dir / "cache", int(config.cache_max_gib * 2**30)),
                            secrets=assignment.secrets)
 
 

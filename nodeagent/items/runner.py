@@ -14,6 +14,7 @@ from pathlib import Path
 
 from nodeagent.backoff import delay
 from nodeagent.items import read_left_file
+from nodeagent.items.cache import NodeCache
 from nodeagent.items.download import ArtifactSource, apply_download
 from nodeagent.items.exec import Watch, run_exec, run_version
 from nodeagent.items.file import apply_file
@@ -37,7 +38,7 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 async def _attempt(item: StateItem, values: Mapping[str, str], root: Path,
-                   artifacts: ArtifactSource, proxy: ProxySettings,
+                   artifacts: ArtifactSource, proxy: ProxySettings, cache: NodeCache,
                    watch: Watch) -> ItemOutcome:
     action = item.action
     if isinstance(action, ExecAction):  # bounds itself, to keep the output of a timed-out run
@@ -48,13 +49,13 @@ async def _attempt(item: StateItem, values: Mapping[str, str], root: Path,
         async with asyncio.timeout(item.timeout):
             if isinstance(action, FileAction):
                 return await asyncio.to_thread(apply_file, action, values, root)
-            return await apply_download(action, root, artifacts, proxy)
+            return await apply_download(action, root, artifacts, proxy, cache)
     except TimeoutError:
         raise ItemFailed(f"timed out after {item.timeout:g}s") from None
 
 
 async def apply_item(item: StateItem, values: Mapping[str, str], root: Path,
-                     artifacts: ArtifactSource, proxy: ProxySettings,
+                     artifacts: ArtifactSource, proxy: ProxySettings, cache: NodeCache,
                      masked: Collection[str] = ()) -> ItemOutcome:
     """One attempt at one item, its output and error showing none of masked (secret values)
     nor of its secret outputs. An item's own failure, whatever its cause, is an outcome,
@@ -63,7 +64,7 @@ async def apply_item(item: StateItem, values: Mapping[str, str], root: Path,
     lines = OutputLines(item.outputs)
     try:
         refuse_line_outputs(item)
-        outcome = await _attempt(item, values, root, artifacts, proxy, lines.feed)
+        outcome = await _attempt(item, values, root, artifacts, proxy, cache, lines.feed)
         if item.kubeconfig_from is not None:
             outcome = dataclasses.replace(outcome, kubeconfig=read_kubeconfig(item, root))
         if item.outputs:
@@ -115,6 +116,7 @@ async def run_phase(
     root: Path,
     artifacts: ArtifactSource,
     proxy: ProxySettings,
+    cache: NodeCache,
     rand: random.Random | None = None,
     sleep: Sleep = asyncio.sleep,
     secrets: Collection[str] = (),
@@ -142,7 +144,7 @@ async def run_phase(
             attempt += 1
             started = time.time()
             await report(item_report(status="running", attempt=attempt, started_at=started))
-            outcome = await apply_item(item, values, root, artifacts, proxy, masked)
+            outcome = await apply_item(item, values, root, artifacts, proxy, cache, masked)
             finished = started + outcome.duration
             if outcome.succeeded:
                 journal.record_applied(item, outcome.outputs)

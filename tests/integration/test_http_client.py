@@ -100,11 +100,12 @@ async def test_a_read_timeout_is_a_transport_error(server: Recorder) -> None:
 
 
 async def test_a_stream_arrives_whole_and_a_bad_status_is_named(server: Recorder) -> None:
-    chunks = [chunk async for chunk in http_client.stream(server.url + "/big")]
+    body = await http_client.open_body(server.url + "/big")
+    chunks = [chunk async for chunk in body.chunks]
+    assert (body.status, body.start) == (200, 0)
     assert sum(map(len, chunks)) == 3 * http_client.CHUNK + 5
     with pytest.raises(http_client.BadStatus) as raised:
-        async for _ in http_client.stream(server.url + "/missing"):
-            pass
+        await http_client.open_body(server.url + "/missing")
     assert raised.value.status == 404
 
 

@@ -46,12 +46,19 @@ def blob_server() -> Iterator[BlobServer]:
             for start in range(0, len(BLOB), 100_000):
                 self.wfile.write(BLOB[start:start + 100_000])
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    with serving_in_thread(Handler) as port:
+        state.url = f"http://127.0.0.1:{port}"
+        yield state
+
+
+@contextlib.contextmanager
+def serving_in_thread(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
+    """handler served on a free 127.0.0.1 port (yielded) by a thread of its own."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
-        yield state
+        yield server.server_address[1]
     finally:
         server.shutdown()
         server.server_close()

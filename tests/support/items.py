@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import random
 import sys
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nodeagent.http_client import Body
+from nodeagent.items.cache import DEFAULT_MAX_GIB, NodeCache
+from nodeagent.items.download import ArtifactSource
 from nodeagent.items.outcome import ItemOutcome
 from nodeagent.items.runner import apply_item, run_phase
 from nodeagent.journal import Journal
@@ -29,15 +32,39 @@ def exec_item(name: str, argv: list[str], **fields: Any) -> StateItem:
     return make_item(name, action, **fields)
 
 
-async def no_artifacts(name: str) -> AsyncIterator[bytes]:
+async def no_artifacts(name: str, headers: Mapping[str, str]) -> Body:
     raise AssertionError(f"no artifact expected, asked for {name}")
-    yield b""  # pragma: no cover - makes this an async generator
+
+
+def artifact_source(chunks: Sequence[bytes], asked: list[str] | None = None,
+                    fail_after: int | None = None) -> ArtifactSource:
+    """The daemon's seam serving chunks whole (no ranges), each name asked for noted in
+    asked; with fail_after, the connection breaks before that chunk."""
+    async def stream() -> AsyncIterator[bytes]:
+        for index, chunk in enumerate(chunks):
+            if index == fail_after:
+                raise ConnectionResetError("coordinator went away")
+            yield chunk
+
+    async def source(name: str, headers: Mapping[str, str]) -> Body:
+        if asked is not None:
+            asked.append(name)
+        return Body(200, 0, None, stream())
+
+    return source
+
+
+def node_cache(root: Path) -> NodeCache:
+    """The download cache of the node whose root is root: in a state dir beside it."""
+    return NodeCache(root.parent / "state" / "cache", int(DEFAULT_MAX_GIB * 2**30))
 
 
 async def apply(item: StateItem, root: Path, values: dict[str, str] | None = None,
-                proxy: ProxySettings | None = None) -> ItemOutcome:
-    return await apply_item(item, VALUES if values is None else values, root, no_artifacts,
-                            proxy or ProxySettings())
+                proxy: ProxySettings | None = None,
+                artifacts: ArtifactSource = no_artifacts,
+                cache: NodeCache | None = None) -> ItemOutcome:
+    return await apply_item(item, VALUES if values is None else values, root, artifacts,
+                            proxy or ProxySettings(), cache or node_cache(root))
 
 
 def leftovers(directory: Path) -> list[str]:
@@ -67,5 +94,5 @@ async def run(items: list[StateItem], journal: Journal, recorder: Recorder, root
               values: Mapping[str, str] = VALUES, secrets: Collection[str] = ()) -> bool:
     """run_phase as `nodeagent apply` runs it, its reports and waits going to recorder."""
     return await run_phase(items, values, journal, recorder.report, retry, root, no_artifacts,
-                           ProxySettings(), rand or random.Random(0), sleep=recorder.sleep,
+                           ProxySettings(), node_cache(root), rand or random.Random(0), sleep=recorder.sleep,
                            secrets=secrets)

@@ -184,3 +184,10 @@ def test_a_bad_replica_url_is_named_by_index(tmp_path: Path) -> None:
     message = error_of(tmp_path, "coordinator:\n  urls:\n    - https://c2.example\n"
                                  "    - c3.example:8443\n")
     assert message.endswith(":4: coordinator.urls[1]: must start with http:// or https://")
+
+
+def test_the_download_cache_bound_is_in_gib_and_not_negative(tmp_path: Path) -> None:
+    assert load_config(None).cache_max_gib == 4
+    assert load_config(write(tmp_path, "cacheMaxGiB: 0.5\n")).cache_max_gib == 0.5
+    assert error_of(tmp_path, "cacheMaxGiB: -1\n") == (
+        f"{tmp_path / 'config.yaml'}:1: cacheMaxGiB: Input should be greater than or equal to 0")

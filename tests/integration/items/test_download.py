@@ -3,16 +3,15 @@ source: sha256 verified while streaming, nothing kept on mismatch, no refetch wh
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from nodeagent.items.runner import apply_item
 from nodeagent.protocol import ProxySettings, StateItem
 from tests.support.blob import BLOB, BLOB_SHA, BlobServer, blob_server
-from tests.support.items import VALUES, apply, leftovers, make_item
+from tests.support.items import apply, artifact_source, leftovers, make_item
 
 pytestmark = pytest.mark.integration
 
@@ -133,23 +132,11 @@ async def test_an_unsupported_scheme_is_refused(root: Path) -> None:
     assert outcome.error == "unsupported URL scheme 'ftp' in ftp://127.0.0.1/tool (http, https, file)"
 
 
-def artifact_source(chunks: list[bytes], asked: list[str],
-                    fail_after: int | None = None) -> Callable[[str], AsyncIterator[bytes]]:
-    async def source(name: str) -> AsyncIterator[bytes]:
-        asked.append(name)
-        for index, chunk in enumerate(chunks):
-            if index == fail_after:
-                raise ConnectionResetError("coordinator went away")
-            yield chunk
-
-    return source
-
-
 async def test_an_artifact_comes_from_the_daemons_source(root: Path) -> None:
     asked: list[str] = []
     chunks = [BLOB[:1000], BLOB[1000:]]
-    outcome = await apply_item(download(artifact="kubelet-1.30"), VALUES, root,
-                               artifact_source(chunks, asked), ProxySettings())
+    outcome = await apply(download(artifact="kubelet-1.30"), root,
+                          artifacts=artifact_source(chunks, asked))
     assert outcome.succeeded, outcome.error
     assert asked == ["kubelet-1.30"]
     assert (root / TARGET.lstrip("/")).read_bytes() == BLOB
@@ -157,9 +144,9 @@ async def test_an_artifact_comes_from_the_daemons_source(root: Path) -> None:
 
 async def test_an_artifact_stream_that_breaks_keeps_nothing(root: Path) -> None:
     asked: list[Any] = []
-    outcome = await apply_item(download(artifact="kubelet-1.30"), VALUES, root,
-                               artifact_source([BLOB[:1000], BLOB[1000:]], asked, fail_after=1),
-                               ProxySettings())
+    outcome = await apply(download(artifact="kubelet-1.30"), root,
+                          artifacts=artifact_source([BLOB[:1000], BLOB[1000:]], asked,
+                                                    fail_after=1))
     assert not outcome.succeeded
     assert outcome.error == "coordinator went away"
     assert list((root / "opt/bin").iterdir()) == []

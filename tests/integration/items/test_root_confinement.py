@@ -5,16 +5,14 @@ path, and nothing outside the root is read, written or changed."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from nodeagent.items.runner import apply_item
 from nodeagent.journal import Journal
-from nodeagent.protocol import ProxySettings, RetryPolicy
+from nodeagent.protocol import RetryPolicy
 from tests.support.blob import BLOB, BLOB_SHA
-from tests.support.items import VALUES, Recorder, apply, exec_item, make_item, run
+from tests.support.items import Recorder, apply, artifact_source, exec_item, make_item, run
 
 pytestmark = pytest.mark.integration
 
@@ -73,10 +71,6 @@ async def test_a_link_in_a_files_place_is_replaced_not_written_through(
     assert untouched(outside) == []
 
 
-async def artifact(name: str) -> AsyncIterator[bytes]:
-    yield BLOB
-
-
 def download(path: str) -> dict[str, str]:
     return {"type": "download", "path": path, "sha256": BLOB_SHA, "mode": "0755",
             "artifact": "tool"}
@@ -89,11 +83,11 @@ async def test_a_download_never_writes_or_changes_a_file_outside_the_root(
     link(root, "/opt/bin/tool", outside / "tool")
     link(root, "/opt/lib", outside)
     for path in ("/opt/lib/tool", "/../outside/tool"):
-        outcome = await apply_item(make_item("d", download(path)), VALUES, root, artifact,
-                                   ProxySettings())
+        outcome = await apply(make_item("d", download(path)), root,
+                              artifacts=artifact_source([BLOB]))
         assert outcome.error.startswith(f"{path} is outside the agent's root {root}")
-    outcome = await apply_item(make_item("d", download("/opt/bin/tool")), VALUES, root,
-                               artifact, ProxySettings())
+    outcome = await apply(make_item("d", download("/opt/bin/tool")), root,
+                          artifacts=artifact_source([BLOB]))
     assert outcome.succeeded, outcome.error
     assert outcome.output.startswith("downloaded"), "the link's target counted as current"
     assert not (root / "opt/bin/tool").is_symlink()

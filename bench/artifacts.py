@@ -162,32 +162,31 @@ def main() -> None:
         agents.start()
         assert mine.recv()[0] == "registered"
         time.sleep(args.heartbeat_interval)
-        coordinator_rates, nginx_rates, windows = [], [], []
+        rates: dict[str, list[float]] = {"nginx": [], "coordinator": []}
+        windows: dict[str, list[tuple[float, float]]] = {"nginx": [], "coordinator": []}
         with running_nginx(nginx_prefix, served, store) as nginx_url:
             for _ in range(args.rounds):
-                nginx_rates.append(download_round(nginx_url, served.ca_file, credential,
-                                                  args.downloads, size))
-                started = time.monotonic()
-                coordinator_rates.append(download_round(served.url, served.ca_file, credential,
+                for server, url in (("nginx", nginx_url), ("coordinator", served.url)):
+                    started = time.monotonic()
+                    rates[server].append(download_round(url, served.ca_file, credential,
                                                         args.downloads, size))
-                windows.append((started, time.monotonic()))
+                    windows[server].append((started, time.monotonic()))
         mine.send("stop")
         _, calls, _, errors, _ = mine.recv()
         agents.join(timeout=30)
-    during = [seconds for t, endpoint, seconds in calls if endpoint == "heartbeat"
-              and any(start <= t <= end for start, end in windows)]
-    best_coordinator, best_nginx = max(coordinator_rates), max(nginx_rates)
     print(f"{args.downloads} concurrent downloads of {args.size_mib} MiB over TLS, "
           f"{args.rounds} round(s) each, best of each; load {os.getloadavg()[0]:.1f}")
-    print(f"  nginx:       {best_nginx / 1e6:8.0f} MB/s "
-          f"(rounds: {', '.join(f'{r / 1e6:.0f} MB/s' for r in nginx_rates)})")
-    print(f"  coordinator: {best_coordinator / 1e6:8.0f} MB/s "
-          f"(rounds: {', '.join(f'{r / 1e6:.0f} MB/s' for r in coordinator_rates)})")
-    print(f"  ratio coordinator/nginx: {best_coordinator / best_nginx:.2f}")
-    if during:
-        print(f"  heartbeats of {args.agents} agents during the coordinator's downloads: "
-              f"n={len(during)} p50 {ms(statistics.median(during))} "
-              f"p99 {ms(percentile(during, 0.99))} max {ms(max(during))}")
+    for server in ("nginx", "coordinator"):
+        print(f"  {server + ':':13s}{max(rates[server]) / 1e6:6.0f} MB/s "
+              f"(rounds: {', '.join(f'{r / 1e6:.0f} MB/s' for r in rates[server])})")
+    print(f"  ratio coordinator/nginx: {max(rates['coordinator']) / max(rates['nginx']):.2f}")
+    for server in ("nginx", "coordinator"):  # nginx's: what the machine's load alone costs
+        during = [seconds for t, endpoint, seconds in calls if endpoint == "heartbeat"
+                  and any(start <= t <= end for start, end in windows[server])]
+        if during:
+            print(f"  heartbeats of {args.agents} agents to the coordinator while {server} "
+                  f"serves the downloads: n={len(during)} p50 {ms(statistics.median(during))} "
+                  f"p99 {ms(percentile(during, 0.99))} max {ms(max(during))}")
     if errors:
         print("  errors:", errors)
 

@@ -7,9 +7,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from coordinator.api.artifacts import artifact_gate
 from coordinator.api.context import (
-    ARTIFACT_GATE,
     ARTIFACTS,
     CLOSING,
     DATA_DIR,
@@ -35,7 +33,6 @@ def create_app(coordinator: Coordinator, artifacts: Path, presentation: Presenta
     app[SERVICE] = coordinator
     app[PRESENTATION] = presentation
     app[ARTIFACTS] = artifacts
-    app[ARTIFACT_GATE] = artifact_gate()
     app[DATA_DIR] = data_dir
     app[ROUTE_TABLE] = ROUTES
     app[ROUTE_INDEX] = {(r.method, r.path): r for r in ROUTES}

@@ -43,7 +43,6 @@ PRESENTATION = web.AppKey("presentation", Presentation)
 REGISTER_LIMIT = web.AppKey("register_limit", RateLimiter)
 REGISTER_TOTAL_LIMIT = web.AppKey("register_total_limit", RateLimiter)
 ARTIFACTS = web.AppKey("artifacts", Path)
-ARTIFACT_GATE = web.AppKey("artifact_gate", asyncio.Semaphore)  # api/artifacts.py
 DATA_DIR = web.AppKey("data_dir", Path)  # its PKI and secrets key go into backups
 CLOSING = web.AppKey("closing", asyncio.Event)
 

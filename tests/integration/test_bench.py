@@ -18,7 +18,8 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((REPO / "bench").glob("*.py"))
 # What a script needs besides the venv, by its name.
-NEEDS = {"dashboard.py": "chromium", "drain.py": "kubectl", "precheck_wall.py": "chronyd"}
+NEEDS = {"artifacts.py": "nginx", "dashboard.py": "chromium", "drain.py": "kubectl",
+         "precheck_wall.py": "chronyd"}
 # A figure: a number with its unit ("12.5 ms", "0.6 s", "27.5 MiB", "8/s", "1 %").
 FIGURE = re.compile(r"\d[\d,.]* ?(ms|s|MiB|MB|%|/s)(?!\w)")
 

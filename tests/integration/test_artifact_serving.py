@@ -1,0 +1,123 @@
+"""Artifacts from a served coordinator over TLS, as agents download them: whole through the
+agent's own client, by ranges (an agent resumes a cut download with `Range: bytes=N-`), only
+for registered machines, never from outside the store, and many at once while heartbeats
+keep being answered."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import http.client
+import os
+import ssl
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from nodeagent.client import CoordinatorClient
+from nodeagent.endpoint import Endpoint
+from tests.support.driver import Registered
+from tests.support.harness import ServedCoordinator, running_coordinator
+
+pytestmark = pytest.mark.integration
+
+SIZE = 5 * 2**20 + 12345  # many of the server's 256 KiB chunks, and a ragged end
+PAYLOAD = os.urandom(SIZE)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedCoordinator]:
+    with running_coordinator(tmp_path_factory.mktemp("artifacts")) as coordinator:
+        store = coordinator.data / "artifacts"
+        (store / "bundle.bin").write_bytes(PAYLOAD)
+        (coordinator.data / "secret").write_text("not an artifact")
+        yield coordinator
+
+
+@pytest.fixture(scope="module")
+def agent(served: ServedCoordinator) -> Registered:
+    return served.register("downloader")
+
+
+def get(served: ServedCoordinator, path: str, credential: str | None,
+        **headers: str) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body of one GET over TLS with the coordinator's CA."""
+    context = ssl.create_default_context(cafile=str(served.ca_file))
+    connection = http.client.HTTPSConnection("127.0.0.1", served.port, context=context,
+                                             timeout=30)
+    if credential is not None:
+        headers["Authorization"] = f"Bearer {credential}"
+    try:
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        connection.close()
+
+
+def test_the_agents_own_client_downloads_an_artifact_whole(served: ServedCoordinator,
+                                                            agent: Registered) -> None:
+    client = CoordinatorClient([Endpoint(served.url)], timeout=10,
+                               context=ssl.create_default_context(cafile=str(served.ca_file)))
+
+    async def download() -> bytes:
+        return b"".join([chunk async for chunk in client.artifact(agent["credential"],
+                                                                  "bundle.bin")])
+
+    assert hashlib.sha256(asyncio.run(download())).digest() == hashlib.sha256(PAYLOAD).digest()
+
+
+@pytest.mark.parametrize(("asked", "start", "end"), [
+    ("bytes=1048570-", 1048570, SIZE),  # a resumed download, across a chunk's edge
+    ("bytes=0-99", 0, 100),
+    ("bytes=-10", SIZE - 10, SIZE),
+    (f"bytes={SIZE - 1}-", SIZE - 1, SIZE),
+])
+def test_a_range_is_answered_with_206_and_exactly_its_bytes(
+        served: ServedCoordinator, agent: Registered, asked: str, start: int, end: int) -> None:
+    status, headers, body = get(served, "/v1/artifacts/bundle.bin", agent["credential"],
+                                Range=asked)
+    assert status == 206
+    assert headers["Content-Range"] == f"bytes {start}-{end - 1}/{SIZE}"
+    assert int(headers["Content-Length"]) == end - start and body == PAYLOAD[start:end]
+
+
+def test_a_range_past_the_end_is_416(served: ServedCoordinator, agent: Registered) -> None:
+    status, headers, _ = get(served, "/v1/artifacts/bundle.bin", agent["credential"],
+                             Range=f"bytes={SIZE}-")
+    assert status == 416 and headers["Content-Range"] == f"bytes */{SIZE}"
+
+
+def test_only_a_registered_machine_downloads_and_a_revoked_one_no_longer(
+        served: ServedCoordinator) -> None:
+    assert get(served, "/v1/artifacts/bundle.bin", None)[0] == 401
+    assert get(served, "/v1/artifacts/bundle.bin", "not-a-credential")[0] == 401
+    revoked = served.register("revoked")
+    assert get(served, "/v1/artifacts/bundle.bin", revoked["credential"], Range="bytes=0-0")[0] \
+        == 206
+    served.admin.request("POST", "/v1/machines/revoked/revoke")
+    assert get(served, "/v1/artifacts/bundle.bin", revoked["credential"])[0] == 401
+
+
+@pytest.mark.parametrize("name", ["..%2Fsecret", "%2E%2E/secret", "..%2F..%2Fetc%2Fpasswd",
+                                  "%2Fetc%2Fpasswd"])
+def test_no_name_reaches_outside_the_store(served: ServedCoordinator, agent: Registered,
+                                           name: str) -> None:
+    status, _, body = get(served, f"/v1/artifacts/{name}", agent["credential"])
+    assert status == 404 and b"not an artifact" not in body and b"root:" not in body
+
+
+def test_many_downloads_at_once_arrive_whole_while_heartbeats_are_answered(
+        served: ServedCoordinator, agent: Registered) -> None:
+    beating = served.register("beating")
+    with ThreadPoolExecutor(12) as pool:
+        downloads = [pool.submit(get, served, "/v1/artifacts/bundle.bin", agent["credential"])
+                     for _ in range(10)]
+        beats = 0
+        while not all(d.done() for d in downloads):
+            served.heartbeat(beating)
+            beats += 1
+        bodies = [d.result() for d in downloads]
+    assert beats >= 1
+    assert all(status == 200 and body == PAYLOAD for status, _, body in bodies)

@@ -62,8 +62,9 @@ def test_the_agents_own_client_downloads_an_artifact_whole(served: ServedCoordin
                                context=ssl.create_default_context(cafile=str(served.ca_file)))
 
     async def download() -> bytes:
-        return b"".join([chunk async for chunk in client.artifact(agent["credential"],
-                                                                  "bundle.bin")])
+        body = await client.artifact(agent["credential"], "bundle.bin", {})
+        assert (body.status, body.start) == (200, 0)
+        return b"".join([chunk async for chunk in body.chunks])
 
     assert hashlib.sha256(asyncio.run(download())).digest() == hashlib.sha256(PAYLOAD).digest()
 

@@ -45,8 +45,8 @@ def joined(coordinator: ServedCoordinator, via: str, directory: Path) -> AgentPr
     agent.configure(f"join: {token}\ncoordinator: {{url: {via}}}\n"
                     "ignorePrechecks: [all]\nheartbeatSeconds: 1")
     agent.start()
-    wait_until(lambda: bool(coordinator.admin.get("/v1/machines")), 60, "registration")
-    coordinator.cli("approve", coordinator.admin.get("/v1/machines")[0]["id"], "--role", "worker")
+    wait_until(lambda: bool(coordinator.admin.all_machines()), 60, "registration")
+    coordinator.cli("approve", coordinator.admin.all_machines()[0]["id"], "--role", "worker")
     return agent
 
 

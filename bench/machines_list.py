@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for the tests
 
 from bench.status import fleet, seeded
 from tests.support.harness import in_process_coordinator
+from tests.support.probes import percentile
 
 QUERIES = {
     "first page (100, by hostname)": "",
@@ -55,10 +56,6 @@ async def timings(directory: Path, count: int, runs: int) -> dict[str, tuple[lis
     return found
 
 
-def p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
@@ -75,7 +72,7 @@ def main() -> None:
             directory.mkdir()
             for name, (walls, cpu) in asyncio.run(timings(directory, count, args.runs)).items():
                 print(f"{count:>8}  {name:<32} {statistics.median(walls) * 1000:>5.1f} ms "
-                      f"{p99(walls) * 1000:>5.1f} ms {cpu * 1000:>5.1f} ms", flush=True)
+                      f"{percentile(walls, 0.99) * 1000:>5.1f} ms {cpu * 1000:>5.1f} ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from coordinator.domain.records import Event
 from coordinator.domain.status import History, machine_step, rollout, stages
 from tests.support.builders import cluster, items
 from tests.support.harness import InProcessCoordinator, in_process_coordinator
+from tests.support.probes import percentile
 
 ITEMS = items("prepare", 5) + items("deploy", 5)
 SPEC = cluster(ITEMS, ITEMS, name="bench", release="1")
@@ -89,11 +90,6 @@ async def endpoint_seconds(directory: Path, machines: list[Machine], events: lis
     return times["/v1/clusters/bench/status"], times["/metrics"]
 
 
-def p99(samples: list[float]) -> float:
-    """The 99th percentile (the largest sample when there are fewer than 100)."""
-    return statistics.quantiles(samples, n=100, method="inclusive")[98] if len(samples) > 1 \
-        else samples[0]
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
@@ -111,7 +107,8 @@ def main() -> None:
             directory = Path(tmp) / f"bench-{count}"
             directory.mkdir()
             api, scrapes = asyncio.run(endpoint_seconds(directory, machines, events, args.runs))
-            print(f"{count:>8} {statistics.median(api) * 1000:>12.0f} ms {p99(api) * 1000:>5.0f} ms "
+            tail = percentile(api, 0.99)
+            print(f"{count:>8} {statistics.median(api) * 1000:>12.0f} ms {tail * 1000:>5.0f} ms "
                   f"{pure * 1000:>6.0f} ms {statistics.median(scrapes) * 1000:>6.1f} ms")
 
 

@@ -64,7 +64,7 @@ async def cluster_status(request: web.Request) -> web.Response:
     GET /v1/machines, and 10,000 of them would be most of the answer's cost."""
     asked = query(request, StatusQuery)
     c = service(request)
-    status = await c.queries.cluster_status(request.match_info["name"])
+    status = await c.queries.cluster_status(request.match_info["name"], asked.machines)
     moved = c.pivots.pivot if c.pivots.moved else None
     return web.json_response({**cluster_status_view(status, machines=asked.machines),
                               "moved": None if moved is None else moved.to_json()})

@@ -3,20 +3,20 @@ function per stage, and how far the rollout in progress has come; where each mac
 its phase is steps.py's.
 
 Pure: computed from the spec, the machines and their state-change history (the `state` events
-the reconciler records), with `now` passed in; nothing is kept between calls but steps.py's
-cache. The API serves it; the CLI and dashboard draw it.
+the reconciler records), with `now` passed in. Each machine's share (MachinePart) is computed
+apart from the stages that sum them, so that statusmemo.py can keep the shares of the machines
+that did not change. The API serves it; the CLI and dashboard draw it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Literal
 
 from coordinator.domain.catalog import catalog
 from coordinator.domain.model import ClusterSpec, Machine, MachineState, Role, phase_items
-from coordinator.domain.nodes import kubernetes_access, node_wait
+from coordinator.domain.nodes import awaits_node, kubernetes_access, node_wait
 from coordinator.domain.planner import DEPLOYED_STATES, post_deploy_host
 from coordinator.domain.remedies import drain_failure
 from coordinator.domain.steps import History, failure, gave_up_text, machine_step, phase_run
@@ -60,7 +60,7 @@ class _Track:
     """One machine's part in one stage."""
 
     hostname: str
-    eligible: float  # since when the stage has waited on this machine
+    eligible: float | None  # since when the stage has waited on this machine; None: from now
     started: float | None = None
     done: float | None = None
     failing: float | None = None
@@ -72,25 +72,6 @@ def _names(hostnames: Sequence[str]) -> str:
     shown = ", ".join(sorted(hostnames)[:NAMES_SHOWN])
     more = len(hostnames) - NAMES_SHOWN
     return shown + (f" and {more} more" if more > 0 else "")
-
-
-def _condition(tracks: Sequence[_Track], cluster_since: float,
-               any_done: bool = False) -> tuple[StageState, float]:
-    """Every machine done (or, with any_done, one): done since the last (first) finished.
-    Otherwise failing, in progress or waiting, since the earliest machine that made it so."""
-    finished = [t.done for t in tracks if t.done is not None]
-    rest = [t for t in tracks if t.done is None]
-    if not tracks:
-        return "waiting", cluster_since
-    if any_done and finished:
-        return "done", min(finished)
-    if not rest:
-        return "done", max(finished)
-    if failing := [t.failing for t in rest if t.failing is not None]:
-        return "failing", min(failing)
-    if started := [t.started for t in rest if t.started is not None]:
-        return "in-progress", min(started)
-    return "waiting", min(t.eligible for t in rest)
 
 
 def _failing_note(tracks: Sequence[_Track]) -> str:
@@ -121,56 +102,65 @@ _DEPLOY = frozenset({MachineState.DEPLOY.value})
 _DEPLOY_ON = frozenset(s.value for s in (MachineState.DEPLOY, *DEPLOYED_STATES))
 _READY = frozenset({MachineState.READY.value})
 
+_Failure = tuple[float, str]  # since when, and how, a machine fails
+
 
 @dataclass(frozen=True)
-class _Fleet:
-    """What every stage reads: the machines not being deleted (`live`), those of them past
-    Pending (`started`), and how each started machine fails, found once for all stages."""
+class _Run:
+    """The machine's current run, as the rollout counts it."""
 
-    spec: ClusterSpec
-    created: float  # the cluster's creation: a stage without machines waits since then
-    history: History
-    now: float
-    live: list[Machine]
-    started: list[Machine]
-    failures: dict[str, tuple[float, str]]
-    system: SystemWorkloads | None  # kube-system as last looked at; None: not looked at
-
-    @classmethod
-    def of(cls, spec: ClusterSpec, created: float, machines: Sequence[Machine], history: History,
-           now: float, system: SystemWorkloads | None) -> _Fleet:
-        live = [m for m in machines if m.state is not MachineState.DELETING]
-        started = [m for m in live if m.state is not MachineState.PENDING]
-        failures = {m.id: f for m in started
-                    if (f := failure(spec, m, now) or drain_failure(spec, m, now)) is not None}
-        return cls(spec, created, history, now, live, started, failures, system)
-
-    @cached_property
-    def prepared(self) -> dict[str, _Track]:
-        """Each started machine's prepare track by id, in order: computed once, as the prepared
-        stage and both deploy stages ask for it."""
-        return {m.id: _prepared_track(self, m) for m in self.started}
-
-    def failing(self, m: Machine, states: Iterable[MachineState]) -> tuple[float | None, str]:
-        """Since when and how m fails, if it does while in one of states."""
-        if m.id in self.failures and m.state in states:
-            return self.failures[m.id]
-        return None, ""
+    began: float
+    done: int  # items applied
+    total: int
+    finished: bool
 
 
-def _registered(fleet: _Fleet) -> Stage:
-    tracks = [_Track(m.hostname, m.created_at, m.created_at, m.created_at) for m in fleet.live]
-    state, since = _condition(tracks, fleet.created)
-    if not tracks:
-        message = "no machine has registered: create a join token and start agents"
-    else:
-        silent = [m.hostname for m in fleet.live if not m.responding]
-        message = f"{len(tracks)} registered" + (f"; not responding: {_names(silent)}" if silent else "")
-    return Stage("registered", "Machines registered", state, since, message)
+@dataclass(frozen=True)
+class MachinePart:
+    """One machine's share of every stage and of the rollout. It changes only with the
+    machine, its history and the spec, so StatusMemo keeps it between calls; but for a
+    `timed` one, whose share depends on the clock (a drain, a Node waited for, a failure
+    reported from ahead of the clock), computed anew on every call."""
+
+    machine: Machine
+    registered: _Track | None  # None: the machine is being deleted and takes part in no stage
+    approved: _Track | None
+    prepared: _Track | None  # None: not started (Pending), or being deleted
+    deployed: _Track | None
+    node: _Track | None  # None also while it has no Node to wait for
+    ready: _Track | None
+    run: _Run | None
+    timed: bool
 
 
-def _approved_track(fleet: _Fleet, m: Machine) -> _Track:
-    left_pending = fleet.history.first_entry_of(m, _LEFT_PENDING)
+def machine_part(spec: ClusterSpec, m: Machine, history: History, now: float) -> MachinePart:
+    run = _run(spec, m, history)
+    if m.state is MachineState.DELETING:
+        return MachinePart(m, None, None, None, None, None, None, run, False)
+    registered = _Track(m.hostname, m.created_at, m.created_at, m.created_at)
+    approved = _approved_track(history, m)
+    if m.state is MachineState.PENDING:
+        return MachinePart(m, registered, approved, None, None, None, None, run, False)
+    fail = failure(spec, m, now) or drain_failure(spec, m, now)
+    prepared = _prepared_track(spec, history, m, now, fail)
+    progress = m.progress
+    timed = (m.drain is not None or awaits_node(spec, m) or (
+        progress is not None and progress.failing_since is not None
+        and progress.failing_since > now))
+    return MachinePart(m, registered, approved, prepared, _deployed_track(history, m, prepared.done, fail),
+                       _node_track(spec, history, m, now), _ready_track(history, m, fail),
+                       run, timed)
+
+
+def _failing(m: Machine, fail: _Failure | None, *states: MachineState) -> tuple[float | None, str]:
+    """Since when and how m fails, if it does while in one of states."""
+    if fail is not None and m.state in states:
+        return fail
+    return None, ""
+
+
+def _approved_track(history: History, m: Machine) -> _Track:
+    left_pending = history.first_entry_of(m, _LEFT_PENDING)
     precheck = m.precheck_failures() if m.state is MachineState.PENDING else []
     ready_to_go = m.approved and m.role is not None and not precheck
     return _Track(
@@ -181,56 +171,152 @@ def _approved_track(fleet: _Fleet, m: Machine) -> _Track:
         note=f"{m.hostname} fails hard prechecks: {'; '.join(precheck)}" if precheck else "")
 
 
+def _prepared_track(spec: ClusterSpec, history: History, m: Machine, now: float,
+                    fail: _Failure | None) -> _Track:
+    entered = history.first_entry_of(m, _PREPARE) or m.state_since
+    left = history.first_entry_of(m, _DEPLOY_ON)
+    if left is None and m.state is MachineState.PREPARE and \
+            machine_step(spec, m, now).status == "done":
+        left = m.progress.updated_at if m.progress else m.state_since
+    failing, note = _failing(m, fail, MachineState.PREPARE)
+    return _Track(m.hostname, entered, entered, left, failing, note)
+
+
+def _deployed_track(history: History, m: Machine, prepared_at: float | None,
+                    fail: _Failure | None) -> _Track:
+    """Its part in its role's deploy stage: eligible once prepared, queued until a slot frees."""
+    begun = history.first_entry_of(m, _DEPLOY)
+    finished = (history.first_entry_of(m, _READY) or m.state_since
+                if m.state in DEPLOYED_STATES else None)
+    failing, note = _failing(m, fail, MachineState.DEPLOY)
+    return _Track(m.hostname, prepared_at, begun, finished, failing, note,
+                  queued=prepared_at is not None and begun is None)
+
+
+def _node_track(spec: ClusterSpec, history: History, m: Machine, now: float) -> _Track | None:
+    """A machine's Node once its deploy items are applied: done once it is Ready (a machine
+    deployed before Nodes were looked at counts as done since it went Ready)."""
+    if m.state in DEPLOYED_STATES:
+        done = (m.node.ready_since if m.node is not None and m.node.ready_since is not None
+                else history.first_entry_of(m, _READY) or m.state_since)
+        return _Track(m.hostname, done, done, done)
+    wait = node_wait(spec, m, now)
+    if wait is None:
+        return None
+    began = now - wait.waited
+    late = None if wait.late_for is None else now - wait.late_for
+    return _Track(m.hostname, began, began, None, late, f"{m.hostname}: {wait.text} "
+                  f"({wait.waited:.0f}s" + ("; still waiting)" if late is not None else ")"))
+
+
+def _ready_track(history: History, m: Machine, fail: _Failure | None) -> _Track:
+    if m.state is MachineState.READY:
+        return _Track(m.hostname, m.state_since, m.state_since, m.state_since)
+    begun = (history.first_entry_of(m, _PREPARE) or m.state_since
+             if m.state in (MachineState.PREPARE, MachineState.DEPLOY) else m.state_since)
+    failing, note = _failing(m, fail, m.state)
+    return _Track(m.hostname, begun, begun, None, failing, note)
+
+
+class _Fleet:
+    """What every stage reads, gathered in one pass over the parts (in the machines' order):
+    each stage's tracks, of the machines not being deleted (`live`) or of those of them past
+    Pending (`started`), and the hostnames the messages name. `clock_read` once an answer
+    depends on the clock: such an answer is not kept for a later call."""
+
+    def __init__(self, spec: ClusterSpec, created: float, parts: Sequence[MachinePart],
+                 now: float, system: SystemWorkloads | None) -> None:
+        self.spec = spec
+        self.created = created  # a stage without machines waits since the cluster's creation
+        self.now = now
+        self.system = system  # kube-system as last looked at; None: not looked at
+        self.clock_read = False
+        self.registered: list[_Track] = []
+        self.approved: list[_Track] = []
+        self.prepared: list[_Track] = []
+        self.deployed: dict[Role, list[_Track]] = {"manager": [], "worker": []}
+        self.nodes: list[_Track] = []
+        self.ready: list[_Track] = []
+        self.silent: list[str] = []  # live machines not responding
+        self.no_role: list[str] = []  # approved, Pending for want of a role
+        self.not_ready: dict[str, list[str]] = {}  # started machines by state, but Ready ones
+        for p in parts:
+            self.clock_read = self.clock_read or p.timed
+            if p.registered is None or p.approved is None:
+                continue
+            m = p.machine
+            self.registered.append(p.registered)
+            self.approved.append(p.approved)
+            if not m.responding:
+                self.silent.append(m.hostname)
+            if p.prepared is None or p.ready is None:
+                if m.approved and m.role is None:
+                    self.no_role.append(m.hostname)
+                continue
+            self.prepared.append(p.prepared)
+            self.ready.append(p.ready)
+            if p.deployed is not None and m.role is not None:
+                self.deployed[m.role].append(p.deployed)
+            if p.node is not None:
+                self.nodes.append(p.node)
+            if m.state is not MachineState.READY:
+                self.not_ready.setdefault(m.state.value, []).append(m.hostname)
+
+    def condition(self, tracks: Sequence[_Track], any_done: bool = False
+                  ) -> tuple[StageState, float]:
+        """Every machine done (or, with any_done, one): done since the last (first) finished.
+        Otherwise failing, in progress or waiting, since the earliest machine that made it so."""
+        finished = [t.done for t in tracks if t.done is not None]
+        rest = [t for t in tracks if t.done is None]
+        if not tracks:
+            return "waiting", self.created
+        if any_done and finished:
+            return "done", min(finished)
+        if not rest:
+            return "done", max(finished)
+        if failing := [t.failing for t in rest if t.failing is not None]:
+            return "failing", min(failing)
+        if started := [t.started for t in rest if t.started is not None]:
+            return "in-progress", min(started)
+        eligible = [t.eligible for t in rest]
+        if None in eligible:
+            self.clock_read = True
+        return "waiting", min(self.now if e is None else e for e in eligible)
+
+
+def _registered(fleet: _Fleet) -> Stage:
+    tracks = fleet.registered
+    state, since = fleet.condition(tracks)
+    if not tracks:
+        message = "no machine has registered: create a join token and start agents"
+    else:
+        silent = fleet.silent
+        message = f"{len(tracks)} registered" + (f"; not responding: {_names(silent)}" if silent else "")
+    return Stage("registered", "Machines registered", state, since, message)
+
+
 def _approved(fleet: _Fleet) -> Stage:
-    tracks = [_approved_track(fleet, m) for m in fleet.live]
-    state, since = _condition(tracks, fleet.created)
+    tracks = fleet.approved
+    state, since = fleet.condition(tracks)
     if not tracks:
         message = "no machine to approve yet"
     else:
-        no_role = [m.hostname for m in fleet.live if m.state is MachineState.PENDING and m.approved
-                   and m.role is None]
         waiting = [t.hostname for t in tracks if t.started is None and t.failing is None]
         message = _summary("approved", tracks, [("waiting for approval", waiting),
-                                                ("waiting for a role", no_role)])
+                                                ("waiting for a role", fleet.no_role)])
     return Stage("approved", "Machines approved", state, since, message)
 
 
-def _prepared_track(fleet: _Fleet, m: Machine) -> _Track:
-    entered = fleet.history.first_entry_of(m, _PREPARE) or m.state_since
-    left = fleet.history.first_entry_of(m, _DEPLOY_ON)
-    if left is None and m.state is MachineState.PREPARE and \
-            machine_step(fleet.spec, m, fleet.now).status == "done":
-        left = m.progress.updated_at if m.progress else m.state_since
-    fail, note = fleet.failing(m, [MachineState.PREPARE])
-    return _Track(m.hostname, entered, entered, left, fail, note)
-
-
 def _prepared(fleet: _Fleet) -> Stage:
-    tracks = list(fleet.prepared.values())
-    state, since = _condition(tracks, fleet.created)
+    tracks = fleet.prepared
+    state, since = fleet.condition(tracks)
     message = _counted("prepared", tracks) if tracks else "no machine approved yet"
     return Stage("prepared", "Machines prepared", state, since, message)
 
 
-def _deployed_tracks(fleet: _Fleet, role: Role) -> list[_Track]:
-    """The role's machines in Deploy: eligible once prepared, queued until a slot frees."""
-    tracks = []
-    for m in fleet.started:
-        if m.role != role:
-            continue
-        prepared_at = fleet.prepared[m.id].done
-        begun = fleet.history.first_entry_of(m, _DEPLOY)
-        finished = (fleet.history.first_entry_of(m, _READY) or m.state_since
-                    if m.state in DEPLOYED_STATES else None)
-        fail, note = fleet.failing(m, [MachineState.DEPLOY])
-        tracks.append(_Track(m.hostname, prepared_at or fleet.now, begun, finished, fail, note,
-                             queued=prepared_at is not None and begun is None))
-    return tracks
-
-
 def _first_manager(fleet: _Fleet) -> Stage:
-    tracks = _deployed_tracks(fleet, "manager")
-    state, since = _condition(tracks, fleet.created, any_done=True)
+    tracks = fleet.deployed["manager"]
+    state, since = fleet.condition(tracks, any_done=True)
     busy = [t.hostname for t in tracks if t.done is None and t.started is not None]
     if not tracks:
         message = "no manager approved yet: approve a machine as manager"
@@ -245,8 +331,8 @@ def _first_manager(fleet: _Fleet) -> Stage:
 
 
 def _role_deployed(fleet: _Fleet, role: Role, title: str) -> Stage:
-    tracks = _deployed_tracks(fleet, role)
-    state, since = _condition(tracks, fleet.created)
+    tracks = fleet.deployed[role]
+    state, since = fleet.condition(tracks)
     message = _counted(f"{role}s deployed", tracks) if tracks else f"no {role} approved yet"
     return Stage(f"{role}s", title, state, since, message)
 
@@ -259,28 +345,12 @@ def _workers(fleet: _Fleet) -> Stage:
     return _role_deployed(fleet, "worker", "Workers deployed")
 
 
-def _node_track(fleet: _Fleet, m: Machine) -> _Track | None:
-    """A machine's Node once its deploy items are applied: done once it is Ready (a machine
-    deployed before Nodes were looked at counts as done since it went Ready)."""
-    if m.state in DEPLOYED_STATES:
-        done = (m.node.ready_since if m.node is not None and m.node.ready_since is not None
-                else fleet.history.first_entry_of(m, _READY) or m.state_since)
-        return _Track(m.hostname, done, done, done)
-    wait = node_wait(fleet.spec, m, fleet.now)
-    if wait is None:
-        return None
-    began = fleet.now - wait.waited
-    late = None if wait.late_for is None else fleet.now - wait.late_for
-    return _Track(m.hostname, began, began, None, late, f"{m.hostname}: {wait.text} "
-                  f"({wait.waited:.0f}s" + ("; still waiting)" if late is not None else ")"))
-
-
 def _nodes(fleet: _Fleet) -> Stage | None:
     """None for a cluster without Kubernetes access: its machines wait for no Node."""
     if not kubernetes_access(fleet.spec):
         return None
-    tracks = [t for m in fleet.started if (t := _node_track(fleet, m)) is not None]
-    state, since = _condition(tracks, fleet.created)
+    tracks = fleet.nodes
+    state, since = fleet.condition(tracks)
     if not tracks:
         return Stage("nodes", "Nodes Ready", state, since,
                      "no machine has applied its deploy items yet")
@@ -290,26 +360,13 @@ def _nodes(fleet: _Fleet) -> Stage | None:
     return Stage("nodes", "Nodes Ready", state, since, "; ".join(p for p in parts if p))
 
 
-def _ready_track(fleet: _Fleet, m: Machine) -> _Track:
-    if m.state is MachineState.READY:
-        return _Track(m.hostname, m.state_since, m.state_since, m.state_since)
-    begun = (fleet.history.first_entry_of(m, _PREPARE) or m.state_since
-             if m.state in (MachineState.PREPARE, MachineState.DEPLOY) else m.state_since)
-    fail, note = fleet.failing(m, [m.state])
-    return _Track(m.hostname, begun, begun, None, fail, note)
-
-
 def _ready(fleet: _Fleet) -> Stage:
-    tracks = [_ready_track(fleet, m) for m in fleet.started]
-    state, since = _condition(tracks, fleet.created)
+    tracks = fleet.ready
+    state, since = fleet.condition(tracks)
     if not tracks:
         message = "no machine approved yet"
     else:
-        by_state: dict[str, list[str]] = {}
-        for m in fleet.started:
-            if m.state is not MachineState.READY:
-                by_state.setdefault(m.state.value, []).append(m.hostname)
-        message = _summary("Ready", tracks, sorted(by_state.items()))
+        message = _summary("Ready", tracks, sorted(fleet.not_ready.items()))
     if state == "done" and fleet.system is not None and not fleet.system.available:
         state, message = "in-progress", f"{message}; {fleet.system.text()}"
     return Stage("ready", "Cluster ready", state, since, message)
@@ -320,6 +377,14 @@ _STAGES: tuple[Callable[[_Fleet], Stage | None], ...] = (
     _registered, _approved, _prepared, _first_manager, _managers, _workers, _nodes, _ready)
 
 
+def stages_of(spec: ClusterSpec, cluster_created: float, parts: Sequence[MachinePart],
+              now: float, system: SystemWorkloads | None = None) -> tuple[list[Stage], bool]:
+    """The stages (see stages) from the machines' parts, and whether they depend on the clock."""
+    fleet = _Fleet(spec, cluster_created, parts, now, system)
+    found = [found for stage in _STAGES if (found := stage(fleet)) is not None]
+    return found, fleet.clock_read
+
+
 def stages(spec: ClusterSpec, cluster_created: float, machines: Sequence[Machine],
            history: History, now: float, system: SystemWorkloads | None = None) -> list[Stage]:
     """The rollout's stages in order: registered, approved, prepared, first manager, managers,
@@ -327,8 +392,8 @@ def stages(spec: ClusterSpec, cluster_created: float, machines: Sequence[Machine
     earlier one only when machines join late (a new worker makes `approved` and `ready` run
     again while `managers` stays done). With system (kube-system's workloads, looked at once
     every machine is Ready), `ready` is done only once they are all available too."""
-    fleet = _Fleet.of(spec, cluster_created, machines, history, now, system)
-    return [found for stage in _STAGES if (found := stage(fleet)) is not None]
+    parts = [machine_part(spec, m, history, now) for m in machines]
+    return stages_of(spec, cluster_created, parts, now, system)[0]
 
 
 # -- the post-deploy step --------------------------------------------------------------------
@@ -362,8 +427,7 @@ def post_deploy(spec: ClusterSpec, machines: Sequence[Machine]) -> PostDeploy:
 _DEPLOY_RUN: tuple[Phase, ...] = ("prepare", "deploy")
 
 
-def _run(spec: ClusterSpec, m: Machine, history: History) -> tuple[float, int, int, bool] | None:
-    """(began, items done, items total, finished) of the machine's current run."""
+def _run(spec: ClusterSpec, m: Machine, history: History) -> _Run | None:
     if m.role is None or m.state is MachineState.PENDING:
         return None
     if m.state in (MachineState.PREPARE, MachineState.DEPLOY, MachineState.READY):
@@ -374,23 +438,45 @@ def _run(spec: ClusterSpec, m: Machine, history: History) -> tuple[float, int, i
         began = m.state_since
     finished = m.state is MachineState.READY
     done = len(items) if finished else sum(fingerprint in m.applied for _, fingerprint in items)
-    return began, done, len(items), finished
+    return _Run(began, done, len(items), finished)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The rollout's progress without its estimate: what a kept status keeps of it."""
+
+    done: int
+    total: int
+    machines: int
+    began: float | None  # None: no machine is working
+
+    def at(self, now: float) -> Rollout:
+        """The progress with the estimate as of now: the pace so far (items applied per second
+        since the earliest of them began) holds; serial stages (managers one at a time) make
+        it an estimate, not a promise."""
+        if self.began is None:
+            return Rollout(self.done, self.total, self.machines, None,
+                           0.0 if self.machines else None)
+        elapsed = now - self.began
+        eta = ((self.total - self.done) * elapsed / self.done
+               if self.done and elapsed > 0 else None)
+        return Rollout(self.done, self.total, self.machines, self.began, eta)
+
+
+def progress_of(runs: Iterable[_Run | None]) -> Progress:
+    """Progress of the machines still working, and of those that started with or after them
+    (machines with no run, None, take no part)."""
+    found = [r for r in runs if r is not None]
+    working = [r for r in found if not r.finished]
+    if not working:
+        return Progress(sum(r.done for r in found), sum(r.total for r in found), len(found), None)
+    began = min(r.began for r in working)
+    counted = [r for r in found if r.began >= began or not r.finished]
+    return Progress(sum(r.done for r in counted), sum(r.total for r in counted), len(counted),
+                    began)
 
 
 def rollout(spec: ClusterSpec, machines: Sequence[Machine], history: History,
             now: float) -> Rollout:
-    """Progress of the machines still working, and of those that started with or after them.
-
-    The estimate assumes the pace so far (items applied per second since the earliest of them
-    began) holds; serial stages (managers one at a time) make it an estimate, not a promise."""
-    runs = [r for m in machines if (r := _run(spec, m, history)) is not None]
-    working = [r for r in runs if not r[3]]
-    if not working:
-        return Rollout(sum(r[1] for r in runs), sum(r[2] for r in runs), len(runs), None,
-                       0.0 if runs else None)
-    began = min(r[0] for r in working)
-    counted = [r for r in runs if r[0] >= began or not r[3]]
-    done, total = sum(r[1] for r in counted), sum(r[2] for r in counted)
-    elapsed = now - began
-    eta = (total - done) * elapsed / done if done and elapsed > 0 else None
-    return Rollout(done, total, len(counted), began, eta)
+    """How far the rollout in progress has come, and an estimate of the rest (Progress.at)."""
+    return progress_of(_run(spec, m, history) for m in machines).at(now)

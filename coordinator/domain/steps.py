@@ -47,13 +47,26 @@ class Step:
 class History:
     """Each machine's state changes, oldest first, from the `state` events."""
 
-    def __init__(self, events: Iterable[Event]) -> None:
+    def __init__(self, events: Iterable[Event] = ()) -> None:
         # Per machine, each state it entered with the time it first did, in the order it first
         # did: the first entry into any of a set of states is the first key found in it.
         self._firsts: dict[str, dict[str, float]] = {}
+        self._versions: dict[str, int] = {}
+        self.extend(events)
+
+    def extend(self, events: Iterable[Event]) -> None:
+        """Take in later events (a kept status reads only what was recorded since)."""
         for event in events:
-            if event.kind == "state" and event.machine and event.data.get("to"):
-                self._firsts.setdefault(event.machine, {}).setdefault(event.data["to"], event.time)
+            to = event.data.get("to") if event.kind == "state" and event.machine else None
+            if to:
+                firsts = self._firsts.setdefault(event.machine, {})
+                if to not in firsts:
+                    firsts[to] = event.time
+                    self._versions[event.machine] = self._versions.get(event.machine, 0) + 1
+
+    def version(self, machine_id: str) -> int:
+        """Grows whenever what first_entry answers for the machine may have changed."""
+        return self._versions.get(machine_id, 0)
 
     def first_entry(self, machine: Machine, states: Iterable[MachineState]) -> float | None:
         """When the machine first entered any of states; its state_since when it is in one of

@@ -170,8 +170,9 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
                       asyncio.create_task(coordinator.write_heartbeats()),
                       asyncio.create_task(coordinator.audit_refusals()),
                       asyncio.create_task(coordinator.history.run()),
+                      asyncio.create_task(coordinator.queries.warm_status()),
                       asyncio.create_task(pivots.refresh_loop(
-                          coordinator.pivots, coordinator.store, options.pivot_refresh_seconds))]
+                          coordinator.pivots, coordinator.writes, options.pivot_refresh_seconds))]
         policy = None
         METRICS.gc_pauses.install()  # at /metrics, whoever schedules the collections
         if options.gc_interval > 0:

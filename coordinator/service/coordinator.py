@@ -30,6 +30,7 @@ from coordinator.service.postdeploy import PostDeployHosts
 from coordinator.service.queries import Queries
 from coordinator.service.reconciler import Reconciler
 from coordinator.service.refusalaudit import AUDIT_WINDOW_SECONDS, RefusalAudit
+from coordinator.service.statuscache import StatusCache
 from coordinator.service.systemcheck import SystemCheck
 from coordinator.service.writes import Writes
 from coordinator.store.base import Store
@@ -47,7 +48,9 @@ class Coordinator:
         self.access = Access(store, clock)
         self.credentials = CredentialCache(store, clock)
         self.writes = Writes(store, self.notifier, self.credentials)
-        self.queries = Queries(store, clock, SystemCheck())
+        status = StatusCache(store)
+        self.writes.on_written(status.written)
+        self.queries = Queries(store, clock, status, SystemCheck())
         self.heartbeats = HeartbeatBuffer(store, self.writes, clock, self.notifier.kick)
         post_deploy = PostDeployHosts(store)
         self.drainer = Drainer(DrainRecords(self.writes, self.queries, self.notifier, clock), clock)
@@ -63,7 +66,7 @@ class Coordinator:
         self.admin = Admin(self.writes, self.queries, self.access, self.notifier, self.drainer,
                            clock)
         self.refusals = RefusalAudit(self.writes, clock)
-        self.history = EventRetention(store, clock, retention)
+        self.history = EventRetention(store, clock, retention, status.forget)
 
     async def run(self, tick: float = 1.0) -> None:
         """Relay wake-ups between replicas, and reconcile while this replica leads."""

@@ -31,10 +31,13 @@ DEFAULT_RETENTION = Retention()
 
 
 class EventRetention:
-    def __init__(self, store: Store, clock: Callable[[], float], retention: Retention) -> None:
+    def __init__(self, store: Store, clock: Callable[[], float], retention: Retention,
+                 pruned: Callable[[], None] = lambda: None) -> None:
         self.store = store
         self.clock = clock
         self.retention = retention
+        self.on_pruned = pruned  # told after each prune, whatever went: what is kept of the
+        # history (the status's) drops what this or another replica pruned
 
     async def prune(self) -> int:
         """Delete what the retention no longer keeps, a chunk at a time; how many went."""
@@ -46,6 +49,7 @@ class EventRetention:
         if pruned:
             log.info("pruned %d events beyond the retention (%g days, %d events)", pruned,
                      self.retention.max_age_seconds / 86400, self.retention.max_events)
+        self.on_pruned()
         return pruned
 
     async def run(self) -> None:

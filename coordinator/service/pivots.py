@@ -27,6 +27,7 @@ from coordinator.domain.errors import Conflict
 from coordinator.domain.machinelist import MAX_LIMIT
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
 from coordinator.service import snapshot
+from coordinator.service.writes import Writes
 from coordinator.store.base import Store, StoreError
 from coordinator.store.cipher import Cipher, SecretsKeyError
 from coordinator.store.codec import resealed_doc
@@ -163,14 +164,14 @@ def _for_target(taken: snapshot.Snapshot, cipher: Cipher | None) -> dict[str, li
 
 # -- the old coordinator's read-only copy -----------------------------------------------------
 
-async def refresh_loop(ledger: PivotLedger, store: Store, interval: float,
+async def refresh_loop(ledger: PivotLedger, writes: Writes, interval: float,
                        tick: float = 1.0) -> None:
     """Once the pivot is done, the target's clusters and machines copied into this store
     about every interval seconds (a failure is logged and tried again next time)."""
     while True:
         if pv.refresh_due(ledger.pivot, ledger.clock(), interval):
             try:
-                await refresh_once(ledger, store)
+                await refresh_once(ledger, writes)
             except (aiohttp.ClientError, OSError, TimeoutError, StoreError, ValueError,
                     KeyError) as exc:
                 log.warning("cannot refresh the copy from %s: %s",
@@ -180,7 +181,7 @@ async def refresh_loop(ledger: PivotLedger, store: Store, interval: float,
         await asyncio.sleep(tick)
 
 
-async def refresh_once(ledger: PivotLedger, store: Store) -> None:
+async def refresh_once(ledger: PivotLedger, writes: Writes) -> None:
     pivot = ledger.pivot
     assert pivot is not None
     context = ssl.create_default_context(cadata=pivot.ca_pem) if pivot.ca_pem else None
@@ -188,7 +189,7 @@ async def refresh_once(ledger: PivotLedger, store: Store) -> None:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         clusters = await _get(session, f"{pivot.to_url}/v1/clusters", headers, context)
         machines = await _all_machines(session, pivot.to_url, headers, context)
-    await copy_views(store, clusters, machines, ledger.clock())
+    await copy_views(writes, clusters, machines, ledger.clock())
     ledger.refreshed(ledger.clock())
 
 
@@ -214,15 +215,15 @@ async def _all_machines(session: aiohttp.ClientSession, url: str, headers: Mappi
             return found
 
 
-async def copy_views(store: Store, clusters: Sequence[Mapping[str, Any]],
+async def copy_views(writes: Writes, clusters: Sequence[Mapping[str, Any]],
                      machines: Sequence[Mapping[str, Any]], now: float) -> None:
     """The target's views of its clusters and machines written over this store's copies: each
     spec as the target holds it, each machine's state, role, labels, release and liveness. A
     machine that joined the target after the pivot is added as its view shows it, without a
     credential (no agent is served here any more), so the copy lists what the target does."""
     for view in clusters:
-        await store.put_cluster(ClusterSpec.model_validate(view["spec"]), now)
-    known = {m.id: m for m in await store.get_machines([str(v["id"]) for v in machines])}
+        await writes.store.put_cluster(ClusterSpec.model_validate(view["spec"]), now)
+    known = {m.id: m for m in await writes.store.get_machines([str(v["id"]) for v in machines])}
     updated: list[Machine] = [replace(
         known[view["id"]], state=MachineState(view["state"]), role=view["role"],
         labels=dict(view["labels"]), release=view["release"],
@@ -230,9 +231,9 @@ async def copy_views(store: Store, clusters: Sequence[Mapping[str, Any]],
         state_since=float(view["state_since"]))
         for view in machines if view["id"] in known]
     updated += [_copied(view) for view in machines if view["id"] not in known]
-    gone = {m.id: now for m in await store.list_machines()
+    gone = {m.id: now for m in await writes.store.list_machines()
             if m.id not in {str(v["id"]) for v in machines}}
-    await store.commit(updated, removed=gone)
+    await writes.commit(updated, [], gone)
 
 
 def _copied(view: Mapping[str, Any]) -> Machine:

@@ -3,6 +3,8 @@ and no handler reaches into the store."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,20 +25,17 @@ from coordinator.domain.records import (
 from coordinator.domain.rendering import Rendering, render_cluster
 from coordinator.domain.specs import check_fixed, pause_kept
 from coordinator.domain.status import (
-    HISTORY_KINDS,
-    History,
     PostDeploy,
     Rollout,
     Stage,
-    post_deploy,
-    rollout,
-    stages,
 )
+from coordinator.service.statuscache import StatusCache, status_order
 from coordinator.service.systemcheck import SystemCheck
-from coordinator.store.base import Store
+from coordinator.store.base import Store, StoreError
 from nodeagent.contract import Phase
 
 EVENT_PAGE = 10000
+log = logging.getLogger("coordinator")
 
 
 @dataclass(frozen=True)
@@ -63,10 +62,11 @@ class ClusterStatus:
 
 
 class Queries:
-    def __init__(self, store: Store, clock: Callable[[], float],
+    def __init__(self, store: Store, clock: Callable[[], float], status: StatusCache,
                  system: SystemCheck | None = None) -> None:
         self.store = store
         self.clock = clock
+        self.status = status  # what the status is computed from, kept between calls
         self.system = system  # kube-system's workloads, for the `ready` stage
 
     async def cluster(self, name: str) -> StoredCluster:
@@ -198,16 +198,26 @@ class Queries:
         machines = [] if stored is None or fleet else await self.store.list_machines(name)
         return render_cluster(spec, machines, fleet, machine, phase)
 
-    async def cluster_status(self, name: str) -> ClusterStatus:
+    async def warm_status(self) -> None:
+        """Compute every cluster's status once, so that the first dashboard opened after a
+        start does not wait the second or so a cluster of 10,000 machines takes to read whole."""
+        try:
+            for stored in await self.clusters():
+                with contextlib.suppress(NotFound):  # deleted meanwhile
+                    await self.cluster_status(stored.spec.name, machines=False)
+        except StoreError as exc:  # the first status asked for reads it instead
+            log.warning("cannot compute the clusters' status ahead: %s", exc)
+
+    async def cluster_status(self, name: str, machines: bool = True) -> ClusterStatus:
+        """The status from what the status cache keeps (read on from the last call); with
+        machines, every machine as read now too, for their views (their last heartbeats)."""
         stored = await self.cluster(name)
         spec = stored.spec
-        machines = await self.store.list_machines(spec.name)
-        counts: dict[str, int] = {}
-        for machine in machines:
-            counts[machine.state.value] = counts.get(machine.state.value, 0) + 1
-        history = History(await self.all_events(cluster=spec.name, kinds=HISTORY_KINDS))
-        system = await self.system.look(spec, machines) if self.system is not None else None
+        kept = await self.status.current(stored)
+        system = await self.system.look(spec, kept.machines) if self.system is not None else None
         now = self.clock()
-        return ClusterStatus(stored, machines, counts, post_deploy(spec, machines),
-                             stages(spec, stored.created_at, machines, history, now, system),
-                             rollout(spec, machines, history, now), now)
+        summary = kept.memo.summary(spec, stored.created_at, kept.machines, kept.history, now,
+                                    system)
+        listed = status_order(await self.store.list_machines(name)) if machines else kept.machines
+        return ClusterStatus(stored, listed, summary.counts, summary.post_deploy,
+                             summary.stages, summary.rollout, now)

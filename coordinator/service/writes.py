@@ -31,6 +31,7 @@ class Writes:
         # with the heartbeats flushed since), or None where the pass must read them again.
         self._changed: dict[str, Machine | None] = {}
         self._listeners: list[WrittenElsewhere] = []
+        self._watchers: list[WrittenElsewhere] = []
         notifier.on_written = self._written_elsewhere
 
     async def commit(self, machines: Sequence[Machine], events: Sequence[Event],
@@ -78,9 +79,17 @@ class Writes:
         """Call listener with the ids another replica wrote (None: some, unknown which)."""
         self._listeners.append(listener)
 
+    def on_written(self, watcher: WrittenElsewhere) -> None:
+        """Call watcher with the ids of the machines written, here or by another replica
+        (None: any may have been)."""
+        self._watchers.append(watcher)
+
     def _written_here(self, machine_ids: Sequence[str], machines: Sequence[Machine]) -> None:
         self.credentials.forget(machine_ids, machines)
-        self.notifier.written([*machine_ids, *(m.id for m in machines)])
+        ids = [*machine_ids, *(m.id for m in machines)]
+        self.notifier.written(ids)
+        for watcher in self._watchers:
+            watcher(ids)
 
     def _written_elsewhere(self, machine_ids: Collection[str] | None) -> None:
         if machine_ids is None:
@@ -88,5 +97,5 @@ class Writes:
         else:
             self._changed.update(dict.fromkeys(machine_ids))
             self.credentials.forget(machine_ids)
-        for listener in self._listeners:
+        for listener in [*self._listeners, *self._watchers]:
             listener(machine_ids)

@@ -4,6 +4,10 @@ pages of it with a maximum (issue 20, bounded data)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from coordinator.domain.model import MachineState
+from coordinator.domain.records import Event
 from tests.support.builders import API_CLUSTER, item_report
 from tests.support.harness import InProcessCoordinator
 
@@ -77,3 +81,30 @@ async def test_the_event_history_is_kept_for_its_retention(env: InProcessCoordin
     kept = await env.call("GET", "/v1/events", 200)
     assert {e["id"] for e in kept}.isdisjoint(e["id"] for e in old)
     assert "node-b" in [e["hostname"] for e in kept] and "node-a" not in [e["hostname"] for e in kept]
+
+
+async def test_a_status_computed_after_a_prune_reads_only_the_history_left(
+        env: InProcessCoordinator) -> None:
+    """The status keeps the history it read between calls: a prune must drop it, or the
+    rollout would go on counting from events the store no longer holds."""
+    agent = await env.register("node-a")
+    await env.call("POST", f"/v1/machines/{agent['machine_id']}/approve", 200,
+                   json={"role": "worker"})
+    await env.coordinator.reconciler.reconcile_once()  # to Prepare: a state event now
+    prepared_at = env.clock.now
+    env.clock.now += 50
+    machine = await env.store.get_machine(agent["machine_id"])
+    assert machine is not None and machine.state is MachineState.PREPARE
+    await env.coordinator.writes.commit(
+        [replace(machine, state=MachineState.DEPLOY, state_since=env.clock.now)],
+        [Event(time=env.clock.now, cluster="lab", kind="state", message="", machine=machine.id,
+               hostname=machine.hostname, data={"from": "Prepare", "to": "Deploy"})])
+
+    async def rollout_began() -> float:
+        status = await env.call("GET", "/v1/clusters/lab/status?machines=false", 200)
+        return status["rollout"]["started_at"]
+
+    assert await rollout_began() == prepared_at  # its run began when it entered Prepare
+    env.clock.now += 31 * 86400
+    assert await env.coordinator.history.prune() > 0
+    assert await rollout_began() == prepared_at + 50  # no event left: since it is in Deploy

@@ -364,9 +364,8 @@ def test_ten_thousand_machines_show_a_page_and_a_change_refreshes_its_row_alone(
     page.reload()  # signed in already: the first view is the navigation's
     page.wait_for_function(FIRST_VIEW, polling="raf", timeout=10_000)
     took = page.evaluate("performance.now()")  # ms since this navigation started
-    # The 2 s is not met yet (about 3 s: the status costs about 1.2 s at 10,000
-    # machines); bench/dashboard.py prints the figure, this test what the page shows.
     print(f"\nfirst view of 10,000 machines: {took:.0f} ms")
+    assert took < 2000, f"the first view took {took:.0f} ms"
     expect(page.locator("#live")).to_have_text("live")
     rows = page.locator("#machine-table tbody tr")
     expect(rows.first.locator("td.hostname")).to_have_text("node-00000")

@@ -146,3 +146,39 @@ async def test_reports_through_both_replicas_at_once_are_all_recorded_and_a_bad_
     fingerprint = StateItem.model_validate(setup).fingerprint()
     assert len(machines) == 16 and all(fingerprint in m.applied for m in machines)
     assert len(events) == 32 and [e.id for e in events] == sorted({e.id for e in events})
+
+
+async def test_a_status_kept_on_one_replica_follows_what_the_other_writes(
+        replicas: list[InProcessCoordinator]) -> None:
+    """Replica b keeps what its status is computed from between calls; machines registered,
+    approved and moved on through replica a show in b's next status (the relay tells b which
+    machines a wrote) as in one computed from scratch."""
+    a, b = replicas
+    for env in replicas:
+        await env.coordinator.leadership.share()
+    status = "/v1/clusters/lab/status?machines=false"
+
+    def summary(answer: dict) -> tuple:
+        return answer["counts"], [(s["name"], s["state"], s["message"]) for s in answer["stages"]]
+
+    async def settled(expected: dict[str, int]) -> dict:
+        await wait_until_async(lambda: _counts_of(b, status, expected), 5,
+                               f"replica b's status to count {expected}")
+        return await b.call("GET", status, 200)
+
+    assert (await b.call("GET", status, 200))["counts"] == {}
+    await approved_workers(a, 3)
+    kept = await settled({"Prepare": 3})
+    restarted = await a.call("GET", status, 200)  # a computed it from its own writes
+    assert summary(kept) == summary(restarted)
+    b.coordinator.queries.status.forget()  # b from scratch: the same
+    assert summary(await b.call("GET", status, 200)) == summary(kept)
+    await a.register("late")
+    joined = await settled({"Prepare": 3, "Pending": 1})
+    assert ("registered", "done", "4 registered") in summary(joined)[1]
+    b.coordinator.queries.status.forget()
+    assert summary(await b.call("GET", status, 200)) == summary(joined)
+
+
+async def _counts_of(env: InProcessCoordinator, path: str, expected: dict[str, int]) -> bool:
+    return (await env.call("GET", path, 200))["counts"] == expected

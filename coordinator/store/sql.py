@@ -99,6 +99,11 @@ _SORTED = {"hostname": "hostname{collate}", "state": "state{collate}",
            "state_since": "state_since"}
 
 
+# An offset past it is as good as it: both databases refuse a larger integer, and no fleet
+# holds that many machines.
+_LARGEST_INTEGER = 2**63 - 1
+
+
 @dataclass(frozen=True)
 class MachinePage:
     """The two statements of a page of machines: its ids in order (page, all of params) and
@@ -339,7 +344,8 @@ class Statements:
         order = "DESC" if query.descending else "ASC"
         column = _SORTED[query.sort].format(collate=d.collate)
         page = where.text(f" ORDER BY {column} {order}, id {order} "
-                          f"LIMIT {where.bind(query.limit)} OFFSET {where.bind(query.offset)}")
+                          f"LIMIT {where.bind(query.limit)} "
+                          f"OFFSET {where.bind(min(query.offset, _LARGEST_INTEGER))}")
         return MachinePage(count=f"SELECT COUNT(*) {count}", page=f"SELECT id {page}",
                            params=where.params)
 

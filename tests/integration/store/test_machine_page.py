@@ -73,3 +73,8 @@ async def test_a_machine_relabelled_or_removed_is_found_by_its_labels_of_now(sto
     assert await store.machine_page(zone_a) == ([], 0)
     assert await store.machine_page(MachineQuery(labels=(("gpu", None),))) == ([], 0)
     assert await store.machine_page(MachineQuery(labels=(("zone", "b"),))) == (["m-1"], 1)
+
+
+async def test_an_offset_past_the_databases_integers_is_an_empty_page(store: Store) -> None:
+    await store.commit([full_machine("m-1")])
+    assert await store.machine_page(MachineQuery(offset=10**20)) == ([], 1)

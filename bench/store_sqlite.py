@@ -1,7 +1,8 @@
 """How fast the SQLite store is where the coordinator leans on it.
 
 Every agent report is one commit of one machine plus one event, each a durable
-(synchronous=FULL) write; every reconcile pass lists a cluster's machines.
+(synchronous=FULL) write; every reconcile pass lists a cluster's machines; heartbeats are
+written in flushes, each touching the last_seen of the machines heard from since the last.
 
     .venv/bin/python bench/store_sqlite.py [--dir DIR] [--commits N] [--quick]
 
@@ -53,6 +54,20 @@ async def list_seconds(store: SQLiteStore, machines: int) -> tuple[float, float]
     return statistics.median(wall), statistics.median(cpu)
 
 
+async def touch_seconds(store: SQLiteStore, machines: int, batch: int = 1000) -> float:
+    """Median wall seconds of ten heartbeat flushes (touch_machines) of `batch` of the
+    cluster's machines: what a heartbeat costs the store (at 10,000 agents heartbeating every
+    10 s, a flush each second touches about 1,000)."""
+    ids = [fleet_machine(i).id for i in range(machines)]
+    wall = []
+    for n in range(10):
+        seen = {i: 1000.0 + n for i in ids[n * batch % machines:][:batch]}
+        started = time.perf_counter()
+        await store.touch_machines(seen)
+        wall.append(time.perf_counter() - started)
+    return statistics.median(wall)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=None, help="where to put the database")
@@ -74,6 +89,8 @@ async def main() -> None:
                 wall, cpu = await list_seconds(store, machines)
                 print(f"list_machines, {machines:,} machines: {wall * 1000:,.0f} ms "
                       f"({cpu * 1000:,.0f} ms CPU)")
+                print(f"touch_machines (a heartbeat flush), up to 1,000 of {machines:,} machines: "
+                      f"{await touch_seconds(store, machines) * 1000:,.1f} ms")
         finally:
             await store.close()
 

@@ -1,12 +1,12 @@
 """The rules of `GET /v1/machines`: which machines a query selects, in which order, and which
-page of them it answers. They work on a machine's few listed fields (Listed), which a store
-reads without decoding whole machines: at 10,000 machines decoding them all costs seconds,
-so only the page's machines are decoded, after these rules chose them."""
+page of them it answers. They work on a machine's few listed fields (Listed). A store answers
+a page in its database, on columns (Store.machine_page): at 10,000 machines reading them all
+into Python cost more than a page may take. select() spells the same rules in Python: the
+reference a property test holds both databases' answers equal to."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -25,9 +25,8 @@ ROLES: tuple[Role, ...] = ("manager", "worker")
 
 @dataclass(slots=True)
 class Listed:
-    """What the rules look at of one machine. A store reads the fields of DOC_FIELDS, kept
-    in the machine's document, only when the query needs them (needed_fields): extracting
-    them is most of a listing's cost, and sorting by hostname needs none."""
+    """What the rules look at of one machine: the fields a store keeps as columns (labels
+    as rows of their own), so that its database answers a page by these rules."""
 
     id: str
     cluster: str
@@ -41,33 +40,11 @@ class Listed:
     state_since: float
 
 
-DOC_FIELDS = ("ip", "role", "labels", "state_since")
-
-
-def needed_fields(query: MachineQuery) -> frozenset[str]:
-    """The DOC_FIELDS the query filters or sorts by: the others may be left empty."""
-    used = {query.sort}
-    used.update(name for name, wanted in (("ip", query.search), ("role", query.role),
-                                         ("labels", query.labels)) if wanted)
-    return frozenset(used.intersection(DOC_FIELDS))
-
-
 def listed(machine: Machine) -> Listed:
     return Listed(id=machine.id, cluster=machine.cluster, hostname=machine.hostname,
                   ip=machine.ip, state=machine.state.value, role=machine.role,
                   labels=machine.labels, responding=machine.responding,
                   last_seen=machine.last_seen, state_since=machine.state_since)
-
-
-def listed_from_columns(columns: Sequence[Any]) -> Listed:
-    """A Listed from the columns a store reads, in the order of Listed's fields; labels as
-    the JSON text of the document's object (both databases answer it so)."""
-    (id_, cluster, hostname, ip, state, role, labels, responding, last_seen,
-     state_since) = columns
-    return Listed(id=id_, cluster=cluster, hostname=hostname, ip=ip, state=state, role=role,
-                  labels=json.loads(labels) if labels and labels != "{}" else {},
-                  responding=bool(responding), last_seen=float(last_seen),
-                  state_since=float(state_since or 0.0))
 
 
 @dataclass(frozen=True)

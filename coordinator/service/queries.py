@@ -12,7 +12,7 @@ from typing import Any
 from coordinator.domain import planner
 from coordinator.domain.errors import Conflict, Gone, NotFound
 from coordinator.domain.fleet import Fleet
-from coordinator.domain.machinelist import MachineQuery, needed_fields, select
+from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine
 from coordinator.domain.records import (
     AdminToken,
@@ -127,13 +127,12 @@ class Queries:
         return await self.store.list_machines(cluster), specs
 
     async def machine_page(self, query: MachineQuery) -> MachinePage:
-        """One page of GET /v1/machines: the rules choose it from the listed fields of every
-        machine, and only its machines are decoded, with their clusters' managers (what a
+        """One page of GET /v1/machines: the database chooses it on the listed fields'
+        columns, and only its machines are decoded, with their clusters' managers (what a
         machine waits for is produced on a manager)."""
-        page, total = select(query, await self.store.list_listed(query.cluster,
-                                                                    needed_fields(query)))
-        found = {m.id: m for m in await self.store.get_machines([m.id for m in page])}
-        machines = [found[m.id] for m in page if m.id in found]  # none deleted meanwhile
+        page, total = await self.store.machine_page(query)
+        found = {m.id: m for m in await self.store.get_machines(page)}
+        machines = [found[i] for i in page if i in found]  # none deleted meanwhile
         specs = {c.spec.name: c.spec for c in await self.store.list_clusters()}
         managers = {name: await self.store.list_machines(name, role="manager")
                     for name in {m.cluster for m in machines}}

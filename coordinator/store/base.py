@@ -10,7 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from coordinator.domain.machinelist import Listed
+from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
@@ -140,10 +140,10 @@ class Store(ABC):
         the role filter must be served by an index."""
 
     @abstractmethod
-    async def list_listed(self, cluster: str | None, fields: Collection[str]) -> list[Listed]:
-        """The listed fields of every machine (of one cluster), in no order, without
-        decoding a machine: GET /v1/machines filters, sorts and pages 10,000 of them. Of
-        machinelist.DOC_FIELDS only those in fields are read, the others left empty."""
+    async def machine_page(self, query: MachineQuery) -> tuple[list[str], int]:
+        """The ids of the page of machines query selects, in its order, and how many it
+        selects: chosen by the database on columns (GET /v1/machines pages 10,000 machines),
+        by the rules domain.machinelist.select spells in Python."""
 
     @abstractmethod
     async def count_machines(self) -> list[MachineCount]:

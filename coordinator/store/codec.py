@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any, Protocol
 
@@ -100,10 +100,17 @@ def _context(machine_id: str) -> str:
 
 def machine_to_row(machine: Machine, cipher: Cipher | None) -> tuple[Any, ...]:
     """The values of a machine's columns in the order both stores' upserts name them: id,
-    cluster, hostname, state, credential_hash, responding, last_seen, doc."""
+    cluster, hostname, state, credential_hash, responding, last_seen, doc, and the listed
+    fields GET /v1/machines filters and sorts on: ip, role, state_since."""
     return (machine.id, machine.cluster, machine.hostname, machine.state.value,
             machine.credential_hash, machine.responding, machine.last_seen,
-            dumps(machine_to_doc(machine, cipher)))
+            dumps(machine_to_doc(machine, cipher)), machine.ip, machine.role,
+            machine.state_since)
+
+
+def label_rows(machines: Sequence[Machine]) -> list[tuple[str, str, str]]:
+    """The rows of machine_labels for machines: (machine id, key, value) per label."""
+    return [(m.id, key, value) for m in machines for key, value in m.labels.items()]
 
 
 def machine_from_doc(doc: Mapping[str, Any], cipher: Cipher | None) -> Machine:

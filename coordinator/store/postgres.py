@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from coordinator.domain.machinelist import Listed, listed_from_columns
+from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
@@ -38,6 +38,7 @@ from coordinator.store.codec import (
     dumps,
     event_from_row,
     join_token_from_row,
+    label_rows,
     machine_count_from_row,
     machine_from_row,
     machine_to_row,
@@ -45,7 +46,7 @@ from coordinator.store.codec import (
     spec_to_json,
 )
 from coordinator.store.postgres_connections import Database, Mutex
-from coordinator.store.postgres_schema import MIGRATIONS, migrate
+from coordinator.store.postgres_schema import LISTED_FROM_DOCS, MIGRATIONS, migrate
 from coordinator.store.sql import (
     POSTGRES,
     TABLES,
@@ -220,9 +221,19 @@ class PostgresStore(Store):
             return None
         return await self.db.one(removed_machine_from_row, SQL.removed_credential, credential_hash)
 
-    async def list_listed(self, cluster: str | None, fields: Collection[str]) -> list[Listed]:
-        query, params = SQL.machine_listing(cluster, fields)
-        return await self.db.all(listed_from_columns, query, *params)
+    async def machine_page(self, query: MachineQuery) -> tuple[list[str], int]:
+        """Both statements in one REPEATABLE READ transaction: the count is of the page's
+        state."""
+        statements = SQL.machine_page(query)
+        async with self.db.connection() as conn:
+            async def read() -> tuple[list[str], int]:
+                async with conn.transaction(isolation="repeatable_read", readonly=True):
+                    rows = await conn.fetch(statements.page, *statements.params)
+                    total = await conn.fetchval(statements.count, *statements.count_params)
+                return [row[0] for row in rows], total
+
+            page: tuple[list[str], int] = await self.db.guard(read())
+        return page
 
     async def count_machines(self) -> list[MachineCount]:
         return await self.db.all(machine_count_from_row, SQL.count_machines)
@@ -271,6 +282,10 @@ class PostgresStore(Store):
             await _lock_machines(conn, [*(m.id for m in machines), *removed])
             if rows:
                 await conn.executemany(SQL.upsert_machine, rows)
+            if rows or removed:
+                await conn.execute("DELETE FROM machine_labels WHERE machine_id = ANY($1::text[])",
+                                   [*(m.id for m in machines), *removed])
+                await conn.executemany(SQL.insert_label, label_rows(machines))
             if removed:
                 await conn.executemany(SQL.keep_removed, list(removed.items()))
                 await conn.execute("DELETE FROM machines WHERE id = ANY($1::text[])", list(removed))
@@ -335,6 +350,7 @@ class PostgresStore(Store):
                     records=[table.values(row) for row in tables.get(table.name, ())])
             await conn.execute("UPDATE event_ids SET last = GREATEST(last, "
                                "COALESCE((SELECT MAX(id) FROM events), 0))")
+            await conn.execute(LISTED_FROM_DOCS)
 
     # -- replicas -------------------------------------------------------------------
     def mutex(self) -> Mutex:

@@ -12,6 +12,18 @@ from coordinator.store.sql import POSTGRES, SchemaVersions
 
 _VERSIONS = SchemaVersions(POSTGRES)
 
+# The listed fields of GET /v1/machines that live in a machine's document, copied into their
+# columns and machine_labels: by the migration that made them, and after a snapshot's import
+# (which carries the documents only).
+LISTED_FROM_DOCS = """
+    UPDATE machines SET ip = doc::jsonb ->> 'ip', role = doc::jsonb ->> 'role',
+        state_since = COALESCE((doc::jsonb ->> 'state_since')::double precision, 0);
+    DELETE FROM machine_labels;
+    INSERT INTO machine_labels (machine_id, key, value)
+        SELECT machines.id, labels.key, labels.value
+        FROM machines, jsonb_each_text(COALESCE(doc::jsonb -> 'labels', '{}')) AS labels;
+"""
+
 # Schema migrations in order: MIGRATIONS[n] takes a database from version n to n + 1.
 # Append only; never edit one that has shipped.
 MIGRATIONS: list[str] = [
@@ -125,6 +137,25 @@ MIGRATIONS: list[str] = [
         id INTEGER PRIMARY KEY CHECK (id = 1),
         doc TEXT NOT NULL
     );
+    """,
+    # 7 -> 8, for scale: GET /v1/machines filters, sorts and pages in the database, on
+    # columns; the role index moves onto its column. A label is a row of machine_labels
+    # (found by key and value through its index). No other index on machines: a heartbeat's
+    # update of last_seen (an indexed column, so never a HOT update) writes every one.
+    """
+    ALTER TABLE machines ADD COLUMN ip TEXT COLLATE "C";
+    ALTER TABLE machines ADD COLUMN role TEXT COLLATE "C";
+    ALTER TABLE machines ADD COLUMN state_since DOUBLE PRECISION NOT NULL DEFAULT 0;
+    CREATE TABLE machine_labels (
+        machine_id TEXT COLLATE "C" NOT NULL,
+        key TEXT COLLATE "C" NOT NULL,
+        value TEXT COLLATE "C" NOT NULL,
+        PRIMARY KEY (machine_id, key)
+    );
+    CREATE INDEX machine_labels_key ON machine_labels (key, value);
+    """ + LISTED_FROM_DOCS + """
+    DROP INDEX machines_role;
+    CREATE INDEX machines_role ON machines (cluster, role);
     """,
 ]
 

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from coordinator.domain.machinelist import DOC_FIELDS
+from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Role
 from coordinator.domain.records import StoredCluster
 from coordinator.store.base import StoreError
@@ -33,6 +33,8 @@ class Dialect:
     casts: bool  # whether `field` gives text that a cast turns into its type
     arrays: bool  # whether a list binds as one parameter (an array) or one per element
     role_index: str  # what makes the query planner use the role index ("": it does unasked)
+    collate: str  # after a text to sort it by code point, as Python does ("": it does unasked)
+    contains: str  # whether the text {0} contains the text {1}
 
     def param(self, number: int) -> str:
         return f"{self.marker}{number}"
@@ -51,9 +53,10 @@ class Dialect:
 SQLITE = Dialect(marker="?", greatest="MAX", arrival="rowid", field="json_extract(doc, '$.{}')",
                  casts=False, arrays=False,
                  # Without statistics SQLite would pick machines_cluster and decode every document.
-                 role_index=" INDEXED BY machines_role")
+                 role_index=" INDEXED BY machines_role", collate="", contains="instr({0}, {1}) > 0")
 POSTGRES = Dialect(marker="$", greatest="GREATEST", arrival="seq", field="(doc::jsonb ->> '{}')",
-                   casts=True, arrays=True, role_index="")
+                   casts=True, arrays=True, role_index="", collate=' COLLATE "C"',
+                   contains="strpos({0}, {1}) > 0")
 
 
 class Query:
@@ -86,6 +89,33 @@ class Query:
     def text(self, tail: str = "") -> str:
         where = f" WHERE {' AND '.join(self.conditions)}" if self.conditions else ""
         return f"{self.head}{where}{tail}"
+
+
+# The sort fields' columns: a missing value (no role, no IP yet) sorts as the empty string,
+# as machinelist._key has it.
+_SORTED = {"hostname": "hostname{collate}", "state": "state{collate}",
+           "role": "COALESCE(role, ''){collate}", "cluster": "cluster{collate}",
+           "ip": "COALESCE(ip, ''){collate}", "last_seen": "last_seen",
+           "state_since": "state_since"}
+
+
+# An offset past it is as good as it: both databases refuse a larger integer, and no fleet
+# holds that many machines.
+_LARGEST_INTEGER = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class MachinePage:
+    """The two statements of a page of machines: its ids in order (page, all of params) and
+    how many machines the query selects (count, params but the last two: limit, offset)."""
+
+    count: str
+    page: str
+    params: list[Any]
+
+    @property
+    def count_params(self) -> list[Any]:
+        return self.params[:-2]
 
 
 class SchemaVersions:
@@ -225,11 +255,15 @@ class Statements:
         # goes back. The values are codec.machine_to_row's.
         self.upsert_machine = sql(
             "INSERT INTO machines (id, cluster, hostname, state, credential_hash, responding, "
-            "last_seen, doc) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
-            "ON CONFLICT (id) DO UPDATE SET cluster = excluded.cluster, "
+            "last_seen, doc, ip, role, state_since) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, "
+            "$10, $11) ON CONFLICT (id) DO UPDATE SET cluster = excluded.cluster, "
             "hostname = excluded.hostname, state = excluded.state, "
             "credential_hash = excluded.credential_hash, responding = excluded.responding, "
-            f"last_seen = {d.greatest}(machines.last_seen, excluded.last_seen), doc = excluded.doc")
+            f"last_seen = {d.greatest}(machines.last_seen, excluded.last_seen), doc = excluded.doc, "
+            "ip = excluded.ip, role = excluded.role, state_since = excluded.state_since")
+        # A machine's labels, one row each (machine_labels): rewritten with its row.
+        self.insert_label = sql("INSERT INTO machine_labels (machine_id, key, value) "
+                                "VALUES ($1, $2, $3)")
 
         # -- removed machines: what is kept of each, written as its row is deleted
         self.keep_removed = sql(
@@ -278,22 +312,42 @@ class Statements:
         if cluster is not None:
             query.where("cluster = {}", cluster)
         if role is not None:
-            query.where(f"{self.dialect.doc('role')} = {{}}", role)
+            query.where("role = {}", role)
         return query.text(" ORDER BY cluster, hostname, id"), query.params
 
-    def machine_listing(self, cluster: str | None,
-                        fields: Collection[str]) -> tuple[str, list[Any]]:
-        """The columns of domain.machinelist.Listed, in its order, without the documents'
-        decoding (GET /v1/machines chooses its page from these); of its document's fields
-        only those named, the others NULL."""
-        doc = {name: self.dialect.doc(name) if name in fields else "NULL" for name in DOC_FIELDS}
-        query = Query(self.dialect,
-                      f"SELECT id, cluster, hostname, {doc['ip']}, state, {doc['role']}, "
-                      f"{doc['labels']}, responding, last_seen, {doc['state_since']} "
-                      "FROM machines")
-        if cluster is not None:
-            query.where("cluster = {}", cluster)
-        return query.text(), query.params
+    def machine_page(self, query: MachineQuery) -> MachinePage:
+        """GET /v1/machines' page as the database answers it, by the rules that
+        domain.machinelist.select spells in Python (a property test holds them equal): the
+        listed fields are columns, the labels rows of machine_labels."""
+        d = self.dialect
+        where = Query(d, "FROM machines")
+        if query.cluster is not None:
+            where.where("cluster = {}", query.cluster)
+        if query.states:
+            where.where_in("state", sorted(query.states))
+        if query.role is not None:
+            where.where("role = {}", query.role)
+        if query.responding is not None:
+            where.where("responding = {}", query.responding)
+        if query.ids:
+            where.where_in("id", sorted(query.ids))
+        for key, value in query.labels:
+            label = f"machine_id = machines.id AND key = {where.bind(key)}"
+            if value is not None:
+                label += f" AND value = {where.bind(value)}"
+            where.conditions.append(f"EXISTS (SELECT 1 FROM machine_labels WHERE {label})")
+        if query.search:
+            search = where.bind(query.search)
+            where.conditions.append(f"({d.contains.format('lower(hostname)', search)} OR "
+                                    f"{d.contains.format('lower(ip)', search)})")
+        count = where.text()
+        order = "DESC" if query.descending else "ASC"
+        column = _SORTED[query.sort].format(collate=d.collate)
+        page = where.text(f" ORDER BY {column} {order}, id {order} "
+                          f"LIMIT {where.bind(query.limit)} "
+                          f"OFFSET {where.bind(min(query.offset, _LARGEST_INTEGER))}")
+        return MachinePage(count=f"SELECT COUNT(*) {count}", page=f"SELECT id {page}",
+                           params=where.params)
 
     def machines_with_ids(self, ids: Sequence[str]) -> tuple[str, list[Any]]:
         query = Query(self.dialect, "SELECT doc, last_seen FROM machines")

@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from coordinator.domain.machinelist import Listed, listed_from_columns
+from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
@@ -42,6 +42,7 @@ from coordinator.store.codec import (
     dumps,
     event_from_row,
     join_token_from_row,
+    label_rows,
     machine_count_from_row,
     machine_from_row,
     machine_to_row,
@@ -57,7 +58,13 @@ from coordinator.store.sql import (
     prune_through,
     respecified,
 )
-from coordinator.store.sqlite_schema import MIGRATIONS, migrate, transaction
+from coordinator.store.sqlite_schema import (
+    LISTED_FROM_DOCS,
+    MIGRATIONS,
+    migrate,
+    split_statements,
+    transaction,
+)
 
 T = TypeVar("T")
 SQL = Statements(SQLITE)  # the statements the stores share, as SQLite spells them
@@ -345,8 +352,19 @@ class SQLiteStore(Store):
             return None
         return await self._one(removed_machine_from_row, SQL.removed_credential, (credential_hash,))
 
-    async def list_listed(self, cluster: str | None, fields: Collection[str]) -> list[Listed]:
-        return await self._all(listed_from_columns, *SQL.machine_listing(cluster, fields))
+    async def machine_page(self, query: MachineQuery) -> tuple[list[str], int]:
+        return await self._run(self._machine_page, query, executor=self._reader_executor)
+
+    def _machine_page(self, query: MachineQuery) -> tuple[list[str], int]:
+        """Both statements in one read transaction: the count is of the page's state."""
+        statements, reader = SQL.machine_page(query), self._reader
+        reader.execute("BEGIN")
+        try:
+            ids = [row[0] for row in reader.execute(statements.page, statements.params)]
+            (total,) = reader.execute(statements.count, statements.count_params).fetchone()
+        finally:
+            reader.execute("COMMIT")
+        return ids, total
 
     async def count_machines(self) -> list[MachineCount]:
         return await self._all(machine_count_from_row, SQL.count_machines)
@@ -393,6 +411,9 @@ class SQLiteStore(Store):
         with transaction(conn):
             for m in machines:
                 conn.execute(SQL.upsert_machine, machine_to_row(m, self.cipher))
+            gone = [(m.id,) for m in machines] + [(i,) for i in removed]
+            conn.executemany("DELETE FROM machine_labels WHERE machine_id = ?", gone)
+            conn.executemany(SQL.insert_label, label_rows(machines))
             conn.executemany(SQL.keep_removed, list(removed.items()))
             conn.executemany("DELETE FROM machines WHERE id = ?", [(i,) for i in removed])
             for e in events:
@@ -460,3 +481,5 @@ class SQLiteStore(Store):
             for table in TABLES:
                 conn.executemany(SQL.import_[table.name],
                                  [table.values(row) for row in tables.get(table.name, ())])
+            for statement in split_statements(LISTED_FROM_DOCS):
+                conn.execute(statement)

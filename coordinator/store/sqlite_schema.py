@@ -12,6 +12,18 @@ from coordinator.store.sql import SQLITE, SchemaVersions
 
 _VERSIONS = SchemaVersions(SQLITE)
 
+# The listed fields of GET /v1/machines that live in a machine's document, copied into their
+# columns and machine_labels: by the migration that made them, and after a snapshot's import
+# (which carries the documents only).
+LISTED_FROM_DOCS = """
+    UPDATE machines SET ip = json_extract(doc, '$.ip'), role = json_extract(doc, '$.role'),
+        state_since = COALESCE(json_extract(doc, '$.state_since'), 0);
+    DELETE FROM machine_labels;
+    INSERT INTO machine_labels (machine_id, key, value)
+        SELECT machines.id, labels.key, labels.value
+        FROM machines, json_each(machines.doc, '$.labels') AS labels;
+"""
+
 # Schema migrations in order: MIGRATIONS[n] takes a database from version n to n + 1.
 # Append only; never edit one that has shipped.
 MIGRATIONS: list[str] = [
@@ -117,10 +129,32 @@ MIGRATIONS: list[str] = [
         doc TEXT NOT NULL
     );
     """,
+    # 8 -> 9, for scale: GET /v1/machines filters, sorts and pages in the database, on
+    # columns; the role index moves onto its column. A label is a row of machine_labels
+    # (found by key and value through its index). A covering index holds every column a
+    # page filters on but last_seen, so that a page's scan never reads the documents and a
+    # heartbeat (which changes last_seen only) never writes it.
+    """
+    ALTER TABLE machines ADD COLUMN ip TEXT;
+    ALTER TABLE machines ADD COLUMN role TEXT;
+    ALTER TABLE machines ADD COLUMN state_since REAL NOT NULL DEFAULT 0;
+    CREATE TABLE machine_labels (
+        machine_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (machine_id, key)
+    ) WITHOUT ROWID;
+    CREATE INDEX machine_labels_key ON machine_labels (key, value);
+    """ + LISTED_FROM_DOCS + """
+    DROP INDEX machines_role;
+    CREATE INDEX machines_role ON machines (cluster, role);
+    CREATE INDEX machines_listed ON machines (cluster, state, role, responding, hostname, ip,
+                                              state_since, id);
+    """,
 ]
 
 
-def _split(script: str) -> list[str]:
+def split_statements(script: str) -> list[str]:
     """Split a script into statements: executescript() would commit our open transaction."""
     statements: list[str] = []
     pending = ""
@@ -158,6 +192,6 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[str]) -> None:
             script = _VERSIONS.pending(migrations, current)
             if script is None:
                 return
-            for statement in _split(script):
+            for statement in split_statements(script):
                 conn.execute(statement)
             conn.execute(_VERSIONS.record, (current + 1, time.time()))

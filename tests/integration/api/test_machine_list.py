@@ -47,6 +47,7 @@ def names(page: dict[str, Any]) -> list[str]:
     ("id=m-07&id=x-1&id=nobody", ["gateway", "w-07"], 2),
     ("cluster=lab&state=Ready,Deploy&sort=-state&limit=1", ["w-29"], 30),
     ("cluster=nowhere", [], 0),
+    ("cluster=lab&offset=99999999999999999999", [], 30),  # past any database's integers
 ])
 async def test_filters_sort_and_pages_are_applied_by_the_server(
         env: InProcessCoordinator, query: str, expected: list[str], total: int) -> None:

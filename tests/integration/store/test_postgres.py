@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
 import pytest
 
+from coordinator.domain.model import Machine
 from coordinator.domain.records import Event
 from coordinator.store import postgres as postgres_store
 from coordinator.store.base import Fenced, StoreError, leader_epoch
-from coordinator.store.codec import dumps, machine_to_doc
 from coordinator.store.postgres import MIGRATIONS, PostgresStore
 from coordinator.store.postgres_connections import LEADER_LOCK, MUTEX_LOCK
-from tests.integration.store.samples import BEFORE_RESPONDING_COLUMN, assert_responding_kept
+from tests.integration.store.samples import (
+    BEFORE_LISTED_COLUMNS,
+    BEFORE_RESPONDING_COLUMN,
+    assert_listed_found,
+    assert_responding_kept,
+    old_insert,
+)
 from tests.support.builders import full_machine
 from tests.support.ports import free_port
 from tests.support.postgres import Postgres, holder_of, terminate
@@ -90,22 +96,37 @@ async def test_a_failing_migration_leaves_the_database_as_it_was(
     assert await first.get_machine("m-1") == full_machine()
 
 
+async def upgraded_from(version: int, machines: Sequence[Machine], responding: bool,
+                        postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore],
+                        monkeypatch: pytest.MonkeyPatch) -> PostgresStore:
+    """A replica of this coordinator opened on a database at schema `version` holding
+    machines as that coordinator wrote them (with a responding column or not)."""
+    monkeypatch.setattr(postgres_store, "MIGRATIONS", MIGRATIONS[:version])
+    await replicas().open()
+    for m in machines:
+        postgres.psql(old_insert(m, responding), dsn)
+    monkeypatch.setattr(postgres_store, "MIGRATIONS", MIGRATIONS)
+    upgraded = replicas()
+    await upgraded.open()
+    return upgraded
+
+
 async def test_machines_stored_before_the_responding_column_keep_their_responding(
         postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Migration 2 -> 3 copies each document's `responding` into the column that /metrics and
     authentication read."""
-    monkeypatch.setattr(postgres_store, "MIGRATIONS", MIGRATIONS[:2])
-    await replicas().open()
-    for m in BEFORE_RESPONDING_COLUMN:
-        doc = dumps(machine_to_doc(m, None)).replace("'", "''")
-        postgres.psql("INSERT INTO machines (id, cluster, hostname, state, credential_hash, "
-                      f"last_seen, doc) VALUES ('{m.id}', '{m.cluster}', '{m.hostname}', "
-                      f"'{m.state.value}', '{m.credential_hash}', {m.last_seen}, '{doc}')", dsn)
-    monkeypatch.setattr(postgres_store, "MIGRATIONS", MIGRATIONS)
-    upgraded = replicas()
-    await upgraded.open()
-    await assert_responding_kept(upgraded)
+    await assert_responding_kept(await upgraded_from(
+        2, BEFORE_RESPONDING_COLUMN, False, postgres, dsn, replicas, monkeypatch))
+
+
+async def test_machines_stored_before_the_listed_columns_are_listed_by_them(
+        postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 7 -> 8 copies each document's ip, role, state_since and labels into the
+    columns and rows GET /v1/machines selects and sorts on."""
+    await assert_listed_found(await upgraded_from(
+        7, BEFORE_LISTED_COLUMNS, True, postgres, dsn, replicas, monkeypatch))
 
 
 async def test_an_unreachable_database_is_a_store_error_that_hides_the_password() -> None:

@@ -21,6 +21,7 @@ from coordinator.store.base import Store, StoreError
 from coordinator.store.postgres import PostgresStore
 from coordinator.store.sqlite import SQLiteStore
 from tests.integration.store.conftest import BACKENDS
+from tests.integration.store.samples import LISTED_QUERIES
 from tests.support.builders import (
     ONE_ITEM,
     SECRETS,
@@ -70,7 +71,8 @@ async def fill(store: Store) -> None:
     await store.add_admin_token("hash-admin", "initial", "admin", 105.0)
     reader = await store.add_admin_token("hash-reader", "dashboard", "read-only", 106.0)
     await store.revoke_admin_token(reader.id)
-    await store.commit(machines=[with_secrets(full_machine("m-1")), full_machine("m-2"),
+    await store.commit(machines=[with_secrets(full_machine("m-1")),
+                                 full_machine("m-2", labels={"zone": "a"}, ip=None),
                                  full_machine("m-3", cluster="gone")],
                        events=[event("m-1"), event("m-2", "item", 11.0)])
     await store.commit(removed={"m-3": 107.0}, events=[event("m-3", "removed", 12.0)])
@@ -91,6 +93,7 @@ async def everything(store: Store) -> dict[str, Any]:
         "removed": await store.removed_machine("m-3"),
         "removed_credential": await store.removed_credential("cred-m-3"),
         "events": await store.list_events(limit=100),
+        "pages": [await store.machine_page(query) for query in LISTED_QUERIES],
     }
 
 
@@ -102,6 +105,7 @@ async def test_a_snapshot_imported_into_an_empty_store_of_either_backend_reads_b
     await empty.import_(snapshot)
     assert await everything(empty) == await everything(store)
     assert (await empty.get_machine("m-1")) == with_secrets(full_machine("m-1"))
+    assert await empty.machine_page(LISTED_QUERIES[0]) == (["m-2"], 1)  # by its label
     # Later events follow the imported ones; tokens keep working as they did.
     (later,) = await empty.commit(events=[event("m-1", "after", 20.0)])
     assert later.id == max(e.id for e in await store.list_events()) + 1

@@ -9,17 +9,24 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 
+from coordinator.domain.model import Machine
 from coordinator.domain.records import Event
 from coordinator.store import sqlite as sqlite_store
 from coordinator.store.base import StoreError
-from coordinator.store.codec import dumps, machine_to_doc, spec_to_json
+from coordinator.store.codec import machine_to_doc, spec_to_json
 from coordinator.store.sqlite import MIGRATIONS, SQLiteStore
-from tests.integration.store.samples import BEFORE_RESPONDING_COLUMN, assert_responding_kept
+from tests.integration.store.samples import (
+    BEFORE_LISTED_COLUMNS,
+    BEFORE_RESPONDING_COLUMN,
+    assert_listed_found,
+    assert_responding_kept,
+    old_insert,
+)
 from tests.support.builders import ONE_ITEM, cluster, full_machine
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -156,28 +163,43 @@ async def test_an_older_database_is_migrated_and_keeps_its_data(
         assert conn.execute("SELECT zone FROM machines").fetchall() == [("a",)]
 
 
-async def test_machines_stored_before_the_responding_column_keep_their_responding(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Migration 3 -> 4 copies each document's `responding` into the column that /metrics and
-    authentication read."""
-    path = tmp_path / "coordinator.db"
-    monkeypatch.setattr(sqlite_store, "MIGRATIONS", MIGRATIONS[:3])
+@contextlib.asynccontextmanager
+async def upgraded_from(version: int, machines: Sequence[Machine], responding: bool,
+                        path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SQLiteStore]:
+    """The store of a file at schema `version` holding machines as that coordinator wrote
+    them (with a responding column or not), opened by this one."""
+    monkeypatch.setattr(sqlite_store, "MIGRATIONS", MIGRATIONS[:version])
     old = SQLiteStore(path)
     await old.open()
     await old.close()
-    with sqlite3.connect(path) as conn:  # as a coordinator of schema version 3 wrote them
-        for m in BEFORE_RESPONDING_COLUMN:
-            conn.execute("INSERT INTO machines (id, cluster, hostname, state, credential_hash, "
-                         "last_seen, doc) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         (m.id, m.cluster, m.hostname, m.state.value, m.credential_hash,
-                          m.last_seen, dumps(machine_to_doc(m, None))))
+    with sqlite3.connect(path) as conn:
+        for m in machines:
+            conn.execute(old_insert(m, responding))
     monkeypatch.setattr(sqlite_store, "MIGRATIONS", MIGRATIONS)
     upgraded = SQLiteStore(path)
     await upgraded.open()
     try:
-        await assert_responding_kept(upgraded)
+        yield upgraded
     finally:
         await upgraded.close()
+
+
+async def test_machines_stored_before_the_responding_column_keep_their_responding(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 3 -> 4 copies each document's `responding` into the column that /metrics and
+    authentication read."""
+    async with upgraded_from(3, BEFORE_RESPONDING_COLUMN, False, tmp_path / "coordinator.db",
+                             monkeypatch) as upgraded:
+        await assert_responding_kept(upgraded)
+
+
+async def test_machines_stored_before_the_listed_columns_are_listed_by_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 8 -> 9 copies each document's ip, role, state_since and labels into the
+    columns and rows GET /v1/machines selects and sorts on."""
+    async with upgraded_from(8, BEFORE_LISTED_COLUMNS, True, tmp_path / "coordinator.db",
+                             monkeypatch) as upgraded:
+        await assert_listed_found(upgraded)
 
 
 async def test_a_failing_migration_leaves_the_database_as_it_was(

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain.machinelist import DOC_FIELDS, listed
 from coordinator.domain.model import MachineState
 from coordinator.domain.records import CredentialOwner, Event, MachineCount, RemovedMachine
 from coordinator.domain.tokens import token_id
@@ -173,17 +172,6 @@ async def test_machines_are_listed_per_cluster_by_hostname(store: Store) -> None
     assert [m.id for m in await store.list_machines("other")] == ["m-9"]
     assert [m.id for m in await store.list_machines()] == ["m-2", "m-1", "m-3", "m-9"]
     assert await store.list_machines("none") == []
-
-
-async def test_the_listed_fields_are_read_without_the_documents_fields_not_asked(
-        store: Store) -> None:
-    machines = [full_machine("m-1", labels={"zone": "a", "gpu": ""}),
-                full_machine("m-2", cluster="other", ip=None, role=None, state_since=0.0)]
-    await store.commit(machines)
-    assert sorted(await store.list_listed(None, DOC_FIELDS), key=lambda m: m.id) == [
-        listed(m) for m in machines]
-    (bare,) = await store.list_listed("edge", ())
-    assert bare == replace(listed(machines[0]), ip=None, role=None, labels={}, state_since=0.0)
 
 
 async def test_machines_are_counted_by_cluster_state_and_responding(store: Store) -> None:

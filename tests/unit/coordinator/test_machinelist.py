@@ -7,8 +7,6 @@ import pytest
 from coordinator.domain.machinelist import (
     Listed,
     MachineQuery,
-    listed_from_columns,
-    needed_fields,
     parse_query,
     select,
 )
@@ -99,18 +97,3 @@ def test_every_problem_of_a_query_is_named_at_once() -> None:
     with pytest.raises(InvalidDocument) as refused:
         parse_query([("limit", "0"), ("offset", "x"), ("role", "x")])
     assert sorted(p.path for p in refused.value.problems) == ["limit", "offset", "role"]
-
-
-def test_only_the_fields_a_query_uses_are_read_from_the_documents() -> None:
-    assert needed_fields(parse_query([])) == frozenset()
-    assert needed_fields(parse_query([("state", "Ready"), ("sort", "-last_seen")])) == frozenset()
-    assert needed_fields(parse_query([("q", "x"), ("label", "a"), ("role", "worker"),
-                                      ("sort", "state_since")])) == {
-        "ip", "labels", "role", "state_since"}
-
-
-def test_a_row_of_either_database_becomes_a_listed_machine() -> None:
-    columns = ("m-1", "lab", "n1", None, "Ready", None, '{"zone": "a"}', 0, 5, None)
-    assert listed_from_columns(columns) == Listed(
-        id="m-1", cluster="lab", hostname="n1", ip=None, state="Ready", role=None,
-        labels={"zone": "a"}, responding=False, last_seen=5.0, state_since=0.0)

@@ -89,6 +89,11 @@ def status_renderable(data: dict[str, Any]) -> RenderableType:
             cell(duration(elapsed if elapsed is not None else step.get("state_elapsed"))),
             _note(m.get("note") or {}))
     parts: list[RenderableType] = [header, Text(""), stages, Text(""), bar, Text(""), machines]
+    total = data.get("machines_total", len(data["machines"]))
+    if total > len(data["machines"]):
+        parts.append(cell(f"the first {len(data['machines'])} of {total} machines: "
+                          f"`coordinator machines --cluster {data['cluster']}` pages through "
+                          "them all", "dim"))
     post = data["post_deploy"]
     if post["failing"]:
         parts += [Text(""), cell(f"post-deploy step: {post['failing']}", "bold red")]

@@ -18,6 +18,7 @@ import yaml
 
 from tests.support.builders import node_facts
 from tests.support.harness import ServedCoordinator, running_coordinator
+from tests.support.seeding import pending_machine, seed
 from tests.support.terminal import in_terminal, read_terminal
 
 MISSPELT = Path(__file__).resolve().parents[2] / "data" / "bad-specs" / "unknown-placeholder.yaml"
@@ -221,3 +222,17 @@ def test_machines_are_listed_a_page_at_a_time_as_the_coordinator_filters_and_sor
     assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused
     assert "state: unknown state Deploying: a comma-separated list of" in refused.stderr
     assert "sort: must be one of hostname, state, role" in refused.stderr
+
+
+def test_status_of_a_large_cluster_shows_the_first_machines_and_how_to_page(
+        tmp_path: Path) -> None:
+    """The table shows the stages and a page of machines, not 250 rows; JSON keeps them all."""
+    with running_coordinator(tmp_path) as served:
+        seed(served, [pending_machine(n, "lab", time.time()) for n in range(250)])
+        out = served.cli("status", "lab").stdout
+        assert "250 registered" in out
+        shown = [line for line in out.splitlines() if re.match(r"\s*node-\d{5}\s", line)]
+        assert len(shown) == 100 and shown[0].split()[0] == "node-00000"
+        assert "the first 100 of 250 machines: `coordinator machines --cluster lab` pages" \
+            in " ".join(out.split())
+        assert len(json.loads(served.cli("status", "lab", "-o", "json").stdout)["machines"]) == 250

@@ -83,7 +83,7 @@ def _failing_note(tracks: Sequence[_Track]) -> str:
 def _summary(verb: str, tracks: Sequence[_Track],
              groups: Sequence[tuple[str, Sequence[str]]]) -> str:
     """"3 of 8 VERB; LABEL: hosts; ...; what fails", leaving out empty groups."""
-    parts = [f"{sum(t.done is not None for t in tracks)} of {len(tracks)} {verb}"]
+    parts = [f"{len(tracks) - [t.done for t in tracks].count(None)} of {len(tracks)} {verb}"]
     parts += [f"{label}: {_names(hosts)}" for label, hosts in groups if hosts]
     failing = _failing_note(tracks)
     return "; ".join(parts + ([failing] if failing else []))
@@ -123,6 +123,7 @@ class MachinePart:
     reported from ahead of the clock), computed anew on every call."""
 
     machine: Machine
+    state: str  # the machine's state's value, read once (an enum's value costs per read)
     registered: _Track | None  # None: the machine is being deleted and takes part in no stage
     approved: _Track | None
     prepared: _Track | None  # None: not started (Pending), or being deleted
@@ -136,18 +137,20 @@ class MachinePart:
 def machine_part(spec: ClusterSpec, m: Machine, history: History, now: float) -> MachinePart:
     run = _run(spec, m, history)
     if m.state is MachineState.DELETING:
-        return MachinePart(m, None, None, None, None, None, None, run, False)
+        return MachinePart(m, m.state.value, None, None, None, None, None, None, run, False)
     registered = _Track(m.hostname, m.created_at, m.created_at, m.created_at)
     approved = _approved_track(history, m)
     if m.state is MachineState.PENDING:
-        return MachinePart(m, registered, approved, None, None, None, None, run, False)
+        return MachinePart(m, m.state.value, registered, approved, None, None, None, None, run,
+                           False)
     fail = failure(spec, m, now) or drain_failure(spec, m, now)
     prepared = _prepared_track(spec, history, m, now, fail)
     progress = m.progress
     timed = (m.drain is not None or awaits_node(spec, m) or (
         progress is not None and progress.failing_since is not None
         and progress.failing_since > now))
-    return MachinePart(m, registered, approved, prepared, _deployed_track(history, m, prepared.done, fail),
+    return MachinePart(m, m.state.value, registered, approved, prepared,
+                       _deployed_track(history, m, prepared.done, fail),
                        _node_track(spec, history, m, now), _ready_track(history, m, fail),
                        run, timed)
 
@@ -240,8 +243,10 @@ class _Fleet:
         self.silent: list[str] = []  # live machines not responding
         self.no_role: list[str] = []  # approved, Pending for want of a role
         self.not_ready: dict[str, list[str]] = {}  # started machines by state, but Ready ones
+        ready = MachineState.READY.value
         for p in parts:
-            self.clock_read = self.clock_read or p.timed
+            if p.timed:
+                self.clock_read = True
             if p.registered is None or p.approved is None:
                 continue
             m = p.machine
@@ -259,8 +264,8 @@ class _Fleet:
                 self.deployed[m.role].append(p.deployed)
             if p.node is not None:
                 self.nodes.append(p.node)
-            if m.state is not MachineState.READY:
-                self.not_ready.setdefault(m.state.value, []).append(m.hostname)
+            if p.state != ready:
+                self.not_ready.setdefault(p.state, []).append(m.hostname)
 
     def condition(self, tracks: Sequence[_Track], any_done: bool = False
                   ) -> tuple[StageState, float]:
@@ -355,7 +360,7 @@ def _nodes(fleet: _Fleet) -> Stage | None:
         return Stage("nodes", "Nodes Ready", state, since,
                      "no machine has applied its deploy items yet")
     waiting = [t.note for t in tracks if t.done is None and t.failing is None]
-    parts = [f"{sum(t.done is not None for t in tracks)} of {len(tracks)} nodes Ready",
+    parts = [f"{len(tracks) - [t.done for t in tracks].count(None)} of {len(tracks)} nodes Ready",
              *waiting[:NAMES_SHOWN], _failing_note(tracks)]
     return Stage("nodes", "Nodes Ready", state, since, "; ".join(p for p in parts if p))
 

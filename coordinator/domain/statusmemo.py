@@ -69,28 +69,28 @@ class StatusMemo:
             self._parts.clear()
             self._kept = None
         self._spec, self._now = spec, now
-        parts = [self._part(spec, m, history, now) for m in machines]
-        same = len(parts) == len(self._last) and all(a is b for a, b in zip(parts, self._last, strict=True))
-        if not same and len(self._parts) > len(parts):  # machines went: forget their parts
-            self._parts = {p.machine.id: self._parts[p.machine.id] for p in parts}
+        parts = []
+        kept_parts, versions = self._parts, history.versions
+        for m in machines:  # one pass over every machine on every call: kept lean
+            kept = kept_parts.get(m.id)
+            if kept is None or kept[0] is not m or kept[1] != versions.get(m.id, 0) or \
+                    kept[2].timed:
+                kept = kept_parts[m.id] = (m, versions.get(m.id, 0),
+                                           machine_part(spec, m, history, now))
+            parts.append(kept[2])
+        same = len(parts) == len(self._last) and all(
+            a is b for a, b in zip(parts, self._last, strict=True))
+        if not same and len(kept_parts) > len(parts):  # machines went: forget their parts
+            self._parts = {p.machine.id: kept_parts[p.machine.id] for p in parts}
         self._last = parts
         kept = self._kept
         if not same or kept is None or kept.clock_read or kept.created != created or \
                 kept.system != system:
             found, clock_read = stages_of(spec, created, parts, now, system)
             counts: dict[str, int] = {}
-            for m in machines:
-                counts[m.state.value] = counts.get(m.state.value, 0) + 1
+            for p in parts:
+                counts[p.state] = counts.get(p.state, 0) + 1
             kept = self._kept = _Kept(created, system, counts, post_deploy(spec, machines), found,
                                       clock_read, progress_of(p.run for p in parts))
         return Summary(dict(kept.counts), kept.post_deploy, list(kept.stages),
                        kept.progress.at(now))
-
-    def _part(self, spec: ClusterSpec, m: Machine, history: History, now: float) -> MachinePart:
-        version = history.version(m.id)
-        kept = self._parts.get(m.id)
-        if kept is not None and kept[0] is m and kept[1] == version and not kept[2].timed:
-            return kept[2]
-        part = machine_part(spec, m, history, now)
-        self._parts[m.id] = (m, version, part)
-        return part

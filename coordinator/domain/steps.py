@@ -8,7 +8,7 @@ machine's step of one spec.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -64,9 +64,11 @@ class History:
                     firsts[to] = event.time
                     self._versions[event.machine] = self._versions.get(event.machine, 0) + 1
 
-    def version(self, machine_id: str) -> int:
-        """Grows whenever what first_entry answers for the machine may have changed."""
-        return self._versions.get(machine_id, 0)
+    @property
+    def versions(self) -> Mapping[str, int]:
+        """Per machine id, a number that grows whenever what first_entry answers for the
+        machine may have changed (absent: 0)."""
+        return self._versions
 
     def first_entry(self, machine: Machine, states: Iterable[MachineState]) -> float | None:
         """When the machine first entered any of states; its state_since when it is in one of

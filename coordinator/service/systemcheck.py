@@ -26,9 +26,10 @@ class SystemCheck:
 
     async def look(self, spec: ClusterSpec, machines: Sequence[Machine]) -> SystemWorkloads | None:
         """What kube-system's workloads are short of; None when the status has no use for it."""
+        if not kubernetes_access(spec):
+            return None
         live = [m for m in machines if m.state is not MachineState.DELETING]
-        if not kubernetes_access(spec) or not live or any(
-                m.state is not MachineState.READY for m in live):
+        if not live or any(m.state is not MachineState.READY for m in live):
             return None
         cached = self._seen.get(spec.name)
         if cached is not None and time.monotonic() - cached[0] < CACHE_SECONDS:

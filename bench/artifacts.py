@@ -105,7 +105,7 @@ def download_round(url: str, ca_file: Path, credential: str, downloads: int,
                    size: int) -> float:
     """`downloads` curl processes at once, each fetching the whole artifact; bytes per second
     over the round's wall time (every download must have received every byte)."""
-    argv = ["curl", "-sS", "--fail", "-o", "/dev/null", "-w", "%{size_download}",
+    argv = ["curl", "-sS", "--fail", "--location", "-o", "/dev/null", "-w", "%{size_download}",
             "--cacert", str(ca_file), "-H", f"Authorization: Bearer {credential}",
             f"{url}/v1/artifacts/{ARTIFACT}"]
     started = time.monotonic()
@@ -134,6 +134,8 @@ def main() -> None:
     parser.add_argument("--heartbeat-interval", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=2,
                         help="rounds per server, alternating; the best of each is printed")
+    parser.add_argument("--in-loop", action="store_true",
+                        help="no --artifact-port: the API's event loop serves the bytes itself")
     parser.add_argument("--quick", action="store_true",
                         help="4 downloads of 16 MiB, 20 agents, one round: seconds")
     args = parser.parse_args()
@@ -144,7 +146,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, running_coordinator(
             Path(tmp), cluster_spec(50, 30.0),
             ["--register-rate", "0", "--register-rate-total", "0",
-             "--connections-per-address", "0"]) as served:
+             "--connections-per-address", "0",
+             *([] if args.in_loop else ["--artifact-port", str(free_port())])]) as served:
         store = (served.data / "artifacts").resolve()
         with open(store / ARTIFACT, "wb") as artifact:
             for _ in range(args.size_mib):

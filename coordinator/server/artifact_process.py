@@ -1,0 +1,90 @@
+"""The artifact port's own process: `coordinator serve --artifact-port` binds the port, then
+hands its sockets to a child (`python -m coordinator.server.artifact_process`) that serves
+them with threads (artifact_port.py). A process, not threads of the coordinator's: twenty
+downloads' threads taking and giving back the GIL around each TLS record kept the event loop
+waiting for it, and heartbeats took seconds; in a process of their own they share only the
+CPU, at a lower priority (NICE) than the API's.
+
+The child reads its settings, the link key among them, as one JSON line on its stdin (never
+on its command line, which others on the host can read) and lives until that pipe closes:
+when the coordinator stops, or dies however it dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+
+from coordinator.domain.artifact_links import ArtifactLinks
+from coordinator.server.artifact_port import ArtifactPort
+from coordinator.server.listener import listening_sockets
+
+NICE = 10  # the API's event loop (nice 0) comes first when the CPU is short
+STOP_SECONDS = 5.0
+
+
+def tls_server_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """The coordinator's TLS settings for a serving socket, on either port."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    return context
+
+
+class ArtifactProcess:
+    """The child serving the artifact port, from start() to stop()."""
+
+    def __init__(self, host: str, port: int, cert: Path, key: Path, store: Path,
+                 links: ArtifactLinks, header_seconds: float) -> None:
+        self.host, self.port = host, port
+        self.links = links
+        self.settings = {"cert": str(cert), "key": str(key), "store": str(store),
+                         "link_key": links.key.hex(), "port": port,
+                         "header_seconds": header_seconds}
+        self.child: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Bind here (a port in use fails `serve` at once, as the API's does), serve there."""
+        sockets = listening_sockets(self.host, self.port, 1024)
+        try:
+            fds = [listener.fileno() for listener in sockets]
+            self.child = subprocess.Popen(
+                [sys.executable, "-m", "coordinator.server.artifact_process"],
+                stdin=subprocess.PIPE, pass_fds=fds)
+            assert self.child.stdin is not None
+            self.child.stdin.write(json.dumps({**self.settings, "fds": fds}).encode() + b"\n")
+            self.child.stdin.flush()
+        finally:
+            for listener in sockets:
+                listener.close()
+
+    def stop(self) -> None:
+        if self.child is None:
+            return
+        assert self.child.stdin is not None
+        self.child.stdin.close()
+        try:
+            self.child.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.child.kill()
+            self.child.wait()
+
+
+def main() -> None:
+    settings = json.loads(sys.stdin.buffer.readline())
+    os.nice(NICE)
+    sockets = [socket.socket(fileno=fd) for fd in settings["fds"]]
+    ArtifactPort(sockets, tls_server_context(Path(settings["cert"]), Path(settings["key"])),
+                 Path(settings["store"]),
+                 ArtifactLinks(bytes.fromhex(settings["link_key"]), settings["port"]),
+                 settings["header_seconds"]).start()
+    sys.stdin.buffer.read()  # until the coordinator closes the pipe, or is gone
+    os._exit(0)  # downloads under way end with the process
+
+
+if __name__ == "__main__":
+    main()

@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import ssl
+import struct
 import threading
 import time
 from email.utils import formatdate
@@ -32,10 +33,12 @@ from nodeagent.validation import InvalidDocument
 log = logging.getLogger(__name__)
 
 PREFIX = "/v1/artifacts/"
-CHUNK = 1 << 18  # read into a buffer of its own per connection, sent as TLS records
+CHUNK = 1 << 20  # read into a buffer of its own per connection, sent as TLS records
 HEAD_BYTES = 16 * 1024  # a request's line and headers, at most
-MAX_CONNECTIONS = 256  # each a thread and a CHUNK buffer: 64 MiB at most
-SEND_SECONDS = 60.0  # a client that takes no bytes that long is dropped
+# Each a thread and a CHUNK buffer: 128 MiB at most. Connections beyond wait in the listen
+# queue for one to end (an agent's download waits 90 s to be answered).
+MAX_CONNECTIONS = 128
+SEND_SECONDS = 60  # a client that takes no bytes that long is dropped
 ACCEPT_RETRY_SECONDS = 0.1
 REASONS = {200: "OK", 206: "Partial Content", 400: "Bad Request", 403: "Forbidden",
            404: "Not Found", 405: "Method Not Allowed", 416: "Range Not Satisfiable",
@@ -65,14 +68,13 @@ class ArtifactPort:
 
     def _accept(self, listener: socket.socket) -> None:
         while True:
+            self.slots.acquire()  # a connection ending frees a slot
             try:
                 connection, _ = listener.accept()
             except OSError as exc:  # EMFILE and the like: wait for descriptors to free
                 log.warning("artifact port: cannot accept a connection: %s", exc.strerror)
+                self.slots.release()
                 time.sleep(ACCEPT_RETRY_SECONDS)
-                continue
-            if not self.slots.acquire(blocking=False):
-                connection.close()
                 continue
             threading.Thread(target=self._connection, args=(connection,), daemon=True,
                              name="artifact").start()
@@ -99,7 +101,10 @@ class ArtifactPort:
             if not data:
                 return
             head += data
-        tls.settimeout(SEND_SECONDS)
+        # Blocking from here on, the kernel timing sends out: SSL_write then encrypts and
+        # sends a whole CHUNK with the GIL released, instead of waking for each part of it.
+        tls.settimeout(None)
+        tls.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", SEND_SECONDS, 0))
         try:
             method, target, headers = _parse(head.partition(b"\r\n\r\n")[0])
             self._send(tls, method, target, headers)

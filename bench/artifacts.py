@@ -7,6 +7,8 @@ few hundred simulated agents heartbeat to the coordinator.
     # seconds, small (CI runs it so that the script keeps working)
     .venv/bin/python bench/artifacts.py --quick
 
+The coordinator runs with `--artifact-port` (the API answers 307 to a signed link there,
+curl follows it); `--in-loop` measures it without, its event loop serving the bytes.
 nginx runs as the current user from a temporary prefix on a loopback port (its default
 `worker_processes auto`, sendfile on); the downloads are curl processes writing to /dev/null
 (a client in C, so that the client's cost is the same for both servers), each with the

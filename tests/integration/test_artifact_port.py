@@ -9,6 +9,7 @@ import asyncio
 import http.client
 import json
 import os
+import shutil
 import socket
 import ssl
 import subprocess
@@ -173,6 +174,21 @@ def test_a_killed_coordinator_leaves_nothing_on_the_port_and_comes_back(
             time.sleep(0.1)
         served.start()
         assert fetch(served.ca_file, port, link(served, agent), {})[2] == PAYLOAD
+
+
+def test_a_replica_with_the_same_secrets_key_honours_anothers_links(
+        served: ServedCoordinator, agent: Registered, tmp_path: Path) -> None:
+    """Replicas behind one load balancer: the 307 of one, followed to the other's port."""
+    other = tmp_path / "coordinator-data"
+    other.mkdir(mode=0o700)
+    shutil.copytree(served.data / "pki", other / "pki")
+    shutil.copy2(served.data / "secrets.key", other / "secrets.key")
+    other_port = free_port()
+    with running_coordinator(tmp_path, cluster=None,
+                             serve_args=["--artifact-port", str(other_port)]) as replica:
+        (replica.data / "artifacts" / "bundle.bin").write_bytes(PAYLOAD)
+        status, _, body = fetch(served.ca_file, other_port, link(served, agent), {})
+    assert status == 200 and body == PAYLOAD
 
 
 def test_a_port_in_use_fails_serve_naming_the_option(tmp_path: Path) -> None:

@@ -120,6 +120,15 @@ def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | No
         artifact_port=artifact_port))
 
 
+@click.command("serve-artifacts", hidden=True)
+def serve_artifacts() -> None:
+    """The artifact port's process, which `serve --artifact-port` starts with its settings
+    on stdin; never run by hand."""
+    from coordinator.server.artifact_process import main
+
+    main()
+
+
 def retention_seconds(value: str) -> float:
     """--event-retention in seconds: a duration, never 0 (history is never kept for ever)."""
     seconds = parse_duration(value, "--event-retention")

@@ -5,9 +5,9 @@ core and leave the event loop to the agents' requests (docs/architecture.md, "Ar
 bytes"). It serves only signed links the API's artifact route hands out (a 307 there after
 authenticating the machine), one GET a connection, and holds no state.
 
-Its limits, like the API port's (listener.py): at most MAX_CONNECTIONS open (more are closed
-at once), the TLS handshake and the request's headers within `header_seconds`, and each send
-within SEND_SECONDS."""
+Its limits, like the API port's (listener.py): at most MAX_CONNECTIONS open (more wait in the
+listen queue), the TLS handshake and the request's headers within `header_seconds`, and each
+send within SEND_SECONDS."""
 
 from __future__ import annotations
 
@@ -95,8 +95,10 @@ class ArtifactPort:
         deadline = time.monotonic() + self.header_seconds
         head = b""
         while b"\r\n\r\n" not in head:
-            if len(head) > HEAD_BYTES or time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if len(head) > HEAD_BYTES or left <= 0:
                 return
+            tls.settimeout(left)
             data = tls.recv(HEAD_BYTES)
             if not data:
                 return
@@ -136,7 +138,7 @@ class ArtifactPort:
             etag = byteranges.etag_of(version.st_mtime_ns, version.st_size)
             modified = formatdate(version.st_mtime, usegmt=True)
             chosen = byteranges.select(version.st_size, headers.get("range"),
-                                  headers.get("if-range"), etag, modified)
+                                       headers.get("if-range"), etag, modified)
             fields = {"Content-Type": "application/octet-stream", "Accept-Ranges": "bytes",
                       "ETag": etag, "Last-Modified": modified}
             if chosen.status == 416:

@@ -1,5 +1,5 @@
 """The artifact port's own process: `coordinator serve --artifact-port` binds the port, then
-hands its sockets to a child (`python -m coordinator.server.artifact_process`) that serves
+hands its sockets to a child (`coordinator serve-artifacts`, a hidden command) that serves
 them with threads (artifact_port.py). A process, not threads of the coordinator's: twenty
 downloads' threads taking and giving back the GIL around each TLS record kept the event loop
 waiting for it, and heartbeats took seconds; in a process of their own they share only the
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -22,6 +23,7 @@ from pathlib import Path
 from coordinator.domain.artifact_links import ArtifactLinks
 from coordinator.server.artifact_port import ArtifactPort
 from coordinator.server.listener import listening_sockets
+from nodeagent import logfmt
 
 NICE = 10  # the API's event loop (nice 0) comes first when the CPU is short
 STOP_SECONDS = 5.0
@@ -52,9 +54,7 @@ class ArtifactProcess:
         sockets = listening_sockets(self.host, self.port, 1024)
         try:
             fds = [listener.fileno() for listener in sockets]
-            self.child = subprocess.Popen(
-                [sys.executable, "-m", "coordinator.server.artifact_process"],
-                stdin=subprocess.PIPE, pass_fds=fds)
+            self.child = subprocess.Popen(_child_argv(), stdin=subprocess.PIPE, pass_fds=fds)
             assert self.child.stdin is not None
             self.child.stdin.write(json.dumps({**self.settings, "fds": fds}).encode() + b"\n")
             self.child.stdin.flush()
@@ -74,8 +74,20 @@ class ArtifactProcess:
             self.child.wait()
 
 
+def _child_argv() -> list[str]:
+    """This CLI's `serve-artifacts`: the PyInstaller bundle's binary is the CLI (and runs no
+    `-m`); otherwise this Python runs the CLI's module."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, "serve-artifacts"]
+    return [sys.executable, "-m", "coordinator.cli", "serve-artifacts"]
+
+
 def main() -> None:
+    """The child: serve until stdin ends. Ctrl-C in a terminal reaches it too, and is left
+    to the coordinator, which then closes the pipe."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     settings = json.loads(sys.stdin.buffer.readline())
+    logfmt.configure("info")
     os.nice(NICE)
     sockets = [socket.socket(fileno=fd) for fd in settings["fds"]]
     ArtifactPort(sockets, tls_server_context(Path(settings["cert"]), Path(settings["key"])),
@@ -85,6 +97,3 @@ def main() -> None:
     sys.stdin.buffer.read()  # until the coordinator closes the pipe, or is gone
     os._exit(0)  # downloads under way end with the process
 
-
-if __name__ == "__main__":
-    main()

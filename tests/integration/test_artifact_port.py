@@ -176,6 +176,18 @@ def test_a_killed_coordinator_leaves_nothing_on_the_port_and_comes_back(
         assert fetch(served.ca_file, port, link(served, agent), {})[2] == PAYLOAD
 
 
+def test_a_connection_that_never_asks_is_dropped_after_the_header_timeout(
+        tmp_path: Path) -> None:
+    """The slots (MAX_CONNECTIONS) are not held by clients that only connect."""
+    port = free_port()
+    with running_coordinator(tmp_path, serve_args=["--artifact-port", str(port),
+                                                   "--header-timeout", "1"]), \
+            socket.create_connection(("127.0.0.1", port), timeout=10) as idle:
+        started = time.monotonic()
+        assert idle.recv(1) == b""  # closed by the server
+        assert time.monotonic() - started < 5
+
+
 def test_a_replica_with_the_same_secrets_key_honours_anothers_links(
         served: ServedCoordinator, agent: Registered, tmp_path: Path) -> None:
     """Replicas behind one load balancer: the 307 of one, followed to the other's port."""

@@ -191,8 +191,9 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
                 raise SetupError(f"--artifact-port: cannot listen on {options.host}:"
                                  f"{options.artifact_port}: {exc.strerror}") from None
         scheme = "http" if context is None else "https"
+        also = "" if port is None else f", artifacts' bytes on port {options.artifact_port}"
         print(f"coordinator listening on {scheme}://{options.host}:{options.port} "
-              f"(data in {options.data_dir}; agents use {options.url()})", flush=True)
+              f"(data in {options.data_dir}; agents use {options.url()}{also})", flush=True)
         background = [asyncio.create_task(coordinator.run()),
                       asyncio.create_task(coordinator.write_heartbeats()),
                       asyncio.create_task(coordinator.audit_refusals()),

@@ -38,6 +38,7 @@ def served(tmp_path_factory: pytest.TempPathFactory,
             as coordinator:
         store = coordinator.data / "artifacts"
         (store / "bundle.bin").write_bytes(PAYLOAD)
+        (store / "a name + é.bin").write_bytes(PAYLOAD[:1000])
         (coordinator.data / "secret").write_text("not an artifact")
         yield coordinator
 
@@ -87,6 +88,18 @@ def test_the_agents_own_client_downloads_an_artifact_whole(served: ServedCoordin
         return b"".join([chunk async for chunk in body.chunks])
 
     assert hashlib.sha256(asyncio.run(download())).digest() == hashlib.sha256(PAYLOAD).digest()
+
+
+def test_a_name_with_spaces_and_non_ascii_is_served_by_the_agents_client(
+        served: ServedCoordinator, agent: Registered) -> None:
+    client = CoordinatorClient([Endpoint(served.url)], timeout=10,
+                               context=ssl.create_default_context(cafile=str(served.ca_file)))
+
+    async def download() -> bytes:
+        body = await client.artifact(agent["credential"], "a name + é.bin", {})
+        return b"".join([chunk async for chunk in body.chunks])
+
+    assert asyncio.run(download()) == PAYLOAD[:1000]
 
 
 @pytest.mark.parametrize(("asked", "start", "end"), [

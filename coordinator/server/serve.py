@@ -88,14 +88,11 @@ def tls_context(pki: Pki) -> ssl.SSLContext:
     return tls_server_context(pki.server_cert, pki.server_key)
 
 
-def artifact_port(options: ServeOptions, context: ssl.SSLContext | None,
-                  store: Path) -> ArtifactProcess | None:
+def artifact_port(options: ServeOptions, store: Path) -> ArtifactProcess | None:
     """The artifact port when asked for, its links signed with a key derived from the
     secrets key (the same on every replica)."""
     if options.artifact_port is None:
         return None
-    if context is None:
-        raise SetupError("--artifact-port serves artifacts over TLS: not with --insecure-http")
     try:
         key = secrets_key.load(options.key_file()).derive(b"artifact links")
     except secrets_key.KeyFileError as exc:
@@ -158,6 +155,8 @@ def metrics_token(path: Path | None) -> str | None:
 
 
 async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> None:
+    if options.insecure_http and options.artifact_port is not None:
+        raise SetupError("--artifact-port serves artifacts over TLS: not with --insecure-http")
     context = None if options.insecure_http else tls_context(options.pki())
     if context is not None and (problem := advertised.unnamed(
             options.url(), options.advertise_url is not None, options.port,
@@ -172,7 +171,7 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
         metrics_token=metrics_token(options.metrics_token_file),
         register_total_rate=options.register_rate_total), options.data_dir)
     limits = options.connections
-    port = artifact_port(options, context, artifacts)
+    port = artifact_port(options, artifacts)
     if port is not None:
         app[ARTIFACT_LINKS] = port.links
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_seconds)

@@ -203,6 +203,15 @@ def test_a_replica_with_the_same_secrets_key_honours_anothers_links(
     assert status == 200 and body == PAYLOAD
 
 
+def test_plain_http_and_an_artifact_port_are_refused_together(tmp_path: Path) -> None:
+    result = subprocess.run([COORDINATOR, "serve", "--data-dir", str(tmp_path / "data"),
+                             "--listen", f"127.0.0.1:{free_port()}", "--insecure-http",
+                             "--artifact-port", str(free_port())],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "--artifact-port serves artifacts over TLS: not with --insecure-http" in result.stderr
+
+
 def test_a_port_in_use_fails_serve_naming_the_option(tmp_path: Path) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken, \
             running_coordinator(tmp_path) as served:

@@ -11,12 +11,13 @@ when the coordinator stops, or dies however it dies."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import signal
 import socket
 import ssl
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +28,9 @@ from nodeagent import logfmt
 
 NICE = 10  # the API's event loop (nice 0) comes first when the CPU is short
 STOP_SECONDS = 5.0
+RESTART_SECONDS = 1.0
+
+log = logging.getLogger(__name__)
 
 
 def tls_server_context(cert: Path, key: Path) -> ssl.SSLContext:
@@ -38,7 +42,9 @@ def tls_server_context(cert: Path, key: Path) -> ssl.SSLContext:
 
 
 class ArtifactProcess:
-    """The child serving the artifact port, from start() to stop()."""
+    """The child serving the artifact port: started by start(), started again by run() when
+    it exits on its own (it keeps the listening sockets here, so connections made meanwhile
+    wait for the new one), ended by stop()."""
 
     def __init__(self, host: str, port: int, cert: Path, key: Path, store: Path,
                  links: ArtifactLinks, header_seconds: float) -> None:
@@ -47,31 +53,42 @@ class ArtifactProcess:
         self.settings = {"cert": str(cert), "key": str(key), "store": str(store),
                          "link_key": links.key.hex(), "port": port,
                          "header_seconds": header_seconds}
-        self.child: subprocess.Popen[bytes] | None = None
+        self.sockets: list[socket.socket] = []
+        self.child: asyncio.subprocess.Process | None = None
 
-    def start(self) -> None:
+    async def start(self) -> None:
         """Bind here (a port in use fails `serve` at once, as the API's does), serve there."""
-        sockets = listening_sockets(self.host, self.port, 1024)
-        try:
-            fds = [listener.fileno() for listener in sockets]
-            self.child = subprocess.Popen(_child_argv(), stdin=subprocess.PIPE, pass_fds=fds)
-            assert self.child.stdin is not None
-            self.child.stdin.write(json.dumps({**self.settings, "fds": fds}).encode() + b"\n")
-            self.child.stdin.flush()
-        finally:
-            for listener in sockets:
-                listener.close()
+        self.sockets = listening_sockets(self.host, self.port, 1024)
+        await self._spawn()
 
-    def stop(self) -> None:
-        if self.child is None:
-            return
+    async def _spawn(self) -> None:
+        fds = [listener.fileno() for listener in self.sockets]
+        self.child = await asyncio.create_subprocess_exec(
+            *_child_argv(), stdin=asyncio.subprocess.PIPE, pass_fds=fds)
         assert self.child.stdin is not None
-        self.child.stdin.close()
-        try:
-            self.child.wait(STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            self.child.kill()
-            self.child.wait()
+        self.child.stdin.write(json.dumps({**self.settings, "fds": fds}).encode() + b"\n")
+        await self.child.stdin.drain()
+
+    async def run(self) -> None:
+        """Start the child again each time it exits (until cancelled)."""
+        while self.child is not None:
+            code = await self.child.wait()
+            log.error("the artifact port's process exited (%s); starting it again", code)
+            await asyncio.sleep(RESTART_SECONDS)
+            await self._spawn()
+
+    async def stop(self) -> None:
+        child, self.child = self.child, None
+        if child is not None and child.returncode is None:
+            assert child.stdin is not None
+            child.stdin.close()
+            try:
+                await asyncio.wait_for(child.wait(), STOP_SECONDS)
+            except TimeoutError:
+                child.kill()
+                await child.wait()
+        for listener in self.sockets:
+            listener.close()
 
 
 def _child_argv() -> list[str]:

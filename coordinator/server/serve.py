@@ -185,7 +185,7 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
         await site.start()
         if port is not None:
             try:
-                port.start()
+                await port.start()
             except OSError as exc:
                 raise SetupError(f"--artifact-port: cannot listen on {options.host}:"
                                  f"{options.artifact_port}: {exc.strerror}") from None
@@ -199,6 +199,8 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
                       asyncio.create_task(coordinator.history.run()),
                       asyncio.create_task(pivots.refresh_loop(
                           coordinator.pivots, coordinator.store, options.pivot_refresh_seconds))]
+        if port is not None:
+            background.append(asyncio.create_task(port.run()))
         policy = None
         METRICS.gc_pauses.install()  # at /metrics, whoever schedules the collections
         if options.gc_interval > 0:
@@ -223,7 +225,7 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
             coordinator.notifier.wake_all()
     finally:
         if port is not None:
-            await asyncio.to_thread(port.stop)
+            await port.stop()
         await runner.cleanup()
         await coordinator.close()
         await coordinator.store.close()

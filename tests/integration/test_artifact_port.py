@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -174,6 +175,25 @@ def test_a_killed_coordinator_leaves_nothing_on_the_port_and_comes_back(
             time.sleep(0.1)
         served.start()
         assert fetch(served.ca_file, port, link(served, agent), {})[2] == PAYLOAD
+
+
+def test_a_killed_artifact_process_is_started_again(served: ServedCoordinator,
+                                                     agent: Registered, port: int) -> None:
+    children = [pid for task in Path(f"/proc/{served.pid}/task").iterdir()
+                for pid in (task / "children").read_text().split()]
+    serving = [pid for pid in children
+               if b"serve-artifacts" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(serving) == 1
+    os.kill(int(serving[0]), signal.SIGKILL)
+    deadline = time.monotonic() + 15
+    while True:  # connections made meanwhile wait in the listen queue for the new one
+        try:
+            assert fetch(served.ca_file, port, link(served, agent), {})[2] == PAYLOAD
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the artifact port did not come back"
+            time.sleep(0.2)
+    assert "the artifact port's process exited" in served.log.read_text()
 
 
 def test_a_connection_that_never_asks_is_dropped_after_the_header_timeout(

@@ -25,6 +25,7 @@ from coordinator.domain.artifact_links import ArtifactLinks
 from coordinator.server.artifact_port import ArtifactPort
 from coordinator.server.listener import listening_sockets
 from nodeagent import logfmt
+from nodeagent.children import close_and_wait
 
 NICE = 10  # the API's event loop (nice 0) comes first when the CPU is short
 STOP_SECONDS = 5.0
@@ -80,13 +81,7 @@ class ArtifactProcess:
     async def stop(self) -> None:
         child, self.child = self.child, None
         if child is not None and child.returncode is None:
-            assert child.stdin is not None
-            child.stdin.close()
-            try:
-                await asyncio.wait_for(child.wait(), STOP_SECONDS)
-            except TimeoutError:
-                child.kill()
-                await child.wait()
+            await close_and_wait(child, STOP_SECONDS)
         for listener in self.sockets:
             listener.close()
 

@@ -7,11 +7,14 @@ few hundred simulated agents heartbeat to the coordinator.
     # seconds, small (CI runs it so that the script keeps working)
     .venv/bin/python bench/artifacts.py --quick
 
+The coordinator runs with `--artifact-port` (the API answers 307 to a signed link there,
+curl follows it); `--in-loop` measures it without, its event loop serving the bytes.
 nginx runs as the current user from a temporary prefix on a loopback port (its default
 `worker_processes auto`, sendfile on); the downloads are curl processes writing to /dev/null
 (a client in C, so that the client's cost is the same for both servers), each with the
 machine credential of a registered agent. Prints each server's throughput (all bytes over
-the wall time of the round), the ratio coordinator/nginx, and the agents' heartbeat latency
+the wall time of the round), the ratio coordinator/nginx, each server's CPU time per GiB sent
+(on a machine others share, steadier than throughput), and the agents' heartbeat latency
 p50/p99 while the coordinator serves the downloads.
 """
 
@@ -74,10 +77,27 @@ def nginx_binary() -> str:
     return path
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system) of a process and all its descendants alive now: nginx's
+    workers, the coordinator's artifact process."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            total += sum(cpu_seconds(int(child))
+                         for child in (task / "children").read_text().split())
+    except (OSError, IndexError, ValueError):  # gone meanwhile
+        pass
+    return total
+
+
 @contextmanager
-def running_nginx(prefix: Path, served: ServedCoordinator, store: Path) -> Iterator[str]:
+def running_nginx(prefix: Path, served: ServedCoordinator,
+                  store: Path) -> Iterator[tuple[str, int]]:
     """nginx from a temporary prefix with the coordinator's certificate, serving its artifact
-    store under the same path; its base URL."""
+    store under the same path; its base URL and its master's pid."""
     port = free_port()
     pki = served.data / "pki"
     user = f"user {pwd.getpwuid(os.getuid()).pw_name};\n" if os.geteuid() == 0 else ""
@@ -95,7 +115,7 @@ def running_nginx(prefix: Path, served: ServedCoordinator, store: Path) -> Itera
             if process.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"nginx did not start: {process.communicate()[1].decode()}")
             time.sleep(0.1)
-        yield url
+        yield url, process.pid
     finally:
         process.terminate()
         process.wait(timeout=10)
@@ -105,7 +125,7 @@ def download_round(url: str, ca_file: Path, credential: str, downloads: int,
                    size: int) -> float:
     """`downloads` curl processes at once, each fetching the whole artifact; bytes per second
     over the round's wall time (every download must have received every byte)."""
-    argv = ["curl", "-sS", "--fail", "-o", "/dev/null", "-w", "%{size_download}",
+    argv = ["curl", "-sS", "--fail", "--location", "-o", "/dev/null", "-w", "%{size_download}",
             "--cacert", str(ca_file), "-H", f"Authorization: Bearer {credential}",
             f"{url}/v1/artifacts/{ARTIFACT}"]
     started = time.monotonic()
@@ -134,6 +154,8 @@ def main() -> None:
     parser.add_argument("--heartbeat-interval", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=2,
                         help="rounds per server, alternating; the best of each is printed")
+    parser.add_argument("--in-loop", action="store_true",
+                        help="no --artifact-port: the API's event loop serves the bytes itself")
     parser.add_argument("--quick", action="store_true",
                         help="4 downloads of 16 MiB, 20 agents, one round: seconds")
     args = parser.parse_args()
@@ -144,7 +166,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, running_coordinator(
             Path(tmp), cluster_spec(50, 30.0),
             ["--register-rate", "0", "--register-rate-total", "0",
-             "--connections-per-address", "0"]) as served:
+             "--connections-per-address", "0",
+             *([] if args.in_loop else ["--artifact-port", str(free_port())])]) as served:
         store = (served.data / "artifacts").resolve()
         with open(store / ARTIFACT, "wb") as artifact:
             for _ in range(args.size_mib):
@@ -164,12 +187,15 @@ def main() -> None:
         time.sleep(args.heartbeat_interval)
         rates: dict[str, list[float]] = {"nginx": [], "coordinator": []}
         windows: dict[str, list[tuple[float, float]]] = {"nginx": [], "coordinator": []}
-        with running_nginx(nginx_prefix, served, store) as nginx_url:
+        cpu = {"nginx": 0.0, "coordinator": 0.0}
+        with running_nginx(nginx_prefix, served, store) as (nginx_url, nginx_pid):
             for _ in range(args.rounds):
-                for server, url in (("nginx", nginx_url), ("coordinator", served.url)):
-                    started = time.monotonic()
+                for server, url, pid in (("nginx", nginx_url, nginx_pid),
+                                         ("coordinator", served.url, served.pid)):
+                    started, before = time.monotonic(), cpu_seconds(pid)
                     rates[server].append(download_round(url, served.ca_file, credential,
                                                         args.downloads, size))
+                    cpu[server] += cpu_seconds(pid) - before
                     windows[server].append((started, time.monotonic()))
         mine.send("stop")
         _, calls, _, errors, _ = mine.recv()
@@ -180,6 +206,11 @@ def main() -> None:
         print(f"  {server + ':':13s}{max(rates[server]) / 1e6:6.0f} MB/s "
               f"(rounds: {', '.join(f'{r / 1e6:.0f} MB/s' for r in rates[server])})")
     print(f"  ratio coordinator/nginx: {max(rates['coordinator']) / max(rates['nginx']):.2f}")
+    # CPU per byte does not depend on what else the machine runs, as throughput does; the
+    # coordinator's includes answering the agents' heartbeats meanwhile.
+    gib = args.rounds * args.downloads * size / 2**30
+    print(f"  server CPU per GiB sent: nginx {cpu['nginx'] / gib:.2f} s, coordinator "
+          f"{cpu['coordinator'] / gib:.2f} s")
     for server in ("nginx", "coordinator"):  # nginx's: what the machine's load alone costs
         during = [seconds for t, endpoint, seconds in calls if endpoint == "heartbeat"
                   and any(start <= t <= end for start, end in windows[server])]

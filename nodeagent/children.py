@@ -38,6 +38,18 @@ def own_argv() -> list[str]:
     return [sys.executable, "-m", "nodeagent"]
 
 
+async def close_and_wait(child: asyncio.subprocess.Process, seconds: float) -> None:
+    """End a child that lives until its stdin closes: close it, and kill the child if it is
+    not gone within seconds."""
+    assert child.stdin is not None
+    child.stdin.close()
+    try:
+        await asyncio.wait_for(child.wait(), seconds)
+    except TimeoutError:
+        child.kill()
+        await child.wait()
+
+
 async def own_command(host: Host, *args: str) -> CommandResult:
     """`nodeagent ARGS` in a child, given CHILD_TIMEOUT_SECONDS to finish."""
     try:
@@ -81,9 +93,4 @@ async def apply_phase(assignment: Document, config_path: str, root: Path,
         return await child.wait()
     finally:
         if child.returncode is None:
-            child.stdin.close()
-            try:
-                await asyncio.wait_for(child.wait(), STOP_SECONDS)
-            except TimeoutError:
-                child.kill()
-                await child.wait()
+            await close_and_wait(child, STOP_SECONDS)

@@ -7,6 +7,7 @@ import time
 from aiohttp import web
 
 from coordinator.api.context import (
+    ARTIFACT_LINKS,
     ARTIFACTS,
     REGISTER_LIMIT,
     REGISTER_TOTAL_LIMIT,
@@ -16,11 +17,12 @@ from coordinator.api.context import (
     refused,
     service,
 )
-from coordinator.domain.errors import Conflict, Forbidden, NotFound, TooManyRequests, Unauthorized
+from coordinator.domain.errors import Conflict, Forbidden, TooManyRequests, Unauthorized
 from coordinator.domain.ratelimit import RateLimiter
 from coordinator.domain.records import CredentialOwner
 from coordinator.domain.refusals import REGISTRATION
 from coordinator.metrics import METRICS, record_item
+from coordinator.service.artifacts import locate
 from nodeagent.client import generation_tag
 from nodeagent.protocol import (
     ItemReport,
@@ -135,13 +137,14 @@ async def heartbeat(request: web.Request) -> web.Response:
 
 
 async def artifact(request: web.Request) -> web.StreamResponse:
-    """Files from the artifact store, for any registered machine; never outside the store."""
+    """Files from the artifact store, for any registered machine; never outside the store.
+    With an artifact port (`serve --artifact-port`), a redirect to a signed link there, whose
+    bytes are encrypted in threads rather than in this event loop (docs/architecture.md)."""
     await service(request).credentials.authenticate_any(bearer(request))
-    store = request.app[ARTIFACTS].resolve()
     name = request.match_info["name"]
-    if not name.isprintable():  # a NUL is no file name the OS takes
-        raise InvalidDocument([Problem("name", "an artifact name has no control characters")])
-    target = (store / name).resolve()
-    if not target.is_relative_to(store) or not target.is_file():
-        raise NotFound(f"no artifact {request.match_info['name']}")
-    return web.FileResponse(target)
+    target = locate(request.app[ARTIFACTS], name)
+    links = request.app.get(ARTIFACT_LINKS)
+    if links is None:
+        return web.FileResponse(target)
+    location = request.url.with_port(links.port).with_query(links.query(name, time.time()))
+    return web.Response(status=307, headers={"Location": str(location)})

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from coordinator.domain.artifact_links import ArtifactLinks
 from coordinator.domain.errors import Conflict, Forbidden, Unauthorized
 from coordinator.domain.ratelimit import RateLimiter
 from coordinator.domain.refusals import ADMIN_REQUEST
@@ -43,6 +44,7 @@ PRESENTATION = web.AppKey("presentation", Presentation)
 REGISTER_LIMIT = web.AppKey("register_limit", RateLimiter)
 REGISTER_TOTAL_LIMIT = web.AppKey("register_total_limit", RateLimiter)
 ARTIFACTS = web.AppKey("artifacts", Path)
+ARTIFACT_LINKS = web.AppKey("artifact_links", ArtifactLinks)  # only with an artifact port
 DATA_DIR = web.AppKey("data_dir", Path)  # its PKI and secrets key go into backups
 CLOSING = web.AppKey("closing", asyncio.Event)
 

@@ -16,7 +16,7 @@ from coordinator.cli.events import events
 from coordinator.cli.machines import approve, delete, machines, revoke, role
 from coordinator.cli.pivot import pivot
 from coordinator.cli.plumbing import DEFAULT_URL, make_client, say
-from coordinator.cli.process import init, restore, serve
+from coordinator.cli.process import init, restore, serve, serve_artifacts
 from coordinator.cli.status import status
 from coordinator.cli.tokens import admin_token, join_token
 from coordinator.cli.upgrade import upgrade
@@ -76,6 +76,7 @@ def version() -> None:
 
 machines.add_command(machines_add)
 machines.add_command(approve)  # `coordinator machines approve` too, beside `coordinator approve`
-for command in (serve, init, cluster, join_token, admin_token, machines, approve, role, delete,
-                revoke, status, events, completion, upgrade, agents, backup, restore, pivot):
+for command in (serve, serve_artifacts, init, cluster, join_token, admin_token, machines, approve,
+                role, delete, revoke, status, events, completion, upgrade, agents, backup, restore,
+                pivot):
     main.add_command(command)

@@ -89,11 +89,16 @@ def parse_store(location: str | None) -> str | None:
 @click.option("--pivot-refresh", default=60.0, show_default=True,
               type=click.FloatRange(min=1), help="Once this coordinator has moved (`coordinator "
               "pivot`), seconds between refreshes of its read-only copy from the new one.")
+@click.option("--artifact-port", type=click.IntRange(min=1, max=65535),
+              help="Also serve artifacts' bytes on this port (same host, same certificate), "
+                   "encrypted in threads on every core: the API answers an artifact's GET "
+                   "with a redirect there. Default: the API's port serves them itself.")
 def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
           artifacts: str | None, insecure_http: bool, credential_ttl: str,
           register_rate: float, register_rate_total: float, connections_per_address: int,
           header_timeout: float, gc_interval: float, metrics_token_file: str | None,
-          event_retention: str, event_max: int, pivot_refresh: float) -> None:
+          event_retention: str, event_max: int, pivot_refresh: float,
+          artifact_port: int | None) -> None:
     """Run the coordinator: HTTPS API plus the reconcile loop, on the embedded SQLite store or
     on PostgreSQL (--store), where several replicas serve the API and one leads."""
     from coordinator.server.listener import ConnectionLimits
@@ -111,7 +116,17 @@ def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | No
                                      header_seconds=header_timeout),
         metrics_token_file=Path(metrics_token_file) if metrics_token_file else None,
         retention=Retention(max_age_seconds=retention_seconds(event_retention),
-                            max_events=event_max), pivot_refresh_seconds=pivot_refresh))
+                            max_events=event_max), pivot_refresh_seconds=pivot_refresh,
+        artifact_port=artifact_port))
+
+
+@click.command("serve-artifacts", hidden=True)
+def serve_artifacts() -> None:
+    """The artifact port's process, which `serve --artifact-port` starts with its settings
+    on stdin; never run by hand."""
+    from coordinator.server.artifact_process import main
+
+    main()
 
 
 def retention_seconds(value: str) -> float:

@@ -139,7 +139,7 @@ class GuardedSite(web.BaseSite):
 
     async def start(self) -> None:
         await super().start()
-        self.sockets = _listen(self.host, self.port, self._backlog)
+        self.sockets = listening_sockets(self.host, self.port, self._backlog)
         for listener in self.sockets:
             self._spawn(self._accept(listener))
 
@@ -203,7 +203,7 @@ class GuardedSite(web.BaseSite):
             raise
 
 
-def _listen(host: str, port: int, backlog: int) -> list[socket.socket]:
+def listening_sockets(host: str, port: int, backlog: int) -> list[socket.socket]:
     """Listening sockets on every address host resolves to (all interfaces for "", 0.0.0.0 is
     IPv4's, :: IPv6's), as asyncio's create_server binds them."""
     sockets: list[socket.socket] = []

@@ -17,12 +17,14 @@ import uvloop
 from aiohttp import web
 
 from coordinator.api.app import create_app
-from coordinator.api.context import Presentation
+from coordinator.api.context import ARTIFACT_LINKS, Presentation
+from coordinator.domain.artifact_links import ArtifactLinks
 from coordinator.domain.pivot import DEFAULT_REFRESH_SECONDS
 from coordinator.domain.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
 from coordinator.gcpolicy import DEFAULT_INTERVAL_SECONDS, GcPolicy
 from coordinator.metrics import METRICS
 from coordinator.server import advertised, datadir, secrets_key
+from coordinator.server.artifact_process import ArtifactProcess, tls_server_context
 from coordinator.server.listener import ConnectionLimits, GuardedSite, raise_descriptor_limit
 from coordinator.server.pki import Pki
 from coordinator.service import pivots
@@ -57,6 +59,7 @@ class ServeOptions:
     retention: Retention = DEFAULT_RETENTION  # how much event history is kept
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     pivot_refresh_seconds: float = DEFAULT_REFRESH_SECONDS  # a moved coordinator's copy
+    artifact_port: int | None = None  # artifacts' bytes from threads there (artifact_port.py)
 
     def pki(self) -> Pki:
         return Pki(self.data_dir / "pki")
@@ -82,10 +85,22 @@ def tls_context(pki: Pki) -> ssl.SSLContext:
             f"no TLS certificate in {pki.directory}: run `coordinator init --data-dir "
             f"{pki.directory.parent} --name HOST_OR_IP ...` first (or pass --insecure-http for a "
             "demo on one machine)")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(pki.server_cert, pki.server_key)
-    return context
+    return tls_server_context(pki.server_cert, pki.server_key)
+
+
+def artifact_port(options: ServeOptions, store: Path) -> ArtifactProcess | None:
+    """The artifact port when asked for, its links signed with a key derived from the
+    secrets key (the same on every replica)."""
+    if options.artifact_port is None:
+        return None
+    try:
+        key = secrets_key.load(options.key_file()).derive(b"artifact links")
+    except secrets_key.KeyFileError as exc:
+        raise SetupError(str(exc)) from None
+    pki = options.pki()
+    return ArtifactProcess(options.host, options.artifact_port, pki.server_cert,
+                           pki.server_key, store, ArtifactLinks(key, options.artifact_port),
+                           options.connections.header_seconds)
 
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -140,6 +155,8 @@ def metrics_token(path: Path | None) -> str | None:
 
 
 async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> None:
+    if options.insecure_http and options.artifact_port is not None:
+        raise SetupError("--artifact-port serves artifacts over TLS: not with --insecure-http")
     context = None if options.insecure_http else tls_context(options.pki())
     if context is not None and (problem := advertised.unnamed(
             options.url(), options.advertise_url is not None, options.port,
@@ -154,6 +171,9 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
         metrics_token=metrics_token(options.metrics_token_file),
         register_total_rate=options.register_rate_total), options.data_dir)
     limits = options.connections
+    port = artifact_port(options, artifacts)
+    if port is not None:
+        app[ARTIFACT_LINKS] = port.links
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_seconds)
     await runner.setup()
     try:
@@ -163,9 +183,16 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
             max(1, descriptors - limits.reserve), limits.per_address or "all")
         site = GuardedSite(runner, options.host, options.port, context, limits, descriptors)
         await site.start()
+        if port is not None:
+            try:
+                await port.start()
+            except OSError as exc:
+                raise SetupError(f"--artifact-port: cannot listen on {options.host}:"
+                                 f"{options.artifact_port}: {exc.strerror}") from None
         scheme = "http" if context is None else "https"
+        also = "" if port is None else f", artifacts' bytes on port {options.artifact_port}"
         print(f"coordinator listening on {scheme}://{options.host}:{options.port} "
-              f"(data in {options.data_dir}; agents use {options.url()})", flush=True)
+              f"(data in {options.data_dir}; agents use {options.url()}{also})", flush=True)
         background = [asyncio.create_task(coordinator.run()),
                       asyncio.create_task(coordinator.write_heartbeats()),
                       asyncio.create_task(coordinator.audit_refusals()),
@@ -173,6 +200,8 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
                       asyncio.create_task(coordinator.queries.warm_status()),
                       asyncio.create_task(pivots.refresh_loop(
                           coordinator.pivots, coordinator.writes, options.pivot_refresh_seconds))]
+        if port is not None:
+            background.append(asyncio.create_task(port.run()))
         policy = None
         METRICS.gc_pauses.install()  # at /metrics, whoever schedules the collections
         if options.gc_interval > 0:
@@ -196,6 +225,8 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
                 policy.stop()
             coordinator.notifier.wake_all()
     finally:
+        if port is not None:
+            await port.stop()
         await runner.cleanup()
         await coordinator.close()
         await coordinator.store.close()

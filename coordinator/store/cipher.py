@@ -37,9 +37,15 @@ class Cipher:
         if len(key) != KEY_BYTES:
             raise ValueError(f"a secrets key is {KEY_BYTES} bytes, not {len(key)}")
         self._aead = AESGCM(key)
+        self._key = key
         self.source = source  # where the key came from (its file), for error messages
         # Names the key without revealing it: the database keeps it to refuse another key.
         self.fingerprint = hmac.new(key, _FINGERPRINT_LABEL, hashlib.sha256).hexdigest()[:32]
+
+    def derive(self, purpose: bytes) -> bytes:
+        """A key of its own for another purpose (signing artifact links), bound to this one:
+        replicas sharing the secrets key derive the same."""
+        return hmac.new(self._key, purpose, hashlib.sha256).digest()
 
     @staticmethod
     def new_key() -> bytes:

@@ -1,7 +1,8 @@
 """Artifacts from a served coordinator over TLS, as agents download them: whole through the
 agent's own client, by ranges (an agent resumes a cut download with `Range: bytes=N-`), only
 for registered machines, never from outside the store, and many at once while heartbeats
-keep being answered."""
+keep being answered. Each test runs twice: the API's port serving the bytes itself, and with
+`--artifact-port`, where the API answers 307 with a signed link to that port."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import os
 import ssl
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -19,6 +22,7 @@ from nodeagent.client import CoordinatorClient
 from nodeagent.endpoint import Endpoint
 from tests.support.driver import Registered
 from tests.support.harness import ServedCoordinator, running_coordinator
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -26,11 +30,15 @@ SIZE = 5 * 2**20 + 12345  # many of the server's 256 KiB chunks, and a ragged en
 PAYLOAD = os.urandom(SIZE)
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedCoordinator]:
-    with running_coordinator(tmp_path_factory.mktemp("artifacts")) as coordinator:
+@pytest.fixture(scope="module", params=["api-port", "artifact-port"])
+def served(tmp_path_factory: pytest.TempPathFactory,
+           request: pytest.FixtureRequest) -> Iterator[ServedCoordinator]:
+    args = ["--artifact-port", str(free_port())] if request.param == "artifact-port" else []
+    with running_coordinator(tmp_path_factory.mktemp("artifacts"), serve_args=args) \
+            as coordinator:
         store = coordinator.data / "artifacts"
         (store / "bundle.bin").write_bytes(PAYLOAD)
+        (store / "a name + é.bin").write_bytes(PAYLOAD[:1000])
         (coordinator.data / "secret").write_text("not an artifact")
         yield coordinator
 
@@ -42,14 +50,27 @@ def agent(served: ServedCoordinator) -> Registered:
 
 def get(served: ServedCoordinator, path: str, credential: str | None,
         **headers: str) -> tuple[int, dict[str, str], bytes]:
-    """Status, headers and body of one GET over TLS with the coordinator's CA."""
-    context = ssl.create_default_context(cafile=str(served.ca_file))
-    connection = http.client.HTTPSConnection("127.0.0.1", served.port, context=context,
-                                             timeout=30)
+    """Status, headers and body of one GET over TLS with the coordinator's CA, after a 307 to
+    the artifact port if the API answers one (with the same headers, as urllib and curl -L
+    follow it)."""
     if credential is not None:
         headers["Authorization"] = f"Bearer {credential}"
+    status, answer, body = fetch(served.ca_file, served.port, path, headers)
+    if status == 307:
+        link = urlsplit(answer["Location"])
+        assert (link.scheme, link.hostname) == ("https", "127.0.0.1")
+        assert link.path == path and link.port != served.port
+        return fetch(served.ca_file, link.port or 443, f"{link.path}?{link.query}", headers)
+    return status, answer, body
+
+
+def fetch(ca_file: Path, port: int, target: str,
+          headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    """One GET to 127.0.0.1:port over TLS, trusting ca_file."""
+    context = ssl.create_default_context(cafile=str(ca_file))
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=30)
     try:
-        connection.request("GET", path, headers=headers)
+        connection.request("GET", target, headers=headers)
         response = connection.getresponse()
         return response.status, dict(response.getheaders()), response.read()
     finally:
@@ -67,6 +88,18 @@ def test_the_agents_own_client_downloads_an_artifact_whole(served: ServedCoordin
         return b"".join([chunk async for chunk in body.chunks])
 
     assert hashlib.sha256(asyncio.run(download())).digest() == hashlib.sha256(PAYLOAD).digest()
+
+
+def test_a_name_with_spaces_and_non_ascii_is_served_by_the_agents_client(
+        served: ServedCoordinator, agent: Registered) -> None:
+    client = CoordinatorClient([Endpoint(served.url)], timeout=10,
+                               context=ssl.create_default_context(cafile=str(served.ca_file)))
+
+    async def download() -> bytes:
+        body = await client.artifact(agent["credential"], "a name + é.bin", {})
+        return b"".join([chunk async for chunk in body.chunks])
+
+    assert asyncio.run(download()) == PAYLOAD[:1000]
 
 
 @pytest.mark.parametrize(("asked", "start", "end"), [

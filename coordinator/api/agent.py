@@ -57,6 +57,8 @@ async def register(request: web.Request) -> web.Response:
     try:
         if token is not None:
             await service(request).access.known_join_token(token)
+        if (moved := service(request).pivots.refused_registration()) is not None:
+            raise Conflict(moved)
         _limit(request.app.get(REGISTER_TOTAL_LIMIT), "", now,
                "too many registrations at once; retry later")
         if token is None and (request.content_length or LEGACY_REGISTRATION_BYTES + 1) \

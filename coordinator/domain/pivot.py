@@ -122,6 +122,20 @@ def refused_change(pivot: Pivot | None) -> str | None:
             f"{pivot.to_url}`) or rolled back (`coordinator pivot --abort`)")
 
 
+def refused_registration(pivot: Pivot | None) -> str | None:
+    """Why a machine may not register here while this pivot is under way or done (None: it
+    may): the state already copied would not hold it, and its agent would stay behind."""
+    if pivot is None or pivot.step is Step.STARTED:
+        return None
+    if pivot.done:
+        return (f"this coordinator has moved to {pivot.to_url} (pivot {pivot.id}): it registers "
+                f"no machine; join it to {pivot.to_url} with a join string made there "
+                "(`coordinator join-token create CLUSTER` against it)")
+    return (f"pivot {pivot.id} to {pivot.to_url} is under way ({pivot.step.value}): this "
+            "coordinator registers no machine until it is rolled back; once the pivot is done, "
+            f"join it to {pivot.to_url} with a join string made there")
+
+
 def moved_text(pivot: Pivot) -> str:
     return (f"this coordinator has moved to {pivot.to_url} (pivot {pivot.id}): it is a "
             f"read-only copy; send changes to {pivot.to_url}")

@@ -72,6 +72,10 @@ class PivotLedger:
             return None
         return pv.refused_change(self._pivot)
 
+    def refused_registration(self) -> str | None:
+        """Why a machine may not register now (None: it may)."""
+        return pv.refused_registration(self._pivot)
+
     def begin(self, to_url: str, ca_pem: str | None, token: str) -> pv.Pivot:
         pivot = pv.begin(self._pivot, to_url, ca_pem, self.clock())
         if pivot is not self._pivot:

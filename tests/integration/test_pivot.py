@@ -10,11 +10,14 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from coordinator.cli.client import ClientError
 from tests.support.agent import joined_fleet
+from tests.support.builders import registration
+from tests.support.driver import Call, Steps
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.pivoting import STEPS, interrupted, pivot_argv
 from tests.support.waiting import wait_until
@@ -69,6 +72,12 @@ def begin(old: ServedCoordinator, new: ServedCoordinator) -> str:
         "to": new.url, "caPem": new.ca_file.read_text(),
         "token": new.token_file.read_text().strip()})
     return str(answer["pivot"]["id"])
+
+
+def registering(hostname: str, token: str, expect: int) -> Steps[dict[str, Any]]:
+    answer: dict[str, Any] = yield Call("POST", "/v1/agent/register", expect, join_token=token,
+                                        body=registration(hostname, token))
+    return answer
 
 
 def test_a_frozen_coordinator_refuses_changes_naming_the_pivot_until_it_is_aborted(
@@ -161,6 +170,7 @@ def ready(served: ServedCoordinator) -> bool:
 def test_a_pivot_moves_the_state_and_the_agents_and_leaves_a_read_only_copy(
         pair: tuple[ServedCoordinator, ServedCoordinator, Path], tmp_path: Path) -> None:
     old, new, done = pair
+    token = old.join_token()
     with joined_fleet(old, tmp_path, AGENTS, "heartbeatSeconds: 1"):
         wait_until(lambda: ready(old), 120, "a Ready cluster", interval=0.5)
         since = time.time()
@@ -171,6 +181,8 @@ def test_a_pivot_moves_the_state_and_the_agents_and_leaves_a_read_only_copy(
         again = pivot(old, new)  # done already: nothing more to do, and said so
         assert "done:" in again.stdout and "[1/4]" not in again.stdout
         settled(old, new, done, since)
+    refused = old.run(registering("late", token, 409))["error"]  # it would be left behind
+    assert f"this coordinator has moved to {new.url}" in refused and "join string" in refused
 
 
 @pytest.mark.parametrize("victims", [("old", "new"), ("new", "old")], ids=["old-first",
@@ -238,3 +250,17 @@ def test_bad_pivot_requests_are_refused_naming_the_field(
         old.admin.request("POST", "/v1/pivot/pv-1/steps/frozen")
     assert unknown.value.status == 409
     assert old.admin.get("/v1/pivot")["pivot"] is None and new.admin.all_machines() == []
+
+
+def test_a_pivoting_coordinator_registers_no_machine_until_rolled_back(
+        pair: tuple[ServedCoordinator, ServedCoordinator, Path], tmp_path: Path) -> None:
+    """A machine registered with the old coordinator once its state is being copied would be
+    missing from the new one, its agent left behind: it is refused, naming the pivot."""
+    old, new, _ = pair
+    token = old.join_token()
+    pivot_id = begin(old, new)
+    old.admin.request("POST", f"/v1/pivot/{pivot_id}/steps/frozen")
+    refused = old.run(registering("late", token, 409))["error"]
+    assert f"pivot {pivot_id} to {new.url} is under way" in refused and "rolled back" in refused
+    old.cli("pivot", "--abort")
+    old.run(registering("late", token, 201))  # rolled back: it registers again

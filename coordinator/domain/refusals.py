@@ -1,5 +1,6 @@
-"""Refused attempts, admin requests (401, 403) and registrations (401, 403, 409), counted per
-source address, status and what was refused, and written as one `audit` event each per window:
+"""Refused attempts, admin requests (401, 403), registrations (401, 403, 409) and connections
+the listener closed at once (status 0: no request was read), counted per source address,
+status and what was refused, and written as one `audit` event each per window:
 every refusal leaves a trace, and a flood of bad tokens writes a handful of events saying how
 many, never one per request. State in memory, no I/O; the caller passes the clock and writes
 the events."""
@@ -29,6 +30,7 @@ class _Count:
 
 ADMIN_REQUEST = "admin request"
 REGISTRATION = "registration"
+CONNECTION = "connection"  # closed before its first request: no status, method or path
 
 
 class RefusalTally:
@@ -65,5 +67,7 @@ class RefusalTally:
 
 def _message(source: str, status: int, count: _Count) -> str:
     times = "once" if count.count == 1 else f"{count.count} times"
+    if count.what == CONNECTION:
+        return f"{source}: connection refused {times} ({count.reason})"
     return (f"{source}: {count.what} refused {times} ({status}: {count.reason}), last "
             f"{count.method} {count.path}")

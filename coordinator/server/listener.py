@@ -22,7 +22,7 @@ import logging
 import resource
 import socket
 import ssl
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,9 +125,11 @@ class GuardedSite(web.BaseSite):
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int,
                  ssl_context: ssl.SSLContext | None, limits: ConnectionLimits,
-                 descriptors: int) -> None:
+                 descriptors: int,
+                 refused: Callable[[str, str], None] = lambda client, why: None) -> None:
         super().__init__(runner, ssl_context=ssl_context, backlog=1024)
         self.host, self.port, self.limits = host, port, limits
+        self.refused = refused  # told (client, why) of each connection closed at once
         self.counts = ConnectionCounts(max(1, descriptors - limits.reserve), limits.per_address)
         self.sockets: list[socket.socket] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -178,7 +180,7 @@ class GuardedSite(web.BaseSite):
         refusal = self.counts.admit(client)
         if refusal is not None:
             connection.close()
-            log.debug("refused a connection from %s: %s", peer[0], refusal)
+            self.refused(client, refusal)
             return
         connection.setblocking(False)
         deadline = asyncio.get_running_loop().time() + self.limits.header_seconds

@@ -20,6 +20,7 @@ from coordinator.api.app import create_app
 from coordinator.api.context import ARTIFACT_LINKS, Presentation
 from coordinator.domain.artifact_links import ArtifactLinks
 from coordinator.domain.pivot import DEFAULT_REFRESH_SECONDS
+from coordinator.domain.refusals import CONNECTION
 from coordinator.domain.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
 from coordinator.gcpolicy import DEFAULT_INTERVAL_SECONDS, GcPolicy
 from coordinator.metrics import METRICS
@@ -181,7 +182,9 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
         logging.getLogger(__name__).info(
             "descriptor limit %d: up to %d connections, %s from one address", descriptors,
             max(1, descriptors - limits.reserve), limits.per_address or "all")
-        site = GuardedSite(runner, options.host, options.port, context, limits, descriptors)
+        site = GuardedSite(runner, options.host, options.port, context, limits, descriptors,
+                           lambda client, why: coordinator.refusals.refused(
+                               client, 0, why, "", "", CONNECTION))
         await site.start()
         if port is not None:
             try:

@@ -1,4 +1,4 @@
-"""The audit trail of refused attempts (admin requests, registrations): refusals are counted
+"""The audit trail of refused attempts (admin requests, registrations, connections): refusals are counted
 in memory as they come (`domain/refusals.py`) and written every AUDIT_WINDOW_SECONDS, one event
 per source address, status and kind, so a flood of bad tokens costs the store a few rows a
 minute. The log shows the first of each at once, and the count with the event."""
@@ -25,8 +25,9 @@ class RefusalAudit:
 
     def refused(self, source: str, status: int, reason: str, method: str, path: str,
                 what: str = ADMIN_REQUEST) -> None:
-        """A 401 or 403 answered to an admin request (or to /metrics), or a registration
-        refused: counted, not written; logged when it is the first of its kind this window."""
+        """A 401 or 403 answered to an admin request (or to /metrics), a registration refused,
+        or a connection closed at once (status 0): counted, not written; logged when it is the
+        first of its kind this window."""
         if self.tally.note(source, status, reason, method, path, self.clock(), what):
             log.info("%s refused (%d): %s", what, status, reason, extra=fields(
                 event="refused", what=what, source=source, status=status, method=method,

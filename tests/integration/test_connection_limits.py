@@ -81,6 +81,15 @@ def test_one_address_holds_its_share_and_others_are_still_served(
         time.sleep(0.5)
         assert still_open(hostile) == SHARE
         assert max(admin_latencies(served, 20)) < 1.0
+    # The operator can tell: the first refusal logged at once, all of them counted in an
+    # audit event (written each minute, and when the coordinator stops).
+    assert (f"connection refused (0): {SHARE} connections already open from 127.0.0.2"
+            in served.log.read_text())
+    served.stop()
+    served.start()
+    audit = served.cli("events", "--kind", "audit").stdout
+    assert f"127.0.0.2: connection refused {2 * SHARE} times ({SHARE} connections already " \
+        "open from 127.0.0.2)" in audit
 
 
 def test_a_connection_that_dawdles_over_its_headers_is_closed(served: ServedCoordinator) -> None:

@@ -95,8 +95,10 @@ def test_only_a_change_in_what_to_run_stops_the_running_phase(tmp_path: Path) ->
     with running_coordinator(tmp_path, cluster(BLOCKING)) as coordinator, \
             agent_of(coordinator, tmp_path):
         hostname = approve(coordinator)
-        wait_until(lambda: (root / "started").exists(), 60, "the blocking item")
-        command = psutil.Process(int((root / "started").read_text()))
+        started = root / "started"  # the shell creates it, then writes its pid
+        wait_until(lambda: started.exists() and started.read_text().strip(), 60,
+                   "the blocking item's pid")
+        command = psutil.Process(int(started.read_text()))
         apply = tmp_path / "cluster.yaml"
 
         # A new generation, the same items: the running item is left alone.

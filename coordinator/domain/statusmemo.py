@@ -43,7 +43,9 @@ class Summary:
 
 
 @dataclass(frozen=True)
-class _Kept:
+class _Answer:
+    """The last answer, and what it was computed from besides the shares."""
+
     created: float
     system: SystemWorkloads | None
     counts: dict[str, int]
@@ -59,7 +61,7 @@ class StatusMemo:
         self._now = -math.inf
         self._parts: dict[str, tuple[Machine, int, MachinePart]] = {}  # id -> (as of, version, part)
         self._last: list[MachinePart] = []
-        self._kept: _Kept | None = None
+        self._answer: _Answer | None = None
 
     def summary(self, spec: ClusterSpec, created: float, machines: Sequence[Machine],
                 history: History, now: float, system: SystemWorkloads | None = None) -> Summary:
@@ -67,7 +69,7 @@ class StatusMemo:
         them) and their history, as of now."""
         if (spec is not self._spec and spec != self._spec) or now < self._now:
             self._parts.clear()
-            self._kept = None
+            self._answer = None
         self._spec, self._now = spec, now
         parts = []
         kept_parts, versions = self._parts, history.versions
@@ -83,14 +85,15 @@ class StatusMemo:
         if not same and len(kept_parts) > len(parts):  # machines went: forget their parts
             self._parts = {p.machine.id: kept_parts[p.machine.id] for p in parts}
         self._last = parts
-        kept = self._kept
-        if not same or kept is None or kept.clock_read or kept.created != created or \
-                kept.system != system:
+        answer = self._answer
+        if not same or answer is None or answer.clock_read or answer.created != created or \
+                answer.system != system:
             found, clock_read = stages_of(spec, created, parts, now, system)
             counts: dict[str, int] = {}
             for p in parts:
                 counts[p.state] = counts.get(p.state, 0) + 1
-            kept = self._kept = _Kept(created, system, counts, post_deploy(spec, machines), found,
-                                      clock_read, progress_of(p.run for p in parts))
-        return Summary(dict(kept.counts), kept.post_deploy, list(kept.stages),
-                       kept.progress.at(now))
+            answer = self._answer = _Answer(created, system, counts, post_deploy(spec, machines),
+                                            found, clock_read,
+                                            progress_of(p.run for p in parts))
+        return Summary(dict(answer.counts), answer.post_deploy, list(answer.stages),
+                       answer.progress.at(now))

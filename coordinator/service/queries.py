@@ -34,7 +34,6 @@ from coordinator.service.systemcheck import SystemCheck
 from coordinator.store.base import Store, StoreError
 from nodeagent.contract import Phase
 
-EVENT_PAGE = 10000
 log = logging.getLogger("coordinator")
 
 
@@ -149,14 +148,6 @@ class Queries:
     async def events(self, **filters: Any) -> list[Event]:
         """One page of history (see Store.list_events for the filters)."""
         return await self.store.list_events(**filters)
-
-    async def all_events(self, **filters: Any) -> list[Event]:
-        """Every event matching filters, oldest first, read page by page."""
-        found: list[Event] = []
-        while page := await self.store.list_events(since_id=found[-1].id if found else 0,
-                                                   limit=EVENT_PAGE, **filters):
-            found += page
-        return found
 
     async def newest_event_id(self) -> int:
         newest = await self.store.list_events(newest_first=True, limit=1)

@@ -44,6 +44,18 @@ def states(served: ServedCoordinator) -> dict[str, str]:
     return {m["hostname"]: m["state"] for m in served.admin.all_machines()}
 
 
+def machines_seen(served: ServedCoordinator) -> list[tuple[str, str, str, float]]:
+    """Each machine's hostname, state, note and last heartbeat: what a timed-out wait shows."""
+    return [(m["hostname"], m["state"], m.get("note") or "", m["last_seen"])
+            for m in served.admin.all_machines()]
+
+
+def log_tails(logs: list[Path], lines: int = 30) -> str:
+    """The last lines of each log: what a timed-out wait shows of the processes behind it."""
+    return "\n".join(f"--- {log}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+                     for log in logs if log.exists())
+
+
 def runs(directory: Path) -> dict[str, list[str]]:
     return {path.name: path.read_text().split() for path in sorted(directory.iterdir())}
 
@@ -146,7 +158,10 @@ def settled(old: ServedCoordinator, new: ServedCoordinator, done: Path, since: f
                       content_type="application/yaml")
     wait_until(lambda: all("upgrade-2" in lines for lines in runs(done).values())
                and set(states(new).values()) == {"Ready"}, 120,
-               "the upgrade driven from the new coordinator", interval=0.5)
+               lambda: f"the upgrade driven from the new coordinator (runs {runs(done)}, "
+                       f"machines {machines_seen(new)}, at {time.time():.1f})\n"
+                       + log_tails([new.log, *sorted(done.parent.glob("agent-*/agent.log"))]),
+               interval=0.5)
     assert runs(done) == {host: ["base", "control-plane", "upgrade-2"] for host in ids}
 
 

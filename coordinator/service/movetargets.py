@@ -33,13 +33,16 @@ class MoveTargets:
 
     async def set(self, urls: list[str], ca_pin: str | None) -> MoveTarget:
         """Tell every agent to move to urls (checked against ca_pin). Setting the target it
-        already names again changes nothing (its `since` stays): safe to repeat."""
+        already names again keeps its `since` and announces it again: the target and the
+        generations it bumps are two writes, and a crash between them must not leave agents
+        untold when the pivot is run again (an agent told twice re-reads the same work)."""
         before = await self.current()
-        if before is not None and before.urls == urls and before.ca_pin == ca_pin:
-            return before
-        target = MoveTarget(urls=urls, ca_pin=ca_pin, since=self.clock())
+        same = before is not None and before.urls == urls and before.ca_pin == ca_pin
+        target = before if same and before is not None else \
+            MoveTarget(urls=urls, ca_pin=ca_pin, since=self.clock())
         await self._announce(target)
-        log.info("move target set: agents move to %s (CA %s)", " ".join(urls), ca_pin)
+        log.info("move target %s: agents move to %s (CA %s)", "announced again" if same
+                 else "set", " ".join(urls), ca_pin)
         return target
 
     async def clear(self) -> MoveTarget | None:

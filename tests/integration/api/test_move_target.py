@@ -4,6 +4,7 @@ to, carried by every assignment, announced by a new generation that wakes parked
 from __future__ import annotations
 
 import asyncio
+import json
 
 from tests.support.harness import InProcessCoordinator
 
@@ -24,16 +25,35 @@ async def test_a_move_target_reaches_every_assignment_at_once_and_is_cleared(
     assert woken["move_target"] == target == {"urls": ["https://new.example:8443"],
                                               "ca_pin": PIN, "since": target["since"]}
     assert (await env.assignment(agents[1]))["move_target"] == target
-    # The same target again changes nothing: no new generation, the same `since`.
+    # The same target again keeps its `since`, and is announced again.
     assert await env.call("PUT", "/v1/move-target", 200,
                           json={"url": "https://new.example:8443", "caPin": PIN}) == target
-    assert (await env.assignment(agents[0]))["generation"] == woken["generation"]
+    again = await env.assignment(agents[0])
+    assert again["generation"] > woken["generation"] and again["move_target"] == target
+    woken = again
 
     assert await env.call("DELETE", "/v1/move-target", 200) == target
     after = await env.assignment(agents[0])
     assert after["move_target"] is None and after["generation"] > woken["generation"]
     assert await env.call("GET", "/v1/move-target", 200) is None
     assert await env.call("DELETE", "/v1/move-target", 200) is None  # again: nothing to clear
+
+
+async def test_a_target_written_before_a_crash_is_announced_when_set_again(
+        env: InProcessCoordinator) -> None:
+    """The target is written, then every generation bumped: a coordinator killed between the
+    two has agents parked on the old generation, untold. Setting it again (the pivot run
+    again) must tell them."""
+    agent = await env.register("w0")
+    first = await env.assignment(agent)
+    parked = asyncio.ensure_future(env.assignment(agent, first["generation"], 20))
+    await asyncio.sleep(0.2)
+    written = {"urls": ["https://new.example:8443"], "ca_pin": PIN, "since": 1.0}
+    await env.store.set_move_target(json.dumps(written))  # the kill lands here
+    await env.call("PUT", "/v1/move-target", 200,
+                   json={"url": "https://new.example:8443", "caPin": PIN})
+    woken = await asyncio.wait_for(parked, 5)
+    assert woken["move_target"] == written
 
 
 async def test_a_bad_move_target_is_refused_naming_the_field(env: InProcessCoordinator) -> None:

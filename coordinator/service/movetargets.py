@@ -46,11 +46,13 @@ class MoveTargets:
         return target
 
     async def clear(self) -> MoveTarget | None:
-        """Tell every agent to stay (a pivot rolled back); the target cleared, if any. An agent
-        already moved comes back once the target stops answering (docs/agent.md)."""
+        """Tell every agent to stay (a pivot rolled back); the target cleared, if any. Announced
+        even when none is left, for the reason `set` announces a repeat: a crash after the
+        target was cleared and before the generations were bumped. An agent already moved comes
+        back once the target stops answering (docs/agent.md)."""
         before = await self.current()
+        await self._announce(None)
         if before is not None:
-            await self._announce(None)
             log.info("move target cleared: agents stay here (it was %s)", " ".join(before.urls))
         return before
 

@@ -36,24 +36,25 @@ async def test_a_move_target_reaches_every_assignment_at_once_and_is_cleared(
     after = await env.assignment(agents[0])
     assert after["move_target"] is None and after["generation"] > woken["generation"]
     assert await env.call("GET", "/v1/move-target", 200) is None
-    assert await env.call("DELETE", "/v1/move-target", 200) is None  # again: nothing to clear
+    assert await env.call("DELETE", "/v1/move-target", 200) is None  # again: none to clear
 
 
-async def test_a_target_written_before_a_crash_is_announced_when_set_again(
+async def test_a_target_written_before_a_crash_is_announced_when_set_or_cleared_again(
         env: InProcessCoordinator) -> None:
     """The target is written, then every generation bumped: a coordinator killed between the
-    two has agents parked on the old generation, untold. Setting it again (the pivot run
-    again) must tell them."""
+    two has agents parked on the old generation, untold. Setting (or clearing) it again, as a
+    pivot run again or aborted does, must tell them."""
     agent = await env.register("w0")
-    first = await env.assignment(agent)
-    parked = asyncio.ensure_future(env.assignment(agent, first["generation"], 20))
-    await asyncio.sleep(0.2)
     written = {"urls": ["https://new.example:8443"], "ca_pin": PIN, "since": 1.0}
-    await env.store.set_move_target(json.dumps(written))  # the kill lands here
-    await env.call("PUT", "/v1/move-target", 200,
-                   json={"url": "https://new.example:8443", "caPin": PIN})
-    woken = await asyncio.wait_for(parked, 5)
-    assert woken["move_target"] == written
+    for doc, method, body in ((written, "PUT", {"url": "https://new.example:8443", "caPin": PIN}),
+                              (None, "DELETE", None)):
+        current = await env.assignment(agent)
+        parked = asyncio.ensure_future(env.assignment(agent, current["generation"], 20))
+        await asyncio.sleep(0.2)
+        await env.store.set_move_target(doc and json.dumps(doc))  # the kill lands here
+        await env.call(method, "/v1/move-target", 200, json=body)
+        woken = await asyncio.wait_for(parked, 5)
+        assert woken["move_target"] == doc
 
 
 async def test_a_bad_move_target_is_refused_naming_the_field(env: InProcessCoordinator) -> None:

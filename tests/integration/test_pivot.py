@@ -142,13 +142,17 @@ def test_the_target_imports_a_pivot_once_and_the_old_one_is_then_a_read_only_cop
         assert old.admin.get("/v1/machines/late-0")["id"] == joined["machine_id"]
 
 
-def settled(old: ServedCoordinator, new: ServedCoordinator, done: Path, since: float) -> None:
+def settled(old: ServedCoordinator, new: ServedCoordinator, done: Path) -> None:
     """Every agent on the new coordinator with the identity it had on the old one, heard
     from there since the pivot; every item run once; the old one a read-only copy naming the
     new URL, refreshed from it; an upgrade applied to the new one reaching every agent."""
     ids = {m["hostname"]: m["id"] for m in old.admin.all_machines()}
+    since = time.time()  # not earlier: the copy carries the old one's last_seen of each machine
     wait_until(lambda: all(m["last_seen"] >= since for m in new.admin.all_machines()),
-               60, "every agent heard from by the new coordinator", interval=0.5)
+               60, lambda: f"every agent heard from by the new coordinator (machines "
+                           f"{machines_seen(new)}, at {time.time():.1f})\n"
+                           + log_tails(sorted(done.parent.glob("agent-*/agent.log"))),
+               interval=0.5)
     assert {m["hostname"]: m["id"] for m in new.admin.all_machines()} == ids
     assert runs(done) == {host: ["base", "control-plane"] for host in ids}
 
@@ -188,14 +192,13 @@ def test_a_pivot_moves_the_state_and_the_agents_and_leaves_a_read_only_copy(
     token = old.join_token()
     with joined_fleet(old, tmp_path, AGENTS, "heartbeatSeconds: 1"):
         wait_until(lambda: ready(old), 120, "a Ready cluster", interval=0.5)
-        since = time.time()
         result = pivot(old, new, pinned=True)
         for number, step in enumerate(STEPS, 1):
             assert f"[{number}/4] {step}: " in result.stdout
         assert f"agents moved {AGENTS}/{AGENTS}" in result.stdout
         again = pivot(old, new)  # done already: nothing more to do, and said so
         assert "done:" in again.stdout and "[1/4]" not in again.stdout
-        settled(old, new, done, since)
+        settled(old, new, done)
     refused = old.run(registering("late", token, 409))["error"]  # it would be left behind
     assert f"this coordinator has moved to {new.url}" in refused and "join string" in refused
 
@@ -209,13 +212,12 @@ def test_a_pivot_killed_at_every_step_completes_when_run_again(
     by_name = {"old": old, "new": new}
     with joined_fleet(old, tmp_path, AGENTS, "heartbeatSeconds: 1"):
         wait_until(lambda: ready(old), 120, "a Ready cluster", interval=0.5)
-        since = time.time()
         for index, step in enumerate(STEPS):
             interrupted(pivot_argv(old, new), step, by_name[victims[index % 2]])
             assert old.admin.get("/v1/pivot")["pivot"] is not None  # never lost, never undone
         result = pivot(old, new)
         assert "done: " in result.stdout
-        settled(old, new, done, since)
+        settled(old, new, done)
 
 
 def test_an_abort_after_agents_moved_brings_them_back_and_unfreezes_the_old_one(

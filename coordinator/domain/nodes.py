@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from coordinator.domain.model import (
     ADMITTED_STATES,
+    DEPLOYED_STATES,
     ClusterSpec,
     Machine,
     MachineState,
@@ -187,6 +189,49 @@ def node_due(spec: ClusterSpec, machine: Machine) -> bool:
     return awaits_node(spec, machine) or metadata_due(spec, machine)
 
 
+# How often the Node of a deployed machine is looked at (a Node that goes NotReady or is
+# deleted later): each look costs two API calls (the Node found by its mark, then read).
+NODE_HEALTH_SECONDS = 30.0
+
+
+def watched(spec: ClusterSpec, machine: Machine) -> bool:
+    """A deployed machine whose Node the coordinator keeps an eye on, in a cluster it reaches;
+    not while a drain holds it (the drainer waits for the Node itself, with its own timeout)."""
+    return (machine.state in DEPLOYED_STATES and machine.drain is None
+            and kubernetes_access(spec))
+
+
+def stale(last_look: float | None, now: float) -> bool:
+    """Whether a Node last looked at then (None: never, by this coordinator) is owed a look."""
+    return last_look is None or now - last_look >= NODE_HEALTH_SECONDS
+
+
+def health_due(spec: ClusterSpec, machine: Machine, last_look: float | None,
+               now: float) -> bool:
+    """Whether a watched machine's Node is owed its periodic look (stale)."""
+    return watched(spec, machine) and stale(last_look, now)
+
+
+@dataclass(frozen=True)
+class NodeDown:
+    text: str  # "node w3 NotReady since 2026-11-26T23:50:00Z: Ready=False (KubeletNotReady)"
+    since: float
+
+
+def node_down(spec: ClusterSpec, machine: Machine) -> NodeDown | None:
+    """A watched machine whose Node the last look found not Ready, or no longer found: what
+    the status and the machine's note say of it (its state stays as it is)."""
+    node = machine.node
+    if node is None or node.ready or not watched(spec, machine):
+        return None
+    since = node.unready_since if node.unready_since is not None else node.waiting_since
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
+    if not node.name:
+        return NodeDown(f"node gone since {at}: no Node carries the mark of {machine.hostname}",
+                        since)
+    return NodeDown(f"node {node.name} NotReady since {at}: {described(node)}", since)
+
+
 # --- what the status says of a machine waiting for its Node ------------------------------------
 
 
@@ -242,9 +287,11 @@ def observed(before: NodeStatus | None, now: float, name: str | None,
     this Ready condition, carrying the labels and taints of digest `metadata`. The times are
     kept while the same Node stays registered and Ready."""
     base = before or NodeStatus(waiting_since=now)
+    unready = base.unready_since if not base.ready and base.unready_since is not None else now
     if name is None:
         return replace(base, name="", ready=False, condition="", reason="", message="",
-                       registered_at=None, ready_since=None, metadata="", error="")
+                       registered_at=None, ready_since=None, unready_since=unready, metadata="",
+                       error="")
     same = base.name == name
     status, reason, message = condition
     ready = status == "True"
@@ -252,7 +299,7 @@ def observed(before: NodeStatus | None, now: float, name: str | None,
                    registered_at=base.registered_at if same and base.registered_at else now,
                    ready_since=(base.ready_since if same and base.ready and base.ready_since
                                 else now) if ready else None,
-                   metadata=metadata, error="")
+                   unready_since=None if ready else unready, metadata=metadata, error="")
 
 
 def node_news(hostname: str, before: NodeStatus | None, after: NodeStatus) -> str | None:

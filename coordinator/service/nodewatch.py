@@ -6,6 +6,10 @@ taints in step, reads its Ready condition and records what it found on the machi
 a NodeLedger, which wakes the reconciler: the planner moves the machine to Ready once its
 Node is. Started from the reconciler's pass, like the drainer; it only reads and patches
 Nodes, so a task interrupted anywhere is simply started again by a later pass.
+
+Once a machine is deployed its Node is still looked at, once every nodes.NODE_HEALTH_SECONDS
+(health_due, from when this coordinator last looked): a Node gone NotReady or deleted is
+recorded (only a change is written) and the status says so.
 """
 
 from __future__ import annotations
@@ -13,19 +17,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Collection, Coroutine, Sequence
+from functools import partial
+from typing import Any, Protocol
 
 from coordinator.domain.kubeaccess import NO_KUBECONFIG, KubeAccess, kube_access
 from coordinator.domain.model import ClusterSpec, Machine, NodeStatus
 from coordinator.domain.nodes import (
     desired_metadata,
+    health_due,
+    kubernetes_access,
     metadata_patch,
     node_due,
     node_news,
     observed,
     ready_condition,
+    stale,
     unseen,
+    watched,
 )
 from coordinator.kube import Kube, KubeError
 
@@ -48,16 +57,37 @@ class NodeWatch:
         # Each cluster's kubeconfig as the last pass found it: the first manager's report
         # brings one to tasks already waiting.
         self._access: dict[str, KubeAccess | None] = {}
+        # When this coordinator last looked at each machine's Node, by cluster (health_due).
+        self._looked: dict[str, dict[str, float]] = {}
 
-    def schedule(self, spec: ClusterSpec, machines: Sequence[Machine]) -> None:
-        """Start a task for every machine whose Node is owed a look and has none running."""
+    def schedule(self, spec: ClusterSpec, machines: Sequence[Machine],
+                 idle: Collection[str] = ()) -> None:
+        """Start a task for every machine whose Node is owed a look and has none running.
+        idle: the ids of the cluster's inert Ready machines, which the pass does not load: each
+        is loaded by its own task when its periodic look is due."""
         self._access[spec.name] = kube_access(spec, machines)
         self._tasks = {i: task for i, task in self._tasks.items() if not task.done()}
+        before, now = self._looked.get(spec.name, {}), self.clock()
+        known = [*(m.id for m in machines), *idle]
+        looked = self._looked[spec.name] = {i: before[i] for i in known if i in before}
         for machine in machines:
-            running = self._tasks.get(machine.id)
-            if node_due(spec, machine) and (running is None or running.done()):
-                self._tasks[machine.id] = asyncio.create_task(
-                    self._watch(spec, machine), name=f"node of {machine.hostname}")
+            if node_due(spec, machine) or health_due(spec, machine, looked.get(machine.id), now):
+                self._start(looked, machine.id, now, partial(self._watch, spec, machine))
+        for machine_id in idle:
+            if kubernetes_access(spec) and stale(looked.get(machine_id), now):
+                self._start(looked, machine_id, now, partial(self._load_and_watch, machine_id))
+
+    def _start(self, looked: dict[str, float], machine_id: str, now: float,
+               work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        running = self._tasks.get(machine_id)
+        if running is None or running.done():
+            looked[machine_id] = now
+            self._tasks[machine_id] = asyncio.create_task(work(), name=f"node of {machine_id}")
+
+    async def _load_and_watch(self, machine_id: str) -> None:
+        current = await self.ledger.current(machine_id)
+        if current is not None and watched(*current):
+            await self._watch(*current)
 
     async def close(self) -> None:
         for task in self._tasks.values():

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain.nodes import MACHINE_ID_LABEL
+from coordinator.domain.nodes import MACHINE_ID_LABEL, NODE_HEALTH_SECONDS
 from tests.integration.api.operator import shown_everywhere
 from tests.support.harness import InProcessCoordinator, ManualClock, in_process_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
@@ -242,3 +242,53 @@ async def test_the_cluster_is_ready_once_kube_system_workloads_are_available(
         cluster.add_deployment("kube-system", "coredns", replicas=2, available=2)
         cluster.set_pod_ready(*calico.split("/"), True)
     await env.until("ready done", lambda: ready_says("done", "1 of 1 Ready"))
+
+
+async def test_a_ready_machines_node_gone_not_ready_or_deleted_fails_the_nodes_stage(
+        env: InProcessCoordinator, kube: KubeApiServer) -> None:
+    await ready_manager(env, kube)
+    for worker, node in (("w1", "node-7"), ("w2", "node-8")):  # one stands in for idle workers
+        agent = await deployed_items(env, worker, "worker")
+        with kube.locked() as cluster:
+            cluster.add_node(node, {MACHINE_ID_LABEL: agent["machine_id"]})
+        await env.until(f"{worker} Ready", lambda w=worker: _state(env, w, "Ready"))
+    assert (await stage(env, "nodes"))["state"] == "done"
+    with kube.locked() as cluster:  # their kubelets stop posting
+        for node in ("cp-1", "node-7", "node-8"):
+            cluster.set_node_ready(node, False, reason="NodeStatusUnknown",
+                                   message="Kubelet stopped posting node status.")
+    assert isinstance(env.clock, ManualClock)
+    env.clock.now += NODE_HEALTH_SECONDS  # their next looks are due
+    since = "NotReady since 1970-01-12T13:47:10Z: Ready=False (NodeStatusUnknown) (Kubelet " \
+        "stopped posting node status.)"
+    text = f"node cp-1 {since}"
+
+    async def nodes_say(state: str, message: str) -> bool:
+        found = await stage(env, "nodes")
+        return bool((found["state"], found["message"]) == (state, message))
+
+    await env.until("nodes failing", lambda: nodes_say(
+        "failing", f"0 of 3 nodes Ready; m1: {text}; w1: node node-7 {since}; w2: node node-8 "
+        f"{since}"))
+    assert [(await env.machine(h))["state"] for h in ("m1", "w1", "w2")] == ["Ready"] * 3
+    await shown_everywhere(env, "m1", text, (
+        "check the kubelet on m1 (journalctl -u kubelet) and `kubectl describe node cp-1`; the "
+        "status clears once its node is Ready again"))
+
+    with kube.locked() as cluster:
+        for node in ("cp-1", "node-7", "node-8"):
+            cluster.set_node_ready(node, True)
+    env.clock.now += NODE_HEALTH_SECONDS
+    await env.until("nodes done again", lambda: nodes_say("done", "3 of 3 nodes Ready"))
+
+    with kube.locked() as cluster:
+        del cluster.nodes["cp-1"]
+    env.clock.now += NODE_HEALTH_SECONDS
+    await env.until("nodes failing, node gone", lambda: nodes_say(
+        "failing", "2 of 3 nodes Ready; m1: node gone since 1970-01-12T13:48:10Z: no Node carries "
+        "the mark of m1"))
+    events = [e["message"] for e in await env.call("GET", "/v1/events?kind=node", 200)
+              if e["message"].startswith("m1")]
+    assert events[-3:] == ["m1: node cp-1 not Ready: Ready=False (NodeStatusUnknown) (Kubelet "
+                           "stopped posting node status.)", "m1: node cp-1 Ready",
+                           "m1: node cp-1 is gone"]

@@ -189,8 +189,8 @@ def node_due(spec: ClusterSpec, machine: Machine) -> bool:
     return awaits_node(spec, machine) or metadata_due(spec, machine)
 
 
-# How often the Node of a deployed machine is looked at (a Node that goes NotReady or is
-# deleted later): each look costs two API calls (the Node found by its mark, then read).
+# How often each cluster's Nodes are looked at once a machine is deployed (a Node that goes
+# NotReady or is deleted later): one list of the marked Nodes per cluster (NodeWatch).
 NODE_HEALTH_SECONDS = 30.0
 
 
@@ -201,15 +201,94 @@ def watched(spec: ClusterSpec, machine: Machine) -> bool:
             and kubernetes_access(spec))
 
 
-def stale(last_look: float | None, now: float) -> bool:
-    """Whether a Node last looked at then (None: never, by this coordinator) is owed a look."""
-    return last_look is None or now - last_look >= NODE_HEALTH_SECONDS
+def found_down(spec: ClusterSpec, machine: Machine) -> bool:
+    """A watched machine whose Node the last look found not Ready, or no longer found: never
+    inert (planner.inert_filter), so an idle Ready machine's Node is recorded Ready."""
+    return machine.node is not None and not machine.node.ready and watched(spec, machine)
 
 
-def health_due(spec: ClusterSpec, machine: Machine, last_look: float | None,
-               now: float) -> bool:
-    """Whether a watched machine's Node is owed its periodic look (stale)."""
-    return watched(spec, machine) and stale(last_look, now)
+def first_sweep_offset(cluster: str, interval: float) -> float:
+    """When, within the first interval, a cluster's Nodes are first looked at: a share of
+    it drawn from the cluster's name, so that after a start the clusters' lists are spread
+    over the interval rather than all sent at once."""
+    share = int.from_bytes(hashlib.sha256(cluster.encode()).digest()[:4], "big") / 2**32
+    return share * interval
+
+
+@dataclass(frozen=True)
+class Marked:
+    """A machine's Node as a list of the marked Nodes shows it."""
+
+    name: str
+    condition: tuple[str, str, str]  # ready_condition
+
+
+def marked_nodes(nodes: Iterable[Mapping[str, Any]], cluster: str) -> dict[str, Marked]:
+    """The machines' Nodes among nodes (a Nodes list's items, JSON), by machine id: those
+    labelled with an id, and the cluster's providerIDs (node_of's two marks; the label wins)."""
+    by_label: dict[str, Marked] = {}
+    by_provider: dict[str, Marked] = {}
+    prefix = provider_id(cluster, "")
+    for node in nodes:
+        found = Marked(str(node["metadata"]["name"]), ready_condition(node))
+        label = (node["metadata"].get("labels") or {}).get(MACHINE_ID_LABEL)
+        if label:
+            by_label.setdefault(label, found)
+        provider = str((node.get("spec") or {}).get("providerID") or "")
+        if provider.startswith(prefix) and len(provider) > len(prefix):
+            by_provider.setdefault(provider[len(prefix):], found)
+    return {**by_provider, **by_label}
+
+
+def swept_by_list(spec: ClusterSpec, machine: Machine) -> bool:
+    """A watched machine that the node watch does not look at on its own (node_due): the
+    periodic list of the cluster's marked Nodes looks at it."""
+    return watched(spec, machine) and not node_due(spec, machine)
+
+
+@dataclass(frozen=True)
+class NodeChange:
+    machine: Machine
+    status: NodeStatus  # what to record: observed, unlike machine.node
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What one look at a cluster's marked Nodes says: the NodeStatus changes to record on
+    the machines it was given, and the idle machines (not given, known recorded Ready) to
+    load because their Node is not Ready or not found."""
+
+    changes: tuple[NodeChange, ...]
+    to_load: tuple[str, ...]
+
+
+def swept(spec: ClusterSpec, machines: Iterable[Machine], idle: Iterable[str],
+          found: Mapping[str, Marked], now: float) -> Sweep:
+    """Compare the marked Nodes found (marked_nodes) with the cluster's watched machines and
+    the ids of its idle Ready ones. A machine the node watch looks at itself (node_due) is
+    left to it. A Node found under another name than recorded is recorded without its
+    labels and taints, which makes it due for them (metadata_due)."""
+    changes = []
+    for machine in filter(lambda m: swept_by_list(spec, m), machines):
+        mark = found.get(machine.id)
+        before = machine.node
+        if mark is None:
+            after = observed(before, now, None)
+        else:
+            same = before is not None and before.name == mark.name
+            after = observed(before, now, mark.name, mark.condition,
+                             before.metadata if before is not None and same else "")
+        if after != before:
+            changes.append(NodeChange(machine, after))
+    to_load = tuple(i for i in idle if (mark := found.get(i)) is None or mark.condition[0] != "True")
+    return Sweep(tuple(changes), to_load)
+
+
+def missing(found: Mapping[str, Marked], machines: Iterable[Machine], idle: Iterable[str]) -> bool:
+    """Whether the Node of one of these machines (swept_by_list) or idle ones is not among
+    those found by their label: only then is every Node listed, to find those marked by
+    providerID alone."""
+    return any(m.id not in found for m in machines) or any(i not in found for i in idle)
 
 
 @dataclass(frozen=True)
@@ -222,7 +301,7 @@ def node_down(spec: ClusterSpec, machine: Machine) -> NodeDown | None:
     """A watched machine whose Node the last look found not Ready, or no longer found: what
     the status and the machine's note say of it (its state stays as it is)."""
     node = machine.node
-    if node is None or node.ready or not watched(spec, machine):
+    if node is None or not found_down(spec, machine):
         return None
     since = node.unready_since if node.unready_since is not None else node.waiting_since
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))

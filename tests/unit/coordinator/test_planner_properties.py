@@ -29,6 +29,7 @@ from coordinator.domain.model import (
     Machine,
     MachineState,
     MachineTypes,
+    NodeStatus,
     Role,
     deployed_managers,
     first_manager,
@@ -36,7 +37,7 @@ from coordinator.domain.model import (
     pending_items,
     phase_items,
 )
-from coordinator.domain.nodes import awaits_node, desired_metadata, observed
+from coordinator.domain.nodes import awaits_node, desired_metadata, found_down, observed
 from coordinator.domain.planner import (
     Decision,
     assignment_notices,
@@ -67,7 +68,7 @@ ALLOWED = {
 }
 EVENT_KINDS = (["plan"] * 4 + ["apply", "finish", "all", "drain"] * 2
                + ["fail", "approve", "role", "delete", "release", "release", "change", "pause",
-                  "silence", "restart"])
+                  "silence", "restart", "node"])
 RUN_AGAIN: tuple[Phase, ...] = ("prepare", "deploy")  # an upgrade runs them again when changed
 
 
@@ -220,6 +221,13 @@ class World:
             m = m.with_state(S.DELETING, self.now)
         elif kind == "drain":
             m = self.drain_step(m, index)
+        elif kind == "node" and m.state in DEPLOYED_STATES:  # a list finds its Node down, or back
+            up = m.node is not None and not m.node.ready
+            if not up and found_down(self.spec, replace(m, node=NodeStatus(self.now))):
+                event("a deployed machine's Node is found down")
+            m = replace(m, node=observed(m.node, self.now, m.hostname,
+                                         ("True" if up else "False", "", ""),
+                                         desired_metadata(self.spec, m).digest()))
         elif kind == "silence":  # heartbeats stop, or come back
             m = replace(m, responding=not m.responding)
         elif kind == "restart":  # the agent restarts: it fetches its assignment anew

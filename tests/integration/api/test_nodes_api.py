@@ -8,13 +8,22 @@ the marked Node whatever its name."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from coordinator.domain.nodes import MACHINE_ID_LABEL, NODE_HEALTH_SECONDS
+from coordinator.domain.nodes import (
+    MACHINE_ID_LABEL,
+    NODE_HEALTH_SECONDS,
+    Marked,
+    desired_metadata,
+    observed,
+)
+from coordinator.kube import Kube
 from tests.integration.api.operator import shown_everywhere
+from tests.support.builders import fleet_machine
 from tests.support.harness import InProcessCoordinator, ManualClock, in_process_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 
@@ -292,3 +301,62 @@ async def test_a_ready_machines_node_gone_not_ready_or_deleted_fails_the_nodes_s
     assert events[-3:] == ["m1: node cp-1 not Ready: Ready=False (NodeStatusUnknown) (Kubelet "
                            "stopped posting node status.)", "m1: node cp-1 Ready",
                            "m1: node cp-1 is gone"]
+
+
+async def settled_fleet(env: InProcessCoordinator, kube: KubeApiServer, count: int) -> None:
+    """count Ready workers (node-00000...) written as the coordinator leaves them once their
+    Nodes were found Ready, each Node marked with its machine's id."""
+    stored = await env.store.get_cluster("lab")
+    assert stored is not None
+    spec, now = stored.spec, env.clock()
+    done = frozenset(i.fingerprint() for phase in ("prepare", "deploy", "upgrade")
+                     for i in spec.items("worker", phase))
+    fleet = []
+    for index in range(count):
+        m = replace(fleet_machine(index, "lab"), release=spec.release, applied=done,
+                    last_seen=now)
+        fleet.append(replace(m, node=observed(None, now, m.hostname, ("True", "KubeletReady", ""),
+                                              desired_metadata(spec, m).digest())))
+    await env.coordinator.writes.commit(fleet, [])
+    with kube.locked() as cluster:
+        for m in fleet:
+            cluster.add_node(m.hostname, {MACHINE_ID_LABEL: m.id})
+
+
+async def test_a_settled_clusters_nodes_cost_one_list_per_interval_not_a_look_per_machine(
+        env: InProcessCoordinator, kube: KubeApiServer) -> None:
+    await settled_fleet(env, kube, 50)
+    await env.coordinator.reconciler.reconcile_once()
+    with kube.locked() as cluster:
+        cluster.calls.clear()
+    assert isinstance(env.clock, ManualClock)
+    for index in range(3):  # each interval one of them goes NotReady: the look still finds it
+        node = f"node-{index:05d}"
+        with kube.locked() as cluster:
+            cluster.set_node_ready(node, False, message="container runtime is down")
+        env.clock.now += NODE_HEALTH_SECONDS
+
+        async def found_down(node: str = node) -> bool:
+            return (await env.machine(node))["node"]["ready"] is False
+
+        await env.until(f"{node} found NotReady", found_down)
+    with kube.locked() as cluster:
+        calls = [c for c in cluster.calls if "/nodes" in c]
+    assert calls == [f"GET /api/v1/nodes?labelSelector={MACHINE_ID_LABEL}&limit=500"] * 3, \
+        calls[:5]
+    assert [(await env.machine(f"node-{i:05d}"))["state"] for i in range(4)] == ["Ready"] * 4
+
+
+async def test_the_marked_nodes_are_listed_in_pages(kube: KubeApiServer) -> None:
+    with kube.locked() as cluster:
+        for index in range(1_100):
+            cluster.add_node(f"n{index:05d}", {MACHINE_ID_LABEL: f"m-{index}"})
+        cluster.add_node("unmarked")
+        cluster.add_node("by-provider", provider_id="nodeagent://lab/m-p")
+        cluster.calls.clear()
+    async with await Kube.connect(text=kube.kubeconfig()) as client:
+        marked = await client.marked_nodes("lab")
+        assert len(marked) == 1_100 and marked["m-7"] == Marked("n00007", ("True", "KubeletReady", ""))
+        with kube.locked() as cluster:
+            assert len(cluster.calls) == 3  # 500, 500, 100
+        assert len(await client.marked_nodes("lab", every=True)) == 1_101

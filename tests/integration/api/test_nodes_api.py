@@ -314,7 +314,7 @@ async def settled_fleet(env: InProcessCoordinator, kube: KubeApiServer, count: i
     fleet = []
     for index in range(count):
         m = replace(fleet_machine(index, "lab"), release=spec.release, applied=done,
-                    last_seen=now)
+                    last_seen=now + 10 * NODE_HEALTH_SECONDS)  # they answer all along: idle
         fleet.append(replace(m, node=observed(None, now, m.hostname, ("True", "KubeletReady", ""),
                                               desired_metadata(spec, m).digest())))
     await env.coordinator.writes.commit(fleet, [])

@@ -268,7 +268,7 @@ def swept(spec: ClusterSpec, machines: Iterable[Machine], idle: Iterable[str],
     the ids of its idle Ready ones. A machine the node watch looks at itself (node_due) is
     left to it. A Node found under another name than recorded is recorded without its
     labels and taints, which makes it due for them (metadata_due)."""
-    changes = []
+    machines, changes = list(machines), []
     for machine in filter(lambda m: swept_by_list(spec, m), machines):
         mark = found.get(machine.id)
         before = machine.node
@@ -280,7 +280,9 @@ def swept(spec: ClusterSpec, machines: Iterable[Machine], idle: Iterable[str],
                              before.metadata if before is not None and same else "")
         if after != before:
             changes.append(NodeChange(machine, after))
-    to_load = tuple(i for i in idle if (mark := found.get(i)) is None or mark.condition[0] != "True")
+    given = {m.id for m in machines}  # the pass's stand-in is both loaded and idle
+    to_load = tuple(i for i in idle if i not in given
+                    and ((mark := found.get(i)) is None or mark.condition[0] != "True"))
     return Sweep(tuple(changes), to_load)
 
 

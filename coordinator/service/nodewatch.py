@@ -61,11 +61,9 @@ class NodeLedger(Protocol):
 
 
 class NodeWatch:
-    def __init__(self, ledger: NodeLedger, clock: Callable[[], float] = time.time,
-                 interval: float = NODE_HEALTH_SECONDS) -> None:
+    def __init__(self, ledger: NodeLedger, clock: Callable[[], float] = time.time) -> None:
         self.ledger = ledger
         self.clock = clock
-        self.interval = interval  # between two lists of a cluster's marked Nodes
         self._tasks: dict[str, asyncio.Task[None]] = {}
         # Each cluster's kubeconfig as the last pass found it: the first manager's report
         # brings one to tasks already waiting.
@@ -92,10 +90,10 @@ class NodeWatch:
                         idle: Collection[str]) -> None:
         now, running = self.clock(), self._sweeps.get(spec.name)
         due = self._next_sweep.setdefault(
-            spec.name, now + first_sweep_offset(spec.name, self.interval))
+            spec.name, now + first_sweep_offset(spec.name, NODE_HEALTH_SECONDS))
         if now < due or (running is not None and not running.done()):
             return
-        self._next_sweep[spec.name] = now + self.interval
+        self._next_sweep[spec.name] = now + NODE_HEALTH_SECONDS
         looked = [m for m in machines if swept_by_list(spec, m)]
         self._sweeps[spec.name] = asyncio.create_task(
             self._sweep(spec, looked, tuple(idle)), name=f"nodes of {spec.name}")

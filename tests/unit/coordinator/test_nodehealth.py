@@ -137,6 +137,8 @@ def test_a_list_that_finds_a_node_down_records_it_on_a_loaded_machine_and_loads_
     assert [(c.machine.id, c.status.ready, c.status.unready_since) for c in sweep.changes] == [
         (w1.id, False, T0)]
     assert sweep.to_load == (w2.id, "gone-id")  # w3 is Ready as recorded: not loaded
+    stand_in = swept(SPEC, [w1, w2], [w2.id], found, T0)  # loaded, and among the idle ids
+    assert ([c.machine.id for c in stand_in.changes], stand_in.to_load) == ([w1.id, w2.id], ())
     assert swept(SPEC, [w1, w3], [], {**found, w1.id: Marked("w1.lab", READY)}, T0).changes == ()
     renamed = swept(SPEC, [w3], [], {w3.id: Marked("w3.new", READY)}, T0).changes
     assert [(c.status.name, c.status.metadata) for c in renamed] == [("w3.new", "")]

@@ -196,7 +196,8 @@ class Kube:
     async def marked_nodes(self, cluster: str, every: bool = False) -> dict[str, Marked]:
         """Each machine's Node (its name and Ready condition), by machine id: the Nodes that
         carry the machine-id label (every: all Nodes, for those marked by providerID alone),
-        listed in pages of NODE_PAGE, each reduced before the next is asked for."""
+        listed in pages of NODE_PAGE, each reduced before the next is asked for (a machine
+        marked on Nodes of two pages: the first page's)."""
         found: dict[str, Marked] = {}
         token: str | None = None
         selector = None if every else MACHINE_ID_LABEL

@@ -109,8 +109,8 @@ class NodeWatch:
                 raise KubeError(NO_KUBECONFIG)
             async with await Kube.connect(access.path, access.text) as kube:
                 found = await kube.marked_nodes(spec.name)
-                if missing(found, machines, idle):
-                    found = await kube.marked_nodes(spec.name, every=True)
+                if missing(found, machines, idle):  # the labelled Node wins, as in node_of
+                    found = {**await kube.marked_nodes(spec.name, every=True), **found}
         except KubeError as exc:
             log.warning("cannot look at the nodes of cluster %s: %s", spec.name, exc)
             await self._record([NodeChange(m, unseen(m.node, now, str(exc))) for m in machines])

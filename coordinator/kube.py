@@ -19,6 +19,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -31,7 +32,9 @@ from coordinator.domain.kubeconfig import parse_kubeconfig
 from coordinator.domain.model import DrainSettings
 from coordinator.domain.nodes import (
     MACHINE_ID_LABEL,
+    Marked,
     condition_text,
+    marked_nodes,
     node_of,
     provider_id,
     ready_condition,
@@ -41,6 +44,7 @@ from coordinator.domain.workloads import NAMESPACE, SystemWorkloads, short_of_av
 MAX_RETRY_SECONDS = 30.0
 MAX_POLL_SECONDS = 1.0
 CONCURRENT_REQUESTS = 64
+NODE_PAGE = 500  # Nodes a list asks for at once: 10,000 Nodes come in 20 answers, not one
 _BUDGET = re.compile(r"The disruption budget (\S+) needs")
 
 Clock = Callable[[], float]
@@ -188,6 +192,23 @@ class Kube:
         every = await self._items(f"find the node of machine {machine_id}",
                                   lambda: self._core.list_node(_preload_content=False))
         return node_of(every, cluster, machine_id)
+
+    async def marked_nodes(self, cluster: str, every: bool = False) -> dict[str, Marked]:
+        """Each machine's Node (its name and Ready condition), by machine id: the Nodes that
+        carry the machine-id label (every: all Nodes, for those marked by providerID alone),
+        listed in pages of NODE_PAGE, each reduced before the next is asked for (a machine
+        marked on Nodes of two pages: the first page's)."""
+        found: dict[str, Marked] = {}
+        token: str | None = None
+        selector = None if every else MACHINE_ID_LABEL
+        while True:
+            page = await self._json("list the marked nodes", partial(
+                self._core.list_node, label_selector=selector, limit=NODE_PAGE,
+                _continue=token, _preload_content=False))
+            found = {**marked_nodes(page["items"], cluster), **found}
+            token = (page.get("metadata") or {}).get("continue") or None
+            if token is None:
+                return found
 
     async def delete_node(self, node: str) -> None:
         """Delete the Node (what `kubectl delete node` does: its pods go with it); a Node

@@ -203,6 +203,7 @@ class NodeStatus:
     condition: str = ""  # "" when the Node has no Ready condition yet, else its status
     registered_at: float | None = None
     ready_since: float | None = None
+    unready_since: float | None = None  # since when looks find it not Ready (or gone)
     # The labels and taints the coordinator last put on it (NodeMetadata.digest): a pass
     # that wants others has the Node patched.
     metadata: str = ""

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from coordinator.domain.model import (
     ADMITTED_STATES,
+    DEPLOYED_STATES,
     ClusterSpec,
     Machine,
     MachineState,
@@ -187,6 +189,130 @@ def node_due(spec: ClusterSpec, machine: Machine) -> bool:
     return awaits_node(spec, machine) or metadata_due(spec, machine)
 
 
+# How often each cluster's Nodes are looked at once a machine is deployed (a Node that goes
+# NotReady or is deleted later): one list of the marked Nodes per cluster (NodeWatch).
+NODE_HEALTH_SECONDS = 30.0
+
+
+def watched(spec: ClusterSpec, machine: Machine) -> bool:
+    """A deployed machine whose Node the coordinator keeps an eye on, in a cluster it reaches;
+    not while a drain holds it (the drainer waits for the Node itself, with its own timeout)."""
+    return (machine.state in DEPLOYED_STATES and machine.drain is None
+            and kubernetes_access(spec))
+
+
+def found_down(spec: ClusterSpec, machine: Machine) -> bool:
+    """A watched machine whose Node the last look found not Ready, or no longer found: never
+    inert (planner.inert_filter), so an idle Ready machine's Node is recorded Ready."""
+    return machine.node is not None and not machine.node.ready and watched(spec, machine)
+
+
+def first_sweep_offset(cluster: str, interval: float) -> float:
+    """When, within the first interval, a cluster's Nodes are first looked at: a share of
+    it drawn from the cluster's name, so that after a start the clusters' lists are spread
+    over the interval rather than all sent at once."""
+    share = int.from_bytes(hashlib.sha256(cluster.encode()).digest()[:4], "big") / 2**32
+    return share * interval
+
+
+@dataclass(frozen=True)
+class Marked:
+    """A machine's Node as a list of the marked Nodes shows it."""
+
+    name: str
+    condition: tuple[str, str, str]  # ready_condition
+
+
+def marked_nodes(nodes: Iterable[Mapping[str, Any]], cluster: str) -> dict[str, Marked]:
+    """The machines' Nodes among nodes (a Nodes list's items, JSON), by machine id: those
+    labelled with an id, and the cluster's providerIDs (node_of's two marks; the label wins)."""
+    by_label: dict[str, Marked] = {}
+    by_provider: dict[str, Marked] = {}
+    prefix = provider_id(cluster, "")
+    for node in nodes:
+        found = Marked(str(node["metadata"]["name"]), ready_condition(node))
+        label = (node["metadata"].get("labels") or {}).get(MACHINE_ID_LABEL)
+        if label:
+            by_label.setdefault(label, found)
+        provider = str((node.get("spec") or {}).get("providerID") or "")
+        if provider.startswith(prefix) and len(provider) > len(prefix):
+            by_provider.setdefault(provider[len(prefix):], found)
+    return {**by_provider, **by_label}
+
+
+def swept_by_list(spec: ClusterSpec, machine: Machine) -> bool:
+    """A watched machine that the node watch does not look at on its own (node_due): the
+    periodic list of the cluster's marked Nodes looks at it."""
+    return watched(spec, machine) and not node_due(spec, machine)
+
+
+@dataclass(frozen=True)
+class NodeChange:
+    machine: Machine
+    status: NodeStatus  # what to record: observed, unlike machine.node
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What one look at a cluster's marked Nodes says: the NodeStatus changes to record on
+    the machines it was given, and the idle machines (not given, known recorded Ready) to
+    load because their Node is not Ready or not found."""
+
+    changes: tuple[NodeChange, ...]
+    to_load: tuple[str, ...]
+
+
+def swept(spec: ClusterSpec, machines: Iterable[Machine], idle: Iterable[str],
+          found: Mapping[str, Marked], now: float) -> Sweep:
+    """Compare the marked Nodes found (marked_nodes) with the cluster's watched machines and
+    the ids of its idle Ready ones. A machine the node watch looks at itself (node_due) is
+    left to it. A Node found under another name than recorded is recorded without its
+    labels and taints, which makes it due for them (metadata_due)."""
+    machines, changes = list(machines), []
+    for machine in filter(lambda m: swept_by_list(spec, m), machines):
+        mark = found.get(machine.id)
+        before = machine.node
+        if mark is None:
+            after = observed(before, now, None)
+        else:
+            same = before is not None and before.name == mark.name
+            after = observed(before, now, mark.name, mark.condition,
+                             before.metadata if before is not None and same else "")
+        if after != before:
+            changes.append(NodeChange(machine, after))
+    given = {m.id for m in machines}  # the pass's stand-in is both loaded and idle
+    to_load = tuple(i for i in idle if i not in given
+                    and ((mark := found.get(i)) is None or mark.condition[0] != "True"))
+    return Sweep(tuple(changes), to_load)
+
+
+def missing(found: Mapping[str, Marked], machines: Iterable[Machine], idle: Iterable[str]) -> bool:
+    """Whether the Node of one of these machines (swept_by_list) or idle ones is not among
+    those found by their label: only then is every Node listed, to find those marked by
+    providerID alone."""
+    return any(m.id not in found for m in machines) or any(i not in found for i in idle)
+
+
+@dataclass(frozen=True)
+class NodeDown:
+    text: str  # "node w3 NotReady since 2026-11-26T23:50:00Z: Ready=False (KubeletNotReady)"
+    since: float
+
+
+def node_down(spec: ClusterSpec, machine: Machine) -> NodeDown | None:
+    """A watched machine whose Node the last look found not Ready, or no longer found: what
+    the status and the machine's note say of it (its state stays as it is)."""
+    node = machine.node
+    if node is None or not found_down(spec, machine):
+        return None
+    since = node.unready_since if node.unready_since is not None else node.waiting_since
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
+    if not node.name:
+        return NodeDown(f"node gone since {at}: no Node carries the mark of {machine.hostname}",
+                        since)
+    return NodeDown(f"node {node.name} NotReady since {at}: {described(node)}", since)
+
+
 # --- what the status says of a machine waiting for its Node ------------------------------------
 
 
@@ -242,9 +368,11 @@ def observed(before: NodeStatus | None, now: float, name: str | None,
     this Ready condition, carrying the labels and taints of digest `metadata`. The times are
     kept while the same Node stays registered and Ready."""
     base = before or NodeStatus(waiting_since=now)
+    unready = base.unready_since if not base.ready and base.unready_since is not None else now
     if name is None:
         return replace(base, name="", ready=False, condition="", reason="", message="",
-                       registered_at=None, ready_since=None, metadata="", error="")
+                       registered_at=None, ready_since=None, unready_since=unready, metadata="",
+                       error="")
     same = base.name == name
     status, reason, message = condition
     ready = status == "True"
@@ -252,7 +380,7 @@ def observed(before: NodeStatus | None, now: float, name: str | None,
                    registered_at=base.registered_at if same and base.registered_at else now,
                    ready_since=(base.ready_since if same and base.ready and base.ready_since
                                 else now) if ready else None,
-                   metadata=metadata, error="")
+                   unready_since=None if ready else unready, metadata=metadata, error="")
 
 
 def node_news(hostname: str, before: NodeStatus | None, after: NodeStatus) -> str | None:

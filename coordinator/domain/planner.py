@@ -42,7 +42,7 @@ from coordinator.domain.model import (
     pending_items,
     phase_items,
 )
-from coordinator.domain.nodes import awaits_node, metadata_due
+from coordinator.domain.nodes import awaits_node, found_down, metadata_due
 from coordinator.domain.releases import at_release, baseline, names, to_run
 from coordinator.domain.remedies import drain_warnings
 from coordinator.domain.removal import may_be_removed, node_deletion_due
@@ -190,7 +190,7 @@ def inert_filter(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Mach
     limit, as long as the deployed managers stay `managers`. Unapproved Pending machines,
     workers still preparing, and Ready workers that answer, are recorded at the spec's release
     and have nothing to upgrade or reconfigure (nor join material to revoke, nor labels or
-    taints to put on their Node) are; managers
+    taints to put on their Node, nor a Node found down: nodes.found_down) are; managers
     never are (few, and they decide the manager list, the post-deploy host and who mints). The
     reconciler plans on the working set: the machines that are not inert and one inert Ready
     worker standing in for the others (coordinator/fleetview.py), so that a pass over a large
@@ -209,7 +209,7 @@ def inert_filter(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Mach
         return (machine.state is S.READY and machine.responding and at_release(spec, machine)
                 and not behind(spec, machine) and not _must_reconfigure(spec, machine, managers)
                 and not (machine.material is not None and machine.material.values)
-                and not metadata_due(spec, machine))
+                and not metadata_due(spec, machine) and not found_down(spec, machine))
 
     return inert
 

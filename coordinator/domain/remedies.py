@@ -21,7 +21,7 @@ from coordinator.domain.model import (
     MachineState,
     needs_drain,
 )
-from coordinator.domain.nodes import MACHINE_ID_LABEL, provider_id
+from coordinator.domain.nodes import MACHINE_ID_LABEL, NodeDown, node_down, provider_id
 from coordinator.domain.steps import Step, after_attempts, retry_remedy
 
 # The answers POST /v1/machines/M/drain/ACTION takes (coordinator upgrade ACTION M).
@@ -72,6 +72,9 @@ def _why(spec: ClusterSpec | None, machine: Machine, step: Step, now: float, wai
     drain = _drain_note(spec, machine, now) if machine.drain is not None else None
     if drain is not None:
         return drain
+    down = node_down(spec, machine) if spec is not None else None
+    if down is not None:
+        return _node_down_note(machine, down)
     if step.node:
         return _node_wait_note(machine, step)
     if step.gave_up:
@@ -189,6 +192,19 @@ def _node_wait_note(machine: Machine, step: Step) -> Note:
     else:
         remedy = ""
     return Note(text, remedy, failing)
+
+
+def _node_down_note(machine: Machine, down: NodeDown) -> Note:
+    """A deployed machine whose Node went NotReady or was deleted: it stays in its state."""
+    host = machine.hostname
+    node = machine.node.name if machine.node is not None else ""
+    if node:
+        remedy = (f"check the kubelet on {host} (journalctl -u kubelet) and `kubectl describe "
+                  f"node {node}`; the status clears once its node is Ready again")
+    else:
+        remedy = (f"check that the kubelet on {host} runs and its Node still exists with its "
+                  f"mark: kubectl get nodes -l {MACHINE_ID_LABEL}={machine.id}")
+    return Note(down.text, remedy, True)
 
 
 # -- the upgrade plan ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Literal
 
 from coordinator.domain.catalog import catalog
 from coordinator.domain.model import ClusterSpec, Machine, MachineState, Role, phase_items
-from coordinator.domain.nodes import awaits_node, kubernetes_access, node_wait
+from coordinator.domain.nodes import awaits_node, kubernetes_access, node_down, node_wait
 from coordinator.domain.planner import DEPLOYED_STATES, post_deploy_host
 from coordinator.domain.remedies import drain_failure
 from coordinator.domain.steps import History, failure, gave_up_text, machine_step, phase_run
@@ -198,7 +198,12 @@ def _deployed_track(history: History, m: Machine, prepared_at: float | None,
 
 def _node_track(spec: ClusterSpec, history: History, m: Machine, now: float) -> _Track | None:
     """A machine's Node once its deploy items are applied: done once it is Ready (a machine
-    deployed before Nodes were looked at counts as done since it went Ready)."""
+    deployed before Nodes were looked at counts as done since it went Ready); failing again
+    while a look finds the Node of a deployed machine not Ready, or gone."""
+    down = node_down(spec, m)
+    if down is not None:
+        return _Track(m.hostname, down.since, down.since, None, down.since,
+                      f"{m.hostname}: {down.text}")
     if m.state in DEPLOYED_STATES:
         done = (m.node.ready_since if m.node is not None and m.node.ready_since is not None
                 else history.first_entry_of(m, _READY) or m.state_since)

@@ -5,7 +5,7 @@ once its Node is."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from coordinator.domain.events import event
@@ -26,6 +26,10 @@ class NodeRecords:
         machine = await self.writes.store.get_machine(machine_id)
         spec = None if machine is None else await self.queries.spec_of(machine)
         return None if machine is None or spec is None else (spec, machine)
+
+    async def machines(self, machine_ids: Sequence[str]) -> list[Machine]:
+        """The machines of these ids, read at once (a sweep's idle machines found down)."""
+        return await self.writes.store.get_machines(machine_ids)
 
     async def set_node(self, machine_id: str, status: NodeStatus, message: str | None) -> bool:
         """Record status on the machine if it is still admitted; an event only for a message."""

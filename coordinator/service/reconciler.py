@@ -120,7 +120,7 @@ class Reconciler:
                                await self._assignment_news(stored, out.changed.values()))
         current = [out.changed.get(m.id, m) for m in after]
         self.drainer.schedule(spec, current)
-        self.nodes.schedule(spec, current)
+        self.nodes.schedule(spec, current, view.idle_ready)
         if view.update(list(out.changed.values()), removed):
             self._views[spec.name] = view
         else:

@@ -157,6 +157,7 @@ class Cluster:
     uncordons: list[str] = field(default_factory=list)  # nodes made schedulable again, in order
     deleted_nodes: list[str] = field(default_factory=list)  # in order deleted
     requests: int = 0
+    calls: list[str] = field(default_factory=list)  # "GET /api/v1/nodes?...", in order
     lock: threading.RLock = field(default_factory=threading.RLock)
     later: Callable[[float, Callable[[], None]], None] = lambda delay, fn: None
     _rv: int = 1
@@ -467,13 +468,33 @@ def _path_value(obj: Obj, dotted: str) -> str:
     return str(value)
 
 
-def _label_selector(text: str) -> dict[str, str]:
-    return dict(part.split("=", 1) for part in filter(None, text.split(",")))
+def _label_selector(text: str) -> dict[str, str | None]:
+    """key=value terms, and bare keys (the label exists: None), as kube-apiserver reads them."""
+    return {key: value[0] if value else None
+            for key, *value in (part.split("=", 1) for part in filter(None, text.split(",")))}
 
 
-def _list(kind: str, items: list[Obj], rv: str) -> web.Response:
+def _labelled(labels: dict[str, str], selector: dict[str, str | None]) -> bool:
+    return all(k in labels if v is None else labels.get(k) == v for k, v in selector.items())
+
+
+def _page(request: web.Request, items: list[Obj]) -> tuple[list[Obj], str]:
+    """The page a list's limit and continue token ask for (items in name order), and the token
+    for the next one ("" after the last), as kube-apiserver pages: the token is opaque to
+    clients; here, the last name sent."""
+    limit = int(request.query.get("limit") or 0)
+    after = request.query.get("continue", "")
+    rest = [i for i in items if i["metadata"]["name"] > after] if after else items
+    if not limit or len(rest) <= limit:
+        return rest, ""
+    return rest[:limit], rest[limit - 1]["metadata"]["name"]
+
+
+def _list(kind: str, items: list[Obj], rv: str, more: str = "") -> web.Response:
     return web.json_response({"kind": kind, "apiVersion": "v1" if kind in ("PodList", "NodeList")
-                              else "apps/v1", "metadata": {"resourceVersion": rv},
+                              else "apps/v1",
+                              "metadata": {"resourceVersion": rv, **({"continue": more} if more
+                                                                     else {})},
                               "items": items})
 
 
@@ -485,6 +506,7 @@ def create_app(cluster: Cluster) -> web.Application:
         await request.read()  # the body is cached: handlers never wait while holding the lock
         with cluster.lock:
             cluster.requests += 1
+            cluster.calls.append(f"{request.method} {request.path_qs}")
             response: web.StreamResponse = await handler(request)
             return response
 
@@ -520,9 +542,9 @@ def create_app(cluster: Cluster) -> web.Application:
     @routes.get("/api/v1/nodes")
     async def list_nodes(request: web.Request) -> web.Response:
         labels = _label_selector(request.query.get("labelSelector", ""))
-        items = [n for n in cluster.nodes.values()
-                 if all(n["metadata"]["labels"].get(k) == v for k, v in labels.items())]
-        return _list("NodeList", items, str(cluster._rv))
+        items, more = _page(request, [n for _, n in sorted(cluster.nodes.items())
+                                      if _labelled(n["metadata"]["labels"], labels)])
+        return _list("NodeList", items, str(cluster._rv), more)
 
     @routes.post("/api/v1/nodes")
     async def create_node(request: web.Request) -> web.Response:
@@ -597,7 +619,7 @@ def create_app(cluster: Cluster) -> web.Application:
         items = [p for (ns, _), p in sorted(cluster.pods.items())
                  if (namespace is None or ns == namespace)
                  and all(_path_value(p, k) == v for k, v in fields.items())
-                 and all(p["metadata"]["labels"].get(k) == v for k, v in labels.items())]
+                 and _labelled(p["metadata"]["labels"], labels)]
         return _list("PodList", items, str(cluster._rv))
 
     @routes.get("/api/v1/namespaces/{namespace}/pods/{name}")

@@ -8,13 +8,22 @@ the marked Node whatever its name."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from coordinator.domain.nodes import MACHINE_ID_LABEL
+from coordinator.domain.nodes import (
+    MACHINE_ID_LABEL,
+    NODE_HEALTH_SECONDS,
+    Marked,
+    desired_metadata,
+    observed,
+)
+from coordinator.kube import Kube
 from tests.integration.api.operator import shown_everywhere
+from tests.support.builders import fleet_machine
 from tests.support.harness import InProcessCoordinator, ManualClock, in_process_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 
@@ -242,3 +251,112 @@ async def test_the_cluster_is_ready_once_kube_system_workloads_are_available(
         cluster.add_deployment("kube-system", "coredns", replicas=2, available=2)
         cluster.set_pod_ready(*calico.split("/"), True)
     await env.until("ready done", lambda: ready_says("done", "1 of 1 Ready"))
+
+
+async def test_a_ready_machines_node_gone_not_ready_or_deleted_fails_the_nodes_stage(
+        env: InProcessCoordinator, kube: KubeApiServer) -> None:
+    await ready_manager(env, kube)
+    for worker, node in (("w1", "node-7"), ("w2", "node-8")):  # one stands in for idle workers
+        agent = await deployed_items(env, worker, "worker")
+        with kube.locked() as cluster:
+            cluster.add_node(node, {MACHINE_ID_LABEL: agent["machine_id"]})
+        await env.until(f"{worker} Ready", lambda w=worker: _state(env, w, "Ready"))
+    assert (await stage(env, "nodes"))["state"] == "done"
+    with kube.locked() as cluster:  # their kubelets stop posting
+        for node in ("cp-1", "node-7", "node-8"):
+            cluster.set_node_ready(node, False, reason="NodeStatusUnknown",
+                                   message="Kubelet stopped posting node status.")
+    assert isinstance(env.clock, ManualClock)
+    env.clock.now += NODE_HEALTH_SECONDS  # their next looks are due
+    since = "NotReady since 1970-01-12T13:47:10Z: Ready=False (NodeStatusUnknown) (Kubelet " \
+        "stopped posting node status.)"
+    text = f"node cp-1 {since}"
+
+    async def nodes_say(state: str, message: str) -> bool:
+        found = await stage(env, "nodes")
+        return bool((found["state"], found["message"]) == (state, message))
+
+    await env.until("nodes failing", lambda: nodes_say(
+        "failing", f"0 of 3 nodes Ready; m1: {text}; w1: node node-7 {since}; w2: node node-8 "
+        f"{since}"))
+    assert [(await env.machine(h))["state"] for h in ("m1", "w1", "w2")] == ["Ready"] * 3
+    await shown_everywhere(env, "m1", text, (
+        "check the kubelet on m1 (journalctl -u kubelet) and `kubectl describe node cp-1`; the "
+        "status clears once its node is Ready again"))
+
+    with kube.locked() as cluster:
+        for node in ("cp-1", "node-7", "node-8"):
+            cluster.set_node_ready(node, True)
+    env.clock.now += NODE_HEALTH_SECONDS
+    await env.until("nodes done again", lambda: nodes_say("done", "3 of 3 nodes Ready"))
+
+    with kube.locked() as cluster:
+        del cluster.nodes["cp-1"]
+    env.clock.now += NODE_HEALTH_SECONDS
+    await env.until("nodes failing, node gone", lambda: nodes_say(
+        "failing", "2 of 3 nodes Ready; m1: node gone since 1970-01-12T13:48:10Z: no Node carries "
+        "the mark of m1"))
+    events = [e["message"] for e in await env.call("GET", "/v1/events?kind=node", 200)
+              if e["message"].startswith("m1")]
+    assert events[-3:] == ["m1: node cp-1 not Ready: Ready=False (NodeStatusUnknown) (Kubelet "
+                           "stopped posting node status.)", "m1: node cp-1 Ready",
+                           "m1: node cp-1 is gone"]
+
+
+async def settled_fleet(env: InProcessCoordinator, kube: KubeApiServer, count: int) -> None:
+    """count Ready workers (node-00000...) written as the coordinator leaves them once their
+    Nodes were found Ready, each Node marked with its machine's id."""
+    stored = await env.store.get_cluster("lab")
+    assert stored is not None
+    spec, now = stored.spec, env.clock()
+    done = frozenset(i.fingerprint() for phase in ("prepare", "deploy", "upgrade")
+                     for i in spec.items("worker", phase))
+    fleet = []
+    for index in range(count):
+        m = replace(fleet_machine(index, "lab"), release=spec.release, applied=done,
+                    last_seen=now + 10 * NODE_HEALTH_SECONDS)  # they answer all along: idle
+        fleet.append(replace(m, node=observed(None, now, m.hostname, ("True", "KubeletReady", ""),
+                                              desired_metadata(spec, m).digest())))
+    await env.coordinator.writes.commit(fleet, [])
+    with kube.locked() as cluster:
+        for m in fleet:
+            cluster.add_node(m.hostname, {MACHINE_ID_LABEL: m.id})
+
+
+async def test_a_settled_clusters_nodes_cost_one_list_per_interval_not_a_look_per_machine(
+        env: InProcessCoordinator, kube: KubeApiServer) -> None:
+    await settled_fleet(env, kube, 50)
+    await env.coordinator.reconciler.reconcile_once()
+    with kube.locked() as cluster:
+        cluster.calls.clear()
+    assert isinstance(env.clock, ManualClock)
+    for index in range(3):  # each interval one of them goes NotReady: the look still finds it
+        node = f"node-{index:05d}"
+        with kube.locked() as cluster:
+            cluster.set_node_ready(node, False, message="container runtime is down")
+        env.clock.now += NODE_HEALTH_SECONDS
+
+        async def found_down(node: str = node) -> bool:
+            return (await env.machine(node))["node"]["ready"] is False
+
+        await env.until(f"{node} found NotReady", found_down)
+    with kube.locked() as cluster:
+        calls = [c for c in cluster.calls if "/nodes" in c]
+    assert calls == [f"GET /api/v1/nodes?labelSelector={MACHINE_ID_LABEL}&limit=500"] * 3, \
+        calls[:5]
+    assert [(await env.machine(f"node-{i:05d}"))["state"] for i in range(4)] == ["Ready"] * 4
+
+
+async def test_the_marked_nodes_are_listed_in_pages(kube: KubeApiServer) -> None:
+    with kube.locked() as cluster:
+        for index in range(1_100):
+            cluster.add_node(f"n{index:05d}", {MACHINE_ID_LABEL: f"m-{index}"})
+        cluster.add_node("unmarked")
+        cluster.add_node("by-provider", provider_id="nodeagent://lab/m-p")
+        cluster.calls.clear()
+    async with await Kube.connect(text=kube.kubeconfig()) as client:
+        marked = await client.marked_nodes("lab")
+        assert len(marked) == 1_100 and marked["m-7"] == Marked("n00007", ("True", "KubeletReady", ""))
+        with kube.locked() as cluster:
+            assert len(cluster.calls) == 3  # 500, 500, 100
+        assert len(await client.marked_nodes("lab", every=True)) == 1_101

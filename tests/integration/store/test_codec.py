@@ -74,7 +74,8 @@ machines = st.builds(
     node=st.none() | st.builds(
         model.NodeStatus, waiting_since=finite, name=st.text(), ready=st.booleans(),
         reason=st.text(), message=st.text(), condition=st.text(),
-        registered_at=st.none() | finite, ready_since=st.none() | finite, metadata=st.text(),
+        registered_at=st.none() | finite, ready_since=st.none() | finite,
+        unready_since=st.none() | finite, metadata=st.text(),
         error=st.text()),
     kubeconfig=st.text(),
     labels=st.dictionaries(st.text(), st.text(), max_size=3),

@@ -36,7 +36,7 @@ from coordinator.domain.model import (
     pending_items,
     phase_items,
 )
-from coordinator.domain.nodes import awaits_node, desired_metadata, observed
+from coordinator.domain.nodes import awaits_node, desired_metadata, found_down, observed
 from coordinator.domain.planner import (
     Decision,
     assignment_notices,
@@ -67,7 +67,7 @@ ALLOWED = {
 }
 EVENT_KINDS = (["plan"] * 4 + ["apply", "finish", "all", "drain"] * 2
                + ["fail", "approve", "role", "delete", "release", "release", "change", "pause",
-                  "silence", "restart"])
+                  "silence", "restart", "node"])
 RUN_AGAIN: tuple[Phase, ...] = ("prepare", "deploy")  # an upgrade runs them again when changed
 
 
@@ -202,6 +202,9 @@ class World:
             self.apply(upgraded_cluster(self.spec, release=self.spec.release,
                                         paused=not self.spec.settings.upgrade.paused))
             return
+        if kind == "node":
+            self.node_turns(index)
+            return
         if not self.machines:
             return
         i = index % len(self.machines)
@@ -224,6 +227,23 @@ class World:
             m = replace(m, responding=not m.responding)
         elif kind == "restart":  # the agent restarts: it fetches its assignment anew
             self.fetch([m])
+        self.machines[i] = m
+        self.taken_in([m])
+
+    def node_turns(self, index: int) -> None:
+        """The list of the cluster's marked Nodes finds a Ready machine's Node down, or Ready
+        again, as the node watch records it."""
+        ready = [i for i, m in enumerate(self.machines) if m.state is S.READY]
+        if not ready:
+            return
+        i = ready[index % len(ready)]
+        m = self.machines[i]
+        up = m.node is not None and not m.node.ready
+        m = replace(m, node=observed(m.node, self.now, m.hostname,
+                                     ("True" if up else "False", "", ""),
+                                     desired_metadata(self.spec, m).digest()))
+        if found_down(self.spec, m):
+            event("a Ready machine's Node is found down")
         self.machines[i] = m
         self.taken_in([m])
 
@@ -460,6 +480,8 @@ def check_working_set(spec: ClusterSpec, before: list[Machine], decisions: list[
     ids = {m.id for m in working}
     assert len(ids) == len(working), "a machine twice in the working set"
     assert plan(spec, working) == decisions, "the working set planned otherwise than the fleet"
+    assert not [m.hostname for m in before if m.id in view.idle_ready and found_down(spec, m)], \
+        "an idle machine's Node is found down: the list of marked Nodes would not load it"
     host, stand_in_host = post_deploy_host(spec, before), post_deploy_host(spec, working)
     assert (host and host.id) == (stand_in_host and stand_in_host.id)
 
@@ -577,6 +599,9 @@ def live_through(world: World, history: list[tuple[str, int]]) -> None:
     for kind, index in history:
         world.event(kind, index)
     manager_up = settle(world)
+    for kind, index in [("node", 0), ("node", 1), ("plan", 0), ("node", 0), ("node", 1),
+                        ("plan", 0)]:  # Nodes of the settled fleet found down, then back
+        world.event(kind, index)
 
     # A new release on the settled fleet, keeping the earlier upgrade items and changing a
     # deploy or prepare item of each role: each pass upgrades one manager, then one worker batch.

@@ -71,7 +71,8 @@ def machines(draw: st.DrawFn, spec_now: tuple[object, float], ident: str) -> Mac
     if rarely(draw):
         m = replace(m, node=NodeStatus(draw(times), name=draw(st.sampled_from(["", m.hostname])),
                                        ready=draw(st.booleans()),
-                                       ready_since=draw(st.none() | times)))
+                                       ready_since=draw(st.none() | times),
+                                       unready_since=draw(st.none() | times)))
     return m
 
 

@@ -328,7 +328,11 @@ def upgrade_plan(spec: ClusterSpec, machines: Sequence[Machine]) -> UpgradePlan:
         if not admitted:
             break
         steps.append([_part(spec, m) for m in ordered(current) if m.id in admitted])
-    waiting = [_part(spec, m, "not responding" if not m.responding else "blocked by an earlier step")
+    manager_down = next((m.hostname for m in current if m.role == "manager"
+                         and found_down(spec, m)), None)
+    waiting = [_part(spec, m, "not responding" if not m.responding
+                     else f"the Node of manager {manager_down} is down"
+                     if manager_down and m.role == "manager" else "blocked by an earlier step")
                for m in ordered(current) if awaiting_upgrade(spec, m)]
     nothing_to_run = [m for m in ordered(machines) if m.state is S.READY
                       and m.release != spec.release and not behind(spec, m)]
@@ -513,8 +517,9 @@ def _admit_to_reconfigure(state: _Pass, managers: tuple[str, ...],
 
 def _admit_to_upgrade(state: _Pass) -> list[Decision]:
     """Outdated Ready machines into Upgrade: managers one at a time (none deploying or
-    reconfiguring either), then, once every manager is upgraded, workers in batches within
-    maxUnavailable."""
+    reconfiguring either, and none whose Node is found down: restarting another control
+    plane then risks the etcd quorum), then, once every manager is upgraded, workers in
+    batches within maxUnavailable, which counts workers silent or with their Node down."""
     spec = state.spec
     settings = spec.settings.upgrade
     if settings.paused:
@@ -524,10 +529,12 @@ def _admit_to_upgrade(state: _Pass) -> list[Decision]:
     managers_busy = sum(state.count(s, "manager") for s in _MANAGER_BUSY)
     managers_behind = managers_busy > 0 or any(
         m.role == "manager" and behind(spec, m) for m in state.machines)
+    manager_down = any(m.role == "manager" and found_down(spec, m) for m in state.machines)
     # In the order they deployed: the first manager's control plane (`kubeadm upgrade apply`)
     # goes before any other manager's (`kubeadm upgrade node` follows the cluster's version).
     for m in sorted(outdated, key=admission_order):
-        if m.role == "manager" and managers_busy == 0 and not state.manager_leaving():
+        if m.role == "manager" and managers_busy == 0 and not state.manager_leaving() \
+                and not manager_down:
             state.after[m.id] = S.UPGRADE
             return [_upgrade(spec, m, "manager upgrades (one at a time)")]
     if managers_behind:
@@ -535,7 +542,7 @@ def _admit_to_upgrade(state: _Pass) -> list[Decision]:
     batch = spec.settings.upgrade_batch
     upgrading = state.count(S.UPGRADE, "worker")
     unavailable = upgrading + sum(
-        1 for m in state.machines if m.role == "worker" and not m.responding
+        1 for m in state.machines if m.role == "worker" and _unavailable(spec, m)
         and state.after[m.id] in DEPLOYED_STATES and state.after[m.id] is not S.UPGRADE)
     limit = settings.max_unavailable_workers
     decisions: list[Decision] = []
@@ -543,10 +550,16 @@ def _admit_to_upgrade(state: _Pass) -> list[Decision]:
         if m.role != "worker" or upgrading >= batch or (limit is not None and unavailable >= limit):
             continue
         upgrading += 1
-        unavailable += 1
+        unavailable += 0 if _unavailable(spec, m) else 1  # counted already
         state.after[m.id] = S.UPGRADE
         decisions.append(_upgrade(spec, m, f"worker upgrades ({upgrading} of {batch} worker slots)"))
     return decisions
+
+
+def _unavailable(spec: ClusterSpec, machine: Machine) -> bool:
+    """A deployed worker that serves no workload now: its agent silent, or its Node found
+    not Ready or gone (maxUnavailable counts it)."""
+    return not machine.responding or found_down(spec, machine)
 
 
 def _upgrade(spec: ClusterSpec, machine: Machine, why: str) -> Decision:

@@ -7,7 +7,7 @@ the marked Node whatever its name."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -360,3 +360,42 @@ async def test_the_marked_nodes_are_listed_in_pages(kube: KubeApiServer) -> None
         with kube.locked() as cluster:
             assert len(cluster.calls) == 3  # 500, 500, 100
         assert len(await client.marked_nodes("lab", every=True)) == 1_101
+
+
+async def test_no_manager_upgrades_while_a_managers_node_is_found_down(
+        env: InProcessCoordinator, kube: KubeApiServer, tmp_path: Path) -> None:
+    """The upgrade waits, saying why in its plan, and goes on once the Node is Ready again."""
+    await ready_manager(env, kube)
+    with kube.locked() as cluster:
+        cluster.set_node_ready("cp-1", False, reason="NodeStatusUnknown")
+    assert isinstance(env.clock, ManualClock)
+    env.clock.now += NODE_HEALTH_SECONDS
+    await env.until("m1's node found down",
+                    lambda: _has((stage(env, "nodes")), "state", "failing"))
+    upgraded = spec(kube, tmp_path, "2.0").replace(
+        "    - {name: kubeadm-init", "    - {name: kubeadm-upgrade, phase: upgrade, version: "
+        "\"2.0\", action: {type: exec, argv: [kubeadm, upgrade]}}\n    - {name: kubeadm-init")
+    await env.call("PUT", "/v1/clusters", 200, data=upgraded,
+                   headers={**env.admin, "Content-Type": "application/yaml"})
+    await env.heartbeat(env.agents["m1"])
+    for _ in range(3):
+        await env.coordinator.reconciler.reconcile_once()
+    m1 = await env.machine("m1")
+    assert (m1["state"], m1["responding"]) == ("Ready", True)
+    plan = await env.call("GET", "/v1/clusters/lab/upgrade-plan", 200)
+    assert [(w["hostname"], w["reason"]) for w in plan["waiting"]] == [
+        ("m1", "the Node of manager m1 is down")]
+
+    with kube.locked() as cluster:
+        cluster.set_node_ready("cp-1", True)
+    env.clock.now += NODE_HEALTH_SECONDS
+
+    async def upgrading() -> bool:
+        await env.heartbeat(env.agents["m1"])  # it answers all along
+        return await _state(env, "m1", "Upgrade")
+
+    await env.until("m1 in Upgrade", upgrading)
+
+
+async def _has(found: Awaitable[dict[str, Any]], key: str, value: str) -> bool:
+    return (await found)[key] == value

@@ -113,6 +113,12 @@ class _Pass:
         the others for the new list may go on."""
         return any(self.role[i] == "manager" and s is S.DELETING for i, s in self.after.items())
 
+    def manager_node_down(self) -> bool:
+        """A manager's Node is found NotReady or gone (nodes.found_down): its etcd member may
+        be down, so no other manager joins or restarts its control plane (Deploy, Upgrade)
+        until it is Ready again or deleted, as etcd asks of a member change."""
+        return any(m.role == "manager" and found_down(self.spec, m) for m in self.machines)
+
 
 def plan(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Decision]:
     """One pass: every transition the invariants allow now, at most one per machine.
@@ -473,7 +479,8 @@ def _admit_to_deploy(state: _Pass) -> list[Decision]:
             if not deploying and not state.manager_leaving():
                 decision = _decide(machine, S.DEPLOY, "first manager deploys alone")
         elif machine.role == "manager":
-            if state.manager_slot_free() and not state.manager_leaving():
+            if state.manager_slot_free() and not state.manager_leaving() \
+                    and not state.manager_node_down():
                 decision = _decide(machine, S.DEPLOY, "next manager deploys (one at a time)")
         elif machine.role == "worker" and manager_deployed and workers_deploying < batch:
             workers_deploying += 1
@@ -517,8 +524,8 @@ def _admit_to_reconfigure(state: _Pass, managers: tuple[str, ...],
 
 def _admit_to_upgrade(state: _Pass) -> list[Decision]:
     """Outdated Ready machines into Upgrade: managers one at a time (none deploying or
-    reconfiguring either, and none whose Node is found down: restarting another control
-    plane then risks the etcd quorum), then, once every manager is upgraded, workers in
+    reconfiguring either, nor while a manager's Node is found down: _Pass.manager_node_down),
+    then, once every manager is upgraded, workers in
     batches within maxUnavailable, which counts workers silent or with their Node down."""
     spec = state.spec
     settings = spec.settings.upgrade
@@ -529,12 +536,11 @@ def _admit_to_upgrade(state: _Pass) -> list[Decision]:
     managers_busy = sum(state.count(s, "manager") for s in _MANAGER_BUSY)
     managers_behind = managers_busy > 0 or any(
         m.role == "manager" and behind(spec, m) for m in state.machines)
-    manager_down = any(m.role == "manager" and found_down(spec, m) for m in state.machines)
     # In the order they deployed: the first manager's control plane (`kubeadm upgrade apply`)
     # goes before any other manager's (`kubeadm upgrade node` follows the cluster's version).
     for m in sorted(outdated, key=admission_order):
         if m.role == "manager" and managers_busy == 0 and not state.manager_leaving() \
-                and not manager_down:
+                and not state.manager_node_down():
             state.after[m.id] = S.UPGRADE
             return [_upgrade(spec, m, "manager upgrades (one at a time)")]
     if managers_behind:

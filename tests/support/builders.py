@@ -27,6 +27,7 @@ from coordinator.domain.model import (
     Role,
     pending_items,
 )
+from coordinator.domain.nodes import desired_metadata, observed
 from coordinator.domain.planner import Decision
 from coordinator.domain.releases import baseline
 from coordinator.store.cipher import Cipher
@@ -147,6 +148,14 @@ def upgraded_cluster(spec: ClusterSpec, release: str = "2.0.0", **upgrade: objec
         for role in ("manager", "worker")})
     return spec.model_copy(update={"release": release, "settings": settings,
                                    "machine_types": types})
+
+
+def node_down(spec: ClusterSpec, m: Machine) -> Machine:
+    """m with its Node found NotReady by the node watch (its agent still answers)."""
+    ready_node = observed(None, 0.0, f"{m.hostname}.lab", ("True", "KubeletReady", ""),
+                          desired_metadata(spec, m).digest())
+    return replace(m, node=observed(ready_node, 10.0, f"{m.hostname}.lab",
+                                    ("Unknown", "NodeStatusUnknown", "Kubelet stopped")))
 
 
 # -- what an agent sends -------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 
 from coordinator.domain.model import ItemProgress, Machine, MachineState
 from coordinator.domain.planner import Decision, enact, plan, plan_to_fixpoint
-from tests.support.builders import cluster, finish_phase, items, machine, moves
+from tests.support.builders import cluster, finish_phase, items, machine, moves, node_down
 
 P, PREP, DEP, READY = MachineState.PENDING, MachineState.PREPARE, MachineState.DEPLOY, MachineState.READY
 
@@ -89,6 +89,18 @@ def test_remaining_managers_deploy_one_at_a_time() -> None:
     fleet = enact([m1, *others], decisions, now=5.0)
     assert plan(spec, fleet) == []
 
+
+def test_no_manager_joins_while_a_managers_node_is_down() -> None:
+    """etcd asks for a failed member to be removed before another is added: the next manager
+    waits until the Node is Ready again (or its manager deleted); workers still join."""
+    spec = cluster(manager=items("deploy", 1), worker=items("deploy", 1),
+                   kubernetes={"kubeconfig": "/etc/kubeconfig"})
+    m1 = node_down(spec, machine("m1", "manager", state=READY))
+    waiting = [machine("m2", "manager", state=PREP, created_at=2),
+               machine("w1", state=PREP, created_at=3)]
+    assert moves(plan(spec, [m1, *waiting])) == [("w1", DEP)]
+    assert moves(plan(spec, [machine("m1", "manager", state=READY), *waiting])) == [
+        ("m2", DEP), ("w1", DEP)]
 
 def test_workers_deploy_in_batches_alongside_a_second_manager() -> None:
     spec = cluster(worker=items("deploy", 1), manager=items("deploy", 1), batch=3)

@@ -6,14 +6,12 @@ from dataclasses import replace
 
 from coordinator.domain.kubeaccess import KubeAccess, kube_access
 from coordinator.domain.model import (
-    ClusterSpec,
     DrainStage,
     KubernetesSettings,
     Machine,
     MachineState,
     phase_items,
 )
-from coordinator.domain.nodes import desired_metadata, observed
 from coordinator.domain.planner import (
     Decision,
     assignment_notices,
@@ -34,6 +32,7 @@ from tests.support.builders import (
     items,
     machine,
     moves,
+    node_down,
     upgraded_cluster,
 )
 
@@ -333,21 +332,13 @@ def test_drains_use_the_setting_else_the_first_managers_reported_kubeconfig() ->
     assert "m1's" not in repr(m1), "a machine's repr shows its kubeconfig"
 
 
-def _node_down(spec: ClusterSpec, m: Machine) -> Machine:
-    """m with its Node found NotReady by the node watch (its agent still answers)."""
-    ready_node = observed(None, 0.0, f"{m.hostname}.lab", ("True", "KubeletReady", ""),
-                          desired_metadata(spec, m).digest())
-    return replace(m, node=observed(ready_node, 10.0, f"{m.hostname}.lab",
-                                    ("Unknown", "NodeStatusUnknown", "Kubelet stopped")))
-
-
 def test_no_manager_upgrades_while_a_managers_node_is_down() -> None:
     """Restarting another control plane while one manager's Node is down risks the etcd
     quorum: the upgrade waits, and its plan says for which Node."""
     spec = upgraded_cluster(cluster(kubernetes={"kubeconfig": "/etc/kubeconfig"}))
     machines = fleet(managers=3, workers=0)
     assert moves(plan(spec, machines)) == [("m1", UPGRADE)]
-    machines[2] = _node_down(spec, machines[2])
+    machines[2] = node_down(spec, machines[2])
     assert plan(spec, machines) == []
     waiting = upgrade_plan(spec, machines).waiting
     assert {u.waiting for u in waiting} == {"the Node of manager m3 is down"}
@@ -358,7 +349,7 @@ def test_max_unavailable_counts_workers_whose_node_is_down() -> None:
     spec = upgraded_cluster(cluster(batch=3, kubernetes={"kubeconfig": "/etc/kubeconfig"}),
                             max_unavailable_workers=2)
     machines = [at_release(spec, ready("m1", "manager")), *fleet(managers=0)]
-    machines[1] = _node_down(spec, machines[1])
+    machines[1] = node_down(spec, machines[1])
     # w1 (down) and one more: two unavailable at most, w1 counted once.
     assert moves(plan(spec, machines)) == [("w1", UPGRADE), ("w2", UPGRADE)]
     machines[1] = at_release(spec, machines[1])

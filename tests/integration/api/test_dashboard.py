@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from coordinator.cli.client import ClientError
 from tests.integration.api.test_upgrade_api import budgeted, spec
 from tests.support.builders import OPERATOR_CLUSTER
 from tests.support.harness import ServedCoordinator, running_coordinator
@@ -279,7 +280,11 @@ def upgraded_until(c: ServedCoordinator, hostname: str, drain_stage: str | None 
     """hostname's agent applying what it is given until the machine is Ready at 2.0 (or, with
     drain_stage, until its drain reaches that stage)."""
     def arrived() -> bool:
-        c.report_all(c.agents[hostname])
+        try:
+            c.report_all(c.agents[hostname])
+        except ClientError as refused:  # it moved on between reports: the next assignment
+            if refused.status != 409:  # is reported on the next try, as an agent would
+                raise
         found: dict[str, Any] = c.machine(hostname)
         if drain_stage is not None:
             return bool(found["drain"]) and found["drain"]["stage"] == drain_stage

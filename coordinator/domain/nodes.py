@@ -203,8 +203,11 @@ def watched(spec: ClusterSpec, machine: Machine) -> bool:
 
 def found_down(spec: ClusterSpec, machine: Machine) -> bool:
     """A watched machine whose Node the last look found not Ready, or no longer found: never
-    inert (planner.inert_filter), so an idle Ready machine's Node is recorded Ready."""
-    return machine.node is not None and not machine.node.ready and watched(spec, machine)
+    inert (planner.inert_filter), so an idle Ready machine's Node is recorded Ready. A Node
+    no look has seen yet (the looks failed: the API server, not the Node, is down) is not."""
+    node = machine.node
+    return (node is not None and not node.ready and (bool(node.name) or node.unready_since
+                                                     is not None) and watched(spec, machine))
 
 
 def first_sweep_offset(cluster: str, interval: float) -> float:

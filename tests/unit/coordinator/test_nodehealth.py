@@ -15,11 +15,13 @@ from coordinator.domain.nodes import (
     Marked,
     desired_metadata,
     first_sweep_offset,
+    found_down,
     marked_nodes,
     missing,
     observed,
     swept,
     swept_by_list,
+    unseen,
 )
 from coordinator.domain.planner import plan
 from coordinator.domain.remedies import machine_note
@@ -112,6 +114,16 @@ def test_a_deployed_machine_never_looked_at_is_done_as_before() -> None:
     assert nodes_stage([w1])[0] == "done"
     assert nodes_stage([replace(w1, node=NodeStatus(1.0, name="w1", ready=True))])[0] == "done"
 
+
+def test_a_node_no_look_could_see_is_not_down_but_one_no_longer_found_stays_down() -> None:
+    """The API server unreachable before any look found the Node: nothing is known of it,
+    so it holds up no upgrade; once found gone, a failed look keeps what was found."""
+    w1 = machine("w1", state=MachineState.READY)
+    unreachable = replace(w1, node=unseen(None, T0, "connection refused"))
+    assert not found_down(SPEC, unreachable) and nodes_stage([unreachable])[0] != "failing"
+    gone = replace(w1, node=observed(None, T0, None))
+    assert found_down(SPEC, gone)
+    assert found_down(SPEC, replace(gone, node=unseen(gone.node, T0 + 30, "connection refused")))
 
 def test_a_list_of_the_marked_nodes_gives_each_machines_node_by_its_label_or_provider_id() -> None:
     def node(name: str, labels: dict[str, str], provider: str = "", ready: str = "True") -> dict:

@@ -525,8 +525,8 @@ def _admit_to_reconfigure(state: _Pass, managers: tuple[str, ...],
 def _admit_to_upgrade(state: _Pass) -> list[Decision]:
     """Outdated Ready machines into Upgrade: managers one at a time (none deploying or
     reconfiguring either, nor while a manager's Node is found down: _Pass.manager_node_down),
-    then, once every manager is upgraded, workers in
-    batches within maxUnavailable, which counts workers silent or with their Node down."""
+    then, once every manager is upgraded, workers in batches within maxUnavailable, which
+    counts workers silent or with their Node down."""
     spec = state.spec
     settings = spec.settings.upgrade
     if settings.paused:

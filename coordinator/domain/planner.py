@@ -18,7 +18,7 @@ into Deploy and Upgrade, which respect the limits after those, come last.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -114,10 +114,17 @@ class _Pass:
         return any(self.role[i] == "manager" and s is S.DELETING for i, s in self.after.items())
 
     def manager_node_down(self) -> bool:
-        """A manager's Node is found NotReady or gone (nodes.found_down): its etcd member may
-        be down, so no other manager joins or restarts its control plane (Deploy, Upgrade)
-        until it is Ready again or deleted, as etcd asks of a member change."""
-        return any(m.role == "manager" and found_down(self.spec, m) for m in self.machines)
+        """down_manager: no other manager joins or restarts its control plane (Deploy,
+        Upgrade) meanwhile."""
+        return down_manager(self.spec, self.machines) is not None
+
+
+def down_manager(spec: ClusterSpec, machines: Iterable[Machine]) -> str | None:
+    """The hostname of a manager whose Node is found NotReady or gone (nodes.found_down): its
+    etcd member may be down, so no other manager joins or restarts its control plane until it
+    is Ready again or deleted, as etcd asks of a member change."""
+    return next((m.hostname for m in machines if m.role == "manager" and found_down(spec, m)),
+                None)
 
 
 def plan(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Decision]:
@@ -334,8 +341,7 @@ def upgrade_plan(spec: ClusterSpec, machines: Sequence[Machine]) -> UpgradePlan:
         if not admitted:
             break
         steps.append([_part(spec, m) for m in ordered(current) if m.id in admitted])
-    manager_down = next((m.hostname for m in current if m.role == "manager"
-                         and found_down(spec, m)), None)
+    manager_down = down_manager(spec, current)
     waiting = [_part(spec, m, "not responding" if not m.responding
                      else f"the Node of manager {manager_down} is down"
                      if manager_down and m.role == "manager" else "blocked by an earlier step")

@@ -71,14 +71,17 @@ async def checked_output(host: Host, *args: str) -> str:
 
 
 async def apply_phase(assignment: Document, config_path: str, root: Path,
-                      submit: Callable[[Document], None]) -> int:
+                      submit: Callable[[Document], None], lock: int | None = None) -> int:
     """One `nodeagent apply` child, its exit code: the assignment on its stdin, each report
     it prints handed to submit; its log lines go to this daemon's stderr. Cancelled, it
-    closes the child's stdin, which stops the running item, and kills it if it takes too long."""
+    closes the child's stdin, which stops the running item, and kills it if it takes too long.
+    The child inherits the descriptor lock (the state dir's, statelock.py): a child left
+    stopping by a dead daemon keeps the state dir from another agent until it is gone."""
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
     child = await asyncio.create_subprocess_exec(
         *own_argv(), "apply", "--config", config_path, "--root", str(root),
-        "--log-level", level, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        "--log-level", level, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        pass_fds=() if lock is None else (lock,))
     assert child.stdin is not None and child.stdout is not None
     try:
         with contextlib.suppress(ConnectionError):  # it died at once: its exit code says

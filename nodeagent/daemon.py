@@ -49,6 +49,7 @@ from nodeagent.removal import forget_machine
 from nodeagent.reporter import Reporter
 from nodeagent.retarget import Retarget
 from nodeagent.settings import DaemonSettings, load_settings
+from nodeagent.statelock import lock_state_dir
 
 T = TypeVar("T")
 log = logging.getLogger("nodeagent")
@@ -64,17 +65,23 @@ class MachineRemoved(AgentError):
 async def run_agent(config_path: str, host: Host) -> None:
     """The daemon's life: ready for systemd at once (registering may wait long for the
     coordinator, and systemd must neither time the start out nor miss watchdog pings
-    meanwhile), then the config, then the agent until it stops."""
+    meanwhile), then the config, then the state dir's lock (statelock.py), then the agent
+    until it stops."""
     sdnotify.ready()
     async with _background(_watchdog()):
         settings = await load_settings(config_path, host)
-        await Agent(settings, host, config_path).run()
+        lock = await lock_state_dir(settings.state_dir)  # before anything there is read
+        await Agent(settings, host, config_path, lock=lock).run()
 
 
 class Agent:
+    """The agent of one state dir. lock: the descriptor of that dir's lock, which each
+    phase's child inherits (statelock.py); None where nothing else can run on it (benches)."""
+
     def __init__(self, settings: DaemonSettings, host: Host, config_path: str,
-                 rand: random.Random | None = None) -> None:
+                 rand: random.Random | None = None, lock: int | None = None) -> None:
         self.settings = settings
+        self.lock = lock
         self.config_path = config_path
         self.host = host
         self.state_dir = settings.state_dir
@@ -88,7 +95,7 @@ class Agent:
         self.prechecks = Prechecks(settings, host, config_path, self.client, self.rand)
 
     async def run(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.mkdir(parents=True, exist_ok=True)  # the benches' agents take no lock
         retarget = await self._retarget()
         identity = await self._settle_rotation(load_identity(self.identity_path))
         if identity is None:
@@ -319,7 +326,8 @@ class Agent:
         did."""
         restarts = 0
         while (code := await apply_phase(assignment, self.config_path, self.host.root,
-                                          reporter.submit)) not in (EXIT_APPLIED, EXIT_GAVE_UP):
+                                          reporter.submit, self.lock)) \
+                not in (EXIT_APPLIED, EXIT_GAVE_UP):
             restarts += 1
             wait = delay(restarts, 1.0, 60.0, self.rand)
             log.error("`nodeagent apply` exited with %d; starting it again in %.1fs", code,

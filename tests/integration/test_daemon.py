@@ -1,17 +1,18 @@
 """A real `nodeagent run` against a real coordinator: the daemon stays small (a phase's work
 happens in a child that exits when the phase is done), keeps its connections to the
-coordinator alive, and a new assignment stops a running phase only when it changes what to
-run."""
+coordinator alive, a new assignment stops a running phase only when it changes what to
+run, and a state dir has one agent at a time."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.support.agent import agent_of
+from tests.support.agent import NODEAGENT, AgentProcess, agent_of
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.waiting import wait_until
 
@@ -39,6 +40,8 @@ QUICK = '{name: finish, phase: deploy, action: {type: exec, argv: ["true"]}}'
 # Records its pid ($$$$: the shell's $$) and waits for a gate file that never comes.
 BLOCKING = ('{name: finish, phase: deploy, action: {type: exec, argv: [sh, -c, '
             '"echo $$$$ > started; until [ -e gate ]; do sleep 0.1; done; touch finished"]}}')
+# The same, counting its runs: a line with its pid in `runs` each time it starts.
+COUNTED = BLOCKING.replace("> started", ">> runs")
 
 
 def mapped(process: psutil.Process) -> str:
@@ -129,3 +132,65 @@ def test_an_agent_restarted_while_pending_reports_its_prechecks_again(tmp_path: 
                        "the restarted agent's precheck report")
         (event,) = coordinator.admin.get("/v1/events?kind=precheck")
         assert event["message"].endswith("prechecks now pass")
+
+
+def test_a_second_agent_on_a_state_dir_is_refused_and_a_killed_ones_is_not(
+        tmp_path: Path) -> None:
+    """Two agents on one state dir would be one machine running its items twice; the second
+    is refused, naming the first. A kill -9 leaves no lock behind: the next start waits only
+    for the killed agent's phase child to stop its item, then runs the interrupted item."""
+    root = tmp_path / "root"
+    runs = root / "runs"
+    with running_coordinator(tmp_path, cluster(COUNTED)) as coordinator, \
+            agent_of(coordinator, tmp_path) as first:
+        hostname = approve(coordinator)
+        wait_until(lambda: runs.exists() and runs.read_text().endswith("\n"), 60,
+                   "the item to start")
+
+        second = subprocess.run([NODEAGENT, "run", "--config", str(tmp_path / "agent.yaml"),
+                                 "--root", str(root)], capture_output=True, text=True,
+                                timeout=30)
+        assert second.returncode == 1 and "Traceback" not in second.stderr
+        assert (f"another agent (pid {first.pid}) is running on {root}/var/lib/nodeagent; stop "
+                "it first (systemctl stop nodeagent)") in second.stderr
+        assert first.is_running()
+        (command,) = runs.read_text().split()  # the item ran once, and is running still
+        # The phase's child holds the lock with its daemon; the item's command does not.
+        (child,) = (c for c in first.children() if "apply" in c.cmdline())
+        assert [f for f in child.open_files() if f.path.endswith("/agent.lock")]
+        assert not [f for f in psutil.Process(int(command)).open_files()
+                    if f.path.endswith("/agent.lock")]
+
+        # The killed agent's child, held stopped, still holds the state dir: a new agent
+        # waits for it rather than run the item beside the old run.
+        child.suspend()
+        first.kill()
+        first.wait(10)
+        restarted = AgentProcess(tmp_path)
+        restarted.start()
+        try:
+            wait_until(lambda: f"the agent (pid {first.pid}) that ran on" in
+                       restarted.log.read_text(), 30, "the restarted agent to wait")
+            time.sleep(1)
+            assert restarted.process is not None and restarted.process.poll() is None
+            assert runs.read_text().split() == [command]
+            child.resume()  # it sees its daemon gone, stops the item and exits
+            wait_until(lambda: len(runs.read_text().split()) == 2, 60,
+                       "the restarted agent to run the interrupted item")
+            assert not psutil.pid_exists(int(command))
+            (root / "gate").touch()
+            coordinator.wait_state(hostname, "Ready", timeout=60)
+        finally:
+            restarted.stop()
+
+
+def test_a_state_dir_that_cannot_be_made_is_named(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    config = tmp_path / "agent.yaml"
+    config.write_text(f"coordinator: {{url: 'http://127.0.0.1:9'}}\njoinToken: x\n"
+                      f"stateDir: {tmp_path}/file/state\n")
+    run = subprocess.run([NODEAGENT, "run", "--config", str(config)], capture_output=True,
+                         text=True, timeout=30)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert f"error: cannot lock the state dir {tmp_path}/file/state: Not a directory" \
+        in run.stderr

@@ -22,6 +22,7 @@ from coordinator.domain.model import (
     Role,
     first_manager,
     ordered,
+    same_hostname,
 )
 from coordinator.domain.outputs import PREFIX, available, declared, public_names
 from coordinator.domain.templating import template_values
@@ -175,7 +176,7 @@ def render_cluster(spec: ClusterSpec, machines: Sequence[Machine], fleet: Fleet 
 
 def _named(spec: ClusterSpec, machines: Sequence[Machine], ref: str,
            fleet: Fleet | None) -> Machine:
-    found = next((m for m in machines if ref in (m.id, m.hostname)), None)
+    found = next((m for m in machines if ref == m.id or same_hostname(ref, m.hostname)), None)
     if found is not None:
         return found
     if fleet is None:

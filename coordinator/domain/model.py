@@ -332,6 +332,13 @@ def ordered(machines: Iterable[Machine]) -> list[Machine]:
     return sorted(machines, key=lambda m: (m.created_at, m.hostname, m.id))
 
 
+def same_hostname(one: str, other: str) -> bool:
+    """Whether two hostnames name the same machine: compared as Kubernetes compares node
+    names, lowercased (the kubelet and kubeadm name a Node by the lowercased hostname), so
+    W1 and w1 would be one Node. The stores compare lower(hostname) alike."""
+    return one.lower() == other.lower()
+
+
 def address(machine: Machine) -> str:
     """How items reach a machine: its IP, or its hostname when it reported none."""
     return machine.ip or machine.hostname

@@ -124,19 +124,24 @@ def hand_out(items: Sequence[StateItem], values: dict[str, str]) -> Handed:
     return Handed(list(items), used, ())
 
 
+def public_names(spec: ClusterSpec) -> frozenset[str]:
+    """The outputs spec declares `secret: false`, join material never: it joins a machine to
+    the cluster, whatever its item says (the spec's checks refuse saying otherwise)."""
+    return frozenset(n for n, found in declared(spec).items()
+                     if not found.minted and not found.output.secret)
+
+
 def secret_names(spec: ClusterSpec, names: Iterable[str]) -> list[str]:
-    """Which of names are secret: every output is, unless declared `secret: false`; the values
-    a mint or revoke job is given from join material are."""
-    outputs = declared(spec)
-    return sorted(n for n in names
-                  if n.startswith(PREFIX) and (n not in outputs or outputs[n].output.secret))
+    """Which of names are secret: every output, unless public_names has it; the values a mint
+    or revoke job is given from join material are."""
+    public = public_names(spec)
+    return sorted(n for n in names if n.startswith(PREFIX) and n not in public)
 
 
 def public_outputs(spec: ClusterSpec, managers: Iterable[Machine]) -> dict[str, str]:
     """The cluster outputs declared `secret: false`, with their values: what a view may show."""
-    outputs = declared(spec)
-    return {n: v for n, v in cluster_outputs(managers).items()
-            if n in outputs and not outputs[n].output.secret}
+    public = public_names(spec)
+    return {n: v for n, v in cluster_outputs(managers).items() if n in public}
 
 
 def waits_text(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]) -> str:
@@ -181,7 +186,8 @@ def _producer(item: StateItem, peers: Sequence[Machine]) -> str:
 
 def problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
     """What the spec's outputs and conditions get wrong, each with where it is: outputs on
-    worker items, two items of one name declaring outputs, `when` where it cannot hold."""
+    worker items, join material declared public, two items of one name declaring outputs,
+    `when` where it cannot hold."""
     found: list[tuple[Location, str]] = []
     names: dict[str, str] = {}
     for role in ("manager", "worker"):
@@ -190,6 +196,10 @@ def problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
             if item.outputs and role == "worker":
                 found.append(((*where, "outputs"), "only manager items produce outputs (they "
                               "are kept with the manager that ran them)"))
+            if item.phase == "mint":
+                found += [((*where, "outputs", at, "secret"), "join material is always secret "
+                           "(it joins a machine to the cluster): drop `secret: false`")
+                          for at, output in enumerate(item.outputs) if not output.secret]
             if item.outputs and role == "manager":
                 if item.name in names and names[item.name] != item.phase:
                     found.append(((*where, "outputs"), f"item {item.name} of phase "

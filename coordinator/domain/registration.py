@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from coordinator.domain.approval import approval_failures, auto_approved
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
-from coordinator.domain.model import ClusterSettings, Machine
+from coordinator.domain.model import ClusterSettings, Machine, same_hostname
 from coordinator.domain.records import CredentialOwner, Event
 from nodeagent.protocol import RegisterRequest
 
@@ -29,11 +29,19 @@ def retried(owner: CredentialOwner, request: RegisterRequest) -> str:
     """The machine a registration retries: the one its credential already belongs to (the
     agent chose it and an earlier attempt registered it, but the answer was lost), whose id it
     gets again. Only from the same hostname: a credential never moves a machine."""
-    if owner.hostname != request.hostname:
+    if not same_hostname(owner.hostname, request.hostname):
         raise Conflict(f"this registration's credential is that of machine {owner.hostname} "
                        f"({owner.machine_id}) in {owner.cluster}, not of {request.hostname}: "
                        "choose a new one")
     return owner.machine_id
+
+
+def _spelt(existing: Machine, request: RegisterRequest) -> str:
+    """The machine holding the name, when it spells it otherwise: the operator looks for it."""
+    if existing.hostname == request.hostname:
+        return ""
+    return (f", as {existing.hostname}, id {existing.id}: Kubernetes node names are "
+            "lowercase, so both would be one Node")
 
 
 def registered(cluster: str, settings: ClusterSettings, existing: Machine | None,
@@ -41,13 +49,15 @@ def registered(cluster: str, settings: ClusterSettings, existing: Machine | None
                now: float) -> tuple[Machine, list[Event]]:
     """The machine once `request` is registered, and its events. A join token must never let
     a second node take over a machine another agent registered, admitted or Pending (an admin
-    approving the name would approve the newcomer): a machine of that hostname is refused."""
+    approving the name would approve the newcomer): a machine of that hostname (model.
+    same_hostname: W1 is w1) is refused, naming it."""
     if existing is not None and existing.approved:
         raise Conflict(f"{request.hostname} is already a member of {cluster} "
-                       f"({existing.state.value}); delete it first to register anew")
+                       f"({existing.state.value}{_spelt(existing, request)}); delete it first "
+                       "to register anew")
     if existing is not None:
         raise Conflict(f"{request.hostname} is already registered in {cluster} by another agent "
-                       "(Pending); delete it first to register anew")
+                       f"(Pending{_spelt(existing, request)}); delete it first to register anew")
     precheck = request.precheck.model_dump(mode="json", by_alias=True)
     machine = Machine(
         id=new_id, cluster=cluster, hostname=request.hostname, ip=request.ip,

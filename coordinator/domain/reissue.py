@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from coordinator.domain.errors import Forbidden, Unauthorized
 from coordinator.domain.events import event
-from coordinator.domain.model import Machine
+from coordinator.domain.model import Machine, same_hostname
 from coordinator.domain.records import Event
 from coordinator.domain.registration import Credential
 from coordinator.domain.tokens import same_token
@@ -55,7 +55,7 @@ def rejoin_refusal(machine: Machine, hashed: str, hostname: str, now: float) -> 
     if machine.reissue_expires_at is not None and now >= machine.reissue_expires_at:
         return Unauthorized(f"this reissue string for {machine.hostname} expired at "
                             f"{_at(machine.reissue_expires_at)}: {again}")
-    if hostname != machine.hostname:
+    if not same_hostname(hostname, machine.hostname):
         return Forbidden(f"this reissue string is bound to machine {machine.hostname} "
                          f"({machine.id}) in {machine.cluster}, and this node is {hostname}: "
                          f"use it on {machine.hostname}, or create a join token "

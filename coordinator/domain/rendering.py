@@ -22,8 +22,9 @@ from coordinator.domain.model import (
     Role,
     first_manager,
     ordered,
+    same_hostname,
 )
-from coordinator.domain.outputs import available, declared, secret_names
+from coordinator.domain.outputs import PREFIX, available, declared, public_names
 from coordinator.domain.templating import template_values
 from nodeagent.contract import Phase
 from nodeagent.protocol import Location, StateItem
@@ -89,17 +90,25 @@ class Rendering:
     machines: list[RenderedMachine]
 
 
-def machine_values(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]) -> Values:
+def machine_values(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine],
+                   stored: ClusterSpec | None = None) -> Values:
     """The values machine's assignment carries, as a rendering shows them: the one place the
-    names of secret values and of values not produced yet are given: outputs produced (and the
-    machine's own join material) are named secret unless declared otherwise, never shown; the
-    others, not produced yet (join material is minted only when the machine joins)."""
+    names of secret values and of values not produced yet are given. What is stored decides
+    what is secret, not the spec rendered, which anyone who may read can send: an output's
+    value is shown only when both spec and stored (the cluster's spec as stored; None: no
+    output is shown) declare it `secret: false`; join material (the machine's own, or its
+    job's) never, whatever either says of its name. Outputs not produced yet are named so
+    (join material is minted only when the machine joins)."""
     managers = [m for m in peers if m.role == "manager"]
     known = {**template_values(spec, machine, peers), **available(machine, managers)}
+    minted = set(machine.material.values) if machine.material is not None else set()
     if machine.minting is not None:
         known.update(job_values(spec, machine.minting))
+        minted.update(machine.minting.values)
+    public = public_names(spec) & public_names(stored) if stored is not None else frozenset()
+    secret = {n for n in known if n.startswith(PREFIX) and (n not in public or n in minted)}
     missing = frozenset(declared(spec)) - set(known)
-    return Values(known, frozenset(secret_names(spec, known)), missing)
+    return Values(known, frozenset(secret), missing)
 
 
 def render_item(item: StateItem, shown: Mapping[str, str]) -> RenderedItem:
@@ -136,10 +145,12 @@ def shown_items(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine],
 
 
 def render_machine(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine],
-                   phases: Sequence[Phase] = ORDER) -> RenderedMachine:
+                   phases: Sequence[Phase] = ORDER,
+                   stored: ClusterSpec | None = None) -> RenderedMachine:
     """machine's items of phases, rendered; peers are its cluster's machines (the managers
-    among them are all its values depend on)."""
-    shown = machine_values(spec, machine, peers).shown()
+    among them are all its values depend on); stored decides which values are secret
+    (machine_values)."""
+    shown = machine_values(spec, machine, peers, stored).shown()
     rendered = tuple(RenderedPhase(phase, tuple(render_item(i, shown) for i in items))
                      for phase in phases if (items := shown_items(spec, machine, peers, phase)))
     return RenderedMachine(machine.id, machine.hostname, machine.ip, machine.role,
@@ -147,9 +158,11 @@ def render_machine(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]
 
 
 def render_cluster(spec: ClusterSpec, machines: Sequence[Machine], fleet: Fleet | None = None,
-                   machine: str | None = None, phase: Phase | None = None) -> Rendering:
+                   machine: str | None = None, phase: Phase | None = None,
+                   stored: ClusterSpec | None = None) -> Rendering:
     """spec rendered on machines, or on a hypothetical fleet (asked for, or the smallest when
-    there is no machine); only the machine named (id or hostname) and the phase, if given."""
+    there is no machine); only the machine named (id or hostname) and the phase, if given;
+    stored, the cluster's spec as stored, decides which values are secret (machine_values)."""
     if fleet is None and not machines:
         fleet = SMALLEST_FLEET
     if fleet is not None:
@@ -157,12 +170,13 @@ def render_cluster(spec: ClusterSpec, machines: Sequence[Machine], fleet: Fleet 
     managers = [m for m in machines if m.role == "manager"]  # what every value depends on
     chosen = ordered(machines) if machine is None else [_named(spec, machines, machine, fleet)]
     phases = ORDER if phase is None else (phase,)
-    return Rendering(spec, fleet, [render_machine(spec, m, managers, phases) for m in chosen])
+    return Rendering(spec, fleet, [render_machine(spec, m, managers, phases, stored)
+                                   for m in chosen])
 
 
 def _named(spec: ClusterSpec, machines: Sequence[Machine], ref: str,
            fleet: Fleet | None) -> Machine:
-    found = next((m for m in machines if ref in (m.id, m.hostname)), None)
+    found = next((m for m in machines if ref == m.id or same_hostname(ref, m.hostname)), None)
     if found is not None:
         return found
     if fleet is None:

@@ -176,7 +176,8 @@ class Queries:
                         phase: Phase | None = None) -> Rendering:
         """What the machines of cluster name would run under spec (default: the stored one),
         or a hypothetical fleet would; a spec may be rendered before its cluster is stored.
-        Changes nothing."""
+        Which values are secret is the stored spec's to say, not spec's: a read-only token
+        may send any spec. Changes nothing."""
         stored: StoredCluster | None
         if spec is None:
             stored = await self.cluster(name)
@@ -186,7 +187,8 @@ class Queries:
         else:
             stored = await self.store.get_cluster(name)
         machines = [] if stored is None or fleet else await self.store.list_machines(name)
-        return render_cluster(spec, machines, fleet, machine, phase)
+        return render_cluster(spec, machines, fleet, machine, phase,
+                              stored=None if stored is None else stored.spec)
 
     async def warm_status(self) -> None:
         """Compute every cluster's status once, so that the first dashboard opened after a

@@ -157,6 +157,14 @@ MIGRATIONS: list[str] = [
     DROP INDEX machines_role;
     CREATE INDEX machines_role ON machines (cluster, role);
     """,
+    # 8 -> 9: hostnames are compared as Kubernetes compares node names, lowercased (W1 is
+    # w1): registration, `machines get HOST` and a deleted machine's history look them up so.
+    """
+    DROP INDEX machines_hostname;
+    CREATE INDEX machines_hostname ON machines (lower(hostname));
+    DROP INDEX removed_machines_hostname;
+    CREATE INDEX removed_machines_hostname ON removed_machines (lower(hostname), removed_at);
+    """,
 ]
 
 

@@ -245,10 +245,12 @@ class Statements:
             "AS expires_at, responding FROM machines WHERE credential_hash = $1")
         self.count_machines = ("SELECT cluster, state, responding, COUNT(*) AS count "
                                "FROM machines GROUP BY cluster, state, responding")
-        self.machines_named = sql("SELECT doc, last_seen FROM machines WHERE hostname = $1 "
-                                  "ORDER BY cluster")
+        # By hostname as Kubernetes compares node names (model.same_hostname), on the index of
+        # lower(hostname): a query uses it only when it spells the expression as it does.
+        self.machines_named = sql("SELECT doc, last_seen FROM machines "
+                                  "WHERE lower(hostname) = lower($1) ORDER BY cluster")
         self.cluster_machines_named = sql("SELECT doc, last_seen FROM machines "
-                                          "WHERE cluster = $1 AND hostname = $2")
+                                          "WHERE cluster = $1 AND lower(hostname) = lower($2)")
         self.last_seen_between = sql("SELECT id FROM machines WHERE cluster = $1 "
                                      "AND last_seen >= $2 AND last_seen < $3")
         # A commit may carry a machine read before a heartbeat touched it: last_seen never
@@ -273,10 +275,11 @@ class Statements:
             "cluster = excluded.cluster, hostname = excluded.hostname, "
             "credential_hash = excluded.credential_hash, removed_at = excluded.removed_at")
         self.removed_machine = sql("SELECT * FROM removed_machines WHERE id = $1")
-        self.removed_named = sql("SELECT * FROM removed_machines WHERE hostname = $1 "
-                                 "ORDER BY removed_at DESC LIMIT 100")
-        self.cluster_removed_named = sql("SELECT * FROM removed_machines WHERE hostname = $2 "
-                                         "AND cluster = $1 ORDER BY removed_at DESC LIMIT 100")
+        self.removed_named = sql("SELECT * FROM removed_machines WHERE lower(hostname) = "
+                                 "lower($1) ORDER BY removed_at DESC LIMIT 100")
+        self.cluster_removed_named = sql("SELECT * FROM removed_machines WHERE lower(hostname) "
+                                         "= lower($2) AND cluster = $1 "
+                                         "ORDER BY removed_at DESC LIMIT 100")
         self.removed_credential = sql("SELECT * FROM removed_machines WHERE credential_hash = $1 "
                                       "ORDER BY removed_at DESC LIMIT 1")
         # -- the fingerprint of the key that seals the machines' secrets: the first store

@@ -151,6 +151,14 @@ MIGRATIONS: list[str] = [
     CREATE INDEX machines_listed ON machines (cluster, state, role, responding, hostname, ip,
                                               state_since, id);
     """,
+    # 9 -> 10: hostnames are compared as Kubernetes compares node names, lowercased (W1 is
+    # w1): registration, `machines get HOST` and a deleted machine's history look them up so.
+    """
+    DROP INDEX machines_hostname;
+    CREATE INDEX machines_hostname ON machines (lower(hostname));
+    DROP INDEX removed_machines_hostname;
+    CREATE INDEX removed_machines_hostname ON removed_machines (lower(hostname), removed_at);
+    """,
 ]
 
 

@@ -73,6 +73,44 @@ machineTypes:
     - {name: join, phase: deploy, action: {type: exec, argv: ["true"]}}
 """
 
+# Outputs and join material, kubeadm-shaped: the first manager's init produces the CA's hash
+# (secret) and the endpoint (public), mint items mint a token and a certificate key per joiner,
+# a revoke item deletes the token once used.
+MINTING_CLUSTER = """\
+name: edge
+release: "1"
+machineTypes:
+  manager:
+    - name: init
+      phase: deploy
+      when: {firstManager: true}
+      action: {type: exec, argv: [kubeadm, init]}
+      outputs: [{name: caCertHash}, {name: endpoint, secret: false}]
+    - name: token
+      phase: mint
+      lifetimeSeconds: 60
+      action: {type: exec, argv: [kubeadm, token, create, --ttl, "${mint.lifetimeSeconds}s"]}
+      outputs: [{name: token}]
+    - name: certkey
+      phase: mint
+      action: {type: exec, argv: [kubeadm, init, phase, upload-certs, --upload-certs]}
+      outputs: [{name: key}]
+    - name: join
+      phase: deploy
+      when: {firstManager: false}
+      action: {type: exec, argv: [kubeadm, join, "${outputs.init.endpoint}", --token,
+               "${outputs.token.token}", --certificate-key, "${outputs.certkey.key}"]}
+    - name: forget-token
+      phase: revoke
+      action: {type: exec, argv: [kubeadm, token, delete, "${outputs.token.token}"]}
+  worker:
+    - name: join
+      phase: deploy
+      action: {type: exec, argv: [kubeadm, join, "${outputs.init.endpoint}", --token,
+               "${outputs.token.token}", --discovery-token-ca-cert-hash,
+               "${outputs.init.caCertHash}"]}
+"""
+
 # One worker item that does nothing: for tests about the API and trust, not the rollout.
 NOOP_CLUSTER = """\
 name: lab

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner, Result
 
 from coordinator.cli import main
+from coordinator.domain.model import MachineState, Material, MintJob
+from tests.support.builders import MINTING_CLUSTER
 from tests.support.harness import InProcessCoordinator
 from tests.support.waiting import wait_until_async
 
@@ -172,3 +175,92 @@ async def test_the_cli_refuses_a_bad_spec_naming_its_line_and_an_unknown_machine
     fleet = await cli(env, "cluster", "render", "lab", "--fleet", "three")
     assert fleet.exit_code == 2
     assert "Invalid value for '--fleet': 'three': expected MANAGERS,WORKERS" in fleet.stderr
+
+
+# -- what is stored decides what is secret -----------------------------------------------------
+
+INIT_TOKEN, CA_HASH = "abcdef.0123456789abcdef", "sha256:" + "c0ffee" * 10
+JOIN_TOKEN, REVOKED_TOKEN = "ghijkl.9876543210fedcba", "mnopqr.5555555555555555"
+STORED_SECRETS = (INIT_TOKEN, CA_HASH, JOIN_TOKEN, REVOKED_TOKEN)
+ENDPOINT = "10.9.8.7:6443"
+
+# What a read-only token may send to read them back: every output made public, and init's
+# token (stored by an earlier spec, declared by none now) declared public; the mint item
+# redeclared as a deploy item whose output is public; every stored output named in texts of
+# every kind (argv, env, cwd, a file's template); the mint item's output made public.
+ALL_PUBLIC = MINTING_CLUSTER.replace(
+    "outputs: [{name: caCertHash}, ",
+    "outputs: [{name: token, secret: false}, {name: caCertHash, secret: false}, ")
+EVERY_TEXT = """\
+    - name: show
+      phase: deploy
+      action:
+        type: exec
+        argv: [echo, "${outputs.init.token}", "${outputs.init.caCertHash}", "${outputs.token.token}"]
+        env: {TOKEN: "${outputs.token.token}"}
+        cwd: "/${outputs.init.token}"
+    - name: keep
+      phase: deploy
+      action: {type: file, path: /tmp/keep, template: "${outputs.init.caCertHash} ${outputs.token.token}"}
+"""
+REDECLARED = ALL_PUBLIC.replace(
+    "phase: mint\n      lifetimeSeconds: 60\n      action: {type: exec, argv: [kubeadm, token, "
+    "create, --ttl, \"${mint.lifetimeSeconds}s\"]}\n      outputs: [{name: token}]",
+    "phase: deploy\n      when: {firstManager: true}\n      action: {type: exec, argv: [kubeadm, "
+    "token, create]}\n      outputs: [{name: token, secret: false}]",
+).replace("  worker:\n", "  worker:\n" + EVERY_TEXT)
+MINTED_PUBLIC = ALL_PUBLIC.replace("outputs: [{name: token}]",
+                                  "outputs: [{name: token, secret: false}]")
+
+
+async def stored_secrets(env: InProcessCoordinator) -> None:
+    """MINTING_CLUSTER stored as edge; m1, its first manager, holds init's outputs (and a
+    token from an earlier spec); w1 (in Deploy) join material minted for it; m2 revokes
+    material minted for another machine."""
+    await env.call("PUT", "/v1/clusters", 200, data=MINTING_CLUSTER)
+    for hostname, role in (("m1", "manager"), ("m2", "manager"), ("w1", "worker")):
+        await env.register(hostname, cluster="edge")
+        await env.call("POST", f"/v1/machines/{hostname}/approve", 200, json={"role": role})
+    (m1,), (m2,), (w1,) = [await env.store.machines_by_hostname(h) for h in ("m1", "m2", "w1")]
+    now = env.clock()
+    await env.store.commit([
+        replace(m1, deploy_order=1, outputs={
+            "init.token": INIT_TOKEN, "init.caCertHash": CA_HASH, "init.endpoint": ENDPOINT}),
+        replace(w1, state=MachineState.DEPLOY, material=Material(
+            serial=1, minter=m1.id, requested_at=now, items=("token",), minted_at=now,
+            expires_at=now + 900, values={"outputs.token.token": JOIN_TOKEN})),
+        replace(m2, minting=MintJob(kind="revoke", joiner="gone", hostname="gone", ip="10.0.0.9",
+                                    role="worker", serial=1, items=("forget-token",),
+                                    values={"outputs.token.token": REVOKED_TOKEN}))])
+
+
+async def test_a_read_only_token_reads_no_stored_secret_whatever_spec_it_renders(
+        env: InProcessCoordinator) -> None:
+    await stored_secrets(env)
+    reader = await env.call("POST", "/v1/admin-tokens", 201,
+                            json={"name": "grafana", "role": "read-only"})
+    headers = {"Authorization": f"Bearer {reader['token']}"}
+    stored = await env.call("GET", "/v1/clusters/edge/render?machine=w1", 200, headers=headers)
+    assert items(stored["machines"][0])["deploy/join"]["argv"] == [  # values, secrets named
+        "kubeadm", "join", ENDPOINT, "--token", "[secret ${outputs.token.token}]",
+        "--discovery-token-ca-cert-hash", "[secret ${outputs.init.caCertHash}]"]
+
+    for name, spec in (("every output public", ALL_PUBLIC), ("redeclared", REDECLARED)):
+        for query in ("", "?machine=w1", "?machine=m2&phase=revoke"):
+            answer = await env.call("POST", f"/v1/clusters/edge/render{query}", 200,
+                                    data=spec, headers=headers)
+            text = json.dumps(answer)
+            assert [s for s in STORED_SECRETS if s in text] == [], (name, query)
+            assert ENDPOINT in text, (name, query)  # public in both: shown
+    redeclared = await env.call("POST", "/v1/clusters/edge/render?machine=w1", 200,
+                                data=REDECLARED, headers=headers)
+    assert items(redeclared["machines"][0])["deploy/show"]["env"] == {
+        "TOKEN": "[secret ${outputs.token.token}]"}
+
+    refused = await env.client.post("/v1/clusters/edge/render", data=MINTED_PUBLIC,
+                                    headers=headers)
+    text = await refused.text()
+    assert refused.status == 422 and [s for s in STORED_SECRETS if s in text] == []
+    assert json.loads(text)["error"].endswith(
+        "machineTypes.manager[1].outputs[0].secret: join material is always secret (it "
+        "joins a machine to the cluster): drop `secret: false`")

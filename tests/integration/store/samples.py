@@ -25,6 +25,11 @@ LISTED_QUERIES = (MachineQuery(labels=(("zone", "a"),)), MachineQuery(labels=(("
                   MachineQuery(cluster="edge", states=frozenset({"Ready"})),
                   MachineQuery(responding=True))
 
+# Registered before hostnames were compared lowercased, to migrate: two machines of one
+# cluster whose names differ only in case, each found by either spelling once migrated.
+BEFORE_LOWERCASED_HOSTNAMES = (full_machine("m-1", hostname="W1"),
+                               full_machine("m-2", hostname="w1"))
+
 
 def old_insert(machine: Machine, responding: bool) -> str:
     """The INSERT an older coordinator ran for machine, as SQL text both databases run; with
@@ -52,3 +57,12 @@ async def assert_listed_found(store: Store) -> None:
     for query in LISTED_QUERIES:
         page, total = select(query, [listed(m) for m in BEFORE_LISTED_COLUMNS])
         assert await store.machine_page(query) == ([m.id for m in page], total), query
+
+
+async def assert_hostnames_found_lowercased(store: Store) -> None:
+    """After the migration, both machines of BEFORE_LOWERCASED_HOSTNAMES answer either spelling
+    (and an id names one), live and once removed."""
+    for spelling in ("w1", "W1"):
+        assert [m.id for m in await store.machines_by_hostname(spelling, "edge")] == ["m-1", "m-2"]
+    await store.commit(removed={"m-1": 20.0})
+    assert [r.machine_id for r in await store.removed_by_hostname("w1")] == ["m-1"]

@@ -17,7 +17,9 @@ from coordinator.store.postgres import MIGRATIONS, PostgresStore
 from coordinator.store.postgres_connections import LEADER_LOCK, MUTEX_LOCK
 from tests.integration.store.samples import (
     BEFORE_LISTED_COLUMNS,
+    BEFORE_LOWERCASED_HOSTNAMES,
     BEFORE_RESPONDING_COLUMN,
+    assert_hostnames_found_lowercased,
     assert_listed_found,
     assert_responding_kept,
     old_insert,
@@ -127,6 +129,15 @@ async def test_machines_stored_before_the_listed_columns_are_listed_by_them(
     columns and rows GET /v1/machines selects and sorts on."""
     await assert_listed_found(await upgraded_from(
         7, BEFORE_LISTED_COLUMNS, True, postgres, dsn, replicas, monkeypatch))
+
+
+async def test_machines_stored_before_hostnames_were_lowercased_are_found_by_either_case(
+        postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 8 -> 9 indexes lower(hostname), which registration and look-ups by name
+    compare: names registered twice in two cases before it stay, found by either."""
+    await assert_hostnames_found_lowercased(await upgraded_from(
+        8, BEFORE_LOWERCASED_HOSTNAMES, True, postgres, dsn, replicas, monkeypatch))
 
 
 async def test_an_unreachable_database_is_a_store_error_that_hides_the_password() -> None:

@@ -22,7 +22,9 @@ from coordinator.store.codec import machine_to_doc, spec_to_json
 from coordinator.store.sqlite import MIGRATIONS, SQLiteStore
 from tests.integration.store.samples import (
     BEFORE_LISTED_COLUMNS,
+    BEFORE_LOWERCASED_HOSTNAMES,
     BEFORE_RESPONDING_COLUMN,
+    assert_hostnames_found_lowercased,
     assert_listed_found,
     assert_responding_kept,
     old_insert,
@@ -200,6 +202,15 @@ async def test_machines_stored_before_the_listed_columns_are_listed_by_them(
     async with upgraded_from(8, BEFORE_LISTED_COLUMNS, True, tmp_path / "coordinator.db",
                              monkeypatch) as upgraded:
         await assert_listed_found(upgraded)
+
+
+async def test_machines_stored_before_hostnames_were_lowercased_are_found_by_either_case(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 9 -> 10 indexes lower(hostname), which registration and look-ups by name
+    compare: names registered twice in two cases before it stay, found by either."""
+    async with upgraded_from(9, BEFORE_LOWERCASED_HOSTNAMES, True, tmp_path / "coordinator.db",
+                             monkeypatch) as upgraded:
+        await assert_hostnames_found_lowercased(upgraded)
 
 
 async def test_a_failing_migration_leaves_the_database_as_it_was(

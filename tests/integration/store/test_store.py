@@ -238,6 +238,9 @@ async def test_machines_are_found_by_role_hostname_and_silence_without_listing_a
     assert [m.id for m in await store.list_machines(role="manager")] == ["m-1", "m-4"]
     assert [m.id for m in await store.machines_by_hostname("twin")] == ["m-3", "m-4"]
     assert [m.id for m in await store.machines_by_hostname("twin", "other")] == ["m-4"]
+    # as Kubernetes compares node names, lowercased
+    assert [m.id for m in await store.machines_by_hostname("TWIN")] == ["m-3", "m-4"]
+    assert [m.id for m in await store.machines_by_hostname("Twin", "other")] == ["m-4"]
     assert await store.machines_by_hostname("nobody") == []
     assert sorted(await store.machines_last_seen_between("edge", 10.0, 30.0)) == ["m-1", "m-2"]
     assert await store.machines_last_seen_between("edge", 20.5, 30.0) == []
@@ -289,6 +292,8 @@ async def test_removed_machines_are_found_by_hostname_the_last_removed_first(
     await store.commit(removed={"m-2": 20.0, "m-1": 30.0, "m-3": 25.0})
     assert [r.machine_id for r in await store.removed_by_hostname("w1")] == ["m-1", "m-3", "m-2"]
     assert [r.machine_id for r in await store.removed_by_hostname("w1", "edge")] == ["m-1", "m-2"]
+    assert [r.machine_id for r in await store.removed_by_hostname("W1")] == ["m-1", "m-3", "m-2"]
+    assert [r.machine_id for r in await store.removed_by_hostname("W1", "lab")] == ["m-3"]
     assert await store.removed_by_hostname("w2") == []
 
 

@@ -20,7 +20,7 @@ from coordinator.domain.assignment import (
 from coordinator.domain.errors import Conflict
 from coordinator.domain.fleet import parse_fleet
 from coordinator.domain.minting import mint_pass
-from coordinator.domain.model import Machine, MachineState
+from coordinator.domain.model import ClusterSpec, Machine, MachineState
 from coordinator.domain.outputs import waits_text
 from coordinator.domain.planner import plan
 from coordinator.domain.records import StoredCluster
@@ -28,45 +28,12 @@ from coordinator.domain.rendering import render_cluster, render_machine
 from coordinator.domain.reports import fold_report
 from coordinator.domain.specs import load_spec
 from nodeagent.protocol import Assignment, ItemReport
-from nodeagent.validation import InvalidDocument
-from tests.support.builders import machine
+from nodeagent.validation import InvalidDocument, load_model
+from tests.support.builders import MINTING_CLUSTER, machine
 
 S = MachineState
 
-SPEC = """\
-name: edge
-release: "1"
-machineTypes:
-  manager:
-    - name: init
-      phase: deploy
-      when: {firstManager: true}
-      action: {type: exec, argv: [kubeadm, init]}
-      outputs: [{name: caCertHash}, {name: endpoint, secret: false}]
-    - name: token
-      phase: mint
-      lifetimeSeconds: 60
-      action: {type: exec, argv: [kubeadm, token, create, --ttl, "${mint.lifetimeSeconds}s"]}
-      outputs: [{name: token}]
-    - name: certkey
-      phase: mint
-      action: {type: exec, argv: [kubeadm, init, phase, upload-certs, --upload-certs]}
-      outputs: [{name: key}]
-    - name: join
-      phase: deploy
-      when: {firstManager: false}
-      action: {type: exec, argv: [kubeadm, join, "${outputs.init.endpoint}", --token,
-               "${outputs.token.token}", --certificate-key, "${outputs.certkey.key}"]}
-    - name: forget-token
-      phase: revoke
-      action: {type: exec, argv: [kubeadm, token, delete, "${outputs.token.token}"]}
-  worker:
-    - name: join
-      phase: deploy
-      action: {type: exec, argv: [kubeadm, join, "${outputs.init.endpoint}", --token,
-               "${outputs.token.token}", --discovery-token-ca-cert-hash,
-               "${outputs.init.caCertHash}"]}
-"""
+SPEC = MINTING_CLUSTER
 
 
 @pytest.fixture
@@ -233,12 +200,49 @@ def test_render_names_secrets_and_what_is_not_produced_yet_never_a_secret_value(
     m1, w1 = settle(spec, [first(spec), machine("w1", state=S.DEPLOY)], now=10.0)
     m1 = report(spec, m1, "token", {"token": "plainvalue42xyz"}, [m1, w1])
     m1, w1 = settle(spec, [m1, w1], now=11.0)
-    shown = repr(render_machine(spec, w1, [m1, w1]))
+    shown = repr(render_machine(spec, w1, [m1, w1], stored=spec))
     assert "[secret ${outputs.token.token}]" in shown and "plainvalue42xyz" not in shown
     assert "[secret ${outputs.init.caCertHash}]" in shown and "abcdef0123" not in shown
     assert "10.0.0.1:6443" in shown  # declared secret: false
     fleet = repr(render_cluster(spec, [], fleet=parse_fleet("1,1")))
     assert "<${outputs.init.caCertHash}: not produced yet>" in fleet
+
+
+# The spec a read-only token may send to be rendered (a stored spec may hold it too, from before
+# the checks): every output public, the mint item's included, and then redeclared as a deploy
+# item's, whose outputs may be public (load_model: the whole-spec checks refuse it).
+EVERY_OUTPUT_PUBLIC = SPEC.replace("{name: caCertHash}", "{name: caCertHash, secret: false}") \
+    .replace("outputs: [{name: token}]", "outputs: [{name: token, secret: false}]")
+REDECLARED = EVERY_OUTPUT_PUBLIC.replace("phase: mint\n      lifetimeSeconds: 60", "phase: deploy")
+
+
+def test_join_material_is_secret_whatever_its_item_says(spec: Any) -> None:
+    with pytest.raises(InvalidDocument) as caught:
+        load_spec(EVERY_OUTPUT_PUBLIC)
+    assert str(caught.value) == (
+        "line 14: machineTypes.manager[1].outputs[0].secret: join material "
+        "is always secret (it joins a machine to the cluster): drop `secret: false`")
+    stored = load_model(ClusterSpec, EVERY_OUTPUT_PUBLIC)  # stored before the check
+    m1, w1 = settle(stored, [first(stored), machine("w1", state=S.DEPLOY)], now=10.0)
+    m1 = report(stored, m1, "token", {"token": "plainvalue42xyz"}, [m1, w1])
+    m1, w1 = settle(stored, [m1, w1], now=11.0)
+    assert "outputs.token.token" in assignment(stored, w1, [m1, w1]).secrets  # its agent masks it
+    assert "plainvalue42xyz" not in repr(render_machine(stored, w1, [m1, w1], stored=stored))
+
+
+def test_what_is_stored_decides_what_a_rendering_hides_not_the_spec_rendered(spec: Any) -> None:
+    m1, w1 = settle(spec, [first(spec), machine("w1", state=S.DEPLOY)], now=10.0)
+    m1 = report(spec, m1, "token", {"token": "plainvalue42xyz"}, [m1, w1])
+    m1, w1 = settle(spec, [m1, w1], now=11.0)
+    for sent in (EVERY_OUTPUT_PUBLIC, REDECLARED):
+        hostile = load_model(ClusterSpec, sent)
+        shown = repr(render_machine(hostile, w1, [m1, w1], stored=spec))
+        assert "plainvalue42xyz" not in shown and "abcdef0123" not in shown
+        assert "[secret ${outputs.token.token}]" in shown
+        assert "10.0.0.1:6443" in shown  # public in both
+        assert "10.0.0.1:6443" not in repr(render_machine(hostile, w1, [m1, w1]))  # none stored
+        # join material, even where the stored spec itself names it otherwise
+        assert "plainvalue42xyz" not in repr(render_machine(hostile, w1, [m1, w1], stored=hostile))
 
 
 def test_items_run_only_on_machines_whose_labels_match() -> None:

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from coordinator.domain.errors import Conflict
-from coordinator.domain.model import ClusterSettings, MachineState
+from coordinator.domain.model import ClusterSettings, MachineState, same_hostname
 from coordinator.domain.records import CredentialOwner
 from coordinator.domain.registration import Credential, registered, retried
 from nodeagent.protocol import PrecheckReport, RegisterRequest
@@ -43,6 +43,24 @@ def test_a_pending_machine_cannot_be_displaced_by_another_agents_registration() 
 def test_an_admitted_machine_cannot_be_taken_over_by_a_registration() -> None:
     with pytest.raises(Conflict, match="already a member of edge"):
         registered("edge", ClusterSettings(), machine("w1"), request("w1"), CREDENTIAL, "id-x", 1.0)
+
+
+def test_a_hostname_differing_only_in_case_is_the_same_machine_and_is_refused_naming_it() -> None:
+    """Kubernetes names a Node by the lowercased hostname: W1 beside w1 would be one Node."""
+    assert same_hostname("W1", "w1") and same_hostname("node-A.lab", "NODE-a.LAB")
+    assert not same_hostname("w1", "w11")
+    member = machine("w1", state=MachineState.READY)
+    with pytest.raises(Conflict) as refused:
+        registered("edge", ClusterSettings(), member, request("W1"), CREDENTIAL, "id-x", 1.0)
+    assert str(refused.value) == (
+        "W1 is already a member of edge (Ready, as w1, id id-w1: Kubernetes node names are "
+        "lowercase, so both would be one Node); delete it first to register anew")
+    pending = replace(member, approved=False, state=MachineState.PENDING)
+    with pytest.raises(Conflict, match=r"W1 is already registered in edge by another agent "
+                                       r"\(Pending, as w1, id id-w1: "):
+        registered("edge", ClusterSettings(), pending, request("W1"), CREDENTIAL, "id-x", 1.0)
+    owner = CredentialOwner("id-w1", "edge", "w1", expires_at=None, responding=True)
+    assert retried(owner, request("W1")) == "id-w1"  # its own credential: the same machine
 
 
 def test_a_retried_registration_gets_the_machine_its_credential_registered() -> None:

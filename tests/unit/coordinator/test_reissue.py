@@ -1,10 +1,17 @@
-"""A reissue token names the machine it is bound to, and is blanked wherever a log or an item's
-output would show it, as every other token of this project is."""
+"""A reissue token names the machine it is bound to, binds it only to a node of its hostname,
+and is blanked wherever a log or an item's output would show it, as every other token of this
+project is."""
 
 from __future__ import annotations
 
-from coordinator.domain.tokens import new_reissue_token, reissued_machine
+from dataclasses import replace
+
+from coordinator.domain.errors import Forbidden
+from coordinator.domain.model import MachineState
+from coordinator.domain.reissue import rejoin_refusal
+from coordinator.domain.tokens import new_reissue_token, reissued_machine, token_hash
 from nodeagent.redact import MASK, redact
+from tests.support.builders import machine
 
 
 def test_a_reissue_token_names_its_machine_and_no_other_token_does() -> None:
@@ -17,3 +24,12 @@ def test_a_reissue_token_names_its_machine_and_no_other_token_does() -> None:
 def test_a_reissue_token_is_redacted_whole() -> None:
     token = new_reissue_token("3f2a0c1e-7d7b-4a0e-9d7e-6c1f3b0a2e11")
     assert redact(f"registering with {token} now") == f"registering with {MASK} now"
+
+
+def test_a_reissue_string_binds_the_machine_whatever_case_its_node_spells_its_name_in() -> None:
+    """Kubernetes compares node names lowercased: W1 is w1's node, w2 is another."""
+    bound = replace(machine("w1", state=MachineState.READY), reissue_hash=token_hash("r"),
+                    reissue_expires_at=100.0)
+    assert rejoin_refusal(bound, token_hash("r"), "W1", 10.0) is None
+    refused = rejoin_refusal(bound, token_hash("r"), "w2", 10.0)
+    assert isinstance(refused, Forbidden) and "this node is w2" in str(refused)

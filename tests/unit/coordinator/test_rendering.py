@@ -180,6 +180,9 @@ def test_one_machine_one_phase_and_an_unknown_machine() -> None:
         render_cluster(SPEC, [], Fleet(1, 0), machine="w2")
     with pytest.raises(NotFound, match="no machine with id or hostname w9 in cluster lab"):
         render_cluster(SPEC, [machine("w1")], machine="w9")
+    # a hostname as Kubernetes compares node names, lowercased
+    assert [m.hostname for m in render_cluster(SPEC, [machine("w1")], machine="W1").machines] \
+        == ["w1"]
 
 
 def test_a_cluster_without_machines_renders_the_smallest_fleet() -> None:

@@ -11,7 +11,7 @@ from pydantic.alias_generators import to_camel
 from coordinator.domain.fleet import Fleet, parse_fleet
 from coordinator.domain.labels import change_problems
 from coordinator.domain.model import Role
-from coordinator.domain.pivot import HTTPS_ONLY, not_a_certificate, plain
+from coordinator.domain.pivot import HTTPS_ONLY, not_a_certificate, not_https
 from coordinator.domain.tokens import ADMIN_ROLES, parse_duration
 from nodeagent.config import CoordinatorUrl
 from nodeagent.contract import Phase
@@ -98,9 +98,10 @@ class AdminTokenBody(_Body):
             raise ValueError(f"must be one of {', '.join(ADMIN_ROLES)}")
         return value
 
+
 def _https(value: object) -> object:
     """A pivot's or a move's target URL is https (domain/pivot.py says why)."""
-    if isinstance(value, str) and (why := plain(value)) is not None:
+    if isinstance(value, str) and (why := not_https(value)) is not None:
         raise ValueError(why)
     return value
 

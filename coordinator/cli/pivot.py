@@ -117,7 +117,7 @@ def target_ca(value: str | None, url: str) -> str:
     """--to-ca: a CA certificate file (PEM), or its pin (sha256:HEX), checked against the CA
     the target serves at /v1/ca.crt. Required, and the target https: the old coordinator sends
     it an admin token and the agents their credentials, only over TLS verified against it."""
-    if (why := pv.plain(url)) is not None:
+    if (why := pv.not_https(url)) is not None:
         raise click.BadParameter(f"{why} (--to-ca FILE or sha256:PIN)", param_hint="--to")
     if value is None:
         raise click.BadParameter(f"required: {pv.HTTPS_ONLY} (a CA certificate file, or its "
@@ -125,9 +125,9 @@ def target_ca(value: str | None, url: str) -> str:
                                  param_hint="--to-ca")
     if not value.startswith("sha256:"):
         try:
-            pem = Path(value).read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise click.BadParameter(f"cannot read {value}: {getattr(exc, 'strerror', exc)}",
+            pem = Path(value).read_text(errors="replace")  # not a PEM: said just below
+        except OSError as exc:
+            raise click.BadParameter(f"cannot read {value}: {exc.strerror}",
                                      param_hint="--to-ca") from None
         if (why := pv.not_a_certificate(pem)) is not None:
             raise click.BadParameter(f"{value}: {why}", param_hint="--to-ca")
@@ -196,11 +196,9 @@ def pivot(ctx: click.Context, to_url: str | None, to_token_file: str | None,
     read-only copy). Run it again after any interruption: it resumes from the step reached."""
     if ctx.invoked_subcommand is not None:
         return
-    new = None
     token = read_token(None, to_token_file) or ""
     ca_pem = target_ca(to_ca, to_url.rstrip("/")) if to_url else None
-    if ca_pem is not None and token:
-        new = _target_client(to_url or "", token, ca_pem)
+    new = _target_client(to_url, token, ca_pem) if to_url and ca_pem and token else None
     sides = HttpSides(ctx.obj, new, token, ca_pem, wait)
     if abort:
         undone = _attempt(lambda: pv.abort(sides))

@@ -48,8 +48,9 @@ class Pivot:
 
     id: str
     to_url: str
-    ca_pem: str | None  # the target's CA certificate (None only in a record from before CAs
-    # were required: nothing is sent to such a target until a run of the pivot gives its CA)
+    # The target's CA certificate. None only in a record from before CAs were required:
+    # nothing is sent to such a target until a run of the pivot gives it its CA.
+    ca_pem: str | None
     step: Step
     started_at: float
     updated_at: float
@@ -75,7 +76,7 @@ def same_target(a: str, b: str) -> bool:
     return a.rstrip("/") == b.rstrip("/")
 
 
-def plain(url: str) -> str | None:
+def not_https(url: str) -> str | None:
     """Why url may not be a pivot's or a move's target (None: it is https)."""
     return None if url.lower().startswith("https://") else f"{url}: {HTTPS_ONLY}"
 
@@ -93,7 +94,7 @@ def target_problems(urls: Sequence[tuple[str, str]], ca_field: str,
                     ca: str | None) -> list[Problem]:
     """Why a pivot's or a move's target may not be sent a token or a credential, each problem
     naming its field: a URL (field, url) that is not https://, and its CA (or pin) missing."""
-    problems = [Problem(field, why) for field, url in urls if (why := plain(url)) is not None]
+    problems = [Problem(field, why) for field, url in urls if (why := not_https(url)) is not None]
     if not ca:
         problems.append(Problem(ca_field, f"required: {HTTPS_ONLY}"))
     return problems

@@ -226,7 +226,8 @@ def test_agents_never_send_their_credential_to_a_plain_http_replica_of_a_target(
     """A target whose first URL is the real, pinned new coordinator and whose other replica
     is plain HTTP (an older coordinator took it): an agent that moved would, once the first
     stops answering, send its credential in clear text to whoever listens at the second. The
-    agent refuses the whole target, naming the URL, and stays with the coordinator it has."""
+    agent refuses the whole target, naming the URL, and stays with the coordinator it has;
+    nor does a self-signed impostor named with the real target's pin get a credential."""
     with running_coordinator(tmp_path / "old", CLUSTER) as old, fleet(old, tmp_path) as agents, \
             rogue_server(None) as rogue:
         copy_data(old, tmp_path / "new")  # a target that knows every credential
@@ -245,3 +246,14 @@ def test_agents_never_send_their_credential_to_a_plain_http_replica_of_a_target(
         assert rogue.authorizations == [] and rogue.requests == []
         assert all(home(a) is None for a in agents)
         assert f"the move target {rogue.url} is not https" in logs(agents)
+
+        # A self-signed impostor named with the real target's pin: asked for its CA, which
+        # is not the pinned one, and for nothing else.
+        with rogue_server(tmp_path / "impostor") as impostor:
+            old.admin.request("PUT", "/v1/move-target", body={"url": impostor.url,
+                                                              "caPin": pin(new)})
+            wait_until(lambda: logs(agents).count(f"{impostor.url} presented CA") >= AGENTS,
+                       30, lambda: "the agents refusing the impostor\n" + logs(agents))
+        assert impostor.authorizations == []
+        assert {path for _, path, _ in impostor.requests} == {"/v1/ca.crt"}
+        assert all(home(a) is None for a in agents)

@@ -79,6 +79,21 @@ def target_of(assignment: Mapping[str, Any]) -> Target | None:
                   float(since) if isinstance(since, (int, float)) else 0.0)
 
 
+def refusal(target: Target) -> str | None:
+    """Why the agent does not move to target (None: it may check it): every URL it may move to
+    is https and the target pins its CA, so that this machine's credential only ever crosses
+    TLS verified against that pin, whichever replica answers. An older coordinator could name
+    a plain-HTTP or unpinned one."""
+    plain = [url for url in target.urls if not url.startswith("https://")]
+    if plain:
+        return (f"the move target {plain[0]} is not https: this machine's credential would "
+                "cross the network in clear text; refusing to move")
+    if target.ca_pin is None:
+        return (f"the move target {target.urls[0]} names no CA pin: nothing proves who answers "
+                "there; refusing to move")
+    return None
+
+
 def is_here(target: Target, urls: Iterable[str]) -> bool:
     """Whether target names the coordinator the agent talks to (any of its replicas)."""
     return bool({_normal(u) for u in target.urls} & {_normal(u) for u in urls})

@@ -147,8 +147,10 @@ def _route(url: str, proxy: str | None, context: ssl.SSLContext | None) -> _Rout
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"not an http(s) URL: {url}")
+    if scheme == "http" and context is not None:  # a CA to verify by: never in clear text
+        raise ValueError(f"not sent to {url}: plain HTTP, for a call to be verified by a CA")
     port = parts.port or (443 if scheme == "https" else 80)
-    destination = (scheme, parts.hostname, port, proxy, context if scheme == "https" else None)
+    destination = (scheme, parts.hostname, port, proxy, context)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if proxy is None:
         return _Route(destination, (parts.hostname, port), path)
@@ -289,7 +291,8 @@ async def request(method: str, url: str, *, headers: Mapping[str, str] | None = 
                   keep_alive: bool = True) -> Reply:
     """One request and its whole answer, on a kept-alive connection to the same destination
     when one is idle. `timeout` bounds each connect and read, so a long-poll gives its wait
-    plus a margin. `context` says whom to trust over https (default: the system's CAs).
+    plus a margin. `context` says whom to trust over https (default: the system's CAs); a
+    call given one is never sent to a plain-HTTP URL (TransportError: nothing was sent).
     keep_alive=False closes the connection after a one-off call that nothing will follow."""
     return await in_thread(_exchange, method, url, headers or {}, body, proxy, timeout, context,
                            keep_alive)

@@ -436,9 +436,12 @@ class MoveTarget(_Wire):
     against ca_pin and that the target knows its credential before it switches (docs/agent.md,
     "Following the coordinator")."""
 
-    urls: list[str] = Field(min_length=1, description="the target's URL, then its other replicas")
+    urls: list[str] = Field(min_length=1, description="the target's URL, then its other "
+                            "replicas (https only)")
     ca_pin: str | None = Field(default=None, description="sha256:<hex> of the target's CA "
-                               "certificate (DER), as a join string pins it; None: plain HTTP")
+                               "certificate (DER), as a join string pins it. The agent moves "
+                               "only to a target whose URLs are all https and pinned (one an "
+                               "older coordinator stored without a pin is refused)")
     since: float = Field(description="when the target was set (unix time)")
 
 

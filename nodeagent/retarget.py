@@ -1,8 +1,11 @@
 """The agent follows its coordinator when it moves (a pivot, issue 22), told through its own
 assignment, never over SSH: when the assignment names a target elsewhere, the agent
 
-1. fetches the target's CA and checks it against the target's pin (a mismatch: it stays,
-   says why, and checks again later: the operator may correct the target);
+1. refuses a target that is not https on every URL or names no CA pin (its credential would
+   go out in clear text, or to whoever answers); fetches the target's CA and checks it
+   against the pin (a mismatch: it stays, says why, and checks again later: the operator may
+   correct the target); every replica of the target is then reached over TLS verified
+   against that CA only, so the credential never goes to another;
 2. checks that the target knows its credential (a heartbeat there; 401: not yet, e.g. the
    state is still being copied), and stays on the old coordinator, which keeps answering,
    checking again with backoff, until it does;
@@ -33,6 +36,7 @@ from nodeagent.home import (
     fallback_due,
     goes_back,
     moved,
+    refusal,
     save_home,
     target_of,
 )
@@ -95,25 +99,25 @@ class Retarget:
         """The target as a Place once its CA matches the pin and it knows this machine's
         credential; None (said why) while not."""
         url = target.urls[0]
-        pem = None
-        if url.startswith("https://"):
-            if target.ca_pin is None:
-                log.warning("the target is https but names no CA pin: not moving",
-                            extra=fields(event="retarget", step="refused", target=url))
-                return None
-            try:
-                pem = await trust.pinned_ca(url, target.ca_pin, self.proxy,
-                                            self.settings.timeout * 5, "the move target")
-            except trust.CAUnreachable as exc:
-                log.info("the target's CA cannot be fetched (%s)", exc,
-                         extra=fields(event="retarget", step="unreachable", target=url))
-                return None
-            except trust.TrustError as exc:
-                log.warning("%s", exc, extra=fields(event="retarget", step="refused",
-                                                    target=url, reason="ca-pin-mismatch"))
-                return None
-            log.info("the target's CA matches its pin", extra=fields(
-                event="retarget", step="ca-verified", target=url, ca_pin=target.ca_pin))
+        if (why := refusal(target)) is not None:
+            log.warning("%s", why, extra=fields(event="retarget", step="refused", target=url,
+                                                reason="not-https-pinned"))
+            return None
+        assert target.ca_pin is not None
+        try:
+            pem = await trust.pinned_ca(url, target.ca_pin, self.proxy,
+                                        self.settings.timeout * 5, "the move target")
+        except trust.CAUnreachable as exc:
+            log.info("the target's CA cannot be fetched (%s)", exc,
+                     extra=fields(event="retarget", step="unreachable", target=url))
+            return None
+        except trust.TrustError as exc:
+            log.warning("%s", exc, extra=fields(event="retarget", step="refused",
+                                                target=url, reason="ca-pin-mismatch"))
+            return None
+        log.info("the target's CA matches its pin", extra=fields(
+            event="retarget", step="ca-verified", target=url, ca_pin=target.ca_pin))
+        # Every replica of the target is reached over TLS verified against this CA only.
         place = Place(target.urls, pem)
         known = await self._knows(place, identity, "target")
         return place if known else None

@@ -3,7 +3,7 @@ their queries: validated like every other payload, so a bad one is refused namin
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -11,6 +11,7 @@ from pydantic.alias_generators import to_camel
 from coordinator.domain.fleet import Fleet, parse_fleet
 from coordinator.domain.labels import change_problems
 from coordinator.domain.model import Role
+from coordinator.domain.pivot import HTTPS_ONLY, not_a_certificate, not_https
 from coordinator.domain.tokens import ADMIN_ROLES, parse_duration
 from nodeagent.config import CoordinatorUrl
 from nodeagent.contract import Phase
@@ -97,33 +98,63 @@ class AdminTokenBody(_Body):
             raise ValueError(f"must be one of {', '.join(ADMIN_ROLES)}")
         return value
 
+
+def _https(value: object) -> object:
+    """A pivot's or a move's target URL is https (domain/pivot.py says why)."""
+    if isinstance(value, str) and (why := not_https(value)) is not None:
+        raise ValueError(why)
+    return value
+
+
+TargetUrl = Annotated[CoordinatorUrl, BeforeValidator(_https)]
+B = TypeVar("B", bound=BaseModel)
+
+
+def _required(body: B, ca: str | None, field: str) -> B:
+    """A target's CA (or its pin) is required; the message names the field and why."""
+    if ca is None:
+        raise ValueError(f"{field}: required: {HTTPS_ONLY}")
+    return body
+
+
 class PivotBody(_Body):
     """A pivot to begin, or resume (POST /v1/pivot): the target and how to reach it."""
 
-    to: str = Field(pattern=r"^https?://[^/\s]+$", description="the target coordinator's URL")
+    to: Annotated[str, BeforeValidator(_https)] = Field(
+        pattern=r"^https://[^/\s]+$", description="the target coordinator's URL (https only)")
     ca_pem: str | None = Field(default=None, max_length=65536, description="the target's CA "
-                               "certificate (PEM); none for a target on plain HTTP")
+                               "certificate (PEM), required: every connection to the target "
+                               "is verified against it")
     token: str = Field(min_length=16, max_length=256, description="an admin token of the "
                        "target, kept sealed: the read-only copy is refreshed with it")
 
+    @field_validator("ca_pem")
+    @classmethod
+    def _certificate(cls, value: str | None) -> str | None:
+        if value is not None and (why := not_a_certificate(value)) is not None:
+            raise ValueError(why)
+        return value
+
+    @model_validator(mode="after")
+    def _with_ca(self) -> PivotBody:
+        return _required(self, self.ca_pem, "caPem")
 
 
 class MoveTargetBody(_Body):
     """Where every agent is to move (PUT /v1/move-target): the target coordinator."""
 
-    url: CoordinatorUrl = Field(description="the target coordinator's URL, as agents reach it")
-    urls: list[CoordinatorUrl] = Field(default_factory=list, max_length=16,
-                                       description="its other replicas, if any")
+    url: TargetUrl = Field(description="the target coordinator's URL, as agents reach it "
+                           "(https only)")
+    urls: list[TargetUrl] = Field(default_factory=list, max_length=16,
+                                  description="its other replicas, if any (https only)")
     ca_pin: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$",
                                description="sha256:<hex> of the target's CA certificate (DER), "
-                               "as its join strings carry it; required for https")
+                               "as its join strings carry it; required: agents send their "
+                               "credential only to a target whose CA matches it")
 
     @model_validator(mode="after")
     def _pinned(self) -> MoveTargetBody:
-        if self.ca_pin is None and any(u.startswith("https://") for u in self.all_urls):
-            raise ValueError("caPin: an https target needs the pin of its CA "
-                             "(sha256:<hex>, as in its join strings)")
-        return self
+        return _required(self, self.ca_pin, "caPin")
 
     @property
     def all_urls(self) -> list[str]:

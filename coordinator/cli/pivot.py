@@ -101,27 +101,37 @@ class HttpSides:
                 "--to-token-file to bring them back)")
             return
         home = self.old.get("/v1/pivot")
-        pin = joinstring.ca_hash(home["ca_pem"]) if home["ca_pem"] else None
-        self.new.request("PUT", "/v1/move-target", {"url": home["url"], "caPin": pin})
+        if home["ca_pem"] is None:  # --insecure-http: no agent is ever sent to plain HTTP
+            say(f"  agents that already moved stay on the new coordinator: this one serves "
+                f"plain HTTP, where no agent is sent; stop {pivot.to_url} and they come back "
+                "after coordinator.fallbackSeconds")
+            return
+        self.new.request("PUT", "/v1/move-target", {"url": home["url"],
+                                                     "caPin": joinstring.ca_hash(home["ca_pem"])})
 
     def rollback(self, pivot: pv.Pivot) -> None:
         self.old.request("DELETE", f"/v1/pivot/{pivot.id}")
 
 
-def target_ca(value: str | None, url: str) -> str | None:
+def target_ca(value: str | None, url: str) -> str:
     """--to-ca: a CA certificate file (PEM), or its pin (sha256:HEX), checked against the CA
-    the target serves at /v1/ca.crt."""
+    the target serves at /v1/ca.crt. Required, and the target https: the old coordinator sends
+    it an admin token and the agents their credentials, only over TLS verified against it."""
+    if (why := pv.not_https(url)) is not None:
+        raise click.BadParameter(f"{why} (--to-ca FILE or sha256:PIN)", param_hint="--to")
     if value is None:
-        if url.startswith("https://"):
-            raise click.BadParameter("an https target needs its CA: a file or its sha256 pin",
-                                     param_hint="--to-ca")
-        return None
+        raise click.BadParameter(f"required: {pv.HTTPS_ONLY} (a CA certificate file, or its "
+                                 "sha256:PIN as its join strings carry it)",
+                                 param_hint="--to-ca")
     if not value.startswith("sha256:"):
         try:
-            return Path(value).read_text()
+            pem = Path(value).read_text(errors="replace")  # not a PEM: said just below
         except OSError as exc:
             raise click.BadParameter(f"cannot read {value}: {exc.strerror}",
                                      param_hint="--to-ca") from None
+        if (why := pv.not_a_certificate(pem)) is not None:
+            raise click.BadParameter(f"{value}: {why}", param_hint="--to-ca")
+        return pem
     import ssl
     import urllib.request
 
@@ -133,23 +143,24 @@ def target_ca(value: str | None, url: str) -> str | None:
     except OSError as exc:
         raise click.BadParameter(f"cannot fetch the CA of {url}: {exc}",
                                  param_hint="--to-ca") from None
-    if joinstring.ca_hash(pem) != value:
-        raise click.BadParameter(f"the CA {url} serves is {joinstring.ca_hash(pem)}, not "
-                                 f"{value}", param_hint="--to-ca")
+    try:
+        served = joinstring.ca_hash(pem)
+    except ValueError:
+        raise click.BadParameter(f"{url}/v1/ca.crt is not a PEM certificate: is it a "
+                                 "coordinator?", param_hint="--to-ca") from None
+    if served != value:
+        raise click.BadParameter(f"the CA {url} serves is {served}, not {value}",
+                                 param_hint="--to-ca")
     return pem
 
 
-def _target_client(url: str, token: str, ca_pem: str | None) -> AdminClient:
-    ca_file = None
-    if ca_pem is not None:
-        with tempfile.NamedTemporaryFile("w", suffix=".crt", delete=False) as handle:
-            handle.write(ca_pem)
-        ca_file = handle.name
+def _target_client(url: str, token: str, ca_pem: str) -> AdminClient:
+    with tempfile.NamedTemporaryFile("w", suffix=".crt", delete=False) as handle:
+        handle.write(ca_pem)
     try:
-        return AdminClient(url, token, ca_file=ca_file)
+        return AdminClient(url, token, ca_file=handle.name)
     finally:
-        if ca_file is not None:
-            Path(ca_file).unlink()
+        Path(handle.name).unlink()
 
 
 def _steps_said(pivot: pv.Pivot, step: pv.Step) -> None:
@@ -185,11 +196,9 @@ def pivot(ctx: click.Context, to_url: str | None, to_token_file: str | None,
     read-only copy). Run it again after any interruption: it resumes from the step reached."""
     if ctx.invoked_subcommand is not None:
         return
-    new = None
     token = read_token(None, to_token_file) or ""
     ca_pem = target_ca(to_ca, to_url.rstrip("/")) if to_url else None
-    if to_url and token:
-        new = _target_client(to_url, token, ca_pem)
+    new = _target_client(to_url, token, ca_pem) if to_url and ca_pem and token else None
     sides = HttpSides(ctx.obj, new, token, ca_pem, wait)
     if abort:
         undone = _attempt(lambda: pv.abort(sides))

@@ -9,17 +9,23 @@ step reached, and `--abort` rolls back from any step before Done.
       announced: every assignment carries the target; agents switch to it
       done:      the old coordinator is a read-only copy, refreshed from the target
 
+A target is https with its CA, always: the old coordinator sends it an admin token (at every
+refresh of its copy) and the agents their credentials, only over TLS verified against that CA,
+never to whoever answers at the URL (`target_problems`).
+
 Pure: no I/O. The service persists `Pivot.to_json()` and the CLI asks `next_step`."""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+import ssl
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
 from coordinator.domain.errors import Conflict
+from nodeagent.validation import InvalidDocument, Problem
 
 
 class Step(StrEnum):
@@ -32,6 +38,8 @@ class Step(StrEnum):
 
 ORDER = tuple(Step)
 DEFAULT_REFRESH_SECONDS = 60.0
+HTTPS_ONLY = ("the target must be https:// with its CA: the agents' credentials (and a "
+              "pivot's admin token) are sent to it only over TLS verified against that CA")
 
 
 @dataclass(frozen=True)
@@ -40,7 +48,9 @@ class Pivot:
 
     id: str
     to_url: str
-    ca_pem: str | None  # the target's CA certificate (None: the target serves plain HTTP)
+    # The target's CA certificate. None only in a record from before CAs were required:
+    # nothing is sent to such a target until a run of the pivot gives it its CA.
+    ca_pem: str | None
     step: Step
     started_at: float
     updated_at: float
@@ -66,10 +76,49 @@ def same_target(a: str, b: str) -> bool:
     return a.rstrip("/") == b.rstrip("/")
 
 
+def not_https(url: str) -> str | None:
+    """Why url may not be a pivot's or a move's target (None: it is https)."""
+    return None if url.lower().startswith("https://") else f"{url}: {HTTPS_ONLY}"
+
+
+def not_a_certificate(pem: str) -> str | None:
+    """Why pem is not a CA certificate a target can be verified against (None: it is)."""
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=pem)
+    except (ssl.SSLError, ValueError):
+        return "not a PEM certificate: give the target's CA certificate (its DATA_DIR/pki/ca.crt)"
+    return None
+
+
+def target_problems(urls: Sequence[tuple[str, str]], ca_field: str,
+                    ca: str | None) -> list[Problem]:
+    """Why a pivot's or a move's target may not be sent a token or a credential, each problem
+    naming its field: a URL (field, url) that is not https://, and its CA (or pin) missing."""
+    problems = [Problem(field, why) for field, url in urls if (why := not_https(url)) is not None]
+    if not ca:
+        problems.append(Problem(ca_field, f"required: {HTTPS_ONLY}"))
+    return problems
+
+
+def unverified(pivot: Pivot) -> str | None:
+    """Why the pivot's target cannot be verified (a record from before CAs were required),
+    so that nothing is sent to it; None: every connection to it is verified."""
+    if not target_problems([("to", pivot.to_url)], "caPem", pivot.ca_pem):
+        return None
+    remedy = (f"give its CA with `coordinator pivot --to {pivot.to_url} --to-ca FILE`"
+              if pivot.to_url.startswith("https://") else "it is plain HTTP")
+    return f"pivot {pivot.id} to {pivot.to_url} has no CA to verify it by ({remedy}): {HTTPS_ONLY}"
+
+
 def begin(current: Pivot | None, to_url: str, ca_pem: str | None, now: float,
           pivot_id: str | None = None) -> Pivot:
     """The pivot to run: the one under way when it goes to the same target (resumed from its
-    step), a new one when none is; Conflict when one to another target is under way or done."""
+    step; one recorded without a CA takes this one), a new one when none is; InvalidDocument
+    for a target that is not https with its CA, Conflict when one to another target is under
+    way or done."""
+    problems = target_problems([("to", to_url)], "caPem", ca_pem)
+    if problems:
+        raise InvalidDocument(problems)
     if current is not None:
         if not same_target(current.to_url, to_url):
             raise Conflict(f"pivot {current.id} to {current.to_url} is {current.step.value}: "
@@ -77,7 +126,9 @@ def begin(current: Pivot | None, to_url: str, ca_pem: str | None, now: float,
                               "finish it with `coordinator pivot --to "
                               f"{current.to_url}` or roll it back with `coordinator pivot "
                               "--abort`"))
-        if ca_pem is not None and current.ca_pem is not None and ca_pem != current.ca_pem:
+        if current.ca_pem is None:
+            return replace(current, ca_pem=ca_pem)
+        if ca_pem != current.ca_pem:
             raise Conflict(f"pivot {current.id} to {current.to_url} was started with another "
                            "CA certificate: abort it first to change it")
         return current

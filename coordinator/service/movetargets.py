@@ -3,7 +3,9 @@ the whole coordinator, since a pivot moves all of its state at once (clusters, m
 tokens, PKI) and an agent of one cluster left behind would be half a move.
 
 Set or cleared, it reaches every agent through its own assignment: each machine's generation
-is bumped and its long-poll woken, on every replica, as a cluster apply does."""
+is bumped and its long-poll woken, on every replica, as a cluster apply does. Only a target
+that is https with its CA pinned is ever named (domain/pivot.py: `target_problems`): agents
+send it their credential."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 
+from coordinator.domain.pivot import target_problems
 from coordinator.service.notifier import Notifier
 from coordinator.service.writes import Writes
 from nodeagent.protocol import MoveTarget
+from nodeagent.validation import InvalidDocument
 
 log = logging.getLogger("coordinator.service.movetargets")
 
@@ -32,10 +36,14 @@ class MoveTargets:
         return None if doc is None else MoveTarget.model_validate_json(doc)
 
     async def set(self, urls: list[str], ca_pin: str | None) -> MoveTarget:
-        """Tell every agent to move to urls (checked against ca_pin). Setting the target it
-        already names again keeps its `since` and announces it again: the target and the
-        generations it bumps are two writes, and a crash between them must not leave agents
-        untold when the pivot is run again (an agent told twice re-reads the same work)."""
+        """Tell every agent to move to urls (checked against ca_pin; InvalidDocument unless
+        they are https and pinned). Setting the target it already names again keeps its
+        `since` and announces it again: the target and the generations it bumps are two
+        writes, and a crash between them must not leave agents untold when the pivot is run
+        again (an agent told twice re-reads the same work)."""
+        problems = target_problems([("url", url) for url in urls], "caPin", ca_pin)
+        if problems:
+            raise InvalidDocument(problems)
         before = await self.current()
         same = before is not None and before.urls == urls and before.ca_pin == ca_pin
         target = before if same and before is not None else \

@@ -177,7 +177,7 @@ async def refresh_loop(ledger: PivotLedger, writes: Writes, interval: float,
             try:
                 await refresh_once(ledger, writes)
             except (aiohttp.ClientError, OSError, TimeoutError, StoreError, ValueError,
-                    KeyError) as exc:
+                    KeyError, UnverifiedTarget) as exc:
                 log.warning("cannot refresh the copy from %s: %s",
                             ledger.pivot.to_url if ledger.pivot else "?", exc,
                             extra=fields(event="pivot-refresh-failed"))
@@ -185,10 +185,19 @@ async def refresh_loop(ledger: PivotLedger, writes: Writes, interval: float,
         await asyncio.sleep(tick)
 
 
+class UnverifiedTarget(Exception):
+    """The pivot's target has no CA to verify it by: its token is not sent there."""
+
+
 async def refresh_once(ledger: PivotLedger, writes: Writes) -> None:
+    """The target's clusters and machines copied here, over TLS verified against the pivot's CA
+    on every connection: whoever else answers at its URL gets no token and changes nothing."""
     pivot = ledger.pivot
     assert pivot is not None
-    context = ssl.create_default_context(cadata=pivot.ca_pem) if pivot.ca_pem else None
+    if (why := pv.unverified(pivot)) is not None:
+        raise UnverifiedTarget(why)
+    assert pivot.ca_pem is not None
+    context = ssl.create_default_context(cadata=pivot.ca_pem)
     headers = {"Authorization": f"Bearer {ledger.token()}"}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         clusters = await _get(session, f"{pivot.to_url}/v1/clusters", headers, context)
@@ -198,14 +207,16 @@ async def refresh_once(ledger: PivotLedger, writes: Writes) -> None:
 
 
 async def _get(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str],
-               context: ssl.SSLContext | None) -> Any:
-    async with session.get(url, headers=headers, ssl=context or False) as response:
-        response.raise_for_status()
+               context: ssl.SSLContext) -> Any:
+    # No redirect followed: the token goes to the verified target and nowhere else.
+    async with session.get(url, headers=headers, ssl=context, allow_redirects=False) as response:
+        if response.status != 200:
+            raise ValueError(f"{url} answered HTTP {response.status} {response.reason}")
         return await response.json()
 
 
 async def _all_machines(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str],
-                        context: ssl.SSLContext | None) -> list[Any]:
+                        context: ssl.SSLContext) -> list[Any]:
     """Every machine the target lists, page after page (a target from before the pages
     answers them all in one list)."""
     found: list[Any] = []

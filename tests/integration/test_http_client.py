@@ -179,6 +179,20 @@ async def test_the_agent_client_moves_to_the_next_replica_when_one_does_not_answ
         await runner.cleanup()
 
 
+async def test_a_call_to_be_verified_by_a_ca_is_never_sent_to_a_plain_http_url(
+        server: Recorder) -> None:
+    """A coordinator's replicas reached with its pinned CA: one of them plain HTTP would get
+    the credential in clear text. The call fails there as a replica that does not answer,
+    having sent nothing, and the next replica is tried."""
+    pinned = trust.unverified_context()  # any context: a CA the call is to be verified by
+    with pytest.raises(http_client.TransportError, match="plain HTTP"):
+        await http_client.request("GET", server.url + "/x", context=pinned)
+    client = CoordinatorClient([Endpoint(server.url)] * 2, timeout=2, context=pinned)
+    with pytest.raises(Unreachable, match="plain HTTP"):
+        await client.heartbeat("m1", "secret")
+    assert server.seen == []
+
+
 async def test_consecutive_calls_reuse_one_connection_and_concurrent_ones_have_their_own(
         server: Recorder) -> None:
     """Heartbeats over one kept-alive connection; a heartbeat while the long-poll is parked

@@ -281,3 +281,20 @@ def test_a_pivoting_coordinator_registers_no_machine_until_rolled_back(
     assert f"pivot {pivot_id} to {new.url} is under way" in refused and "rolled back" in refused
     old.cli("pivot", "--abort")
     old.run(registering("late", token, 201))  # rolled back: it registers again
+
+
+def test_an_abort_from_a_plain_http_coordinator_sends_no_agent_back_over_plain_http(
+        tmp_path: Path) -> None:
+    """An old coordinator serving plain HTTP (--insecure-http, a demo) is never named as a move
+    target: the abort says how the agents that moved come back instead."""
+    (tmp_path / "old").mkdir()  # plain HTTP: no `coordinator init` makes it
+    with running_coordinator(tmp_path / "old", cluster(tmp_path / "runs"), tls=False) as old, \
+            running_coordinator(tmp_path / "new", None) as new:
+        pivot_id = begin(old, new)
+        for step in ("frozen", "copied", "announced"):
+            old.admin.request("POST", f"/v1/pivot/{pivot_id}/steps/{step}")
+        aborted = pivot(old, new, "--abort")
+        assert "this one serves plain HTTP, where no agent is sent" in aborted.stdout, aborted
+        assert f"stop {new.url} and they come back" in aborted.stdout
+        assert new.admin.get("/v1/move-target") is None
+        assert old.admin.get("/v1/pivot")["pivot"] is None  # rolled back all the same

@@ -8,6 +8,7 @@ move is rolled back and the target goes away."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import shutil
@@ -17,11 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.server.datadir import DATABASE
+from coordinator.store.sqlite import SQLiteStore
 from nodeagent.joinstring import ca_hash
 from tests.support.agent import AgentProcess, joined_agent
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.metrics import polls_parked
 from tests.support.requirements import require_root
+from tests.support.rogue import rogue_server
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -100,6 +104,24 @@ def copy_data(old: ServedCoordinator, to: Path, whole: bool = True) -> None:
             shutil.copy(old.token_file, target / "admin.token")
     finally:
         old.start()
+
+
+def store_move_target(served: ServedCoordinator, target: dict) -> None:  # type: ignore[type-arg]
+    """target written into served's store as a coordinator of an older version accepted it,
+    unchecked (served stopped meanwhile, then started again)."""
+    async def write() -> None:
+        store = SQLiteStore(served.data / DATABASE)
+        await store.open()
+        try:
+            await store.set_move_target(json.dumps(target))
+        finally:
+            await store.close()
+
+    served.stop()
+    try:
+        asyncio.run(write())
+    finally:
+        served.start()
 
 
 def logs(agents: list[AgentProcess]) -> str:
@@ -197,3 +219,41 @@ def test_agents_wait_for_a_target_that_does_not_know_them_yet_then_move(
             new.start()
             wait_until(lambda: all(following(a, new) for a in agents), 60,
                        lambda: "every agent following the new coordinator\n" + logs(agents))
+
+
+def test_agents_never_send_their_credential_to_a_plain_http_replica_of_a_target(
+        tmp_path: Path) -> None:
+    """A target whose first URL is the real, pinned new coordinator and whose other replica
+    is plain HTTP (an older coordinator took it): an agent that moved would, once the first
+    stops answering, send its credential in clear text to whoever listens at the second. The
+    agent refuses the whole target, naming the URL, and stays with the coordinator it has;
+    nor does a self-signed impostor named with the real target's pin get a credential."""
+    with running_coordinator(tmp_path / "old", CLUSTER) as old, fleet(old, tmp_path) as agents, \
+            rogue_server(None) as rogue:
+        copy_data(old, tmp_path / "new")  # a target that knows every credential
+        with running_coordinator(tmp_path / "new", None) as new:
+            store_move_target(old, {"urls": [new.url, rogue.url], "ca_pin": pin(new),
+                                    "since": time.time()})
+            for index in range(AGENTS):  # a new assignment, which carries the target
+                old.cli("machines", "label", f"node-{index}", "zone=eu-1b")
+            wait_until(lambda: logs(agents).count("step=refused") >= AGENTS
+                       or any(following(a, new) for a in agents), 30,
+                       lambda: "the agents refusing the target\n" + logs(agents))
+        since = time.time()  # the new one stopped: a moved agent would try the rogue next
+        wait_until(lambda: rogue.requests or seen_by(old, since) == {"node-0", "node-1"}, 15,
+                   lambda: "heartbeats at the old coordinator\n" + logs(agents))
+        time.sleep(1.0)  # a few more heartbeats' time for any to go astray
+        assert rogue.authorizations == [] and rogue.requests == []
+        assert all(home(a) is None for a in agents)
+        assert f"the move target {rogue.url} is not https" in logs(agents)
+
+        # A self-signed impostor named with the real target's pin: asked for its CA, which
+        # is not the pinned one, and for nothing else.
+        with rogue_server(tmp_path / "impostor") as impostor:
+            old.admin.request("PUT", "/v1/move-target", body={"url": impostor.url,
+                                                              "caPin": pin(new)})
+            wait_until(lambda: logs(agents).count(f"{impostor.url} presented CA") >= AGENTS,
+                       30, lambda: "the agents refusing the impostor\n" + logs(agents))
+        assert impostor.authorizations == []
+        assert {path for _, path, _ in impostor.requests} == {"/v1/ca.crt"}
+        assert all(home(a) is None for a in agents)

@@ -16,6 +16,7 @@ from nodeagent.home import (
     goes_back,
     load_home,
     moved,
+    refusal,
     save_home,
     target_of,
 )
@@ -36,6 +37,16 @@ def test_the_target_an_assignment_names_is_read_and_anything_else_is_no_target()
     for bad in (None, "https://new", {"urls": []}, {"urls": ["ftp://x"]},
                 {"urls": ["https://new"], "ca_pin": 7}, {"urls": "https://new"}):
         assert target_of(assignment(bad)) is None, bad
+
+
+def test_a_target_is_followed_only_when_every_url_is_https_and_its_ca_is_pinned() -> None:
+    """The credential goes to whichever replica answers: one plain-HTTP URL among them, or no
+    pin, and it could go out in clear text or to whoever answers."""
+    assert refusal(Target(NEW.urls, PIN)) is None
+    mixed = refusal(Target(("https://new:8443", "http://new-2:8080"), PIN)) or ""
+    assert "http://new-2:8080 is not https" in mixed and "clear text" in mixed
+    assert "http://new:8080 is not https" in (refusal(Target(("http://new:8080",), None)) or "")
+    assert "names no CA pin" in (refusal(Target(NEW.urls, None)) or "")
 
 
 def test_a_target_naming_any_replica_of_the_coordinator_talked_to_is_no_move() -> None:

@@ -66,6 +66,21 @@ async def test_a_bad_move_target_is_refused_naming_the_field(env: InProcessCoord
         answer = await env.call("PUT", "/v1/move-target", 422, json=body)
         assert field in str(answer), (body, answer)
     assert await env.call("GET", "/v1/move-target", 200) is None
-    # Plain HTTP needs no pin.
-    assert (await env.call("PUT", "/v1/move-target", 200,
-                           json={"url": "http://new:8080"}))["ca_pin"] is None
+
+
+async def test_a_move_target_is_https_on_every_url_and_pinned_or_refused_naming_why(
+        env: InProcessCoordinator) -> None:
+    """Agents send the target their credential: never in clear text, never unverified."""
+    agent = await env.register("w0")
+    before = await env.assignment(agent)
+    for body, field in (({"url": "http://new:8080"}, "url"),
+                        ({"url": "http://new:8080", "caPin": PIN}, "url"),
+                        ({"url": "https://new:8443", "urls": ["http://new-2:8080"],
+                          "caPin": PIN}, "urls[0]"),
+                        ({"url": "https://new:8443", "urls": ["https://new-2:8443"]}, "caPin")):
+        answer = await env.call("PUT", "/v1/move-target", 422, json=body)
+        assert f"{field}: " in str(answer) and "must be https:// with its CA" in str(answer), \
+            (body, answer)
+    assert await env.call("GET", "/v1/move-target", 200) is None
+    after = await env.assignment(agent)
+    assert after["move_target"] is None and after["generation"] == before["generation"]

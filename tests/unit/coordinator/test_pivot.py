@@ -19,9 +19,12 @@ from coordinator.domain.pivot import (
     refresh_due,
     refused_change,
     run,
+    unverified,
 )
+from nodeagent.validation import InvalidDocument
 
 TARGET = "https://new.example:8080"
+CA = "the target's CA (PEM)"
 
 
 class Crash(Exception):
@@ -102,7 +105,7 @@ class World:
 
 def _calls_of_a_whole_pivot() -> int:
     world = World()
-    run(world, TARGET, None)
+    run(world, TARGET, CA)
     return world.calls
 
 
@@ -110,7 +113,7 @@ def _until_done(world: World) -> int:
     """Run again until the pivot completes, as an operator would; how many runs it took."""
     for attempt in range(1, 10):
         try:
-            run(world, TARGET, None)
+            run(world, TARGET, CA)
             return attempt
         except Crash:
             world.crash_at = None
@@ -120,7 +123,7 @@ def _until_done(world: World) -> int:
 def test_a_pivot_goes_through_every_step_in_order() -> None:
     seen: list[Step] = []
     world = World()
-    done = run(world, TARGET, None, lambda pivot, step: seen.append(step))
+    done = run(world, TARGET, CA, lambda pivot, step: seen.append(step))
     assert seen == list(ORDER[1:])
     assert done.step is Step.DONE and world.imports == [done.id]
     assert world.move_target == TARGET and world.agents_on_target
@@ -140,7 +143,7 @@ def test_an_interruption_at_any_call_is_resumed_by_running_again(after: bool) ->
 @pytest.mark.parametrize("step", ORDER[:-1])
 def test_a_pivot_resumes_from_each_recorded_step(step: Step) -> None:
     world = World()
-    pivot = begin(None, TARGET, None, 1.0)
+    pivot = begin(None, TARGET, CA, 1.0)
     for reached in ORDER[1:ORDER.index(step) + 1]:
         pivot = advance(pivot, reached, 2.0)
         if reached is Step.COPIED:
@@ -148,7 +151,7 @@ def test_a_pivot_resumes_from_each_recorded_step(step: Step) -> None:
         if reached is Step.ANNOUNCED:
             world.move_target = TARGET
     world.recorded = pivot
-    done = run(world, TARGET, None)
+    done = run(world, TARGET, CA)
     assert done.id == pivot.id and done.step is Step.DONE and world.imports == [pivot.id]
 
 
@@ -158,7 +161,7 @@ def test_an_abort_from_any_step_before_done_leaves_the_old_coordinator_whole(
         crash_at: int, after: bool) -> None:
     world = World(crash_at=crash_at, after=after)
     with pytest.raises(Crash):
-        run(world, TARGET, None)
+        run(world, TARGET, CA)
     world.crash_at = None
     if world.recorded is None or world.recorded.done:
         return  # crashed before anything was recorded, or after the end
@@ -181,25 +184,25 @@ def test_abort_is_refused_once_done_and_when_nothing_is_under_way() -> None:
     world = World()
     with pytest.raises(Conflict, match="nothing to abort"):
         abort(world)
-    run(world, TARGET, None)
+    run(world, TARGET, CA)
     with pytest.raises(Conflict, match="is done"):
         abort(world)
 
 
 def test_another_target_is_refused_while_a_pivot_is_under_way_or_done() -> None:
-    pivot = begin(None, TARGET, None, 1.0)
-    assert begin(pivot, TARGET + "/", None, 2.0) == pivot
+    pivot = begin(None, TARGET, CA, 1.0)
+    assert begin(pivot, TARGET + "/", CA, 2.0) == pivot
     with pytest.raises(Conflict, match="--abort"):
-        begin(pivot, "https://other.example:8080", None, 2.0)
+        begin(pivot, "https://other.example:8080", CA, 2.0)
     done = pivot
     for step in ORDER[1:]:
         done = advance(done, step, 3.0)
     with pytest.raises(Conflict, match="has moved there"):
-        begin(done, "https://other.example:8080", None, 4.0)
+        begin(done, "https://other.example:8080", CA, 4.0)
 
 
 def test_steps_are_taken_in_order_and_a_repeated_one_changes_nothing() -> None:
-    pivot = begin(None, TARGET, None, 1.0)
+    pivot = begin(None, TARGET, CA, 1.0)
     with pytest.raises(Conflict, match="next step is frozen, not copied"):
         advance(pivot, Step.COPIED, 2.0)
     frozen = advance(pivot, Step.FROZEN, 2.0)
@@ -207,7 +210,7 @@ def test_steps_are_taken_in_order_and_a_repeated_one_changes_nothing() -> None:
 
 
 def test_changes_are_refused_from_frozen_naming_the_pivot_then_the_new_url() -> None:
-    pivot = begin(None, TARGET, None, 1.0)
+    pivot = begin(None, TARGET, CA, 1.0)
     assert refused_change(pivot) is None
     frozen = advance(pivot, Step.FROZEN, 2.0)
     assert pivot.id in (refused_change(frozen) or "")
@@ -215,10 +218,41 @@ def test_changes_are_refused_from_frozen_naming_the_pivot_then_the_new_url() -> 
 
 
 def test_the_copy_is_refreshed_about_every_interval_once_done() -> None:
-    pivot = begin(None, TARGET, None, 1.0)
+    pivot = begin(None, TARGET, CA, 1.0)
     assert not refresh_due(pivot, 100.0, 60.0)
     for step in ORDER[1:]:
         pivot = advance(pivot, step, 2.0)
     assert refresh_due(pivot, 3.0, 60.0)
     pivot = Pivot.from_json({**pivot.to_json(), "refreshed_at": 10.0})
     assert not refresh_due(pivot, 69.0, 60.0) and refresh_due(pivot, 70.0, 60.0)
+
+
+@pytest.mark.parametrize(("to_url", "ca", "fields"), [
+    ("http://new.example:8080", CA, ["to"]),
+    (TARGET, None, ["caPem"]),
+    ("http://new.example:8080", None, ["to", "caPem"]),
+], ids=["plain-http", "no-ca", "neither"])
+def test_a_target_that_is_not_https_with_its_ca_is_refused_naming_the_field(
+        to_url: str, ca: str | None, fields: list[str]) -> None:
+    with pytest.raises(InvalidDocument) as refused:
+        begin(None, to_url, ca, 1.0)
+    assert [problem.path for problem in refused.value.problems] == fields
+    assert "must be https:// with its CA" in str(refused.value)
+
+
+def test_a_pivot_recorded_without_a_ca_is_not_refreshed_until_run_again_with_one() -> None:
+    """A pivot an older version began with no CA: nothing may be sent to its target (whoever
+    answers there would get the token) until `coordinator pivot --to-ca` gives the CA."""
+    pivot = begin(None, TARGET, CA, 1.0)
+    for step in ORDER[1:]:
+        pivot = advance(pivot, step, 2.0)
+    unpinned = Pivot.from_json({**pivot.to_json(), "ca_pem": None})
+    assert f"give its CA with `coordinator pivot --to {TARGET} --to-ca FILE`" in (
+        unverified(unpinned) or "")
+    pinned = begin(unpinned, TARGET, CA, 3.0)
+    assert pinned == Pivot.from_json({**unpinned.to_json(), "ca_pem": CA})
+    assert unverified(pinned) is None
+    with pytest.raises(Conflict, match="another CA certificate"):
+        begin(pinned, TARGET, "another CA", 4.0)
+    plain = Pivot.from_json({**pivot.to_json(), "to_url": "http://new.example:8080"})
+    assert "plain HTTP" in (unverified(plain) or "")

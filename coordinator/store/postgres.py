@@ -94,7 +94,6 @@ class PostgresStore(Store):
         await self.db.open()
         try:
             await migrate(self.db, MIGRATIONS)
-            await self.db.execute(SQL.claim_epoch, new_epoch())
             if self.cipher is not None:
                 await self.db.execute(SQL.claim_secrets_key, self.cipher.fingerprint)
                 (fingerprint,) = await self.db.all(lambda row: str(row[0]), SQL.secrets_key)

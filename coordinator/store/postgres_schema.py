@@ -157,14 +157,16 @@ MIGRATIONS: list[str] = [
     DROP INDEX machines_role;
     CREATE INDEX machines_role ON machines (cluster, role);
     """,
-    # 8 -> 9: the store's epoch (domain/etags.py), one row, minted at the first open and
-    # again by every import: an agent's tag names it with its generation. Not part of a
-    # snapshot: a restored or pivoted-to store mints its own.
+    # 8 -> 9: the store's epoch (domain/etags.py), one row, minted here and again by every
+    # import: an agent's tag names it with its generation. Not part of a snapshot: a
+    # restored or pivoted-to store mints its own.
     """
     CREATE TABLE store_epoch (
         id INTEGER PRIMARY KEY CHECK (id = 1),
         epoch TEXT NOT NULL
     );
+    INSERT INTO store_epoch (id, epoch)
+        VALUES (1, substr(md5(random()::text || clock_timestamp()::text), 1, 16));
     """,
 ]
 

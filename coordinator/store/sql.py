@@ -288,9 +288,7 @@ class Statements:
         self.claim_secrets_key = sql("INSERT INTO secrets_key (id, fingerprint) VALUES (1, $1) "
                                      "ON CONFLICT (id) DO NOTHING")
         self.secrets_key = "SELECT fingerprint FROM secrets_key"
-        # -- the store's epoch (domain/etags.py): minted by the first open, again by imports
-        self.claim_epoch = sql("INSERT INTO store_epoch (id, epoch) VALUES (1, $1) "
-                               "ON CONFLICT (id) DO NOTHING")
+        # -- the store's epoch (domain/etags.py): minted by its migration, again by imports
         self.mint_epoch = sql("INSERT INTO store_epoch (id, epoch) VALUES (1, $1) "
                               "ON CONFLICT (id) DO UPDATE SET epoch = excluded.epoch")
         # -- the coordinator agents are told to move to: one row or none

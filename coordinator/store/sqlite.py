@@ -183,8 +183,6 @@ class SQLiteStore(Store):
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
             migrate(conn, MIGRATIONS)
-            with transaction(conn):
-                conn.execute(SQL.claim_epoch, (new_epoch(),))
             if self.cipher is not None:
                 with transaction(conn):
                     conn.execute(SQL.claim_secrets_key, (self.cipher.fingerprint,))

@@ -151,14 +151,15 @@ MIGRATIONS: list[str] = [
     CREATE INDEX machines_listed ON machines (cluster, state, role, responding, hostname, ip,
                                               state_since, id);
     """,
-    # 9 -> 10: the store's epoch (domain/etags.py), one row, minted at the first open and
-    # again by every import: an agent's tag names it with its generation. Not part of a
-    # snapshot (sql.TABLES): a restored or pivoted-to store mints its own.
+    # 9 -> 10: the store's epoch (domain/etags.py), one row, minted here and again by every
+    # import: an agent's tag names it with its generation. Not part of a snapshot
+    # (sql.TABLES): a restored or pivoted-to store mints its own.
     """
     CREATE TABLE store_epoch (
         id INTEGER PRIMARY KEY CHECK (id = 1),
         epoch TEXT NOT NULL
     );
+    INSERT INTO store_epoch (id, epoch) VALUES (1, lower(hex(randomblob(8))));
     """,
 ]
 

@@ -13,6 +13,7 @@ import pytest
 from coordinator.api.openapi import openapi_document
 from coordinator.api.routes import ROUTES
 from coordinator.service.groupcommit import GroupCommit
+from coordinator.service.pivots import copy_views
 from coordinator.service.reconciler import ROLLING_OUT_SECONDS
 from coordinator.store.sqlite import SQLiteStore
 from nodeagent.client import CoordinatorClient, Held
@@ -135,6 +136,25 @@ async def test_a_poll_that_waited_for_nothing_is_not_modified_for_the_agent_hold
     await env.coordinator.reconciler.reconcile_once()
     woken = await asyncio.wait_for(waiting, 5)
     assert woken is not None and woken[0]["state"] == "Prepare" and woken[1].generation > held
+
+
+async def test_a_pivots_copy_refreshed_with_a_machines_new_state_answers_its_old_tag_at_once(
+        env: InProcessCoordinator) -> None:
+    """The old coordinator's read-only copy (pivots.copy_views) takes the target's state of a
+    machine: a new generation, so that an agent falling back to the copy with the tag of what
+    it said before is answered at once with what it says now, not told 304."""
+    agent = await env.register("m1")
+    path = f"/v1/agent/machines/{agent['machine_id']}/assignment"
+    auth = {"Authorization": f"Bearer {agent['credential']}"}
+    first = await env.client.get(path, headers=auth)
+    held, tag = (await first.json())["generation"], first.headers["ETag"]
+    view = await env.call("GET", "/v1/machines/m1", 200)
+    await copy_views(env.coordinator.writes, [], [{**view, "state": "Ready", "role": "worker"}],
+                     env.clock())
+    answer = await asyncio.wait_for(env.client.get(
+        f"{path}?after={held}&wait=20", headers={**auth, "If-None-Match": tag}), 5)
+    assert answer.status == 200 and (await answer.json())["state"] == "Ready"
+    assert answer.headers["ETag"] != tag
 
 
 async def test_the_coordinator_is_rolling_out_while_its_passes_move_machines(

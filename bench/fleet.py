@@ -51,7 +51,6 @@ import aiohttp
 import psutil
 import uvloop
 
-from nodeagent.client import generation_tag
 from nodeagent.daemon import LONG_POLL_SECONDS
 from tests.support.builders import FACTS, cluster, fingerprint, item, registration, spec_text
 from tests.support.harness import running_coordinator
@@ -97,6 +96,7 @@ class SimAgent:
         self.machine_id = ""
         self.headers: dict[str, str] = {}
         self.generation = 0
+        self.tag = ""  # the ETag of the assignment held, sent back as If-None-Match
         self.state = ""
 
     async def register(self) -> None:
@@ -126,17 +126,19 @@ class SimAgent:
         """Long-poll; on a new assignment report each item running, then succeeded."""
         wait = 0.0
         while True:
+            tags: list[str] = []
+            held = {"If-None-Match": self.tag} if self.tag else {}
             assignment = await self.sim.call(
                 "GET", f"{self.path}/assignment?after={self.generation}&wait={wait}",
-                "assignment", poll=wait, timeout=wait + 60,
-                headers={**self.headers, "If-None-Match": generation_tag(self.generation)})
+                "assignment", poll=wait, timeout=wait + 60, tags=tags,
+                headers={**self.headers, **held})
             if assignment is None:
                 await asyncio.sleep(1)
                 continue
             wait = LONG_POLL_SECONDS
-            if assignment is NOT_MODIFIED or assignment["generation"] == self.generation:
+            if assignment is NOT_MODIFIED or tags == [self.tag]:
                 continue
-            self.generation = assignment["generation"]
+            self.generation, self.tag = assignment["generation"], tags[0]
             now = time.monotonic()
             if assignment["state"] != self.state:
                 self.state = assignment["state"]
@@ -187,10 +189,10 @@ class Simulator:
         return self._fingerprints[key]
 
     async def call(self, method: str, path: str, endpoint: str, poll: float = 0.0,
-                   timeout: float = 60.0, **kwargs: Any) -> Any:
-        """The JSON answer, or None after an error (counted). Latency is recorded unless the
-        call was a long poll, whose wait is not the coordinator's cost: then the overshoot of a
-        timed-out poll is recorded instead."""
+                   timeout: float = 60.0, tags: list[str] | None = None, **kwargs: Any) -> Any:
+        """The JSON answer, or None after an error (counted); its ETag appended to tags. Latency
+        is recorded unless the call was a long poll, whose wait is not the coordinator's cost:
+        then the overshoot of a timed-out poll is recorded instead."""
         assert self.session is not None
         started = time.monotonic()
         try:
@@ -198,6 +200,8 @@ class Simulator:
                                             timeout=aiohttp.ClientTimeout(total=timeout),
                                             **kwargs) as response:
                 body = NOT_MODIFIED if response.status == 304 else await response.json()
+                if tags is not None and "ETag" in response.headers:
+                    tags.append(response.headers["ETag"])
                 if response.status >= 400:
                     self.recorder.errors[f"{endpoint} {response.status}"] += 1
                     return None

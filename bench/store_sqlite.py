@@ -2,7 +2,8 @@
 
 Every agent report is one commit of one machine plus one event, each a durable
 (synchronous=FULL) write; every reconcile pass lists a cluster's machines; heartbeats are
-written in flushes, each touching the last_seen of the machines heard from since the last.
+written in flushes, each touching the last_seen of the machines heard from since the last;
+every long-poll starts with one lookup of its machine's version.
 
     .venv/bin/python bench/store_sqlite.py [--dir DIR] [--commits N] [--quick]
 
@@ -68,6 +69,19 @@ async def touch_seconds(store: SQLiteStore, machines: int, batch: int = 1000) ->
     return statistics.median(wall)
 
 
+async def lookup_seconds(store: SQLiteStore, machines: int) -> float:
+    """Median wall seconds of one machine_version, over one lookup of each of the cluster's
+    machines: what every long-poll reads before it waits (a generation and the store's
+    epoch, domain/etags.py)."""
+    wall = []
+    for i in range(machines):
+        machine_id = fleet_machine(i).id
+        started = time.perf_counter()
+        await store.machine_version(machine_id)
+        wall.append(time.perf_counter() - started)
+    return statistics.median(wall)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=None, help="where to put the database")
@@ -91,6 +105,8 @@ async def main() -> None:
                       f"({cpu * 1000:,.0f} ms CPU)")
                 print(f"touch_machines (a heartbeat flush), up to 1,000 of {machines:,} machines: "
                       f"{await touch_seconds(store, machines) * 1000:,.1f} ms")
+                print(f"machine_version (a long-poll's lookup), {machines:,} machines: "
+                      f"{await lookup_seconds(store, machines) * 1e6:,.1f} µs")
         finally:
             await store.close()
 

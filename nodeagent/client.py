@@ -12,6 +12,7 @@ import json
 import random
 import ssl
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -84,8 +85,16 @@ class CoordinatorClient:
 
     async def _call(self, method: str, path: str, credential: str | None = None,
                     body: Document | None = None, params: dict[str, str] | None = None,
-                    timeout: float | None = None, etag: str | None = None) -> Any:
-        """The JSON answer; None for 304 Not Modified when `etag` was sent as If-None-Match."""
+                    timeout: float | None = None) -> Any:
+        """The JSON answer."""
+        return (await self._tagged(method, path, credential, body, params, timeout))[0]
+
+    async def _tagged(self, method: str, path: str, credential: str | None = None,
+                      body: Document | None = None, params: dict[str, str] | None = None,
+                      timeout: float | None = None,
+                      etag: str | None = None) -> tuple[Any, str | None]:
+        """The JSON answer (None for 304 Not Modified when `etag` was sent as If-None-Match)
+        and its ETag."""
         headers = self._headers(credential)
         if etag is not None:
             headers["If-None-Match"] = etag
@@ -108,7 +117,7 @@ class CoordinatorClient:
             raise Busy(f"{method} {path}: HTTP {reply.status} {reply.reason}")
         self.reconnect.answered()
         if reply.status == 304 and etag is not None:
-            return None
+            return None, reply.etag
         try:
             payload = json.loads(reply.body) if reply.body else None
         except ValueError:
@@ -117,7 +126,7 @@ class CoordinatorClient:
         if reply.status >= 400:
             message = payload.get("error") if isinstance(payload, dict) else None
             raise Rejected(reply.status, message or reply.reason)
-        return payload
+        return payload, reply.etag
 
     async def _document(self, method: str, path: str, credential: str | None = None,
                         body: Document | None = None, params: dict[str, str] | None = None,
@@ -132,15 +141,18 @@ class CoordinatorClient:
         return await self._document("POST", "/v1/agent/register", request.get("join_token"),
                                     body=request)
 
-    async def assignment(self, machine_id: str, credential: str, after: int,
-                         wait: float) -> Document | None:
-        """The machine's Assignment once its generation passes `after`; None when `wait` ran
-        out and generation `after` (which the agent holds) is still current."""
+    async def assignment(self, machine_id: str, credential: str, held: Held,
+                         wait: float) -> tuple[Document, Held] | None:
+        """The machine's Assignment, with what to hold of it, once it is not the one held;
+        None when `wait` ran out and the coordinator says the held one is current."""
         path = f"/v1/agent/machines/{machine_id}/assignment"
-        payload = await self._call("GET", path, credential,
-                                   params={"after": str(after), "wait": str(wait)},
-                                   timeout=wait + self.timeout, etag=generation_tag(after))
-        return None if payload is None else _object(payload, f"GET {path}")
+        payload, tag = await self._tagged(
+            "GET", path, credential, params={"after": str(held.generation), "wait": str(wait)},
+            timeout=wait + self.timeout, etag=held.tag)
+        if payload is None:
+            return None
+        assignment = _object(payload, f"GET {path}")
+        return assignment, Held(assignment.get("generation", 0), tag)
 
     async def report(self, machine_id: str, credential: str, report: Document) -> None:
         """An ItemReport."""
@@ -184,9 +196,14 @@ def _object(payload: Any, call: str) -> Document:
     return payload
 
 
-def generation_tag(generation: int) -> str:
-    """An assignment's entity tag: its generation. Weak, as its values (peers' addresses) may
-    be rendered anew within one generation; an agent that sends the generation it holds in
-    If-None-Match gets 304 Not Modified when a poll times out with nothing new, instead of
-    the same assignment again (older agents, sending none, still get it)."""
-    return f'W/"{generation}"'
+@dataclass(frozen=True)
+class Held:
+    """Which assignment an agent holds: its generation (sent as `after`) and the entity tag
+    the coordinator sent with it (sent back as If-None-Match). The tag names the state of the
+    coordinator's store too (its epoch): after a restore of an older backup the same
+    generation comes with another tag, so the agent tells the two apart and the coordinator
+    never answers 304 for content the agent has not seen (docs/agent.md). Held() holds
+    nothing: generations start at 1."""
+
+    generation: int = 0
+    tag: str | None = None

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from nodeagent import addresses, sdnotify, trust
 from nodeagent.backoff import delay
 from nodeagent.children import EXIT_APPLIED, EXIT_GAVE_UP, AgentError, apply_phase, checked_output
-from nodeagent.client import Busy, CoordinatorClient, Document, Rejected, Unreachable
+from nodeagent.client import Busy, CoordinatorClient, Document, Held, Rejected, Unreachable
 from nodeagent.home import Place, load_home
 from nodeagent.host import Host
 from nodeagent.identity import (
@@ -273,24 +273,26 @@ class Agent:
     async def _follow(self, identity: Identity, reporter: Reporter, retarget: Retarget) -> None:
         """Long-poll the assignment; restart the phase whenever what to run changes; start
         over at another coordinator whenever retarget moves there."""
-        generation = 0
+        held = Held()
         current: tuple[Any, ...] | None = None
         work: asyncio.Task[int] | None = None
         try:
             while True:
-                assignment = await _unless(retarget.moved, self._retry(
+                polled = await _unless(retarget.moved, self._retry(
                     "fetch assignment", partial(self.client.assignment, identity.machine_id,
-                                                identity.credential, generation,
-                                                LONG_POLL_SECONDS)))
+                                                identity.credential, held, LONG_POLL_SECONDS)))
                 if retarget.moved.is_set():  # its generations are its own: ask from the start
                     retarget.moved.clear()
-                    generation = 0
+                    held = Held()
                     continue
-                if assignment is not None:
-                    retarget.consider(assignment, identity)
-                if assignment is None or assignment["generation"] == generation:
+                if polled is None:
                     continue  # nothing new
-                generation = assignment["generation"]
+                assignment, version = polled
+                retarget.consider(assignment, identity)
+                if version == held:
+                    continue  # the same generation of the same store: nothing new
+                held = version
+                generation = held.generation
                 self.prechecks.assigned(identity, assignment)
                 wanted = _work_key(assignment)
                 items = len(assignment.get("items", []))

@@ -62,6 +62,7 @@ class Reply:
     status: int
     reason: str
     body: bytes
+    etag: str | None = None  # the ETag header, as sent
 
 
 async def in_thread(call: Callable[..., T], *args: Any) -> T:
@@ -265,7 +266,7 @@ def _answer(connection: http.client.HTTPConnection, route: _Route, method: str,
         connection.close()
     else:
         _pool.give(route.destination, connection)
-    return Reply(response.status, response.reason or "", data)
+    return Reply(response.status, response.reason or "", data, response.getheader("ETag"))
 
 
 def _exchange(method: str, url: str, headers: Mapping[str, str], body: bytes | None,

@@ -27,7 +27,7 @@ from typing import Any
 
 from nodeagent import trust
 from nodeagent.backoff import delay
-from nodeagent.client import CoordinatorClient, Rejected, Unreachable
+from nodeagent.client import CoordinatorClient, Held, Rejected, Unreachable
 from nodeagent.home import (
     Home,
     Place,
@@ -131,8 +131,8 @@ class Retarget:
         url = place.urls[0]
         try:
             await probe.heartbeat(identity.machine_id, identity.credential)
-            answer = await probe.assignment(identity.machine_id, identity.credential, 0, 0) \
-                if assignment else True
+            polled = await probe.assignment(identity.machine_id, identity.credential, Held(),
+                                            0) if assignment else None
         except Rejected as exc:
             log.info("the %s does not know this machine's credential (%s)", what, exc,
                      extra=fields(event="retarget", step="unknown", target=url))
@@ -143,7 +143,9 @@ class Retarget:
             return False
         log.info("the %s knows this machine's credential", what, extra=fields(
             event="retarget", step="credential-known", target=url))
-        return answer if answer is not None else False
+        if not assignment:
+            return True
+        return polled[0] if polled is not None else False
 
     def _switch(self, place: Place, step: str) -> None:
         """Save, then talk to place from the next call on."""

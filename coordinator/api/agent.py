@@ -23,7 +23,6 @@ from coordinator.domain.records import CredentialOwner
 from coordinator.domain.refusals import REGISTRATION
 from coordinator.metrics import METRICS, record_item
 from coordinator.service.artifacts import locate
-from nodeagent.client import generation_tag
 from nodeagent.protocol import (
     ItemReport,
     PrecheckReport,
@@ -96,18 +95,17 @@ async def assignment(request: web.Request) -> web.Response:
     if not 0 <= wait <= MAX_WAIT_SECONDS:  # nan and negative waits compare false
         raise InvalidDocument([Problem("wait", f"must be from 0 to {MAX_WAIT_SECONDS:g} "
                                                "seconds")])
-    agents = service(request).agents
+    held = [tag.value for tag in request.if_none_match or ()]
     METRICS.poll_opened(machine.machine_id)
     try:
-        result = await agents.wait_assignment(machine.machine_id, after, wait)
+        version, result = await service(request).agents.wait_assignment(
+            machine.machine_id, after, held, wait)
     finally:
         METRICS.poll_closed(machine.machine_id)
-    if result is None:  # nothing new: the generation is still `after`
-        if any(tag.value == str(after) for tag in request.if_none_match or ()):
-            return web.Response(status=304, headers={"ETag": generation_tag(after)})
-        result = await agents.current_assignment(machine.machine_id)
+    if result is None:  # nothing new: the agent's tag is current
+        return web.Response(status=304, headers={"ETag": version.tag})
     return web.json_response(result.model_dump(mode="json", by_alias=True),
-                             headers={"ETag": generation_tag(result.generation)})
+                             headers={"ETag": version.tag})
 
 
 async def report(request: web.Request) -> web.Response:

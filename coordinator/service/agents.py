@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import replace
 
 from coordinator.domain.approval import prechecked
 from coordinator.domain.assignment import AssignmentInputs, build_assignment, may_host_post_deploy
 from coordinator.domain.errors import Conflict, Unauthorized
+from coordinator.domain.etags import Version, may_wait, not_modified
 from coordinator.domain.events import event
 from coordinator.domain.model import ClusterSpec, Machine, deployed_managers
 from coordinator.domain.records import Event
@@ -151,27 +152,32 @@ class Agents:
         peers = await self.store.list_machines(machine.cluster, role="manager")
         return await self.assignment_of(AssignmentInputs(stored, machine, peers))
 
-    async def wait_assignment(self, machine_id: str, after: int,
-                              timeout: float) -> Assignment | None:
-        """Long-poll: the assignment as soon as the machine's generation passes `after`; None
-        when the wait ran out with nothing written to the machine and its generation is
-        `after`: the caller has this assignment already, and answering without reading it
-        again is most of what a fleet's idle polls cost."""
+    async def wait_assignment(self, machine_id: str, after: int, held: Collection[str],
+                              timeout: float) -> tuple[Version, Assignment | None]:
+        """Long-poll: the assignment with its version as soon as it is not the one the agent
+        holds (generation `after`, tags `held`: domain/etags.py), at once when the agent is
+        ahead or names another epoch; None for the assignment when the wait ran out with
+        nothing written to the machine and the agent's tag is current: the caller has this
+        assignment already, and answering without reading it again is most of what a fleet's
+        idle polls cost."""
         woken = self.notifier.subscribe(machine_id)
-        generation = await self.store.machine_generation(machine_id)  # nothing decoded
-        if generation is None:
+        version = await self.store.machine_version(machine_id)  # nothing decoded
+        if version is None:
             raise await self.queries.missing(machine_id)
-        if generation <= after:
+        if may_wait(version, after, held):
             try:
                 async with asyncio.timeout(timeout):  # no task of its own, unlike wait_for
                     await woken.wait()
             except TimeoutError:
-                if generation == after:
-                    return None
+                if not_modified(version, held):
+                    return version, None
             news = woken.news
             if isinstance(news, AssignmentInputs) and news.machine.generation > after:
-                return await self.assignment_of(news)  # what the pass that woke it wrote
-        return await self.current_assignment(machine_id)
+                # what the pass that woke it wrote
+                return replace(version, generation=news.machine.generation), \
+                    await self.assignment_of(news)
+        assignment = await self.current_assignment(machine_id)
+        return replace(version, generation=assignment.generation), assignment
 
     async def report(self, machine_id: str, report: ItemReport) -> None:
         """Record an item report; returns once it is durable. Reports arriving while others

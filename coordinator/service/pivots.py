@@ -239,16 +239,25 @@ async def copy_views(writes: Writes, clusters: Sequence[Mapping[str, Any]],
     for view in clusters:
         await writes.store.put_cluster(ClusterSpec.model_validate(view["spec"]), now)
     known = {m.id: m for m in await writes.store.get_machines([str(v["id"]) for v in machines])}
-    updated: list[Machine] = [replace(
-        known[view["id"]], state=MachineState(view["state"]), role=view["role"],
-        labels=dict(view["labels"]), release=view["release"],
-        responding=bool(view["responding"]), last_seen=float(view["last_seen"]),
-        state_since=float(view["state_since"]))
-        for view in machines if view["id"] in known]
+    updated = [_refreshed(known[view["id"]], view) for view in machines if view["id"] in known]
     updated += [_copied(view) for view in machines if view["id"] not in known]
     gone = {m.id: now for m in await writes.store.list_machines()
             if m.id not in {str(v["id"]) for v in machines}}
     await writes.commit(updated, [], gone)
+
+
+def _refreshed(machine: Machine, view: Mapping[str, Any]) -> Machine:
+    """The copy's machine as the target's view shows it, with a new generation when that
+    changes what its assignment says (state, role, labels, release): an agent that falls back
+    here (docs/agent.md) is never told 304 for content it has not seen (domain/etags.py)."""
+    copied = replace(machine, state=MachineState(view["state"]), role=view["role"],
+                     labels=dict(view["labels"]), release=view["release"],
+                     responding=bool(view["responding"]), last_seen=float(view["last_seen"]),
+                     state_since=float(view["state_since"]))
+    shown = ("state", "role", "labels", "release")
+    if any(getattr(copied, name) != getattr(machine, name) for name in shown):
+        copied = replace(copied, generation=machine.generation + 1)
+    return copied
 
 
 def _copied(view: Mapping[str, Any]) -> Machine:

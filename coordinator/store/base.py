@@ -10,6 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from coordinator.domain.etags import Version
 from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
@@ -125,9 +126,9 @@ class Store(ABC):
     async def get_machine(self, machine_id: str) -> Machine | None: ...
 
     @abstractmethod
-    async def machine_generation(self, machine_id: str) -> int | None:
-        """The machine's generation (None: no such machine), without decoding it: every
-        long-poll starts by comparing it."""
+    async def machine_version(self, machine_id: str) -> Version | None:
+        """The machine's generation with the store's epoch (None: no such machine), in one
+        lookup and without decoding the machine: every long-poll starts by comparing it."""
 
     @abstractmethod
     async def credential_owner(self, credential_hash: str) -> CredentialOwner | None:
@@ -250,7 +251,8 @@ class Store(ABC):
         transaction; StoreError, with nothing written, when the store already holds any state
         (but in the tables named in beside, which the snapshot must not carry: a pivot's
         target keeps its own admin tokens). Event ids are kept, and later events are numbered
-        after them."""
+        after them. The store's epoch is minted anew in the same transaction: the snapshot's
+        generations may be behind what its agents hold (domain/etags.py)."""
 
     # -- the move target ----------------------------------------------------------
     @abstractmethod

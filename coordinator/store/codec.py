@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any, Protocol
 
+from coordinator.domain.etags import Version
 from coordinator.domain.model import (
     ClusterSpec,
     DrainStage,
@@ -199,6 +200,11 @@ def machine_from_row(row: Row, cipher: Cipher | None) -> Machine:
     doc = json.loads(row["doc"])
     doc["last_seen"] = row["last_seen"]
     return machine_from_doc(doc, cipher)
+
+
+def version_from_row(row: Row) -> Version:
+    """Columns generation and epoch (Statements.machine_version)."""
+    return Version(epoch=str(row["epoch"]), generation=int(row["generation"]))
 
 
 def credential_owner_from_row(row: Row) -> CredentialOwner:

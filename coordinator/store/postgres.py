@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from coordinator.domain.etags import Version, new_epoch
 from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
@@ -44,6 +45,7 @@ from coordinator.store.codec import (
     machine_to_row,
     removed_machine_from_row,
     spec_to_json,
+    version_from_row,
 )
 from coordinator.store.postgres_connections import Database, Mutex
 from coordinator.store.postgres_schema import LISTED_FROM_DOCS, MIGRATIONS, migrate
@@ -189,8 +191,8 @@ class PostgresStore(Store):
     async def get_machine(self, machine_id: str) -> Machine | None:
         return await self.db.one(self._machine, SQL.machine, machine_id)
 
-    async def machine_generation(self, machine_id: str) -> int | None:
-        return await self.db.one(lambda row: int(row[0]), SQL.machine_generation, machine_id)
+    async def machine_version(self, machine_id: str) -> Version | None:
+        return await self.db.one(version_from_row, SQL.machine_version, machine_id)
 
     async def credential_owner(self, credential_hash: str) -> CredentialOwner | None:
         if not credential_hash:  # machines without a credential store "": never match them
@@ -351,6 +353,7 @@ class PostgresStore(Store):
             await conn.execute("UPDATE event_ids SET last = GREATEST(last, "
                                "COALESCE((SELECT MAX(id) FROM events), 0))")
             await conn.execute(LISTED_FROM_DOCS)
+            await conn.execute(SQL.mint_epoch, new_epoch())
 
     # -- replicas -------------------------------------------------------------------
     def mutex(self) -> Mutex:

@@ -165,6 +165,17 @@ MIGRATIONS: list[str] = [
     DROP INDEX removed_machines_hostname;
     CREATE INDEX removed_machines_hostname ON removed_machines (lower(hostname), removed_at);
     """,
+    # 9 -> 10: the store's epoch (domain/etags.py), one row, minted here and again by every
+    # import: an agent's tag names it with its generation. Not part of a snapshot: a
+    # restored or pivoted-to store mints its own.
+    """
+    CREATE TABLE store_epoch (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        epoch TEXT NOT NULL
+    );
+    INSERT INTO store_epoch (id, epoch)
+        VALUES (1, substr(md5(random()::text || clock_timestamp()::text), 1, 16));
+    """,
 ]
 
 

@@ -181,7 +181,8 @@ _T, _I, _R, _B = "text", "int", "real", "bool"
 
 # Every table of the coordinator's state, parents first (join tokens name their cluster).
 # Not here: schema_version (the target's own), secrets_key (claimed by the key the target
-# opens with), PostgreSQL's leader and event_ids (the replicas' bookkeeping).
+# opens with), store_epoch (minted anew by the import), move_target (a restored or pivoted-to
+# coordinator names none), PostgreSQL's leader and event_ids (the replicas' bookkeeping).
 TABLES: tuple[Table, ...] = (
     Table("clusters", (("name", _T), ("spec", _T), ("generation", _I), ("created_at", _R),
                        ("updated_at", _R), ("deleting", _B)), "name"),
@@ -237,8 +238,11 @@ class Statements:
         self.revoke_admin_token = sql("UPDATE admin_tokens SET revoked = TRUE WHERE id = $1")
         # -- machines
         self.machine = sql("SELECT doc, last_seen FROM machines WHERE id = $1")
-        self.machine_generation = sql(f"SELECT {d.doc('generation', 'bigint')} FROM machines "
-                                      "WHERE id = $1")
+        # A long-poll's one lookup: the machine's generation and the store's epoch together
+        # (domain/etags.py), so that a tag never pairs one with another state's other.
+        self.machine_version = sql(f"SELECT {d.doc('generation', 'bigint')} AS generation, "
+                                   "(SELECT epoch FROM store_epoch WHERE id = 1) AS epoch "
+                                   "FROM machines WHERE id = $1")
         # The document's fields read by the database: several times faster than decoding it.
         self.credential_owner = sql(
             f"SELECT id, cluster, hostname, {d.doc('credential_expires_at', 'double precision')} "
@@ -287,6 +291,9 @@ class Statements:
         self.claim_secrets_key = sql("INSERT INTO secrets_key (id, fingerprint) VALUES (1, $1) "
                                      "ON CONFLICT (id) DO NOTHING")
         self.secrets_key = "SELECT fingerprint FROM secrets_key"
+        # -- the store's epoch (domain/etags.py): minted by its migration, again by imports
+        self.mint_epoch = sql("INSERT INTO store_epoch (id, epoch) VALUES (1, $1) "
+                              "ON CONFLICT (id) DO UPDATE SET epoch = excluded.epoch")
         # -- the coordinator agents are told to move to: one row or none
         self.move_target = "SELECT doc FROM move_target WHERE id = 1"
         self.put_move_target = sql("INSERT INTO move_target (id, doc) VALUES (1, $1) "

@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from coordinator.domain.etags import Version, new_epoch
 from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
@@ -48,6 +49,7 @@ from coordinator.store.codec import (
     machine_to_row,
     removed_machine_from_row,
     spec_to_json,
+    version_from_row,
 )
 from coordinator.store.sql import (
     SQLITE,
@@ -317,8 +319,8 @@ class SQLiteStore(Store):
     async def get_machine(self, machine_id: str) -> Machine | None:
         return await self._one(self._machine, SQL.machine, (machine_id,))
 
-    async def machine_generation(self, machine_id: str) -> int | None:
-        return await self._one(lambda row: int(row[0]), SQL.machine_generation, (machine_id,))
+    async def machine_version(self, machine_id: str) -> Version | None:
+        return await self._one(version_from_row, SQL.machine_version, (machine_id,))
 
     async def credential_owner(self, credential_hash: str) -> CredentialOwner | None:
         if not credential_hash:  # machines without a credential store "": never match them
@@ -483,3 +485,4 @@ class SQLiteStore(Store):
                                  [table.values(row) for row in tables.get(table.name, ())])
             for statement in split_statements(LISTED_FROM_DOCS):
                 conn.execute(statement)
+            conn.execute(SQL.mint_epoch, (new_epoch(),))

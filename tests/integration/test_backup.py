@@ -22,7 +22,7 @@ from coordinator.service.snapshot import read_archive
 from tests.support.agent import AgentProcess, joined_agent
 from tests.support.archives import repacked
 from tests.support.builders import AUTO_APPROVE_CLUSTER
-from tests.support.harness import COORDINATOR, ServedCoordinator, running_coordinator
+from tests.support.harness import COORDINATOR, ServedCoordinator, restore, running_coordinator
 from tests.support.metrics import metric, scrape
 from tests.support.postgres import Postgres
 from tests.support.requirements import require_root
@@ -95,11 +95,6 @@ def writing(served: ServedCoordinator) -> Iterator[None]:
 
 def journals(fleet: list[AgentProcess]) -> dict[str, bytes]:
     return {str(a.hostname): (a.state_dir / "journal.json").read_bytes() for a in fleet}
-
-
-def restore(archive: Path, data: Path, *store: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([COORDINATOR, "restore", str(archive), "--data-dir", str(data),
-                           *store], capture_output=True, text=True, timeout=120, check=False)
 
 
 def check_restored(served: ServedCoordinator, before: dict[str, Any], archive: Path,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from nodeagent.client import CoordinatorClient, Unreachable
+from nodeagent.client import CoordinatorClient, Held, Unreachable
 from nodeagent.endpoint import Endpoint
 from tests.support.agent import AgentProcess, joined_agent
 from tests.support.harness import ServedCoordinator, running_coordinator
@@ -72,7 +72,7 @@ async def test_a_heartbeat_answered_starts_the_next_outage_from_the_shortest_wai
     client = CoordinatorClient([Endpoint(f"http://127.0.0.1:{port}")], timeout=2)
     for _ in range(6):
         with pytest.raises(Unreachable):
-            await client.assignment("m-1", "credential", 1, 0)
+            await client.assignment("m-1", "credential", Held(1), 0)
         client.reconnect.failed()
     assert client.reconnect.failures == 6
     async def beat(_: web.Request) -> web.Response:

@@ -273,6 +273,12 @@ class ServedCoordinator(SyncDriver):
         return json.loads(self.cli(*args, "--output", "json", timeout=timeout).stdout)
 
 
+def restore(archive: Path, data: Path, *store: str) -> subprocess.CompletedProcess[str]:
+    """`coordinator restore` of archive into the data dir (and store: --store DSN)."""
+    return subprocess.run([COORDINATOR, "restore", str(archive), "--data-dir", str(data),
+                           *store], capture_output=True, text=True, timeout=120, check=False)
+
+
 @contextlib.contextmanager
 def running_coordinator(tmp: Path, cluster: str | None = OPERATOR_CLUSTER,
                         serve_args: Sequence[str] = (), prefix: Sequence[str] = (),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,10 @@ import pytest
 from coordinator.api.openapi import openapi_document
 from coordinator.api.routes import ROUTES
 from coordinator.service.groupcommit import GroupCommit
+from coordinator.service.pivots import copy_views
 from coordinator.service.reconciler import ROLLING_OUT_SECONDS
 from coordinator.store.sqlite import SQLiteStore
-from nodeagent.client import CoordinatorClient
+from nodeagent.client import CoordinatorClient, Held
 from nodeagent.endpoint import Endpoint
 from nodeagent.protocol import StateItem
 from tests.support.builders import API_CLUSTER, registration
@@ -104,32 +106,55 @@ async def test_a_poll_that_waited_for_nothing_is_not_modified_for_the_agent_hold
     path = f"/v1/agent/machines/{agent['machine_id']}/assignment"
     auth = {"Authorization": f"Bearer {agent['credential']}"}
     first = await env.client.get(path, headers=auth)
-    held = (await first.json())["generation"]
-    assert first.headers["ETag"] == f'W/"{held}"'
+    held, tag = (await first.json())["generation"], first.headers["ETag"]
+    assert re.fullmatch(rf'W/"[0-9a-f]{{16}}-{held}"', tag)  # the store's epoch, the generation
 
-    def poll(after: int, tag: int | None, wait: float = 0.2) -> Any:
-        headers = auth if tag is None else {**auth, "If-None-Match": f'W/"{tag}"'}
+    def poll(after: int, tag: str | None, wait: float = 0.2) -> Any:
+        headers = auth if tag is None else {**auth, "If-None-Match": tag}
         return env.client.get(f"{path}?after={after}&wait={wait}", headers=headers)
 
-    timed_out = await poll(held, held)
+    timed_out = await poll(held, tag)
     assert timed_out.status == 304 and await timed_out.read() == b""
-    assert timed_out.headers["ETag"] == f'W/"{held}"'
+    assert timed_out.headers["ETag"] == tag
+    # An agent from before epochs names the bare generation: not modified for it either.
+    assert (await poll(held, f'W/"{held}"')).status == 304
     # An agent that names no tag (an older one) still gets the assignment again.
     again = await poll(held, None)
     assert again.status == 200 and (await again.json())["generation"] == held
     # A tag older than the machine's generation is answered at once, in full.
-    stale = await poll(held - 1, held - 1, wait=20)
+    stale = await poll(held - 1, tag.replace(f"-{held}", f"-{held - 1}"), wait=20)
     assert stale.status == 200 and (await stale.json())["generation"] == held
 
     # The agent's own client: nothing new is None; what changed arrives as before.
     client = CoordinatorClient([Endpoint(str(env.client.make_url("")))])
-    assert await client.assignment(agent["machine_id"], agent["credential"], held, 0.2) is None
+    holding = Held(held, tag)
+    assert await client.assignment(agent["machine_id"], agent["credential"], holding,
+                                   0.2) is None
     waiting = asyncio.create_task(
-        client.assignment(agent["machine_id"], agent["credential"], held, 20))
+        client.assignment(agent["machine_id"], agent["credential"], holding, 20))
     await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
     await env.coordinator.reconciler.reconcile_once()
     woken = await asyncio.wait_for(waiting, 5)
-    assert woken is not None and woken["state"] == "Prepare" and woken["generation"] > held
+    assert woken is not None and woken[0]["state"] == "Prepare" and woken[1].generation > held
+
+
+async def test_a_pivots_copy_refreshed_with_a_machines_new_state_answers_its_old_tag_at_once(
+        env: InProcessCoordinator) -> None:
+    """The old coordinator's read-only copy (pivots.copy_views) takes the target's state of a
+    machine: a new generation, so that an agent falling back to the copy with the tag of what
+    it said before is answered at once with what it says now, not told 304."""
+    agent = await env.register("m1")
+    path = f"/v1/agent/machines/{agent['machine_id']}/assignment"
+    auth = {"Authorization": f"Bearer {agent['credential']}"}
+    first = await env.client.get(path, headers=auth)
+    held, tag = (await first.json())["generation"], first.headers["ETag"]
+    view = await env.call("GET", "/v1/machines/m1", 200)
+    await copy_views(env.coordinator.writes, [], [{**view, "state": "Ready", "role": "worker"}],
+                     env.clock())
+    answer = await asyncio.wait_for(env.client.get(
+        f"{path}?after={held}&wait=20", headers={**auth, "If-None-Match": tag}), 5)
+    assert answer.status == 200 and (await answer.json())["state"] == "Ready"
+    assert answer.headers["ETag"] != tag
 
 
 async def test_the_coordinator_is_rolling_out_while_its_passes_move_machines(

@@ -186,7 +186,8 @@ def test_metrics_count_machines_items_api_latency_and_connected_agents(
     assert "nodeagent_drain_duration_seconds" in text and "nodeagent_evictions_blocked" in text
     assert metric(text, "nodeagent_agents_connected") == 0
 
-    polling = threading.Thread(target=lambda: c.assignment(w1, after=1000, wait=3), daemon=True)
+    held = c.assignment(w1)["generation"]  # an agent ahead of it would be answered at once
+    polling = threading.Thread(target=lambda: c.assignment(w1, after=held, wait=3), daemon=True)
     polling.start()
     time.sleep(0.5)
     assert metric(scrape(c), "nodeagent_agents_connected") == 1

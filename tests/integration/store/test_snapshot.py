@@ -6,13 +6,16 @@ commits only."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 import stat
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 
 from coordinator.domain.records import Event
@@ -111,6 +114,38 @@ async def test_a_snapshot_imported_into_an_empty_store_of_either_backend_reads_b
     assert later.id == max(e.id for e in await store.list_events()) + 1
     assert await empty.use_join_token("hash-limited", 110.0) == (
         replace((await store.join_token("hash-limited")), uses=2), True)  # type: ignore[arg-type]
+
+
+async def test_an_import_mints_the_store_a_new_epoch(store: Store, empty: Store,
+                                                     empty_dsn: str) -> None:
+    """The snapshot's generations may be behind what its agents hold: under a new epoch, no
+    agent's tag names them (domain/etags.py). Even a store that served machines before (its
+    rows deleted by hand) gets one."""
+    await empty.commit([full_machine("m-old")])
+    served = await empty.machine_version("m-old")
+    assert served is not None
+    await _delete_rows(empty_dsn)
+    await fill(store)
+    await empty.import_(await store.export())
+    source, imported = await store.machine_version("m-1"), await empty.machine_version("m-1")
+    assert source is not None and imported is not None
+    assert imported.generation == source.generation
+    assert imported.epoch not in (source.epoch, served.epoch)
+
+
+async def _delete_rows(dsn: str) -> None:
+    """Every row of the state, not the store's bookkeeping: an operator emptying it by hand."""
+    if dsn.startswith("postgresql://"):
+        connection = await asyncpg.connect(dsn)
+        try:
+            await connection.execute("DELETE FROM machine_labels; DELETE FROM machines; "
+                                     "DELETE FROM events")
+        finally:
+            await connection.close()
+        return
+    with contextlib.closing(sqlite3.connect(dsn)) as connection, connection:
+        connection.executescript("DELETE FROM machine_labels; DELETE FROM machines; "
+                                 "DELETE FROM events;")
 
 
 async def test_secrets_stay_sealed_in_a_snapshot(store: Store) -> None:

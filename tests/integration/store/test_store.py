@@ -160,8 +160,24 @@ async def test_committing_a_machine_again_replaces_it(store: Store) -> None:
     owner = await store.credential_owner("rotated")
     assert owner is not None and owner.machine_id == "m-1"
     assert await store.credential_owner("cred-m-1") is None
-    assert await store.machine_generation("m-1") == 5
-    assert await store.machine_generation("m-unknown") is None
+    version = await store.machine_version("m-1")
+    assert version is not None and version.generation == 5
+    assert await store.machine_version("m-unknown") is None
+
+
+async def test_the_stores_epoch_is_its_own_and_kept_across_reopening(
+        make_store: Callable[..., Store], store: Store) -> None:
+    """What an agent's tag names beside its generation (domain/etags.py): the same for every
+    coordinator opening this store, and for every machine in it."""
+    await store.commit([full_machine("m-1"), full_machine("m-2")])
+    first, second = await store.machine_version("m-1"), await store.machine_version("m-2")
+    assert first is not None and second is not None and first.epoch == second.epoch != ""
+    other = make_store()
+    await other.open()
+    try:
+        assert await other.machine_version("m-1") == first
+    finally:
+        await other.close()
 
 
 async def test_machines_are_listed_per_cluster_by_hostname(store: Store) -> None:

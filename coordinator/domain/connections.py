@@ -56,3 +56,9 @@ class ConnectionCounts:
 
     def from_client(self, client: str) -> int:
         return self._by_client[client]
+
+
+def too_slow(seconds: float) -> str:
+    """Why a connection was closed whose TLS handshake and first request's headers were not
+    complete in time (on either port)."""
+    return f"no TLS handshake and request headers within {seconds:g} s"

@@ -1,6 +1,7 @@
 """A client that opens connections and never finishes a request cannot deny the coordinator to
 others: one address holds at most its share, a connection must send its first request's
-headers in time, and descriptors are kept in reserve. The coordinator runs under a low
+headers in time, and descriptors are kept in reserve; each refusal is
+in the coordinator's log. The coordinator runs under a low
 descriptor limit (400) so that a few hundred connections would exhaust it; the hostile client
 plays other hosts from 127.0.0.x source addresses on loopback."""
 
@@ -17,6 +18,7 @@ import pytest
 
 from coordinator.cli.client import AdminClient
 from coordinator.server.listener import ConnectionLimits
+from tests.integration.api.test_coordinator_log import lines
 from tests.support.harness import ServedCoordinator, running_coordinator
 
 pytestmark = pytest.mark.integration
@@ -108,6 +110,15 @@ def test_a_connection_that_dawdles_over_its_headers_is_closed(served: ServedCoor
                     if slow.recv(1) == b"":
                         raise ConnectionResetError("closed by the coordinator")
         assert time.monotonic() - started < 2 * HEADER_SECONDS
+    # Logged as refusals are (at info, the first of an address each minute), as is a
+    # connection that never began its TLS handshake.
+    with held(served.port, 3, "127.0.0.5"):
+        time.sleep(HEADER_SECONDS + 0.5)
+    for source in ("127.0.0.3", "127.0.0.5"):
+        (refused,) = lines(served, event="refused", what="connection", source=source)
+        assert refused["level"] == "info"
+        assert refused["msg"] == "connection refused (0): no TLS handshake and request " \
+            f"headers within {HEADER_SECONDS:g} s"
 
 
 def test_descriptors_are_kept_for_the_process_when_connections_fill_them(
@@ -123,3 +134,4 @@ def test_descriptors_are_kept_for_the_process_when_connections_fill_them(
         log = served.log.read_text()
         assert "Too many open files" not in log
     assert max(admin_latencies(served, 5)) < 1.0
+

@@ -101,7 +101,7 @@ def artifact_port(options: ServeOptions, store: Path) -> ArtifactProcess | None:
     pki = options.pki()
     return ArtifactProcess(options.host, options.artifact_port, pki.server_cert,
                            pki.server_key, store, ArtifactLinks(key, options.artifact_port),
-                           options.connections.header_seconds)
+                           options.connections)
 
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")

@@ -29,7 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
-from coordinator.domain.connections import ConnectionCounts, client_of, too_slow
+from coordinator.domain.connections import BODY_SECONDS, ConnectionCounts, client_of, too_slow
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class ConnectionLimits:
     # Above the agent's own idle limit (nodeagent/http_client.py IDLE_LIMIT, 60 s), so the
     # server is not the one to close an agent's idle connection as a request goes out.
     idle_seconds: float = 75.0
+    body_seconds: float = BODY_SECONDS  # the API's (bodydeadline.py); here with its kin
 
 
 def raise_descriptor_limit() -> int:

@@ -26,9 +26,9 @@ class RefusalAudit:
     def refused(self, source: str, status: int, reason: str, method: str, path: str,
                 what: str = ADMIN_REQUEST) -> None:
         """A 401 or 403 answered to an admin request (or to /metrics), a registration refused,
-        or a connection closed at once or for want of its handshake and headers in time
-        (status 0): counted, not written; logged when it is the first of its kind this
-        window."""
+        a request answered 408 (its body too slow), or a connection closed at once or for want
+        of its handshake and headers in time (status 0): counted, not written; logged when it
+        is the first of its kind this window."""
         note_refusal(self.tally, self.clock(), source, status, reason, method, path, what)
 
     async def flush(self) -> None:

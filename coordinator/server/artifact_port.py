@@ -104,6 +104,13 @@ class ArtifactPort:
             threading.Thread(target=self._download, daemon=True, name="artifact").start()
 
     def _front(self) -> None:
+        try:
+            self._serve_front()
+        except Exception:  # a bug: without this thread the port is dead, so is the process
+            log.exception("artifact port: the thread taking connections failed")
+            os._exit(1)  # the coordinator starts it again
+
+    def _serve_front(self) -> None:
         audit = time.monotonic() + AUDIT_WINDOW_SECONDS
         while True:
             now = time.monotonic()
@@ -145,9 +152,14 @@ class ArtifactPort:
                 self._refused(client, refusal)
                 continue
             connection.setblocking(False)
-            arriving = _Arriving(self.context.wrap_socket(
-                connection, server_side=True, do_handshake_on_connect=False), client,
-                time.monotonic() + self.limits.header_seconds)
+            try:
+                tls = self.context.wrap_socket(connection, server_side=True,
+                                               do_handshake_on_connect=False)
+            except OSError:  # reset already (ENOTCONN)
+                connection.close()
+                self._release(client)
+                continue
+            arriving = _Arriving(tls, client, time.monotonic() + self.limits.header_seconds)
             self.arriving.append(arriving)
             self.selector.register(arriving.tls, arriving.events, arriving)
             self._advance(arriving)
@@ -206,6 +218,8 @@ class ArtifactPort:
                 self._answer(tls, head)
             except (OSError, ValueError):  # a reset, a client that stopped taking bytes
                 pass
+            except Exception:  # a bug: this request fails, the thread serves the next
+                log.exception("artifact port: answering a request failed")
             finally:
                 tls.close()
                 self._release(client)

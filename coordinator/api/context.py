@@ -13,6 +13,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from coordinator.domain.artifact_links import ArtifactLinks
+from coordinator.domain.connections import BODY_SECONDS
 from coordinator.domain.errors import Conflict, Forbidden, Unauthorized
 from coordinator.domain.ratelimit import RateLimiter
 from coordinator.domain.refusals import ADMIN_REQUEST
@@ -37,6 +38,9 @@ class Presentation:
     # Registrations whose body is read, from all addresses together; 0 turns the limit off.
     register_total_rate: float = 50.0
     register_total_burst: int = 100
+    # A request body's grace from the end of its headers (bodydeadline.py), then a second for
+    # each 64 KiB it sent: past that, 408.
+    body_seconds: float = BODY_SECONDS
 
 
 SERVICE = web.AppKey("coordinator", Coordinator)

@@ -10,7 +10,15 @@ import time
 
 from aiohttp import web
 
-from coordinator.api.context import MAX_BODY_BYTES, bearer, error, refused, service
+from coordinator.api.bodydeadline import BodyDeadline, BodyTimedOut
+from coordinator.api.context import (
+    MAX_BODY_BYTES,
+    PRESENTATION,
+    bearer,
+    error,
+    refused,
+    service,
+)
 from coordinator.api.routing import Handler, Route
 from coordinator.domain.errors import (
     Conflict,
@@ -20,6 +28,7 @@ from coordinator.domain.errors import (
     TooManyRequests,
     Unauthorized,
 )
+from coordinator.domain.refusals import REQUEST
 from coordinator.metrics import record_request
 from nodeagent.logfmt import fields
 from nodeagent.validation import InvalidDocument
@@ -27,7 +36,7 @@ from nodeagent.validation import InvalidDocument
 log = logging.getLogger("coordinator")
 ROUTE_INDEX = web.AppKey("route_index", dict)
 STATUSES = ((Unauthorized, 401), (Forbidden, 403), (NotFound, 404), (Conflict, 409), (Gone, 410))
-MAPPED = (InvalidDocument, TooManyRequests, web.HTTPRequestEntityTooLarge,
+MAPPED = (InvalidDocument, TooManyRequests, web.HTTPRequestEntityTooLarge, BodyTimedOut,
           *(kind for kind, _ in STATUSES))
 
 
@@ -42,6 +51,10 @@ def mapped(exc: Exception) -> web.Response:
         return response
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
         return error(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+    if isinstance(exc, BodyTimedOut):  # the rest of the body is never read: the connection goes
+        response = error(408, str(exc))
+        response.force_close()
+        return response
     status = next(code for kind, code in STATUSES if isinstance(exc, kind))
     return error(status, str(exc))
 
@@ -57,9 +70,12 @@ def _route(request: web.Request) -> Route | None:
 @web.middleware
 async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Admin routes are authorized here; agents' routes authenticate in their handlers (they
-    need to know which machine is asking); open routes and unknown paths need nothing."""
+    need to know which machine is asking); open routes and unknown paths need nothing. A body
+    has a deadline (bodydeadline.py) while its handler runs."""
     started = time.perf_counter()
     code = 500
+    deadline = BodyDeadline(request, request.app[PRESENTATION].body_seconds) \
+        if request.body_exists else None
     try:
         try:
             route = _route(request)
@@ -69,7 +85,10 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
                 response = await handler(request)
         except MAPPED as exc:
             response = mapped(exc)
-            if response.status in (413, 422):  # bad input: one line, never a traceback
+            if isinstance(exc, BodyTimedOut):  # counted and logged as refusals are
+                service(request).refusals.refused(request.remote or "unknown", 408, str(exc),
+                                                  request.method, request.path, REQUEST)
+            elif response.status in (413, 422):  # bad input: one line, never a traceback
                 log.info("%s %s refused (%d): %.300s", request.method, request.path,
                          response.status, exc, extra=fields(event="bad-request",
                                                             status=response.status))
@@ -83,6 +102,8 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
             event="error", method=request.method, path=request.path[:200]))
         return error(500, "internal error: the coordinator's log has its details")
     finally:
+        if deadline is not None:
+            deadline.cancel()
         resource = request.match_info.route.resource
         endpoint = resource.canonical if resource is not None else "unmatched"
         record_request(request.method, endpoint, code, time.perf_counter() - started)

@@ -76,6 +76,10 @@ def parse_store(location: str | None) -> str | None:
               type=click.FloatRange(min=0.1),
               help="Seconds a new connection has for its TLS handshake and first request's "
                    "headers before it is closed.")
+@click.option("--body-timeout", default=30.0, show_default=True,
+              type=click.FloatRange(min=0.1),
+              help="Seconds a request's body has from the end of its headers, and a second "
+                   "more for each 64 KiB it sent, before it is answered 408.")
 @click.option("--gc-interval", default=0.25, show_default=True, type=click.FloatRange(min=0),
               help="Seconds between the coordinator's own collections of cyclic garbage, which "
                    "replace CPython's long automatic ones (docs/coordinator.md); 0: CPython's.")
@@ -96,9 +100,9 @@ def parse_store(location: str | None) -> str | None:
 def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
           artifacts: str | None, insecure_http: bool, credential_ttl: str,
           register_rate: float, register_rate_total: float, connections_per_address: int,
-          header_timeout: float, gc_interval: float, metrics_token_file: str | None,
-          event_retention: str, event_max: int, pivot_refresh: float,
-          artifact_port: int | None) -> None:
+          header_timeout: float, body_timeout: float, gc_interval: float,
+          metrics_token_file: str | None, event_retention: str, event_max: int,
+          pivot_refresh: float, artifact_port: int | None) -> None:
     """Run the coordinator: HTTPS API plus the reconcile loop, on the embedded SQLite store or
     on PostgreSQL (--store), where several replicas serve the API and one leads."""
     from coordinator.server.listener import ConnectionLimits
@@ -113,7 +117,8 @@ def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | No
         register_rate=register_rate, register_rate_total=register_rate_total,
         store=parse_store(store), gc_interval=gc_interval,
         connections=ConnectionLimits(per_address=connections_per_address,
-                                     header_seconds=header_timeout),
+                                     header_seconds=header_timeout,
+                                     body_seconds=body_timeout),
         metrics_token_file=Path(metrics_token_file) if metrics_token_file else None,
         retention=Retention(max_age_seconds=retention_seconds(event_retention),
                             max_events=event_max), pivot_refresh_seconds=pivot_refresh,

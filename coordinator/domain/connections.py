@@ -56,3 +56,26 @@ class ConnectionCounts:
 
     def from_client(self, client: str) -> int:
         return self._by_client[client]
+
+
+def too_slow(seconds: float) -> str:
+    """Why a connection was closed whose TLS handshake and first request's headers were not
+    complete in time (on either port)."""
+    return f"no TLS handshake and request headers within {seconds:g} s"
+
+
+BODY_SECONDS = 30.0  # a request body's grace, by default (serve --body-timeout)
+# Bytes a second a request body must average beyond its grace: the 4 MiB body cap then has
+# the grace and 64 s, and a pivot's archive (up to 1 GiB) all it needs while it keeps coming.
+BODY_RATE = 64 * 1024
+
+
+def body_allowance(grace: float, received: int) -> float:
+    """Seconds a request body may take from the end of its headers, received bytes of it
+    having come so far: grace, and a second for each BODY_RATE bytes."""
+    return grace + received / BODY_RATE
+
+
+def body_too_slow(seconds: float) -> str:
+    """Why a request was answered 408: its body took longer than its allowance."""
+    return f"request body not complete within {seconds:.0f} s"

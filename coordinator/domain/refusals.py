@@ -1,5 +1,6 @@
-"""Refused attempts, admin requests (401, 403), registrations (401, 403, 409) and connections
-the listener closed at once (status 0: no request was read), counted per source address,
+"""Refused attempts, admin requests (401, 403), registrations (401, 403, 409), requests whose
+body came too slowly (408) and connections the listener closed at once or for want of their
+handshake and headers in time (status 0: no request was read), counted per source address,
 status and what was refused, and written as one `audit` event each per window:
 every refusal leaves a trace, and a flood of bad tokens writes a handful of events saying how
 many, never one per request. State in memory, no I/O; the caller passes the clock and writes
@@ -31,6 +32,7 @@ class _Count:
 ADMIN_REQUEST = "admin request"
 REGISTRATION = "registration"
 CONNECTION = "connection"  # closed before its first request: no status, method or path
+REQUEST = "request"  # any route's: 408, its body not complete in time
 
 
 class RefusalTally:

@@ -1,13 +1,20 @@
 """The artifact port (`serve --artifact-port`): artifact bytes over TLS from threads, one a
-connection, on blocking sockets. The event loop encrypts everything it sends in its one
+download, on blocking sockets. The event loop encrypts everything it sends in its one
 thread; here OpenSSL's SSL_write and the file reads release the GIL, so downloads use every
 core and leave the event loop to the agents' requests (docs/architecture.md, "Artifact
 bytes"). It serves only signed links the API's artifact route hands out (a 307 there after
 authenticating the machine), one GET a connection, and holds no state.
 
-Its limits, like the API port's (listener.py): at most MAX_CONNECTIONS open (more wait in the
-listen queue), the TLS handshake and the request's headers within `header_seconds`, and each
-send within SEND_SECONDS."""
+Its limits are the API port's (listener.py), so that a client with no link cannot delay a
+download (386 idle connections once held its 128 threads through their handshakes, and a
+valid download waited 30 s): one thread takes every connection and walks each through its
+TLS handshake and request headers, non-blocking, all at once; it keeps at most
+`per_address` open from one client and the descriptor limit less `reserve` in all (beyond
+either: closed at once), and closes one whose handshake and headers take longer than
+`header_seconds` from its accept. Only a connection whose request is read is handed to one of
+MAX_DOWNLOADS threads (more wait for one), and each send there is held to SEND_SECONDS.
+Refused and timed-out connections are logged at info as the API port's are: the first of an
+address each minute at once, each minute's count after it."""
 
 from __future__ import annotations
 
@@ -15,29 +22,38 @@ import io
 import json
 import logging
 import os
+import queue
+import selectors
 import socket
 import ssl
 import struct
 import threading
 import time
+from collections import deque
+from dataclasses import dataclass
 from email.utils import formatdate
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from coordinator.domain import byteranges
 from coordinator.domain.artifact_links import ArtifactLinks
+from coordinator.domain.connections import ConnectionCounts, client_of, too_slow
 from coordinator.domain.errors import NotFound
+from coordinator.domain.refusals import CONNECTION, RefusalTally
+from coordinator.server.listener import ConnectionLimits
 from coordinator.service.artifacts import locate
+from coordinator.service.eventlog import log_events
+from coordinator.service.refusalaudit import AUDIT_WINDOW_SECONDS, note_refusal
 from nodeagent.validation import InvalidDocument
 
 log = logging.getLogger(__name__)
 
 PREFIX = "/v1/artifacts/"
-CHUNK = 1 << 20  # read into a buffer of its own per connection, sent as TLS records
+CHUNK = 1 << 20  # read into a buffer of its own per download, sent as TLS records
 HEAD_BYTES = 16 * 1024  # a request's line and headers, at most
-# Each a thread and a CHUNK buffer: 128 MiB at most. Connections beyond wait in the listen
-# queue for one to end (an agent's download waits 90 s to be answered).
-MAX_CONNECTIONS = 128
+# Each a thread and a CHUNK buffer: 128 MiB at most. Requests beyond wait for one to end (an
+# agent's download waits 90 s to be answered); only requests read whole take one.
+MAX_DOWNLOADS = 128
 SEND_SECONDS = 60  # a client that takes no bytes that long is dropped
 ACCEPT_RETRY_SECONDS = 0.1
 REASONS = {200: "OK", 206: "Partial Content", 400: "Bad Request", 403: "Forbidden",
@@ -51,61 +67,166 @@ class _Refused(Exception):
         self.status = status
 
 
+@dataclass(eq=False)
+class _Arriving:
+    """A connection between its accept and its request's last header line."""
+
+    tls: ssl.SSLSocket
+    client: str
+    deadline: float
+    head: bytes = b""
+    shaken: bool = False  # its TLS handshake is done
+    done: bool = False  # handed to a download thread, or closed
+    events: int = selectors.EVENT_READ  # what the selector waits for
+
+
 class ArtifactPort:
-    """An accept thread for each listening socket; a thread for each connection."""
+    """The front thread (accepts, handshakes, headers, for all connections) and the download
+    threads."""
 
     def __init__(self, sockets: list[socket.socket], context: ssl.SSLContext, store: Path,
-                 links: ArtifactLinks, header_seconds: float) -> None:
+                 links: ArtifactLinks, limits: ConnectionLimits, descriptors: int) -> None:
         self.sockets, self.context = sockets, context
-        self.store, self.links, self.header_seconds = store, links, header_seconds
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.store, self.links, self.limits = store, links, limits
+        self.counts = ConnectionCounts(max(1, descriptors - limits.reserve), limits.per_address)
+        self.counting = threading.Lock()  # the front thread admits, any thread releases
+        self.selector = selectors.DefaultSelector()
+        self.arriving: deque[_Arriving] = deque()  # in accept order, so by deadline
+        self.requests: queue.SimpleQueue[tuple[ssl.SSLSocket, str, bytes]] = queue.SimpleQueue()
+        self.tally = RefusalTally()
 
     def start(self) -> None:
         for listener in self.sockets:
-            listener.setblocking(True)
-            threading.Thread(target=self._accept, args=(listener,), daemon=True,
-                             name="artifact-accept").start()
+            listener.setblocking(False)
+            self.selector.register(listener, selectors.EVENT_READ)
+        threading.Thread(target=self._front, daemon=True, name="artifact-front").start()
+        for _ in range(MAX_DOWNLOADS):
+            threading.Thread(target=self._download, daemon=True, name="artifact").start()
+
+    def _front(self) -> None:
+        try:
+            self._serve_front()
+        except Exception:  # a bug: without this thread the port is dead, so is the process
+            log.exception("artifact port: the thread taking connections failed")
+            os._exit(1)  # the coordinator starts it again
+
+    def _serve_front(self) -> None:
+        audit = time.monotonic() + AUDIT_WINDOW_SECONDS
+        while True:
+            now = time.monotonic()
+            if now >= audit:
+                log_events(self.tally.drain(time.time()))
+                audit = now + AUDIT_WINDOW_SECONDS
+            wait = min(self._expire(now), audit - now)
+            for key, _ in self.selector.select(wait):
+                if key.data is None:
+                    self._accept(key.fileobj)  # type: ignore[arg-type]
+                else:
+                    self._advance(key.data)
+
+    def _expire(self, now: float) -> float:
+        """Close the connections past their deadline; seconds until the next one's."""
+        while self.arriving and (self.arriving[0].done or self.arriving[0].deadline <= now):
+            late = self.arriving.popleft()
+            if not late.done:  # logged first: the log has it once the client sees the close
+                self._refused(late.client, too_slow(self.limits.header_seconds))
+                self._close(late)
+        return self.arriving[0].deadline - now if self.arriving else self.limits.header_seconds
 
     def _accept(self, listener: socket.socket) -> None:
+        """Every connection waiting: admitted and its handshake begun, or closed at once."""
         while True:
-            self.slots.acquire()  # a connection ending frees a slot
             try:
-                connection, _ = listener.accept()
+                connection, peer = listener.accept()
+            except BlockingIOError:
+                return
             except OSError as exc:  # EMFILE and the like: wait for descriptors to free
                 log.warning("artifact port: cannot accept a connection: %s", exc.strerror)
-                self.slots.release()
                 time.sleep(ACCEPT_RETRY_SECONDS)
+                return
+            client = client_of(peer[0])
+            with self.counting:
+                refusal = self.counts.admit(client)
+            if refusal is not None:
+                connection.close()
+                self._refused(client, refusal)
                 continue
-            threading.Thread(target=self._connection, args=(connection,), daemon=True,
-                             name="artifact").start()
+            connection.setblocking(False)
+            try:
+                tls = self.context.wrap_socket(connection, server_side=True,
+                                               do_handshake_on_connect=False)
+            except OSError:  # reset already (ENOTCONN)
+                connection.close()
+                self._release(client)
+                continue
+            arriving = _Arriving(tls, client, time.monotonic() + self.limits.header_seconds)
+            self.arriving.append(arriving)
+            self.selector.register(arriving.tls, arriving.events, arriving)
+            self._advance(arriving)
 
-    def _connection(self, connection: socket.socket) -> None:
+    def _advance(self, arriving: _Arriving) -> None:
+        """As far as its bytes so far go: the handshake, then the headers; once they are
+        whole, the request goes to a download thread."""
+        tls = arriving.tls
         try:
-            connection.setblocking(True)
-            connection.settimeout(self.header_seconds)
-            with self.context.wrap_socket(connection, server_side=True) as tls:
-                self._answer(tls)
-        except (OSError, ValueError):  # a failed handshake, a reset, a timeout
-            pass
-        finally:
-            connection.close()
-            self.slots.release()
+            if not arriving.shaken:
+                tls.do_handshake()
+                arriving.shaken = True
+            while b"\r\n\r\n" not in arriving.head:
+                data = tls.recv(HEAD_BYTES)
+                if not data or len(arriving.head) > HEAD_BYTES:
+                    raise ConnectionAbortedError
+                arriving.head += data
+        except ssl.SSLWantReadError:
+            self._wait_for(arriving, selectors.EVENT_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._wait_for(arriving, selectors.EVENT_WRITE)
+            return
+        except (OSError, ValueError):  # a failed handshake, a reset, a client gone
+            self._close(arriving)
+            return
+        arriving.done = True
+        self.selector.unregister(tls)
+        self.requests.put((tls, arriving.client, arriving.head))
 
-    def _answer(self, tls: ssl.SSLSocket) -> None:
-        deadline = time.monotonic() + self.header_seconds
-        head = b""
-        while b"\r\n\r\n" not in head:
-            left = deadline - time.monotonic()
-            if len(head) > HEAD_BYTES or left <= 0:
-                return
-            tls.settimeout(left)
-            data = tls.recv(HEAD_BYTES)
-            if not data:
-                return
-            head += data
-        # Blocking from here on, the kernel timing sends out: SSL_write then encrypts and
-        # sends a whole CHUNK with the GIL released, instead of waking for each part of it.
-        tls.settimeout(None)
+    def _wait_for(self, arriving: _Arriving, events: int) -> None:
+        if arriving.events != events:
+            arriving.events = events
+            self.selector.modify(arriving.tls, events, arriving)
+
+    def _close(self, arriving: _Arriving) -> None:
+        arriving.done = True
+        self.selector.unregister(arriving.tls)
+        arriving.tls.close()
+        self._release(arriving.client)
+
+    def _release(self, client: str) -> None:
+        with self.counting:
+            self.counts.release(client)
+
+    def _refused(self, client: str, why: str) -> None:
+        """Counted and logged as the API port's refusals are (the log only: this process has
+        no store)."""
+        note_refusal(self.tally, time.time(), client, 0, why, "", "", CONNECTION)
+
+    def _download(self) -> None:
+        while True:
+            tls, client, head = self.requests.get()
+            try:
+                tls.setblocking(True)
+                self._answer(tls, head)
+            except (OSError, ValueError):  # a reset, a client that stopped taking bytes
+                pass
+            except Exception:  # a bug: this request fails, the thread serves the next
+                log.exception("artifact port: answering a request failed")
+            finally:
+                tls.close()
+                self._release(client)
+
+    def _answer(self, tls: ssl.SSLSocket, head: bytes) -> None:
+        # Blocking, the kernel timing sends out: SSL_write then encrypts and sends a whole
+        # CHUNK with the GIL released, instead of waking for each part of it.
         tls.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", SEND_SECONDS, 0))
         try:
             method, target, headers = _parse(head.partition(b"\r\n\r\n")[0])

@@ -12,6 +12,7 @@ when the coordinator stops, or dies however it dies."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from coordinator.domain.artifact_links import ArtifactLinks
 from coordinator.server.artifact_port import ArtifactPort
-from coordinator.server.listener import listening_sockets
+from coordinator.server.listener import ConnectionLimits, listening_sockets, raise_descriptor_limit
 from nodeagent import logfmt
 from nodeagent.children import close_and_wait
 
@@ -48,12 +49,12 @@ class ArtifactProcess:
     wait for the new one), ended by stop()."""
 
     def __init__(self, host: str, port: int, cert: Path, key: Path, store: Path,
-                 links: ArtifactLinks, header_seconds: float) -> None:
+                 links: ArtifactLinks, limits: ConnectionLimits) -> None:
         self.host, self.port = host, port
         self.links = links
         self.settings = {"cert": str(cert), "key": str(key), "store": str(store),
                          "link_key": links.key.hex(), "port": port,
-                         "header_seconds": header_seconds}
+                         "limits": dataclasses.asdict(limits)}
         self.sockets: list[socket.socket] = []
         self.child: asyncio.subprocess.Process | None = None
 
@@ -105,7 +106,7 @@ def main() -> None:
     ArtifactPort(sockets, tls_server_context(Path(settings["cert"]), Path(settings["key"])),
                  Path(settings["store"]),
                  ArtifactLinks(bytes.fromhex(settings["link_key"]), settings["port"]),
-                 settings["header_seconds"]).start()
+                 ConnectionLimits(**settings["limits"]), raise_descriptor_limit()).start()
     sys.stdin.buffer.read()  # until the coordinator closes the pipe, or is gone
     os._exit(0)  # downloads under way end with the process
 

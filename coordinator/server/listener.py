@@ -9,7 +9,8 @@ decides at once, knowing the peer (asyncio's `sock_accept` and `connect_accepted
 - at most the descriptor limit less `reserve` open in all: the store, the PKI files and the
   logs always find a descriptor, and a connection beyond is closed at once, not left in the
   listen queue;
-- the TLS handshake and the first request's headers within `header_seconds` of the accept;
+- the TLS handshake and the first request's headers within `header_seconds` of the accept
+  (a connection closed for want of them is a refusal too, as one closed at once);
 - later requests on a kept-alive connection: aiohttp's keepalive_timeout (`idle_seconds`)
   closes a connection idle, or whose next request's headers are not complete, that long after
   its last answer.
@@ -28,7 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
-from coordinator.domain.connections import ConnectionCounts, client_of
+from coordinator.domain.connections import BODY_SECONDS, ConnectionCounts, client_of, too_slow
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class ConnectionLimits:
     # Above the agent's own idle limit (nodeagent/http_client.py IDLE_LIMIT, 60 s), so the
     # server is not the one to close an agent's idle connection as a request goes out.
     idle_seconds: float = 75.0
+    body_seconds: float = BODY_SECONDS  # the API's (bodydeadline.py); here with its kin
 
 
 def raise_descriptor_limit() -> int:
@@ -61,17 +63,17 @@ def raise_descriptor_limit() -> int:
 
 class _Guarded(asyncio.Protocol):
     """aiohttp's protocol for one connection, wrapped: the connection is counted until it
-    closes, and closed if the first request's headers are not complete by the deadline. One
-    object with slots per connection: at 10,000 agents, every object a connection keeps is
-    traversed by each full garbage collection."""
+    closes, and closed (a refusal the site is told of) if the first request's headers are not
+    complete by the deadline. One object with slots per connection: at 10,000 agents, every
+    object a connection keeps is traversed by each full garbage collection."""
 
-    __slots__ = ("client", "counts", "deadline", "inner", "tail", "timer", "transport")
+    __slots__ = ("client", "deadline", "inner", "site", "tail", "timer", "transport")
 
-    def __init__(self, inner: asyncio.Protocol, deadline: float, counts: ConnectionCounts,
+    def __init__(self, inner: asyncio.Protocol, deadline: float, site: GuardedSite,
                  client: str) -> None:
         self.inner = inner
         self.deadline = deadline
-        self.counts = counts
+        self.site = site
         self.client: str | None = client  # None once released
         self.transport: asyncio.BaseTransport | None = None
         self.timer: asyncio.TimerHandle | None = None
@@ -80,7 +82,7 @@ class _Guarded(asyncio.Protocol):
     def release(self) -> None:
         """The connection no longer counts (whichever way it ended, once)."""
         if self.client is not None:
-            self.counts.release(self.client)
+            self.site.counts.release(self.client)
             self.client = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -117,6 +119,8 @@ class _Guarded(asyncio.Protocol):
     def _expire(self) -> None:
         self.timer = None
         if self.transport is not None:
+            if self.client is not None:  # logged first: the log has it once the client sees
+                self.site.timed_out(self.client)  # the close
             self.transport.abort()
 
 
@@ -129,7 +133,9 @@ class GuardedSite(web.BaseSite):
                  refused: Callable[[str, str], None] = lambda client, why: None) -> None:
         super().__init__(runner, ssl_context=ssl_context, backlog=1024)
         self.host, self.port, self.limits = host, port, limits
-        self.refused = refused  # told (client, why) of each connection closed at once
+        # told (client, why) of each connection closed at once, or for want of its
+        # handshake and headers in time
+        self.refused = refused
         self.counts = ConnectionCounts(max(1, descriptors - limits.reserve), limits.per_address)
         self.sockets: list[socket.socket] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -186,19 +192,26 @@ class GuardedSite(web.BaseSite):
         deadline = asyncio.get_running_loop().time() + self.limits.header_seconds
         self._spawn(self._open(connection, client, deadline))
 
+    def timed_out(self, client: str) -> None:
+        """A connection of client closed for want of its handshake and headers in time."""
+        self.refused(client, too_slow(self.limits.header_seconds))
+
     async def _open(self, connection: socket.socket, client: str, deadline: float) -> None:
         """Hand the connection to aiohttp (after the TLS handshake); it stays counted until it
         closes, however it ends."""
         server = self._runner.server
         assert server is not None
-        guarded = _Guarded(server(), deadline, self.counts, client)
+        guarded = _Guarded(server(), deadline, self, client)
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
                 lambda: guarded, connection, ssl=self._ssl_context,
                 ssl_handshake_timeout=self.limits.header_seconds if self._ssl_context else None)
-        except OSError:  # a failed or timed-out handshake (SSLError, TimeoutError)
+        except OSError:  # a failed or timed-out handshake (SSLError, ConnectionAbortedError)
             guarded.release()
             connection.close()
+            # one the client gave up on is no refusal (uvloop's timeout is no TimeoutError)
+            if asyncio.get_running_loop().time() >= deadline:
+                self.timed_out(client)
         except asyncio.CancelledError:
             guarded.release()
             connection.close()

@@ -101,7 +101,7 @@ def artifact_port(options: ServeOptions, store: Path) -> ArtifactProcess | None:
     pki = options.pki()
     return ArtifactProcess(options.host, options.artifact_port, pki.server_cert,
                            pki.server_key, store, ArtifactLinks(key, options.artifact_port),
-                           options.connections.header_seconds)
+                           options.connections)
 
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -170,7 +170,8 @@ async def serve(options: ServeOptions, ready: asyncio.Event | None = None) -> No
     app = create_app(coordinator, artifacts, Presentation(
         advertise_url=options.url(), ca_pem=ca_pem, register_rate=options.register_rate,
         metrics_token=metrics_token(options.metrics_token_file),
-        register_total_rate=options.register_rate_total), options.data_dir)
+        register_total_rate=options.register_rate_total,
+        body_seconds=options.connections.body_seconds), options.data_dir)
     limits = options.connections
     port = artifact_port(options, artifacts)
     if port is not None:

@@ -26,12 +26,10 @@ class RefusalAudit:
     def refused(self, source: str, status: int, reason: str, method: str, path: str,
                 what: str = ADMIN_REQUEST) -> None:
         """A 401 or 403 answered to an admin request (or to /metrics), a registration refused,
-        or a connection closed at once (status 0): counted, not written; logged when it is the
-        first of its kind this window."""
-        if self.tally.note(source, status, reason, method, path, self.clock(), what):
-            log.info("%s refused (%d): %s", what, status, reason, extra=fields(
-                event="refused", what=what, source=source, status=status, method=method,
-                path=path[:MAX_PATH]))
+        a request answered 408 (its body too slow), or a connection closed at once or for want
+        of its handshake and headers in time (status 0): counted, not written; logged when it
+        is the first of its kind this window."""
+        note_refusal(self.tally, self.clock(), source, status, reason, method, path, what)
 
     async def flush(self) -> None:
         """Write what was counted since the last flush."""
@@ -48,3 +46,13 @@ class RefusalAudit:
             except Exception:  # the store is away for a while: these counts are lost, not the next
                 log.exception("writing the audit of refused requests failed",
                               extra=fields(event="error"))
+
+
+def note_refusal(tally: RefusalTally, now: float, source: str, status: int, reason: str,
+                 method: str, path: str, what: str = ADMIN_REQUEST) -> None:
+    """Count one refusal in tally; log it at once when it is the first of its source, status
+    and kind this window (the rest are in the window's count)."""
+    if tally.note(source, status, reason, method, path, now, what):
+        log.info("%s refused (%d): %s", what, status, reason, extra=fields(
+            event="refused", what=what, source=source, status=status, method=method,
+            path=path[:MAX_PATH]))

@@ -25,7 +25,9 @@ from coordinator.domain.artifact_links import ArtifactLinks
 from coordinator.server import secrets_key
 from nodeagent.client import CoordinatorClient
 from nodeagent.endpoint import Endpoint
+from tests.integration.api.test_coordinator_log import lines
 from tests.integration.test_artifact_serving import fetch
+from tests.integration.test_connection_limits import held, still_open
 from tests.support.driver import Registered
 from tests.support.harness import COORDINATOR, ServedCoordinator, running_coordinator
 from tests.support.ports import free_port
@@ -198,14 +200,17 @@ def test_a_killed_artifact_process_is_started_again(served: ServedCoordinator,
 
 def test_a_connection_that_never_asks_is_dropped_after_the_header_timeout(
         tmp_path: Path) -> None:
-    """The slots (MAX_CONNECTIONS) are not held by clients that only connect."""
+    """A client that only connects holds nothing for long, and its address is in the log."""
     port = free_port()
     with running_coordinator(tmp_path, serve_args=["--artifact-port", str(port),
-                                                   "--header-timeout", "1"]), \
+                                                   "--header-timeout", "1"]) as served, \
             socket.create_connection(("127.0.0.1", port), timeout=10) as idle:
         started = time.monotonic()
         assert idle.recv(1) == b""  # closed by the server
         assert time.monotonic() - started < 5
+    (refused,) = lines(served, event="refused", what="connection", source="127.0.0.1")
+    assert refused["msg"] == \
+        "connection refused (0): no TLS handshake and request headers within 1 s"
 
 
 def test_a_replica_with_the_same_secrets_key_honours_anothers_links(
@@ -243,3 +248,30 @@ def test_a_port_in_use_fails_serve_naming_the_option(tmp_path: Path) -> None:
                                 capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert f"--artifact-port: cannot listen on 127.0.0.1:{busy}" in result.stderr
+
+
+FLOOD_SHARE = 50  # connections one address may hold on either port, in the test below
+
+
+def test_idle_connections_and_slow_handshakes_from_one_address_delay_no_download(
+        tmp_path: Path) -> None:
+    """A client with no credential holds as many connections as it may from 127.0.0.2, half
+    never sending a byte, half stopping inside their TLS handshake: it keeps only its share,
+    and a download from another address is served at once (it waited behind them for the
+    header timeout, once per 128 of them)."""
+    port = free_port()
+    with running_coordinator(tmp_path, serve_args=[
+            "--artifact-port", str(port), "--header-timeout", "5",
+            "--connections-per-address", str(FLOOD_SHARE)]) as served, \
+            held(port, 3 * FLOOD_SHARE, "127.0.0.2") as idle, \
+            held(port, 3 * FLOOD_SHARE, "127.0.0.2") as handshaking:
+        for sock in handshaking:
+            sock.sendall(b"\x16\x03\x01\x02")  # a TLS record's header, cut short
+        (served.data / "artifacts" / "bundle.bin").write_bytes(PAYLOAD)
+        target = link(served, served.register("downloader"))
+        started = time.monotonic()
+        assert fetch(served.ca_file, port, target, {})[2] == PAYLOAD
+        assert time.monotonic() - started < 2
+        assert still_open(idle + handshaking) == FLOOD_SHARE
+    log = served.log.read_text()
+    assert f"{FLOOD_SHARE} connections already open from 127.0.0.2" in log

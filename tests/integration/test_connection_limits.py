@@ -1,6 +1,7 @@
 """A client that opens connections and never finishes a request cannot deny the coordinator to
 others: one address holds at most its share, a connection must send its first request's
-headers in time, and descriptors are kept in reserve. The coordinator runs under a low
+headers in time and a request its body, and descriptors are kept in reserve; each refusal is
+in the coordinator's log. The coordinator runs under a low
 descriptor limit (400) so that a few hundred connections would exhaust it; the hostile client
 plays other hosts from 127.0.0.x source addresses on loopback."""
 
@@ -17,6 +18,7 @@ import pytest
 
 from coordinator.cli.client import AdminClient
 from coordinator.server.listener import ConnectionLimits
+from tests.integration.api.test_coordinator_log import lines
 from tests.support.harness import ServedCoordinator, running_coordinator
 
 pytestmark = pytest.mark.integration
@@ -24,6 +26,7 @@ pytestmark = pytest.mark.integration
 LIMIT = 400  # descriptors the coordinator may open (soft and hard)
 SHARE = 100  # connections one address may hold
 HEADER_SECONDS = 2.0
+BODY_SECONDS = 1.0
 
 
 @pytest.fixture
@@ -31,7 +34,8 @@ def served(tmp_path: Path) -> Iterator[ServedCoordinator]:
     with running_coordinator(
             tmp_path, cluster=None, prefix=("prlimit", f"--nofile={LIMIT}:{LIMIT}"),
             serve_args=("--connections-per-address", str(SHARE),
-                        "--header-timeout", str(HEADER_SECONDS))) as coordinator:
+                        "--header-timeout", str(HEADER_SECONDS),
+                        "--body-timeout", str(BODY_SECONDS))) as coordinator:
         yield coordinator
 
 
@@ -108,6 +112,15 @@ def test_a_connection_that_dawdles_over_its_headers_is_closed(served: ServedCoor
                     if slow.recv(1) == b"":
                         raise ConnectionResetError("closed by the coordinator")
         assert time.monotonic() - started < 2 * HEADER_SECONDS
+    # Logged as refusals are (at info, the first of an address each minute), as is a
+    # connection that never began its TLS handshake.
+    with held(served.port, 3, "127.0.0.5"):
+        time.sleep(HEADER_SECONDS + 0.5)
+    for source in ("127.0.0.3", "127.0.0.5"):
+        (refused,) = lines(served, event="refused", what="connection", source=source)
+        assert refused["level"] == "info"
+        assert refused["msg"] == "connection refused (0): no TLS handshake and request " \
+            f"headers within {HEADER_SECONDS:g} s"
 
 
 def test_descriptors_are_kept_for_the_process_when_connections_fill_them(
@@ -123,3 +136,32 @@ def test_descriptors_are_kept_for_the_process_when_connections_fill_them(
         log = served.log.read_text()
         assert "Too many open files" not in log
     assert max(admin_latencies(served, 5)) < 1.0
+
+
+def test_a_body_sent_slowly_is_answered_408_at_its_deadline_while_others_are_served(
+        served: ServedCoordinator) -> None:
+    """A stranger's registration as agents before the join token's header send it (its body
+    is read), a byte at a time after complete headers: it was read for as long as it came."""
+    context = ssl.create_default_context(cafile=str(served.ca_file))
+    raw = socket.create_connection(("127.0.0.1", served.port), timeout=5,
+                                   source_address=("127.0.0.4", 0))
+    latencies, answer = [], b""
+    with context.wrap_socket(raw, server_hostname="127.0.0.1") as slow:
+        slow.sendall(b"POST /v1/agent/register HTTP/1.1\r\nHost: coordinator\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+        started = time.monotonic()
+        slow.settimeout(0.2)
+        with contextlib.suppress(OSError):  # the close, once answered
+            while time.monotonic() - started < 5 * BODY_SECONDS and not answer:
+                latencies += admin_latencies(served, 1)
+                with contextlib.suppress(TimeoutError):
+                    answer = slow.recv(4096)
+                slow.sendall(b" ")
+        elapsed = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert b"request body not complete within 1 s" in answer
+    assert BODY_SECONDS <= elapsed < 2 * BODY_SECONDS + 0.5
+    assert max(latencies) < 1.0
+    (refused,) = lines(served, event="refused", what="request", source="127.0.0.4")
+    assert (refused["status"], refused["path"]) == ("408", "/v1/agent/register")
+    assert "Traceback" not in served.log.read_text()

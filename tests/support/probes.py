@@ -95,3 +95,18 @@ def agent_prober(served: ServedCoordinator, agent: Registered) -> Prober:
     loop = asyncio.new_event_loop()
     return Prober("agent heartbeat", lambda: loop.run_until_complete(
         client.heartbeat(agent["machine_id"], agent["credential"])))
+
+
+def download_prober(served: ServedCoordinator, agent: Registered, name: str) -> Prober:
+    """Downloads of artifact name, whole, through the agent's own client (the API's 307 to
+    the artifact port followed, as an agent's download does), waiting 90 s for an answer (the
+    client's artifact() waits three times its timeout)."""
+    client = CoordinatorClient([Endpoint(served.url)], timeout=30,
+                               context=ssl.create_default_context(cafile=str(served.ca_file)))
+    loop = asyncio.new_event_loop()
+
+    async def download() -> int:
+        body = await client.artifact(agent["credential"], name, {})
+        return sum([len(chunk) async for chunk in body.chunks])
+
+    return Prober(f"agent download of {name}", lambda: loop.run_until_complete(download()))

@@ -1,6 +1,8 @@
 """Another revision of this repository, for a bench script to measure side by side with the
 worktree: its files exported with `git archive`, and its code first on PYTHONPATH for the
-processes started meanwhile (the venv's `coordinator` then runs it)."""
+processes started meanwhile (the venv's `coordinator` then runs it), and the working
+directory (`python -m`, as the coordinator starts its artifact port's process, puts that
+before PYTHONPATH: from this worktree, the old coordinator's child ran this one's code)."""
 
 from __future__ import annotations
 
@@ -24,11 +26,13 @@ def revision(rev: str | None) -> Iterator[Path]:
         archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True,
                                  capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
-        before = os.environ.get("PYTHONPATH")
+        before, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
         os.environ["PYTHONPATH"] = tree
+        os.chdir(tree)
         try:
             yield Path(tree)
         finally:
+            os.chdir(cwd)
             if before is None:
                 del os.environ["PYTHONPATH"]
             else:

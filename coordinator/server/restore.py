@@ -12,10 +12,12 @@ from coordinator.service import snapshot
 from coordinator.store.base import StoreError
 
 
-async def restore_archive(archive: Path, data_dir: Path, store: str | None) -> snapshot.Snapshot:
-    """The snapshot restored (the archive checked whole first); SetupError saying why not."""
+async def restore_archive(archive: Path, data_dir: Path, store: str | None,
+                          max_unpacked: int) -> snapshot.Snapshot:
+    """The snapshot restored (the archive checked whole first, unpacking at most max_unpacked
+    bytes); SetupError saying why not, the data dir and the store untouched."""
     try:
-        taken = snapshot.read_archive(archive)
+        taken = snapshot.read_archive(archive, max_unpacked)
         snapshot.check_free(data_dir)
         datadir.make_private(data_dir)
     except (snapshot.ArchiveError, snapshot.RestoreError, datadir.DataDirError) as exc:

@@ -6,6 +6,7 @@ commits only."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import stat
 from collections.abc import AsyncIterator, Iterator
@@ -161,7 +162,8 @@ async def test_an_export_while_commits_go_on_holds_whole_commits_only(store: Sto
 
 def identity(data_dir: Path) -> dict[str, bytes]:
     files = {"pki/ca.crt": b"ca cert", "pki/ca.key": b"ca key", "pki/server.crt": b"cert",
-             "pki/server.key": b"key", "secrets.key": b"secrets key"}
+             "pki/server.key": b"key",  # the key the store's secrets are sealed with
+             "secrets.key": base64.b64encode(bytes(range(32))) + b"\n"}
     for name, data in files.items():
         (data_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (data_dir / name).write_bytes(data)

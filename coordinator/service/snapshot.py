@@ -40,6 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
 from pydantic import ValidationError
 
 from coordinator.domain import archive
@@ -220,10 +223,26 @@ def _stream(tar: tarfile.TarFile, info: tarfile.TarInfo, member: archive.Member,
     check.finish()
 
 
+# How the PKI's files (server/pki.py, pki/*.crt and pki/*.key) are read, by their suffix.
+_PEM: dict[str, tuple[str, Callable[[bytes], object]]] = {
+    ".crt": ("certificate", x509.load_pem_x509_certificate),
+    ".key": ("private key", lambda data: serialization.load_pem_private_key(data, None)),
+}
+
+
 def _check_documents(taken: Snapshot, source: str) -> None:
-    """The secrets key a key, every cluster's spec a spec and every machine's document a
-    machine's, its secrets opening with the archive's key: as the restored store will decode
-    them, so that a restored coordinator never fails on a row it took."""
+    """The secrets key a key, the PKI's files a PEM certificate or key, every cluster's spec a
+    spec and every machine's document a machine's, its secrets opening with the archive's key:
+    as the restored coordinator will read them, so that it never fails on what it took."""
+    for name, data in taken.files.items():
+        kind, load = _PEM.get(Path(name).suffix, ("", None)) if name.startswith("pki/") \
+            else ("", None)
+        try:
+            if load is not None:
+                load(data)
+        except (ValueError, TypeError, UnsupportedAlgorithm):
+            raise archive.damaged(source, f"its member {archive.FILE_MEMBER.format(name)} is "
+                                          f"not a PEM {kind}") from None
     key = taken.files.get("secrets.key")
     cipher = None
     if key is not None:

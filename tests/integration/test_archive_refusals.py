@@ -62,6 +62,8 @@ def hostile(backup: bytes) -> dict[str, tuple[bytes, str]]:
                                 f"{row1}{EVENTS}: it is a JSON array, not an object"),
         "secrets key not base64": (crafted(data, "files/secrets.key", b"not base64!\n"),
                                    "its member files/secrets.key is not a secrets key"),
+        "CA certificate not PEM": (crafted(data, "files/pki/ca.crt", b"garbage\n"),
+                                   "its member files/pki/ca.crt is not a PEM certificate"),
         "machine without its document": (
             crafted_rows(data, "machines", [{k: v for k, v in machine.items() if k != "doc"}]),
             f"{row1}{MACHINES}: it has no field doc"),

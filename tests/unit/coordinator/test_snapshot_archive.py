@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from coordinator.domain.archive import MAX_ROW
 from coordinator.server import secrets_key
@@ -39,7 +41,9 @@ SNAPSHOT = Snapshot(
                           "updated_at": 2.5, "deleting": False}],
             "events": [{"id": 7, "time": 3.0, "cluster": "edge", "machine": None,
                         "hostname": None, "kind": "audit", "message": "m", "data": "{}"}]},
-    files={"pki/ca.key": b"-----BEGIN PRIVATE KEY-----\n",
+    files={"pki/ca.key": ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()),
            "secrets.key": base64.b64encode(bytes(32)) + b"\n"},
     created_at=1700000000.25, source="sqlite")
 
@@ -207,6 +211,12 @@ def test_a_secrets_key_that_is_not_one_or_does_not_open_the_secrets_is_refused()
     with pytest.raises(ArchiveError, match=r"row 1 of its member tables/machines.jsonl: field "
                                            r"doc is not a machine's \(SecretsKeyError"):
         from_bytes(to_bytes(replace(FULL, files={"secrets.key": other})), "b.tgz")
+
+
+def test_a_pki_file_that_is_not_pem_is_refused_naming_it() -> None:
+    for name, kind in (("pki/ca.crt", "certificate"), ("pki/server.key", "private key")):
+        with pytest.raises(ArchiveError, match=f"its member files/{name} is not a PEM {kind}"):
+            from_bytes(to_bytes(replace(FULL, files={**FULL.files, name: b"garbage"})), "b.tgz")
 
 
 def test_members_out_of_the_manifest_s_order_or_kind_are_refused() -> None:

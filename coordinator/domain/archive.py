@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -86,7 +87,7 @@ def parse_manifest(data: bytes, source: str, tables: Sequence[str], files: Colle
     and only known members, each with a size and a sha256, in all no more than max_unpacked."""
     try:
         manifest = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise damaged(source, f"its {MANIFEST} is not JSON") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ArchiveError(f"{source} is not a coordinator backup (no {FORMAT} manifest): "
@@ -200,8 +201,8 @@ class TableRows:
             raise self._refused(number, f"it is longer than {MAX_ROW} bytes")
         try:
             row = json.loads(line, parse_constant=_no_constant)
-        except ValueError:
-            raise self._refused(number, "it is not JSON") from None
+        except (ValueError, RecursionError):
+            raise self._refused(number, "it is not JSON (or nested too deep)") from None
         problem = row_problem(row, self.columns)
         if problem is None:
             problem = self._duplicate(row)
@@ -242,22 +243,28 @@ def row_problem(row: Any, columns: Columns) -> str | None:
     return f"it has a field its table lacks: {unknown[0]}" if unknown else None
 
 
+def _integer(value: Any) -> bool:
+    """A JSON integer the databases' 64-bit integers hold."""
+    return type(value) is int and -(2**63) <= value < 2**63
+
+
 def _number(value: Any) -> bool:
-    return type(value) in (int, float)
+    """A finite JSON number (1e999 reads as infinity, which no later backup could write)."""
+    return _integer(value) or (type(value) is float and math.isfinite(value))
 
 
 def _json_object(value: Any) -> bool:
     try:
         return isinstance(value, str) and isinstance(
             json.loads(value, parse_constant=_no_constant), dict)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
 
 
-_KIND_CHECKS = {"text": lambda v: isinstance(v, str), "int": lambda v: type(v) is int,
-                "real": _number, "bool": lambda v: type(v) is bool, "json": _json_object}
-_KIND_NAMES = {"text": "text", "int": "an integer", "real": "a number", "bool": "a boolean",
-               "json": "text holding a JSON object"}
+_KIND_CHECKS = {"text": lambda v: isinstance(v, str), "int": _integer, "real": _number,
+                "bool": lambda v: type(v) is bool, "json": _json_object}
+_KIND_NAMES = {"text": "text", "int": "a 64-bit integer", "real": "a finite number",
+               "bool": "a boolean", "json": "text holding a JSON object"}
 
 
 def _json_type(value: Any) -> str:

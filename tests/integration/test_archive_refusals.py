@@ -71,15 +71,21 @@ def hostile(backup: bytes) -> dict[str, tuple[bytes, str]]:
                                      f"{row1}{MACHINES}: field doc is not a machine's"),
         "generation as text": (
             crafted_rows(data, "clusters", [{**cluster, "generation": "2"}]),
-            f"{row1}tables/clusters.jsonl: field generation is text, not an integer"),
+            f"{row1}tables/clusters.jsonl: field generation is text, not a 64-bit integer"),
         "spec not a spec": (crafted_rows(data, "clusters", [{**cluster, "spec": '{"a": 1}'}]),
                             f"{row1}tables/clusters.jsonl: field spec is not a cluster's spec"),
         "max uses a fraction": (
             crafted_rows(data, "join_tokens", [{**token, "max_uses": 1.5}]),
-            f"{row1}tables/join_tokens.jsonl: field max_uses is number, not an integer"),
+            f"{row1}tables/join_tokens.jsonl: field max_uses is number, not a 64-bit integer"),
         "responding as text": (
             crafted_rows(data, "machines", [{**machine, "responding": "yes"}]),
             f"{row1}{MACHINES}: field responding is text, not a boolean"),
+        "event id beyond 64 bits": (
+            crafted_rows(data, "events", [{**event, "id": 2**64}]),
+            f"{row1}{EVENTS}: field id is integer, not a 64-bit integer"),
+        "event nested too deep": (
+            crafted(data, EVENTS, b"[" * 100_000 + b"\n"),
+            f"{row1}{EVENTS}: it is not JSON (or nested too deep)"),
         "event data not an object": (
             crafted_rows(data, "events", [{**event, "data": "[]"}]),
             f"{row1}{EVENTS}: field data is text, not text holding a JSON object"),

@@ -184,7 +184,7 @@ def test_every_field_of_every_table_of_the_wrong_type_is_refused_naming_member_a
        f"row 1 of its member tables/machines.jsonl: field doc: its {problem}")
       for field, value, problem in [("ip", 7, "ip is integer, not text"),
                                     ("role", ["worker"], "role is array, not text"),
-                                    ("state_since", "1", "state_since is text, not a number"),
+                                    ("state_since", "1", "state_since is text, not a finite number"),
                                     ("labels", ["a"], "labels are not an object of text"),
                                     ("labels", {"a": 1}, "labels are not an object of text")]],
     ({"machines": [{**FULL.tables["machines"][0], "id": "m-2"}]},

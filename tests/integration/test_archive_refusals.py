@@ -12,13 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from coordinator.cli import main
 from coordinator.cli.client import ClientError
 from tests.support.archives import bomb, crafted, crafted_rows, manifest, repacked, rows
 from tests.support.harness import COORDINATOR, ServedCoordinator, running_coordinator
 from tests.support.memory import Run, peak_rss_mib, run_measured
+from tests.support.postgres import Postgres
 
 pytestmark = pytest.mark.integration
 
@@ -166,3 +167,21 @@ def test_a_hostile_archive_is_refused_by_the_pivot_import_with_a_422_and_nothing
                                 content_type="application/gzip")["imported"] is True
     assert [m["hostname"] for m in target.admin.all_machines()] == ["node-0"]
     assert json.dumps(target.admin.get("/v1/clusters")).count('"lab"') >= 1
+
+
+def test_a_restore_the_store_refuses_leaves_no_data_dir_behind(
+        backup: bytes, tmp_path: Path, postgres: Postgres) -> None:
+    """Refused by the store after the archive passed (a database that already holds a
+    coordinator's state): the data dir the attempt made goes again."""
+    archive = tmp_path / "good.tgz"
+    archive.write_bytes(backup)
+    with postgres.database() as dsn:
+        def restore_into(data_dir: Path) -> Result:
+            return CliRunner().invoke(main, ["restore", str(archive), "--data-dir",
+                                             str(data_dir), "--store", dsn])
+
+        assert restore_into(tmp_path / "first").exit_code == 0
+        again = restore_into(tmp_path / "second")
+        assert again.exit_code == 1 and isinstance(again.exception, SystemExit), again.output
+        assert "already holds a coordinator's state" in again.stderr, again.stderr
+        assert not (tmp_path / "second").exists()

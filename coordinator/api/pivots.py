@@ -4,7 +4,8 @@ pivot (begin, record a step, roll back) and its frozen snapshot; on the target: 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import tempfile
+from typing import Any, BinaryIO
 
 from aiohttp import web
 
@@ -17,7 +18,9 @@ from coordinator.service import snapshot
 from coordinator.service.pivots import import_archive
 from nodeagent.validation import InvalidDocument, Problem
 
-MAX_ARCHIVE_BYTES = 1 << 30  # a pivot's archive is read past the API's usual body limit
+# A pivot's archive is read past the API's usual body limit, into a file: what it unpacks to
+# is bounded apart (domain/archive.py's MAX_UNPACKED).
+MAX_ARCHIVE_BYTES = 1 << 30
 
 
 def pivot_view(request: web.Request, pivot: pv.Pivot | None) -> dict[str, Any]:
@@ -69,21 +72,25 @@ async def import_pivot(request: web.Request) -> web.Response:
     if not pivot_id or not source:
         raise InvalidDocument([Problem("pivot" if not pivot_id else "from",
                                        "required: the pivot's id and the old coordinator's URL")])
-    data = await _archive(request)
     c = service(request)
-    imported = await import_archive(c.store, getattr(c.store, "cipher", None), data, pivot_id,
-                                    source, c.clock())
+    with tempfile.TemporaryFile(dir=request.app[DATA_DIR]) as spooled:
+        await _spool(request, spooled)
+        imported = await import_archive(c.store, getattr(c.store, "cipher", None), spooled,
+                                        pivot_id, source, c.clock())
     if imported is not None:
         c.writes.mark(imported)  # the next pass plans on them; their credentials are known
         c.notifier.kick()
     return web.json_response({"pivot": pivot_id, "imported": imported is not None})
 
 
-async def _archive(request: web.Request) -> bytes:
-    chunks, size = [], 0
+async def _spool(request: web.Request, spooled: BinaryIO) -> None:
+    """The body into spooled (a private temporary file in the data dir: the archive holds the
+    CA's key and the secrets key), rewound: read from there a chunk at a time, however large
+    it is, it never sits whole in memory."""
+    size = 0
     async for chunk in request.content.iter_chunked(1 << 20):
         size += len(chunk)
         if size > MAX_ARCHIVE_BYTES:
             raise web.HTTPRequestEntityTooLarge(max_size=MAX_ARCHIVE_BYTES, actual_size=size)
-        chunks.append(chunk)
-    return b"".join(chunks)
+        await asyncio.to_thread(spooled.write, chunk)
+    spooled.seek(0)

@@ -20,6 +20,7 @@ from coordinator.cli.plumbing import (
     say,
     say_block,
 )
+from coordinator.domain.archive import MAX_UNPACKED
 
 data_dir_option = click.option(
     "--data-dir", default="coordinator-data", show_default=True, type=click.Path(file_okay=False),
@@ -203,7 +204,11 @@ def init(data_dir: str, listen: str, advertise_url: str | None, store: str | Non
 @click.argument("archive", type=click.Path(dir_okay=False))
 @data_dir_option
 @store_option
-def restore(archive: str, data_dir: str, store: str | None) -> None:
+@click.option("--max-unpacked", metavar="MIB", default=MAX_UNPACKED >> 20, show_default=True,
+              type=click.IntRange(min=1),
+              help="Refuse a backup that unpacks to more than this many MiB: its rows are held "
+                   "in memory until written.")
+def restore(archive: str, data_dir: str, store: str | None, max_unpacked: int) -> None:
     """Rebuild a coordinator from a backup, offline, into a new data dir (and with --store an
     empty PostgreSQL database: the way to move a SQLite coordinator to replicas). Then
     `coordinator serve` with the same --data-dir and --store serves its clusters, machines,
@@ -217,7 +222,8 @@ def restore(archive: str, data_dir: str, store: str | None) -> None:
     os.umask(PRIVATE_UMASK)
     location = parse_store(store)
     try:
-        taken = asyncio.run(restore_archive(Path(archive), Path(data_dir), location))
+        taken = asyncio.run(restore_archive(Path(archive), Path(data_dir), location,
+                                            max_unpacked << 20))
     except SetupError as exc:
         say(f"error: {exc}", err=True)
         sys.exit(EXIT_ERROR)

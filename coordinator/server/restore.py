@@ -4,6 +4,7 @@ file in the data dir or a PostgreSQL database. Refused, with nothing left behind
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from coordinator.server import datadir
@@ -12,10 +13,14 @@ from coordinator.service import snapshot
 from coordinator.store.base import StoreError
 
 
-async def restore_archive(archive: Path, data_dir: Path, store: str | None) -> snapshot.Snapshot:
-    """The snapshot restored (the archive checked whole first); SetupError saying why not."""
+async def restore_archive(archive: Path, data_dir: Path, store: str | None,
+                          max_unpacked: int) -> snapshot.Snapshot:
+    """The snapshot restored (the archive checked whole first, unpacking at most max_unpacked
+    bytes); SetupError saying why not, the data dir and the store as they were (a data dir
+    this attempt made is removed again)."""
+    made = not data_dir.exists()
     try:
-        taken = snapshot.read_archive(archive)
+        taken = snapshot.read_archive(archive, max_unpacked)
         snapshot.check_free(data_dir)
         datadir.make_private(data_dir)
     except (snapshot.ArchiveError, snapshot.RestoreError, datadir.DataDirError) as exc:
@@ -30,7 +35,9 @@ async def restore_archive(archive: Path, data_dir: Path, store: str | None) -> s
         finally:
             await target.close()
     except (StoreError, snapshot.RestoreError) as exc:
-        if created:  # the empty SQLite file this attempt made goes too
+        if made:  # the data dir this attempt made, and what it wrote there
+            shutil.rmtree(data_dir, ignore_errors=True)
+        elif created:  # the empty SQLite file this attempt made goes too
             for path in database:
                 path.unlink(missing_ok=True)
         raise SetupError(f"cannot restore {archive}: {exc}") from None

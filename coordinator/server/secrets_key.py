@@ -6,12 +6,11 @@ others may read it or it is not a key: a coordinator never starts on a key it ca
 from __future__ import annotations
 
 import base64
-import binascii
 import os
 import stat
 from pathlib import Path
 
-from coordinator.store.cipher import KEY_BYTES, Cipher
+from coordinator.store.cipher import KEY_BYTES, Cipher, key_from_text
 
 FILE_NAME = "secrets.key"
 
@@ -36,11 +35,8 @@ def load(path: Path) -> Cipher:
         text = path.read_bytes()
     except OSError as exc:
         raise KeyFileError(f"cannot read the secrets key {path}: {exc.strerror}") from None
-    try:
-        key = base64.b64decode(text.strip(), validate=True)
-    except binascii.Error:
-        key = b""
-    if len(key) != KEY_BYTES:
+    key = key_from_text(text)
+    if key is None:
         raise KeyFileError(f"{path} is not a secrets key ({KEY_BYTES} random bytes in base64): "
                            "restore the one backed up with the database")
     return Cipher(key, str(path))

@@ -11,14 +11,13 @@ only when it holds no state, or answered at once when it already holds this same
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import ssl
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import aiohttp
 
@@ -29,7 +28,7 @@ from coordinator.domain.model import ClusterSpec, Machine, MachineState
 from coordinator.service import snapshot
 from coordinator.service.writes import Writes
 from coordinator.store.base import Store, StoreError
-from coordinator.store.cipher import Cipher, SecretsKeyError
+from coordinator.store.cipher import Cipher, SecretsKeyError, key_from_text
 from coordinator.store.codec import resealed_doc
 from nodeagent.logfmt import fields
 from nodeagent.validation import InvalidDocument, Problem
@@ -124,13 +123,14 @@ class PivotLedger:
 
 # -- the target's side ------------------------------------------------------------------------
 
-async def import_archive(store: Store, cipher: Cipher | None, data: bytes, pivot_id: str,
+async def import_archive(store: Store, cipher: Cipher | None, archive: BinaryIO, pivot_id: str,
                          from_url: str, now: float) -> list[str] | None:
-    """The ids of the machines imported with the archive's state; None when it is already here
-    from this same pivot.
-    Conflict when the store holds another state; the archive's admin tokens stay behind (the
-    target keeps its own), its machines' secrets are sealed again with this one's key, and
-    the import is recorded by an event in the same transaction."""
+    """The ids of the machines imported with the archive's state (streamed from the file
+    object archive); None when it is already here from this same pivot.
+    InvalidDocument naming the member (and row) when the archive is refused: nothing is
+    written then. Conflict when the store holds another state; the archive's admin tokens stay
+    behind (the target keeps its own), its machines' secrets are sealed again with this one's
+    key, and the import is recorded by an event in the same transaction."""
     held = await store.list_events(kinds=[IMPORTED], limit=1, newest_first=True)
     if held:
         if held[0].data.get("pivot") == pivot_id:
@@ -139,7 +139,7 @@ async def import_archive(store: Store, cipher: Cipher | None, data: bytes, pivot
                        f"{held[0].data.get('pivot')} (from {held[0].data.get('from')}): a pivot "
                        "goes to a coordinator with no state")
     try:
-        taken = await asyncio.to_thread(snapshot.from_bytes, data, "the pivot's archive")
+        taken = await asyncio.to_thread(snapshot.read, archive, "the pivot's archive")
     except snapshot.ArchiveError as exc:  # bad input: 422 naming the body
         raise InvalidDocument([Problem("body", str(exc))]) from None
     tables = _for_target(taken, cipher)
@@ -157,10 +157,10 @@ async def import_archive(store: Store, cipher: Cipher | None, data: bytes, pivot
 
 def _for_target(taken: snapshot.Snapshot, cipher: Cipher | None) -> dict[str, list[Any]]:
     tables = {name: list(rows) for name, rows in taken.tables.items() if name != "admin_tokens"}
-    key = taken.files.get("secrets.key")
-    if cipher is None or key is None:
+    key = key_from_text(taken.files.get("secrets.key", b""))
+    if cipher is None or key is None:  # a key the archive holds is one: snapshot.read checks
         return tables
-    source = Cipher(base64.b64decode(key.strip()), "the pivot's archive")
+    source = Cipher(key, "the pivot's archive")
     tables["machines"] = [{**row, "doc": resealed_doc(row["doc"], row["id"], source, cipher)}
                           for row in tables.get("machines", ())]
     return tables

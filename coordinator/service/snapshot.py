@@ -10,6 +10,7 @@ the data dir itself.
 The public surface (the pivot uses it as it is):
   take(store, data_dir) -> Snapshot        one consistent snapshot of a running coordinator
   to_bytes(snapshot) / from_bytes(data)    the archive's bytes (ArchiveError when refused)
+  read(stream, source)                     the same, streamed from a file object
   write_archive(snapshot, path) / read_archive(path)   the same, to and from a file (0600)
   save(data, path)                         archive bytes to a file, 0600, atomically
   restore(store, data_dir, snapshot)       into an open, empty store and a data dir without
@@ -18,6 +19,7 @@ The public surface (the pivot uses it as it is):
 The archive is a gzipped tar: manifest.json (format, schema_version, created_at, the source
 store's kind, each table's row count, and the sha256 and size of every other member), then
 tables/NAME.jsonl (one JSON row a line, sql.TABLES' columns) and files/PATH (the data dir's).
+What a reader accepts of one, and how much it unpacks at most, is domain/archive.py's.
 """
 
 from __future__ import annotations
@@ -33,30 +35,27 @@ import shutil
 import tarfile
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from pydantic import ValidationError
+
+from coordinator.domain import archive
+from coordinator.domain.archive import FORMAT, MANIFEST, SCHEMA_VERSION, ArchiveError
 from coordinator.store.base import Store, StoreError
-from coordinator.store.sql import TABLE_NAMES
+from coordinator.store.cipher import KEY_BYTES, Cipher, key_from_text
+from coordinator.store.codec import machine_from_row, spec_from_json
+from coordinator.store.sql import TABLE_NAMES, TABLES
 
-FORMAT = "nodeagent-coordinator-backup"
-# The archive's layout and the tables' columns. A reader refuses a newer one: it cannot know
-# what was added. Raise it with any change to sql.TABLES, and teach read() the older ones.
-SCHEMA_VERSION = 1
-MANIFEST = "manifest.json"
 # The data dir's files that a coordinator's identity lives in, relative to it: its PKI
 # (server/pki.py) and the key its machines' secrets are sealed with (server/secrets_key.py).
 # tests/unit/coordinator/test_snapshot_files.py holds these to those modules' names.
 DATA_FILES = ("pki/ca.crt", "pki/ca.key", "pki/server.crt", "pki/server.key", "secrets.key")
-_TABLE_MEMBER = "tables/{}.jsonl"
-_FILE_MEMBER = "files/{}"
-
-
-class ArchiveError(Exception):
-    """An archive that cannot be restored: damaged, not a backup, or from a newer coordinator.
-    The message names the file, what is wrong and what to do."""
 
 
 class RestoreError(Exception):
@@ -88,10 +87,11 @@ async def take(store: Store, data_dir: Path) -> Snapshot:
 
 def to_bytes(snapshot: Snapshot) -> bytes:
     """The archive, whole, in memory: a backup is written at once, a pivot sends it at once."""
-    members = {_TABLE_MEMBER.format(name): b"".join(
+    members = {archive.TABLE_MEMBER.format(name): b"".join(
         json.dumps(row, separators=(",", ":"), allow_nan=False).encode() + b"\n"
         for row in snapshot.tables.get(name, ())) for name in TABLE_NAMES}
-    members.update((_FILE_MEMBER.format(name), data) for name, data in snapshot.files.items())
+    members.update((archive.FILE_MEMBER.format(name), data)
+                   for name, data in snapshot.files.items())
     manifest = {
         "format": FORMAT, "schema_version": SCHEMA_VERSION, "created_at": snapshot.created_at,
         "source": snapshot.source, "counts": snapshot.counts(),
@@ -109,72 +109,171 @@ def to_bytes(snapshot: Snapshot) -> bytes:
     return buffer.getvalue()
 
 
-def from_bytes(data: bytes, source: str = "the archive") -> Snapshot:
-    """The snapshot an archive holds, every member checked against the manifest's sha256;
-    ArchiveError naming source otherwise (never a snapshot partly read)."""
-    members = _members(data, source)
-    manifest = _manifest(members, source)
-    listed: dict[str, Any] = manifest["members"]
-    for name, expected in listed.items():
-        found = members.get(name)
-        if found is None:
-            raise _damaged(source, f"its member {name} is missing")
-        if not isinstance(expected, dict) or \
-                hashlib.sha256(found).hexdigest() != expected.get("sha256"):
-            raise _damaged(source, f"its member {name} does not match the manifest's checksum")
-    unlisted = sorted(set(members) - set(listed) - {MANIFEST})
-    if unlisted:
-        raise _damaged(source, f"it holds members the manifest does not list: {unlisted[0]}")
-    try:
-        tables = {name: [json.loads(line) for line in members[_TABLE_MEMBER.format(name)]
-                         .splitlines()] for name in TABLE_NAMES}
-    except (KeyError, ValueError) as exc:
-        raise _damaged(source, f"a table cannot be read ({exc})") from None
-    files = {name[len(_FILE_MEMBER.format("")):]: content for name, content in members.items()
-             if name.startswith(_FILE_MEMBER.format(""))}
-    unknown = sorted(set(files) - set(DATA_FILES))
-    if unknown:
-        raise _damaged(source, f"it holds a file a coordinator does not keep: {unknown[0]}")
-    return Snapshot(tables, files, float(manifest.get("created_at", 0.0)),
-                    str(manifest.get("source", "unknown")))
+def from_bytes(data: bytes, source: str = "the archive",
+               max_unpacked: int = archive.MAX_UNPACKED) -> Snapshot:
+    """The snapshot an archive's bytes hold (see read)."""
+    return read(io.BytesIO(data), source, max_unpacked)
 
 
-def _members(data: bytes, source: str) -> dict[str, bytes]:
-    """Every regular file of the gzipped tar (gzip's CRC and length catch a truncated or
-    flipped stream before the checksums do)."""
+def read(stream: BinaryIO, source: str, max_unpacked: int = archive.MAX_UNPACKED) -> Snapshot:
+    """The snapshot a stream holds, streamed through the archive's rules (domain/archive.py):
+    the manifest first, every member checked against it as it is read, every row as it
+    arrives, then the documents as the store will decode them; ArchiveError naming source and
+    the member (and row) otherwise, never a snapshot partly read. Memory: what the rows hold,
+    at most about max_unpacked, whatever the archive says."""
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            members: dict[str, bytes] = {}
-            for info in tar:
-                handle = tar.extractfile(info) if info.isfile() else None
-                if handle is not None:
-                    members[info.name] = handle.read()
-            return members
+        with gzip.GzipFile(fileobj=stream, mode="rb") as unzipped:
+            bounded = _Bounded(unzipped, source, archive.MAX_MANIFEST + _HEADERS)
+            with tarfile.open(fileobj=bounded, mode="r|") as tar:
+                taken = _read_tar(tar, bounded, source, max_unpacked)
+            while bounded.read(_CHUNK):  # to the end: gzip checks its CRC and length there
+                pass
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
-        raise _damaged(source, f"it is not a complete gzipped tar ({exc})") from None
+        raise archive.damaged(source, f"it is not a complete gzipped tar ({exc})") from None
+    _check_documents(taken, source)
+    return taken
 
 
-def _manifest(members: Mapping[str, bytes], source: str) -> dict[str, Any]:
-    try:
-        manifest = json.loads(members[MANIFEST])
-    except (KeyError, ValueError):
-        raise _damaged(source, f"it has no readable {MANIFEST}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ArchiveError(f"{source} is not a coordinator backup (no {FORMAT} manifest): "
-                           "give the file `coordinator backup --out` wrote")
-    version = manifest.get("schema_version")
-    if not isinstance(version, int) or not isinstance(manifest.get("members"), dict):
-        raise _damaged(source, f"its {MANIFEST} lacks a schema_version or its members")
-    if version > SCHEMA_VERSION:
-        raise ArchiveError(f"{source} has schema version {version}, newer than this "
-                           f"coordinator reads ({SCHEMA_VERSION}): restore it with a coordinator "
-                           "at least as new as the one that took it")
-    return manifest
+# A tar header, with PAX records for a long name, per member; and the end of the archive, with
+# tarfile's read-ahead of a record: what a reader unpacks beyond the members' declared sizes.
+_HEADERS = 64 << 10
+_CHUNK = 64 << 10
 
 
-def _damaged(source: str, what: str) -> ArchiveError:
-    return ArchiveError(f"{source} is damaged: {what}. Nothing was restored: use another copy "
-                        "of the backup, or take a new one")
+class _Bounded:
+    """The unpacked stream, refused once more of it is read than the budget allows: no tar
+    header, padding or trailing data can make a reader unpack more than the manifest says."""
+
+    def __init__(self, stream: BinaryIO, source: str, budget: int) -> None:
+        self.stream = stream
+        self.source = source
+        self.budget = budget
+        self.read_so_far = 0
+
+    def read(self, size: int = -1) -> bytes:
+        wanted = self.budget - self.read_so_far + 1 if size < 0 else size
+        data = self.stream.read(min(wanted, self.budget - self.read_so_far + 1))
+        self.read_so_far += len(data)
+        if self.read_so_far > self.budget:
+            raise archive.damaged(self.source, "it unpacks to more than its manifest declares")
+        return data
+
+
+def _read_tar(tar: tarfile.TarFile, bounded: _Bounded, source: str,
+              max_unpacked: int) -> Snapshot:
+    first = tar.next()
+    if first is None or first.name != archive.MANIFEST or not first.isfile() or \
+            first.size > archive.MAX_MANIFEST:
+        raise archive.damaged(source, f"it has no readable {archive.MANIFEST} first")
+    handle = tar.extractfile(first)
+    manifest = archive.parse_manifest(handle.read() if handle else b"", source, TABLE_NAMES,
+                                      DATA_FILES, max_unpacked)
+    bounded.budget = bounded.read_so_far + sum(
+        member.size + _HEADERS for member in manifest.members.values()) + _HEADERS
+    tables: dict[str, list[dict[str, Any]]] = {}
+    files: dict[str, bytes] = {}
+    while (info := tar.next()) is not None:
+        member = manifest.members.get(info.name)
+        if member is None:
+            raise archive.damaged(source, f"it holds a member its manifest does not list: "
+                                          f"{info.name}")
+        if info.name in tables or info.name in files:
+            raise archive.damaged(source, f"it holds its member {info.name} twice")
+        if not info.isfile():
+            raise archive.damaged(source, f"its member {info.name} is not a regular file")
+        table = _TABLES.get(info.name)
+        if table is None:
+            files[info.name] = _whole(tar, info, member, source)
+            continue
+        rows = archive.TableRows(source, info.name, table)
+        _stream(tar, info, member, source, rows.feed)
+        tables[info.name] = rows.finish()
+    missing = sorted(set(manifest.members) - set(tables) - set(files))
+    if missing:
+        raise archive.damaged(source, f"its member {missing[0]} is missing")
+    by_table = {name: tables[archive.TABLE_MEMBER.format(name)] for name in TABLE_NAMES}
+    problem = archive.counts_problem(manifest, by_table) or archive.references_problem(by_table)
+    if problem:
+        raise archive.damaged(source, problem)
+    prefix = archive.FILE_MEMBER.format("")
+    return Snapshot(by_table, {name[len(prefix):]: data for name, data in files.items()},
+                    manifest.created_at, manifest.source)
+
+
+_TABLES = {archive.TABLE_MEMBER.format(table.name): archive.Columns(
+    dict(table.columns), table.nullable, table.unique) for table in TABLES}
+
+
+def _whole(tar: tarfile.TarFile, info: tarfile.TarInfo, member: archive.Member,
+           source: str) -> bytes:
+    """A small member's bytes (a file of the data dir's), checked against member."""
+    chunks: list[bytes] = []
+    _stream(tar, info, member, source, chunks.append)
+    return b"".join(chunks)
+
+
+def _stream(tar: tarfile.TarFile, info: tarfile.TarInfo, member: archive.Member, source: str,
+            sink: Callable[[bytes], None]) -> None:
+    """The member's bytes, a chunk at a time, checked against member, into sink."""
+    check = archive.MemberCheck(source, member)
+    handle = tar.extractfile(info)
+    while handle is not None and (chunk := handle.read(_CHUNK)):
+        check.feed(chunk)
+        sink(chunk)
+    check.finish()
+
+
+# How the PKI's files (server/pki.py, pki/*.crt and pki/*.key) are read, by their suffix.
+_PEM: dict[str, tuple[str, Callable[[bytes], object]]] = {
+    ".crt": ("certificate", x509.load_pem_x509_certificate),
+    ".key": ("private key", lambda data: serialization.load_pem_private_key(data, None)),
+}
+
+
+def _check_documents(taken: Snapshot, source: str) -> None:
+    """The secrets key a key, the PKI's files a PEM certificate or key, every cluster's spec a
+    spec and every machine's document a machine's, its secrets opening with the archive's key:
+    as the restored coordinator will read them, so that it never fails on what it took."""
+    for name, data in taken.files.items():
+        kind, load = _PEM.get(Path(name).suffix, ("", None)) if name.startswith("pki/") \
+            else ("", None)
+        try:
+            if load is not None:
+                load(data)
+        except (ValueError, TypeError, UnsupportedAlgorithm):
+            raise archive.damaged(source, f"its member {archive.FILE_MEMBER.format(name)} is "
+                                          f"not a PEM {kind}") from None
+    key = taken.files.get("secrets.key")
+    cipher = None
+    if key is not None:
+        raw = key_from_text(key)
+        if raw is None:
+            raise archive.damaged(source, f"its member {archive.FILE_MEMBER.format('secrets.key')}"
+                                          f" is not a secrets key ({KEY_BYTES} bytes in base64)")
+        cipher = Cipher(raw, source)
+    where = "row {} of its member " + archive.TABLE_MEMBER + ":"
+    for number, row in enumerate(taken.tables["clusters"], 1):
+        try:
+            spec_from_json(row["spec"])
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            raise archive.damaged(source, f"{where.format(number, 'clusters')} field spec is not "
+                                          f"a cluster's spec: {'.'.join(map(str, error['loc']))}"
+                                          f": {error['msg']}") from None
+    for number, row in enumerate(taken.tables["machines"], 1):
+        try:
+            machine = machine_from_row(row, cipher)
+            problem = archive.listed_problem(json.loads(row["doc"]))
+        except (KeyError, TypeError, ValueError, AttributeError, StoreError) as exc:
+            raise archive.damaged(source, f"{where.format(number, 'machines')} field doc is not "
+                                          f"a machine's ({type(exc).__name__}: {exc})") \
+                from None
+        if problem is not None:
+            raise archive.damaged(source, f"{where.format(number, 'machines')} field doc: "
+                                          f"{problem}")
+        if machine.id != row["id"]:
+            raise archive.damaged(source, f"{where.format(number, 'machines')} field doc is "
+                                          f"another machine's ({machine.id})")
 
 
 def write_archive(snapshot: Snapshot, path: Path) -> int:
@@ -186,12 +285,14 @@ def write_archive(snapshot: Snapshot, path: Path) -> int:
     return len(data)
 
 
-def read_archive(path: Path) -> Snapshot:
+def read_archive(path: Path, max_unpacked: int = archive.MAX_UNPACKED) -> Snapshot:
+    """The snapshot the archive at path holds, streamed from the file (see read)."""
     try:
-        data = path.read_bytes()
+        handle = path.open("rb")
     except OSError as exc:
         raise ArchiveError(f"cannot read {path}: {exc.strerror}") from None
-    return from_bytes(data, str(path))
+    with handle:
+        return read(handle, str(path), max_unpacked)
 
 
 def save(data: bytes, path: Path) -> None:

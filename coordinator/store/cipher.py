@@ -28,6 +28,15 @@ class SecretsKeyError(StoreError):
     secrets are never dropped or stored in the clear instead."""
 
 
+def key_from_text(text: bytes) -> bytes | None:
+    """The key a key file's text holds (KEY_BYTES bytes in base64); None when it holds none."""
+    try:
+        key = base64.b64decode(text.strip(), validate=True)
+    except ValueError:
+        return None
+    return key if len(key) == KEY_BYTES else None
+
+
 class Cipher:
     """Seals and opens text under one key. A sealed text is bound to its context ("machine ID"):
     moved into another machine's document, it fails to open instead of lending that machine

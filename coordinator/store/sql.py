@@ -149,8 +149,11 @@ class Table:
     0 and 1, PostgreSQL has columns of its own such as seq, which are left out)."""
 
     name: str
-    columns: tuple[tuple[str, str], ...]  # (name, kind): kind one of text, int, real, bool
+    # (name, kind): kind one of text, int, real, bool, or json (text holding a JSON object)
+    columns: tuple[tuple[str, str], ...]
     order: str  # the rows' order: an import in that order keeps listings' ties as they were
+    nullable: frozenset[str] = frozenset()  # the columns that may be null
+    unique: tuple[str, ...] = ()  # the columns no two rows share a value of (keys)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -176,28 +179,31 @@ class Table:
         return f"INSERT INTO {self.name} ({', '.join(self.names)}) VALUES ({params})"
 
 
-_KINDS: dict[str, Any] = {"text": str, "int": int, "real": float, "bool": bool}
-_T, _I, _R, _B = "text", "int", "real", "bool"
+_KINDS: dict[str, Any] = {"text": str, "int": int, "real": float, "bool": bool, "json": str}
+_T, _I, _R, _B, _J = "text", "int", "real", "bool", "json"
 
 # Every table of the coordinator's state, parents first (join tokens name their cluster).
 # Not here: schema_version (the target's own), secrets_key (claimed by the key the target
 # opens with), store_epoch (minted anew by the import), move_target (a restored or pivoted-to
 # coordinator names none), PostgreSQL's leader and event_ids (the replicas' bookkeeping).
 TABLES: tuple[Table, ...] = (
-    Table("clusters", (("name", _T), ("spec", _T), ("generation", _I), ("created_at", _R),
-                       ("updated_at", _R), ("deleting", _B)), "name"),
+    Table("clusters", (("name", _T), ("spec", _J), ("generation", _I), ("created_at", _R),
+                       ("updated_at", _R), ("deleting", _B)), "name", unique=("name",)),
     Table("join_tokens", (("id", _T), ("hash", _T), ("cluster", _T), ("created_at", _R),
                           ("expires_at", _R), ("max_uses", _I), ("uses", _I), ("revoked", _B)),
-          "created_at, {arrival}"),
+          "created_at, {arrival}", frozenset({"expires_at", "max_uses"}), ("id", "hash")),
     Table("admin_tokens", (("id", _T), ("hash", _T), ("name", _T), ("role", _T),
-                           ("created_at", _R), ("revoked", _B)), "created_at, {arrival}"),
+                           ("created_at", _R), ("revoked", _B)), "created_at, {arrival}",
+          unique=("id", "hash")),
     Table("machines", (("id", _T), ("cluster", _T), ("hostname", _T), ("state", _T),
                        ("credential_hash", _T), ("responding", _B), ("last_seen", _R),
-                       ("doc", _T)), "id"),
+                       ("doc", _J)), "id", unique=("id",)),
     Table("removed_machines", (("id", _T), ("cluster", _T), ("hostname", _T),
-                               ("credential_hash", _T), ("removed_at", _R)), "id"),
+                               ("credential_hash", _T), ("removed_at", _R)), "id",
+          unique=("id",)),
     Table("events", (("id", _I), ("time", _R), ("cluster", _T), ("machine", _T),
-                     ("hostname", _T), ("kind", _T), ("message", _T), ("data", _T)), "id"),
+                     ("hostname", _T), ("kind", _T), ("message", _T), ("data", _J)), "id",
+          frozenset({"machine", "hostname"}), ("id",)),
 )
 TABLE_NAMES = tuple(table.name for table in TABLES)
 

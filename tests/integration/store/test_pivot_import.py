@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import AsyncIterator
+from io import BytesIO
 from pathlib import Path
 
 import pytest
@@ -55,15 +56,16 @@ async def archive(store: Store, data_dir: Path) -> bytes:
 async def test_the_target_imports_once_with_its_own_key_and_admin_tokens(
         store: Store, target: Store, tmp_path: Path) -> None:
     data = await archive(store, tmp_path / "old")
-    assert await import_archive(target, TARGET_CIPHER, data, "pv-1", "https://old", 5.0) \
-        == ["m-1", "m-2"]
+    assert await import_archive(target, TARGET_CIPHER, BytesIO(data), "pv-1", "https://old",
+                                5.0) == ["m-1", "m-2"]
     # its secrets open with the target's key (sealed with the old one, they would not)
     assert await target.get_machine("m-1") == with_secrets(full_machine("m-1"))
     assert [t.name for t in await target.list_admin_tokens()] == ["initial"]
     assert await target.admin_token("hash-old") is None
-    assert await import_archive(target, TARGET_CIPHER, data, "pv-1", "https://old", 6.0) is None
+    assert await import_archive(target, TARGET_CIPHER, BytesIO(data), "pv-1", "https://old",
+                                6.0) is None
     with pytest.raises(Conflict, match="already holds the state of pivot pv-1"):
-        await import_archive(target, TARGET_CIPHER, data, "pv-2", "https://other", 7.0)
+        await import_archive(target, TARGET_CIPHER, BytesIO(data), "pv-2", "https://other", 7.0)
     (marker,) = await target.list_events(kinds=[IMPORTED])
     assert marker.data == {"pivot": "pv-1", "from": "https://old"}
 
@@ -74,6 +76,6 @@ async def test_a_target_holding_state_is_refused_with_nothing_written(
     await target.put_cluster(cluster(worker=ONE_ITEM, name="mine"), now=1.0)
     with pytest.raises(Conflict, match=r"already holds a coordinator's state \(rows in "
                                        r"clusters\)"):
-        await import_archive(target, TARGET_CIPHER, data, "pv-1", "https://old", 5.0)
+        await import_archive(target, TARGET_CIPHER, BytesIO(data), "pv-1", "https://old", 5.0)
     assert [c.spec.name for c in await target.list_clusters()] == ["mine"]
     assert await target.list_machines() == [] and await target.list_events() == []

@@ -6,6 +6,7 @@ commits only."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import sqlite3
@@ -19,6 +20,7 @@ import asyncpg
 import pytest
 
 from coordinator.domain.records import Event
+from coordinator.server import pki
 from coordinator.service import snapshot as snapshot_mod
 from coordinator.store.base import Store, StoreError
 from coordinator.store.postgres import PostgresStore
@@ -195,12 +197,10 @@ async def test_an_export_while_commits_go_on_holds_whole_commits_only(store: Sto
 # -- a snapshot of the coordinator: the store and the data dir's identity files together --------
 
 def identity(data_dir: Path) -> dict[str, bytes]:
-    files = {"pki/ca.crt": b"ca cert", "pki/ca.key": b"ca key", "pki/server.crt": b"cert",
-             "pki/server.key": b"key", "secrets.key": b"secrets key"}
-    for name, data in files.items():
-        (data_dir / name).parent.mkdir(parents=True, exist_ok=True)
-        (data_dir / name).write_bytes(data)
-    return files
+    pki.create(pki.Pki(data_dir / "pki"), ["coordinator.test"])
+    # the key the store's secrets are sealed with
+    (data_dir / "secrets.key").write_bytes(base64.b64encode(bytes(range(32))) + b"\n")
+    return {name: (data_dir / name).read_bytes() for name in snapshot_mod.DATA_FILES}
 
 
 async def test_a_restored_coordinator_has_the_same_state_and_files_private(

@@ -4,15 +4,21 @@ read."""
 
 from __future__ import annotations
 
+import base64
 import gzip
 import io
 import json
 import stat
 import tarfile
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
+from coordinator.domain.archive import MAX_ROW
 from coordinator.server import secrets_key
 from coordinator.server.pki import Pki
 from coordinator.service.snapshot import (
@@ -24,14 +30,21 @@ from coordinator.service.snapshot import (
     to_bytes,
     write_archive,
 )
-from tests.support.archives import repacked
+from coordinator.store.codec import machine_to_row, spec_to_json
+from coordinator.store.sql import TABLES
+from tests.support.archives import bomb, members, packed, repacked
+from tests.support.builders import ONE_ITEM, TEST_CIPHER, cluster, full_machine, with_secrets
 
 SNAPSHOT = Snapshot(
-    tables={"clusters": [{"name": "edge", "spec": "{}", "generation": 2, "created_at": 1.0,
+    tables={"clusters": [{"name": "edge", "spec": spec_to_json(cluster(worker=ONE_ITEM)),
+                          "generation": 2, "created_at": 1.0,
                           "updated_at": 2.5, "deleting": False}],
             "events": [{"id": 7, "time": 3.0, "cluster": "edge", "machine": None,
                         "hostname": None, "kind": "audit", "message": "m", "data": "{}"}]},
-    files={"pki/ca.key": b"-----BEGIN PRIVATE KEY-----\n", "secrets.key": b"a2V5\n"},
+    files={"pki/ca.key": ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()),
+           "secrets.key": base64.b64encode(bytes(32)) + b"\n"},
     created_at=1700000000.25, source="sqlite")
 
 
@@ -114,3 +127,128 @@ def test_the_files_a_snapshot_carries_are_those_the_server_keeps(tmp_path: Path)
     kept = {pki.ca_cert, pki.ca_key, pki.server_cert, pki.server_key,
             tmp_path / secrets_key.FILE_NAME}
     assert {tmp_path / name for name in DATA_FILES} == kept
+
+
+# -- what the reader refuses, whatever the manifest says --------------------------------------
+
+MACHINE = with_secrets(full_machine("m-1"))
+FULL = Snapshot(
+    tables={**SNAPSHOT.tables,
+            "join_tokens": [{"id": "t-1", "hash": "h-1", "cluster": "edge", "created_at": 1.0,
+                             "expires_at": None, "max_uses": None, "uses": 0, "revoked": False}],
+            "admin_tokens": [{"id": "a-1", "hash": "h-a", "name": "initial", "role": "admin",
+                              "created_at": 1.0, "revoked": False}],
+            "machines": [dict(zip(("id", "cluster", "hostname", "state", "credential_hash",
+                                   "responding", "last_seen", "doc"),
+                                  machine_to_row(MACHINE, TEST_CIPHER), strict=False))],
+            "removed_machines": [{"id": "m-0", "cluster": "edge", "hostname": "h",
+                                  "credential_hash": "c", "removed_at": 1.0}]},
+    files={"secrets.key": base64.b64encode(bytes(range(32))) + b"\n"},  # TEST_CIPHER's
+    created_at=1.0, source="sqlite")
+WRONG = {"text": 1, "int": "1", "real": "1.5", "bool": "true", "json": "[]"}
+
+
+def test_a_full_snapshot_reads_back_with_its_machine_and_its_secrets() -> None:
+    back = from_bytes(to_bytes(FULL))
+    assert back.tables == {name: list(rows) for name, rows in FULL.tables.items()}
+
+
+@pytest.mark.parametrize(("table", "column", "kind"), [
+    (table.name, name, kind) for table in TABLES for name, kind in table.columns])
+def test_every_field_of_every_table_of_the_wrong_type_is_refused_naming_member_and_row(
+        table: str, column: str, kind: str) -> None:
+    """What restore and the pivot's import both read: a field the store would have taken (as
+    text, say) or failed on is refused first, naming where it is."""
+    rows = [dict(row) for row in FULL.tables[table]]
+    rows[0][column] = WRONG[kind]
+    crafted = to_bytes(replace(FULL, tables={**FULL.tables, table: rows}))
+    with pytest.raises(ArchiveError, match=rf"^b.tgz is damaged: row 1 of its member "
+                                           rf"tables/{table}.jsonl: field {column} is "):
+        from_bytes(crafted, "b.tgz")
+    nullable = next(t for t in TABLES if t.name == table).nullable
+    if column not in nullable:
+        rows[0][column] = None
+        with pytest.raises(ArchiveError, match=rf"field {column} is null, not "):
+            from_bytes(to_bytes(replace(FULL, tables={**FULL.tables, table: rows})), "b.tgz")
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    ({"machines": [{**FULL.tables["machines"][0], "doc": "{}"}]},
+     r"row 1 of its member tables/machines.jsonl: field doc is not a machine's \(TypeError"),
+    ({"machines": [{**FULL.tables["machines"][0], "doc": json.dumps(
+        {**json.loads(FULL.tables["machines"][0]["doc"]), "state": "Sideways"})}]},
+     r"row 1 of its member tables/machines.jsonl: field doc is not a machine's \(ValueError: "
+     "'Sideways' is not a valid MachineState"),
+    *[({"machines": [{**FULL.tables["machines"][0], "doc": json.dumps(
+        {**json.loads(FULL.tables["machines"][0]["doc"]), field: value})}]},
+       f"row 1 of its member tables/machines.jsonl: field doc: its {problem}")
+      for field, value, problem in [("ip", 7, "ip is integer, not text"),
+                                    ("role", ["worker"], "role is array, not text"),
+                                    ("state_since", "1", "state_since is text, not a finite number"),
+                                    ("labels", ["a"], "labels are not an object of text"),
+                                    ("labels", {"a": 1}, "labels are not an object of text")]],
+    ({"machines": [{**FULL.tables["machines"][0], "id": "m-2"}]},
+     "row 1 of its member tables/machines.jsonl: field doc is another machine's"),
+    ({"clusters": [{**FULL.tables["clusters"][0], "spec": '{"name": "edge"}'}]},
+     "row 1 of its member tables/clusters.jsonl: field spec is not a cluster's spec: "),
+    ({"join_tokens": [{**FULL.tables["join_tokens"][0], "cluster": "gone"}]},
+     "row 1 of its member tables/join_tokens.jsonl: its cluster 'gone' is not in the archive"),
+    ({"machines": FULL.tables["machines"] * 2},
+     "row 2 of its member tables/machines.jsonl: it repeats the id 'm-1' of an earlier row"),
+])
+def test_a_row_the_store_could_not_decode_is_refused_naming_member_and_row(
+        change: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ArchiveError, match=f"^b.tgz is damaged: {problem}"):
+        from_bytes(to_bytes(replace(FULL, tables={**FULL.tables, **change})), "b.tgz")
+
+
+def test_a_secrets_key_that_is_not_one_or_does_not_open_the_secrets_is_refused() -> None:
+    for key in (b"not base64!\n", base64.b64encode(b"short") + b"\n"):
+        with pytest.raises(ArchiveError, match=r"its member files/secrets.key is not a secrets "
+                                               r"key \(32 bytes in base64\)"):
+            from_bytes(to_bytes(replace(FULL, files={"secrets.key": key})), "b.tgz")
+    other = base64.b64encode(bytes(32)) + b"\n"
+    with pytest.raises(ArchiveError, match=r"row 1 of its member tables/machines.jsonl: field "
+                                           r"doc is not a machine's \(SecretsKeyError"):
+        from_bytes(to_bytes(replace(FULL, files={"secrets.key": other})), "b.tgz")
+
+
+def test_a_pki_file_that_is_not_pem_is_refused_naming_it() -> None:
+    for name, kind in (("pki/ca.crt", "certificate"), ("pki/server.key", "private key")):
+        with pytest.raises(ArchiveError, match=f"its member files/{name} is not a PEM {kind}"):
+            from_bytes(to_bytes(replace(FULL, files={**FULL.files, name: b"garbage"})), "b.tgz")
+
+
+def test_members_out_of_the_manifest_s_order_or_kind_are_refused() -> None:
+    contents = members(to_bytes(FULL))
+    manifest = contents.pop("manifest.json")
+    with pytest.raises(ArchiveError, match=r"it has no readable manifest.json first"):
+        from_bytes(packed({**contents, "manifest.json": manifest}), "b.tgz")
+    with pytest.raises(ArchiveError, match=r"it holds a member its manifest does not list: "
+                                           r"extra"):
+        from_bytes(packed({"manifest.json": manifest, "extra": b"", **contents}), "b.tgz")
+    with pytest.raises(ArchiveError, match=r"its member files/secrets.key is missing"):
+        from_bytes(packed({"manifest.json": manifest, **{
+            name: data for name, data in contents.items() if name != "files/secrets.key"}}),
+                   "b.tgz")
+
+
+def test_a_bomb_is_refused_at_the_first_byte_beyond_what_it_declares_or_before_it() -> None:
+    """A gzip of 20 MiB of zeros (20 KiB), in three disguises: the manifest lying about its
+    size, declaring it (rows of zeros: refused at the first row longer than a row may be), or
+    declaring more than the reader unpacks (refused before any member is read)."""
+    data = to_bytes(FULL)
+    events = "tables/events.jsonl"
+    declared = bomb(data, events, 20 << 20, 20 << 20)
+    cases = {
+        "lies": (bomb(data, events, 20 << 20), None, rf"its member {events} is larger than "
+                                                     r"the \d+ bytes its manifest declares"),
+        "declares": (declared, None,
+                     rf"row 1 of its member {events}: it is longer than {MAX_ROW} bytes"),
+        "over the cap": (declared, 8 << 20, r"would unpack to 20.\d MiB, more than the 8.0 MiB this "
+                                            r"coordinator reads"),
+    }
+    for name, (content, cap, problem) in cases.items():
+        with pytest.raises(ArchiveError, match=f"^b.tgz .*{problem}"):
+            from_bytes(content, "b.tgz", *([cap] if cap else []))
+        assert len(content) < 64 << 10, name

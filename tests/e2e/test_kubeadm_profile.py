@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from tests.support.k8s_doubles.calls import Call, agent_env, calls
+from tests.support.k8s_doubles.control import stop_all
 from tests.support.k8s_doubles.network import NetworkPlugin
 from tests.support.kubeadm_profile import PROFILE
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
@@ -74,6 +75,7 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         servers.append(stack.enter_context(kube_api_server(
             Cluster(ready_delay=0.2), netns=network.hub.name, host=HUB_IP)))
         plugins.append(stack.enter_context(NetworkPlugin(servers[0], log_path)))
+        stack.callback(stop_all, state)  # the kubelet doubles, static pods and etcd left running
         return agent_env(log_path, state, servers[0].url)
 
     with fleet(tmp_path, managers=MANAGERS, workers=WORKERS, cluster_spec=profile,

@@ -8,7 +8,6 @@ quorum is lost."""
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,12 +17,9 @@ import pytest
 import yaml
 
 from tests.support.k8s_doubles import control
-from tests.support.k8s_doubles.calls import agent_env
 from tests.support.k8s_doubles.kubeadm import INIT_PHASES
 from tests.support.k8s_doubles.pki import ca_hash
-from tests.support.kubeapi import kube_api_server
-from tests.support.lan import HUB_IP, Lan, Node, lan
-from tests.support.requirements import require_binary
+from tests.support.lan import Lan, Node
 from tests.support.waiting import wait_until
 
 
@@ -68,12 +64,8 @@ class Cluster:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    require_binary("etcd")
-    require_binary("etcdctl")
-    with lan(["m1", "m2", "m3"]) as network, contextlib.ExitStack() as stack:
-        api = stack.enter_context(kube_api_server(netns=network.hub.name, host=HUB_IP))
-        stack.callback(control.stop_all, tmp_path / "state")
-        yield Cluster(network, tmp_path, agent_env(tmp_path / "log", tmp_path / "state", api.url))
+    with control.doubled_lan(["m1", "m2", "m3"], tmp_path) as (network, env, _):
+        yield Cluster(network, tmp_path, env)
 
 
 def ok(done: subprocess.CompletedProcess[str]) -> str:

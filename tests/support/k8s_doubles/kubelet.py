@@ -18,7 +18,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -101,9 +103,22 @@ def manifest(pod: str, command: list[str]) -> dict[str, Any]:
             "spec": {"hostNetwork": True, "containers": [{"name": pod, "command": command}]}}
 
 
+def etcd_binary() -> str:
+    """The real etcd, through a link named etcd-double: the test's nodes share one process
+    table, and an agent's check for a previous installation (a process named etcd) must not
+    see another node's etcd, as it would not on separate machines."""
+    link = state_dir() / "bin" / "etcd-double"
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            link.symlink_to(shutil.which("etcd") or "/usr/bin/etcd")
+    return str(link)
+
+
 def pod_argv(pod: str, spec: dict[str, Any]) -> list[str]:
     if pod == "etcd":
-        return [mapped(a) for a in spec["spec"]["containers"][0]["command"]]
+        command = spec["spec"]["containers"][0]["command"]
+        return [etcd_binary(), *(mapped(a) for a in command[1:])]
     address, port = PORTS[pod]
     return [sys.executable, __file__, "listen", address, str(port)]
 

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from tests.support.k8s_doubles.calls import Call, agent_env, calls
-from tests.support.k8s_doubles.control import stop_all
+from tests.support.k8s_doubles.control import etcd_members, stop_all
 from tests.support.k8s_doubles.network import NetworkPlugin
 from tests.support.kubeadm_profile import PROFILE
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
@@ -86,6 +86,7 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         f.wait_for("every token deleted", lambda: tokens_left(calls(log_path)) == set())
         machines = {m["hostname"]: m for m in f.admin_json("machines")}
         nodes = nodes_of(servers[0])
+        members = etcd_names(f, "m3")
         ready_at = {e["hostname"]: e["time"] for e in f.events()
                     if e["kind"] == "state" and e["data"].get("to") == "Ready"
                     and e["data"].get("from") == "Deploy"}
@@ -110,6 +111,7 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         drained_at = next(e["time"] for e in f.events() if e["kind"] == "drain"
                           and e["message"].startswith("w4 drained"))
         managers_removed = managers_leave_within_quorum(f)
+        members_left = etcd_names(f, "m2")
 
     # No machine was Ready before its Node: each left Deploy only after its Node turned Ready
     # (they register NotReady, and turn Ready once the CNI applied on m1 runs on them).
@@ -202,10 +204,19 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
     reset = next(c for c in kubeadm if c.is_("kubeadm", "reset") and c.host == "w4")
     assert drained_at <= reset.start, "w4 reset before its drain ended"
     assert managers_removed == ["m3"]
+    # One real etcd member per manager, as a manager's etcd sees them; m3's removed by its reset.
+    assert members == sorted(MANAGERS)
+    assert members_left == ["m1", "m2"]
     assert sorted(c.host for c in kubeadm if c.is_("kubeadm", "reset")) == ["m3", "w4"]
     assert any(c.host == "w4" and c.is_("iptables") for c in log)
     assert not (f.root("w4") / "etc/kubernetes").exists()
     assert (f.root("w4") / "etc/containerd/config.toml").exists()
+
+
+def etcd_names(f: Fleet, via: str) -> list[str]:
+    """The etcd members' names as the etcd of manager via sees them."""
+    node = next(n for n in f.lan.nodes if n.hostname == via)
+    return sorted(m["name"] for m in etcd_members(f.root(via), node.ns.argv([])))
 
 
 def tokens_left(log: list[Call]) -> set[str]:

@@ -110,8 +110,9 @@ def test_init_writes_each_phase_in_order_and_a_kill_leaves_the_earlier_phases(
     m2 = cluster.network.nodes[1]
     token = ok(cluster.run(m1, "kubeadm", "token", "create")).strip()
     cluster.join_config(m2, f"{m1.ip}:6443", token, None)
-    control.arm(cluster.state, kill=["m2:join:kubelet-start"])
-    assert cluster.run(m2, "kubeadm", "join", "--config", "/join.yaml").returncode == -9
+    killed = m2.ns.run(["kubeadm", "join", "--config", "/join.yaml"], cwd=cluster.root(m2),
+                       env={**cluster.env, "K8S_DOUBLES_KILL": "m2:join:kubelet-start"})
+    assert killed.returncode == -9
     left = files(cluster.root(m2))
     assert {"etc/kubernetes/kubelet.conf", "etc/kubernetes/pki/ca.crt",
             "var/lib/kubelet/config.yaml"} <= left
@@ -175,6 +176,8 @@ def test_tokens_and_uploaded_certificates_expire_on_the_clock_and_upgrades_follo
     assert "won't proceed" in cluster.run(m1, "kubeadm", "upgrade", "apply", "v1.34.1").stderr
     ok(apply("v1.34.1"))
     assert "v1.34.1" in ok(cluster.run(m1, "kubelet", "--version"))
+    # upgrade node follows the cluster's version, whatever kubeadm is installed on the node.
+    ok(cluster.run(m1, "kubeadm", "upgrade", "node"))
 
 
 def test_three_managers_make_one_etcd_a_member_is_removed_from_another_and_reset_warns_without_quorum(

@@ -29,6 +29,7 @@ from tests.support.k8s_doubles.network import NetworkPlugin
 from tests.support.kubeadm_profile import PROFILE
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 from tests.support.lan import HUB_IP, Lan
+from tests.support.requirements import require_binary
 from tests.support.rollout import Fleet, all_ready, fleet
 
 MANAGERS = ["m1", "m2", "m3"]
@@ -64,6 +65,8 @@ def window(log: list[Call], host: str) -> tuple[float, float]:
 
 
 def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) -> None:
+    require_binary("etcd")  # each manager's real etcd, which the doubles run
+    require_binary("etcdctl")
     profile = PROFILE.read_text()
     spec = yaml.safe_load(profile)
     log_path, state = tmp_path / "doubles.log", tmp_path / "doubles-state"

@@ -4,8 +4,9 @@ network namespace the test made into a host with its own firewall and interfaces
 ufw-like chain, a DROP policy, a NAT rule, rules in both iptables backends and in an nftables
 table of its own) and then gave what Kubernetes and its CNI leave behind: kube-proxy's,
 the kubelet's, calico's, cilium's and the CNI plugins' chains and the rules that jump to them,
-kube-proxy's nftables table, their interfaces and directories. Afterwards the host is as it was
-before Kubernetes, and a second run (the agent retries an item) changes nothing."""
+calico's own rules in the built-in chains, the nftables tables of kube-proxy and calico, their
+interfaces and directories. Afterwards the host is as it was before Kubernetes, and a second
+run (the agent retries an item) changes nothing."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ HOST = [  # the host's own firewall and interfaces, each a command
     "iptables -A INPUT -j ufw-user-input",
     "iptables -A ufw-user-input -p tcp --dport 443 -m comment --comment kube-api-lb -j ACCEPT",
     "iptables -t nat -A POSTROUTING -s 172.17.0.0/16 -j MASQUERADE",
+    "iptables -A INPUT -p tcp --dport 179 -m comment --comment 'calico bgp' -j ACCEPT",
     "ip6tables -P INPUT DROP",
     "ip6tables -A INPUT -p tcp --dport 22 -j ACCEPT",
     "iptables-legacy -N host-legacy",
@@ -56,6 +58,8 @@ KUBERNETES = [  # what kube-proxy, the kubelet and the CNIs leave, as they make 
     "iptables -N cali-wl-to-host",
     "iptables -A cali-INPUT -i cali+ -g cali-wl-to-host",
     "iptables -I INPUT 1 -m comment --comment cali:Cz_u1IQiXIMmKD4c -j cali-INPUT",
+    "iptables -A FORWARD -m comment --comment cali:S93hcgKJrXEqnTfs -m comment --comment"
+    " 'Policy explicitly accepted packet.' -m mark --mark 0x10000/0x10000 -j ACCEPT",
     "iptables -N CILIUM_INPUT",
     "iptables -A INPUT -m comment --comment 'cilium-feeder: CILIUM_INPUT' -j CILIUM_INPUT",
     "ip6tables -N KUBE-FORWARD",
@@ -63,6 +67,7 @@ KUBERNETES = [  # what kube-proxy, the kubelet and the CNIs leave, as they make 
     "iptables-legacy -t nat -N CNI-HOSTPORT-DNAT",
     "iptables-legacy -t nat -A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
     "nft add table ip kube-proxy",
+    "nft add table ip6 calico",
     "ip link add cni0 type bridge",
     "ip link add flannel.1 type vxlan id 1 dstport 8472",
     "ip link add vxlan.calico type vxlan id 4096 dstport 4790",

@@ -1,21 +1,23 @@
 """The ordering invariants as properties: random fleets, random agent reports, admin actions,
 new releases (with changed items, and upgrade items kept from earlier releases), items changed
 at the same release, drains, Nodes registering (with Kubernetes access: Deploy ends once the
-machine's Node is Ready) and machines that stop answering, interleaved with planner passes;
-after every pass (and every prefix of its decisions) the invariants hold, no agent is ever
-told to run an upgrade item of a release its machine deployed or upgraded at, and once agents
-apply everything and drains finish the fleet converges within a known bound: every machine
-applied every current item of its role. Agents are modelled as holding the assignment they
-last fetched (when their generation moved, or when they restarted): at no moment do two of
-them hold the post-deploy step."""
+machine's Node is Ready), Ready machines' Nodes found down and back, and machines that stop
+answering, interleaved with planner passes; after every pass (and every prefix of its
+decisions) the invariants hold, no agent is ever told to run an upgrade item of a release its
+machine deployed or upgraded at, and once agents apply everything, drains finish and Nodes
+are Ready again the fleet converges within a known bound: every machine applied every current
+item of its role. Agents are modelled as holding the assignment they last fetched (when their
+generation moved, or when they restarted): at no moment do two of them hold the post-deploy
+step."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from coordinator.domain.assignment import AssignmentInputs, build_assignment
@@ -238,14 +240,17 @@ class World:
             return
         i = ready[index % len(ready)]
         m = self.machines[i]
-        up = m.node is not None and not m.node.ready
-        m = replace(m, node=observed(m.node, self.now, m.hostname,
-                                     ("True" if up else "False", "", ""),
-                                     desired_metadata(self.spec, m).digest()))
+        m = self.looked_at(m, ready=m.node is not None and not m.node.ready)
         if found_down(self.spec, m):
             event("a Ready machine's Node is found down")
         self.machines[i] = m
         self.taken_in([m])
+
+    def looked_at(self, m: Machine, ready: bool) -> Machine:
+        """m once a look (the node watch's) finds its Node, named as its host, Ready or not."""
+        return replace(m, node=observed(m.node, self.now, m.hostname,
+                                        ("True" if ready else "False", "", ""),
+                                        desired_metadata(self.spec, m).digest()))
 
     def drain_step(self, m: Machine, index: int) -> Machine:
         """The coordinator's Kubernetes side moves an upgrading node one step on: cordon and
@@ -255,10 +260,7 @@ class World:
         then turn Ready."""
         if awaits_node(self.spec, m):
             event("a machine waits in Deploy for its Node")
-            ready = m.node is not None or index % 2 == 1
-            return replace(m, node=observed(m.node, self.now, m.hostname,
-                                            ("True" if ready else "False", "", ""),
-                                            desired_metadata(self.spec, m).digest()))
+            return self.looked_at(m, ready=m.node is not None or index % 2 == 1)
         if m.state is not S.UPGRADE or not needs_drain(self.spec, m):
             return m
         stage = m.drain.stage if m.drain else None
@@ -440,6 +442,8 @@ def check_decisions(
         if d.to_state in (S.DEPLOY, S.UPGRADE) and m.role == "manager":
             assert not any(o.role == "manager" and o.state is S.DELETING for o in after), \
                 f"{m.hostname} admitted to {d.to_state} while a manager leaves"
+            assert not any(o.role == "manager" and found_down(spec, o) for o in before), \
+                f"{m.hostname} admitted to {d.to_state} while a manager's Node is down"
         if d.to_state is S.UPGRADE:
             check_upgrade_admission(spec, m, after)
         if d.from_state is S.UPGRADE:
@@ -541,7 +545,13 @@ def worlds(draw: st.DrawFn, managers: Counts = (0, 6), workers: Counts = (0, 30)
     roles: list[Role] = (["manager"] * draw(st.integers(*managers))
                          + ["worker"] * draw(st.integers(*workers)))
     some = st.sets(st.integers(0, max(len(roles) - 1, 0)), max_size=len(roles))
-    unapproved, roleless, failing = draw(some), draw(some), draw(some)
+    return fleet(spec, roles, unapproved=draw(some), roleless=draw(some), failing=draw(some))
+
+
+def fleet(spec: ClusterSpec, roles: Sequence[Role], unapproved: AbstractSet[int] = frozenset(),
+          roleless: AbstractSet[int] = frozenset(), failing: AbstractSet[int] = frozenset()) -> World:
+    """The world of a fresh fleet of these roles: machine n unapproved, without its role yet
+    or failing a hard precheck if n is in that set."""
     machines = [
         machine(
             f"{role[0]}{n}",
@@ -565,6 +575,20 @@ def histories(kinds: Sequence[str]) -> st.SearchStrategy[list[tuple[str, int]]]:
                     min_size=20, max_size=100)
 
 
+def a_managers_node_found_down() -> World:
+    """The fleet of the history pinned below: two managers with a prepare item each, in a
+    cluster the coordinator reaches (Deploy ends once the Node is Ready)."""
+    spec = upgraded_cluster(
+        cluster(manager=items("prepare", 1), kubernetes={"kubeconfig": "/etc/coordinator/kubeconfig"}),
+        release="1.0.0-upgrade")
+    return fleet(spec, ["manager", "manager"])
+
+
+# Found by a random search: m1 prepares and deploys first, its Node registers Ready and is then
+# found down; m0, prepared meanwhile, waits for it (planner.down_manager) until it is Ready again.
+@example(world=a_managers_node_found_down(),
+         history=[("plan", 0), ("finish", 1), ("plan", 0), ("drain", 1), ("plan", 0), ("node", 0),
+                  ("finish", 0), ("plan", 0)])
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(world=worlds(), history=histories(EVENT_KINDS))
 def test_invariants_hold_and_the_fleet_converges(
@@ -616,10 +640,16 @@ def live_through(world: World, history: list[tuple[str, int]]) -> None:
 
 
 def settle(world: World) -> bool:
-    """Liveness: every agent answers and applies whatever it is asked, every drain goes
-    through, the upgrade is resumed, and nobody else acts; the fleet converges within a
-    known bound. Whether a manager is up."""
-    world.machines = [replace(m, responding=True) for m in world.machines]
+    """Liveness: every agent answers and applies whatever it is asked, every Node found down
+    is found Ready again, every drain goes through, the upgrade is resumed, and nobody else
+    acts; the fleet converges within a known bound. Whether a manager is up.
+
+    The Nodes come back because the real coordinator waits for them: while a manager's Node
+    is found down no manager deploys or upgrades (planner.down_manager, as etcd asks),
+    until the node watch finds it Ready again or the operator deletes that manager. A Node
+    left down forever is a fleet that is not live, not one the planner should converge."""
+    world.machines = [replace(world.looked_at(m, ready=True) if found_down(world.spec, m) else m,
+                              responding=True) for m in world.machines]
     world.apply(upgraded_cluster(world.spec, release=world.spec.release, paused=False))
     managers, workers = world.joining()
     settings = world.spec.settings

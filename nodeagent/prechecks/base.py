@@ -10,7 +10,7 @@ from typing import Any
 from nodeagent.config import AgentConfig
 from nodeagent.contract import Role
 from nodeagent.host import Host
-from nodeagent.protocol import Severity, Status
+from nodeagent.protocol import Severity, Stage, Status
 
 
 @dataclass(frozen=True)
@@ -71,3 +71,4 @@ class Check:
     run: Callable[[CheckContext], Awaitable[Outcome]]
     # Network checks derive their bound from their own configured timeout.
     timeout: Callable[[AgentConfig], float] = lambda config: config.thresholds.check_timeout
+    stage: Stage = Stage.HOST

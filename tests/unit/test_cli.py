@@ -127,9 +127,24 @@ def test_json_report(machine: FakeNode) -> None:
     assert cpu.severity == "hard"
 
 
-def test_hard_failure_exits_1_with_its_remedy(machine: FakeNode) -> None:
+def test_a_prerequisite_off_before_prepare_is_to_be_set_by_prepare(machine: FakeNode) -> None:
+    """Forwarding off on a stock host: what the cluster's prepare items set, so not a failure
+    before them (exit 0), marked and explained."""
     machine.tree.write("/proc/sys/net/ipv4/ip_forward", "0\n")
     result = machine.precheck(*IGNORE_LIVE)
+    assert result.exit_code == 0, result.output
+    assert statuses(result.stdout)["ip-forward"] == "WARN^"
+    assert ", 0 failed, " in result.stdout
+    assert "^ to be set by Prepare" in result.stdout
+    report = json.loads(machine.precheck("--output", "json", *IGNORE_LIVE).stdout)
+    check = next(c for c in report["checks"] if c["name"] == "ip-forward")
+    assert (report["ok"], report["prepared"]) == (True, False)
+    assert (check["status"], check["stage"], check["deferred"]) == ("warn", "prepare", True)
+
+
+def test_hard_failure_exits_1_with_its_remedy(machine: FakeNode) -> None:
+    machine.tree.write("/proc/sys/net/ipv4/ip_forward", "0\n")
+    result = machine.precheck("--prepared", *IGNORE_LIVE)
     assert result.exit_code == 1, result.output
     assert statuses(result.stdout)["ip-forward"] == "FAIL"
     assert "IPv4 forwarding is off (/proc/sys/net/ipv4/ip_forward = 0)" in result.stdout
@@ -139,7 +154,7 @@ def test_hard_failure_exits_1_with_its_remedy(machine: FakeNode) -> None:
         f"{HOSTNAME} cannot join a cluster: fix the failures above."
     )
 
-    ignored = machine.precheck("--ignore", "ip-forward", *IGNORE_LIVE)
+    ignored = machine.precheck("--prepared", "--ignore", "ip-forward", *IGNORE_LIVE)
     assert ignored.exit_code == 0, ignored.output
     assert statuses(ignored.stdout)["ip-forward"] == "WARN*"
     assert ", 0 failed, " in ignored.stdout

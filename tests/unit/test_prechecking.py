@@ -50,7 +50,7 @@ class Scripted(Prechecks):
         self.runs = 0
         self.waiting, self.cancelled = asyncio.Event(), asyncio.Event()
 
-    async def run(self) -> Document:
+    async def run(self, prepared: bool = False) -> Document:
         self.runs += 1
         for ok in self.outcomes:
             return {"ok": ok}

@@ -16,7 +16,8 @@ tools, record every call, and change nothing outside the caller's working direct
   what kubeadm checks (the token exists, has not expired nor been deleted, the CA hash is
   pinned, a control-plane join's certificate key is the uploaded one) and fails like kubeadm.
 - kubectl remembers the images set on Deployments (`set image`) to answer `get deployment`.
-- Every other command (systemctl, apt-get, modprobe, ...) is recorded and succeeds.
+- modprobe and sysctl change the root's /proc/sys as the kernel does (sysfs.py).
+- Every other command (systemctl, apt-get, ...) is recorded and succeeds.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from sysfs import Failure as KernelFailure
+from sysfs import modprobe, sysctl
 
 Details = dict[str, Any]
 # Flags that take a value (the others are switches): enough for the profile's calls.
@@ -354,7 +357,8 @@ def kubelet(args: list[str]) -> Details:
 
 
 HANDLERS: dict[str, Callable[[list[str]], Details]] = {
-    "kubeadm": kubeadm, "kubectl": kubectl, "kubelet": kubelet}
+    "kubeadm": kubeadm, "kubectl": kubectl, "kubelet": kubelet, "modprobe": modprobe,
+    "sysctl": sysctl}
 
 
 def record(entry: dict[str, Any]) -> None:
@@ -368,7 +372,7 @@ def main(argv: list[str]) -> int:
     start, code, details = time.time(), 0, {}
     try:
         details = HANDLERS.get(command, lambda a: {})(args)
-    except Failure as failure:
+    except (Failure, KernelFailure) as failure:
         print(failure, file=sys.stderr)
         code = 1
     record({"host": socket.gethostname(), "command": command, "argv": args,

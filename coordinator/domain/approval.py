@@ -34,10 +34,11 @@ def refusal(machine: Machine, role: Role | None) -> str | None:
     check in the way and what to do; None when nothing is."""
     wanted = role or machine.role
     judged = fitness(machine.precheck, wanted)
-    if not judged.problems:
+    problems = [*judged.problems, *machine.clones]
+    if not problems:
         return None
     who = f"cannot run as a {judged.role}" if wanted else "cannot be approved"
-    return (f"{machine.hostname} {who}: hard prechecks failed: " + "; ".join(judged.problems)
+    return (f"{machine.hostname} {who}: hard prechecks failed: " + "; ".join(problems)
             + "." + "".join(f" {advice}" for advice in _advice(machine, judged)))
 
 
@@ -95,11 +96,12 @@ def auto_approved(settings: ClusterSettings, machine: Machine,
 
 
 def prechecked(settings: ClusterSettings, machine: Machine, report: PrecheckReport,
-               now: float) -> tuple[Machine, list[Event]]:
+               now: float, clones: tuple[str, ...] = ()) -> tuple[Machine, list[Event]]:
     """A Pending machine's new precheck report (its agent checked again, e.g. after the
     operator fixed the host) recorded, and the machine auto-approved as a registration with
     this report would have approved it; or a prepared machine's report after Prepare, which
-    admits it into Deploy once it passes (domain/prerequisites.py)."""
+    admits it into Deploy once it passes (domain/prerequisites.py). clones: what of the
+    report's product_uuid and MACs other machines hold (domain/clones.py)."""
     after_prepare = machine.state is MachineState.PREPARE
     if not after_prepare and machine.state is not MachineState.PENDING:
         raise Conflict(f"{machine.hostname} is {machine.state.value}: prechecks only matter "
@@ -109,7 +111,8 @@ def prechecked(settings: ClusterSettings, machine: Machine, report: PrecheckRepo
                        + ("those after Prepare (--prepared)" if after_prepare else
                           "those before approval (without --prepared)"))
     updated = replace(machine, precheck=report.model_dump(mode="json", by_alias=True),
-                      generation=machine.generation + 1)
+                      generation=machine.generation + 1,
+                      clones=() if after_prepare else clones)
     if after_prepare:
         unmet = updated.precheck_failures()
         message = (f"{machine.hostname}'s Kubernetes prerequisites hold after Prepare"

@@ -9,6 +9,7 @@ from nodeagent.prechecks import (
     hostname,
     kernel,
     kubernetes,
+    machine_identity,
     ntp,
     os_release,
     resolv,
@@ -36,6 +37,8 @@ CHECKS: tuple[Check, ...] = (
           timeout=lambda c: c.ntp.timeout + 0.5),
     Check("kubernetes-leftovers", HARD, "no previous Kubernetes installation", kubernetes.run),
     Check("hostname", HARD, "RFC 1123 hostname matching /etc/hostname", hostname.run),
+    Check("machine-identity", HARD, "product_uuid and MACs, unique in the fleet (judged by "
+          "the coordinator)", machine_identity.run),
     Check("firewall", HARD, "firewalld and fapolicyd not active", firewall.run),
     Check("resolv-rotate", HARD, "resolv.conf does not rotate nameservers", resolv.run),
     Check("kernel-version", HARD, "a kernel in kubeadm's validated range",

@@ -61,6 +61,7 @@ def machine(tmp_path: Path, root_tree: RootTree, bind_socket: BindSocket) -> Fak
     write("/proc/cpuinfo", cpuinfo(2))
     write("/proc/meminfo", "MemTotal: 4194304 kB\nMemFree: 2097152 kB\n")
     write("/sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory pids\n")
+    write("/sys/class/dmi/id/product_uuid", "4C4C4544-0042-3510-8052-B4C04F4E5032\n")
     root_tree.mkdir("/var/lib/kubelet")
     for name in (*REQUIRED_BINARIES, *RECOMMENDED_BINARIES):
         write(f"/usr/bin/{name}", "#!/bin/sh\nexit 0\n", mode=0o755)
@@ -251,3 +252,15 @@ def test_without_config_option_the_config_under_root_is_read(machine: FakeNode) 
     assert result.exit_code == 1, result.output
     report = PrecheckReport.model_validate_json(result.stdout)
     assert report.role == "manager"
+
+
+def test_the_machine_identity_the_coordinator_compares_is_reported(machine: FakeNode) -> None:
+    report = json.loads(machine.precheck("--output", "json", *IGNORE_LIVE).stdout)
+    identity = next(c for c in report["checks"] if c["name"] == "machine-identity")
+    assert identity["status"] == "pass"
+    assert identity["data"]["product_uuid"] == "4c4c4544-0042-3510-8052-b4c04f4e5032"
+    assert "00:00:00:00:00:00" not in identity["data"]["macs"]  # lo's
+    (machine.tree.path / "sys/class/dmi/id/product_uuid").unlink()
+    report = json.loads(machine.precheck("--output", "json", *IGNORE_LIVE).stdout)
+    identity = next(c for c in report["checks"] if c["name"] == "machine-identity")
+    assert (identity["status"], identity["data"]["product_uuid"]) == ("warn", None)

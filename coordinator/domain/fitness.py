@@ -65,6 +65,16 @@ def fitness(precheck: Mapping[str, Any], role: Role | None) -> Fitness:
     return Fitness(judged, report.role, tuple(failed), tuple(short), tuple(unmeasured))
 
 
+def to_be_prepared(precheck: Mapping[str, Any]) -> list[str]:
+    """`check: why` of each Kubernetes prerequisite the report defers: failing before Prepare,
+    which sets it; checked again after Prepare (domain/prerequisites.py)."""
+    try:
+        report = PrecheckReport.model_validate(precheck)
+    except ValueError:
+        return []
+    return [f"{c.name}: {c.message}" for c in report.checks if c.deferred]
+
+
 def _measured(result: CheckResult | None, key: str) -> int | None:
     """The value the check reports under key; None when the report has none (the check could
     not read it, or the agent that sent the report does not report it)."""

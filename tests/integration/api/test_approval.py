@@ -4,9 +4,13 @@ for the role it is approved as, from the values its node measured."""
 
 from __future__ import annotations
 
+from nodeagent.prechecks import CHECKS
+from nodeagent.prechecks.kernel import evaluate_ip_forward
+from nodeagent.prechecks.runner import grade
 from tests.support.builders import API_CLUSTER, precheck_report
 from tests.support.harness import InProcessCoordinator
 
+CHECKS_BY_NAME = {c.name: c for c in CHECKS}
 SMALL = {"cpus": 1, "memory": 1024 << 20}  # enough for a worker, not for a manager
 
 
@@ -110,3 +114,21 @@ async def test_a_cloned_vm_is_refused_approval_naming_the_machine_it_was_cloned_
     # w1 was the template, not a node: once it is deleted, w2 may be approved.
     await env.call("DELETE", "/v1/machines/w1?skipReset=true", 200)
     assert (await env.call("POST", "/v1/machines/w2/approve", 200))["approved"]
+
+
+async def test_a_prerequisite_off_at_registration_is_shown_as_to_be_set_by_prepare(
+        env: InProcessCoordinator) -> None:
+    """A stock host (forwarding off) registers with nothing failing: its view and `machines
+    get` say what Prepare will set, and approval is not refused for it."""
+    report = precheck_report("w1")
+    forwarding = grade(CHECKS_BY_NAME["ip-forward"], evaluate_ip_forward("0"), 0.0, frozenset())
+    report["checks"].append(forwarding.model_dump(mode="json"))
+    report["summary"]["warned"] += 1
+    await env.register("w1")
+    agent = env.agents["w1"]
+    await env.precheck(agent, report)
+    w1 = await env.machine("w1")
+    assert w1["precheck_failures"] == []
+    assert w1["precheck_to_be_prepared"] == [
+        "ip-forward: IPv4 forwarding is off (/proc/sys/net/ipv4/ip_forward = 0)"]
+    await env.call("POST", "/v1/machines/w1/approve", 200, json={"role": "worker"})

@@ -4,13 +4,16 @@ and rebuilt from the documents by a snapshot's import."""
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from coordinator.domain.clones import Holder
 from coordinator.store.base import Store
+from coordinator.store.sqlite import SQL, SQLiteStore
 from tests.integration.store.test_snapshot import empty, empty_dsn  # noqa: F401 - fixtures
-from tests.support.builders import full_machine
+from tests.support.builders import TEST_CIPHER, full_machine
 
 UUID = "4c4c4544-0042-3510-8052-b4c04f4e5032"
 
@@ -54,3 +57,15 @@ async def test_an_import_rebuilds_the_index_from_the_documents(
                                           ("mac", "52:54:00:00:00:02")}, excluding="x")
     assert sorted((h.kind, h.value, h.machine_id) for h in found) == [
         ("mac", "52:54:00:12:34:56", "m-1"), ("product_uuid", UUID, "m-1")]
+
+
+async def test_sqlite_finds_holders_through_the_index_not_a_scan(tmp_path: Path) -> None:
+    """A registration costs a look-up per value, whatever the fleet's size."""
+    store = SQLiteStore(tmp_path / "c.db", TEST_CIPHER)
+    await store.open()
+    await store.close()
+    with sqlite3.connect(tmp_path / "c.db") as conn:
+        plan = " ".join(row[-1] for row in conn.execute(
+            "EXPLAIN QUERY PLAN " + SQL.identity_holders, ("mac", "52:54:00:12:34:56", "x")))
+    assert "USING COVERING INDEX machine_identities_value (kind=? AND value=?)" in plan, plan
+    assert "SCAN" not in plan, plan

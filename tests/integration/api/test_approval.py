@@ -4,6 +4,7 @@ for the role it is approved as, from the values its node measured."""
 
 from __future__ import annotations
 
+from coordinator.cli.render import machine_full
 from nodeagent.prechecks import CHECKS
 from nodeagent.prechecks.kernel import evaluate_ip_forward
 from nodeagent.prechecks.runner import grade
@@ -131,4 +132,6 @@ async def test_a_prerequisite_off_at_registration_is_shown_as_to_be_set_by_prepa
     assert w1["precheck_failures"] == []
     assert w1["precheck_to_be_prepared"] == [
         "ip-forward: IPv4 forwarding is off (/proc/sys/net/ipv4/ip_forward = 0)"]
+    assert ("prechecks  passed; to be set by Prepare: ip-forward: IPv4 forwarding is off "
+            "(/proc/sys/net/ipv4/ip_forward = 0)") in machine_full(w1)  # `machines get`
     await env.call("POST", "/v1/machines/w1/approve", 200, json={"role": "worker"})

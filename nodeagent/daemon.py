@@ -310,12 +310,12 @@ class Agent:
                     work.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await work
-                current = wanted
+                changed, current = wanted != current, wanted
                 log.info("assignment %d: %s, phase %s, %d items", generation,
                          assignment["state"], assignment.get("phase"), items,
                          extra=fields(generation=generation, state=assignment["state"],
                                       phase=assignment.get("phase"), items=items))
-                if assignment["state"] == "Prepare":  # checked again once these are applied
+                if assignment["state"] == "Prepare" and changed:  # checked again once applied
                     self.prechecks.stop()
                 work = asyncio.create_task(self._apply(assignment, reporter, identity)) \
                     if items else None

@@ -70,7 +70,11 @@ class Prechecks:
 
     def prepared(self, identity: Identity) -> None:
         """The machine's prepare items are all applied: check the prerequisites again, and
-        keep doing so (assigned() stops it once the machine left Prepare)."""
+        keep doing so with backoff (assigned() stops it once the machine left Prepare). Already
+        doing so, it goes on: the same phase applied again (each report sent makes a new
+        assignment) must not restart the checks without their backoff."""
+        if self._after_prepare and self._rechecking is not None and not self._rechecking.done():
+            return
         self._start(identity, wait_first=False, sent_ok=None, prepared=True)
 
     def assigned(self, identity: Identity, assignment: Document) -> None:
@@ -88,6 +92,7 @@ class Prechecks:
             self._start(identity, wait_first=False, sent_ok=None)
 
     def stop(self) -> None:
+        self._after_prepare = False
         if self._rechecking is not None:
             self._rechecking.cancel()
 

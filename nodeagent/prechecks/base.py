@@ -46,6 +46,7 @@ class CheckContext:
         self.host = host
         self.config = config
         self.role = role
+        self.ignored: frozenset[str] = frozenset()  # the checks --ignore names (run_checks)
         self._shared: dict[str, asyncio.Task[Any]] = {}
 
     async def shared(self, key: str, probe: Callable[[], Awaitable[Any]]) -> Any:

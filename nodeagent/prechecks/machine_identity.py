@@ -8,8 +8,9 @@ from __future__ import annotations
 import psutil
 
 from nodeagent.host import Host
-from nodeagent.prechecks.base import CheckContext, Outcome, passed, warned
+from nodeagent.prechecks.base import CheckContext, Outcome, passed, skipped, warned
 
+NAME = "machine-identity"
 PRODUCT_UUID = "/sys/class/dmi/id/product_uuid"
 _NO_MAC = "00:00:00:00:00:00"
 
@@ -39,4 +40,7 @@ def evaluate(uuid: str | None, macs: list[str]) -> Outcome:
 
 
 async def run(ctx: CheckContext) -> Outcome:
+    if NAME in ctx.ignored:  # nothing to compare: e.g. several test agents on one host
+        return skipped("ignored (--ignore): its product_uuid and MACs are not reported, and "
+                       "the coordinator compares nothing")
     return evaluate(product_uuid(ctx.host), interface_macs())

@@ -88,6 +88,7 @@ async def run_checks(
 ) -> PrecheckReport:
     """Every check; prepared: the run after the cluster's prepare items, where a failing
     Kubernetes prerequisite fails (before them it is deferred)."""
+    ctx.ignored = ignored
     started_at = ctx.host.now()
     started = time.monotonic()
     outcomes = await asyncio.gather(*(_run_one(c, ctx) for c in checks))

@@ -264,3 +264,12 @@ def test_the_machine_identity_the_coordinator_compares_is_reported(machine: Fake
     report = json.loads(machine.precheck("--output", "json", *IGNORE_LIVE).stdout)
     identity = next(c for c in report["checks"] if c["name"] == "machine-identity")
     assert (identity["status"], identity["data"]["product_uuid"]) == ("warn", None)
+
+
+def test_an_ignored_machine_identity_reports_nothing_to_compare(machine: FakeNode) -> None:
+    """Several agents on one host share its MACs: ignored, the check reports none, so the
+    coordinator holds none of them as clones."""
+    report = json.loads(machine.precheck("--output", "json", "--ignore", "machine-identity",
+                                         *IGNORE_LIVE).stdout)
+    identity = next(c for c in report["checks"] if c["name"] == "machine-identity")
+    assert (identity["status"], identity["data"]) == ("skip", {})

@@ -63,15 +63,15 @@ def admitted(s: ClusterSpec, machines: list[Machine]) -> set[str]:
 
 
 def test_containerd_is_judged_against_the_clusters_kubernetes_version() -> None:
-    assert containerd_shortfall("1.33.4", "1.6.20") == (
-        "containerd 1.6.20 is older than Kubernetes 1.33.4 supports (containerd's support "
-        "matrix: 1.6.36+ or 1.7.24+ or 2.0.4+)")
-    assert containerd_shortfall("1.33.4", "1.7.22") is not None
-    assert containerd_shortfall("1.33.4", "1.7.24") is None
-    assert containerd_shortfall("1.33.4", "2.1.0") is None
-    assert containerd_shortfall("1.35.0", "1.7.24") is None  # the last row's minimums
-    assert containerd_shortfall("1.28.2", "1.6.20") is None
+    """From Kubernetes 1.26 the kubelet speaks CRI v1 only: containerd 1.6.15+, 1.7+, 2.x."""
+    assert containerd_shortfall("1.33.4", "1.6.14") == (
+        "containerd 1.6.14 is older than Kubernetes 1.33.4 supports (containerd's support "
+        "matrix: 1.6.15+ or 1.7.0+ or 2.0.0+)")
     assert containerd_shortfall("1.26.0", "1.5.18") is not None  # no CRI v1 series
+    assert containerd_shortfall("1.33.4", "1.6.20") is None  # Debian 12's
+    assert containerd_shortfall("1.33.4", "1.7.0") is None
+    assert containerd_shortfall("1.33.4", "2.1.0") is None
+    assert containerd_shortfall("1.25.9", "1.5.18") is None  # CRI v1alpha2 still served
 
 
 def test_a_prepared_machine_waits_for_its_prerequisites_checked_after_prepare() -> None:
@@ -101,10 +101,10 @@ def test_a_prepared_machine_waits_for_its_prerequisites_checked_after_prepare() 
 def test_an_old_containerd_holds_the_machine_in_prepare_naming_the_matrix() -> None:
     s = spec()
     m1 = replace(machine("m1", "manager", state=S.READY), applied=frozenset())
-    old = prepared("w1", "worker", report(containerd="1.6.20"), s)
+    old = prepared("w1", "worker", report(containerd="1.5.18"), s)
     assert admitted(s, [m1, old]) == set()
     note = machine_note(s, old, machine_step(s, old, 0.0), 0.0)
-    assert "container-runtime: containerd 1.6.20 is older than Kubernetes 1.33.4" in note.text
+    assert "container-runtime: containerd 1.5.18 is older than Kubernetes 1.33.4" in note.text
     assert admitted(spec(kubernetes=None), [m1, old]) == {"w1"}  # no version to judge against
 
 

@@ -72,8 +72,13 @@ def main() -> None:
               "config's ntp.servers (the agent passes its cluster's when the config has none).")
 @click.option("--max-skew-seconds", type=click.FloatRange(min=0, min_open=True),
               help="Clock offset that fails the check, instead of the config's ntp.maxSkewSeconds.")
+@click.option("--prepared", is_flag=True,
+              help="The cluster's prepare items ran: the Kubernetes prerequisites they set "
+                   "(forwarding, bridge netfilter, swap, the runtime) must hold now; without "
+                   "it their failures are reported as to be set by Prepare.")
 def precheck(config_path: str | None, root: str, role: str | None, ignores: tuple[str, ...],
-             output: str, ntp_servers: tuple[str, ...], max_skew_seconds: float | None) -> None:
+             output: str, ntp_servers: tuple[str, ...], max_skew_seconds: float | None,
+             prepared: bool) -> None:
     """Check whether this machine can join a cluster, and what to fix.
 
     Exits 0 when no hard check failed, 1 when one did, 2 on bad usage or config.
@@ -91,7 +96,7 @@ def precheck(config_path: str | None, root: str, role: str | None, ignores: tupl
     except ValueError as exc:
         raise click.BadOptionUsage("ignore", f"--ignore: {exc}") from None
     ctx = _context(root, config, role or config.role)
-    report = asyncio.run(run_checks(CHECKS, ctx, ignored))
+    report = asyncio.run(run_checks(CHECKS, ctx, ignored, prepared))
     if output == "json":
         click.echo(report.to_json())
     else:

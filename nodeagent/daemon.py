@@ -310,22 +310,27 @@ class Agent:
                     work.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await work
-                current = wanted
+                changed, current = wanted != current, wanted
                 log.info("assignment %d: %s, phase %s, %d items", generation,
                          assignment["state"], assignment.get("phase"), items,
                          extra=fields(generation=generation, state=assignment["state"],
                                       phase=assignment.get("phase"), items=items))
-                work = asyncio.create_task(self._apply(assignment, reporter)) if items else None
+                if assignment["state"] == "Prepare" and changed:  # checked again once applied
+                    self.prechecks.stop()
+                work = asyncio.create_task(self._apply(assignment, reporter, identity)) \
+                    if items else None
+                if work is None and assignment["state"] == "Prepare":
+                    self.prechecks.prepared(identity)
         finally:
             retarget.stop()  # a check of a target under way ends with the agent
             if work is not None:
                 work.cancel()
 
-    async def _apply(self, assignment: Document, reporter: Reporter) -> int:
+    async def _apply(self, assignment: Document, reporter: Reporter, identity: Identity) -> int:
         """Have the phase applied by a `nodeagent apply` child, passing its reports on; its
         exit code. One that neither applied every item nor gave up on one (it crashed, or
         could not read its journal) is started again after a pause: the journal skips what it
-        did."""
+        did. A Prepare phase applied starts the prerequisites' checks after it."""
         restarts = 0
         while (code := await apply_phase(assignment, self.config_path, self.host.root,
                                           reporter.submit, self.lock)) \
@@ -335,6 +340,8 @@ class Agent:
             log.error("`nodeagent apply` exited with %d; starting it again in %.1fs", code,
                       wait, extra=fields(exit_code=code, restarts=restarts))
             await asyncio.sleep(wait)
+        if code == EXIT_APPLIED and assignment["state"] == "Prepare":
+            self.prechecks.prepared(identity)
         if code == EXIT_GAVE_UP:
             log.warning("phase %s stopped: an item failed retry.maxAttempts times; it runs "
                         "again once the operator retries it (`coordinator machines retry`)",

@@ -10,6 +10,7 @@ import psutil
 
 from nodeagent.blockdevices import block_devices
 from nodeagent.host import Host
+from nodeagent.prechecks.machine_identity import product_uuid
 from nodeagent.prechecks.os_release import read_os_release
 
 
@@ -99,6 +100,7 @@ def collect(host: Host) -> dict[str, Any]:
     os_fields = read_os_release(host) or {}
     return {
         "hostname": host.kernel_hostname(),
+        "product_uuid": product_uuid(host),
         **network(),
         **hardware(),
         "block_devices": block_devices(host),

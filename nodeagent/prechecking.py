@@ -1,7 +1,12 @@
 """The prechecks of a machine that is not approved yet: run before it registers, then again at
 every start of its agent and with capped backoff for as long as the machine is Pending. So a
 node fixed after it registered (or after its agent restarted) becomes approvable without
-anyone's help, and one that breaks before its approval is not approved on an old report."""
+anyone's help, and one that breaks before its approval is not approved on an old report.
+
+After Prepare the prechecks run again (--prepared), as kubeadm runs its preflight right before
+init and join: the Kubernetes prerequisites the prepare items set must hold now, and the
+coordinator admits the machine into Deploy only on such a report that passes. They run, and
+are sent, with the same backoff while the machine stays in Prepare."""
 
 from __future__ import annotations
 
@@ -37,11 +42,13 @@ class Prechecks:
         self.cluster_ntp: Document | None = None
         self.checked_ntp: Document | None = None  # what the last run used
         self._rechecking: asyncio.Task[None] | None = None
+        self._after_prepare = False  # whether _rechecking runs the checks after Prepare
 
-    async def run(self) -> Document:
-        """One run of the prechecks: a PrecheckReport, as JSON."""
+    async def run(self, prepared: bool = False) -> Document:
+        """One run of the prechecks: a PrecheckReport, as JSON; prepared: the run after the
+        cluster's prepare items (its Kubernetes prerequisites hard)."""
         args = ["precheck", "--output", "json", "--role", self.settings.role,
-                "--config", self.config_path]
+                "--config", self.config_path, *(["--prepared"] if prepared else [])]
         if self.settings.ignore_prechecks:
             args += ["--ignore", ",".join(self.settings.ignore_prechecks)]
         self.checked_ntp = self._ntp_for_checks()
@@ -61,11 +68,23 @@ class Prechecks:
         """The machine just registered with report: check again after a while."""
         self._start(identity, wait_first=True, sent_ok=report["ok"])
 
+    def prepared(self, identity: Identity) -> None:
+        """The machine's prepare items are all applied: check the prerequisites again, and
+        keep doing so with backoff (assigned() stops it once the machine left Prepare). Already
+        doing so, it goes on: the same phase applied again (each report sent makes a new
+        assignment) must not restart the checks without their backoff."""
+        if self._after_prepare and self._rechecking is not None and not self._rechecking.done():
+            return
+        self._start(identity, wait_first=False, sent_ok=None, prepared=True)
+
     def assigned(self, identity: Identity, assignment: Document) -> None:
         """Each new assignment: while the machine is Pending, keep checking (at once on this
         agent's first assignment, and when the cluster's NTP settings change what the clock
-        check uses); once it is not, stop."""
+        check uses); in Prepare, go on with the checks after it (prepared()); in any other
+        state, stop."""
         self.cluster_ntp = assignment.get("ntp")
+        if assignment["state"] == "Prepare" and self._after_prepare:
+            return
         if assignment["state"] != "Pending":
             self.stop()
         elif self._rechecking is None or self._rechecking.done() \
@@ -73,6 +92,7 @@ class Prechecks:
             self._start(identity, wait_first=False, sent_ok=None)
 
     def stop(self) -> None:
+        self._after_prepare = False
         if self._rechecking is not None:
             self._rechecking.cancel()
 
@@ -84,14 +104,19 @@ class Prechecks:
             return None
         return self.cluster_ntp
 
-    def _start(self, identity: Identity, wait_first: bool, sent_ok: bool | None) -> None:
+    def _start(self, identity: Identity, wait_first: bool, sent_ok: bool | None,
+               prepared: bool = False) -> None:
         self.stop()
-        self._rechecking = asyncio.create_task(self._recheck(identity, wait_first, sent_ok))
+        self._after_prepare = prepared
+        self._rechecking = asyncio.create_task(
+            self._recheck(identity, wait_first, sent_ok, prepared))
 
-    async def _recheck(self, identity: Identity, wait_first: bool, sent_ok: bool | None) -> None:
+    async def _recheck(self, identity: Identity, wait_first: bool, sent_ok: bool | None,
+                       prepared: bool = False) -> None:
         """Run the prechecks with backoff and send each report, but a passing one after a
         passing one (sent_ok: whether the coordinator's last one passed; None: unknown). Ends
-        when the coordinator refuses a report (the machine was approved, or deleted)."""
+        when the coordinator refuses a report (the machine was approved, or, after Prepare,
+        admitted into Deploy; or deleted)."""
         longest = self.settings.precheck_recheck_seconds
         first = min(RECHECK_FIRST_SECONDS, longest)
         attempt = 0
@@ -101,7 +126,7 @@ class Prechecks:
                 await asyncio.sleep(delay(attempt, longest if sent_ok else first, longest,
                                           self.rand))
             wait_first = True
-            report = await self.run()
+            report = await self.run(prepared)
             if report["ok"] and sent_ok:
                 continue  # nothing new to say
             try:

@@ -75,6 +75,16 @@ class Severity(StrEnum):
     SOFT = "soft"  # reported as a warning, as kubeadm warns
 
 
+class Stage(StrEnum):
+    """When a check gates a machine: its host checks before approval; the Kubernetes
+    prerequisites its cluster's prepare items establish (forwarding, bridge netfilter, swap,
+    the container runtime) after Prepare, before Deploy, as kubeadm checks them right before
+    init and join."""
+
+    HOST = "host"
+    PREPARE = "prepare"
+
+
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -91,6 +101,11 @@ class CheckResult(_Wire):
     ignored: bool = Field(
         default=False, description="a failure turned into a warning by --ignore"
     )
+    stage: Stage = Field(default=Stage.HOST, description="host: gates approval; prepare: a "
+                         "Kubernetes prerequisite the cluster's prepare items set, which gates "
+                         "Deploy")
+    deferred: bool = Field(default=False, description="a prerequisite failing before Prepare: "
+                           "to be set by Prepare, a warning until the run after it")
 
 
 class Summary(_Wire):
@@ -107,6 +122,10 @@ class PrecheckReport(_Wire):
     started_at: float = Field(description="unix time the run started")
     duration: float = Field(description="wall-clock seconds of the whole run")
     ok: bool = Field(description="true when no hard check failed")
+    prepared: bool | None = Field(default=None, description="true: run after the cluster's "
+                                  "prepare items (--prepared), its prerequisites hard; false: "
+                                  "before, their failures deferred; absent: an agent that "
+                                  "checks only before approval")
     summary: Summary
     checks: list[CheckResult] = Field(max_length=MAX_CHECKS)
 

@@ -14,7 +14,7 @@ def precheck_table(report: PrecheckReport, width: int = 100) -> str:
     indent = " " * (name_w + 10)
     lines = [f"{'CHECK':<{name_w}}  STATUS  MESSAGE"]
     for check in report.checks:
-        status = _MARK[check.status] + ("*" if check.ignored else "")
+        status = _MARK[check.status] + ("*" if check.ignored else "^" if check.deferred else "")
         message = textwrap.fill(
             check.message, width=max(width, name_w + 40), initial_indent=indent,
             subsequent_indent=indent,
@@ -33,6 +33,9 @@ def precheck_table(report: PrecheckReport, width: int = 100) -> str:
     )
     if any(c.ignored for c in report.checks):
         lines.append("* failure ignored by --ignore")
+    if any(c.deferred for c in report.checks):
+        lines.append("^ to be set by Prepare: a Kubernetes prerequisite the cluster's prepare "
+                     "items establish, checked again after them (--prepared) before Deploy")
     if report.ok:
         lines.append(f"{report.hostname} can join a cluster as a {report.role}.")
     else:

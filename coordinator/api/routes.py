@@ -62,7 +62,8 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/agent/machines/{machine_id}/heartbeat", agent.heartbeat, "Heartbeat",
           "machine"),
     Route("POST", "/v1/agent/machines/{machine_id}/precheck", agent.precheck,
-          "Replace a Pending machine's precheck report (the agent re-ran its prechecks)",
+          "Replace a Pending machine's precheck report (the agent re-ran its prechecks), or a "
+          "prepared machine's (its prechecks after Prepare, the gate into Deploy)",
           "machine", body=PrecheckReport),
     Route("POST", "/v1/agent/machines/{machine_id}/credential", agent.rotate_credential,
           "Rotate the machine's credential to one the agent chose", "machine",

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from coordinator.domain.model import ClusterSpec, Machine, Material
+from coordinator.domain.fitness import to_be_prepared
+from coordinator.domain.model import ClusterSpec, Machine, MachineState, Material
 from coordinator.domain.nodes import described
 from coordinator.domain.outputs import public_outputs, waits_text
 from coordinator.domain.planner import MachineUpgrade, UpgradePlan
@@ -65,6 +66,9 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
         },
         "retries": machine.retries,  # items given up on that the operator had run again
         "precheck_failures": failures,
+        # prerequisites failing at its last report before Prepare, which its items set
+        "precheck_to_be_prepared": to_be_prepared(machine.precheck)
+        if machine.state in (MachineState.PENDING, MachineState.PREPARE) else [],
         "release": machine.release,
         "managers": list(machine.managers),  # the manager set its items last applied
         "drain": None if machine.drain is None else {

@@ -135,7 +135,9 @@ def machine_full(machine: dict[str, Any]) -> list[str]:
                          f"expires {day_and_time(credential['expires_at'])}"),
         f"progress   {machine_progress(machine) or '-'}",
         "prechecks  " + ("failed: " + "; ".join(machine["precheck_failures"])
-                         if machine["precheck_failures"] else "passed"),
+                         if machine["precheck_failures"] else "passed") + (
+            "; to be set by Prepare: " + "; ".join(machine["precheck_to_be_prepared"])
+            if machine.get("precheck_to_be_prepared") else ""),
         "items      " + (f"{step['phase']}: {applied} of {len(items)} applied"
                          if step.get("phase") else "-"),
     ]

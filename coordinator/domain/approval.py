@@ -34,10 +34,11 @@ def refusal(machine: Machine, role: Role | None) -> str | None:
     check in the way and what to do; None when nothing is."""
     wanted = role or machine.role
     judged = fitness(machine.precheck, wanted)
-    if not judged.problems:
+    problems = [*judged.problems, *machine.clones]
+    if not problems:
         return None
     who = f"cannot run as a {judged.role}" if wanted else "cannot be approved"
-    return (f"{machine.hostname} {who}: hard prechecks failed: " + "; ".join(judged.problems)
+    return (f"{machine.hostname} {who}: hard prechecks failed: " + "; ".join(problems)
             + "." + "".join(f" {advice}" for advice in _advice(machine, judged)))
 
 
@@ -95,15 +96,30 @@ def auto_approved(settings: ClusterSettings, machine: Machine,
 
 
 def prechecked(settings: ClusterSettings, machine: Machine, report: PrecheckReport,
-               now: float) -> tuple[Machine, list[Event]]:
+               now: float, clones: tuple[str, ...] = ()) -> tuple[Machine, list[Event]]:
     """A Pending machine's new precheck report (its agent checked again, e.g. after the
     operator fixed the host) recorded, and the machine auto-approved as a registration with
-    this report would have approved it."""
-    if machine.state is not MachineState.PENDING:
+    this report would have approved it; or a prepared machine's report after Prepare, which
+    admits it into Deploy once it passes (domain/prerequisites.py). clones: what of the
+    report's product_uuid and MACs other machines hold (domain/clones.py)."""
+    after_prepare = machine.state is MachineState.PREPARE
+    if not after_prepare and machine.state is not MachineState.PENDING:
         raise Conflict(f"{machine.hostname} is {machine.state.value}: prechecks only matter "
-                       "before approval")
+                       "before approval, and after Prepare")
+    if bool(report.prepared) is not after_prepare:
+        raise Conflict(f"{machine.hostname} is {machine.state.value}: its prechecks are "
+                       + ("those after Prepare (--prepared)" if after_prepare else
+                          "those before approval (without --prepared)"))
     updated = replace(machine, precheck=report.model_dump(mode="json", by_alias=True),
-                      generation=machine.generation + 1)
+                      generation=machine.generation + 1,
+                      clones=() if after_prepare else clones)
+    if after_prepare:
+        unmet = updated.precheck_failures()
+        message = (f"{machine.hostname}'s Kubernetes prerequisites hold after Prepare"
+                   if not unmet else f"{machine.hostname}'s Kubernetes prerequisites fail "
+                   "after Prepare: " + "; ".join(unmet))
+        return updated, [event(now, machine.cluster, "precheck", message, updated,
+                               {"precheck_failures": unmet})]
     failures = approval_failures(settings, updated)
     message = (f"{machine.hostname} prechecks now pass" if not failures else
                f"{machine.hostname} prechecks still fail: " + "; ".join(failures))

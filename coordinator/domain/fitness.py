@@ -3,7 +3,8 @@
 The node checks the CPU and memory minimums of the role in its agent's config, which need
 not be the role it is approved as. So those minimums are judged here again, for the role at
 hand, from the values the node measured and with the node's own definition
-(nodeagent/minimums.py); every other hard check counts as the node judged it."""
+(nodeagent/minimums.py); every other hard check counts as the node judged it. A report from
+after Prepare counts only its Kubernetes prerequisites (domain/prerequisites.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from nodeagent.contract import Role
 from nodeagent.minimums import MINIMUMS
-from nodeagent.protocol import CheckResult, PrecheckReport, Status
+from nodeagent.protocol import CheckResult, PrecheckReport, Stage, Status
 
 _JUDGED_HERE = frozenset(m.check for m in MINIMUMS)
 
@@ -40,6 +41,10 @@ def fitness(precheck: Mapping[str, Any], role: Role | None) -> Fitness:
     except ValueError:
         return Fitness(role, None, failed=("precheck report missing or invalid",))
     judged = role or report.role
+    if report.prepared:  # after Prepare: approved already, only its prerequisites count
+        return Fitness(judged, report.role, tuple(
+            f"{c.name}: {c.message}" for c in report.checks
+            if c.status is Status.FAIL and c.stage is Stage.PREPARE))
     failed = [f"{c.name}: {c.message}" for c in report.checks
               if c.status is Status.FAIL and c.name not in _JUDGED_HERE]
     short, unmeasured = [], []
@@ -58,6 +63,16 @@ def fitness(precheck: Mapping[str, Any], role: Role | None) -> Fitness:
         elif result is not None and result.status is Status.FAIL:
             failed.append(f"{result.name}: {result.message}")  # the node's own verdict
     return Fitness(judged, report.role, tuple(failed), tuple(short), tuple(unmeasured))
+
+
+def to_be_prepared(precheck: Mapping[str, Any]) -> list[str]:
+    """`check: why` of each Kubernetes prerequisite the report defers: failing before Prepare,
+    which sets it; checked again after Prepare (domain/prerequisites.py)."""
+    try:
+        report = PrecheckReport.model_validate(precheck)
+    except ValueError:
+        return []
+    return [f"{c.name}: {c.message}" for c in report.checks if c.deferred]
 
 
 def _measured(result: CheckResult | None, key: str) -> int | None:

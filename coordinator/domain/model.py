@@ -308,6 +308,9 @@ class Machine:
     # How many times the operator had an item its agent gave up on run again (domain/
     # retries.py): carried in its assignment, a new count starts the item afresh.
     retries: int = 0
+    # Pending: the values of its product_uuid and MACs other machines hold, as the operator
+    # reads them (domain/clones.py), found at its registration, last report or approval.
+    clones: tuple[str, ...] = ()
 
     def with_state(self, state: MachineState, now: float) -> Machine:
         return replace(self, state=state, state_since=now, progress=None, drain=None,
@@ -317,8 +320,9 @@ class Machine:
     def precheck_failures(self, role: Role | None = None) -> list[str]:
         """`check: why` of each hard check that stops the machine from running as role (by
         default its own, else the one its node checked): such a machine cannot be approved
-        as that role. The role's CPU and memory minimums are judged for it (domain/fitness.py)."""
-        return fitness(self.precheck, role or self.role).problems
+        as that role. The role's CPU and memory minimums are judged for it (domain/fitness.py);
+        a product_uuid or MAC another machine holds stops it too (domain/clones.py)."""
+        return [*fitness(self.precheck, role or self.role).problems, *self.clones]
 
 
 # A manager in one of these states runs the control plane: workers may join it.

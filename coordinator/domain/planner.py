@@ -43,6 +43,7 @@ from coordinator.domain.model import (
     phase_items,
 )
 from coordinator.domain.nodes import awaits_node, found_down, metadata_due
+from coordinator.domain.prerequisites import deploy_gate
 from coordinator.domain.releases import at_release, baseline, names, to_run
 from coordinator.domain.remedies import drain_warnings
 from coordinator.domain.removal import may_be_removed, node_deletion_due
@@ -465,7 +466,9 @@ def _must_reconfigure(spec: ClusterSpec, machine: Machine, managers: tuple[str, 
 
 
 def _admit_to_deploy(state: _Pass) -> list[Decision]:
-    """Prepared machines into Deploy, within the slots left once this pass's completions are in."""
+    """Prepared machines into Deploy, within the slots left once this pass's completions are
+    in: those whose Kubernetes prerequisites, checked again after Prepare, hold (the gate:
+    domain/prerequisites.py)."""
     deploying = [mid for mid, s in state.after.items() if s is S.DEPLOY]
     workers_deploying = state.count(S.DEPLOY, "worker")
     manager_deployed = any(state.role[mid] == "manager" and s in DEPLOYED_STATES
@@ -477,9 +480,11 @@ def _admit_to_deploy(state: _Pass) -> list[Decision]:
     # list they see, and reconfigure for once they are done if it is not the deployed one.
     seen = state.managers_after()
     decisions: list[Decision] = []
+    kubernetes = state.spec.settings.kubernetes.version
     for machine in state.machines:
-        if machine.state is not S.PREPARE or not state.complete(machine):
-            continue
+        if machine.state is not S.PREPARE or not state.complete(machine) \
+                or not deploy_gate(kubernetes, machine.precheck).open:
+            continue  # its items, then its prerequisites checked again after them
         decision = None
         if machine.role == "manager" and not manager_deployed:
             if not deploying and not state.manager_leaving():

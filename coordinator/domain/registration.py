@@ -46,11 +46,12 @@ def _spelt(existing: Machine, request: RegisterRequest) -> str:
 
 def registered(cluster: str, settings: ClusterSettings, existing: Machine | None,
                request: RegisterRequest, credential: Credential, new_id: str,
-               now: float) -> tuple[Machine, list[Event]]:
+               now: float, clones: tuple[str, ...] = ()) -> tuple[Machine, list[Event]]:
     """The machine once `request` is registered, and its events. A join token must never let
     a second node take over a machine another agent registered, admitted or Pending (an admin
     approving the name would approve the newcomer): a machine of that hostname (model.
-    same_hostname: W1 is w1) is refused, naming it."""
+    same_hostname: W1 is w1) is refused, naming it. clones: what of its product_uuid and
+    MACs other machines hold (domain/clones.py), which keep it from approval."""
     if existing is not None and existing.approved:
         raise Conflict(f"{request.hostname} is already a member of {cluster} "
                        f"({existing.state.value}{_spelt(existing, request)}); delete it first "
@@ -63,7 +64,7 @@ def registered(cluster: str, settings: ClusterSettings, existing: Machine | None
         id=new_id, cluster=cluster, hostname=request.hostname, ip=request.ip,
         facts=request.facts, precheck=precheck, created_at=now, state_since=now,
         last_seen=now, credential_hash=credential.hash,
-        credential_expires_at=credential.expires_at,
+        credential_expires_at=credential.expires_at, clones=clones,
     )
     message = f"{request.hostname} registered from {request.ip}"
     failures = approval_failures(settings, machine)

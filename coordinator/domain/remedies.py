@@ -22,6 +22,7 @@ from coordinator.domain.model import (
     needs_drain,
 )
 from coordinator.domain.nodes import MACHINE_ID_LABEL, NodeDown, node_down, provider_id
+from coordinator.domain.prerequisites import deploy_gate
 from coordinator.domain.steps import Step, after_attempts, retry_remedy
 
 # The answers POST /v1/machines/M/drain/ACTION takes (coordinator upgrade ACTION M).
@@ -63,6 +64,9 @@ def machine_note(spec: ClusterSpec | None, machine: Machine, step: Step, now: fl
 
 def _why(spec: ClusterSpec | None, machine: Machine, step: Step, now: float, waits: str,
          failures: Sequence[str]) -> Note:
+    held = _prerequisites_note(spec, machine) if step.status == "done" else None
+    if held is not None:
+        return held
     if failures:
         return Note("prechecks failed: " + "; ".join(failures), failing=True)
     if machine.state is MachineState.PENDING and not machine.approved:
@@ -90,6 +94,25 @@ def _why(spec: ClusterSpec | None, machine: Machine, step: Step, now: float, wai
     if step.status == "done" and machine.state is MachineState.PREPARE:
         return Note("prepared; waiting for a deploy slot")
     return Note()
+
+
+def _prerequisites_note(spec: ClusterSpec | None, machine: Machine) -> Note | None:
+    """A machine whose prepare items are applied, held in Prepare by the gate into Deploy:
+    its Kubernetes prerequisites not checked again yet, or failing; None when not held."""
+    if machine.state is not MachineState.PREPARE:
+        return None
+    gate = deploy_gate(spec.settings.kubernetes.version if spec is not None else None,
+                       machine.precheck)
+    if gate.checked is False:
+        return Note("prepared; waiting for its agent to check the Kubernetes prerequisites "
+                    "again (nodeagent precheck --prepared)")
+    if not gate.unmet:
+        return None
+    return Note("Kubernetes prerequisites fail after Prepare: "
+                + "; ".join(str(u) for u in gate.unmet),
+                "; ".join(f"{u.check}: {u.remedy}" for u in gate.unmet)
+                + f". The agent on {machine.hostname} checks again on its own; the machine "
+                "deploys once they pass", True)
 
 
 # -- an upgrade's or a removal's drain, and the node steps after it ---------------------------

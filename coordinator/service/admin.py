@@ -122,10 +122,13 @@ class Admin:
             machine = await self.queries.machine_by_id(machine_id)
             if machine.state is not MachineState.PENDING:
                 raise Conflict(f"{machine.hostname} is {machine.state.value}, not Pending")
+            # judged again: the machine it shares a value with may have been deleted since
+            machine = replace(machine, clones=await self.queries.clones(machine.id,
+                                                                        machine.precheck))
             refused = refusal(machine, role)
             if refused:
                 raise Conflict(refused)
-            updated = replace(machine, approved=True, role=role or machine.role,
+            updated = replace(machine, approved=True, role=role or machine.role, clones=(),
                               ip=approval_address(machine, interface, ip),
                               labels={**machine.labels, **(labels or {})})
             await self.writes.commit([updated], [approved_event(self.clock(), updated)])

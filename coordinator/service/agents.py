@@ -83,8 +83,11 @@ class Agents:
                 settings = (await self.queries.cluster(cluster)).spec.settings
                 existing = next(iter(await self.store.machines_by_hostname(request.hostname,
                                                                            cluster)), None)
+                new_id = str(uuid.uuid4())
+                clones = await self.queries.clones(
+                    new_id, request.precheck.model_dump(mode="json", by_alias=True))
                 machine, events = registered(cluster, settings, existing, request, credential,
-                                             str(uuid.uuid4()), now)
+                                             new_id, now, clones)
                 # Only a registration that will be written uses the token (a 409 costs nothing).
                 await self.access.consume_join_token(request.join_token)
             await self.writes.commit([machine], events)
@@ -132,7 +135,9 @@ class Agents:
         async with self.writes.lock:
             machine = await self.queries.machine_by_id(machine_id)
             settings = (await self.queries.cluster(machine.cluster)).spec.settings
-            updated, events = prechecked(settings, machine, report, self.clock())
+            clones = await self.queries.clones(machine.id, report.model_dump(mode="json",
+                                                                             by_alias=True))
+            updated, events = prechecked(settings, machine, report, self.clock(), clones)
             await self.writes.commit([updated], events)
         self.notifier.changed()
         self.notifier.kick()

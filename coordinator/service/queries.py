@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from coordinator.domain import planner
+from coordinator.domain.clones import clone_problems, identities
 from coordinator.domain.errors import Conflict, Gone, NotFound
 from coordinator.domain.fleet import Fleet
 from coordinator.domain.machinelist import MachineQuery
@@ -67,6 +68,12 @@ class Queries:
         self.clock = clock
         self.status = status  # what the status is computed from, kept between calls
         self.system = system  # kube-system's workloads, for the `ready` stage
+
+    async def clones(self, machine_id: str, precheck: Mapping[str, Any]) -> tuple[str, ...]:
+        """What of the product_uuid and MACs in precheck another machine holds, naming it
+        (domain/clones.py): a few indexed look-ups."""
+        return clone_problems(await self.store.identity_holders(identities(precheck),
+                                                                machine_id))
 
     async def cluster(self, name: str) -> StoredCluster:
         stored = await self.store.get_cluster(name)

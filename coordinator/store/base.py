@@ -10,6 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from coordinator.domain.clones import Holder
 from coordinator.domain.etags import Version
 from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine, Role
@@ -161,6 +162,13 @@ class Store(ABC):
     async def machines_by_hostname(self, hostname: str, cluster: str | None = None) -> list[Machine]:
         """The machines with this hostname, in the cluster or in any: registration and admin
         look-ups by name, through an index rather than a listing of the fleet."""
+
+    @abstractmethod
+    async def identity_holders(self, values: Collection[tuple[str, str]],
+                               excluding: str) -> list[Holder]:
+        """The machines but `excluding` holding one of these (kind, value) product_uuids or
+        MACs (domain/clones.py), through an index on the value: one registration costs a
+        few look-ups, not a read of the fleet."""
 
     @abstractmethod
     async def machines_last_seen_between(self, cluster: str, start: float, end: float) -> list[str]:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any, Protocol
 
+from coordinator.domain.clones import identities
 from coordinator.domain.etags import Version
 from coordinator.domain.model import (
     ClusterSpec,
@@ -65,6 +66,7 @@ def machine_to_doc(machine: Machine, cipher: Cipher | None) -> dict[str, Any]:
     doc["upgrading"] = sorted(machine.upgrading)
     doc["managers"] = list(machine.managers)
     doc["waits"] = list(machine.waits)
+    doc["clones"] = list(machine.clones)
     doc["progress"] = None if machine.progress is None else asdict(machine.progress)
     doc["drain"] = None if machine.drain is None else asdict(machine.drain)
     doc["node"] = None if machine.node is None else asdict(machine.node)
@@ -114,6 +116,13 @@ def label_rows(machines: Sequence[Machine]) -> list[tuple[str, str, str]]:
     return [(m.id, key, value) for m in machines for key, value in m.labels.items()]
 
 
+def identity_rows(machines: Sequence[Machine]) -> list[tuple[str, str, str]]:
+    """The rows of machine_identities for machines: (machine id, kind, value) per product_uuid
+    and MAC its last precheck report carries (domain/clones.py)."""
+    return [(m.id, kind, value) for m in machines
+            for kind, value in sorted(identities(m.precheck))]
+
+
 def machine_from_doc(doc: Mapping[str, Any], cipher: Cipher | None) -> Machine:
     """The inverse of machine_to_doc. Missing keys take the field's default and unknown keys
     are ignored, so documents survive fields being added to or dropped from Machine. Secrets
@@ -154,6 +163,8 @@ def machine_from_doc(doc: Mapping[str, Any], cipher: Cipher | None) -> Machine:
         values["minting"] = MintJob(**job)
     if "waits" in values:
         values["waits"] = tuple(values["waits"])
+    if "clones" in values:
+        values["clones"] = tuple(values["clones"])
     return Machine(**values)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from coordinator.domain.clones import Holder
 from coordinator.domain.etags import Version, new_epoch
 from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine, Role
@@ -38,6 +39,7 @@ from coordinator.store.codec import (
     credential_owner_from_row,
     dumps,
     event_from_row,
+    identity_rows,
     join_token_from_row,
     label_rows,
     machine_count_from_row,
@@ -48,7 +50,12 @@ from coordinator.store.codec import (
     version_from_row,
 )
 from coordinator.store.postgres_connections import Database, Mutex
-from coordinator.store.postgres_schema import LISTED_FROM_DOCS, MIGRATIONS, migrate
+from coordinator.store.postgres_schema import (
+    IDENTITIES_FROM_DOCS,
+    LISTED_FROM_DOCS,
+    MIGRATIONS,
+    migrate,
+)
 from coordinator.store.sql import (
     POSTGRES,
     TABLES,
@@ -253,6 +260,11 @@ class PostgresStore(Store):
             return await self.db.all(self._machine, SQL.machines_named, hostname)
         return await self.db.all(self._machine, SQL.cluster_machines_named, cluster, hostname)
 
+    async def identity_holders(self, values: Collection[tuple[str, str]],
+                               excluding: str) -> list[Holder]:
+        return [Holder(*row) for kind, value in sorted(values)
+                for row in await self.db.all(tuple, SQL.identity_holders, kind, value, excluding)]
+
     async def machines_last_seen_between(self, cluster: str, start: float, end: float) -> list[str]:
         return await self.db.all(lambda row: str(row["id"]), SQL.last_seen_between,
                                  cluster, start, end)
@@ -288,6 +300,9 @@ class PostgresStore(Store):
                 await conn.execute("DELETE FROM machine_labels WHERE machine_id = ANY($1::text[])",
                                    [*(m.id for m in machines), *removed])
                 await conn.executemany(SQL.insert_label, label_rows(machines))
+                await conn.execute("DELETE FROM machine_identities WHERE machine_id = ANY($1::text[])",
+                                   [*(m.id for m in machines), *removed])
+                await conn.executemany(SQL.insert_identity, identity_rows(machines))
             if removed:
                 await conn.executemany(SQL.keep_removed, list(removed.items()))
                 await conn.execute("DELETE FROM machines WHERE id = ANY($1::text[])", list(removed))
@@ -353,6 +368,7 @@ class PostgresStore(Store):
             await conn.execute("UPDATE event_ids SET last = GREATEST(last, "
                                "COALESCE((SELECT MAX(id) FROM events), 0))")
             await conn.execute(LISTED_FROM_DOCS)
+            await conn.execute(IDENTITIES_FROM_DOCS)
             await conn.execute(SQL.mint_epoch, new_epoch())
 
     # -- replicas -------------------------------------------------------------------

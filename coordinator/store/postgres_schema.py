@@ -24,6 +24,29 @@ LISTED_FROM_DOCS = """
         FROM machines, jsonb_each_text(COALESCE(doc::jsonb -> 'labels', '{}')) AS labels;
 """
 
+# The product_uuid and MACs of each machine's `machine-identity` precheck, not ignored, as
+# rows of machine_identities (codec.identity_rows writes them with every machine): by the
+# migration that made them, and after a snapshot's import. Lowercased as identity_rows does.
+IDENTITIES_FROM_DOCS = """
+    DELETE FROM machine_identities;
+    INSERT INTO machine_identities (machine_id, kind, value)
+        SELECT machines.id, found.kind, lower(found.value)
+        FROM machines, jsonb_array_elements(CASE WHEN jsonb_typeof(
+                doc::jsonb -> 'precheck' -> 'checks') = 'array'
+                THEN doc::jsonb -> 'precheck' -> 'checks' ELSE '[]' END) AS checks(item),
+            LATERAL (
+                SELECT 'product_uuid', checks.item -> 'data' ->> 'product_uuid'
+                WHERE jsonb_typeof(checks.item -> 'data' -> 'product_uuid') = 'string'
+                UNION
+                SELECT 'mac', macs.value FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(
+                    checks.item -> 'data' -> 'macs') = 'array'
+                    THEN checks.item -> 'data' -> 'macs' ELSE '[]' END) AS macs(value)
+            ) AS found(kind, value)
+        WHERE checks.item ->> 'name' = 'machine-identity'
+          AND NOT COALESCE((checks.item ->> 'ignored')::boolean, false) AND found.value <> ''
+        ON CONFLICT DO NOTHING;
+"""
+
 # Schema migrations in order: MIGRATIONS[n] takes a database from version n to n + 1.
 # Append only; never edit one that has shipped.
 MIGRATIONS: list[str] = [
@@ -176,6 +199,17 @@ MIGRATIONS: list[str] = [
     INSERT INTO store_epoch (id, epoch)
         VALUES (1, substr(md5(random()::text || clock_timestamp()::text), 1, 16));
     """,
+    # 10 -> 11: each machine's product_uuid and MACs, one row each, indexed by value: a
+    # registration finds the machines sharing one without reading the fleet (domain/clones.py).
+    """
+    CREATE TABLE machine_identities (
+        machine_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (machine_id, kind, value)
+    );
+    CREATE INDEX machine_identities_value ON machine_identities (kind, value);
+    """ + IDENTITIES_FROM_DOCS,
 ]
 
 

@@ -276,6 +276,14 @@ class Statements:
         # A machine's labels, one row each (machine_labels): rewritten with its row.
         self.insert_label = sql("INSERT INTO machine_labels (machine_id, key, value) "
                                 "VALUES ($1, $2, $3)")
+        # Its product_uuid and MACs (machine_identities): likewise; and the other machines
+        # holding one value, through the index on (kind, value).
+        self.insert_identity = sql("INSERT INTO machine_identities (machine_id, kind, value) "
+                                   "VALUES ($1, $2, $3)")
+        self.identity_holders = sql(
+            "SELECT i.kind, i.value, m.id, m.hostname, m.cluster FROM machine_identities i "
+            "JOIN machines m ON m.id = i.machine_id "
+            "WHERE i.kind = $1 AND i.value = $2 AND i.machine_id <> $3")
 
         # -- removed machines: what is kept of each, written as its row is deleted
         self.keep_removed = sql(

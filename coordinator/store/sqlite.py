@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from coordinator.domain.clones import Holder
 from coordinator.domain.etags import Version, new_epoch
 from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine, Role
@@ -42,6 +43,7 @@ from coordinator.store.codec import (
     credential_owner_from_row,
     dumps,
     event_from_row,
+    identity_rows,
     join_token_from_row,
     label_rows,
     machine_count_from_row,
@@ -61,6 +63,7 @@ from coordinator.store.sql import (
     respecified,
 )
 from coordinator.store.sqlite_schema import (
+    IDENTITIES_FROM_DOCS,
     LISTED_FROM_DOCS,
     MIGRATIONS,
     migrate,
@@ -384,6 +387,14 @@ class SQLiteStore(Store):
             return await self._all(self._machine, SQL.machines_named, (hostname,))
         return await self._all(self._machine, SQL.cluster_machines_named, (cluster, hostname))
 
+    async def identity_holders(self, values: Collection[tuple[str, str]],
+                               excluding: str) -> list[Holder]:
+        return await self._run(self._identity_holders, sorted(values), excluding)
+
+    def _identity_holders(self, values: list[tuple[str, str]], excluding: str) -> list[Holder]:
+        return [Holder(*row) for kind, value in values
+                for row in self._db.execute(SQL.identity_holders, (kind, value, excluding))]
+
     async def machines_last_seen_between(self, cluster: str, start: float, end: float) -> list[str]:
         return await self._all(lambda row: str(row["id"]), SQL.last_seen_between,
                                (cluster, start, end))
@@ -416,6 +427,8 @@ class SQLiteStore(Store):
             gone = [(m.id,) for m in machines] + [(i,) for i in removed]
             conn.executemany("DELETE FROM machine_labels WHERE machine_id = ?", gone)
             conn.executemany(SQL.insert_label, label_rows(machines))
+            conn.executemany("DELETE FROM machine_identities WHERE machine_id = ?", gone)
+            conn.executemany(SQL.insert_identity, identity_rows(machines))
             conn.executemany(SQL.keep_removed, list(removed.items()))
             conn.executemany("DELETE FROM machines WHERE id = ?", [(i,) for i in removed])
             for e in events:
@@ -483,6 +496,6 @@ class SQLiteStore(Store):
             for table in TABLES:
                 conn.executemany(SQL.import_[table.name],
                                  [table.values(row) for row in tables.get(table.name, ())])
-            for statement in split_statements(LISTED_FROM_DOCS):
+            for statement in split_statements(LISTED_FROM_DOCS + IDENTITIES_FROM_DOCS):
                 conn.execute(statement)
             conn.execute(SQL.mint_epoch, (new_epoch(),))

@@ -24,6 +24,27 @@ LISTED_FROM_DOCS = """
         FROM machines, json_each(machines.doc, '$.labels') AS labels;
 """
 
+# The product_uuid and MACs of each machine's `machine-identity` precheck, not ignored, as
+# rows of machine_identities (codec.identity_rows writes them with every machine): by the
+# migration that made them, and after a snapshot's import. Lowercased as identity_rows does.
+IDENTITIES_FROM_DOCS = """
+    DELETE FROM machine_identities;
+    INSERT OR IGNORE INTO machine_identities (machine_id, kind, value)
+        SELECT machines.id, 'product_uuid', lower(json_extract(checks.value, '$.data.product_uuid'))
+        FROM machines, json_each(machines.doc, '$.precheck.checks') AS checks
+        WHERE json_extract(checks.value, '$.name') = 'machine-identity'
+          AND NOT COALESCE(json_extract(checks.value, '$.ignored'), 0)
+          AND json_type(checks.value, '$.data.product_uuid') = 'text'
+          AND json_extract(checks.value, '$.data.product_uuid') <> '';
+    INSERT OR IGNORE INTO machine_identities (machine_id, kind, value)
+        SELECT machines.id, 'mac', lower(macs.value)
+        FROM machines, json_each(machines.doc, '$.precheck.checks') AS checks,
+             json_each(checks.value, '$.data.macs') AS macs
+        WHERE json_extract(checks.value, '$.name') = 'machine-identity'
+          AND NOT COALESCE(json_extract(checks.value, '$.ignored'), 0)
+          AND macs.type = 'text' AND macs.value <> '';
+"""
+
 # Schema migrations in order: MIGRATIONS[n] takes a database from version n to n + 1.
 # Append only; never edit one that has shipped.
 MIGRATIONS: list[str] = [
@@ -169,6 +190,17 @@ MIGRATIONS: list[str] = [
     );
     INSERT INTO store_epoch (id, epoch) VALUES (1, lower(hex(randomblob(8))));
     """,
+    # 11 -> 12: each machine's product_uuid and MACs, one row each, indexed by value: a
+    # registration finds the machines sharing one without reading the fleet (domain/clones.py).
+    """
+    CREATE TABLE machine_identities (
+        machine_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (machine_id, kind, value)
+    ) WITHOUT ROWID;
+    CREATE INDEX machine_identities_value ON machine_identities (kind, value);
+    """ + IDENTITIES_FROM_DOCS,
 ]
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from nodeagent.config import AgentConfig
 from nodeagent.contract import Role
 from nodeagent.host import Host
-from nodeagent.protocol import Severity, Status
+from nodeagent.protocol import Severity, Stage, Status
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class CheckContext:
         self.host = host
         self.config = config
         self.role = role
+        self.ignored: frozenset[str] = frozenset()  # the checks --ignore names (run_checks)
         self._shared: dict[str, asyncio.Task[Any]] = {}
 
     async def shared(self, key: str, probe: Callable[[], Awaitable[Any]]) -> Any:
@@ -71,3 +72,4 @@ class Check:
     run: Callable[[CheckContext], Awaitable[Outcome]]
     # Network checks derive their bound from their own configured timeout.
     timeout: Callable[[AgentConfig], float] = lambda config: config.thresholds.check_timeout
+    stage: Stage = Stage.HOST

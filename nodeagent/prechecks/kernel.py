@@ -1,12 +1,37 @@
-"""Kernel settings kubeadm's preflight checks: swap, forwarding, bridge netfilter, cgroups."""
+"""Kernel settings kubeadm's preflight checks: its release, swap, forwarding, bridge
+netfilter, cgroups."""
 
 from __future__ import annotations
+
+import re
 
 from nodeagent.prechecks.base import CheckContext, Outcome, failed, passed, warned
 
 IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
 BRIDGE_NF = "/proc/sys/net/bridge/bridge-nf-call-iptables"
 SYSCTL_REMEDY = "persist it in /etc/sysctl.d/99-kubernetes.conf and run `sysctl --system`"
+
+
+# kubeadm's SystemVerification (k8s.io/system-validators, KernelSpec, from Kubernetes 1.32):
+# the release must be 4.19.x or 5 and later; it is an error, not a warning.
+_RELEASE = re.compile(r"(\d+)\.(\d+)")
+VALIDATED_KERNELS = "4.19, or 5.0 and later"
+
+
+def evaluate_kernel_version(release: str) -> Outcome:
+    found = _RELEASE.match(release)
+    if found is None:
+        return failed(f"kernel release {release!r} cannot be read", "boot a Linux kernel "
+                      f"kubeadm validates: {VALIDATED_KERNELS}", release=release)
+    major, minor = int(found.group(1)), int(found.group(2))
+    if major >= 5 or (major, minor) == (4, 19):
+        return passed(f"kernel {release} is in kubeadm's validated range", release=release)
+    return failed(
+        f"kernel {release} is outside kubeadm's validated range ({VALIDATED_KERNELS}): its "
+        "SystemVerification preflight check refuses it",
+        "boot a kernel in that range (RHEL 8's 4.18 is below it: use the 9 family)",
+        release=release,
+    )
 
 
 def active_swaps(proc_swaps: str | None) -> list[str]:
@@ -62,6 +87,10 @@ def evaluate_cgroups(has_unified: bool, has_v1: bool) -> Outcome:
             version=1,
         )
     return failed("no cgroup filesystem mounted at /sys/fs/cgroup", "mount cgroup2 on /sys/fs/cgroup")
+
+
+async def run_kernel_version(ctx: CheckContext) -> Outcome:
+    return evaluate_kernel_version(ctx.host.kernel_release())
 
 
 async def run_swap(ctx: CheckContext) -> Outcome:

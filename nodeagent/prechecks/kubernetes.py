@@ -16,7 +16,9 @@ MANIFEST_DIR = "/etc/kubernetes/manifests"
 DATA_DIRS = ("/var/lib/kubelet", "/var/lib/etcd")
 PROCESSES = frozenset({"kubelet", "kube-apiserver", "etcd", "kube-controller-manager",
                        "kube-scheduler", "kube-proxy"})
-PORTS = {6443: "kube-apiserver", 10250: "kubelet", 2379: "etcd client", 2380: "etcd peer"}
+# kubeadm's Port-N checks: a control plane's (init, a manager's join) and the kubelet's.
+PORTS = {6443: "kube-apiserver", 10250: "kubelet", 10257: "kube-controller-manager",
+         10259: "kube-scheduler", 2379: "etcd client", 2380: "etcd peer"}
 
 
 def leftover_files(host: Host) -> list[str]:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable, Sequence
 
 from nodeagent.prechecks.base import Check, CheckContext, Outcome
-from nodeagent.protocol import CheckResult, PrecheckReport, Severity, Status, Summary
+from nodeagent.protocol import CheckResult, PrecheckReport, Severity, Stage, Status, Summary
 
 IGNORE_ALL = "all"
 
@@ -26,12 +26,16 @@ def resolve_ignores(requested: Iterable[str], known: Iterable[str]) -> frozenset
     return frozenset(names)
 
 
-def grade(check: Check, outcome: Outcome, duration: float, ignored: frozenset[str]) -> CheckResult:
-    """Apply severity and --ignore: soft and ignored failures become warnings."""
+def grade(check: Check, outcome: Outcome, duration: float, ignored: frozenset[str],
+          prepared: bool = False) -> CheckResult:
+    """Apply severity, stage and --ignore: soft failures, a prerequisite's failure before
+    Prepare (deferred: Prepare sets it) and ignored failures become warnings."""
     status = outcome.status
-    was_ignored = False
+    was_ignored = deferred = False
     if status is Status.FAIL and check.severity is Severity.SOFT:
         status = Status.WARN
+    elif status is Status.FAIL and check.stage is Stage.PREPARE and not prepared:
+        status, deferred = Status.WARN, True
     elif status is Status.FAIL and check.name in ignored:
         status, was_ignored = Status.WARN, True
     return CheckResult(
@@ -43,6 +47,8 @@ def grade(check: Check, outcome: Outcome, duration: float, ignored: frozenset[st
         data=outcome.data,
         duration=round(duration, 4),
         ignored=was_ignored,
+        stage=check.stage,
+        deferred=deferred,
     )
 
 
@@ -77,18 +83,24 @@ def summarize(results: Sequence[CheckResult]) -> Summary:
 
 
 async def run_checks(
-    checks: Sequence[Check], ctx: CheckContext, ignored: frozenset[str] = frozenset()
+    checks: Sequence[Check], ctx: CheckContext, ignored: frozenset[str] = frozenset(),
+    prepared: bool = False,
 ) -> PrecheckReport:
+    """Every check; prepared: the run after the cluster's prepare items, where a failing
+    Kubernetes prerequisite fails (before them it is deferred)."""
+    ctx.ignored = ignored
     started_at = ctx.host.now()
     started = time.monotonic()
     outcomes = await asyncio.gather(*(_run_one(c, ctx) for c in checks))
-    results = [grade(c, o, d, ignored) for c, (o, d) in zip(checks, outcomes, strict=True)]
+    results = [grade(c, o, d, ignored, prepared)
+               for c, (o, d) in zip(checks, outcomes, strict=True)]
     return PrecheckReport(
         hostname=ctx.host.kernel_hostname(),
         role=ctx.role,
         started_at=started_at,
         duration=round(time.monotonic() - started, 4),
         ok=not any(r.status is Status.FAIL for r in results),
+        prepared=prepared,
         summary=summarize(results),
         checks=results,
     )

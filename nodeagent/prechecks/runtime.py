@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from nodeagent.prechecks.base import CheckContext, Outcome, failed, passed, warned
 
 RUNTIME_SOCKETS = {
@@ -16,15 +18,30 @@ REQUIRED_BINARIES = ("ip", "iptables", "mount", "nsenter")
 RECOMMENDED_BINARIES = ("conntrack", "socat", "ethtool", "ebtables", "tc", "touch")
 
 
-def evaluate_runtime(found: dict[str, str]) -> Outcome:
+# `containerd --version`: "containerd github.com/containerd/containerd v1.7.24 <commit>", or
+# Debian's "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1".
+_VERSION = re.compile(r"(?<![\w.])v?(\d+\.\d+\.\d+)")
+
+
+def containerd_version(output: str) -> str | None:
+    """The version `containerd --version` prints; None when it prints none."""
+    found = _VERSION.search(output)
+    return found.group(1) if found else None
+
+
+def evaluate_runtime(found: dict[str, str], containerd: str | None = None) -> Outcome:
+    """A runtime's socket, and containerd's version when it is installed: the coordinator
+    judges it against the cluster's Kubernetes version (its data key `containerd`)."""
     if not found:
-        return warned(
+        return failed(
             "no container runtime socket found (containerd, cri-o or cri-dockerd)",
             "the cluster's prepare items install one; if they do not, install containerd",
             searched=sorted(RUNTIME_SOCKETS),
         )
     runtimes = ", ".join(f"{name} at {path}" for path, name in found.items())
-    return passed(f"container runtime found: {runtimes}", sockets=found)
+    version = f" (containerd {containerd})" if containerd else ""
+    return passed(f"container runtime found: {runtimes}{version}", sockets=found,
+                  **({"containerd": containerd} if containerd else {}))
 
 
 def evaluate_binaries(missing_required: list[str], missing_recommended: list[str]) -> Outcome:
@@ -45,7 +62,13 @@ def evaluate_binaries(missing_required: list[str], missing_recommended: list[str
 
 
 async def run_runtime(ctx: CheckContext) -> Outcome:
-    return evaluate_runtime({p: n for p, n in RUNTIME_SOCKETS.items() if ctx.host.is_socket(p)})
+    found = {p: n for p, n in RUNTIME_SOCKETS.items() if ctx.host.is_socket(p)}
+    binary = ctx.host.which("containerd", BIN_DIRS)
+    version = None
+    if binary is not None:
+        result = await ctx.host.run([str(ctx.host.path(binary)), "--version"])
+        version = containerd_version(result.stdout) if result.returncode == 0 else None
+    return evaluate_runtime(found, version)
 
 
 async def run_binaries(ctx: CheckContext) -> Outcome:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 from tests.support.lan import HUB_IP, Lan
 from tests.support.requirements import require_binary
 from tests.support.rollout import Fleet, all_ready, fleet
+from tests.support.roots import passing_root
 
 MANAGERS = ["m1", "m2", "m3"]
 WORKERS = ["w1", "w2", "w3", "w4"]
@@ -81,9 +83,11 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         stack.callback(stop_all, state)  # the kubelet doubles, static pods and etcd left running
         return agent_env(log_path, state, servers[0].url)
 
+    bare_host(tmp_path / "roots" / "m1")
     with fleet(tmp_path, managers=MANAGERS, workers=WORKERS, cluster_spec=profile,
                agent_env=on_the_lan) as f:
         f.wait_for("every machine Ready", lambda: all_ready(f), timeout=150)
+        prepared_on_a_bare_host(f, tmp_path)
         f.wait_for("the post-deploy step verified", lambda: any(
             e["kind"] == "post-deploy" and "verified" in e["message"] for e in f.events()))
         f.wait_for("every token deleted", lambda: tokens_left(calls(log_path)) == set())
@@ -221,6 +225,35 @@ def etcd_names(f: Fleet, via: str) -> list[str]:
     """The etcd members' names as the etcd of manager via sees them."""
     node = next(n for n in f.lan.nodes if n.hostname == via)
     return sorted(m["name"] for m in etcd_members(f.root(via), node.ns.argv([])))
+
+
+def bare_host(root: Path) -> None:
+    """A stock host: IPv4 forwarding off, br_netfilter not loaded (no net/bridge keys)."""
+    passing_root(root, root.name)
+    (root / "proc/sys/net/ipv4/ip_forward").write_text("0\n")
+    shutil.rmtree(root / "proc/sys/net/bridge")
+
+
+def prepared_on_a_bare_host(f: Fleet, tmp: Path) -> None:
+    """m1 registered and was approved with forwarding off (to be set by Prepare, not a
+    failure), its prepare items set it, and its prerequisites, checked again after Prepare,
+    let it into Deploy; no agent ignores any precheck."""
+    assert not [p for p in tmp.glob("*.yaml") if "ignorePrechecks" in p.read_text()]
+    registered = next(e for e in f.events() if e["kind"] == "registered"
+                      and e["hostname"] == "m1")
+    # (the live process table is the test machine's: other tests' etcd may show as leftovers)
+    assert not [f for f in registered["data"]["precheck_failures"]
+                if f.startswith(("ip-forward", "bridge-netfilter"))], registered
+    checked = [e["time"] for e in f.events() if e["kind"] == "precheck" and e["hostname"] == "m1"
+               and e["message"] == "m1's Kubernetes prerequisites hold after Prepare"]
+    deployed = next(e["time"] for e in f.events() if e["kind"] == "state"
+                    and e["hostname"] == "m1" and e["data"].get("to") == "Deploy")
+    assert checked and checked[0] <= deployed
+    assert (f.root("m1") / "proc/sys/net/ipv4/ip_forward").read_text() == "1\n"
+    for machine in f.admin_json("machines"):
+        report = f.admin_json("machines", "get", machine["hostname"])["precheck"]
+        assert report["prepared"] is not False, machine["hostname"]
+        assert not [c["name"] for c in report["checks"] if c["ignored"]], machine["hostname"]
 
 
 def tokens_left(log: list[Call]) -> set[str]:

@@ -153,15 +153,17 @@ def test_manager_needs_two_cpus(tmp_path: Path, node: Node) -> None:
 def test_ignore_all_turns_every_failure_into_a_warning(node: Node) -> None:
     (node.root / "proc/cpuinfo").write_text(cpuinfo(1))
     (node.root / "proc/sys/net/ipv4/ip_forward").write_text("0\n")
-    result = node.precheck("--role", "manager", "--ignore", "all", hostname="Bad-Host")
+    # --prepared: before Prepare, ip-forward's failure is deferred, not ignored
+    result = node.precheck("--role", "manager", "--prepared", "--ignore", "all",
+                           hostname="Bad-Host")
     assert result.returncode == 0, result.stdout
     rows = table_rows(result.stdout)
     assert rows["hostname"] == rows["cpu"] == rows["ip-forward"] == ["WARN*"]
     assert "3 warnings, 0 failed" in result.stdout
 
     # Names given in pieces, comma-separated and repeated, ignore exactly those.
-    partial = node.precheck("--role", "manager", "--ignore", "hostname,cpu", "--ignore",
-                            "ip-forward", "--output", "json", hostname="Bad-Host")
+    partial = node.precheck("--role", "manager", "--prepared", "--ignore", "hostname,cpu",
+                            "--ignore", "ip-forward", "--output", "json", hostname="Bad-Host")
     assert partial.returncode == 0, partial.stdout
     assert {c.name for c in report_of(partial).checks if c.ignored} == {
         "hostname", "cpu", "ip-forward"

@@ -22,9 +22,10 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.integration
 
 # A loopback node cannot pass the host-bound checks: one hard check that a file decides counts.
-IGNORED = sorted(set(NAMES) - {"ip-forward"})
+IGNORED = sorted(set(NAMES) - {"resolv-rotate"})
 RECHECK = 4  # precheckRecheckSeconds: 60 by default
-FORWARDING_OFF = "ip-forward: IPv4 forwarding is off (/proc/sys/net/ipv4/ip_forward = 0)"
+# (a host check: ip-forward, which Prepare sets, is no failure before it)
+ROTATING = "resolv-rotate: /etc/resolv.conf sets `options rotate`"
 
 
 @pytest.fixture
@@ -36,9 +37,10 @@ def node(tmp_path: Path) -> Iterator[AgentProcess]:
         agent.stop()
 
 
-def forwarding(node: AgentProcess, on: bool) -> None:
+def fixed(node: AgentProcess, on: bool) -> None:
     """What the node's one counted check reads: fixed or broken by hand."""
-    (node.root / "proc/sys/net/ipv4/ip_forward").write_text("1\n" if on else "0\n")
+    (node.root / "etc/resolv.conf").write_text(
+        "nameserver 127.0.0.1\n" + ("" if on else "options rotate\n"))
 
 
 def failures(coordinator: ServedCoordinator) -> list[str] | None:
@@ -53,30 +55,30 @@ def test_a_pending_machine_rechecks_at_every_start_and_until_it_is_approved(
         join = coordinator.cli("join-token", "create", "lab").stdout.strip()
         node.configure(f"join: {join}\nheartbeatSeconds: 1\nprecheckRecheckSeconds: {RECHECK}\n"
                        f"ignorePrechecks: [{', '.join(IGNORED)}]")
-        forwarding(node, False)
+        fixed(node, False)
         node.start()
-        wait_until(lambda: failures(coordinator) == [FORWARDING_OFF], 60, "a failing registration")
+        wait_until(lambda: failures(coordinator) == [ROTATING], 60, "a failing registration")
 
         # Fixed while its agent was down: its next start checks again.
         node.stop(signal.SIGKILL)
-        forwarding(node, True)
+        fixed(node, True)
         node.start()
         wait_until(lambda: failures(coordinator) == [], 30, "passing prechecks after a kill -9")
         # Broken while it runs, after they passed: it keeps checking (every RECHECK seconds at
         # most while they pass, as configured; 60 by default) until the machine is approved,
         # and says so.
-        forwarding(node, False)
-        wait_until(lambda: failures(coordinator) == [FORWARDING_OFF], 4 * RECHECK,
+        fixed(node, False)
+        wait_until(lambda: failures(coordinator) == [ROTATING], 4 * RECHECK,
                    "failing prechecks again")
         # Fixed, and broken again while it was stopped: its next start says so.
-        forwarding(node, True)
+        fixed(node, True)
         wait_until(lambda: failures(coordinator) == [], 30, "passing prechecks, found by itself")
         node.stop(signal.SIGTERM)
-        forwarding(node, False)
+        fixed(node, False)
         node.start()
-        wait_until(lambda: failures(coordinator) == [FORWARDING_OFF], 30,
+        wait_until(lambda: failures(coordinator) == [ROTATING], 30,
                    "failing prechecks after a stop")
-        forwarding(node, True)
+        fixed(node, True)
         wait_until(lambda: failures(coordinator) == [], 30, "passing prechecks once more")
         (machine,) = coordinator.admin.all_machines()
         coordinator.cli("approve", machine["id"], "--role", "worker")

@@ -32,6 +32,7 @@ from coordinator.domain.planner import Decision
 from coordinator.domain.releases import baseline
 from coordinator.store.cipher import Cipher
 from nodeagent.prechecks import CHECKS
+from nodeagent.prechecks.machine_identity import evaluate as evaluate_identity
 from nodeagent.prechecks.resources import evaluate_cpu, evaluate_memory
 from nodeagent.prechecks.runner import grade, summarize
 from nodeagent.protocol import CheckResult, Phase, PrecheckReport, Severity, StateItem, Status
@@ -208,11 +209,12 @@ FACTS = {"cpus": HOST_CPUS, "memory_bytes": HOST_MEMORY, "kernel": "6.1.0-18-amd
 
 
 def precheck_report(hostname: str, role: Role = "worker", failing: tuple[str, str] | None = None,
-                    checks: int = 4, cpus: int = HOST_CPUS,
-                    memory: int = HOST_MEMORY) -> dict[str, Any]:
+                    checks: int = 4, cpus: int = HOST_CPUS, memory: int = HOST_MEMORY,
+                    identity: tuple[str, list[str]] | None = None) -> dict[str, Any]:
     """A precheck report as the agent sends it for role: checks os and kernel pass, or the one
     failing names fails hard with its message; cpu and memory are the agent's own checks of
-    what it measured (cpus, memory bytes); more checks (13 is a real agent's count) pass."""
+    what it measured (cpus, memory bytes); more checks (13 is a real agent's count) pass;
+    identity: its machine-identity check's product_uuid and MACs."""
     results = [
         *(CheckResult(name=name, severity=Severity.HARD,
                       status=Status.FAIL if failing and failing[0] == name else Status.PASS,
@@ -221,7 +223,9 @@ def precheck_report(hostname: str, role: Role = "worker", failing: tuple[str, st
         grade(CHECK["cpu"], evaluate_cpu(cpus, role), 0.01, frozenset()),
         grade(CHECK["memory"], evaluate_memory(memory, role), 0.01, frozenset()),
         *(CheckResult(name=f"check-{n}", severity=Severity.HARD, status=Status.PASS,
-                      message="ok", data={"value": n}, duration=0.01) for n in range(4, checks))]
+                      message="ok", data={"value": n}, duration=0.01) for n in range(4, checks)),
+        *([grade(CHECK["machine-identity"], evaluate_identity(*identity), 0.01, frozenset())]
+          if identity else [])]
     return PrecheckReport(hostname=hostname, role=role, started_at=1.0, duration=0.1,
                           ok=not any(r.status is Status.FAIL for r in results),
                           summary=summarize(results),
@@ -363,6 +367,7 @@ def full_machine(machine_id: str = "m-1", cluster: str = "edge", **changes: Any)
         deploy_order=2,
         post_deploy=True,
         retries=2,
+        clones=("machine-identity: mac 52:54:00:12:34:56 is also machine w2's",),
         node=NodeStatus(2.0, name=f"node-{machine_id}", ready=True, reason="KubeletReady",
                         message="kubelet is posting ready status", condition="True",
                         registered_at=2.25, ready_since=2.75, metadata="0123456789abcdef"),

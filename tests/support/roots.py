@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -75,6 +76,8 @@ def passing_root(path: Path, hostname: str, cpus: int = 2) -> Path:
     write("/proc/cpuinfo", cpuinfo(cpus))
     write("/proc/meminfo", f"MemTotal: {MEMINFO_KIB} kB\nMemFree: {MEMINFO_KIB // 2} kB\n")
     write("/sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory pids\n")
+    # The firmware's UUID, one per hostname: machines of a fleet are not clones.
+    write("/sys/class/dmi/id/product_uuid", f"{uuid.uuid5(uuid.NAMESPACE_DNS, hostname)}\n")
     tree.mkdir("/var/lib")
     for name in (*REQUIRED_BINARIES, *RECOMMENDED_BINARIES):
         write(f"/usr/bin/{name}", "#!/bin/sh\nexit 0\n", mode=0o755)

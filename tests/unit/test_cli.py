@@ -61,6 +61,7 @@ def machine(tmp_path: Path, root_tree: RootTree, bind_socket: BindSocket) -> Fak
     write("/proc/cpuinfo", cpuinfo(2))
     write("/proc/meminfo", "MemTotal: 4194304 kB\nMemFree: 2097152 kB\n")
     write("/sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory pids\n")
+    write("/sys/class/dmi/id/product_uuid", "4C4C4544-0042-3510-8052-B4C04F4E5032\n")
     root_tree.mkdir("/var/lib/kubelet")
     for name in (*REQUIRED_BINARIES, *RECOMMENDED_BINARIES):
         write(f"/usr/bin/{name}", "#!/bin/sh\nexit 0\n", mode=0o755)
@@ -127,9 +128,24 @@ def test_json_report(machine: FakeNode) -> None:
     assert cpu.severity == "hard"
 
 
-def test_hard_failure_exits_1_with_its_remedy(machine: FakeNode) -> None:
+def test_a_prerequisite_off_before_prepare_is_to_be_set_by_prepare(machine: FakeNode) -> None:
+    """Forwarding off on a stock host: what the cluster's prepare items set, so not a failure
+    before them (exit 0), marked and explained."""
     machine.tree.write("/proc/sys/net/ipv4/ip_forward", "0\n")
     result = machine.precheck(*IGNORE_LIVE)
+    assert result.exit_code == 0, result.output
+    assert statuses(result.stdout)["ip-forward"] == "WARN^"
+    assert ", 0 failed, " in result.stdout
+    assert "^ to be set by Prepare" in result.stdout
+    report = json.loads(machine.precheck("--output", "json", *IGNORE_LIVE).stdout)
+    check = next(c for c in report["checks"] if c["name"] == "ip-forward")
+    assert (report["ok"], report["prepared"]) == (True, False)
+    assert (check["status"], check["stage"], check["deferred"]) == ("warn", "prepare", True)
+
+
+def test_hard_failure_exits_1_with_its_remedy(machine: FakeNode) -> None:
+    machine.tree.write("/proc/sys/net/ipv4/ip_forward", "0\n")
+    result = machine.precheck("--prepared", *IGNORE_LIVE)
     assert result.exit_code == 1, result.output
     assert statuses(result.stdout)["ip-forward"] == "FAIL"
     assert "IPv4 forwarding is off (/proc/sys/net/ipv4/ip_forward = 0)" in result.stdout
@@ -139,7 +155,7 @@ def test_hard_failure_exits_1_with_its_remedy(machine: FakeNode) -> None:
         f"{HOSTNAME} cannot join a cluster: fix the failures above."
     )
 
-    ignored = machine.precheck("--ignore", "ip-forward", *IGNORE_LIVE)
+    ignored = machine.precheck("--prepared", "--ignore", "ip-forward", *IGNORE_LIVE)
     assert ignored.exit_code == 0, ignored.output
     assert statuses(ignored.stdout)["ip-forward"] == "WARN*"
     assert ", 0 failed, " in ignored.stdout
@@ -236,3 +252,24 @@ def test_without_config_option_the_config_under_root_is_read(machine: FakeNode) 
     assert result.exit_code == 1, result.output
     report = PrecheckReport.model_validate_json(result.stdout)
     assert report.role == "manager"
+
+
+def test_the_machine_identity_the_coordinator_compares_is_reported(machine: FakeNode) -> None:
+    report = json.loads(machine.precheck("--output", "json", *IGNORE_LIVE).stdout)
+    identity = next(c for c in report["checks"] if c["name"] == "machine-identity")
+    assert identity["status"] == "pass"
+    assert identity["data"]["product_uuid"] == "4c4c4544-0042-3510-8052-b4c04f4e5032"
+    assert "00:00:00:00:00:00" not in identity["data"]["macs"]  # lo's
+    (machine.tree.path / "sys/class/dmi/id/product_uuid").unlink()
+    report = json.loads(machine.precheck("--output", "json", *IGNORE_LIVE).stdout)
+    identity = next(c for c in report["checks"] if c["name"] == "machine-identity")
+    assert (identity["status"], identity["data"]["product_uuid"]) == ("warn", None)
+
+
+def test_an_ignored_machine_identity_reports_nothing_to_compare(machine: FakeNode) -> None:
+    """Several agents on one host share its MACs: ignored, the check reports none, so the
+    coordinator holds none of them as clones."""
+    report = json.loads(machine.precheck("--output", "json", "--ignore", "machine-identity",
+                                         *IGNORE_LIVE).stdout)
+    identity = next(c for c in report["checks"] if c["name"] == "machine-identity")
+    assert (identity["status"], identity["data"]) == ("skip", {})

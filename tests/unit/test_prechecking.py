@@ -48,10 +48,12 @@ class Scripted(Prechecks):
                          random.Random(1))
         self.outcomes: Iterator[bool] = iter(outcomes)
         self.runs = 0
+        self.stages: list[bool] = []  # whether each run was the one after Prepare
         self.waiting, self.cancelled = asyncio.Event(), asyncio.Event()
 
-    async def run(self) -> Document:
+    async def run(self, prepared: bool = False) -> Document:
         self.runs += 1
+        self.stages.append(prepared)
         for ok in self.outcomes:
             return {"ok": ok}
         self.waiting.set()
@@ -88,3 +90,26 @@ async def test_every_start_of_a_pending_machines_agent_runs_and_sends_them_at_on
     assert coordinator.sent == [True] and prechecks.runs == 3
     prechecks.assigned(IDENTITY, {"state": "Prepare"})  # approved: the checks stop
     await asyncio.wait_for(prechecks.cancelled.wait(), 5)
+
+
+async def test_after_prepare_the_checks_run_again_with_backoff_until_deploy() -> None:
+    """Each report sent after Prepare makes a new assignment of the same phase, applied again:
+    that must neither restart the checks (a run and a report at once each time, without
+    backoff) nor stop them."""
+    coordinator = Coordinator(approved_after=99)
+    prechecks = Scripted([True, True, True, True], coordinator)
+    prechecks.prepared(IDENTITY)
+    for _ in range(20):
+        await asyncio.sleep(0.01)
+        if coordinator.sent:
+            break
+    for _ in range(3):
+        prechecks.assigned(IDENTITY, {"state": "Prepare"})
+        prechecks.prepared(IDENTITY)
+        await asyncio.sleep(0.05)
+    # it passed: the next runs wait their backoff, and say nothing new
+    assert coordinator.sent == [True]
+    assert prechecks.stages == [True] * prechecks.runs
+    prechecks.assigned(IDENTITY, {"state": "Deploy"})  # admitted: the checks stop
+    await asyncio.sleep(0.01)
+    assert prechecks._rechecking is not None and prechecks._rechecking.cancelled()

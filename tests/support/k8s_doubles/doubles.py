@@ -19,7 +19,8 @@ caller's working directory (the node's root) and network namespace.
 - apt-get and dnf remember which kubeadm version they installed in a root (the version
   `kubeadm upgrade apply` checks its target against).
 - `systemctl start|restart|stop kubelet` starts or stops the kubelet double.
-- Every other command (apt-mark, modprobe, iptables, ...) is recorded and succeeds.
+- modprobe and sysctl change the root's /proc/sys as the kernel does (sysfs.py).
+- Every other command (apt-mark, swapoff, ...) is recorded and succeeds.
 
 Tests drive and inspect all this through control.py: the phase-boundary hooks (pause, kill),
 the clock, etcd's members, and stop_all at teardown.
@@ -43,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).parents[3]))  # run as a file: the reposit
 from tests.support.k8s_doubles import kubelet as kubelet_double
 from tests.support.k8s_doubles.common import Failure, parse, state
 from tests.support.k8s_doubles.kubeadm import kubeadm
+from tests.support.k8s_doubles.sysfs import modprobe, sysctl
 
 Details = dict[str, Any]
 PROXY = {"http_proxy", "https_proxy", "no_proxy"}  # recorded as the command got them
@@ -96,7 +98,8 @@ def installer(args: list[str]) -> Details:
 
 HANDLERS: dict[str, Callable[[list[str]], Details]] = {
     "kubeadm": kubeadm, "kubectl": kubectl, "kubelet": kubelet, "systemctl": systemctl,
-    "crictl": kubelet_double.crictl, "apt-get": installer, "dnf": installer}
+    "crictl": kubelet_double.crictl, "apt-get": installer, "dnf": installer,
+    "modprobe": modprobe, "sysctl": sysctl}
 
 
 def record(entry: dict[str, Any]) -> None:

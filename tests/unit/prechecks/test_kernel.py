@@ -107,3 +107,16 @@ async def test_no_cgroup_filesystem_fails(root_tree: RootTree, make_ctx: MakeCon
     outcome = await kernel.run_cgroups(make_ctx())
     assert outcome.status is Status.FAIL
     assert outcome.message == "no cgroup filesystem mounted at /sys/fs/cgroup"
+
+
+def test_the_kernel_must_be_in_kubeadms_validated_range() -> None:
+    """kubeadm (Kubernetes 1.32+) validates 4.19.x and 5.0 and later; RHEL 8's 4.18 fails."""
+    for release in ("4.19.0-26-amd64", "5.14.0-427.el9.x86_64", "6.8.0-45-generic", "10.0.1"):
+        assert kernel.evaluate_kernel_version(release).status is Status.PASS, release
+    old = kernel.evaluate_kernel_version("4.18.0-553.el8_10.x86_64")
+    assert old.status is Status.FAIL
+    assert old.message == ("kernel 4.18.0-553.el8_10.x86_64 is outside kubeadm's validated "
+                           "range (4.19, or 5.0 and later): its SystemVerification preflight "
+                           "check refuses it")
+    assert kernel.evaluate_kernel_version("4.20.1").status is Status.FAIL
+    assert kernel.evaluate_kernel_version("garbage").status is Status.FAIL

@@ -85,3 +85,10 @@ def test_only_the_kinds_found_are_mentioned(root_tree: RootTree) -> None:
     outcome = evaluate(leftover_files(Host(root_tree.path)), [], [])
     assert outcome.status is Status.FAIL
     assert outcome.message == "previous Kubernetes installation found; files: /var/lib/etcd (not empty)"
+
+
+def test_the_controller_managers_and_schedulers_ports_count_too() -> None:
+    """kubeadm's Port-10257 and Port-10259 checks: a control plane's own ports."""
+    listeners = [Listener("tcp", "127.0.0.1", 10257, 20), Listener("tcp", "::", 10259, 21)]
+    assert ports_in_use(listeners) == ["10257/tcp (kube-controller-manager)",
+                                       "10259/tcp (kube-scheduler)"]

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+import stat
+
 from nodeagent.prechecks import runtime
 from nodeagent.prechecks.runtime import RECOMMENDED_BINARIES, REQUIRED_BINARIES
 from nodeagent.protocol import Status
@@ -85,9 +88,27 @@ async def test_a_regular_file_is_not_a_runtime_socket(
 ) -> None:
     root_tree.write("/run/containerd/containerd.sock", "")
     outcome = await runtime.run_runtime(make_ctx())
-    assert outcome.status is Status.WARN
+    assert outcome.status is Status.FAIL
     assert outcome.message == "no container runtime socket found (containerd, cri-o or cri-dockerd)"
     assert outcome.remedy == (
         "the cluster's prepare items install one; if they do not, install containerd"
     )
     assert outcome.data["searched"] == sorted(runtime.RUNTIME_SOCKETS)
+
+
+async def test_containerds_version_is_measured_for_the_coordinator(
+    root_tree: RootTree, make_ctx: MakeContext
+) -> None:
+    """What `containerd --version` prints, upstream's and Debian's, reported as `containerd`."""
+    assert runtime.containerd_version(
+        "containerd github.com/containerd/containerd/v2 v2.0.4 1a43cb6a1035441f9aca8f5666a9b3ef9e70ab20"
+    ) == "2.0.4"
+    assert runtime.containerd_version(
+        "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1") == "1.6.20"
+    root_tree.write("/usr/bin/containerd", "#!/bin/sh\necho 'containerd github.com/containerd/"
+                    "containerd 1.6.20~ds1 1.6.20~ds1-1+b1'\n", mode=0o755)
+    root_tree.mkdir("/run/containerd")
+    os.mknod(root_tree.path / "run/containerd/containerd.sock", stat.S_IFSOCK | 0o660)
+    outcome = await runtime.run_runtime(make_ctx())
+    assert outcome.status is Status.PASS
+    assert outcome.data["containerd"] == "1.6.20"

@@ -117,7 +117,7 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
     first_worker_ready = min(ready_at[h] for h in WORKERS)
     assert ready_at["m1"] <= first_worker_ready
 
-    assert "kubeadm init --config /etc/kubernetes/nodeagent/init.yaml" in rendered
+    assert "phases.sh init /etc/kubernetes/nodeagent/init.yaml" in rendered
     assert "problem" not in rendered
 
     log = calls(log_path)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from coordinator.domain.fleet import Fleet, hypothetical_fleet
+from coordinator.domain.model import ClusterSpec, Machine
 from tests.support.k8s_doubles.calls import agent_env, calls
 from tests.support.kubeadm_profile import (
     deployed,
@@ -32,6 +33,11 @@ def apply(action: dict[str, Any], root: Path, env: dict[str, str]) -> str:
     return done.stdout
 
 
+def phases_script(spec: ClusterSpec, machines: list[Machine]) -> dict[str, Any]:
+    """The prepare item writing phases.sh, which init and join run."""
+    return rendered(spec, machines[0], machines, "prepare")["phases-script"]
+
+
 def outputs(printed: str, item: str) -> dict[str, str]:
     """`NAME=value` lines an item printed, as `item.NAME`."""
     return {f"{item}.{k}": v for k, _, v in (line.partition("=") for line in printed.splitlines())
@@ -47,6 +53,7 @@ def test_a_token_minted_again_replaces_the_expired_one_the_join_configuration_ho
         env = agent_env(tmp_path / "log", tmp_path / "state", api.url)
         deploy = rendered(spec, machines[0], machines, "deploy")
         manager.mkdir()
+        apply(phases_script(spec, machines), manager, env)
         apply(deploy["init-config"], manager, env)
         produced = outputs(apply(deploy["init"], manager, env), "init")
         assert produced["init.endpoint"] == f"{machines[0].ip}:6443"
@@ -62,6 +69,7 @@ def test_a_token_minted_again_replaces_the_expired_one_the_join_configuration_ho
             return deployed(machines, produced, lambda m: {"outputs.token.token": token})
 
         worker.mkdir()
+        apply(phases_script(spec, machines), worker, env)
         apply(rendered(spec, holding(first)[1], holding(first), "deploy")["join-config"], worker, env)
         apply(rendered(spec, holding(again)[1], holding(again), "deploy")["join"], worker, env)
         with api.locked() as cluster:
@@ -87,6 +95,7 @@ def test_init_gives_the_joiners_an_endpoint_with_a_port(
     deploy = rendered(spec, machines[0], machines, "deploy")
     with kube_api_server() as api:
         env = agent_env(tmp_path / "log", tmp_path / "state", api.url)
+        apply(phases_script(spec, machines), tmp_path, env)
         apply(deploy["init-config"], tmp_path, env)
         assert outputs(apply(deploy["init"], tmp_path, env), "init")["init.endpoint"] == endpoint
     config = (tmp_path / "etc/kubernetes/nodeagent/init.yaml").read_text()

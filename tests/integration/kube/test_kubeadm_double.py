@@ -1,0 +1,223 @@
+"""The kubeadm double (tests/support/k8s_doubles) as strict as kubeadm, on nodes that are network
+namespaces of a LAN, with Debian's real etcd: init writes each phase's files in kubeadm's order
+and a kill between two phases leaves exactly the earlier ones; preflight refuses leftovers with
+kubeadm's messages unless told to ignore them; tokens and uploaded certificates expire on the
+test's clock; kubeadm's upgrade policy; a 3-member etcd built by init and two control-plane
+joins, a member removed from another manager through crictl, and reset's warning (exit 0) once
+quorum is lost."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.k8s_doubles import control
+from tests.support.k8s_doubles.calls import agent_env
+from tests.support.k8s_doubles.kubeadm import INIT_PHASES
+from tests.support.k8s_doubles.pki import ca_hash
+from tests.support.kubeapi import kube_api_server
+from tests.support.lan import HUB_IP, Lan, Node, lan
+from tests.support.requirements import require_binary
+from tests.support.waiting import wait_until
+
+
+@dataclass
+class Cluster:
+    network: Lan
+    tmp: Path
+    env: dict[str, str]
+
+    @property
+    def state(self) -> Path:
+        return self.tmp / "state"
+
+    def root(self, node: Node) -> Path:
+        root = self.tmp / node.hostname
+        root.mkdir(exist_ok=True)
+        return root
+
+    def run(self, node: Node, *argv: str) -> subprocess.CompletedProcess[str]:
+        return node.ns.run(list(argv), cwd=self.root(node), env=self.env, timeout=120)
+
+    def init_config(self, node: Node) -> None:
+        path = self.root(node) / "init.yaml"
+        path.write_text(yaml.safe_dump_all([
+            {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "InitConfiguration",
+             "localAPIEndpoint": {"advertiseAddress": node.ip},
+             "nodeRegistration": {"name": node.hostname, "taints": []}},
+            {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration",
+             "kubernetesVersion": "v1.33.4", "controlPlaneEndpoint": f"{node.ip}:6443"}]))
+
+    def join_config(self, node: Node, endpoint: str, token: str, key: str | None) -> None:
+        ca = (self.root(self.network.nodes[0]) / "etc/kubernetes/pki/ca.crt").read_text()
+        join = {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "JoinConfiguration",
+                "discovery": {"bootstrapToken": {"apiServerEndpoint": endpoint, "token": token,
+                                                 "caCertHashes": [ca_hash(ca)]}},
+                "nodeRegistration": {"name": node.hostname, "taints": []}}
+        if key is not None:
+            join["controlPlane"] = {"localAPIEndpoint": {"advertiseAddress": node.ip},
+                                    "certificateKey": key}
+        (self.root(node) / "join.yaml").write_text(yaml.safe_dump(join))
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    require_binary("etcd")
+    require_binary("etcdctl")
+    with lan(["m1", "m2", "m3"]) as network, contextlib.ExitStack() as stack:
+        api = stack.enter_context(kube_api_server(netns=network.hub.name, host=HUB_IP))
+        stack.callback(control.stop_all, tmp_path / "state")
+        yield Cluster(network, tmp_path, agent_env(tmp_path / "log", tmp_path / "state", api.url))
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()} - {"init.yaml",
+                                                                                 "join.yaml"}
+
+
+def test_init_writes_each_phase_in_order_and_a_kill_leaves_the_earlier_phases(
+        cluster: Cluster) -> None:
+    m1 = cluster.network.nodes[0]
+    cluster.init_config(m1)
+    control.arm(cluster.state, pause=[f"m1:init:{p}" for p in INIT_PHASES])
+    with subprocess.Popen(m1.ns.argv(["kubeadm", "init", "--config", "/init.yaml"]),
+                          cwd=cluster.root(m1), env=cluster.env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True) as init:
+        seen: dict[str, set[str]] = {}
+        for phase in INIT_PHASES:
+            control.wait_paused(cluster.state, f"m1:init:{phase}")
+            seen[phase] = files(cluster.root(m1)) - set().union(*seen.values())
+            control.resume(cluster.state, f"m1:init:{phase}")
+        assert init.wait(timeout=60) == 0, init.stdout.read() if init.stdout else ""
+    assert seen["preflight"] == set()
+    assert seen["certs"] >= {"etc/kubernetes/pki/ca.crt", "etc/kubernetes/pki/etcd/ca.crt",
+                             "etc/kubernetes/pki/apiserver-etcd-client.key"}
+    assert seen["kubeconfig"] == {f"etc/kubernetes/{n}.conf" for n in (
+        "admin", "super-admin", "kubelet", "controller-manager", "scheduler")}
+    assert seen["etcd"] == {"etc/kubernetes/manifests/etcd.yaml"}
+    assert seen["control-plane"] == {f"etc/kubernetes/manifests/{p}.yaml" for p in (
+        "kube-apiserver", "kube-controller-manager", "kube-scheduler")}
+    assert "var/lib/kubelet/config.yaml" in seen["kubelet-start"]
+    assert not any(f.startswith("var/lib/etcd/") for f in set().union(*(
+        seen[p] for p in INIT_PHASES[:INIT_PHASES.index("kubelet-start")])))
+    assert any(f.startswith("var/lib/etcd/") for f in  # the kubelet ran the etcd pod
+               seen["kubelet-start"] | seen["wait-control-plane"])
+
+    # A join killed right after kubelet-start leaves its files: its retry is refused.
+    m2 = cluster.network.nodes[1]
+    token = ok(cluster.run(m1, "kubeadm", "token", "create")).strip()
+    cluster.join_config(m2, f"{m1.ip}:6443", token, None)
+    control.arm(cluster.state, kill=["m2:join:kubelet-start"])
+    assert cluster.run(m2, "kubeadm", "join", "--config", "/join.yaml").returncode == -9
+    left = files(cluster.root(m2))
+    assert {"etc/kubernetes/kubelet.conf", "etc/kubernetes/pki/ca.crt",
+            "var/lib/kubelet/config.yaml"} <= left
+    retry = cluster.run(m2, "kubeadm", "join", "--config", "/join.yaml")
+    assert retry.returncode == 1
+    for refused in ("[ERROR FileAvailable--etc-kubernetes-kubelet.conf]: "
+                    "/etc/kubernetes/kubelet.conf already exists",
+                    "[ERROR FileAvailable--etc-kubernetes-pki-ca.crt]: "
+                    "/etc/kubernetes/pki/ca.crt already exists",
+                    "[ERROR Port-10250]: Port 10250 is in use"):
+        assert refused in retry.stderr
+    # An init's retry after it completed: every leftover refused, unless ignored.
+    again = cluster.run(m1, "kubeadm", "init", "--config", "/init.yaml")
+    assert again.returncode == 1
+    for refused in ("Port-6443", "Port-10259", "Port-10257", "Port-10250", "Port-2379",
+                    "Port-2380", "FileAvailable--etc-kubernetes-manifests-etcd.yaml",
+                    "FileAvailable--etc-kubernetes-manifests-kube-apiserver.yaml"):
+        assert f"[ERROR {refused}]" in again.stderr
+    assert "[ERROR DirAvailable--var-lib-etcd]: /var/lib/etcd is not empty" in again.stderr
+    ignored = cluster.run(m1, "kubeadm", "init", "phase", "preflight", "--config", "/init.yaml",
+                          "--ignore-preflight-errors=all")
+    assert ignored.returncode == 0 and "[WARNING Port-10250]" in ignored.stderr
+    # kubeadm reset: the kubelet stopped (the port free again), kubeadm's files gone.
+    assert ok(cluster.run(m2, "kubeadm", "reset", "--force"))
+    assert not (cluster.root(m2) / "etc/kubernetes/kubelet.conf").exists()
+    ok(cluster.run(m2, "kubeadm", "join", "phase", "preflight", "--config", "/join.yaml"))
+
+
+def test_tokens_and_uploaded_certificates_expire_on_the_clock_and_upgrades_follow_the_policy(
+        cluster: Cluster) -> None:
+    m1, m2 = cluster.network.nodes[:2]
+    cluster.init_config(m1)
+    ok(cluster.run(m1, "kubeadm", "init", "--config", "/init.yaml", "--upload-certs",
+                   "--certificate-key", "a" * 64))
+    token = ok(cluster.run(m1, "kubeadm", "token", "create", "--ttl", "1h")).strip()
+    cluster.join_config(m2, f"{m1.ip}:6443", token, "a" * 64)
+    preflight = ("kubeadm", "join", "phase", "preflight", "--config", "/join.yaml")
+    ok(cluster.run(m2, *preflight))
+    control.advance(cluster.state, 7201)  # the token (1 h) and the certificates (2 h) gone
+    expired = cluster.run(m2, *preflight)
+    assert expired.returncode == 1
+    assert f'could not find a JWS signature in the cluster-info ConfigMap for token ID ' \
+           f'"{token.split(".")[0]}"' in expired.stderr
+    token = ok(cluster.run(m1, "kubeadm", "token", "create")).strip()
+    cluster.join_config(m2, f"{m1.ip}:6443", token, "a" * 64)
+    prepare = cluster.run(m2, "kubeadm", "join", "phase", "control-plane-prepare", "--config",
+                          "/join.yaml")
+    assert prepare.returncode == 1 and 'Secret "kubeadm-certs" was not found' in prepare.stderr
+
+    # kubeadm's version policy: one minor at a time, not past kubeadm's own minor.
+    def apply(version: str) -> subprocess.CompletedProcess[str]:
+        return cluster.run(m1, "kubeadm", "upgrade", "apply", "--yes", version)
+
+    assert "is too high; kubeadm can upgrade only 1 minor version" in apply("v1.35.0").stderr
+    assert "is too low; kubeadm can downgrade only 1 minor version" in apply("v1.31.2").stderr
+    ok(cluster.run(m1, "apt-get", "install", "-y", "kubeadm=1.33.4-*"))
+    assert "at least one minor release higher than the kubeadm minor release" in \
+        apply("v1.34.1").stderr
+    ok(cluster.run(m1, "apt-get", "install", "-y", "kubeadm=1.34.1-*"))
+    assert "Can be bypassed if you pass the --force flag" in apply("v1.34.2").stderr
+    assert "won't proceed" in cluster.run(m1, "kubeadm", "upgrade", "apply", "v1.34.1").stderr
+    ok(apply("v1.34.1"))
+    assert "v1.34.1" in ok(cluster.run(m1, "kubelet", "--version"))
+
+
+def test_three_managers_make_one_etcd_a_member_is_removed_from_another_and_reset_warns_without_quorum(
+        cluster: Cluster) -> None:
+    m1, m2, m3 = cluster.network.nodes
+    cluster.init_config(m1)
+    ok(cluster.run(m1, "kubeadm", "init", "--config", "/init.yaml", "--upload-certs",
+                   "--certificate-key", "b" * 64))
+    for node in (m2, m3):
+        token = ok(cluster.run(m1, "kubeadm", "token", "create")).strip()
+        cluster.join_config(node, f"{m1.ip}:6443", token, "b" * 64)
+        ok(cluster.run(node, "kubeadm", "join", "--config", "/join.yaml"))
+    members = control.etcd_members(cluster.root(m3), m3.ns.argv([]))
+    assert sorted(m["name"] for m in members) == ["m1", "m2", "m3"]
+    assert not any(m["isLearner"] for m in members)
+
+    # m3's member removed from m1, as an operator does: etcdctl in m1's etcd container.
+    etcdctl = ("--endpoints=https://127.0.0.1:2379", "--cacert=/etc/kubernetes/pki/etcd/ca.crt",
+               "--cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt",
+               "--key=/etc/kubernetes/pki/etcd/healthcheck-client.key")
+    container = ok(cluster.run(m1, "crictl", "ps", "--name", "etcd", "-q")).strip()
+    gone = next(m["id"] for m in members if m["name"] == "m3")
+    # etcd refuses a removal while a member joined under 5 s ago ("unhealthy cluster"): retried.
+    wait_until(lambda: cluster.run(m1, "crictl", "exec", container, "etcdctl", *etcdctl,
+                                   "member", "remove", gone).returncode == 0, 30)
+    assert sorted(m["name"] for m in control.etcd_members(
+        cluster.root(m2), m2.ns.argv([]))) == ["m1", "m2"]
+    refused = cluster.run(m1, "crictl", "exec", container, "sh", "-c", "true")
+    assert refused.returncode == 1 and "executable file not found" in refused.stderr
+
+    # m2 down: m1 alone is no majority of two; its reset cannot remove its member, warns, exit 0.
+    control.power_off(cluster.state, cluster.root(m2))
+    reset = cluster.run(m1, "kubeadm", "reset", "--force")
+    assert reset.returncode == 0, reset.stderr
+    assert "[reset] Failed to remove etcd member" in reset.stderr
+    assert "please manually remove this etcd member using etcdctl" in reset.stderr
+    assert "does not reset or clean up iptables rules" in reset.stdout
+    assert not any((cluster.root(m1) / "var/lib/etcd").iterdir())

@@ -307,6 +307,8 @@ def kubelet_start(run: Run) -> None:
           'KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///run/containerd/containerd.sock"\n')
     write(kubelet.KUBELET_CONFIG, "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: "
           "KubeletConfiguration\ncgroupDriver: systemd\n")
+    with state() as data:  # the kubelet's flags (kubeadm-flags.env): what it registers with
+        data.setdefault("registrations", {})[run.node] = run.registration
     print("[kubelet-start] Starting the kubelet")
     if not kubelet.start_kubelet():
         raise Failure("error execution phase kubelet-start: the kubelet did not start: "
@@ -318,8 +320,10 @@ def wait_control_plane(run: Run) -> None:
         raise Failure("error execution phase wait-control-plane: could not check the control "
                       "plane: etcd did not become healthy: context deadline exceeded")
     time.sleep(SLEEP_SECONDS)
-    if run.workflow == "init":
-        run.details.update(register_node(run.registration, run.node))
+    if run.workflow == "init":  # the kubelet's registration, with the flags kubelet-start wrote
+        with state() as data:  # (`kubeadm init phase wait-control-plane` takes no --config)
+            registration = data.get("registrations", {}).get(run.node, run.registration)
+        run.details.update(register_node(registration, run.node))
 
 
 def upload_config(run: Run) -> None:

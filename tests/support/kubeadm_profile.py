@@ -5,7 +5,7 @@ agent would run in a phase, secrets filled in (`cluster render` masks them; test
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -65,9 +65,11 @@ def write_file_item(action: Mapping[str, Any], root: Path) -> None:
     path.write_text(action.get("template", action.get("content", "")))
 
 
-def run_exec_item(action: Mapping[str, Any], root: Path,
-                  env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+def run_exec_item(action: Mapping[str, Any], root: Path, env: Mapping[str, str],
+                  prefix: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
     """A rendered exec item, run in root (its working directory, as the agent runs it) with
-    env (e.g. the doubles') and its own environment."""
-    return subprocess.run(action["argv"], cwd=root, env={**env, **action.get("env", {})},
+    env (e.g. the doubles') and its own environment; prefix: e.g. a node's namespace
+    (Namespace.argv([]))."""
+    return subprocess.run([*prefix, *action["argv"]], cwd=root,
+                          env={**env, **action.get("env", {})},
                           capture_output=True, text=True, timeout=60, check=False)

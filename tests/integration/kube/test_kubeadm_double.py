@@ -8,7 +8,6 @@ quorum is lost."""
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,12 +17,9 @@ import pytest
 import yaml
 
 from tests.support.k8s_doubles import control
-from tests.support.k8s_doubles.calls import agent_env
 from tests.support.k8s_doubles.kubeadm import INIT_PHASES
 from tests.support.k8s_doubles.pki import ca_hash
-from tests.support.kubeapi import kube_api_server
-from tests.support.lan import HUB_IP, Lan, Node, lan
-from tests.support.requirements import require_binary
+from tests.support.lan import Lan, Node
 from tests.support.waiting import wait_until
 
 
@@ -68,12 +64,8 @@ class Cluster:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    require_binary("etcd")
-    require_binary("etcdctl")
-    with lan(["m1", "m2", "m3"]) as network, contextlib.ExitStack() as stack:
-        api = stack.enter_context(kube_api_server(netns=network.hub.name, host=HUB_IP))
-        stack.callback(control.stop_all, tmp_path / "state")
-        yield Cluster(network, tmp_path, agent_env(tmp_path / "log", tmp_path / "state", api.url))
+    with control.doubled_lan(["m1", "m2", "m3"], tmp_path) as (network, env, _):
+        yield Cluster(network, tmp_path, env)
 
 
 def ok(done: subprocess.CompletedProcess[str]) -> str:
@@ -118,8 +110,9 @@ def test_init_writes_each_phase_in_order_and_a_kill_leaves_the_earlier_phases(
     m2 = cluster.network.nodes[1]
     token = ok(cluster.run(m1, "kubeadm", "token", "create")).strip()
     cluster.join_config(m2, f"{m1.ip}:6443", token, None)
-    control.arm(cluster.state, kill=["m2:join:kubelet-start"])
-    assert cluster.run(m2, "kubeadm", "join", "--config", "/join.yaml").returncode == -9
+    killed = m2.ns.run(["kubeadm", "join", "--config", "/join.yaml"], cwd=cluster.root(m2),
+                       env={**cluster.env, "K8S_DOUBLES_KILL": "m2:join:kubelet-start"})
+    assert killed.returncode == -9
     left = files(cluster.root(m2))
     assert {"etc/kubernetes/kubelet.conf", "etc/kubernetes/pki/ca.crt",
             "var/lib/kubelet/config.yaml"} <= left
@@ -152,8 +145,9 @@ def test_tokens_and_uploaded_certificates_expire_on_the_clock_and_upgrades_follo
         cluster: Cluster) -> None:
     m1, m2 = cluster.network.nodes[:2]
     cluster.init_config(m1)
-    ok(cluster.run(m1, "kubeadm", "init", "--config", "/init.yaml", "--upload-certs",
-                   "--certificate-key", "a" * 64))
+    for phase in INIT_PHASES:  # one at a time, as a journal of items would drive them
+        ok(cluster.run(m1, "kubeadm", "init", "phase", phase, "--config", "/init.yaml",
+                       "--upload-certs", "--certificate-key", "a" * 64))
     token = ok(cluster.run(m1, "kubeadm", "token", "create", "--ttl", "1h")).strip()
     cluster.join_config(m2, f"{m1.ip}:6443", token, "a" * 64)
     preflight = ("kubeadm", "join", "phase", "preflight", "--config", "/join.yaml")
@@ -183,6 +177,8 @@ def test_tokens_and_uploaded_certificates_expire_on_the_clock_and_upgrades_follo
     assert "won't proceed" in cluster.run(m1, "kubeadm", "upgrade", "apply", "v1.34.1").stderr
     ok(apply("v1.34.1"))
     assert "v1.34.1" in ok(cluster.run(m1, "kubelet", "--version"))
+    # upgrade node follows the cluster's version, whatever kubeadm is installed on the node.
+    ok(cluster.run(m1, "kubeadm", "upgrade", "node"))
 
 
 def test_three_managers_make_one_etcd_a_member_is_removed_from_another_and_reset_warns_without_quorum(

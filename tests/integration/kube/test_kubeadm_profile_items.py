@@ -28,8 +28,9 @@ import pytest
 from coordinator.domain.fleet import Fleet, hypothetical_fleet
 from coordinator.domain.model import ClusterSpec, Machine, MintJob
 from tests.support.k8s_doubles import control
-from tests.support.k8s_doubles.calls import agent_env, calls
+from tests.support.k8s_doubles.calls import calls
 from tests.support.k8s_doubles.common import state
+from tests.support.k8s_doubles.control import doubled_lan
 from tests.support.kubeadm_profile import (
     INIT_PHASES,
     MANAGER_JOIN_PHASES,
@@ -37,11 +38,11 @@ from tests.support.kubeadm_profile import (
     deployed,
     profile_spec,
     rendered,
+    run_exec_item,
     write_file_item,
 )
-from tests.support.kubeapi import KubeApiServer, kube_api_server
-from tests.support.lan import HUB_IP, Lan, Node, lan
-from tests.support.requirements import require_binary
+from tests.support.kubeapi import KubeApiServer
+from tests.support.lan import Lan, Node
 from tests.support.waiting import wait_until
 
 
@@ -68,18 +69,17 @@ class Cluster:
         root.mkdir(exist_ok=True)
         return root
 
-    def run(self, machine: Machine, argv: list[str],
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def run(self, machine: Machine, argv: list[str]) -> subprocess.CompletedProcess[str]:
         """argv on machine's node, in its root, with the doubles' environment."""
-        return self.node(machine).ns.run(argv, cwd=self.root(machine),
-                                         env={**self.env, **(env or {})}, timeout=120)
+        return self.apply(machine, {"type": "exec", "argv": argv})
 
     def apply(self, machine: Machine, action: dict[str, Any]) -> subprocess.CompletedProcess[str]:
         """A rendered item as the agent applies it once (a file written; a command run)."""
         if action["type"] == "file":
             write_file_item(action, self.root(machine))
             return subprocess.CompletedProcess([], 0, "", "")
-        return self.run(machine, action["argv"], action.get("env", {}))
+        return run_exec_item(action, self.root(machine), self.env,
+                             self.node(machine).ns.argv([]))
 
     def init(self) -> dict[str, str]:
         """The first manager's init-config and init items applied: the outputs init printed."""
@@ -107,15 +107,12 @@ def ok(done: subprocess.CompletedProcess[str]) -> str:
 
 @contextlib.contextmanager
 def cluster_on_a_lan(tmp: Path, spec: ClusterSpec, fleet: Fleet) -> Iterator[Cluster]:
-    require_binary("etcd")
-    require_binary("etcdctl")
+    """fleet's machines of spec on the nodes of a LAN (the doubles' environment), each at its
+    node's address, as Prepare left them."""
     machines = hypothetical_fleet(spec, fleet)
-    with lan([m.hostname for m in machines]) as network, contextlib.ExitStack() as stack:
-        api = stack.enter_context(kube_api_server(netns=network.hub.name, host=HUB_IP))
-        stack.callback(control.stop_all, tmp / "state")
+    with doubled_lan([m.hostname for m in machines], tmp) as (network, env, api):
         machines = [replace(m, ip=n.ip) for m, n in zip(machines, network.nodes, strict=True)]
-        cluster = Cluster(network, tmp, agent_env(tmp / "log", tmp / "state", api.url), api,
-                          spec, machines)
+        cluster = Cluster(network, tmp, env, api, spec, machines)
         for machine in machines:  # what Prepare left: the script init and join run
             cluster.apply(machine, rendered(spec, machine, machines, "prepare")["phases-script"])
         yield cluster

@@ -29,12 +29,16 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from tests.support.k8s_doubles import etcd
+from tests.support.k8s_doubles.calls import agent_env
 from tests.support.k8s_doubles.common import marker, procs_dir, state, stop
+from tests.support.kubeapi import KubeApiServer, kube_api_server
+from tests.support.lan import HUB_IP, Lan, lan
+from tests.support.requirements import require_binary
 
 
 def arm(directory: Path, pause: Iterable[str] = (), kill: Iterable[str] = ()) -> None:
@@ -85,3 +89,16 @@ def power_off(directory: Path, root: Path) -> None:
 def stop_all(directory: Path) -> None:
     """Every kubelet double, static pod and etcd the test's doubles started, stopped."""
     _stop(directory, None)
+
+
+@contextlib.contextmanager
+def doubled_lan(hostnames: list[str],
+                tmp: Path) -> Iterator[tuple[Lan, dict[str, str], KubeApiServer]]:
+    """Nodes on a LAN (network namespaces) with the doubles' environment: the test API server
+    on the hub, the doubles' log and state under tmp; every process they start stopped after."""
+    require_binary("etcd")
+    require_binary("etcdctl")
+    with lan(hostnames) as network, contextlib.ExitStack() as stack:
+        api = stack.enter_context(kube_api_server(netns=network.hub.name, host=HUB_IP))
+        stack.callback(stop_all, tmp / "state")
+        yield network, agent_env(tmp / "log", tmp / "state", api.url), api

@@ -353,8 +353,13 @@ def bootstrap_token(run: Run) -> None:
     default); the bootstrap signer signs cluster-info for each."""
     init = run.docs.get("InitConfiguration", {})
     wanted = init.get("bootstrapTokens") or [{}]
+    ca = local("/etc/kubernetes/pki/ca.crt")
+    if not ca.exists():
+        raise Failure("error execution phase bootstrap-token: failure loading ca certificate: "
+                      "open /etc/kubernetes/pki/ca.crt: no such file or directory")
+    endpoint = run.docs.get("ClusterConfiguration", {}).get("controlPlaneEndpoint")
     with state() as data:
-        data["cluster_info"] = {"endpoint": data["cluster"]["endpoint"], "ca": data["ca"]["cert"]}
+        data["cluster_info"] = {"endpoint": endpoint or f"{run.ip}:6443", "ca": ca.read_text()}
         for entry in wanted:
             token = str(entry.get("token") or new_token())
             ttl = duration(str(entry.get("ttl", "24h")))
@@ -420,7 +425,11 @@ def join_kubelet_start(run: Run) -> None:
                       f"\"{run.node}\" and status \"Ready\" already exists in the cluster. You "
                       "must delete the existing Node or change the name of this new joining Node")
     with state() as data:
-        ca = data["cluster_info"]["ca"]
+        info = data.get("cluster_info")
+    if info is None:
+        raise Failure("error execution phase kubelet-start: couldn't get the cluster-info "
+                      "ConfigMap: configmaps \"cluster-info\" is forbidden")
+    ca = info["ca"]
     if not run.control_plane:
         write("/etc/kubernetes/pki/ca.crt", ca)
     write("/etc/kubernetes/bootstrap-kubelet.conf", kubeconfig("tls-bootstrap"), 0o600)
@@ -494,6 +503,9 @@ def workflow(name: str, words: list[str], flags: dict[str, str]) -> Details:
     if "--config" in flags and mixed:
         raise Failure(f"can not mix '--config' with arguments {[f.lstrip('-') for f in mixed]}")
     docs = documents(flags["--config"]) if "--config" in flags else {}
+    if name == "join" and "JoinConfiguration" not in docs:
+        raise Failure("discovery: Invalid value: \"\": bootstrapToken or file must be set "
+                      "(the double reads a JoinConfiguration from --config)")
     if name == "init":
         endpoint = docs.get("InitConfiguration", {}).get("localAPIEndpoint") or {}
         control_plane = True

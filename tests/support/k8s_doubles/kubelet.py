@@ -8,7 +8,8 @@
   of its own that outlives the kubelet as a container does: etcd is the real etcd with the
   manifest's command (absolute paths under the node's root, as hostPath mounts put them); the
   other control-plane pods hold their port (6443, 10257, 10259). A pod whose manifest is
-  removed is stopped; one that exits is started again (restartPolicy Always).
+  removed is stopped; one that exits is started again (restartPolicy Always) with a back-off
+  (1 s, doubling up to 30 s: kubelet's CrashLoopBackOff, shortened).
 - `crictl ps [--name NAME] [-q]` lists those pods' containers; `crictl exec ID etcdctl ...`
   runs the real etcdctl as the etcd container would (only etcd's own mounts, /etc/kubernetes/
   pki/etcd and /var/lib/etcd, exist in it; the image has no shell).
@@ -18,7 +19,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -101,9 +105,22 @@ def manifest(pod: str, command: list[str]) -> dict[str, Any]:
             "spec": {"hostNetwork": True, "containers": [{"name": pod, "command": command}]}}
 
 
+def etcd_binary() -> str:
+    """The real etcd, through a link named etcd-double: the test's nodes share one process
+    table, and an agent's check for a previous installation (a process named etcd) must not
+    see another node's etcd, as it would not on separate machines."""
+    link = state_dir() / "bin" / "etcd-double"
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            link.symlink_to(shutil.which("etcd") or "/usr/bin/etcd")
+    return str(link)
+
+
 def pod_argv(pod: str, spec: dict[str, Any]) -> list[str]:
     if pod == "etcd":
-        return [mapped(a) for a in spec["spec"]["containers"][0]["command"]]
+        command = spec["spec"]["containers"][0]["command"]
+        return [etcd_binary(), *(mapped(a) for a in command[1:])]
     address, port = PORTS[pod]
     return [sys.executable, __file__, "listen", address, str(port)]
 
@@ -118,20 +135,27 @@ def daemon() -> None:
         sys.exit(f"failed to listen on 0.0.0.0:10250: {error}")
     listener.listen(16)
     print("listening on 0.0.0.0:10250", flush=True)
+    backoff: dict[str, tuple[int, float]] = {}  # pod -> (starts, not again before)
     while True:
         manifests = {p.stem: p for p in local(MANIFESTS).glob("*.yaml")} \
             if local(MANIFESTS).is_dir() else {}
         for pod, path in manifests.items():
-            if running(pod_name(pod)) is None:
+            starts, not_before = backoff.get(pod, (0, 0.0))
+            if running(pod_name(pod)) is None and time.time() >= not_before:
                 try:
                     spec = yaml.safe_load(path.read_text())
                     argv = pod_argv(pod, spec)
                 except (yaml.YAMLError, KeyError, TypeError, IndexError):
                     continue  # being written: the next look
                 spawn(pod_name(pod), argv, state_dir() / "logs" / f"{pod_name(pod)}.log")
+                # CrashLoopBackOff, shortened: 1 s after the first exit, doubling up to 30 s.
+                backoff[pod] = (starts + 1, time.time() + min(30.0, 2.0 ** starts))
         for path in procs_dir().glob(f"{node_key()}-pod-*.json"):
             if path.stem.removeprefix(f"{node_key()}-pod-") not in manifests:
                 stop(path.stem)
+        with contextlib.suppress(ChildProcessError):  # the pods that exited: reaped
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
         time.sleep(0.3)
 
 

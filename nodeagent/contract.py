@@ -7,11 +7,12 @@ from typing import Literal
 
 Role = Literal["manager", "worker"]
 ROLES: tuple[Role, ...] = ("manager", "worker")
-# mint and revoke: jobs a Ready manager runs for another machine (its join material), each
-# time it is asked; never journaled, since each run is for another joiner or another minting.
+# mint, revoke and leave: jobs a Ready manager runs for another machine (its join material;
+# a leaving manager's etcd member removed), each time it is asked; never journaled, since each
+# run is for another machine or another minting.
 Phase = Literal["prepare", "deploy", "upgrade", "reconfigure", "reset", "postdeploy", "mint",
-                "revoke"]
+                "revoke", "leave"]
 PHASES: tuple[Phase, ...] = ("prepare", "deploy", "upgrade", "reconfigure", "reset", "postdeploy",
-                             "mint", "revoke")
+                             "mint", "revoke", "leave")
 # Phases whose items are jobs run for another machine: not recorded in the journal.
-JOB_PHASES: tuple[Phase, ...] = ("mint", "revoke")
+JOB_PHASES: tuple[Phase, ...] = ("mint", "revoke", "leave")

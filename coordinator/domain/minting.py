@@ -8,6 +8,10 @@ expired before the items using it succeeded is minted again (the next serial). O
 succeeded, or once the machine no longer needs it (deleted, or the items changed), the
 manager's revoke items revoke it. Each manager runs one job at a time; revoking comes first.
 
+The same jobs carry a removal's etcd step (domain/removal.py): a leaving manager's member is
+removed by a remaining Ready manager's leave items, which verify it gone, before the leaving
+manager's reset items wipe its data.
+
 Pure: `mint_pass` takes the reconcile pass's machines and `now`, and returns the machines it
 changed with the events that say so.
 """
@@ -20,6 +24,8 @@ from typing import Literal
 
 from coordinator.domain.events import event
 from coordinator.domain.model import (
+    ADMITTED_STATES,
+    ITEMS_MAY_RUN,
     PHASE_OF_STATE,
     ClusterSpec,
     Machine,
@@ -28,6 +34,7 @@ from coordinator.domain.model import (
     MintJob,
     address,
     admission_order,
+    member_removal_due,
     pending_items,
     upgrade_items_may_run,
 )
@@ -114,6 +121,8 @@ def mint_pass(spec: ClusterSpec, machines: Sequence[Machine], now: float) -> Min
         _settle_job(state, manager)
     for machine in sorted(state.machines.values(), key=lambda m: (m.created_at, m.id)):
         _need(state, machine)
+    for machine in sorted(state.machines.values(), key=lambda m: (m.created_at, m.id)):
+        _leave(state, machine)
     _assign(state)
     return Minted(list(state.changed.values()), state.events)
 
@@ -145,6 +154,14 @@ def _settle_job(state: _Pass, manager: Machine) -> None:
         return
     state.put(replace(manager, minting=None))
     joiner = state.machines.get(job.joiner)
+    if job.kind == "leave":
+        if joiner is not None:
+            state.put(replace(joiner, member_gone=True, member_stop=""))
+        state.events.append(event(
+            state.now, state.spec.name, "etcd-member", f"etcd member of {job.hostname} removed "
+            f"on {manager.hostname} and verified gone: its reset items run",
+            data={"by": manager.hostname}, machine_id=job.joiner, hostname=job.hostname))
+        return
     material = joiner.material if joiner is not None else None
     current = material is not None and material.serial == job.serial
     if job.kind == "revoke":
@@ -202,6 +219,51 @@ def _need(state: _Pass, machine: Machine) -> None:
     elif material is not None and material.values and material.revoked_at is None \
             and not _job_exists(state, machine.id, material.serial, "revoke"):
         _revoke(state, material.values, _job("revoke", machine, material, ()))
+
+
+def _leave(state: _Pass, machine: Machine) -> None:
+    """Have a remaining manager remove a leaving manager's etcd member once its drain lets its
+    reset items run, and record on it why that cannot be done now (machine.member_stop): no
+    remaining manager is Ready and answering, or the job fails. A manager leaving with no
+    other left (the cluster's last) has no etcd to keep whole: nothing to remove."""
+    drained = machine.drain is None or machine.drain.stage in ITEMS_MAY_RUN
+    if not member_removal_due(state.spec, machine) or not drained:
+        return
+    others = [m for m in _managers(state) if m.id != machine.id]
+    if not any(m.state in ADMITTED_STATES for m in others):
+        state.put(replace(machine, member_gone=True, member_stop=""))
+        state.events.append(event(state.now, state.spec.name, "etcd-member", (
+            f"no other manager remains: the etcd member of {machine.hostname} leaves with the "
+            "cluster's etcd"), machine))
+        return
+    running = next((m for m in others if m.minting is not None and m.minting.kind == "leave"
+                    and m.minting.joiner == machine.id), None)
+    if running is None:
+        state.queue.append(MintJob(kind="leave", joiner=machine.id, hostname=machine.hostname,
+                                   ip=address(machine), role="manager", serial=0,
+                                   items=tuple(i.name for i in state.spec.items("manager",
+                                                                              "leave"))))
+    stop = leave_stop(machine, others, running)
+    if stop != machine.member_stop:
+        state.put(replace(machine, member_stop=stop), notify=False)
+        if stop:
+            state.events.append(event(state.now, state.spec.name, "etcd-member",
+                                      f"removal of {machine.hostname} stopped: {stop}", machine))
+
+
+def leave_stop(machine: Machine, others: Sequence[Machine], running: Machine | None) -> str:
+    """Why the etcd member of a leaving manager cannot be removed now ("": it is being, or
+    will be once a manager is free): the job failing on the manager running it, or no other
+    manager Ready and answering to run it."""
+    progress = running.progress if running is not None else None
+    if running is not None and running.minting is not None and progress is not None \
+            and progress.status == "failed" and progress.item in running.minting.items:
+        return (f"the removal of its etcd member {machine.hostname} fails on "
+                f"{running.hostname}: {progress.error}")
+    if running is None and not any(_may_run_jobs(m) for m in others):
+        return (f"no remaining manager is Ready and answering to remove its etcd member "
+                f"{machine.hostname}")
+    return ""
 
 
 def _job(kind: Literal["mint", "revoke"], machine: Machine, material: Material,

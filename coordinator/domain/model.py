@@ -235,9 +235,10 @@ class Material:
 @dataclass(frozen=True)
 class MintJob:
     """On a manager: the mint or revoke job it runs for another machine, whose outputs (mint)
-    go into that machine's Material. One at a time per manager."""
+    go into that machine's Material, or the leave job that removes a leaving manager's etcd
+    member (domain/removal.py). One at a time per manager."""
 
-    kind: Literal["mint", "revoke"]
+    kind: Literal["mint", "revoke", "leave"]
     joiner: str  # the machine it is for
     hostname: str
     ip: str
@@ -301,7 +302,11 @@ class Machine:
     # shown, logged or in events; encrypted at rest).
     outputs: dict[str, str] = field(default_factory=dict, repr=False)
     material: Material | None = None  # join material minted for it
-    minting: MintJob | None = None  # managers: the mint or revoke job it runs now
+    minting: MintJob | None = None  # managers: the mint, revoke or leave job it runs now
+    # Deleting managers (domain/removal.py): its etcd member verified gone by a remaining
+    # manager's leave job (its reset items wait for it), or why that cannot be done now.
+    member_gone: bool = False
+    member_stop: str = ""
     # The values its assignment waits for (outputs not produced yet, join material not minted)
     # as the last reconcile pass found them: a pass that finds otherwise bumps the generation.
     waits: tuple[str, ...] = ()
@@ -453,10 +458,22 @@ def upgrade_items_may_run(spec: ClusterSpec, machine: Machine) -> bool:
         machine.drain is not None and machine.drain.stage in ITEMS_MAY_RUN)
 
 
+def member_removal_due(spec: ClusterSpec, machine: Machine) -> bool:
+    """Whether a leaving manager's etcd member is still to be removed by a remaining manager
+    (the spec's leave items, domain/removal.py) before its reset items wipe its data: it was
+    admitted into Deploy (its join may have added a member, even one that died halfway), and
+    no leave job has verified the member gone yet."""
+    return (machine.state is MachineState.DELETING and machine.role == "manager"
+            and machine.deploy_order > 0 and not machine.member_gone
+            and bool(spec.items("manager", "leave")))
+
+
 def items_may_run(spec: ClusterSpec, machine: Machine) -> bool:
     """Whether the machine's node lets the items of its state's phase run: an upgrade's once
     its drain allows (upgrade_items_may_run), a removal's reset items once its drain allows
-    (a removal without a drain, in a cluster the coordinator cannot reach, runs them at once)."""
+    (a removal without a drain, in a cluster the coordinator cannot reach, runs them at once)
+    and, on a manager, once its etcd member is verified gone (member_removal_due)."""
     if machine.state is MachineState.DELETING:
-        return machine.drain is None or machine.drain.stage in ITEMS_MAY_RUN
+        return (machine.drain is None or machine.drain.stage in ITEMS_MAY_RUN) \
+            and not member_removal_due(spec, machine)
     return machine.state is not MachineState.UPGRADE or upgrade_items_may_run(spec, machine)

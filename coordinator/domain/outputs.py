@@ -19,13 +19,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from coordinator.domain.model import ClusterSpec, Machine, admission_order
+from nodeagent.contract import JOB_PHASES
 from nodeagent.protocol import ItemOutput, Location, StateItem
 from nodeagent.templates import TemplateError, placeholders
 
 PREFIX = "outputs."
 # The phases in which a machine is given join material: those that join it to the cluster.
 JOINING_PHASES = ("deploy", "upgrade")
-# What mint and revoke items know of the machine they run for (minting.job_values).
+# What mint, revoke and leave items know of the machine they run for (minting.job_values).
 JOB_VALUES = ("joiner.id", "joiner.hostname", "joiner.ip", "joiner.role",
               "mint.lifetimeSeconds")
 
@@ -206,7 +207,7 @@ def problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
                                   f"{names[item.name]} declares outputs too: "
                                   f"${{outputs.{item.name}...}} would be ambiguous; rename one"))
                 names.setdefault(item.name, item.phase)
-            if item.phase in ("mint", "revoke") and role == "worker":
+            if item.phase in JOB_PHASES and role == "worker":
                 found.append(((*where, "phase"), f"{item.phase} items run on a Ready manager "
                               "(for another machine): declare them under machineTypes.manager"))
             found += [((*where, "when", *at), why) for at, why in _condition_problems(role, item)]
@@ -217,7 +218,7 @@ def _condition_problems(role: str, item: StateItem) -> list[tuple[Location, str]
     when = item.when
     if when is None:
         return []
-    if item.phase in ("postdeploy", "mint", "revoke"):
+    if item.phase in ("postdeploy", *JOB_PHASES):
         return [((), f"{item.phase} items run once for the cluster on one manager, not per "
                  "machine: they take no `when`")]
     if when.first_manager is not None and role == "worker":

@@ -37,6 +37,7 @@ from coordinator.domain.model import (
     first_manager,
     is_first_manager,
     machine_items,
+    member_removal_due,
     needs_drain,
     ordered,
     pending_items,
@@ -416,6 +417,8 @@ def _advance(state: _Pass, machine: Machine) -> Decision | None:
         if machine.drain is None or machine.drain.stage is not DrainStage.NODE_READY:
             return None
         target = (S.READY, "upgrade items applied; node uncordoned and Ready")
+    if member_removal_due(state.spec, machine):
+        return None  # its etcd member goes first (domain/removal.py)
     if machine.state is S.DELETING and machine.drain is not None:
         if not may_be_removed(machine):
             return None

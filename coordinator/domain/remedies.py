@@ -76,6 +76,8 @@ def _why(spec: ClusterSpec | None, machine: Machine, step: Step, now: float, wai
     drain = _drain_note(spec, machine, now) if machine.drain is not None else None
     if drain is not None:
         return drain
+    if machine.member_stop and machine.state is MachineState.DELETING:
+        return _member_note(machine)
     down = node_down(spec, machine) if spec is not None else None
     if down is not None:
         return _node_down_note(machine, down)
@@ -190,6 +192,18 @@ def _blocked_remedy(drain: DrainStatus, host: str, leaving: bool, waiting: bool 
     return (f"{first}coordinator upgrade retry|skip|force {host} (retry: drain again with a new "
             f"timeout; skip: {then} with the pods left on the node; force: delete the pods, "
             "bypassing their budgets)")
+
+
+def _member_note(machine: Machine) -> Note:
+    """A leaving manager whose etcd member no remaining manager could remove: its reset items
+    wait, since wiping its data with the member left would leave etcd a dead voting member."""
+    host = machine.hostname
+    return Note(f"removal stopped: {machine.member_stop}", (
+        "make a remaining manager Ready and answering, or fix what its leave job reports "
+        "(coordinator machines logs MANAGER): the removal goes on by itself once the member is "
+        f"verified gone. Or remove it by hand on a remaining manager (etcdctl member list; "
+        f"etcdctl member remove the ID of {host}), then coordinator delete {host} --skip-reset "
+        f"and reset {host} yourself"), True)
 
 
 # -- a machine in Deploy waiting for its Node -------------------------------------------------

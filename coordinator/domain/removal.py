@@ -2,12 +2,15 @@
 quorum guard), and how a deleted machine's node leaves Kubernetes.
 
 A removal goes, in order: cordon and drain the node (the cluster's drain settings and
-PodDisruptionBudgets, as an upgrade drains), run the reset items (a manager's `kubeadm reset`
-removes its etcd member while it is still one), delete its Node, remove the record. The drain
-and the Node deletion need the cluster's Kubernetes API: a cluster the coordinator cannot
-reach (no settings.kubernetes.kubeconfig, no manager reported one) removes machines as it
-always did, reset items first and nothing else. Pure: the planner and the service decide on
-these.
+PodDisruptionBudgets, as an upgrade drains); on a manager, have a remaining Ready manager's
+leave items remove its etcd member and verify it gone (minting.py runs them as a job;
+model.member_removal_due holds the reset items and the record until then, and the note says
+why when no manager can: remedies.py), since `kubeadm reset` only warns when it cannot and
+the cleanup after it wipes the data; run the reset items, delete its Node, remove the
+record. The drain and the Node deletion need the cluster's Kubernetes API: a cluster the
+coordinator cannot reach (no settings.kubernetes.kubeconfig, no manager reported one) removes
+machines as it always did, etcd member first, then the reset items, and nothing else.
+Pure: the planner and the service decide on these.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from coordinator.domain.model import (
 )
 from coordinator.domain.outputs import JOB_VALUES, JOINING_PHASES, PREFIX, Declared, declared
 from nodeagent.addresses import interface_of
-from nodeagent.contract import ROLES
+from nodeagent.contract import JOB_PHASES, ROLES
 from nodeagent.protocol import Location, StateItem
 from nodeagent.templates import TemplateError, placeholders
 
@@ -151,8 +151,9 @@ def _unresolved(name: str, item: StateItem, spec: ClusterSpec,
             name.startswith(MACHINE_LABEL) and not key_problem(name[len(MACHINE_LABEL):])):
         return ""
     if name in JOB_VALUES:
-        return "" if item.phase in ("mint", "revoke") else (
-            f"${{{name}}} is known to mint and revoke items only (the machine they run for)")
+        return "" if item.phase in JOB_PHASES else (
+            f"${{{name}}} is known to mint, revoke and leave items only (the machine they run "
+            "for)")
     if not name.startswith(PREFIX):
         return _unknown(name, [*VALUES, *_cluster_label_names(spec)], [f"{MACHINE_LABEL}KEY"])
     found = outputs.get(name)

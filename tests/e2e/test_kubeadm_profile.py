@@ -19,6 +19,7 @@ import contextlib
 import itertools
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,7 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
     first_worker_ready = min(ready_at[h] for h in WORKERS)
     assert ready_at["m1"] <= first_worker_ready
 
-    assert "kubeadm init --config /etc/kubernetes/nodeagent/init.yaml" in rendered
+    assert "phases.sh init /etc/kubernetes/nodeagent/init.yaml" in rendered
     assert "problem" not in rendered
 
     log = calls(log_path)
@@ -138,23 +139,23 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
                        [c for c in log if upgrade_from <= c.start < removal_from])
 
     # The control plane: one init, on the first manager; the CNI right after it, there.
-    inits = [c for c in kubeadm if c.is_("kubeadm", "init") and "phase" not in c.argv]
+    inits = list(workflow_runs(kubeadm, "init").values())
     assert [c.host for c in inits] == ["m1"]
     assert next(c.host for c in log if c.is_("kubectl", "apply")) == "m1"
 
     # Joins: each joiner once, with a token minted for it (kubeadm token create's description
     # names it); managers one at a time with a certificate key each, workers never with one.
     minted = {c.details["token"]: c for c in kubeadm if c.is_("kubeadm", "token", "create")}
-    joins = {c.host: c for c in kubeadm if c.is_("kubeadm", "join")}
+    joins = workflow_runs(kubeadm, "join")
     assert sorted(joins) == sorted(MANAGERS[1:] + WORKERS)
-    assert len([c for c in kubeadm if c.is_("kubeadm", "join")]) == len(joins)
+    assert len([c for c in kubeadm if c.is_("kubeadm", "join", "phase", "preflight")]) == len(joins)
     for host, join in joins.items():
         assert minted[join.details["token"]].details["description"] == f"nodeagent: {host}"
         assert minted[join.details["token"]].host in MANAGERS
         assert join.details["controlPlane"] is (host in MANAGERS)
         assert (join.details["certificateKey"] is not None) is (host in MANAGERS)
-    uploaded = [c.details["certificateKey"] for c in kubeadm
-                if c.is_("kubeadm", "init", "phase", "upload-certs")]
+    uploaded = [c.details["certificateKey"] for c in kubeadm  # the certkey items' (init's has --config)
+                if c.is_("kubeadm", "init", "phase", "upload-certs") and "--config" not in c.argv]
     assert sorted(joins[h].details["certificateKey"] for h in MANAGERS[1:]) == sorted(uploaded)
     assert len(set(uploaded)) == 2
     manager_joins = sorted((joins[h] for h in MANAGERS[1:]), key=lambda c: c.start)
@@ -211,7 +212,8 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
     reset = next(c for c in kubeadm if c.is_("kubeadm", "reset") and c.host == "w4")
     assert drained_at <= reset.start, "w4 reset before its drain ended"
     assert managers_removed == ["m3"]
-    # One real etcd member per manager, as a manager's etcd sees them; m3's removed by its reset.
+    # One real etcd member per manager, as a manager's etcd sees them; m3's removed before its
+    # reset by a remaining manager (its leave item etcd-member-remove).
     assert members == sorted(MANAGERS)
     assert members_left == ["m1", "m2"]
     assert sorted(c.host for c in kubeadm if c.is_("kubeadm", "reset")) == ["m3", "w4"]
@@ -219,6 +221,20 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
     assert not any(c.is_("ipvsadm") for c in log)
     assert not (f.root("w4") / "etc/kubernetes").exists()
     assert (f.root("w4") / "etc/containerd/config.toml").exists()
+
+
+def workflow_runs(kubeadm: list[Call], workflow: str) -> dict[str, Call]:
+    """Per host, its `kubeadm init` or `join` as one call: the phases the profile runs one at a
+    time (phases.sh, all with --config but init's wait-control-plane, unlike a certkey item's
+    upload-certs), from the first one's start to the last one's end, their details merged."""
+    runs: dict[str, Call] = {}
+    for call in kubeadm:
+        if call.is_("kubeadm", workflow, "phase") and (
+                "--config" in call.argv or call.argv[2] == "wait-control-plane"):
+            before = runs.get(call.host, call)
+            runs[call.host] = replace(before, end=call.end, exit=before.exit or call.exit,
+                                      details={**before.details, **call.details})
+    return runs
 
 
 def etcd_names(f: Fleet, via: str) -> list[str]:

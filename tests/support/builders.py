@@ -368,6 +368,8 @@ def full_machine(machine_id: str = "m-1", cluster: str = "edge", **changes: Any)
         post_deploy=True,
         retries=2,
         clones=("machine-identity: mac 52:54:00:12:34:56 is also machine w2's",),
+        member_gone=True,
+        member_stop="no remaining manager is Ready and answering to remove its etcd member",
         node=NodeStatus(2.0, name=f"node-{machine_id}", ready=True, reason="KubeletReady",
                         message="kubelet is posting ready status", condition="True",
                         registered_at=2.25, ready_since=2.75, metadata="0123456789abcdef"),

@@ -18,6 +18,14 @@ from coordinator.domain.specs import load_spec
 from nodeagent.contract import Phase
 
 PROFILE = Path(__file__).parents[2] / "examples/kubeadm/cluster.yaml"
+# kubeadm's phases the profile's init and join run one at a time (phases.sh), in order, by the
+# names the kubeadm double's phase boundaries carry (`m1:init:certs`).
+INIT_PHASES = ["preflight", "certs", "kubeconfig", "etcd", "control-plane", "kubelet-start",
+               "wait-control-plane", "upload-config", "upload-certs", "mark-control-plane",
+               "bootstrap-token", "kubelet-finalize", "addon"]
+MANAGER_JOIN_PHASES = ["preflight", "control-plane-prepare", "kubelet-start", "etcd-join",
+                       "control-plane-join"]
+WORKER_JOIN_PHASES = ["preflight", "kubelet-start"]
 
 
 def profile_spec(**kubernetes: object) -> ClusterSpec:

@@ -56,7 +56,7 @@ def test_the_profile_passes_validation_and_renders_every_machine(spec: ClusterSp
 
 def test_kubeadm_init_runs_on_the_first_manager_only(spec: ClusterSpec, fleet: list[Machine]) -> None:
     inits = [m.hostname for m in fleet
-             if "kubeadm init --config" in str(rendered(spec, m, fleet, "deploy"))]
+             if "phases.sh init" in str(rendered(spec, m, fleet, "deploy"))]
     assert inits == ["manager-1"]
     deploy = rendered(spec, fleet[0], fleet, "deploy")
     assert list(deploy) == ["init-config", "init", "cni"], "the CNI is a deploy item, after init"
@@ -94,6 +94,39 @@ def test_workers_join_with_their_own_token_and_never_get_a_certificate_key(
         assert needed(spec, joining(machine)) == ["token"]
         tokens.append(token_of(machine))
     assert len(set(tokens)) == 50
+
+
+INIT_PHASES = ["preflight", "certs all", "kubeconfig all", "etcd local", "control-plane all",
+               "kubelet-start", "wait-control-plane", "upload-config all",
+               "upload-certs --upload-certs", "mark-control-plane", "bootstrap-token",
+               "kubelet-finalize all", "addon all"]  # kubeadm init's, in its order (v1.33)
+MANAGER_JOIN_PHASES = ["preflight", "control-plane-prepare all", "kubelet-start", "etcd-join",
+                       "control-plane-join all"]  # v1.33's, less those that do nothing alone
+
+
+def phases_run(script: str, what: str) -> list[str]:
+    """The phases a deploy script hands phases.sh, in order (its quoted words)."""
+    joined = script.replace("\\\n", " ")
+    start = joined.index(f"phases.sh {what} ")
+    return [w for w in shlex.split(joined[start:].split("\n")[0])[3:] if w != '"$@"']
+
+
+def test_init_and_join_run_kubeadm_phases_one_at_a_time_in_kubeadms_order(
+        spec: ClusterSpec, fleet: list[Machine]) -> None:
+    """So that a rerun resumes at the phase that died (docs/kubernetes.md, When a step dies);
+    the outputs come only after the API server served cluster-info."""
+    init = rendered(spec, fleet[0], fleet, "deploy")["init"]["argv"][2]
+    assert phases_run(init, "init") == INIT_PHASES
+    assert init.index("get configmap cluster-info") > init.index("phases.sh init") \
+        and init.index("caCertHash=") > init.index("get configmap cluster-info")
+    join = rendered(spec, fleet[1], fleet, "deploy")["join"]["argv"][2]
+    manager, worker = (shlex.split(line.split("set -- ", 1)[1].replace("\\", ""))
+                       for line in join.replace("\\\n", " ").splitlines() if "set -- " in line)
+    assert manager == MANAGER_JOIN_PHASES and worker == ["preflight", "kubelet-start"]
+    assert "kubeadm join --config" not in join and "kubeadm init --config" not in init
+    script = rendered(spec, fleet[0], fleet, "prepare")["phases-script"]
+    assert script["path"] == "/usr/local/lib/nodeagent/kubeadm/phases.sh"
+    assert 'kubeadm "$what" phase $phase --config "$config"' in script["content"]
 
 
 def joining(machine: Machine) -> Machine:
@@ -151,7 +184,8 @@ def test_join_material_is_minted_and_revoked_with_kubeadm(spec: ClusterSpec) -> 
 # relative paths: shell builtins and the tools the profile's scripts use that way.
 HARMLESS = {"sh", "set", "if", "then", "else", "elif", "fi", "for", "do", "done", "case", "esac",
             "in", "echo", "printf", "export", "unset", "eval", "exit", ".", "[", "command",
-            "grep", "sed", "mkdir", "rm", "openssl", "shift", "continue"}
+            "grep", "sed", "mkdir", "rm", "openssl", "shift", ":", "continue", "awk",
+            "head"}
 # The real network tools of the cleanup: every test that runs it runs it in a network namespace
 # of its own (tests/integration/test_kubeadm_cleanup.py, the agents of tests/e2e), so they
 # need no double. `$tool` is iptables or ip6tables, each backend.
@@ -201,10 +235,12 @@ def every_command(spec: ClusterSpec) -> list[tuple[str, list[str]]]:
         for argv in argvs:
             if argv[:2] == ["sh", "-c"]:
                 found += [(item.name, words) for words in commands(argv[2])]
-            elif argv[0] == "sh":
-                found += [(item.name, words) for words in commands(scripts[argv[1]])]
             else:
                 found.append((item.name, argv))
+    # A profile's script run with sh (from an argv or from a script): the commands it runs.
+    while ran := [(i, w) for i, w in found if w[0] == "sh" and w[1:2] and w[1] in scripts]:
+        found = [(i, w) for i, w in found if (i, w) not in ran]
+        found += [(item, words) for item, w in ran for words in commands(scripts[w[1]])]
     return found
 
 

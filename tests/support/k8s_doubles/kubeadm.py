@@ -50,7 +50,8 @@ Details = dict[str, Any]
 INIT_PHASES = ["preflight", "certs", "kubeconfig", "etcd", "control-plane", "kubelet-start",
                "wait-control-plane", "upload-config", "upload-certs", "mark-control-plane",
                "bootstrap-token", "kubelet-finalize", "addon", "show-join-command"]
-JOIN_PHASES = ["preflight", "control-plane-prepare", "kubelet-start", "control-plane-join",
+# v1.32 on: etcd-join is a phase of its own, before control-plane-join (mark-control-plane).
+JOIN_PHASES = ["preflight", "control-plane-prepare", "kubelet-start", "etcd-join", "control-plane-join",
                "wait-control-plane"]
 # Flags kubeadm accepts beside --config (the others: "can not mix '--config' with arguments").
 WITH_CONFIG = {"--config", "--ignore-preflight-errors", "--skip-phases", "--dry-run", "--v",
@@ -306,6 +307,8 @@ def kubelet_start(run: Run) -> None:
           'KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///run/containerd/containerd.sock"\n')
     write(kubelet.KUBELET_CONFIG, "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: "
           "KubeletConfiguration\ncgroupDriver: systemd\n")
+    with state() as data:  # the kubelet's flags (kubeadm-flags.env): what it registers with
+        data.setdefault("registrations", {})[run.node] = run.registration
     print("[kubelet-start] Starting the kubelet")
     if not kubelet.start_kubelet():
         raise Failure("error execution phase kubelet-start: the kubelet did not start: "
@@ -317,8 +320,10 @@ def wait_control_plane(run: Run) -> None:
         raise Failure("error execution phase wait-control-plane: could not check the control "
                       "plane: etcd did not become healthy: context deadline exceeded")
     time.sleep(SLEEP_SECONDS)
-    if run.workflow == "init":
-        run.details.update(register_node(run.registration, run.node))
+    if run.workflow == "init":  # the kubelet's registration, with the flags kubelet-start wrote
+        with state() as data:  # (`kubeadm init phase wait-control-plane` takes no --config)
+            registration = data.get("registrations", {}).get(run.node, run.registration)
+        run.details.update(register_node(registration, run.node))
 
 
 def upload_config(run: Run) -> None:
@@ -436,10 +441,10 @@ def join_kubelet_start(run: Run) -> None:
     run.details.update(register_node(run.registration, run.node))
 
 
-def control_plane_join(run: Run) -> None:
-    """etcd: the member added as a learner through the cluster's members, its static pod
-    written (the kubelet starts it, initial-cluster-state existing), promoted; then
-    mark-control-plane."""
+def etcd_join(run: Run) -> None:
+    """The member added as a learner through the cluster's members (one already added by an
+    earlier attempt is taken, as kubeadm's addMember does), its static pod written (the kubelet
+    starts it, initial-cluster-state existing), promoted."""
     if not run.control_plane:
         return
     with state() as data:
@@ -451,11 +456,16 @@ def control_plane_join(run: Run) -> None:
         etcd_manifest(run, initial)
         etcd.promote(root, endpoints, run.ip, timeout=40)
     except RuntimeError as error:
-        raise Failure(f"error execution phase control-plane-join/etcd: {error}") from None
+        raise Failure(f"error execution phase etcd-join: {error}") from None
     if not etcd.wait_healthy(root, etcd.client_url(run.ip), 40):
-        raise Failure("error execution phase control-plane-join/etcd: timeout waiting for etcd "
-                      "cluster to be available")
-    print("[mark-control-plane] Marking the node as control-plane")
+        raise Failure("error execution phase etcd-join: timeout waiting for etcd cluster to be "
+                      "available")
+
+
+def control_plane_join(run: Run) -> None:
+    """mark-control-plane."""
+    if run.control_plane:
+        print("[mark-control-plane] Marking the node as control-plane")
 
 
 def join_wait(run: Run) -> None:
@@ -472,7 +482,8 @@ INIT: dict[str, Callable[[Run], None]] = {
     "show-join-command": show_join_command}
 JOIN: dict[str, Callable[[Run], None]] = {
     "preflight": preflight, "control-plane-prepare": control_plane_prepare,
-    "kubelet-start": join_kubelet_start, "control-plane-join": control_plane_join,
+    "kubelet-start": join_kubelet_start, "etcd-join": etcd_join,
+    "control-plane-join": control_plane_join,
     "wait-control-plane": join_wait}
 
 

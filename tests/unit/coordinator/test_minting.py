@@ -174,7 +174,7 @@ def test_apply_refuses_a_reference_to_an_unknown_item_or_output_naming_its_line(
     ("    - name: early\n      phase: deploy\n      outputs: [{name: x}]\n      action: "
      "{type: exec, argv: [a]}\n", "only manager items produce outputs"),
     ("    - name: early\n      phase: deploy\n      action: {type: exec, argv: [a, "
-     "\"${joiner.ip}\"]}\n", "known to mint and revoke items only"),
+     "\"${joiner.ip}\"]}\n", "known to mint, revoke and leave items only"),
 ])
 def test_apply_refuses_outputs_and_conditions_that_cannot_hold(fragment: str, message: str) -> None:
     text = SPEC + fragment

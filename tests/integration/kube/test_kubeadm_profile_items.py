@@ -245,3 +245,23 @@ def test_init_gives_the_joiners_an_endpoint_with_a_port(
     assert produced["init.endpoint"] == endpoint.format(ip=first.ip)
     config = (cluster.root(first) / "etc/kubernetes/nodeagent/init.yaml").read_text()
     assert f"controlPlaneEndpoint: {written.format(ip=first.ip)}" in config
+
+
+def test_init_prints_no_outputs_until_the_api_server_serves_cluster_info(tmp_path: Path) -> None:
+    """Every init phase marked done (a run that died after its last phase) but cluster-info not
+    served (the API server gone meanwhile): the item fails and prints no output, so no joiner is
+    sent to a control plane that cannot answer it; served again, the same item prints them."""
+    with cluster_on_a_lan(tmp_path, profile_spec(), Fleet(1, 0)) as cluster:
+        (first,) = cluster.machines
+        produced = cluster.init()
+        with state(cluster.state) as data:
+            served = data.pop("cluster_info")
+        init = rendered(cluster.spec, first, cluster.machines, "deploy")["init"]
+        refused = cluster.apply(first, init)
+        with state(cluster.state) as data:
+            data["cluster_info"] = served
+        again = outputs(ok(cluster.apply(first, init)))
+    assert refused.returncode != 0
+    assert 'configmaps "cluster-info" not found' in refused.stderr
+    assert "done before" in refused.stdout and not outputs(refused.stdout), refused.stdout
+    assert again == produced

@@ -57,7 +57,12 @@ def wait_paused(directory: Path, spec: str, timeout: float = 60) -> int:
     raise AssertionError(f"kubeadm did not stop at {spec} within {timeout} s")
 
 
-def resume(directory: Path, spec: str) -> None:
+def resume(directory: Path, spec: str, again: bool = False) -> None:
+    """kubeadm goes on from spec (or it was killed there); again: the hook fires once more, at
+    the next run that reaches spec."""
+    if again:
+        with state(directory) as data:
+            data["fired"] = [s for s in data.get("fired", []) if s != spec]
     marker(directory, spec).unlink(missing_ok=True)
 
 

@@ -15,7 +15,8 @@ caller's working directory (the node's root) and network namespace.
   static pods and crictl: kubelet.py; the real etcd: etcd.py.
 - Nodes register in the test Kubernetes API server ($K8S_DOUBLES_API, tests/support/kubeapi.py)
   as a kubelet does.
-- kubectl remembers the images set on Deployments (`set image`) to answer `get deployment`.
+- kubectl remembers the images set on Deployments (`set image`) to answer `get deployment`,
+  and finds cluster-info only once init's bootstrap-token phase made it.
 - apt-get and dnf remember which kubeadm version they installed in a root (the version
   `kubeadm upgrade apply` checks its target against).
 - `systemctl start|restart|stop kubelet` starts or stops the kubelet double.
@@ -58,6 +59,12 @@ def kubectl(args: list[str]) -> Details:
         with state() as data:
             data.setdefault("deployments", {})[name] = image
         return {"deployment": name, "image": image}
+    if words[:3] == ["get", "configmap", "cluster-info"]:  # made by init's bootstrap-token phase
+        with state() as data:
+            if "cluster_info" not in data:
+                raise Failure('Error from server (NotFound): configmaps "cluster-info" not found')
+        print("configmap/cluster-info")
+        return {"configmap": "cluster-info"}
     if words[:2] == ["get", "deployment"]:
         with state() as data:
             image = data.get("deployments", {}).get(words[2])

@@ -85,7 +85,7 @@ def not_a_certificate(pem: str) -> str | None:
     """Why pem is not a CA certificate a target can be verified against (None: it is)."""
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=pem)
-    except (ssl.SSLError, ValueError):
+    except (ssl.SSLError, ValueError, TypeError):  # TypeError: text that is not ASCII
         return "not a PEM certificate: give the target's CA certificate (its DATA_DIR/pki/ca.crt)"
     return None
 

@@ -40,7 +40,9 @@ async def test_a_target_that_is_not_https_with_its_ca_is_refused_naming_why(
     for body, field in (({"to": "https://new.example:8443", "token": TOKEN}, "caPem"),
                         ({"to": "http://new.example:8080", "caPem": ca, "token": TOKEN}, "to"),
                         ({"to": "https://new.example:8443", "caPem": "not a certificate",
-                          "token": TOKEN}, "caPem")):
+                          "token": TOKEN}, "caPem"),
+                        ({"to": "https://new.example:8443", "caPem": "4\U0002bc56o,\u00d4",
+                          "token": TOKEN}, "caPem")):  # not ASCII (found by the fuzzer: a 500)
         answer = await env.call("POST", "/v1/pivot", 422, json=body)
         assert field in str(answer), (body, answer)
         assert "must be https:// with its CA" in str(answer) or "not a PEM" in str(answer)

@@ -25,6 +25,7 @@ LEADER_LOCK = 0x6E61_0001
 MUTEX_LOCK = 0x6E61_0002
 MIGRATION_LOCK = 0x6E61_0003
 APPLICATION_NAME = "nodeagent-coordinator"
+CLOSE_SECONDS = 10.0  # how long closing waits for connections in use before it ends them
 
 # What the driver raises when the database refuses or cannot be reached.
 DATABASE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
@@ -71,14 +72,21 @@ class Database:
             raise StoreError(f"{self.name}: {exc}") from exc
 
     async def close(self) -> None:
-        """The background tasks go first: closing resigns the election and stops listening."""
-        for task in list(self._background):
+        """The background tasks go first: closing resigns the election and stops listening.
+        Each step is bounded (CLOSE_SECONDS): a connection still acquired (a query stuck on a
+        lost server, a caller that never returns it) would keep the pool's graceful close, and
+        the coordinator's shutdown, waiting for ever; past the bound the rest is terminated."""
+        tasks = list(self._background)
+        for task in tasks:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLOSE_SECONDS)
         if self._pool is not None:
             pool, self._pool = self._pool, None
-            await pool.close()
+            try:
+                await asyncio.wait_for(pool.close(), CLOSE_SECONDS)
+            except TimeoutError:
+                pool.terminate()
 
     def pool(self) -> asyncpg.Pool:
         if self._pool is None:

@@ -12,6 +12,7 @@ import pytest
 from coordinator.domain.model import Machine
 from coordinator.domain.records import Event
 from coordinator.store import postgres as postgres_store
+from coordinator.store import postgres_connections
 from coordinator.store.base import Fenced, StoreError, leader_epoch
 from coordinator.store.postgres import MIGRATIONS, PostgresStore
 from coordinator.store.postgres_connections import LEADER_LOCK, MUTEX_LOCK
@@ -148,6 +149,19 @@ async def test_an_unreachable_database_is_a_store_error_that_hides_the_password(
     message = str(refused.value)
     assert f"postgresql://coordinator@127.0.0.1:{port}/state" in message
     assert "s3cret" not in message
+
+
+async def test_closing_ends_a_connection_still_in_use_instead_of_waiting_for_it(
+        replicas: Callable[[], PostgresStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection a caller never gives back (a query stuck on a lost server) keeps a graceful
+    close waiting for ever: the coordinator's shutdown hung on it. Closing ends it in time."""
+    monkeypatch.setattr(postgres_connections, "CLOSE_SECONDS", 1.0)
+    store = replicas()
+    await store.open()
+    await store.db.pool().acquire()  # never released
+    started = time.monotonic()
+    await asyncio.wait_for(store.close(), 10)
+    assert time.monotonic() - started < 5
 
 
 # -- leader election and fencing ----------------------------------------------------------------

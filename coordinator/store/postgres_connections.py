@@ -168,20 +168,23 @@ class Mutex:
         self._db = db
         self._local = asyncio.Lock()
         self._held: _Held | None = None
+        self._source: asyncpg.Pool | None = None  # where the held connection goes back
         self._token: Any = None
 
     async def __aenter__(self) -> None:
         await self._local.acquire()
         try:
-            conn = await self._db.pool().acquire()
+            pool = self._db.pool()
+            conn = await pool.acquire()
             try:
                 await self._db.guard(conn.execute("SELECT pg_advisory_lock($1)", MUTEX_LOCK))
             except BaseException:
-                await self._db.pool().release(conn)
+                await pool.release(conn)
                 raise
         except BaseException:
             self._local.release()
             raise
+        self._source = pool
         self._held = _Held(conn, asyncio.current_task())
         self._token = _held.set(self._held)
 
@@ -193,6 +196,10 @@ class Mutex:
         try:
             with contextlib.suppress(*DATABASE_ERRORS):
                 await conn.execute("SELECT pg_advisory_unlock($1)", MUTEX_LOCK)
-            await self._db.pool().release(conn)
+            # to the pool it came from: the store closing meanwhile has let go of its pool
+            # (Database.close), and a connection never given back keeps that close waiting
+            pool, self._source = self._source, None
+            assert pool is not None
+            await pool.release(conn)
         finally:
             self._local.release()

@@ -164,6 +164,28 @@ async def test_closing_ends_a_connection_still_in_use_instead_of_waiting_for_it(
     assert time.monotonic() - started < 5
 
 
+async def test_a_mutex_left_while_the_store_closes_gives_its_connection_back(
+        replicas: Callable[[], PostgresStore]) -> None:
+    """A section holding the mutex when the store begins to close (a shutdown during a
+    reconcile pass) gives its connection back to the pool it came from, so the close ends as
+    soon as the section does, not at its bound (it could not, and the close waited for ever)."""
+    store = replicas()
+    await store.open()
+    inside = asyncio.Event()
+
+    async def section() -> None:
+        async with store.mutex():
+            inside.set()
+            await asyncio.sleep(0.5)
+
+    holder = asyncio.create_task(section())
+    await inside.wait()
+    started = time.monotonic()
+    await store.close()
+    await holder
+    assert time.monotonic() - started < 3
+
+
 # -- leader election and fencing ----------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ from aiohttp import web
 
 from coordinator.api.bodies import (
     AdminTokenBody,
+    ApplyQuery,
     ApproveBody,
     DeleteQuery,
     JoinTokenBody,
@@ -39,8 +40,9 @@ from nodeagent.validation import InvalidDocument, Problem
 
 
 async def apply_cluster(request: web.Request) -> web.Response:
+    asked = query(request, ApplyQuery)
     spec = load_spec(await text(request), "request body")
-    applied = await service(request).admin.apply_cluster(spec)
+    applied = await service(request).admin.apply_cluster(spec, asked.allow_downgrade)
     return web.json_response({**cluster_view(applied.stored), "changed": applied.changed,
                               "was_paused": applied.was_paused})
 
@@ -206,9 +208,11 @@ async def delete_machine(request: web.Request) -> web.Response:
 async def upgrade_plan(request: web.Request) -> web.Response:
     """The dry run: the stored spec's upgrade (GET), or the one a new spec in a POST's body
     would start."""
+    asked = query(request, ApplyQuery)
     raw = await text(request) if request.method == "POST" else ""
     spec = load_spec(raw, "request body") if raw.strip() else None
-    target, plan = await service(request).queries.upgrade_plan(request.match_info["name"], spec)
+    target, plan = await service(request).queries.upgrade_plan(request.match_info["name"], spec,
+                                                               asked.allow_downgrade)
     return web.json_response(upgrade_plan_view(target, plan))
 
 

@@ -70,6 +70,7 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
         "precheck_to_be_prepared": to_be_prepared(machine.precheck)
         if machine.state in (MachineState.PENDING, MachineState.PREPARE) else [],
         "release": machine.release,
+        "kubernetes": machine.kubernetes,  # the version its items last brought it to
         "managers": list(machine.managers),  # the manager set its items last applied
         "drain": None if machine.drain is None else {
             **asdict(machine.drain), "stage": machine.drain.stage.value,

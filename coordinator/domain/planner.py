@@ -48,6 +48,7 @@ from coordinator.domain.prerequisites import deploy_gate
 from coordinator.domain.releases import at_release, baseline, names, to_run
 from coordinator.domain.remedies import drain_warnings
 from coordinator.domain.removal import may_be_removed, node_deletion_due
+from coordinator.domain.versions import control_plane_behind
 from nodeagent.contract import ROLES, Phase
 from nodeagent.protocol import StateItem
 
@@ -500,10 +501,14 @@ def _admit_to_deploy(state: _Pass) -> list[Decision]:
     seen = state.managers_after()
     decisions: list[Decision] = []
     kubernetes = state.spec.settings.kubernetes.version
+    # A joiner's kubelet is the spec's version: none joins a control plane still older.
+    lagging = control_plane_behind(state.spec, state.machines)
     for machine in state.machines:
         if machine.state is not S.PREPARE or not state.complete(machine) \
                 or not deploy_gate(kubernetes, machine.precheck).open:
             continue  # its items, then its prerequisites checked again after them
+        if lagging is not None and manager_deployed:
+            continue
         decision = None
         if machine.role == "manager" and not manager_deployed:
             if not deploying and not state.manager_leaving():

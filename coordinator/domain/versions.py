@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from coordinator.domain.model import ClusterSpec, Machine, MachineState
+from coordinator.domain.model import ADMITTED_STATES, ClusterSpec, Machine, MachineState
 from nodeagent.validation import InvalidDocument, Problem
 
 FIELD = "settings.kubernetes.version"
@@ -187,3 +187,18 @@ def downgrade_text(before: ClusterSpec, after: ClusterSpec) -> str:
     return (f"Kubernetes {before.settings.kubernetes.version} -> "
             f"{after.settings.kubernetes.version} at release {after.release}: a downgrade, "
             "forced (--allow-downgrade); the package items may install older packages")
+
+
+def behind(spec: ClusterSpec, machine: Machine) -> bool:
+    """Whether the machine's items brought it to an older Kubernetes version than spec's (a
+    version it did not record, or a spec that names none: not known to be)."""
+    mine, wanted = parse(machine.kubernetes), parse(spec.settings.kubernetes.version or "")
+    return mine is not None and wanted is not None and mine < wanted
+
+
+def control_plane_behind(spec: ClusterSpec, machines: Iterable[Machine]) -> str | None:
+    """The hostname of a manager admitted into Deploy whose control plane is older than spec's
+    version: no machine joins with spec's kubelet until it is upgraded, since a kubelet must
+    never be newer than a kube-apiserver it talks to (the skew policy)."""
+    return next((m.hostname for m in machines if m.role == "manager"
+                 and m.state in ADMITTED_STATES and behind(spec, m)), None)

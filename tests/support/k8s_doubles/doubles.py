@@ -17,8 +17,10 @@ caller's working directory (the node's root) and network namespace.
   as a kubelet does.
 - kubectl remembers the images set on Deployments (`set image`) to answer `get deployment`,
   and finds cluster-info only once init's bootstrap-token phase made it.
-- apt-get and dnf remember which kubeadm version they installed in a root (the version
-  `kubeadm upgrade apply` checks its target against).
+- apt-get and dnf remember which version of each package they installed in a root (kubeadm's
+  is what `kubeadm upgrade apply` checks its target against; tests read them with
+  calls.installed); apt-get refuses a downgrade without --allow-downgrades, dnf makes it, and
+  `rpm -q` answers from them.
 - `systemctl start|restart|stop kubelet` starts or stops the kubelet double.
 - modprobe and sysctl change the root's /proc/sys as the kernel does (sysfs.py).
 - Every other command (apt-mark, swapoff, ...) is recorded and succeeds.
@@ -91,21 +93,50 @@ def systemctl(args: list[str]) -> Details:
     return {}
 
 
-def installer(args: list[str]) -> Details:
-    """apt-get/dnf install: the kubeadm version now in this root (kubeadm=1.33.4-*,
-    kubeadm-1.33.4)."""
-    for arg in args:
-        found = re.fullmatch(r"kubeadm[=-](\d+\.\d+\.\d+)(?:-.*)?", arg)
-        if found:
-            with state() as data:
-                data.setdefault("installed", {}).setdefault(str(Path.cwd()), {})["kubeadm"] = found[1]
-            return {"kubeadm": found[1]}
-    return {}
+def installer(command: str) -> Callable[[list[str]], Details]:
+    """apt-get/dnf install of packages at a version (kubelet=1.33.4-*, kubelet-1.33.4): the
+    version of each now installed in this root. apt-get refuses to put in an older version
+    than the one installed unless given --allow-downgrades, as apt does; dnf installs the
+    exact version asked for, older or not, as dnf does."""
+    def install(args: list[str]) -> Details:
+        wanted = {found[1]: found[2] for arg in args if (found := re.fullmatch(
+            r"([a-z][a-z0-9-]*?)[=-](\d+\.\d+\.\d+)(?:-.*)?", arg))}
+        with state() as data:
+            installed = data.setdefault("installed", {}).setdefault(str(Path.cwd()), {})
+            older = [f"{name} ({installed[name]} to {version})" for name, version in wanted.items()
+                     if name in installed and _newer(installed[name], version)]
+            if command == "apt-get" and older and "--allow-downgrades" not in args:
+                print("The following packages will be DOWNGRADED:\n  " + " ".join(older))
+                raise Failure("E: Packages were downgraded and -y was used without "
+                              "--allow-downgrades.")
+            installed.update(wanted)
+        return {"installed": wanted, "downgraded": older} if wanted else {}
+
+    return install
+
+
+def _newer(installed: str, version: str) -> bool:
+    def numbers(text: str) -> tuple[int, ...]:
+        return tuple(int(n) for n in text.split("."))
+    return numbers(installed) > numbers(version)
+
+
+def rpm(args: list[str]) -> Details:
+    """`rpm -q --qf %{VERSION} NAME`: the version dnf installed in this root, or rpm's "not
+    installed" (exit 1)."""
+    name = args[-1]
+    with state() as data:
+        version = data.get("installed", {}).get(str(Path.cwd()), {}).get(name)
+    if version is None:
+        raise Failure(f"package {name} is not installed")
+    print(version, end="")
+    return {name: version}
 
 
 HANDLERS: dict[str, Callable[[list[str]], Details]] = {
     "kubeadm": kubeadm, "kubectl": kubectl, "kubelet": kubelet, "systemctl": systemctl,
-    "crictl": kubelet_double.crictl, "apt-get": installer, "dnf": installer,
+    "crictl": kubelet_double.crictl, "apt-get": installer("apt-get"), "dnf": installer("dnf"),
+    "rpm": rpm,
     "modprobe": modprobe, "sysctl": sysctl}
 
 

@@ -130,15 +130,14 @@ def test_admitted_raises_naming_the_field_and_records_a_forced_downgrade() -> No
 
 
 def packages(version: str) -> ClusterSpec:
-    """A worker whose package and upgrade items are keyed by the Kubernetes version, as the
+    """Machines whose package and upgrade items are keyed by the Kubernetes version, as the
     profile's are."""
     def keyed(name: str, phase: str) -> StateItem:
         return StateItem.model_validate({"name": name, "phase": phase, "version": version,
                                          "action": {"type": "exec", "argv": ["true"]}})
 
-    return cluster([], [keyed("packages", "prepare"), item("join", "deploy"),
-                        keyed("upgrade-kubelet", "upgrade")],
-                   release=version, kubernetes={"version": version})
+    role = [keyed("packages", "prepare"), item("join", "deploy"), keyed("upgrade-kubelet", "upgrade")]
+    return cluster(role, role, release=version, kubernetes={"version": version})
 
 
 def test_the_planner_records_the_version_a_machine_deploys_and_upgrades_at() -> None:
@@ -146,20 +145,45 @@ def test_the_planner_records_the_version_a_machine_deploys_and_upgrades_at() -> 
     1.34.1 while it deployed: it reaches Ready not recorded at 1.34.1 (its packages are
     1.33.4's), upgrades, and only then counts at 1.34.1."""
     v133, v134 = packages("1.33.4"), packages("1.34.1")
-    m1 = replace(deployed("m1", "1.33.4", "manager"), release="1.33.4")
+    m1 = settled(v133, deployed("m1", "1.33.4", "manager"))
     w1 = finish_phase(v133, machine("w1", state=S.PREPARE))
     fleet, _ = plan_to_fixpoint(v133, [m1, w1], 0.0)
     assert (fleet[1].state, fleet[1].kubernetes) == (S.DEPLOY, "1.33.4")
     fleet = [fleet[0], finish_phase(v133, fleet[1])]
     fleet, decisions = plan_to_fixpoint(v134, fleet, 0.0)
-    assert [(d.hostname, d.to_state) for d in decisions] == [
-        ("m1", S.READY), ("w1", S.READY), ("w1", S.UPGRADE)]
+    assert [(d.hostname, d.to_state) for d in decisions] == [("w1", S.READY), ("m1", S.UPGRADE)]
     assert (fleet[1].release, fleet[1].kubernetes) == ("", "1.33.4")
     assert [i.name for i, _ in to_run(v134, fleet[1])] == ["packages", "upgrade-kubelet"]
     now = running(v134, fleet)
     assert now is not None and now.lowest == parse("1.33.4")
-    upgraded = drained(fleet[1], DrainStage.NODE_READY)
-    upgraded = replace(upgraded, applied=upgraded.applied | {f for _, f in to_run(v134, upgraded)})
-    fleet, _ = plan_to_fixpoint(v134, [fleet[0], upgraded], 0.0)
+    for _ in range(2):  # m1's upgrade, then w1's
+        fleet, _ = plan_to_fixpoint(v134, [upgraded(v134, m) for m in fleet], 0.0)
     assert [(m.state, m.release, m.kubernetes) for m in fleet] == [
         (S.READY, "1.34.1", "1.34.1"), (S.READY, "1.34.1", "1.34.1")]
+
+
+def settled(spec: ClusterSpec, m: Machine) -> Machine:
+    """m Ready at spec's release, every item of its role applied."""
+    assert m.role is not None
+    return replace(m, release=spec.release, applied=frozenset(
+        i.fingerprint() for i in getattr(spec.machine_types, m.role)))
+
+
+def upgraded(spec: ClusterSpec, m: Machine) -> Machine:
+    """m once an upgrade it is in ran its items and its node is Ready again."""
+    if m.state is not S.UPGRADE:
+        return m
+    m = drained(m, DrainStage.NODE_READY)
+    return replace(m, applied=m.applied | {f for _, f in to_run(spec, m)})
+
+
+def test_no_machine_joins_a_control_plane_older_than_its_kubelet() -> None:
+    """w1 prepared at 1.34.1 while m1's control plane still runs 1.33.4: w1 waits in Prepare
+    (a kubelet must never be newer than the kube-apiserver), m1 upgrades first, then w1 joins."""
+    v134 = packages("1.34.1")
+    m1 = settled(packages("1.33.4"), deployed("m1", "1.33.4", "manager"))
+    w1 = finish_phase(v134, machine("w1", state=S.PREPARE))
+    fleet, decisions = plan_to_fixpoint(v134, [m1, w1], 0.0)
+    assert [(d.hostname, d.to_state) for d in decisions] == [("m1", S.UPGRADE)]
+    fleet, decisions = plan_to_fixpoint(v134, [upgraded(v134, m) for m in fleet], 0.0)
+    assert [(d.hostname, d.to_state) for d in decisions] == [("m1", S.READY), ("w1", S.DEPLOY)]

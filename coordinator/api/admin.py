@@ -147,9 +147,10 @@ async def removed_machines(request: web.Request) -> web.Response:
 async def get_machine(request: web.Request) -> web.Response:
     c = service(request)
     machine = await _machine(request)
-    first = first_manager((await c.queries.machines(machine.cluster))[0], leaving=True)
+    peers = (await c.queries.machines(machine.cluster))[0]
+    first = first_manager(peers, leaving=True)
     return web.json_response({**machine_view(machine, await c.queries.spec_of(machine),
-                                             detail=True, now=c.clock()),
+                                             detail=True, now=c.clock(), peers=peers),
                               "first_manager": first is not None and first.id == machine.id})
 
 

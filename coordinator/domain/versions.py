@@ -18,10 +18,16 @@ Pure: the spec, the machines and the operator's flag in, the problem out."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from coordinator.domain.model import ADMITTED_STATES, ClusterSpec, Machine, MachineState
+from coordinator.domain.model import (
+    ADMITTED_STATES,
+    ClusterSpec,
+    Machine,
+    MachineState,
+    pending_items,
+)
 from nodeagent.validation import InvalidDocument, Problem
 
 FIELD = "settings.kubernetes.version"
@@ -126,11 +132,11 @@ class Verdict:
 def judge(before: ClusterSpec | None, after: ClusterSpec, machines: Iterable[Machine],
           force: bool = False) -> Verdict:
     """The rules of this module for `after` over the stored `before`. A first apply, an
-    unchanged version and a spec that names none are not judged."""
+    unchanged version, and a spec (stored or new) that names none are not judged."""
     if before is None:
         return Verdict()
     old, new = before.settings.kubernetes.version, after.settings.kubernetes.version
-    if new is None or old == new:
+    if new is None or old is None or old == new:
         return Verdict()
     if after.release == before.release:
         return Verdict(f"changed from {old} to {new} with release still {after.release!r}: a "
@@ -200,5 +206,26 @@ def control_plane_behind(spec: ClusterSpec, machines: Iterable[Machine]) -> str 
     """The hostname of a manager admitted into Deploy whose control plane is older than spec's
     version: no machine joins with spec's kubelet until it is upgraded, since a kubelet must
     never be newer than a kube-apiserver it talks to (the skew policy)."""
-    return next((m.hostname for m in machines if m.role == "manager"
-                 and m.state in ADMITTED_STATES and behind(spec, m)), None)
+    return next((m.hostname for m in _lagging(spec, machines)), None)
+
+
+def _lagging(spec: ClusterSpec, machines: Iterable[Machine]) -> Iterable[Machine]:
+    return (m for m in machines if m.role == "manager" and m.state in ADMITTED_STATES
+            and behind(spec, m))
+
+
+def join_wait(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]) -> str:
+    """What a prepared machine held by control_plane_behind waits for, for its note: "" when
+    it is not held."""
+    if machine.state is not MachineState.PREPARE or pending_items(spec, machine, "prepare"):
+        return ""
+    lagging = next(iter(_lagging(spec, (m for m in peers if m.cluster == machine.cluster))),
+                   None)
+    if lagging is None:
+        return ""
+    paused = (f" (upgrades are paused: coordinator upgrade resume {spec.name})"
+              if spec.settings.upgrade.paused else "")
+    return (f"prepared; waits for the control plane to reach Kubernetes "
+            f"{spec.settings.kubernetes.version}: manager {lagging.hostname} runs "
+            f"{lagging.kubernetes}, and a kubelet never joins an older API server; the managers "
+            f"upgrade first{paused}")

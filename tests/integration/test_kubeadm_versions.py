@@ -3,7 +3,8 @@ the version changed: a real coordinator on SQLite plans, and each machine's item
 kubeadm profile's package items (keyed by the version) and upgrade items, applied by the agent's
 own item code in a root of its own against the doubles (apt-get records what it installed).
 w1 prepared at 1.33.4 and waits in Prepare for a deployed manager; m1 is in Deploy at 1.33.4;
-then the cluster moves to 1.34.1. Both end with kubeadm, kubelet and kubectl 1.34.1."""
+then the cluster moves to 1.34.1. w1 installs 1.34.1 and waits (saying so) until m1, which
+joined on 1.33.4's packages, upgraded: both end with kubeadm, kubelet and kubectl 1.34.1."""
 
 from __future__ import annotations
 
@@ -98,13 +99,19 @@ async def test_machines_in_prepare_and_deploy_end_at_the_new_version(
 
     await env.call("PUT", "/v1/clusters", 200, data=spec_at("1.34.1"))
 
+    notes: list[str] = []  # w1's, while it waits
+
     async def settled() -> bool:
         for hostname, root in roots.items():
             await agent_runs(env, hostname, root, journals[hostname])
         found = [await env.machine(h) for h in roots]
+        notes.append(found[1]["note"]["text"])
         return [(m["state"], m["release"]) for m in found] == [("Ready", "1.34.1")] * 2
 
     await env.until("both Ready at 1.34.1", settled, timeout=120)
+    assert "prepared; waits for the control plane to reach Kubernetes 1.34.1: manager m1 runs " \
+        "1.33.4, and a kubelet never joins an older API server; the managers upgrade first" \
+        in notes, "w1 joined a control plane older than its kubelet"
     for hostname, root in roots.items():
         assert installed(tmp_path / "state", root) == {
             "kubeadm": "1.34.1", "kubelet": "1.34.1", "kubectl": "1.34.1"}, hostname

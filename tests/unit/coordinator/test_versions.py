@@ -12,7 +12,15 @@ import pytest
 from coordinator.domain.model import ClusterSpec, DrainStage, Machine, MachineState
 from coordinator.domain.planner import plan_to_fixpoint
 from coordinator.domain.releases import to_run
-from coordinator.domain.versions import FIELD, admitted, allowed, judge, parse, running
+from coordinator.domain.versions import (
+    FIELD,
+    admitted,
+    allowed,
+    join_wait,
+    judge,
+    parse,
+    running,
+)
 from nodeagent.protocol import StateItem
 from nodeagent.validation import InvalidDocument
 from tests.support.builders import cluster, drained, finish_phase, item, machine
@@ -107,6 +115,7 @@ def test_an_unchanged_version_and_a_spec_without_one_are_not_judged() -> None:
     fleet = [deployed("w1", "1.31.0")]
     assert judge(spec("1.33.4", "r1"), spec("1.33.4", "r2"), fleet).problem is None
     assert judge(spec("1.33.4", "r1"), spec(None, "r2"), fleet).problem is None
+    assert judge(spec(None, "r1"), spec("1.33.4", "r1"), fleet).problem is None
 
 
 def test_allowed_versions_as_the_operator_reads_them() -> None:
@@ -187,3 +196,14 @@ def test_no_machine_joins_a_control_plane_older_than_its_kubelet() -> None:
     assert [(d.hostname, d.to_state) for d in decisions] == [("m1", S.UPGRADE)]
     fleet, decisions = plan_to_fixpoint(v134, [upgraded(v134, m) for m in fleet], 0.0)
     assert [(d.hostname, d.to_state) for d in decisions] == [("m1", S.READY), ("w1", S.DEPLOY)]
+
+
+def test_a_prepared_machine_held_for_the_control_plane_says_so() -> None:
+    v134 = packages("1.34.1")
+    m1 = settled(packages("1.33.4"), deployed("m1", "1.33.4", "manager"))
+    w1 = finish_phase(v134, machine("w1", state=S.PREPARE))
+    assert join_wait(v134, w1, [m1, w1]) == (
+        "prepared; waits for the control plane to reach Kubernetes 1.34.1: manager m1 runs "
+        "1.33.4, and a kubelet never joins an older API server; the managers upgrade first")
+    assert join_wait(v134, machine("w2", state=S.PREPARE), [m1]) == "", "still preparing"
+    assert join_wait(v134, w1, [replace(m1, kubernetes="1.34.1")]) == ""

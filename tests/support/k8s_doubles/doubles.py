@@ -78,9 +78,12 @@ def kubectl(args: list[str]) -> Details:
 
 
 def kubelet(args: list[str]) -> Details:
+    """`kubelet --version`: the version the package manager installed in this root, else the
+    cluster's."""
     if "--version" in args:
         with state() as data:
-            print(f"Kubernetes v{data.get('cluster', {}).get('version', '0.0.0')}")
+            cluster = data.get("cluster", {}).get("version", "0.0.0")
+            print(f"Kubernetes v{data.get('installed', {}).get(str(Path.cwd()), {}).get('kubelet', cluster)}")
     return {}
 
 

@@ -4,7 +4,8 @@ kubeadm profile's package items (keyed by the version) and upgrade items, applie
 own item code in a root of its own against the doubles (apt-get records what it installed).
 w1 prepared at 1.33.4 and waits in Prepare for a deployed manager; m1 is in Deploy at 1.33.4;
 then the cluster moves to 1.34.1. w1 installs 1.34.1 and waits (saying so) until m1, which
-joined on 1.33.4's packages, upgraded: both end with kubeadm, kubelet and kubectl 1.34.1."""
+joined on 1.33.4's packages, upgraded: both end with kubeadm, kubelet and kubectl 1.34.1. And
+a forced downgrade takes every machine's packages down; nothing else does."""
 
 from __future__ import annotations
 
@@ -76,15 +77,40 @@ async def agent_runs(env: InProcessCoordinator, hostname: str, root: Path,
         await env.report(agent, raw, raw["phase"])
 
 
-async def test_machines_in_prepare_and_deploy_end_at_the_new_version(
-        env: InProcessCoordinator, tmp_path: Path) -> None:
+Roots = dict[str, Path]
+Journals = dict[str, set[str]]
+
+
+async def approved(env: InProcessCoordinator, tmp_path: Path) -> tuple[Roots, Journals]:
+    """m1 (manager) and w1 (worker) registered and approved, each with a Debian root."""
     roots = {hostname: tmp_path / hostname for hostname in ("m1", "w1")}
-    journals: dict[str, set[str]] = {hostname: set() for hostname in roots}
     for hostname, role in (("m1", "manager"), ("w1", "worker")):
         (roots[hostname] / "etc").mkdir(parents=True)
         (roots[hostname] / "etc/os-release").write_text(OS_RELEASE_DEBIAN_12)
         await env.register(hostname)
         await env.call("POST", f"/v1/machines/{hostname}/approve", 200, json={"role": role})
+    return roots, {hostname: set() for hostname in roots}
+
+
+async def at_release(env: InProcessCoordinator, roots: Roots, journals: Journals, release: str,
+                     notes: list[str] | None = None) -> None:
+    """Every agent applies what it is given until both machines are Ready at release; notes
+    collects w1's on the way."""
+    async def settled() -> bool:
+        for hostname, root in roots.items():
+            await agent_runs(env, hostname, root, journals[hostname])
+        found = [await env.machine(h) for h in roots]
+        if notes is not None:
+            notes.append(found[1]["note"]["text"])
+        return [(m["state"], m["release"]) for m in found] == [("Ready", release)] * 2
+
+    # Each item runs the doubles' processes: seconds each on a loaded machine.
+    await env.until(f"both Ready at {release}", settled, timeout=120)
+
+
+async def test_machines_in_prepare_and_deploy_end_at_the_new_version(
+        env: InProcessCoordinator, tmp_path: Path) -> None:
+    roots, journals = await approved(env, tmp_path)
 
     async def held() -> bool:
         """m1 in Deploy, its deploy item held; w1 prepared, waiting for a deployed manager."""
@@ -93,22 +119,13 @@ async def test_machines_in_prepare_and_deploy_end_at_the_new_version(
         states = [(await env.machine(h))["state"] for h in roots]
         return states == ["Deploy", "Prepare"] and len(journals["w1"]) == 2
 
-    # Each item runs the doubles' processes: seconds each on a loaded machine.
     await env.until("m1 in Deploy, w1 prepared", held, timeout=120)
     assert installed(tmp_path / "state", roots["w1"])["kubelet"] == "1.33.4"
 
     await env.call("PUT", "/v1/clusters", 200, data=spec_at("1.34.1"))
 
     notes: list[str] = []  # w1's, while it waits
-
-    async def settled() -> bool:
-        for hostname, root in roots.items():
-            await agent_runs(env, hostname, root, journals[hostname])
-        found = [await env.machine(h) for h in roots]
-        notes.append(found[1]["note"]["text"])
-        return [(m["state"], m["release"]) for m in found] == [("Ready", "1.34.1")] * 2
-
-    await env.until("both Ready at 1.34.1", settled, timeout=120)
+    await at_release(env, roots, journals, "1.34.1", notes)
     assert "prepared; waits for the control plane to reach Kubernetes 1.34.1: manager m1 runs " \
         "1.33.4, and a kubelet never joins an older API server; the managers upgrade first" \
         in notes, "w1 joined a control plane older than its kubelet"
@@ -120,3 +137,17 @@ async def test_machines_in_prepare_and_deploy_end_at_the_new_version(
     assert any("m1 Ready -> Upgrade" in e["message"] and "prepare/kubernetes-packages, "
                "upgrade/upgrade-kubeadm" in e["message"] for e in upgrades), \
         "m1 joined on 1.33.4's packages and did not upgrade"
+
+
+async def test_only_a_forced_downgrade_takes_the_packages_down(
+        env: InProcessCoordinator, tmp_path: Path) -> None:
+    """Refused without --allow-downgrade; forced, every machine's upgrade items install the
+    older packages (apt-get given --allow-downgrades, which it would refuse them without)."""
+    roots, journals = await approved(env, tmp_path)
+    await at_release(env, roots, journals, "1.33.4")
+    await env.call("PUT", "/v1/clusters", 422, data=spec_at("1.33.2"))
+    await env.call("PUT", "/v1/clusters?allowDowngrade=true", 200, data=spec_at("1.33.2"))
+    await at_release(env, roots, journals, "1.33.2")
+    for hostname, root in roots.items():
+        assert installed(tmp_path / "state", root) == {
+            "kubeadm": "1.33.2", "kubelet": "1.33.2", "kubectl": "1.33.2"}, hostname

@@ -32,7 +32,7 @@ from nodeagent.validation import InvalidDocument, Problem
 
 FIELD = "settings.kubernetes.version"
 _SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-(\S+))?$")
-# States whose machines run (or may have installed) what the cluster's spec said.
+# States whose machines run nothing the spec installs: not approved yet, or leaving.
 _IDLE = frozenset({MachineState.UNINITIALIZED, MachineState.PENDING, MachineState.DELETING})
 
 

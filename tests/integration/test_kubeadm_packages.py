@@ -42,20 +42,26 @@ def run(root: Path, tmp: Path, os_release: str, *names: str) -> tuple[list[Call]
     return calls(tmp / "log"), [f"{o.returncode} {o.stdout}{o.stderr}" for o in outputs]
 
 
-def test_debian_gets_containerd_and_pinned_kubernetes_packages_through_apt_and_the_proxy(
+def test_debian_gets_containerd_io_and_pinned_kubernetes_packages_through_apt_and_the_proxy(
         tmp_path: Path) -> None:
+    """containerd.io from the Docker repository: Debian 12's containerd is 1.6, which
+    Kubernetes 1.36 no longer runs (containerd 2.0 or later)."""
     root = tmp_path / "root"
     root.mkdir()
     (root / "kubelet=1.33.4-1.1").touch()  # a file a shell glob would put in place of the pattern
     log, outputs = run(root, tmp_path, OS_RELEASE_DEBIAN_12, "containerd", "kubernetes-packages")
     assert [o[0] for o in outputs] == ["0", "0"], outputs
     assert [c.argv for c in log if c.command == "apt-get" and "install" in c.argv] == [
-        ["install", "-y", "-o", "Dpkg::Options::=--force-confold", "containerd"],
+        ["install", "-y", "-o", "Dpkg::Options::=--force-confold", "containerd.io"],
         ["install", "-y", "--allow-change-held-packages", "--allow-downgrades",
          "kubeadm=1.33.4-*", "kubelet=1.33.4-*", "kubectl=1.33.4-*"]]
     assert [c.argv for c in log if c.command == "apt-mark"] == [["hold", "kubeadm", "kubelet", "kubectl"]]
     assert [c.argv[-1] for c in log if c.command == "curl"] == [
+        "https://download.docker.com/linux/debian/gpg",
         "https://pkgs.k8s.io/core:/stable:/v1.33/deb/Release.key"]
+    assert (root / "etc/apt/sources.list.d/docker.list").read_text() == (
+        "deb [signed-by=/etc/apt/keyrings/docker.gpg] "
+        "https://download.docker.com/linux/debian bookworm stable\n")
     assert (root / "etc/apt/sources.list.d/kubernetes.list").read_text() == (
         "deb [signed-by=/etc/apt/keyrings/kubernetes-v1.33.gpg] "
         "https://pkgs.k8s.io/core:/stable:/v1.33/deb/ /\n")
@@ -65,12 +71,17 @@ def test_debian_gets_containerd_and_pinned_kubernetes_packages_through_apt_and_t
 
 
 def test_the_rhel_family_gets_them_through_dnf_from_the_versions_repository(tmp_path: Path) -> None:
+    """Rocky, like RHEL and Alma, ships no containerd: containerd.io from the Docker repository
+    for the family (centos; rhel for RHEL itself), which the script writes."""
     root = tmp_path / "root"
     root.mkdir()
     log, outputs = run(root, tmp_path, ROCKY_9, "containerd", "kubernetes-packages")
     assert [o[0] for o in outputs] == ["0", "0"], outputs
+    docker = (root / "etc/yum.repos.d/docker-ce.repo").read_text()
+    assert "baseurl=https://download.docker.com/linux/centos/$releasever/$basearch/stable\n" in docker
+    assert "gpgcheck=1\ngpgkey=https://download.docker.com/linux/centos/gpg\n" in docker
     assert [c.argv for c in log if c.command == "dnf"] == [
-        ["install", "-y", "containerd"],
+        ["install", "-y", "containerd.io"],
         ["install", "-y", "--disableexcludes=kubernetes", "kubeadm-1.33.4", "kubelet-1.33.4",
          "kubectl-1.33.4"]]
     repo = (root / "etc/yum.repos.d/kubernetes.repo").read_text()

@@ -18,11 +18,19 @@ import pytest
 from coordinator.domain.fleet import Fleet, hypothetical_fleet
 from coordinator.domain.minting import needed
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
+from coordinator.domain.releases import names, upgrade_run
 from coordinator.domain.rendering import render_cluster
+from coordinator.domain.specs import load_spec
 from nodeagent.contract import ROLES
 from nodeagent.protocol import ProxySettings, StateItem
 from tests.support.k8s_doubles.calls import doubled
-from tests.support.kubeadm_profile import deployed, kubeadm_config, profile_spec, rendered
+from tests.support.kubeadm_profile import (
+    PROFILE,
+    deployed,
+    kubeadm_config,
+    profile_spec,
+    rendered,
+)
 
 CA_HASH = "sha256:" + "c" * 64
 
@@ -353,3 +361,19 @@ def test_calico_is_the_manifest_for_more_than_50_nodes_applied_server_side(
     (apply,) = [w for w in commands(script) if w[:2] == ["kubectl", "apply"]]
     assert apply == ["kubectl", "apply", "--server-side", "--force-conflicts", "-f",
                      "etc/kubernetes/nodeagent/calico.yaml"]
+
+
+def test_a_cni_version_bump_reaches_a_running_cluster_on_the_first_manager_alone(
+        spec: ClusterSpec) -> None:
+    """The versions are the cni item's arguments: a new one changes the item, so the next
+    upgrade runs it again where it ran (and the item upgrades what it finds)."""
+    machines = [replace(m, release=spec.release)  # Ready at the release, every item applied
+                for m in hypothetical_fleet(spec, Fleet(3, 2))]
+    cni = next(i for i in spec.items("manager", "deploy") if i.name == "cni")
+    old = cni.action.argv[-2]  # type: ignore[union-attr]
+    text = PROFILE.read_text().replace(f"- {old}   # calico", "- v3.30.2   # calico")
+    bumped = load_spec(text.replace('release: "1.33.4"', 'release: "1.33.4-cni"'))
+    runs = {m.hostname: names(upgrade_run(bumped, m)) for m in machines}
+    assert runs["manager-1"].startswith("deploy/cni") and "upgrade/" in runs["manager-1"]
+    assert all("deploy/cni" not in run for host, run in runs.items() if host != "manager-1")
+    assert all(names(upgrade_run(spec, m)) == "" for m in machines)  # unchanged: nothing

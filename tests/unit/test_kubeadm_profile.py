@@ -338,13 +338,18 @@ def test_the_sandbox_image_and_the_control_planes_follow_the_image_repository() 
     assert cluster["ClusterConfiguration"]["imageRepository"] == "mirror.example:5000/k8s"
 
 
-def test_a_kubernetes_version_change_writes_containerds_configuration_again_and_restarts_it(
+def test_a_kubernetes_version_change_updates_containerd_and_its_configuration_and_restarts_it(
         spec: ClusterSpec) -> None:
-    """The pause image changes with kubeadm's minor (3.10 to 3.10.1 at 1.34): the file item is
-    versioned by the Kubernetes version, so an upgrade writes it again, and containerd is
-    restarted before the kubelet."""
-    (config,) = [i for i in spec.items("worker", "prepare") if i.name == "containerd-config"]
-    assert config.version == spec.settings.kubernetes.version
+    """The pause image changes with kubeadm's minor (3.10 to 3.10.1 at 1.34), and 1.36 runs on
+    containerd 2.0 or later only: containerd's package and configuration items are versioned
+    by the Kubernetes version, so an upgrade runs them again on every machine (containerd.io
+    brought up to date, the file written again), and containerd is restarted before the
+    kubelet."""
+    for role in ROLES:
+        versioned = {i.name: i.version for i in spec.items(role, "prepare")
+                     if i.name in ("containerd", "containerd-config")}
+        assert versioned == dict.fromkeys(("containerd", "containerd-config"),
+                                          spec.settings.kubernetes.version)
     upgrade = [i.name for i in spec.items("worker", "upgrade")]
     assert upgrade.index("restart-containerd") < upgrade.index("restart-kubelet")
 

@@ -90,6 +90,32 @@ def test_the_rhel_family_gets_them_through_dnf_from_the_versions_repository(tmp_
     assert not [c for c in log if c.command.startswith("apt")]
 
 
+@pytest.mark.parametrize(("os_release", "source"), [
+    ('ID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\nVERSION_CODENAME=noble\n',
+     "etc/apt/sources.list.d/docker.list:deb [signed-by=/etc/apt/keyrings/docker.gpg] "
+     "https://download.docker.com/linux/ubuntu noble stable"),
+    ('ID="rhel"\nID_LIKE="fedora"\nVERSION_ID="9.4"\n',
+     "etc/yum.repos.d/docker-ce.repo:baseurl=https://download.docker.com/linux/rhel/"),
+    ('ID="almalinux"\nID_LIKE="rhel centos fedora"\nVERSION_ID="9.4"\n',
+     "etc/yum.repos.d/docker-ce.repo:baseurl=https://download.docker.com/linux/centos/"),
+    ('ID="centos"\nID_LIKE="rhel fedora"\nVERSION_ID="9"\n',
+     "etc/yum.repos.d/docker-ce.repo:baseurl=https://download.docker.com/linux/centos/"),
+    ('ID=fedora\nVERSION_ID=42\n',
+     "etc/yum.repos.d/docker-ce.repo:baseurl=https://download.docker.com/linux/fedora/"),
+])
+def test_every_supported_distribution_gets_containerd_io_from_its_docker_repository(
+        tmp_path: Path, os_release: str, source: str) -> None:
+    """The README's systems, each from the repository the Docker project publishes for it."""
+    root = tmp_path / "root"
+    root.mkdir()
+    log, outputs = run(root, tmp_path, os_release, "containerd")
+    assert outputs[0].startswith("0"), outputs
+    path, line = source.split(":", 1)
+    assert line in (root / path).read_text()
+    installed = [c.argv for c in log if c.command in ("apt-get", "dnf") and "install" in c.argv]
+    assert len(installed) == 1 and installed[0][-1] == "containerd.io"
+
+
 @pytest.mark.parametrize("os_release", ['ID=alpine\n', 'ID=opensuse-leap\nID_LIKE="suse opensuse"\n'])
 def test_another_distribution_is_refused_naming_it_and_nothing_is_installed(
         tmp_path: Path, os_release: str) -> None:

@@ -274,9 +274,9 @@ PROXY_ENV = {"http_proxy": "${proxy.http}", "https_proxy": "${proxy.https}",
 
 
 def fetches(words: list[str]) -> bool:
-    """Whether a command downloads: curl, the package managers, the cilium CLI (its chart and
-    images' metadata), `kubectl apply -f` of a URL (or of a variable that may hold one)."""
-    if words[0] in {"curl", "apt-get", "dnf", "cilium"}:
+    """Whether a command downloads: curl and wget, the package managers, the cilium and helm
+    CLIs (charts), `kubectl apply -f` of a URL (or of a variable that may hold one)."""
+    if words[0] in {"curl", "wget", "apt-get", "dnf", "cilium", "helm"}:
         return True
     return words[0] == "kubectl" and any(
         flag == "-f" and ("://" in target or target.startswith("$"))

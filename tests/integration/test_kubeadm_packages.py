@@ -47,20 +47,26 @@ def run(root: Path, tmp: Path, os_release: str, *names: str, version: str = "1.3
     return calls(tmp / "log"), [f"{o.returncode} {o.stdout}{o.stderr}" for o in outputs]
 
 
-def test_debian_gets_containerd_and_pinned_kubernetes_packages_through_apt_and_the_proxy(
+def test_debian_gets_containerd_io_and_pinned_kubernetes_packages_through_apt_and_the_proxy(
         tmp_path: Path) -> None:
+    """containerd.io from the Docker repository: Debian 12's containerd is 1.6, which
+    Kubernetes 1.36 no longer runs (containerd 2.0 or later)."""
     root = tmp_path / "root"
     root.mkdir()
     (root / "kubelet=1.33.4-1.1").touch()  # a file a shell glob would put in place of the pattern
     log, outputs = run(root, tmp_path, OS_RELEASE_DEBIAN_12, "containerd", "kubernetes-packages")
     assert [o[0] for o in outputs] == ["0", "0"], outputs
     assert [c.argv for c in log if c.command == "apt-get" and "install" in c.argv] == [
-        ["install", "-y", "-o", "Dpkg::Options::=--force-confold", "containerd"],
+        ["install", "-y", "-o", "Dpkg::Options::=--force-confold", "containerd.io"],
         ["install", "-y", "--allow-change-held-packages",
          "kubeadm=1.33.4-*", "kubelet=1.33.4-*", "kubectl=1.33.4-*"]]
     assert [c.argv for c in log if c.command == "apt-mark"] == [["hold", "kubeadm", "kubelet", "kubectl"]]
     assert [c.argv[-1] for c in log if c.command == "curl"] == [
+        "https://download.docker.com/linux/debian/gpg",
         "https://pkgs.k8s.io/core:/stable:/v1.33/deb/Release.key"]
+    assert (root / "etc/apt/sources.list.d/docker.list").read_text() == (
+        "deb [signed-by=/etc/apt/keyrings/docker.gpg] "
+        "https://download.docker.com/linux/debian bookworm stable\n")
     assert (root / "etc/apt/sources.list.d/kubernetes.list").read_text() == (
         "deb [signed-by=/etc/apt/keyrings/kubernetes-v1.33.gpg] "
         "https://pkgs.k8s.io/core:/stable:/v1.33/deb/ /\n")
@@ -70,18 +76,49 @@ def test_debian_gets_containerd_and_pinned_kubernetes_packages_through_apt_and_t
 
 
 def test_the_rhel_family_gets_them_through_dnf_from_the_versions_repository(tmp_path: Path) -> None:
+    """Rocky, like RHEL and Alma, ships no containerd: containerd.io from the Docker repository
+    for the family (centos; rhel for RHEL itself), which the script writes."""
     root = tmp_path / "root"
     root.mkdir()
     log, outputs = run(root, tmp_path, ROCKY_9, "containerd", "kubernetes-packages")
     assert [o[0] for o in outputs] == ["0", "0"], outputs
+    docker = (root / "etc/yum.repos.d/docker-ce.repo").read_text()
+    assert "baseurl=https://download.docker.com/linux/centos/$releasever/$basearch/stable\n" in docker
+    assert "gpgcheck=1\ngpgkey=https://download.docker.com/linux/centos/gpg\n" in docker
     assert [c.argv for c in log if c.command == "dnf"] == [
-        ["install", "-y", "containerd"],
+        ["install", "-y", "containerd.io"],
         ["install", "-y", "--disableexcludes=kubernetes", "kubeadm-1.33.4", "kubelet-1.33.4",
          "kubectl-1.33.4"]]
     repo = (root / "etc/yum.repos.d/kubernetes.repo").read_text()
     assert "baseurl=https://pkgs.k8s.io/core:/stable:/v1.33/rpm/\n" in repo
     assert "exclude=kubelet kubeadm kubectl cri-tools kubernetes-cni\n" in repo
     assert not [c for c in log if c.command.startswith("apt")]
+
+
+@pytest.mark.parametrize(("os_release", "source"), [
+    ('ID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\nVERSION_CODENAME=noble\n',
+     "etc/apt/sources.list.d/docker.list:deb [signed-by=/etc/apt/keyrings/docker.gpg] "
+     "https://download.docker.com/linux/ubuntu noble stable"),
+    ('ID="rhel"\nID_LIKE="fedora"\nVERSION_ID="9.4"\n',
+     "etc/yum.repos.d/docker-ce.repo:baseurl=https://download.docker.com/linux/rhel/"),
+    ('ID="almalinux"\nID_LIKE="rhel centos fedora"\nVERSION_ID="9.4"\n',
+     "etc/yum.repos.d/docker-ce.repo:baseurl=https://download.docker.com/linux/centos/"),
+    ('ID="centos"\nID_LIKE="rhel fedora"\nVERSION_ID="9"\n',
+     "etc/yum.repos.d/docker-ce.repo:baseurl=https://download.docker.com/linux/centos/"),
+    ('ID=fedora\nVERSION_ID=42\n',
+     "etc/yum.repos.d/docker-ce.repo:baseurl=https://download.docker.com/linux/fedora/"),
+])
+def test_every_supported_distribution_gets_containerd_io_from_its_docker_repository(
+        tmp_path: Path, os_release: str, source: str) -> None:
+    """The README's systems, each from the repository the Docker project publishes for it."""
+    root = tmp_path / "root"
+    root.mkdir()
+    log, outputs = run(root, tmp_path, os_release, "containerd")
+    assert outputs[0].startswith("0"), outputs
+    path, line = source.split(":", 1)
+    assert line in (root / path).read_text()
+    installed = [c.argv for c in log if c.command in ("apt-get", "dnf") and "install" in c.argv]
+    assert len(installed) == 1 and installed[0][-1] == "containerd.io"
 
 
 @pytest.mark.parametrize("os_release", ['ID=alpine\n', 'ID=opensuse-leap\nID_LIKE="suse opensuse"\n'])

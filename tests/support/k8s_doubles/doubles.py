@@ -16,7 +16,10 @@ caller's working directory (the node's root) and network namespace.
 - Nodes register in the test Kubernetes API server ($K8S_DOUBLES_API, tests/support/kubeapi.py)
   as a kubelet does.
 - kubectl remembers the images set on Deployments (`set image`) to answer `get deployment`,
-  and finds cluster-info only once init's bootstrap-token phase made it.
+  and finds cluster-info only once init's bootstrap-token phase made it; `get secret -l
+  owner=helm,name=NAME` lists the Helm release's Secret, as Helm labels it.
+- cilium install refuses a release that is there and cilium upgrade one that is not, as Helm
+  under the cilium CLI does; both remember the release's version and revision.
 - apt-get and dnf remember which version of each package they installed in a root (kubeadm's
   is what `kubeadm upgrade apply` checks its target against; tests read them with
   calls.installed); apt-get refuses a downgrade without --allow-downgrades, dnf makes it, and
@@ -67,6 +70,9 @@ def kubectl(args: list[str]) -> Details:
                 raise Failure('Error from server (NotFound): configmaps "cluster-info" not found')
         print("configmap/cluster-info")
         return {"configmap": "cluster-info"}
+    if words[:2] == ["get", "secret"] and "-l" in flags:  # Helm's release records, by label
+        print("\n".join(helm_release_secrets(flags["-l"])))
+        return {"selector": flags["-l"]}
     if words[:2] == ["get", "deployment"]:
         with state() as data:
             image = data.get("deployments", {}).get(words[2])
@@ -75,6 +81,42 @@ def kubectl(args: list[str]) -> Details:
         print(image)
         return {"deployment": words[2]}
     return {"files": flags.get("-f")} if words[:1] == ["apply"] else {}
+
+
+def helm_release_secrets(selector: str) -> list[str]:
+    """The Secrets Helm keeps a release's revisions in (sh.helm.release.v1.NAME.vN, labelled
+    owner=helm, name=NAME, status=deployed for the current one) that selector matches."""
+    wanted = dict(term.partition("=")[::2] for term in selector.split(","))
+    if wanted.pop("owner", "helm") != "helm":
+        return []
+    with state() as data:
+        releases = data.get("helm_releases", {})
+    return [f"secret/sh.helm.release.v1.{name}.v{release['revision']}"
+            for name, release in releases.items()
+            if wanted.get("name", name) == name and wanted.get("status", "deployed") == "deployed"]
+
+
+def cilium(args: list[str]) -> Details:
+    """The cilium CLI in Helm mode (cilium-cli's install/ and cmd/): `install` is a Helm install
+    of the release `cilium`, which Helm refuses while a release of that name exists; `upgrade`
+    is a Helm upgrade of it (UpgradeWithHelm), which needs a deployed release."""
+    words, flags = parse(args)
+    if words[:1] not in (["install"], ["upgrade"]):
+        return {}
+    with state() as data:
+        releases = data.setdefault("helm_releases", {})
+        release = releases.get("cilium")
+        if words[0] == "install":
+            if release is not None:
+                raise Failure("Error: Unable to install Cilium: cannot re-use a name that is "
+                              "still in use")
+            release = releases["cilium"] = {"revision": 1, "version": flags.get("--version", "")}
+        else:
+            if release is None:
+                raise Failure('Error: Unable to upgrade Cilium: "cilium" has no deployed releases')
+            release.update(revision=release["revision"] + 1,
+                           version=flags.get("--version", release["version"]))
+        return {"release": dict(release)}
 
 
 def kubelet(args: list[str]) -> Details:
@@ -139,7 +181,7 @@ def rpm(args: list[str]) -> Details:
 HANDLERS: dict[str, Callable[[list[str]], Details]] = {
     "kubeadm": kubeadm, "kubectl": kubectl, "kubelet": kubelet, "systemctl": systemctl,
     "crictl": kubelet_double.crictl, "apt-get": installer("apt-get"), "dnf": installer("dnf"),
-    "rpm": rpm,
+    "rpm": rpm, "cilium": cilium,
     "modprobe": modprobe, "sysctl": sysctl}
 
 

@@ -86,6 +86,11 @@ class KubernetesSettings(SpecModel):
     version: str | None = Field(
         default=None, description="the Kubernetes version items install, e.g. 1.31.2: "
         "${kubernetes.version}")
+    allow_downgrade: bool = Field(
+        default=False, description="set by the coordinator, never by the file (a file's value "
+        "is replaced): true while the version was applied by `cluster apply --allow-downgrade` "
+        "as a forced downgrade, so the package items may install an older version: "
+        "${kubernetes.allowDowngrade}")
     control_plane_endpoint: str | None = Field(
         default=None, description="host[:port] the nodes reach the API server at (a load "
         "balancer or virtual IP in front of the managers): ${kubernetes.controlPlaneEndpoint}")

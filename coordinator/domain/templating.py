@@ -54,6 +54,8 @@ VALUES: dict[str, Callable[[_Inputs], str]] = {
     "proxy.https": lambda v: v.spec.settings.proxy.https or "",
     "proxy.noProxy": lambda v: ",".join(v.spec.settings.proxy.no_proxy),
     "kubernetes.version": lambda v: v.spec.settings.kubernetes.version or "",
+    "kubernetes.allowDowngrade":
+        lambda v: "true" if v.spec.settings.kubernetes.allow_downgrade else "false",
     "kubernetes.controlPlaneEndpoint":
         lambda v: v.spec.settings.kubernetes.control_plane_endpoint or "",
     "kubernetes.podSubnet": lambda v: v.spec.settings.kubernetes.pod_subnet,

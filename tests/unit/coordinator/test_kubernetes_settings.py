@@ -46,6 +46,7 @@ def test_the_settings_reach_every_assignment_as_template_values() -> None:
         "kubernetes.version": "1.31.2", "kubernetes.controlPlaneEndpoint": "k8s.lab:6443",
         "kubernetes.podSubnet": "10.50.0.0/16", "kubernetes.serviceSubnet": "10.60.0.0/16",
         "kubernetes.cni": "cilium", "kubernetes.dedicatedManagers": "true",
+        "kubernetes.allowDowngrade": "false",
         "kubernetes.imageRepository": "mirror.lab:5000/k8s",
         "kubernetes.sandboxImage": "mirror.lab:5000/k8s/pause:3.10",
         "cluster.labels": "env=prod,tier=gold", "cluster.labels.env": "prod",

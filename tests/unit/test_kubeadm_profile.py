@@ -64,7 +64,8 @@ def test_kubeadm_init_runs_on_the_first_manager_only(spec: ClusterSpec, fleet: l
     cluster = kubeadm_config(deploy["init-config"])["ClusterConfiguration"]
     assert cluster["kubernetesVersion"] == f"v{spec.settings.kubernetes.version}"
     assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12"}
-    assert deploy["init"]["argv"][-1] == "", "no endpoint set: init takes the local proxy's"
+    assert deploy["init"]["argv"][-2:] == ["", "192.0.2.1"], \
+        "no endpoint set: init takes the local proxy's; the coordinator's kubeconfig this address"
 
 
 def test_other_managers_join_the_control_plane_with_their_own_token_and_key(
@@ -186,7 +187,7 @@ def test_join_material_is_minted_and_revoked_with_kubeadm(spec: ClusterSpec) -> 
 HARMLESS = {"sh", "set", "if", "then", "else", "elif", "fi", "for", "do", "done", "case", "esac",
             "in", "echo", "printf", "export", "unset", "eval", "exit", ".", "[", "command",
             "grep", "sed", "mkdir", "rm", "openssl", "shift", ":", "continue", "awk",
-            "head", "mv", "haproxy"}  # haproxy -c: checks a configuration file
+            "head", "mv", "umask", "haproxy"}  # haproxy -c: checks a configuration file
 # The real network tools of the cleanup: every test that runs it runs it in a network namespace
 # of its own (tests/integration/test_kubeadm_cleanup.py, the agents of tests/e2e), so they
 # need no double. `$tool` is iptables or ip6tables, each backend.

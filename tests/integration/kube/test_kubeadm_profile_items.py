@@ -263,6 +263,8 @@ def test_init_gives_the_joiners_an_endpoint_with_a_port(
     assert produced["init.endpoint"] == endpoint
     config = (cluster.root(first) / "etc/kubernetes/nodeagent/init.yaml").read_text()
     assert f'controlPlaneEndpoint: "{endpoint}"' in config
+    reported = cluster.root(first) / "etc/kubernetes/nodeagent/coordinator.conf"  # kubeconfigFrom
+    assert reported.stat().st_mode & 0o777 == 0o600
 
 
 def test_init_prints_no_outputs_until_the_api_server_serves_cluster_info(tmp_path: Path) -> None:

@@ -88,3 +88,17 @@ def test_another_distribution_is_refused_naming_it_and_nothing_is_installed(
     assert outputs[0].startswith("1 unsupported distribution ")
     assert os_release.split("\n")[0].removeprefix("ID=") in outputs[0]
     assert log == []
+
+
+@pytest.mark.parametrize(("os_release", "install"), [
+    (OS_RELEASE_DEBIAN_12, ["apt-get", "install", "-y", "haproxy"]),
+    (ROCKY_9, ["dnf", "install", "-y", "haproxy"])])
+def test_every_family_gets_haproxy_from_its_distribution_for_the_local_api_proxy(
+        tmp_path: Path, os_release: str, install: list[str]) -> None:
+    """The local endpoint of the API (apiserver-proxy.sh) runs the distribution's haproxy."""
+    root = tmp_path / "root"
+    root.mkdir()
+    log, outputs = run(root, tmp_path, os_release, "apiserver-proxy-package")
+    assert outputs[0].startswith("0"), outputs
+    assert [[c.command, *c.argv] for c in log if "install" in c.argv] == [install]
+    assert all(c.proxy == {"http_proxy": PROXY, "https_proxy": PROXY} for c in log)

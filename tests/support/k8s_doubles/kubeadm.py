@@ -11,7 +11,16 @@ reset}, preflight/checks.go, phases/upgrade/policy.go, phases/etcd/local.go).
   DirAvailable--var-lib-etcd, Port-N) and honours --ignore-preflight-errors (and
   nodeRegistration.ignorePreflightErrors; `all`).
 - kubelet-start starts the kubelet double (kubelet.py: port 10250, the static pods, so the
-  etcd phase's manifest becomes a real etcd); a control-plane join adds its etcd member.
+  etcd phase's manifest becomes a real etcd and the control-plane phase's a TLS API server:
+  apiserver.py); a control-plane join adds its etcd member.
+- The endpoint, as kubeadm's GetControlPlaneEndpoint and ParseHostPort make it
+  (controlPlaneEndpoint, else the advertise address; a bracketed IPv6 address needs its port):
+  its host is in the API server certificate's SANs (GetAPIServerAltNames), and cluster-info,
+  the kube-proxy ConfigMap and the kubelet's kubeconfig name it, but a control plane's
+  kubelet.conf names its own API server (ControlPlaneKubeletLocalMode, on from v1.33).
+  admin.conf names the test API server, which the coordinator reaches directly. A join's
+  discovery fetches cluster-info from its apiServerEndpoint over TLS checked against the CA:
+  an endpoint nothing answers at, or that the certificate does not name, fails.
 - Bootstrap tokens (24h unless --ttl) and the uploaded certificates (2 hours) expire against
   the shared state's clock (common.now; tests move it with control.advance).
 - `kubeadm upgrade apply vX` enforces kubeadm's version policy; `kubeadm upgrade node`

@@ -366,16 +366,25 @@ def test_every_kubelet_reaches_the_api_through_the_local_proxy_while_any_one_man
             for unit in ("kubelet", "kube-apiserver-proxy"):
                 ok(cluster.run(down, ["systemctl", "start", unit]))
 
-        first = managers[0]  # removed: the others' reconfigure items take it out of their proxy
-        control.power_off(cluster.state, cluster.root(first))
+        # The first manager removed: the others' reconfigure items take it out of their proxy,
+        # its reset item stops its own, then it goes down.
+        first = managers[0]
         machines = [replace(m, state=MachineState.DELETING) if m.id == first.id else m
                     for m in machines]
         reconfigure(machines)
+        connect = ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/6444"]
+        ok(cluster.run(first, connect))  # its proxy listens, until its reset item:
+        ok(cluster.apply(first, rendered(spec, machines[0], machines, "reset")[
+            "apiserver-proxy-remove"]))
+        listening = cluster.run(first, connect)
+        control.power_off(cluster.state, cluster.root(first))
         since = time.time()
         wait_until(lambda: everyone - {first.hostname} <= beating_since(cluster.api, since), 20,
                    "heartbeats once the first manager left", interval=0.5)
     assert {m.hostname: proxied(cluster.root(m)) for m in cluster.machines[1:]} == {
         m.hostname: addresses - {f"{first.ip}:6443"} for m in cluster.machines[1:]}
+    assert listening.returncode != 0, "the removed manager's proxy still listens"
+    assert not (cluster.root(first) / "etc/haproxy/kube-apiserver.cfg").exists()
 
 
 def test_an_ipv6_manager_serves_the_api_through_its_local_proxy(tmp_path: Path) -> None:

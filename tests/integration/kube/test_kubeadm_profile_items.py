@@ -255,7 +255,8 @@ def test_a_token_minted_again_replaces_the_expired_one_the_join_configuration_ho
 def test_init_gives_the_joiners_an_endpoint_with_a_port(
         tmp_path: Path, setting: str | None, endpoint: str) -> None:
     """No setting: the local proxy's endpoint, never the first manager's address; a setting
-    without a port: kubeadm's 6443 added; written into init.yaml as the joiners get it."""
+    (a load balancer) without a port: kubeadm's 6443 added, and no local proxy; written into
+    init.yaml as the joiners get it."""
     spec = profile_spec(control_plane_endpoint=setting)
     with cluster_on_a_lan(tmp_path, spec, Fleet(1, 0)) as cluster:
         (first,) = cluster.machines
@@ -265,6 +266,8 @@ def test_init_gives_the_joiners_an_endpoint_with_a_port(
     assert f'controlPlaneEndpoint: "{endpoint}"' in config
     reported = cluster.root(first) / "etc/kubernetes/nodeagent/coordinator.conf"  # kubeconfigFrom
     assert reported.stat().st_mode & 0o777 == 0o600
+    proxy = cluster.root(first) / "etc/haproxy/kube-apiserver.cfg"
+    assert proxy.exists() is (setting is None), "a load balancer of one's own: no local proxy"
 
 
 def test_init_prints_no_outputs_until_the_api_server_serves_cluster_info(tmp_path: Path) -> None:

@@ -380,6 +380,10 @@ def kubeconfigs(run: Run, names: list[str]) -> None:
     endpoint (to this node's own API server in ControlPlaneKubeletLocalMode), the controller
     manager's and scheduler's to this node's; admin.conf and super-admin.conf to the test API
     server, which the coordinator reaches directly."""
+    if not local("/etc/kubernetes/pki/ca.crt").exists():
+        raise Failure("error execution phase kubeconfig: couldn't create a kubeconfig; the CA "
+                      "files couldn't be loaded: failure loading ca certificate: open "
+                      "/etc/kubernetes/pki/ca.crt: no such file or directory")
     ca = local("/etc/kubernetes/pki/ca.crt").read_text()
     own = f"https://{etcd.host_port(run.ip, 6443)}"
     servers = {"kubelet.conf": kubelet_server(run), "controller-manager.conf": own,

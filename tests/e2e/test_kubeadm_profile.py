@@ -70,6 +70,7 @@ def window(log: list[Call], host: str) -> tuple[float, float]:
 def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) -> None:
     require_binary("etcd")  # each manager's real etcd, which the doubles run
     require_binary("etcdctl")
+    require_binary("haproxy")  # each node's local API proxy, which the systemctl double runs
     profile = PROFILE.read_text()
     spec = yaml.safe_load(profile)
     log_path, state = tmp_path / "doubles.log", tmp_path / "doubles-state"

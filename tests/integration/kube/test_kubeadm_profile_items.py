@@ -398,7 +398,8 @@ def test_an_ipv6_manager_serves_the_api_through_its_local_proxy(tmp_path: Path) 
     address), and a client of the proxy reads cluster-info checking the CA. (With the profile
     before, init's endpoint was fd00::10:6443: kubeadm reads that as the address fd00::10:6443,
     where nothing answers.)"""
-    require_binary("haproxy")
+    for binary in ("etcd", "haproxy"):
+        require_binary(binary)
     spec = profile_spec()
     (machine,) = hypothetical_fleet(spec, Fleet(1, 0))
     machine = replace(machine, ip="fd00::10", state=MachineState.DEPLOY)

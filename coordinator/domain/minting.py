@@ -137,6 +137,12 @@ def _may_run_jobs(machine: Machine) -> bool:
         and machine.responding
 
 
+def _reconfiguring(machine: Machine) -> bool:
+    """A manager that will be Ready again once its reconfigure items ran."""
+    return machine.role == "manager" and machine.state is MachineState.RECONFIGURE \
+        and machine.responding
+
+
 def _settle_job(state: _Pass, manager: Machine) -> None:
     """A finished job hands its outputs over (mint) or records the revocation; a job whose
     manager left Ready or stopped answering goes back to the queue for another one."""
@@ -254,13 +260,16 @@ def _leave(state: _Pass, machine: Machine) -> None:
 def leave_stop(machine: Machine, others: Sequence[Machine], running: Machine | None) -> str:
     """Why the etcd member of a leaving manager cannot be removed now ("": it is being, or
     will be once a manager is free): the job failing on the manager running it, or no other
-    manager Ready and answering to run it."""
+    manager Ready and answering to run it. A manager reconfiguring counts as free soon: a
+    manager starting to leave changes the manager set, so every remaining one runs its
+    reconfigure items (the kubeadm profile's local API proxy) before it can take the job; the
+    removal waits for it, and is not shown as stopped meanwhile."""
     progress = running.progress if running is not None else None
     if running is not None and running.minting is not None and progress is not None \
             and progress.status == "failed" and progress.item in running.minting.items:
         return (f"the removal of its etcd member {machine.hostname} fails on "
                 f"{running.hostname}: {progress.error}")
-    if running is None and not any(_may_run_jobs(m) for m in others):
+    if running is None and not any(_may_run_jobs(m) or _reconfiguring(m) for m in others):
         return (f"no remaining manager is Ready and answering to remove its etcd member "
                 f"{machine.hostname}")
     return ""

@@ -70,6 +70,7 @@ def window(log: list[Call], host: str) -> tuple[float, float]:
 def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) -> None:
     require_binary("etcd")  # each manager's real etcd, which the doubles run
     require_binary("etcdctl")
+    require_binary("haproxy")  # each node's local API proxy, which the systemctl double runs
     profile = PROFILE.read_text()
     spec = yaml.safe_load(profile)
     log_path, state = tmp_path / "doubles.log", tmp_path / "doubles-state"
@@ -94,6 +95,8 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         f.wait_for("every token deleted", lambda: tokens_left(calls(log_path)) == set())
         machines = {m["hostname"]: m for m in f.admin_json("machines")}
         nodes = nodes_of(servers[0])
+        kubelets = {h: yaml.safe_load((f.root(h) / "etc/kubernetes/kubelet.conf").read_text())[
+            "clusters"][0]["cluster"]["server"] for h in MANAGERS + WORKERS}
         members = etcd_names(f, "m3")
         ready_at = {e["hostname"]: e["time"] for e in f.events()
                     if e["kind"] == "state" and e["data"].get("to") == "Ready"
@@ -184,6 +187,11 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         assert call.details["labels"] == {"nodeagent.io/machine-id": machines[call.host]["id"]}
         assert call.details["taints"] == []
     assert not [c for c in deploy if c.is_("kubeadm", "upgrade")]
+
+    # No kubelet reaches the API through another machine: a worker's through its local proxy,
+    # a manager's at its own API server (kubeadm's ControlPlaneKubeletLocalMode).
+    assert kubelets == {**dict.fromkeys(WORKERS, "https://127.0.0.1:6444"),
+                        **{h: f"https://{machines[h]['ip']}:6443" for h in MANAGERS}}
 
     # The upgrade: the control plane first (kubeadm upgrade apply, once, on m1), then the other
     # managers one at a time (kubeadm upgrade node), then the workers; each machine's kubelet

@@ -157,3 +157,15 @@ def test_packages_go_up_with_the_version_and_down_only_when_the_downgrade_was_fo
                   forced=True)[1]
     assert outputs[0].startswith("0 "), outputs
     assert installed(state, root) == {name: "1.33.4" for name in kubernetes}
+@pytest.mark.parametrize(("os_release", "install"), [
+    (OS_RELEASE_DEBIAN_12, ["apt-get", "install", "-y", "haproxy"]),
+    (ROCKY_9, ["dnf", "install", "-y", "haproxy"])])
+def test_every_family_gets_haproxy_from_its_distribution_for_the_local_api_proxy(
+        tmp_path: Path, os_release: str, install: list[str]) -> None:
+    """The local endpoint of the API (apiserver-proxy.sh) runs the distribution's haproxy."""
+    root = tmp_path / "root"
+    root.mkdir()
+    log, outputs = run(root, tmp_path, os_release, "apiserver-proxy-package")
+    assert outputs[0].startswith("0"), outputs
+    assert [[c.command, *c.argv] for c in log if "install" in c.argv] == [install]
+    assert all(c.proxy == {"http_proxy": PROXY, "https_proxy": PROXY} for c in log)

@@ -17,7 +17,7 @@ import pytest
 
 from coordinator.domain.fleet import Fleet, hypothetical_fleet
 from coordinator.domain.minting import needed
-from coordinator.domain.model import ClusterSpec, Machine, MachineState
+from coordinator.domain.model import ClusterSpec, Machine, MachineState, phase_items
 from coordinator.domain.releases import names, upgrade_run
 from coordinator.domain.rendering import render_cluster
 from coordinator.domain.specs import load_spec
@@ -70,11 +70,13 @@ def test_kubeadm_init_runs_on_the_first_manager_only(spec: ClusterSpec, fleet: l
              if "phases.sh init" in str(rendered(spec, m, fleet, "deploy"))]
     assert inits == ["manager-1"]
     deploy = rendered(spec, fleet[0], fleet, "deploy")
-    assert list(deploy) == ["init-config", "init", "cni"], "the CNI is a deploy item, after init"
+    assert list(deploy) == ["apiserver-proxy", "init-config", "init", "cni"], \
+        "the local API proxy before init; the CNI a deploy item, after init"
     cluster = kubeadm_config(deploy["init-config"])["ClusterConfiguration"]
     assert cluster["kubernetesVersion"] == f"v{spec.settings.kubernetes.version}"
     assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12"}
-    assert deploy["init"]["argv"][-2:] == ["", "192.0.2.1"], "no endpoint set: the address"
+    assert deploy["init"]["argv"][-2:] == ["", "192.0.2.1"], \
+        "no endpoint set: init takes the local proxy's; the coordinator's kubeconfig this address"
 
 
 def test_other_managers_join_the_control_plane_with_their_own_token_and_key(
@@ -196,7 +198,7 @@ def test_join_material_is_minted_and_revoked_with_kubeadm(spec: ClusterSpec) -> 
 HARMLESS = {"sh", "set", "if", "then", "else", "elif", "fi", "for", "do", "done", "case", "esac",
             "in", "echo", "printf", "export", "unset", "eval", "exit", ".", "[", "command",
             "grep", "sed", "mkdir", "rm", "openssl", "shift", ":", "continue", "awk",
-            "head", "sort"}
+            "head", "sort", "mv", "umask", "haproxy"}  # haproxy -c: checks a configuration file
 # The real network tools of the cleanup: every test that runs it runs it in a network namespace
 # of its own (tests/integration/test_kubeadm_cleanup.py, the agents of tests/e2e), so they
 # need no double. `$tool` is iptables or ip6tables, each backend.
@@ -382,3 +384,50 @@ def test_a_cni_version_bump_reaches_a_running_cluster_on_the_first_manager_alone
     assert runs["manager-1"].startswith("deploy/cni") and "upgrade/" in runs["manager-1"]
     assert all("deploy/cni" not in run for host, run in runs.items() if host != "manager-1")
     assert all(names(upgrade_run(spec, m)) == "" for m in machines)  # unchanged: nothing
+# -- the API's endpoint: a local proxy on every node in front of every manager ------------------
+
+def test_every_machine_runs_the_local_api_proxy_before_init_or_join_and_again_for_new_managers(
+        spec: ClusterSpec, fleet: list[Machine]) -> None:
+    """So that no kubelet, kube-proxy or cluster-info names one manager: the proxy runs before
+    init (admin.conf names it) and before join (discovery and TLS bootstrap go through it), in
+    front of the deployed managers and, on a manager, itself; every deployed machine runs it
+    again, versioned by the manager list, when the managers change."""
+    managers = ",".join(m.ip or "" for m in fleet[:3])
+    for machine in fleet:
+        deploy = rendered(spec, machine, fleet, "deploy")
+        assert next(iter(deploy)) == "apiserver-proxy"
+        run = deploy["apiserver-proxy"]["argv"]
+        assert run == ["sh", "usr/local/lib/nodeagent/kubeadm/apiserver-proxy.sh", "", managers,
+                       machine.role, machine.ip]
+        assert rendered(spec, machine, fleet, "reconfigure")["apiserver-proxy-managers"][
+            "argv"] == run
+        assert "apiserver-proxy-remove" in rendered(spec, machine, fleet, "reset")
+    fewer = phase_items(spec, "worker", "reconfigure", ("192.0.2.2", "192.0.2.3"))
+    assert fewer[0].version != phase_items(spec, "worker", "reconfigure", (managers,))[0].version
+    external = profile_spec(control_plane_endpoint="lb.example:6443")
+    assert rendered(external, fleet[4], fleet, "deploy")["apiserver-proxy"]["argv"][2] == \
+        "lb.example:6443", "a load balancer of one's own: the script runs no proxy"
+
+
+def test_an_ipv6_fleet_renders_no_address_pasted_before_a_port_without_brackets() -> None:
+    """Every machine's items on IPv6 addresses: kubeadm's configuration names bare addresses
+    (advertiseAddress), and every host:port or URL is made by a script that brackets them
+    (apiserver-proxy.sh's servers, init's endpoint, etcd-member-remove's peer URL): no rendered
+    text holds an IPv6 address followed by a port."""
+    spec = profile_spec()
+    fleet = [replace(m, ip=f"fd00::{i + 1}") for i, m in enumerate(
+        hypothetical_fleet(spec, Fleet(3, 2)))]
+    fleet = deployed(fleet, {"init.caCertHash": CA_HASH, "init.endpoint": "127.0.0.1:6444"},
+                     lambda m: {"outputs.token.token": token_of(m), "outputs.certkey.key": key_of(m)})
+    unbracketed = re.compile(r"(?<![\[\w:])fd00::\d+:\d+")
+    for machine in fleet:
+        for phase in ("prepare", "deploy", "reconfigure", "upgrade", "reset"):
+            text = str(rendered(spec, machine, fleet, phase))
+            assert not unbracketed.search(text), (machine.hostname, phase)
+        deploy = rendered(spec, machine, fleet, "deploy")
+        assert deploy["apiserver-proxy"]["argv"][3] == "fd00::1,fd00::2,fd00::3"
+        if machine.role == "manager":
+            config = kubeadm_config(deploy["init-config" if machine is fleet[0] else "join-config"])
+            kind = "InitConfiguration" if machine is fleet[0] else "JoinConfiguration"
+            local = config[kind] if machine is fleet[0] else config[kind]["controlPlane"]
+            assert local["localAPIEndpoint"]["advertiseAddress"] == machine.ip

@@ -4,10 +4,14 @@ and a kill between two phases leaves exactly the earlier ones; preflight refuses
 kubeadm's messages unless told to ignore them; tokens and uploaded certificates expire on the
 test's clock; kubeadm's upgrade policy; a 3-member etcd built by init and two control-plane
 joins, a member removed from another manager through crictl, and reset's warning (exit 0) once
-quorum is lost."""
+quorum is lost. The API server is reached only at an address its certificate names (the
+advertise address, controlPlaneEndpoint's host), a kubelet only through the server its
+kubelet.conf names, and a service the profile writes a unit for runs as its unit says."""
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,10 +19,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cryptography import x509
 
 from tests.support.k8s_doubles import control
+from tests.support.k8s_doubles.common import state
 from tests.support.k8s_doubles.kubeadm import INIT_PHASES
+from tests.support.k8s_doubles.kubelet import HEARTBEAT
 from tests.support.k8s_doubles.pki import ca_hash
+from tests.support.kubeapi import KubeApiServer
 from tests.support.lan import Lan, Node
 from tests.support.waiting import wait_until
 
@@ -28,6 +36,7 @@ class Cluster:
     network: Lan
     tmp: Path
     env: dict[str, str]
+    api: KubeApiServer
 
     @property
     def state(self) -> Path:
@@ -41,14 +50,15 @@ class Cluster:
     def run(self, node: Node, *argv: str) -> subprocess.CompletedProcess[str]:
         return node.ns.run(list(argv), cwd=self.root(node), env=self.env, timeout=120)
 
-    def init_config(self, node: Node) -> None:
+    def init_config(self, node: Node, endpoint: str | None = None) -> None:
         path = self.root(node) / "init.yaml"
         path.write_text(yaml.safe_dump_all([
             {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "InitConfiguration",
              "localAPIEndpoint": {"advertiseAddress": node.ip},
              "nodeRegistration": {"name": node.hostname, "taints": []}},
             {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration",
-             "kubernetesVersion": "v1.33.4", "controlPlaneEndpoint": f"{node.ip}:6443"}]))
+             "kubernetesVersion": "v1.33.4",
+             "controlPlaneEndpoint": endpoint or f"{node.ip}:6443"}]))
 
     def join_config(self, node: Node, endpoint: str, token: str, key: str | None) -> None:
         ca = (self.root(self.network.nodes[0]) / "etc/kubernetes/pki/ca.crt").read_text()
@@ -64,8 +74,8 @@ class Cluster:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with control.doubled_lan(["m1", "m2", "m3"], tmp_path) as (network, env, _):
-        yield Cluster(network, tmp_path, env)
+    with control.doubled_lan(["m1", "m2", "m3"], tmp_path) as (network, env, api):
+        yield Cluster(network, tmp_path, env, api)
 
 
 def ok(done: subprocess.CompletedProcess[str]) -> str:
@@ -217,3 +227,77 @@ def test_three_managers_make_one_etcd_a_member_is_removed_from_another_and_reset
     assert "please manually remove this etcd member using etcdctl" in reset.stderr
     assert "does not reset or clean up iptables rules" in reset.stdout
     assert not any((cluster.root(m1) / "var/lib/etcd").iterdir())
+
+
+UNIT = """[Service]
+ExecStartPre=/usr/sbin/haproxy -c -q -f /etc/haproxy/test.cfg
+ExecStart=/usr/sbin/haproxy -Ws -f /etc/haproxy/test.cfg -p /run/test.pid
+ExecReload=/bin/kill -USR2 $MAINPID
+"""
+
+
+def proxy_config(backend: str) -> str:
+    return ("defaults\n  mode tcp\n  timeout connect 2s\n  timeout client 1m\n"
+            "  timeout server 1m\nfrontend api\n  bind 127.0.0.1:6444\n  default_backend api\n"
+            f"backend api\n  server one {backend}\n")
+
+
+def test_the_api_server_is_reached_only_at_a_name_its_certificate_has_and_kubelets_through_their_kubeconfig(
+        cluster: Cluster) -> None:
+    m1, m2, m3 = cluster.network.nodes
+    cluster.init_config(m1, endpoint="127.0.0.1:6444")  # a local proxy's
+    ok(cluster.run(m1, "kubeadm", "init", "--config", "/init.yaml"))
+    pki = cluster.root(m1) / "etc/kubernetes/pki"
+    sans = x509.load_pem_x509_certificate((pki / "apiserver.crt").read_bytes()).extensions \
+        .get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address(m1.ip)} <= set(
+        sans.get_values_for_type(x509.IPAddress))
+    with state(cluster.state) as data:
+        assert data["cluster_info"]["endpoint"] == "127.0.0.1:6444"
+        assert data["kube_proxy"] == {"server": "https://127.0.0.1:6444"}
+
+    def server(node: Node) -> str:
+        config = json.loads((cluster.root(node) / "etc/kubernetes/kubelet.conf").read_text())
+        return str(config["clusters"][0]["cluster"]["server"])
+
+    assert server(m1) == f"https://{m1.ip}:6443", "ControlPlaneKubeletLocalMode (v1.33)"
+
+    # Discovery at an address of m1's that the certificate does not name: refused.
+    assert m1.ns.run(["ip", "addr", "add", "198.18.0.99/24", "dev", "eth0"]).returncode == 0
+    token = ok(cluster.run(m1, "kubeadm", "token", "create")).strip()
+    cluster.join_config(m2, "198.18.0.99:6443", token, None)
+    refused = cluster.run(m2, "kubeadm", "join", "--config", "/join.yaml")
+    assert refused.returncode == 1
+    assert "couldn't validate the identity of the API Server" in refused.stderr
+    assert "not valid for '198.18.0.99'" in refused.stderr
+
+    # A worker joined at m1's address: its kubelet.conf names cluster-info's endpoint, where
+    # nothing answers on m2 until a proxy runs there: no heartbeat before, heartbeats after.
+    cluster.join_config(m2, f"{m1.ip}:6443", token, None)
+    ok(cluster.run(m2, "kubeadm", "join", "--config", "/join.yaml"))
+    assert server(m2) == "https://127.0.0.1:6444"
+
+    def beats(name: str) -> float:
+        with cluster.api.locked() as api:
+            return float(api.nodes[name]["metadata"].get("annotations", {}).get(HEARTBEAT, 0))
+
+    wait_until(lambda: beats("m1") > 0, 20, "m1's heartbeats through its own API server")
+    assert beats("m2") == 0
+    root = cluster.root(m2)
+    (root / "etc/systemd/system").mkdir(parents=True)
+    (root / "etc/systemd/system/test-proxy.service").write_text(UNIT)
+    (root / "etc/haproxy").mkdir()
+    (root / "etc/haproxy/test.cfg").write_text("frontend broken\n")
+    broken = cluster.run(m2, "systemctl", "start", "test-proxy")
+    assert broken.returncode == 1 and "ExecStartPre" in broken.stderr, broken.stderr
+    assert "is not active, cannot reload" in cluster.run(m2, "systemctl", "reload",
+                                                         "test-proxy").stderr
+    (root / "etc/haproxy/test.cfg").write_text(proxy_config(f"{m1.ip}:6443"))
+    ok(cluster.run(m2, "systemctl", "start", "test-proxy"))
+    wait_until(lambda: beats("m2") > 0, 20, "m2's heartbeats through the proxy")
+
+    # kubeadm's ParseHostPort: a bracketed IPv6 address needs its port.
+    cluster.init_config(m3, endpoint="[fd00::10]")
+    bad = cluster.run(m3, "kubeadm", "init", "phase", "certs", "all", "--config", "/init.yaml")
+    assert bad.returncode == 1
+    assert "host '[fd00::10]' must be a valid IP address" in bad.stderr

@@ -19,20 +19,25 @@ cluster's image repository (a mirror too)."""
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from coordinator.domain.fleet import Fleet, hypothetical_fleet
-from coordinator.domain.model import ClusterSpec, Machine, MintJob
+from coordinator.domain.model import ClusterSpec, Machine, MachineState, MintJob
 from tests.support.k8s_doubles import control
-from tests.support.k8s_doubles.calls import calls
+from tests.support.k8s_doubles.calls import agent_env, calls
 from tests.support.k8s_doubles.common import state
 from tests.support.k8s_doubles.control import doubled_lan
+from tests.support.k8s_doubles.kubelet import HEARTBEAT
 from tests.support.kubeadm_profile import (
     INIT_PHASES,
     MANAGER_JOIN_PHASES,
@@ -43,8 +48,10 @@ from tests.support.kubeadm_profile import (
     run_exec_item,
     write_file_item,
 )
-from tests.support.kubeapi import KubeApiServer
+from tests.support.kubeapi import KubeApiServer, kube_api_server
 from tests.support.lan import Lan, Node
+from tests.support.netns import namespace
+from tests.support.requirements import require_binary
 from tests.support.waiting import wait_until
 
 
@@ -84,9 +91,10 @@ class Cluster:
                              self.node(machine).ns.argv([]))
 
     def init(self) -> dict[str, str]:
-        """The first manager's init-config and init items applied: the outputs init printed."""
+        """The first manager's deploy items up to init applied: the outputs init printed."""
         first = self.machines[0]
         deploy = rendered(self.spec, first, self.machines, "deploy")
+        ok(self.apply(first, deploy["apiserver-proxy"]))
         ok(self.apply(first, deploy["init-config"]))
         return outputs(ok(self.apply(first, deploy["init"])))
 
@@ -102,6 +110,11 @@ class Cluster:
         return {"outputs.token.token": token, "outputs.certkey.key": key}
 
 
+HA_ENDPOINT = "127.0.0.1:6444"  # the local proxy every node runs (apiserver-proxy.sh)
+# The prepare items deploy's run on: kubeadm's phases one at a time, the local API proxy.
+PREPARED = ("phases-script", "apiserver-proxy-script", "apiserver-proxy-unit")
+
+
 def ok(done: subprocess.CompletedProcess[str]) -> str:
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
@@ -115,8 +128,10 @@ def cluster_on_a_lan(tmp: Path, spec: ClusterSpec, fleet: Fleet) -> Iterator[Clu
     with doubled_lan([m.hostname for m in machines], tmp) as (network, env, api):
         machines = [replace(m, ip=n.ip) for m, n in zip(machines, network.nodes, strict=True)]
         cluster = Cluster(network, tmp, env, api, spec, machines)
-        for machine in machines:  # what Prepare left: the script init and join run
-            cluster.apply(machine, rendered(spec, machine, machines, "prepare")["phases-script"])
+        for machine in machines:  # what Prepare left: the scripts and unit deploy items run
+            prepare = rendered(spec, machine, machines, "prepare")
+            for name in PREPARED:
+                cluster.apply(machine, prepare[name])
         yield cluster
 
 
@@ -152,11 +167,12 @@ def test_init_and_joins_killed_at_every_phase_boundary_resume_and_leave_the_clus
     with cluster_on_a_lan(tmp_path, spec, Fleet(2, 1)) as cluster:
         first, manager, worker = cluster.machines
         deploy = rendered(spec, first, cluster.machines, "deploy")
+        ok(cluster.apply(first, deploy["apiserver-proxy"]))
         cluster.apply(first, deploy["init-config"])
         died, printed = until_done(cluster, first, deploy["init"], "init", INIT_PHASES)
         assert died == INIT_PHASES, "each run resumed at the phase that died"
         produced = outputs(printed)
-        assert produced["init.endpoint"] == f"{first.ip}:6443"
+        assert produced["init.endpoint"] == HA_ENDPOINT
         # Each phase ran to its end once (a killed run records nothing), in kubeadm's order.
         assert [c.argv[2] for c in calls(tmp_path / "log")
                 if c.is_("kubeadm", "init", "phase")] == INIT_PHASES
@@ -165,6 +181,7 @@ def test_init_and_joins_killed_at_every_phase_boundary_resume_and_leave_the_clus
             machines = deployed(cluster.machines, produced, cluster.minted)
             joining = next(m for m in machines if m.id == joiner.id)
             deploy = rendered(spec, joining, machines, "deploy")
+            ok(cluster.apply(joiner, deploy["apiserver-proxy"]))
             cluster.apply(joiner, deploy["join-config"])
             died, _ = until_done(cluster, joiner, deploy["join"], "join", phases)
             assert died == phases
@@ -184,6 +201,7 @@ def test_the_leave_item_removes_a_leaving_managers_member_from_a_remaining_manag
         first, manager = cluster.machines
         machines = deployed(cluster.machines, cluster.init(), cluster.minted)
         deploy = rendered(spec, machines[1], machines, "deploy")
+        ok(cluster.apply(manager, deploy["apiserver-proxy"]))
         ok(cluster.apply(manager, deploy["join-config"]))
         ok(cluster.apply(manager, deploy["join"]))
         etcd_of_first = (cluster.root(first), cluster.node(first).ns.argv([]))
@@ -217,8 +235,9 @@ def test_a_token_minted_again_replaces_the_expired_one_the_join_configuration_ho
         def holding(token: str) -> list[Machine]:
             return deployed(cluster.machines, produced, lambda m: {"outputs.token.token": token})
 
-        cluster.apply(worker, rendered(spec, holding(first_token)[1], holding(first_token),
-                                       "deploy")["join-config"])
+        deploy = rendered(spec, holding(first_token)[1], holding(first_token), "deploy")
+        ok(cluster.apply(worker, deploy["apiserver-proxy"]))
+        cluster.apply(worker, deploy["join-config"])
         ok(cluster.apply(worker, rendered(spec, holding(again)[1], holding(again),
                                           "deploy")["join"]))
         with cluster.api.locked() as api:
@@ -233,20 +252,24 @@ def test_a_token_minted_again_replaces_the_expired_one_the_join_configuration_ho
     assert node["spec"]["providerID"] == f"nodeagent://k8s/{worker.id}"
 
 
-@pytest.mark.parametrize(("setting", "endpoint", "written"), [
-    (None, "{ip}:6443", '"{ip}:6443"'),
-    ("k8s-api.test", "k8s-api.test:6443", '"k8s-api.test"')])
+@pytest.mark.parametrize(("setting", "endpoint"), [
+    (None, HA_ENDPOINT), ("k8s-api.test", "k8s-api.test:6443")])
 def test_init_gives_the_joiners_an_endpoint_with_a_port(
-        tmp_path: Path, setting: str | None, endpoint: str, written: str) -> None:
-    """No setting: the first manager's address, written into init.yaml too; a setting without
-    a port: kubeadm's 6443 added for the joiners."""
+        tmp_path: Path, setting: str | None, endpoint: str) -> None:
+    """No setting: the local proxy's endpoint, never the first manager's address; a setting
+    (a load balancer) without a port: kubeadm's 6443 added, and no local proxy; written into
+    init.yaml as the joiners get it."""
     spec = profile_spec(control_plane_endpoint=setting)
     with cluster_on_a_lan(tmp_path, spec, Fleet(1, 0)) as cluster:
         (first,) = cluster.machines
         produced = cluster.init()
-    assert produced["init.endpoint"] == endpoint.format(ip=first.ip)
+    assert produced["init.endpoint"] == endpoint
     config = (cluster.root(first) / "etc/kubernetes/nodeagent/init.yaml").read_text()
-    assert f"controlPlaneEndpoint: {written.format(ip=first.ip)}" in config
+    assert f'controlPlaneEndpoint: "{endpoint}"' in config
+    reported = cluster.root(first) / "etc/kubernetes/nodeagent/coordinator.conf"  # kubeconfigFrom
+    assert reported.stat().st_mode & 0o777 == 0o600
+    proxy = cluster.root(first) / "etc/haproxy/kube-apiserver.cfg"
+    assert proxy.exists() is (setting is None), "a load balancer of one's own: no local proxy"
 
 
 def test_init_prints_no_outputs_until_the_api_server_serves_cluster_info(tmp_path: Path) -> None:
@@ -292,3 +315,147 @@ def test_kubeadms_preflight_finds_containerd_on_its_pause_image_from_the_cluster
         'is inconsistent with that used by kubeadm. It is recommended to use '
         f'"{repository}/pause:3.10" as the CRI sandbox image.']]
     assert "inconsistent with that used by kubeadm" in warned.stderr
+def proxied(root: Path) -> set[str]:
+    """The API servers the local proxy of the node whose root is root is configured for."""
+    config = (root / "etc/haproxy/kube-apiserver.cfg").read_text()
+    return set(re.findall(r"^  server \S+ (\S+)$", config, re.M))
+
+
+def kubelet_server(root: Path) -> str:
+    config = yaml.safe_load((root / "etc/kubernetes/kubelet.conf").read_text())
+    return str(config["clusters"][0]["cluster"]["server"])
+
+
+def beating_since(server: KubeApiServer, since: float) -> set[str]:
+    """The Nodes whose kubelet's heartbeat (through its kubelet.conf's server) came after since."""
+    with server.locked() as api:
+        return {name for name, node in api.nodes.items()
+                if float(node["metadata"].get("annotations", {}).get(HEARTBEAT, 0)) > since}
+
+
+def test_every_kubelet_reaches_the_api_through_the_local_proxy_while_any_one_manager_is_down(
+        tmp_path: Path) -> None:
+    """3 managers and a worker deployed as the planner deploys them: each joiner's ${managers}
+    the managers deployed before it, every deployed machine's reconfigure item run again once a
+    manager was added. Every node's proxy then fronts every manager; every kubelet.conf names the
+    local endpoint (a manager's its own API server: kubeadm's ControlPlaneKubeletLocalMode),
+    kube-proxy and cluster-info too, never one manager's address. With any one manager down,
+    every other kubelet keeps its heartbeats; a removed manager leaves every proxy through the
+    reconfigure item. (With the profile before, every kubelet.conf and cluster-info named the
+    first manager: its kubelets lost the API with it.)"""
+    spec = profile_spec()
+    with cluster_on_a_lan(tmp_path, spec, Fleet(3, 1)) as cluster:
+        machines = [replace(m, state=MachineState.DEPLOY) for m in cluster.machines]
+        managers, worker = cluster.machines[:3], cluster.machines[3]
+        produced: dict[str, str] = {}
+
+        def view(joiner: Machine) -> list[Machine]:
+            if not produced:
+                return machines
+            return deployed(machines, produced,
+                            lambda m: cluster.minted(m) if m.id == joiner.id else {})
+
+        def reconfigure(peers: list[Machine]) -> None:
+            """What the planner has every deployed machine run once the managers changed."""
+            for other in (m for m in peers if m.state is MachineState.READY):
+                items = rendered(spec, other, peers, "reconfigure")
+                ok(cluster.apply(other, items["apiserver-proxy-managers"]))
+
+        for machine in cluster.machines:
+            peers = view(machine)
+            deploy = rendered(spec, next(m for m in peers if m.id == machine.id), peers, "deploy")
+            for name in [n for n in deploy if n != "cni"]:
+                printed = ok(cluster.apply(machine, deploy[name]))
+                produced = produced or outputs(printed)
+            machines = [replace(m, state=MachineState.READY) if m.id == machine.id else m
+                        for m in machines]
+            if machine.role == "manager":
+                reconfigure(machines)
+        addresses = {f"{m.ip}:6443" for m in managers}
+        assert {m.hostname: proxied(cluster.root(m)) for m in cluster.machines} == {
+            m.hostname: addresses for m in cluster.machines}
+        assert {m.hostname: kubelet_server(cluster.root(m)) for m in cluster.machines} == {
+            **{m.hostname: f"https://{m.ip}:6443" for m in managers},
+            worker.hostname: f"https://{HA_ENDPOINT}"}
+        with state(cluster.state) as data:
+            assert data["kube_proxy"] == {"server": f"https://{HA_ENDPOINT}"}
+            assert data["cluster_info"]["endpoint"] == HA_ENDPOINT
+        everyone = {m.hostname for m in cluster.machines}
+        since = time.time()
+        wait_until(lambda: beating_since(cluster.api, since) == everyone, 20,
+                   "every kubelet's heartbeat", interval=0.5)
+
+        for down in managers:  # each manager down in turn, then up again
+            control.power_off(cluster.state, cluster.root(down))
+            since = time.time() + 2  # the proxies' health checks mark it down within 2 s
+            up = everyone - {down.hostname}
+            wait_until(lambda: up <= beating_since(cluster.api, since), 20,  # noqa: B023
+                       f"heartbeats with {down.hostname} down", interval=0.5)
+            for unit in ("kubelet", "kube-apiserver-proxy"):
+                ok(cluster.run(down, ["systemctl", "start", unit]))
+
+        # The first manager removed: the others' reconfigure items take it out of their proxy,
+        # its reset item stops its own, then it goes down.
+        first = managers[0]
+        machines = [replace(m, state=MachineState.DELETING) if m.id == first.id else m
+                    for m in machines]
+        reconfigure(machines)
+        connect = ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/6444"]
+        ok(cluster.run(first, connect))  # its proxy listens, until its reset item:
+        ok(cluster.apply(first, rendered(spec, machines[0], machines, "reset")[
+            "apiserver-proxy-remove"]))
+        listening = cluster.run(first, connect)
+        control.power_off(cluster.state, cluster.root(first))
+        since = time.time()
+        wait_until(lambda: everyone - {first.hostname} <= beating_since(cluster.api, since), 20,
+                   "heartbeats once the first manager left", interval=0.5)
+    assert {m.hostname: proxied(cluster.root(m)) for m in cluster.machines[1:]} == {
+        m.hostname: addresses - {f"{first.ip}:6443"} for m in cluster.machines[1:]}
+    assert listening.returncode != 0, "the removed manager's proxy still listens"
+    assert not (cluster.root(first) / "etc/haproxy/kube-apiserver.cfg").exists()
+
+
+def test_an_ipv6_manager_serves_the_api_through_its_local_proxy(tmp_path: Path) -> None:
+    """A first manager whose address is IPv6 (fd00::10, in a namespace of its own), through
+    the profile's items: its proxy fronts [fd00::10]:6443 (haproxy took the file), init runs
+    with the endpoint 127.0.0.1:6444, cluster-info and kubeadm-config name it, the kubelet's
+    heartbeats reach its API server at https://[fd00::10]:6443 (its certificate names the
+    address), and a client of the proxy reads cluster-info checking the CA. (With the profile
+    before, init's endpoint was fd00::10:6443: kubeadm reads that as the address fd00::10:6443,
+    where nothing answers.)"""
+    for binary in ("etcd", "haproxy"):
+        require_binary(binary)
+    spec = profile_spec()
+    (machine,) = hypothetical_fleet(spec, Fleet(1, 0))
+    machine = replace(machine, ip="fd00::10", state=MachineState.DEPLOY)
+    root = tmp_path / machine.hostname
+    root.mkdir()
+    with namespace(machine.hostname) as ns, kube_api_server(netns=ns.name) as api:
+        assert ns.run(["ip", "addr", "add", "fd00::10/128", "dev", "lo", "nodad"]).returncode == 0
+        env = agent_env(tmp_path / "log", tmp_path / "state", api.url)
+        try:
+            prepare = rendered(spec, machine, [machine], "prepare")
+            for name in PREPARED:
+                write_file_item(prepare[name], root)
+            deploy = rendered(spec, machine, [machine], "deploy")
+            for name in ("apiserver-proxy", "init-config", "init"):
+                if deploy[name]["type"] == "file":
+                    write_file_item(deploy[name], root)
+                else:
+                    ok(run_exec_item(deploy[name], root, env, ns.argv([])))
+            with state(tmp_path / "state") as data:
+                info, cluster = data["cluster_info"], data["cluster"]
+            fetch = ("import ssl, sys, urllib.request; ca = ssl.create_default_context(cafile="
+                     "sys.argv[1]); print(urllib.request.urlopen(sys.argv[2], context=ca).status)")
+            through = ns.run([sys.executable, "-c", fetch, str(root / "etc/kubernetes/pki/ca.crt"),
+                              f"https://{HA_ENDPOINT}/api/v1/namespaces/kube-public/configmaps/"
+                              "cluster-info"])
+            since = time.time()
+            wait_until(lambda: beating_since(api, since) == {machine.hostname}, 20,
+                       "the IPv6 kubelet's heartbeats", interval=0.5)
+        finally:
+            control.stop_all(tmp_path / "state")
+    assert proxied(root) == {"[fd00::10]:6443"}
+    assert info["endpoint"] == cluster["endpoint"] == HA_ENDPOINT
+    assert through.stdout.strip() == "200", through.stderr
+    assert kubelet_server(root) == "https://[fd00::10]:6443"

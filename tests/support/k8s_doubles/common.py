@@ -1,15 +1,17 @@
 """What every double shares: how a command fails, where a path it was given is (under the
-node's root), the cluster's shared state and its clock, the phase-boundary hooks tests stop or
-kill a double at, and the detached processes (kubelet, static pods, etcd) a double leaves
-running as systemd and the container runtime would."""
+node's root), the kubeconfig files they write, the cluster's shared state and its clock, the
+phase-boundary hooks tests stop or kill a double at, and the detached processes (kubelet,
+static pods, etcd) a double leaves running as systemd and the container runtime would."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import hashlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -32,6 +34,19 @@ class Failure(Exception):
 def local(path: str) -> Path:
     """Where a path the command was given is: absolute ones under the working directory."""
     return Path.cwd() / path.lstrip("/") if path.startswith("/") else Path(path)
+
+
+def kubeconfig(user: str, server: str | None = None, ca: str | None = None) -> str:
+    """A kubeconfig to server with its CA (certificate-authority-data), or to the test API
+    server (admin.conf: the coordinator reaches the test API server directly)."""
+    cluster = {"server": server or os.environ["K8S_DOUBLES_API"]}
+    if ca is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca.encode()).decode()
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": user,
+        "clusters": [{"name": "kubernetes", "cluster": cluster}],
+        "users": [{"name": user, "user": {"token": f"double-{user}-{secrets.token_hex(8)}"}}],
+        "contexts": [{"name": user, "context": {"cluster": "kubernetes", "user": user}}]})
 
 
 def parse(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:

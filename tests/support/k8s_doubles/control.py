@@ -103,6 +103,7 @@ def doubled_lan(hostnames: list[str],
     on the hub, the doubles' log and state under tmp; every process they start stopped after."""
     require_binary("etcd")
     require_binary("etcdctl")
+    require_binary("haproxy")  # the profile's local API proxy (units.py)
     with lan(hostnames) as network, contextlib.ExitStack() as stack:
         api = stack.enter_context(kube_api_server(netns=network.hub.name, host=HUB_IP))
         stack.callback(stop_all, tmp / "state")

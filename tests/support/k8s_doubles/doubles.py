@@ -24,7 +24,9 @@ caller's working directory (the node's root) and network namespace.
   is what `kubeadm upgrade apply` checks its target against; tests read them with
   calls.installed); apt-get refuses a downgrade without --allow-downgrades, dnf makes it, and
   `rpm -q` answers from them.
-- `systemctl start|restart|stop kubelet` starts or stops the kubelet double.
+- `systemctl start|restart|stop kubelet` starts or stops the kubelet double; the services the
+  profile writes units for (kube-apiserver-proxy: the real haproxy) run as their units say
+  (units.py).
 - modprobe and sysctl change the root's /proc/sys as the kernel does (sysfs.py).
 - Every other command (apt-mark, swapoff, ...) is recorded and succeeds.
 
@@ -48,6 +50,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parents[3]))  # run as a file: the repository's root
 
 from tests.support.k8s_doubles import kubelet as kubelet_double
+from tests.support.k8s_doubles import units
 from tests.support.k8s_doubles.common import Failure, parse, state
 from tests.support.k8s_doubles.kubeadm import kubeadm
 from tests.support.k8s_doubles.sysfs import modprobe, sysctl
@@ -130,12 +133,13 @@ def kubelet(args: list[str]) -> Details:
 
 
 def systemctl(args: list[str]) -> Details:
-    words, _ = parse(args)
+    words, flags = parse(args)
     if words[:1] in (["start"], ["restart"]) and "kubelet" in words[1:]:
         return {"kubelet": kubelet_double.start_kubelet()}
     if words[:1] == ["stop"] and "kubelet" in words[1:]:
         kubelet_double.stop_kubelet()
-    return {}
+    return {name: units.act(words[0], name, "--now" in flags)
+            for name in words[1:] if units.known(name)}
 
 
 def installer(command: str) -> Callable[[list[str]], Details]:

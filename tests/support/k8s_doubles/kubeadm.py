@@ -14,7 +14,16 @@ reset}, preflight/checks.go, phases/upgrade/policy.go, phases/etcd/local.go).
   when containerd's sandbox image (its config.toml) is not kubeadm's pause image from the
   cluster's imageRepository (the warning also in the call's details).
 - kubelet-start starts the kubelet double (kubelet.py: port 10250, the static pods, so the
-  etcd phase's manifest becomes a real etcd); a control-plane join adds its etcd member.
+  etcd phase's manifest becomes a real etcd and the control-plane phase's a TLS API server:
+  apiserver.py); a control-plane join adds its etcd member.
+- The endpoint, as kubeadm's GetControlPlaneEndpoint and ParseHostPort make it
+  (controlPlaneEndpoint, else the advertise address; a bracketed IPv6 address needs its port):
+  its host is in the API server certificate's SANs (GetAPIServerAltNames), and cluster-info,
+  the kube-proxy ConfigMap and the kubelet's kubeconfig name it, but a control plane's
+  kubelet.conf names its own API server (ControlPlaneKubeletLocalMode, on from v1.33).
+  admin.conf names the test API server, which the coordinator reaches directly. A join's
+  discovery fetches cluster-info from its apiServerEndpoint over TLS checked against the CA:
+  an endpoint nothing answers at, or that the certificate does not name, fails.
 - Bootstrap tokens (24h unless --ttl) and the uploaded certificates (2 hours) expire against
   the shared state's clock (common.now; tests move it with control.advance).
 - `kubeadm upgrade apply vX` enforces kubeadm's version policy; `kubeadm upgrade node`
@@ -27,12 +36,14 @@ reset}, preflight/checks.go, phases/upgrade/policy.go, phases/etcd/local.go).
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import re
 import secrets
 import shutil
 import socket
+import ssl
 import string
 import subprocess
 import sys
@@ -48,7 +59,15 @@ from typing import Any
 import yaml
 
 from tests.support.k8s_doubles import etcd, kubelet, pki
-from tests.support.k8s_doubles.common import Failure, boundary, local, now, parse, state
+from tests.support.k8s_doubles.common import (
+    Failure,
+    boundary,
+    kubeconfig,
+    local,
+    now,
+    parse,
+    state,
+)
 
 Details = dict[str, Any]
 INIT_PHASES = ["preflight", "certs", "kubeconfig", "etcd", "control-plane", "kubelet-start",
@@ -64,6 +83,7 @@ WITH_CONFIG = {"--config", "--ignore-preflight-errors", "--skip-phases", "--dry-
 SLEEP_SECONDS = 0.5  # how long a control plane takes to come up: long enough to see overlaps
 TOKEN_TTL = 24 * 3600.0  # kubeadm's default
 CERT_KEY_SECONDS = 7200.0  # kubeadm deletes the uploaded certificates after two hours
+DISCOVERY_SECONDS = 20.0  # kubeadm's is 5 minutes: an API server not reached fails sooner here
 KUBECONFIGS = ["admin.conf", "super-admin.conf", "kubelet.conf", "controller-manager.conf",
                "scheduler.conf"]
 CONTROL_PLANE = ["kube-apiserver", "kube-controller-manager", "kube-scheduler"]
@@ -88,6 +108,15 @@ class Run:
     details: Details = field(default_factory=dict)
 
     @property
+    def cluster(self) -> dict[str, Any]:
+        """The ClusterConfiguration: init's file, or what upload-config stored (kubeadm-config),
+        which a join downloads."""
+        if self.workflow == "init":
+            return dict(self.docs.get("ClusterConfiguration") or {})
+        with state() as data:
+            return dict(data.get("cluster", {}).get("configuration") or {})
+
+    @property
     def registration(self) -> dict[str, Any]:
         kind = "InitConfiguration" if self.workflow == "init" else "JoinConfiguration"
         return dict(self.docs.get(kind, {}).get("nodeRegistration") or {})
@@ -107,15 +136,6 @@ def write_pair(name: str, pair: pki.Pair) -> None:
     write(f"/etc/kubernetes/pki/{name}.key", pair["key"], 0o600)
 
 
-def kubeconfig(user: str) -> str:
-    """A kubeconfig to the test API server (the coordinator reads admin.conf's)."""
-    return json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": user,
-        "clusters": [{"name": "kubernetes", "cluster": {"server": os.environ["K8S_DOUBLES_API"]}}],
-        "users": [{"name": user, "user": {"token": f"double-{user}-{secrets.token_hex(8)}"}}],
-        "contexts": [{"name": user, "context": {"cluster": "kubernetes", "user": user}}]})
-
-
 def documents(path: str) -> dict[str, dict[str, Any]]:
     """A kubeadm config file's documents by kind."""
     found = local(path)
@@ -126,10 +146,11 @@ def documents(path: str) -> dict[str, dict[str, Any]]:
 
 def own_address() -> str:
     """kubeadm's default advertise address: the node's address on its default route's side
-    (here: its first global IPv4 address)."""
-    shown = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"],
+    (here: its first global IPv4 address, else its first global IPv6 one)."""
+    shown = subprocess.run(["ip", "-o", "addr", "show", "scope", "global"],
                            capture_output=True, text=True, check=False).stdout
-    found = re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", shown)
+    found = re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", shown) + re.findall(
+        r"inet6 ([0-9a-f:]+)/", shown)
     if not found:
         raise Failure("unable to select an IP from default routes.")
     return found[0]
@@ -141,9 +162,43 @@ def require_control_plane() -> None:
                       "no such file or directory")
 
 
+def host_port(endpoint: str) -> tuple[str, str]:
+    """kubeadm's ParseHostPort: host and port ("" when none) of host[:port], [IPv6]:port or
+    a bare IPv6 address; a bracketed address without its port, or a host that is neither an IP
+    nor a DNS name, is refused."""
+    found = re.fullmatch(r"\[([^\]]*)\]:([^:]*)|([^:\[\]]*):([^:]*)", endpoint)
+    host, port = (found[1] or found[3] or "", found[2] or found[4] or "") if found else (endpoint, "")
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        raise Failure(f"hostport {endpoint}: port '{port}' must be a valid number between 1 and "
+                      "65535, inclusive")
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(host)
+        return host, port
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", host):
+        raise Failure(f"hostport {endpoint}: host '{host}' must be a valid IP address or a valid "
+                      "RFC-1123 DNS subdomain")
+    return host, port
+
+
 def with_port(endpoint: str) -> str:
-    """host[:port] with kubeadm's default port when it names none."""
-    return endpoint if re.search(r":\d+$", endpoint) else f"{endpoint}:6443"
+    """host:port as kubeadm joins them (an IPv6 address in brackets), with kubeadm's default
+    port when the endpoint names none."""
+    host, port = host_port(endpoint)
+    return etcd.host_port(host, int(port or 6443))
+
+
+def control_plane_endpoint(cluster: dict[str, Any], advertise: str) -> str:
+    """kubeadm's GetControlPlaneEndpoint: controlPlaneEndpoint (its port, else the API
+    server's), else the advertise address: what cluster-info, kube-proxy and the workers'
+    kubelets name."""
+    return with_port(cluster.get("controlPlaneEndpoint") or advertise)
+
+
+def local_mode(version: str, gates: dict[str, Any]) -> bool:
+    """The ControlPlaneKubeletLocalMode feature gate (beta and on by default from v1.33): a
+    control plane's kubelet talks to its own API server, not to the endpoint."""
+    minor = re.match(r"v?\d+\.(\d+)", version or "")
+    return bool(gates.get("ControlPlaneKubeletLocalMode", bool(minor) and int(minor[1]) >= 33))
 
 
 # -- preflight -----------------------------------------------------------------------------------
@@ -255,10 +310,6 @@ def discover(run: Run) -> None:
                           "API Server: configmaps \"cluster-info\" is forbidden: User "
                           "\"system:anonymous\" cannot get resource \"configmaps\" in API group "
                           "\"\" in the namespace \"kube-public\"")
-        if with_port(discovery["apiServerEndpoint"]) != with_port(info["endpoint"]):
-            raise Failure(f"error execution phase preflight: Get \"https://"
-                          f"{discovery['apiServerEndpoint']}/api/v1/namespaces/kube-public/"
-                          "configmaps/cluster-info\": connection refused")
         if not valid_token(data, token):
             raise Failure("error execution phase preflight: couldn't validate the identity of the "
                           "API Server: could not find a JWS signature in the cluster-info "
@@ -270,7 +321,29 @@ def discover(run: Run) -> None:
         if run.control_plane and "cluster" not in data:
             raise Failure("error execution phase preflight: unable to fetch the kubeadm-config "
                           "ConfigMap: configmaps \"kubeadm-config\" not found")
+    fetch_cluster_info(discovery["apiServerEndpoint"], info["ca"])
     run.details["token"] = token
+
+
+def fetch_cluster_info(endpoint: str, ca: str, timeout: float = DISCOVERY_SECONDS) -> None:
+    """Discovery's fetch of cluster-info from apiServerEndpoint, over TLS checked against the
+    cluster's CA (kubeadm fetches it again so once it trusts the CA): the endpoint must reach an
+    API server, and the API server's certificate must name it. Connection errors are retried
+    until the discovery times out, as kubeadm does."""
+    url = f"https://{with_port(endpoint)}/api/v1/namespaces/kube-public/configmaps/cluster-info"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(
+        context=ssl.create_default_context(cadata=ca)))
+    deadline = time.time() + timeout
+    while True:
+        try:
+            opener.open(url, timeout=5).close()
+            return
+        except urllib.error.URLError as error:
+            reason = getattr(error, "reason", error)
+            if isinstance(reason, ssl.SSLCertVerificationError) or time.time() > deadline:
+                raise Failure(f"error execution phase preflight: couldn't validate the identity of "
+                              f"the API Server: Get \"{url}\": {reason}") from None
+        time.sleep(0.5)
 
 
 def valid_token(data: dict[str, Any], token: str) -> bool:
@@ -304,10 +377,15 @@ def certs(run: Run) -> None:
 
 
 def node_certs(run: Run, cas: dict[str, pki.Pair]) -> None:
+    """The node's certificates; the API server's names what GetAPIServerAltNames does: the
+    node, the service names and address, the advertise address and controlPlaneEndpoint's host
+    (the endpoint every client reaches it through)."""
     names = [run.node, "localhost", run.ip, "127.0.0.1", "::1"]
+    endpoint = run.cluster.get("controlPlaneEndpoint")
+    extra = [host_port(endpoint)[0]] if endpoint else []
     write_pair("apiserver", pki.leaf(cas["ca"], "kube-apiserver", [
         run.node, "kubernetes", "kubernetes.default", "kubernetes.default.svc", run.ip,
-        "10.96.0.1"], server=True, client=False))
+        "10.96.0.1", *extra], server=True, client=False))
     write_pair("apiserver-kubelet-client", pki.leaf(cas["ca"], "kube-apiserver-kubelet-client",
                                                     [], server=False, client=True))
     write_pair("front-proxy-client", pki.leaf(cas["front_proxy_ca"], "front-proxy-client", [],
@@ -320,15 +398,47 @@ def node_certs(run: Run, cas: dict[str, pki.Pair]) -> None:
                                                  server=False, client=True))
 
 
-def kubeconfigs(names: list[str]) -> None:
+def kubelet_server(run: Run) -> str:
+    """Where the kubelet reaches the API: the endpoint (init's, or cluster-info's for a
+    joiner: its bootstrap kubeconfig's), or a control plane's own API server in
+    ControlPlaneKubeletLocalMode."""
+    if run.control_plane and local_mode(str(run.cluster.get("kubernetesVersion", "")),
+                                        run.cluster.get("featureGates") or {}):
+        return f"https://{etcd.host_port(run.ip, 6443)}"
+    if run.workflow == "init":
+        return f"https://{control_plane_endpoint(run.cluster, run.ip)}"
+    with state() as data:
+        return f"https://{data['cluster_info']['endpoint']}"
+
+
+def kubeconfigs(run: Run, names: list[str]) -> None:
+    """kubeadm's kubeconfig files, each to the server kubeadm gives it: the kubelet's to the
+    endpoint (to this node's own API server in ControlPlaneKubeletLocalMode), the controller
+    manager's and scheduler's to this node's; admin.conf and super-admin.conf to the test API
+    server, which the coordinator reaches directly."""
+    if not local("/etc/kubernetes/pki/ca.crt").exists():
+        raise Failure("error execution phase kubeconfig: couldn't create a kubeconfig; the CA "
+                      "files couldn't be loaded: failure loading ca certificate: open "
+                      "/etc/kubernetes/pki/ca.crt: no such file or directory")
+    ca = local("/etc/kubernetes/pki/ca.crt").read_text()
+    own = f"https://{etcd.host_port(run.ip, 6443)}"
+    servers = {"kubelet.conf": kubelet_server(run), "controller-manager.conf": own,
+               "scheduler.conf": own}
     for name in names:
-        write(f"/etc/kubernetes/{name}", kubeconfig(name.removesuffix(".conf")), 0o600)
+        server = servers.get(name)
+        write(f"/etc/kubernetes/{name}",
+              kubeconfig(name.removesuffix(".conf"), server, ca if server else None), 0o600)
 
 
 def static_pods(run: Run) -> None:
+    """The control plane's manifests; the API server's serves TLS with the certs phase's
+    certificate (tests/support/k8s_doubles/apiserver.py)."""
+    server = ["kube-apiserver", f"--advertise-address={run.ip}", "--secure-port=6443",
+              "--tls-cert-file=/etc/kubernetes/pki/apiserver.crt",
+              "--tls-private-key-file=/etc/kubernetes/pki/apiserver.key"]
     for pod in CONTROL_PLANE:
         write(f"/etc/kubernetes/manifests/{pod}.yaml", yaml.safe_dump(kubelet.manifest(
-            pod, [pod, f"--advertise-address={run.ip}"] if pod == "kube-apiserver" else [pod])))
+            pod, server if pod == "kube-apiserver" else [pod])))
 
 
 def etcd_manifest(run: Run, initial: str | None = None) -> None:
@@ -352,7 +462,8 @@ def kubelet_start(run: Run) -> None:
 
 
 def wait_control_plane(run: Run) -> None:
-    if run.control_plane and not etcd.wait_healthy(Path.cwd(), etcd.client_url("127.0.0.1"), 60):
+    loopback = "::1" if ":" in run.ip else "127.0.0.1"  # where kubeadm's etcd listens locally
+    if run.control_plane and not etcd.wait_healthy(Path.cwd(), etcd.client_url(loopback), 60):
         raise Failure("error execution phase wait-control-plane: could not check the control "
                       "plane: etcd did not become healthy: context deadline exceeded")
     time.sleep(SLEEP_SECONDS)
@@ -366,9 +477,10 @@ def upload_config(run: Run) -> None:
     cluster = run.docs.get("ClusterConfiguration", {})
     with state() as data:
         data["cluster"] = {"version": str(cluster.get("kubernetesVersion", "")).lstrip("v"),
-                           "endpoint": cluster.get("controlPlaneEndpoint") or f"{run.ip}:6443",
+                           "endpoint": control_plane_endpoint(cluster, run.ip),
                            "podSubnet": cluster.get("networking", {}).get("podSubnet"),
-                           "imageRepository": cluster.get("imageRepository")}
+                           "imageRepository": cluster.get("imageRepository"),
+                           "configuration": cluster}
         run.details["cluster"] = data["cluster"]
 
 
@@ -394,9 +506,9 @@ def bootstrap_token(run: Run) -> None:
     if not ca.exists():
         raise Failure("error execution phase bootstrap-token: failure loading ca certificate: "
                       "open /etc/kubernetes/pki/ca.crt: no such file or directory")
-    endpoint = run.docs.get("ClusterConfiguration", {}).get("controlPlaneEndpoint")
     with state() as data:
-        data["cluster_info"] = {"endpoint": endpoint or f"{run.ip}:6443", "ca": ca.read_text()}
+        data["cluster_info"] = {"endpoint": control_plane_endpoint(run.cluster, run.ip),
+                                "ca": ca.read_text()}
         for entry in wanted:
             token = str(entry.get("token") or new_token())
             ttl = duration(str(entry.get("ttl", "24h")))
@@ -412,8 +524,11 @@ def kubelet_finalize(run: Run) -> None:
 
 
 def addon(run: Run) -> None:
+    """CoreDNS, and kube-proxy with its kubeconfig (the kube-proxy ConfigMap) to the
+    endpoint."""
     with state() as data:
         data["addons"] = ["coredns", "kube-proxy"]
+        data["kube_proxy"] = {"server": f"https://{control_plane_endpoint(run.cluster, run.ip)}"}
     print("[addons] Applied essential addon: CoreDNS\n[addons] Applied essential addon: kube-proxy")
 
 
@@ -448,7 +563,7 @@ def control_plane_prepare(run: Run) -> None:
     write("/etc/kubernetes/pki/sa.key", sa["key"], 0o600)
     write("/etc/kubernetes/pki/sa.pub", pki.public_key_pem(sa))
     node_certs(run, cas)
-    kubeconfigs(["admin.conf", "controller-manager.conf", "scheduler.conf"])
+    kubeconfigs(run, ["admin.conf", "controller-manager.conf", "scheduler.conf"])
     static_pods(run)
     run.details["certificateKey"] = key
 
@@ -469,10 +584,11 @@ def join_kubelet_start(run: Run) -> None:
     ca = info["ca"]
     if not run.control_plane:
         write("/etc/kubernetes/pki/ca.crt", ca)
-    write("/etc/kubernetes/bootstrap-kubelet.conf", kubeconfig("tls-bootstrap"), 0o600)
+    write("/etc/kubernetes/bootstrap-kubelet.conf",
+          kubeconfig("tls-bootstrap", kubelet_server(run), ca), 0o600)
     kubelet_start(run)
     time.sleep(SLEEP_SECONDS / 2)
-    kubeconfigs(["kubelet.conf"])
+    kubeconfigs(run, ["kubelet.conf"])
     write("/var/lib/kubelet/pki/kubelet-client-current.pem", "double: the kubelet's client pair\n")
     local("/etc/kubernetes/bootstrap-kubelet.conf").unlink()
     run.details.update(register_node(run.registration, run.node))
@@ -511,7 +627,7 @@ def join_wait(run: Run) -> None:
 
 
 INIT: dict[str, Callable[[Run], None]] = {
-    "preflight": preflight, "certs": certs, "kubeconfig": lambda r: kubeconfigs(KUBECONFIGS),
+    "preflight": preflight, "certs": certs, "kubeconfig": lambda r: kubeconfigs(r, KUBECONFIGS),
     "etcd": etcd_manifest, "control-plane": static_pods, "kubelet-start": kubelet_start,
     "wait-control-plane": wait_control_plane, "upload-config": upload_config,
     "upload-certs": upload_certs, "mark-control-plane": lambda r: None,

@@ -6,10 +6,16 @@
   until `kubeadm reset` or `systemctl stop kubelet` stops it.
 - It runs the node's static pods (etc/kubernetes/manifests/*.yaml), each as a detached process
   of its own that outlives the kubelet as a container does: etcd is the real etcd with the
-  manifest's command (absolute paths under the node's root, as hostPath mounts put them); the
-  other control-plane pods hold their port (6443, 10257, 10259). A pod whose manifest is
+  manifest's command (absolute paths under the node's root, as hostPath mounts put them);
+  kube-apiserver serves TLS on 6443 (apiserver.py); the other control-plane pods hold their
+  port (10257, 10259). A pod whose manifest is
   removed is stopped; one that exits is started again (restartPolicy Always) with a back-off
   (1 s, doubling up to 30 s: kubelet's CrashLoopBackOff, shortened).
+- Its heartbeat: every second it sets its Node's annotation doubles.nodeagent.test/heartbeat
+  to the time, through the server its kubeconfig (/etc/kubernetes/kubelet.conf) names, over
+  TLS checked against that kubeconfig's CA, as the real kubelet renews its Lease: a kubelet.conf
+  naming an endpoint nothing answers at, or that the API server's certificate does not name,
+  stops its heartbeats. Each change between working and failing is logged with the error.
 - `crictl ps [--name NAME] [-q]` lists those pods' containers; `crictl exec ID etcdctl ...`
   runs the real etcdctl as the etcd container would (only etcd's own mounts, /etc/kubernetes/
   pki/etcd and /var/lib/etcd, exist in it; the image has no shell).
@@ -19,14 +25,19 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +60,10 @@ from tests.support.k8s_doubles.common import (
 
 MANIFESTS = "/etc/kubernetes/manifests"
 KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
-PORTS = {"kube-apiserver": ("0.0.0.0", 6443), "kube-controller-manager": ("127.0.0.1", 10257),
-         "kube-scheduler": ("127.0.0.1", 10259)}
+PORTS = {"kube-controller-manager": ("127.0.0.1", 10257), "kube-scheduler": ("127.0.0.1", 10259)}
+KUBELET_KUBECONFIG = "/etc/kubernetes/kubelet.conf"
+HEARTBEAT = "doubles.nodeagent.test/heartbeat"  # the Node annotation each heartbeat sets
+HEARTBEAT_SECONDS = 1.0
 ETCD_MOUNTS = ("/etc/kubernetes/pki/etcd", "/var/lib/etcd")
 
 
@@ -118,15 +131,51 @@ def etcd_binary() -> str:
 
 
 def pod_argv(pod: str, spec: dict[str, Any]) -> list[str]:
+    command = spec["spec"]["containers"][0]["command"]
     if pod == "etcd":
-        command = spec["spec"]["containers"][0]["command"]
         return [etcd_binary(), *(mapped(a) for a in command[1:])]
+    if pod == "kube-apiserver":
+        return [sys.executable, str(Path(__file__).with_name("apiserver.py")),
+                *(mapped(a) for a in command[1:])]
     address, port = PORTS[pod]
     return [sys.executable, __file__, "listen", address, str(port)]
 
 
+def heartbeat(node: str) -> None:
+    """One heartbeat through kubelet.conf's server (raises what the request raised)."""
+    config = yaml.safe_load(local(KUBELET_KUBECONFIG).read_text())
+    cluster = config["clusters"][0]["cluster"]
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+    if "certificate-authority-data" in cluster:
+        ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+        handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cadata=ca)))
+    patch = {"metadata": {"annotations": {HEARTBEAT: f"{time.time():.3f}"}}}
+    request = urllib.request.Request(f"{cluster['server']}/api/v1/nodes/{node}",
+                                     json.dumps(patch).encode(), method="PATCH",
+                                     headers={"Content-Type": "application/merge-patch+json"})
+    urllib.request.build_opener(*handlers).open(request, timeout=3).close()
+
+
+def heartbeats() -> None:
+    """Heartbeats while the kubelet runs, once kubelet.conf is there (a joining kubelet
+    bootstraps first); each change of outcome logged."""
+    node, last = socket.gethostname().lower(), ""
+    while True:
+        if local(KUBELET_KUBECONFIG).exists():
+            try:
+                heartbeat(node)
+                outcome = "heartbeat: ok"
+            except Exception as error:
+                outcome = f"heartbeat failed: {error}"
+            if outcome != last:
+                print(f"{time.strftime('%H:%M:%S')} {outcome}", flush=True)
+                last = outcome
+        time.sleep(HEARTBEAT_SECONDS)
+
+
 def daemon() -> None:
-    """The kubelet: port 10250, and the static pods kept running as their manifests say."""
+    """The kubelet: port 10250, its heartbeats, and the static pods kept running as their
+    manifests say."""
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -135,6 +184,7 @@ def daemon() -> None:
         sys.exit(f"failed to listen on 0.0.0.0:10250: {error}")
     listener.listen(16)
     print("listening on 0.0.0.0:10250", flush=True)
+    threading.Thread(target=heartbeats, daemon=True).start()
     backoff: dict[str, tuple[int, float]] = {}  # pod -> (starts, not again before)
     while True:
         manifests = {p.stem: p for p in local(MANIFESTS).glob("*.yaml")} \

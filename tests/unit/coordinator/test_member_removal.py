@@ -123,6 +123,20 @@ def test_with_no_remaining_manager_ready_the_removal_stops_naming_the_member() -
     assert m1.minting is not None and m1.minting.kind == "leave" and m3.member_stop == ""
 
 
+def test_while_the_remaining_managers_reconfigure_the_removal_waits_without_a_stop_note() -> None:
+    """A manager starting to leave changes the manager set: the remaining ones run their
+    reconfigure items first (the kubeadm profile's local API proxy). The member's removal waits
+    for them, not shown as stopped (it was, with no remedy to take), and goes to the first
+    one back in Ready."""
+    m1, m2, m3 = managers(3)
+    m1, m2, m3 = replace(m1, responding=False), replace(m2, state=S.RECONFIGURE), leaving(m3)
+    (m1, m2, m3), events = settle(SPEC, [m1, m2, m3], 6.0)
+    assert m3.member_stop == "" and events == []
+    assert not machine_note(SPEC, m3, machine_step(SPEC, m3, 6.0), 6.0).failing
+    (m1, m2, m3), _ = settle(SPEC, [m1, m2.with_state(S.READY, 7.0), m3], 7.0)
+    assert m2.minting is not None and m2.minting.kind == "leave" and m2.minting.joiner == m3.id
+
+
 def test_a_failing_job_stops_the_removal_with_its_error() -> None:
     m1, m2, m3 = managers(3)
     (m1, m2, m3), _ = settle(SPEC, [m1, m2, leaving(m3)], 6.0)

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from coordinator.domain.assignment import run_items, running_phases
+from coordinator.domain.durations import utc
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
-from coordinator.domain.kubeconfig import kubeconfig_problem
+from coordinator.domain.kubeconfig import expires_sooner, kubeconfig_problem
 from coordinator.domain.model import (
     ClusterSpec,
     ItemProgress,
@@ -147,6 +148,13 @@ def _kubeconfig(spec: ClusterSpec, machine: Machine, item: StateItem, report: It
             f"{item.name} left in {item.kubeconfig_from} is not usable: {problem}", machine)]
     if report.kubeconfig == machine.kubeconfig:
         return machine.kubeconfig, []
+    held = expires_sooner(report.kubeconfig, machine.kubeconfig)
+    if held is not None:
+        return machine.kubeconfig, [event(
+            now, machine.cluster, "kubeconfig", f"{machine.hostname}: the kubeconfig item "
+            f"{item.name} left in {item.kubeconfig_from} has a client certificate that expires "
+            f"before the one held ({utc(held.not_after)}): an older copy, kept out", machine,
+            {"item": item.name})]
     return report.kubeconfig, [event(
         now, machine.cluster, "kubeconfig", f"{machine.hostname} reported a kubeconfig (item "
         f"{item.name}, {item.kubeconfig_from}): drains use the first manager's unless "

@@ -58,6 +58,7 @@ VALUES: dict[str, Callable[[_Inputs], str]] = {
     "kubernetes.podSubnet": lambda v: v.spec.settings.kubernetes.pod_subnet,
     "kubernetes.serviceSubnet": lambda v: v.spec.settings.kubernetes.service_subnet,
     "kubernetes.cni": lambda v: v.spec.settings.kubernetes.cni,
+    "kubernetes.certificateRenewal": lambda v: v.spec.settings.kubernetes.certificate_renewal,
     "kubernetes.dedicatedManagers":
         lambda v: "true" if v.spec.settings.kubernetes.dedicated_managers else "false",
     "cluster.labels": lambda v: label_list(v.spec.settings.kubernetes.labels),

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from coordinator.domain import planner
+from coordinator.domain.certificates import Certificates, certificate_status, source_of
 from coordinator.domain.clones import clone_problems, identities
 from coordinator.domain.errors import Conflict, Gone, NotFound
 from coordinator.domain.fleet import Fleet
+from coordinator.domain.kubeaccess import kube_access
 from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine
 from coordinator.domain.records import (
@@ -38,6 +41,22 @@ from nodeagent.contract import Phase
 log = logging.getLogger("coordinator")
 
 
+def certificates(spec: ClusterSpec, machines: Sequence[Machine], now: float) -> Certificates | None:
+    """The expiry of the client certificate the coordinator reaches the cluster with: the
+    kubeconfig a manager reported, or the file the settings name (read here: an operator
+    replaces it when they renew)."""
+    access = kube_access(spec, machines)
+    if access is None:
+        return None
+    if access.path is None:
+        return certificate_status(spec.name, access, access.text or "", now)
+    try:
+        text = Path(access.path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        return Certificates(source_of(access), problem=f"cannot read it: {exc}")
+    return certificate_status(spec.name, access, text, now)
+
+
 @dataclass(frozen=True)
 class MachinePage:
     """A page of GET /v1/machines, with what its machines' views need."""
@@ -59,6 +78,7 @@ class ClusterStatus:
     stages: list[Stage]
     rollout: Rollout
     now: float
+    certificates: Certificates | None = None  # None: the coordinator has no kubeconfig for it
 
 
 class Queries:
@@ -219,4 +239,5 @@ class Queries:
                                     system)
         listed = status_order(await self.store.list_machines(name)) if machines else kept.machines
         return ClusterStatus(stored, listed, summary.counts, summary.post_deploy,
-                             summary.stages, summary.rollout, now)
+                             summary.stages, summary.rollout, now,
+                             certificates(spec, kept.machines, now))

@@ -38,12 +38,14 @@ def test_the_settings_reach_every_assignment_as_template_values() -> None:
     values = template_values(spec(
         '{version: 1.31.2, controlPlaneEndpoint: "k8s.lab:6443", podSubnet: 10.50.0.0/16, '
         'serviceSubnet: 10.60.0.0/16, cni: cilium, dedicatedManagers: true, '
-        'labels: {env: prod, tier: gold}}'), machine("m1", "manager"), [])
+        'certificateRenewal: "2026-11", labels: {env: prod, tier: gold}}'),
+        machine("m1", "manager"), [])
     assert {name: value for name, value in values.items()
             if name.startswith(("kubernetes.", "cluster.labels"))} == {
         "kubernetes.version": "1.31.2", "kubernetes.controlPlaneEndpoint": "k8s.lab:6443",
         "kubernetes.podSubnet": "10.50.0.0/16", "kubernetes.serviceSubnet": "10.60.0.0/16",
         "kubernetes.cni": "cilium", "kubernetes.dedicatedManagers": "true",
+        "kubernetes.certificateRenewal": "2026-11",
         "cluster.labels": "env=prod,tier=gold", "cluster.labels.env": "prod",
         "cluster.labels.tier": "gold"}
 

@@ -12,8 +12,8 @@ Arm hooks with `arm(state, pause=[...], kill=[...])` (read at every boundary, so
 run) or with the environment variables K8S_DOUBLES_PAUSE / K8S_DOUBLES_KILL (comma-separated
 specs, fixed when the agent starts). Each hook fires once: the retry it provokes runs through.
 
-The clock. Bootstrap tokens and the uploaded certificates expire against the shared state's
-clock: `advance(state, seconds)` moves it on.
+The clock. Bootstrap tokens, the uploaded certificates and kubeadm's certificates expire
+against the shared state's clock: `advance(state, seconds)` moves it on.
 
 etcd. `etcd_members(root, prefix)`: the member list as the node whose root is root sees it
 (prefix: `ip netns exec NS` of its network namespace). `power_off(state, root)`: the node's
@@ -67,7 +67,8 @@ def resume(directory: Path, spec: str, again: bool = False) -> None:
 
 
 def advance(directory: Path, seconds: float) -> None:
-    """The cluster's clock moved on by seconds (tokens and uploaded certificates expire)."""
+    """The cluster's clock moved on by seconds (tokens, uploaded certificates and kubeadm's
+    certificates expire)."""
     with state(directory) as data:
         data["clock"] = float(data.get("clock", 0.0)) + seconds
 

@@ -59,21 +59,30 @@ def ca(data: dict[str, Any], field: str, common: str, at: float | None = None) -
     return dict(data[field])
 
 
-def leaf(authority: Pair, common: str, names: list[str], server: bool, client: bool,
-         organization: str = "", at: float | None = None, days: float = LEAF_DAYS) -> Pair:
-    """A certificate signed by authority for common (and organization), with names (DNS names
-    and IPs) as SANs, valid for days from at (the clock's now, real time when None)."""
+def _signed(authority: Pair, subject: x509.Name, extensions: list[x509.Extension[Any]],
+            at: float | None, days: float) -> Pair:
+    """A new key and its certificate for subject, signed by authority, valid for days from at."""
     issuer = x509.load_pem_x509_certificate(authority["cert"].encode())
     signer = serialization.load_pem_private_key(authority["key"].encode(), None)
     key = ec.generate_private_key(ec.SECP256R1())
     now = _moment(at)
-    usages = [ExtendedKeyUsageOID.SERVER_AUTH] * server + [ExtendedKeyUsageOID.CLIENT_AUTH] * client
-    builder = (x509.CertificateBuilder().subject_name(_name(common, organization))
-               .issuer_name(issuer.subject)
+    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer.subject)
                .public_key(key.public_key()).serial_number(x509.random_serial_number())
                .not_valid_before(now - datetime.timedelta(minutes=5))
-               .not_valid_after(now + datetime.timedelta(days=days))
-               .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
+               .not_valid_after(now + datetime.timedelta(days=days)))
+    for extension in extensions:
+        builder = builder.add_extension(extension.value, extension.critical)
+    cert = builder.sign(signer, hashes.SHA256())  # type: ignore[arg-type]
+    return {"cert": cert.public_bytes(serialization.Encoding.PEM).decode(), "key": _key_pem(key)}
+
+
+def leaf(authority: Pair, common: str, names: list[str], server: bool, client: bool,
+         organization: str = "", at: float | None = None, days: float = LEAF_DAYS) -> Pair:
+    """A certificate signed by authority for common (and organization), with names (DNS names
+    and IPs) as SANs, valid for days from at (the clock's now, real time when None)."""
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH] * server + [ExtendedKeyUsageOID.CLIENT_AUTH] * client
+    extensions = [x509.Extension(x509.OID_EXTENDED_KEY_USAGE, False,
+                                 x509.ExtendedKeyUsage(usages))]
     if names:
         sans: list[x509.GeneralName] = []
         for name in names:
@@ -81,9 +90,9 @@ def leaf(authority: Pair, common: str, names: list[str], server: bool, client: b
                 sans.append(x509.IPAddress(ipaddress.ip_address(name)))
             except ValueError:
                 sans.append(x509.DNSName(name))
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    cert = builder.sign(signer, hashes.SHA256())  # type: ignore[arg-type]
-    return {"cert": cert.public_bytes(serialization.Encoding.PEM).decode(), "key": _key_pem(key)}
+        extensions.append(x509.Extension(x509.OID_SUBJECT_ALTERNATIVE_NAME, False,
+                                         x509.SubjectAlternativeName(sans)))
+    return _signed(authority, _name(common, organization), extensions, at, days)
 
 
 def public_key_pem(pair: Pair) -> str:
@@ -130,3 +139,10 @@ def admin_kubeconfig(server: str, authority: Pair, expires_at: float) -> str:
     pair = leaf(authority, ADMIN[0], [], server=False, client=True, organization=ADMIN[1],
                 at=expires_at - LEAF_DAYS * 86400, days=LEAF_DAYS)
     return client_kubeconfig(server, authority, pair, ADMIN[0])
+
+
+def renew(authority: Pair, pem: str, at: float | None = None, days: float = LEAF_DAYS) -> Pair:
+    """The certificate pem signed anew by authority, as `kubeadm certs renew` does: a new key,
+    the same subject and extensions (SANs, usages), valid for days from at."""
+    old = x509.load_pem_x509_certificate(pem.encode())
+    return _signed(authority, old.subject, list(old.extensions), at, days)

@@ -154,7 +154,7 @@ def test_upgrade_items_in_order_the_control_plane_first_then_the_kubelet(
         upgrade = rendered(spec, machine, fleet, "upgrade")
         step = "upgrade-control-plane" if machine is fleet[0] else "upgrade-node"
         assert list(upgrade) == ["upgrade-kubeadm", step, "upgrade-kubelet", "daemon-reload",
-                                 "restart-kubelet"]
+                                 "restart-kubelet", *["certs-renew"] * (machine.role == "manager")]
         assert upgrade["upgrade-kubeadm"]["argv"][-2:] == ["1.33.4", "kubeadm"]
         assert upgrade["upgrade-kubelet"]["argv"][-3:] == ["1.33.4", "kubelet", "kubectl"]
         assert upgrade[step]["argv"] == (["kubeadm", "upgrade", "apply", "--yes", "v1.33.4"]
@@ -185,7 +185,7 @@ def test_join_material_is_minted_and_revoked_with_kubeadm(spec: ClusterSpec) -> 
 HARMLESS = {"sh", "set", "if", "then", "else", "elif", "fi", "for", "do", "done", "case", "esac",
             "in", "echo", "printf", "export", "unset", "eval", "exit", ".", "[", "command",
             "grep", "sed", "mkdir", "rm", "openssl", "shift", ":", "continue", "awk",
-            "head"}
+            "head", "mv", "sleep", "while"}
 # The real network tools of the cleanup: every test that runs it runs it in a network namespace
 # of its own (tests/integration/test_kubeadm_cleanup.py, the agents of tests/e2e), so they
 # need no double. `$tool` is iptables or ip6tables, each backend.

@@ -40,6 +40,12 @@ def _moment(at: float | None) -> datetime.datetime:
             else datetime.datetime.fromtimestamp(at, datetime.UTC))
 
 
+def _valid_from(now: datetime.datetime) -> datetime.datetime:
+    """notBefore: 5 minutes before now, and never after the real time, which Debian's real
+    etcd checks certificates against whatever the test's clock says."""
+    return min(now, datetime.datetime.now(datetime.UTC)) - datetime.timedelta(minutes=5)
+
+
 def ca(data: dict[str, Any], field: str, common: str, at: float | None = None) -> Pair:
     """A cluster-wide CA kept in the shared state under field; made the first time (at: the
     clock's now, real time when None)."""
@@ -48,7 +54,7 @@ def ca(data: dict[str, Any], field: str, common: str, at: float | None = None) -
         now = _moment(at)
         cert = (x509.CertificateBuilder().subject_name(_name(common)).issuer_name(_name(common))
                 .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(now - datetime.timedelta(minutes=5))
+                .not_valid_before(_valid_from(now))
                 .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
                 .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
                 .add_extension(x509.KeyUsage(True, False, True, False, False, True, True, False,
@@ -68,7 +74,7 @@ def _signed(authority: Pair, subject: x509.Name, extensions: list[x509.Extension
     now = _moment(at)
     builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer.subject)
                .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5))
+               .not_valid_before(_valid_from(now))
                .not_valid_after(now + datetime.timedelta(days=days)))
     for extension in extensions:
         builder = builder.add_extension(extension.value, extension.critical)

@@ -45,11 +45,10 @@ def _remedy(cluster: str, access: KubeAccess, expired: bool) -> str:
                "kubeconfig), or a Kubernetes upgrade, which renews them too: `coordinator "
                f"upgrade plan {cluster} -f FILE`, then `coordinator cluster apply -f FILE`")
     if not expired:
-        return f"renew them before then: {release}"
-    return (f"{renew}; until a renewal reports a new kubeconfig, copy a manager's renewed "
-            "/etc/kubernetes/admin.conf to the coordinator's host and set "
-            "settings.kubernetes.kubeconfig to it (a renewal release drains managers through "
-            f"the API unless settings.upgrade.drainManagers is false): {release}")
+        return (f"renew them before then: {release}; or {renew}: the agents send the renewed "
+                "kubeconfig")
+    return (f"{renew}: the agents send the renewed kubeconfig, which the coordinator takes (a "
+            "renewal release would drain managers through the API it can no longer reach)")
 
 
 def certificate_status(cluster: str, access: KubeAccess, text: str, now: float) -> Certificates:

@@ -1,17 +1,20 @@
 """The control plane's certificate expiry in the status, and the rule a reported kubeconfig is
 held to: dates and subjects only, a warning 30 days ahead with what to run, never an older copy
-taken for the one held."""
+taken for the one held, whether an item's report or the agent's refresh brings it."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
 
+import pytest
+
 from coordinator.domain.certificates import certificate_status
+from coordinator.domain.errors import Conflict
 from coordinator.domain.kubeaccess import KubeAccess
 from coordinator.domain.kubeconfig import kubeconfig_problem
 from coordinator.domain.model import MachineState
-from coordinator.domain.reports import fold_report
+from coordinator.domain.reports import fold_report, refresh_kubeconfig
 from nodeagent.protocol import ItemReport, StateItem
 from tests.support.builders import cluster, machine
 from tests.support.k8s_doubles import pki
@@ -53,7 +56,9 @@ def test_thirty_days_ahead_it_warns_with_what_to_run() -> None:
 def test_once_expired_it_says_what_fails_and_the_way_back_in() -> None:
     shown = certificate_status("k8s", REPORTED, admin_conf(-1), NOW)
     assert "expired at" in shown.warning and "drains, Node checks and removals fail" in shown.warning
-    assert "kubeadm certs renew all" in shown.remedy and "settings.kubernetes.kubeconfig" in shown.remedy
+    assert shown.remedy.startswith("on each manager `kubeadm certs renew all`, then restart its "
+                                   "control-plane pods")
+    assert "the agents send the renewed kubeconfig" in shown.remedy
     from_file = certificate_status("k8s", KubeAccess(path="/etc/coordinator/k8s.conf"),
                                    admin_conf(-1), NOW)
     assert from_file.source == "settings.kubernetes.kubeconfig (/etc/coordinator/k8s.conf)"
@@ -91,3 +96,33 @@ def test_a_reported_kubeconfig_older_than_the_one_held_is_kept_out() -> None:
         "m1: the kubeconfig item init left in /etc/kubernetes/admin.conf has a client "
         "certificate that expires before the one held (2027-02-04T08:00:00Z): an older copy, "
         "kept out"]
+
+
+def test_an_applied_items_file_sent_again_is_taken_unless_older_and_only_from_its_manager() -> None:
+    """A Ready manager's agent sends again the admin.conf its init item reported, renewed on
+    disk: taken; an older copy kept out; an item it did not apply in this version, another
+    item, a worker or a manager being deleted: refused."""
+    source = StateItem.model_validate({"name": "init", "phase": "deploy",
+                                       "kubeconfigFrom": "/etc/kubernetes/admin.conf",
+                                       "action": {"type": "exec", "argv": ["true"]}})
+    other = StateItem.model_validate({"name": "cni", "phase": "deploy",
+                                      "action": {"type": "exec", "argv": ["true"]}})
+    spec = cluster(manager=[source, other])
+    held, renewed, older = admin_conf(20), admin_conf(365), admin_conf(10)
+    applied = frozenset({source.fingerprint(), other.fingerprint()})
+    m1 = replace(machine("m1", "manager", state=MachineState.READY), kubeconfig=held,
+                 applied=applied)
+    taken = refresh_kubeconfig(spec, m1, "init", source.fingerprint(), renewed, NOW)
+    assert taken.machine.kubeconfig == renewed
+    assert [e.message for e in taken.events] == [
+        "m1 reported a kubeconfig (item init, /etc/kubernetes/admin.conf): drains use the "
+        "first manager's unless settings.kubernetes.kubeconfig is set"]
+    kept = refresh_kubeconfig(spec, m1, "init", source.fingerprint(), older, NOW)
+    assert kept.machine.kubeconfig == held and "an older copy, kept out" in kept.events[0].message
+    refused = [(m1, "init", "0" * 16), (m1, "cni", other.fingerprint()),
+               (replace(m1, applied=frozenset()), "init", source.fingerprint()),
+               (replace(m1, role="worker"), "init", source.fingerprint()),
+               (replace(m1, state=MachineState.DELETING), "init", source.fingerprint())]
+    for sender, name, fingerprint in refused:
+        with pytest.raises(Conflict, match="cannot send its file again"):
+            refresh_kubeconfig(spec, sender, name, fingerprint, renewed, NOW)

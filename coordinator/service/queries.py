@@ -41,11 +41,11 @@ from nodeagent.contract import Phase
 log = logging.getLogger("coordinator")
 
 
-def certificates(spec: ClusterSpec, machines: Sequence[Machine], now: float) -> Certificates | None:
+def certificates(spec: ClusterSpec, managers: Sequence[Machine], now: float) -> Certificates | None:
     """The expiry of the client certificate the coordinator reaches the cluster with: the
     kubeconfig a manager reported, or the file the settings name (read here: an operator
     replaces it when they renew)."""
-    access = kube_access(spec, machines)
+    access = kube_access(spec, managers)
     if access is None:
         return None
     if access.path is None:
@@ -240,4 +240,4 @@ class Queries:
         listed = status_order(await self.store.list_machines(name)) if machines else kept.machines
         return ClusterStatus(stored, listed, summary.counts, summary.post_deploy,
                              summary.stages, summary.rollout, now,
-                             certificates(spec, kept.machines, now))
+                             certificates(spec, kept.managers, now))

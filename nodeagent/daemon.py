@@ -383,25 +383,31 @@ class Agent:
         every = self.settings.heartbeat_seconds
         while True:
             await asyncio.sleep(every)
-            for entry, text in self.kubeconfigs.changed():
-                try:
-                    answer = await self.client.refresh_kubeconfig(
-                        identity.machine_id, identity.credential,
-                        {"item": entry.item, "fingerprint": entry.fingerprint, "kubeconfig": text})
-                except Unreachable as exc:
-                    log.warning("kubeconfig of %s changed on disk; not sent yet (%s)", entry.item,
-                                exc, extra=fields(item=entry.item))
-                    break
-                except Rejected as exc:
-                    log.warning("kubeconfig of %s changed on disk; the coordinator refused it, "
-                                "no longer watched: %s", entry.item, exc,
-                                extra=fields(item=entry.item))
-                    self.kubeconfigs.forget(entry.item)
-                    continue
-                self.kubeconfigs.sent(entry.item, entry.fingerprint, entry.path, text)
-                log.info("kubeconfig of %s changed on disk: sent again (%s)", entry.item,
-                         "taken" if answer.get("taken") else "kept out: see its events",
-                         extra=fields(item=entry.item))
+            try:
+                await self._send_changed_kubeconfigs(identity)
+            except OSError as exc:  # the state dir (its list) cannot be written: next look
+                log.warning("kubeconfig files: cannot keep what was sent (%s)", exc)
+
+    async def _send_changed_kubeconfigs(self, identity: Identity) -> None:
+        for entry, text in self.kubeconfigs.changed():
+            try:
+                answer = await self.client.refresh_kubeconfig(
+                    identity.machine_id, identity.credential,
+                    {"item": entry.item, "fingerprint": entry.fingerprint, "kubeconfig": text})
+            except Unreachable as exc:
+                log.warning("kubeconfig of %s changed on disk; not sent yet (%s)", entry.item,
+                            exc, extra=fields(item=entry.item))
+                break
+            except Rejected as exc:
+                log.warning("kubeconfig of %s changed on disk; the coordinator refused it, "
+                            "no longer watched: %s", entry.item, exc,
+                            extra=fields(item=entry.item))
+                self.kubeconfigs.forget(entry.item)
+                continue
+            self.kubeconfigs.sent(entry.item, entry.fingerprint, entry.path, text)
+            log.info("kubeconfig of %s changed on disk: sent again (%s)", entry.item,
+                     "taken" if answer.get("taken") else "kept out: see its events",
+                     extra=fields(item=entry.item))
 
 
 async def _watchdog() -> None:

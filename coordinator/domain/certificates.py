@@ -60,8 +60,8 @@ def certificate_status(cluster: str, access: KubeAccess, text: str, now: float) 
     except ValueError as exc:
         return Certificates(source, problem=f"the kubeconfig is unusable: {exc}")
     if found is None:
-        return Certificates(source, problem="its user has no client certificate (a token or "
-                            "another way in): no expiry to watch")
+        return Certificates(source, problem="its user has no client-certificate-data (a token, "
+                            "or a certificate in a file of its own): no expiry watched")
     left = found.not_after - now
     shown = Certificates(source, found.subject, found.not_after, left)
     if left > WARN_SECONDS:

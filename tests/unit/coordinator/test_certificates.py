@@ -70,7 +70,7 @@ def test_a_token_user_has_no_expiry_and_a_broken_certificate_is_a_problem() -> N
              "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
              "users: [{name: u, user: {token: abc}}]\n")
     shown = certificate_status("k8s", REPORTED, token, NOW)
-    assert shown.not_after is None and "no client certificate" in shown.problem
+    assert shown.not_after is None and "has no client-certificate-data" in shown.problem
     broken = token.replace("{token: abc}", "{client-certificate-data: bm90IGEgY2VydA==}")
     assert kubeconfig_problem(broken) == "client-certificate-data is not a base64 PEM certificate"
 

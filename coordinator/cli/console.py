@@ -105,11 +105,22 @@ def status_renderable(data: dict[str, Any]) -> RenderableType:
 
 
 def _certificates(certs: dict[str, Any]) -> Text:
-    """The client certificate's expiry; its warning in red and the remedy on a line of its own."""
+    """The client certificate's expiry and the API server's; a warning in red and the remedy
+    on a line of its own."""
     if certs["warning"]:
         return _note({"text": f"certificates: {certs['warning']}", "failing": True,
                       "remedy": certs["remedy"]})
     if certs["problem"]:
-        return cell(f"certificates ({certs['source']}): {certs['problem']}", "dim")
-    return cell(f"certificates: the coordinator's client certificate ({certs['source']}, "
-                f"{certs['subject']}) expires at {day_and_time(certs['not_after'])}")
+        text = cell(f"certificates ({certs['source']}): {certs['problem']}", "dim")
+    else:
+        text = cell(f"certificates: the coordinator's client certificate ({certs['source']}, "
+                    f"{certs['subject']}) expires at {day_and_time(certs['not_after'])}")
+    serving = certs.get("serving")
+    if serving and serving["problem"]:
+        text.append_text(cell(f"\nthe API server's serving certificate ({serving['server']}): "
+                              f"{serving['problem']}", "dim"))
+    elif serving:
+        text.append_text(cell(f"\nthe API server's serving certificate ({serving['server']}, "
+                              f"{serving['subject']}) expires at "
+                              f"{day_and_time(serving['not_after'])}"))
+    return text

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,25 @@ def _client_certificate(document: dict[str, Any]) -> ClientCertificate | None:
         cert = x509.load_pem_x509_certificate(base64.b64decode(str(data), validate=True))
     except (binascii.Error, ValueError):
         raise ValueError("client-certificate-data is not a base64 PEM certificate") from None
-    return ClientCertificate(cert.subject.rfc4514_string(),
-                             cert.not_valid_before_utc.timestamp(),
+    return certificate_dates(cert.public_bytes(serialization.Encoding.DER))
+
+
+def certificate_dates(der: bytes) -> ClientCertificate:
+    """A DER certificate's subject and dates (an API server's, from its handshake)."""
+    cert = x509.load_der_x509_certificate(der)
+    return ClientCertificate(cert.subject.rfc4514_string(), cert.not_valid_before_utc.timestamp(),
                              cert.not_valid_after_utc.timestamp())
+
+
+def server_of(text: str) -> str | None:
+    """The API server's URL the kubeconfig's current context names (None: none, or unusable)."""
+    try:
+        document = parse_kubeconfig(text)
+    except ValueError:
+        return None
+    context = _named(document["contexts"], document.get("current-context"), "context")
+    server = _named(document["clusters"], context.get("cluster"), "cluster").get("server")
+    return server if isinstance(server, str) else None
 
 
 @functools.lru_cache(maxsize=64)

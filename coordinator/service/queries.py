@@ -16,6 +16,7 @@ from coordinator.domain.clones import clone_problems, identities
 from coordinator.domain.errors import Conflict, Gone, NotFound
 from coordinator.domain.fleet import Fleet
 from coordinator.domain.kubeaccess import kube_access
+from coordinator.domain.kubeconfig import server_of
 from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine
 from coordinator.domain.records import (
@@ -33,6 +34,7 @@ from coordinator.domain.status import (
     Rollout,
     Stage,
 )
+from coordinator.service.servingcheck import ServingCheck
 from coordinator.service.statuscache import StatusCache, status_order
 from coordinator.service.systemcheck import SystemCheck
 from coordinator.store.base import Store, StoreError
@@ -41,20 +43,24 @@ from nodeagent.contract import Phase
 log = logging.getLogger("coordinator")
 
 
-def certificates(spec: ClusterSpec, managers: Sequence[Machine], now: float) -> Certificates | None:
-    """The expiry of the client certificate the coordinator reaches the cluster with: the
-    kubeconfig a manager reported, or the file the settings name (read here: an operator
-    replaces it when they renew)."""
+def certificates(spec: ClusterSpec, managers: Sequence[Machine], now: float,
+                 serving: ServingCheck | None) -> Certificates | None:
+    """The expiry of the client certificate the coordinator reaches the cluster with (the
+    kubeconfig a manager reported, or the file the settings name: read here, since an operator
+    replaces it when they renew), and of the certificate its API server serves."""
     access = kube_access(spec, managers)
     if access is None:
         return None
-    if access.path is None:
-        return certificate_status(spec.name, access, access.text or "", now)
-    try:
-        text = Path(access.path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        return Certificates(source_of(access), problem=f"cannot read it: {exc}")
-    return certificate_status(spec.name, access, text, now)
+    text = access.text or ""
+    if access.path is not None:
+        try:
+            text = Path(access.path).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            return Certificates(source_of(access), problem=f"cannot read it: {exc}")
+    server = server_of(text) or ""
+    found = serving.look(spec.name, server) \
+        if serving is not None and server.startswith("https://") else None
+    return certificate_status(spec.name, access, text, now, found)
 
 
 @dataclass(frozen=True)
@@ -83,11 +89,16 @@ class ClusterStatus:
 
 class Queries:
     def __init__(self, store: Store, clock: Callable[[], float], status: StatusCache,
-                 system: SystemCheck | None = None) -> None:
+                 system: SystemCheck | None = None, serving: ServingCheck | None = None) -> None:
         self.store = store
         self.clock = clock
         self.status = status  # what the status is computed from, kept between calls
         self.system = system  # kube-system's workloads, for the `ready` stage
+        self.serving = serving  # the API servers' serving certificates, for the status
+
+    async def close(self) -> None:
+        if self.serving is not None:
+            await self.serving.close()
 
     async def clones(self, machine_id: str, precheck: Mapping[str, Any]) -> tuple[str, ...]:
         """What of the product_uuid and MACs in precheck another machine holds, naming it
@@ -240,4 +251,4 @@ class Queries:
         listed = status_order(await self.store.list_machines(name)) if machines else kept.machines
         return ClusterStatus(stored, listed, summary.counts, summary.post_deploy,
                              summary.stages, summary.rollout, now,
-                             certificates(spec, kept.managers, now))
+                             certificates(spec, kept.managers, now, self.serving))

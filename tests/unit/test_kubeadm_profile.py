@@ -254,3 +254,15 @@ def test_every_command_that_changes_a_host_has_a_test_double(spec: ClusterSpec) 
                 and any(w.startswith("/") and w != "/dev/null" for w in words[1:])]
     assert not absolute, f"paths outside the agent's root given to real commands: {absolute}"
     assert not [(item, words) for item, words in found if "/" in words[0]], "bare names only"
+
+
+def test_what_renews_the_control_planes_certificates_reports_the_renewed_admin_conf(
+        spec: ClusterSpec) -> None:
+    """kubeadm's upgrades renew the certificates, and certs-renew (versioned by
+    settings.kubernetes.certificateRenewal) renews them in a maintenance release: each reports
+    the renewed admin.conf to the coordinator; workers renew nothing."""
+    reporting = {i.name: i for i in spec.machine_types.manager
+                 if i.phase == "upgrade" and i.kubeconfig_from == "/etc/kubernetes/admin.conf"}
+    assert set(reporting) == {"upgrade-control-plane", "upgrade-node", "certs-renew"}
+    assert reporting["certs-renew"].version == spec.settings.kubernetes.certificate_renewal
+    assert "certs-renew" not in {i.name for i in spec.machine_types.worker}

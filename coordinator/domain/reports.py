@@ -10,7 +10,7 @@ from coordinator.domain.assignment import run_items, running_phases
 from coordinator.domain.durations import utc
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
-from coordinator.domain.kubeconfig import expires_sooner, kubeconfig_problem
+from coordinator.domain.kubeconfig import expires_sooner, kubeconfig_problem, server_of
 from coordinator.domain.model import (
     ClusterSpec,
     ItemProgress,
@@ -171,8 +171,9 @@ def refresh_kubeconfig(spec: ClusterSpec, machine: Machine, name: str, fingerpri
                        text: str, now: float) -> Folded:
     """The machine once its agent sent again the file of an applied kubeconfigFrom item, which
     changed on disk (certificates renewed by hand, or by kubeadm): taken as a report of the item
-    would be, never an older copy. Conflict unless the machine is a manager that is not leaving
-    and applied that item in that version."""
+    would be, never an older copy, and never one naming another API server than the one held
+    (a refresh renews credentials; moving elsewhere takes the item's run). Conflict unless the
+    machine is a manager that is not leaving and applied that item in that version."""
     item = next((i for i in spec.machine_types.manager if i.name == name
                  and i.fingerprint() == fingerprint and i.kubeconfig_from is not None), None)
     if (item is None or machine.role != "manager" or fingerprint not in machine.applied
@@ -180,6 +181,13 @@ def refresh_kubeconfig(spec: ClusterSpec, machine: Machine, name: str, fingerpri
         raise Conflict(f"kubeconfig: item {name[:64]} ({fingerprint}) is not a kubeconfigFrom "
                        f"item {machine.hostname} applied in this version: it cannot send its "
                        "file again")
+    held, sent = server_of(machine.kubeconfig), server_of(text)
+    if machine.kubeconfig and held != sent:  # renewed credentials, never another API server
+        return Folded(machine, [event(
+            now, machine.cluster, "kubeconfig", f"{machine.hostname}: the kubeconfig item "
+            f"{item.name} left in {item.kubeconfig_from} changed on disk and names another API "
+            f"server ({sent}) than the one held ({held}): kept out; a release that runs the "
+            "item again brings it", machine, {"item": item.name})])
     kubeconfig, events = _taken(machine, item, text, now)
     return Folded(replace(machine, kubeconfig=kubeconfig), events)
 

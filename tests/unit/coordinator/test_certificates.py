@@ -100,8 +100,8 @@ def test_a_reported_kubeconfig_older_than_the_one_held_is_kept_out() -> None:
 
 def test_an_applied_items_file_sent_again_is_taken_unless_older_and_only_from_its_manager() -> None:
     """A Ready manager's agent sends again the admin.conf its init item reported, renewed on
-    disk: taken; an older copy kept out; an item it did not apply in this version, another
-    item, a worker or a manager being deleted: refused."""
+    disk: taken; an older copy, or one naming another API server, kept out; an item it did not
+    apply in this version, another item, a worker or a manager being deleted: refused."""
     source = StateItem.model_validate({"name": "init", "phase": "deploy",
                                        "kubeconfigFrom": "/etc/kubernetes/admin.conf",
                                        "action": {"type": "exec", "argv": ["true"]}})
@@ -119,6 +119,11 @@ def test_an_applied_items_file_sent_again_is_taken_unless_older_and_only_from_it
         "first manager's unless settings.kubernetes.kubeconfig is set"]
     kept = refresh_kubeconfig(spec, m1, "init", source.fingerprint(), older, NOW)
     assert kept.machine.kubeconfig == held and "an older copy, kept out" in kept.events[0].message
+    elsewhere = pki.admin_kubeconfig("https://rogue.example:6443", AUTHORITY, NOW + 365 * DAY)
+    moved = refresh_kubeconfig(spec, m1, "init", source.fingerprint(), elsewhere, NOW)
+    assert moved.machine.kubeconfig == held
+    assert "names another API server (https://rogue.example:6443) than the one held " \
+           "(https://10.0.0.1:6443): kept out" in moved.events[0].message
     refused = [(m1, "init", "0" * 16), (m1, "cni", other.fingerprint()),
                (replace(m1, applied=frozenset()), "init", source.fingerprint()),
                (replace(m1, role="worker"), "init", source.fingerprint()),

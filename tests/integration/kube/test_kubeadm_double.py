@@ -42,14 +42,16 @@ class Cluster:
     def run(self, node: Node, *argv: str) -> subprocess.CompletedProcess[str]:
         return node.ns.run(list(argv), cwd=self.root(node), env=self.env, timeout=120)
 
-    def init_config(self, node: Node) -> None:
+    def init_config(self, node: Node, **cluster: str) -> None:
+        """init.yaml for node; cluster: more ClusterConfiguration fields."""
         path = self.root(node) / "init.yaml"
         path.write_text(yaml.safe_dump_all([
             {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "InitConfiguration",
              "localAPIEndpoint": {"advertiseAddress": node.ip},
              "nodeRegistration": {"name": node.hostname, "taints": []}},
             {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration",
-             "kubernetesVersion": "v1.33.4", "controlPlaneEndpoint": f"{node.ip}:6443"}]))
+             "kubernetesVersion": "v1.33.4", "controlPlaneEndpoint": f"{node.ip}:6443",
+             **cluster}]))
 
     def join_config(self, node: Node, endpoint: str, token: str, key: str | None) -> None:
         ca = (self.root(self.network.nodes[0]) / "etc/kubernetes/pki/ca.crt").read_text()
@@ -222,12 +224,13 @@ def test_three_managers_make_one_etcd_a_member_is_removed_from_another_and_reset
 
 def test_certificates_expire_on_the_clock_and_renewals_and_upgrades_sign_them_anew(
         cluster: Cluster) -> None:
-    """kubeadm's certificates (a year, its CAs ten) on the test's clock: check-expiration's
-    table, an expired admin.conf refused by the API server (kubectl, kubeadm), `certs renew all`
-    signing every one anew, an upgrade renewing its components' and admin.conf's."""
+    """kubeadm's certificates (for the cluster's certificateValidityPeriod, here 30 days; its CAs
+    ten years) on the test's clock: check-expiration's table, an expired admin.conf refused by
+    the API server (kubectl, kubeadm), `certs renew all` signing every one anew, an upgrade
+    renewing its components' and admin.conf's."""
     m1 = cluster.network.nodes[0]
     root = cluster.root(m1)
-    cluster.init_config(m1)
+    cluster.init_config(m1, certificateValidityPeriod="720h0m0s")
     ok(cluster.run(m1, "kubeadm", "init", "--config", "/init.yaml"))
 
     def expiry(path: str) -> float:
@@ -239,12 +242,12 @@ def test_certificates_expire_on_the_clock_and_renewals_and_upgrades_sign_them_an
                                 "AUTHORITY", "EXTERNALLY", "MANAGED"]
     rows = {line.split()[0]: line.split()[6:] for line in table[4:15]}
     assert sorted(rows) == sorted(CERTIFICATES)
-    assert rows["admin.conf"] == ["364d", "ca", "no"] and rows["etcd-peer"][1] == "etcd-ca"
+    assert rows["admin.conf"] == ["29d", "ca", "no"] and rows["etcd-peer"][1] == "etcd-ca"
     assert [line.split()[0] for line in table[17:20]] == ["ca", "etcd-ca", "front-proxy-ca"]
     assert all(line.split()[6] == "9y" for line in table[17:20])
     first = expiry("admin.conf")
 
-    control.advance(cluster.state, 366 * 86400)  # every leaf expired, the CAs not
+    control.advance(cluster.state, 31 * 86400)  # every leaf expired, the CAs not
     assert "<invalid>" in ok(cluster.run(m1, "kubeadm", "certs", "check-expiration"))
     refused = cluster.run(m1, "kubeadm", "token", "create")
     assert refused.returncode == 1 and "Unauthorized" in refused.stderr
@@ -256,7 +259,7 @@ def test_certificates_expire_on_the_clock_and_renewals_and_upgrades_sign_them_an
     renewed = ok(cluster.run(m1, "kubeadm", "certs", "renew", "all"))
     assert "You must restart the kube-apiserver, kube-controller-manager, kube-scheduler and " \
            "etcd" in renewed
-    assert 366 * 86400 <= expiry("admin.conf") - first < 367 * 86400
+    assert 31 * 86400 <= expiry("admin.conf") - first < 32 * 86400  # 30 days from now again
     assert all(abs(expiry(path) - expiry("admin.conf")) < 60 for path, _ in CERTIFICATES.values())
     assert "<invalid>" not in ok(cluster.run(m1, "kubeadm", "certs", "check-expiration"))
     ok(cluster.run(m1, "kubeadm", "token", "create"))
@@ -264,7 +267,7 @@ def test_certificates_expire_on_the_clock_and_renewals_and_upgrades_sign_them_an
     # An upgrade renews what its components use and admin.conf; once at the version, a
     # re-applied upgrade (its manifests unchanged) renews admin.conf alone.
     ok(cluster.run(m1, "apt-get", "install", "-y", "kubeadm=1.34.1-*"))
-    control.advance(cluster.state, 30 * 86400)
+    control.advance(cluster.state, 10 * 86400)
     before = {path: expiry(path) for path, _ in CERTIFICATES.values()}
     ok(cluster.run(m1, "kubeadm", "upgrade", "apply", "--yes", "v1.34.1"))
     after = {path: expiry(path) for path, _ in CERTIFICATES.values()}

@@ -18,11 +18,13 @@ reset}, preflight/checks.go, phases/upgrade/policy.go, phases/etcd/local.go).
   quietly follows the cluster's configured version.
 - Certificates (phases/certs, phases/renewal, phases/upgrade/staticpods.go): every leaf
   certificate and kubeconfig (each with its user's client certificate, kubeadm's subjects) is
-  signed for a year on the shared state's clock, the CAs for ten; one expired on that clock is
-  refused (a kubeconfig's by the API server: kubeadm's commands through admin.conf and kubectl
-  fail Unauthorized). `certs check-expiration` prints kubeadm's table, `certs renew all|NAME`
-  signs them anew (a new key, the same subject and SANs); an upgrade on a control-plane node
-  renews its components' certificates when their manifests change version, then admin.conf's.
+  signed on the shared state's clock for the ClusterConfiguration's certificateValidityPeriod
+  (a year by default), the CAs for its caCertificateValidityPeriod (ten); one expired on that
+  clock is refused (a kubeconfig's by the API server: kubeadm's commands through admin.conf
+  and kubectl fail Unauthorized). `certs check-expiration` prints kubeadm's table, `certs
+  renew all|NAME` signs them anew (a new key, the same subject and SANs); an upgrade on a
+  control-plane node renews its components' certificates when their manifests change
+  version, then admin.conf's.
 - `kubeadm reset` removes the node's etcd member through the cluster's members, and only warns
   (exit 0) when it cannot; stops the kubelet and the static pods; deletes kubeadm's files;
   leaves iptables alone and says so.
@@ -46,6 +48,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -288,16 +291,21 @@ def certs(run: Run) -> None:
     """Cluster CAs (reused when the node has them, as kubeadm does; else new: a new cluster)
     and this node's certificates."""
     with state() as data:
+        cluster = run.docs.get("ClusterConfiguration", {})
+        data["validity"] = {  # the cluster's, as kubeadm-config keeps it for renewals and joins
+            kind: period(str(cluster.get(field, default)), field) / 86400
+            for kind, field, default in (("leaf", "certificateValidityPeriod", "8760h"),
+                                         ("ca", "caCertificateValidityPeriod", "87600h"))}
         for name, (key, common) in CLUSTER_CAS.items():
             crt, k = local(f"/etc/kubernetes/pki/{name}.crt"), local(f"/etc/kubernetes/pki/{name}.key")
             if crt.exists() and k.exists():
                 data[key] = {"cert": crt.read_text(), "key": k.read_text()}
             else:
                 data.pop(key, None)
-            write_pair(name, pki.ca(data, key, common, at=now(data)))
+            write_pair(name, pki.ca(data, key, common, at=now(data), days=validity(data, "ca")))
         if not local("/etc/kubernetes/pki/sa.key").exists():
             data.pop("sa", None)
-        sa = pki.ca(data, "sa", "service-accounts", at=now(data))
+        sa = pki.ca(data, "sa", "service-accounts", at=now(data), days=validity(data, "ca"))
         cas = {key: data[key] for key, _ in CLUSTER_CAS.values()}
     write("/etc/kubernetes/pki/sa.key", sa["key"], 0o600)
     write("/etc/kubernetes/pki/sa.pub", pki.public_key_pem(sa))
@@ -307,33 +315,31 @@ def certs(run: Run) -> None:
 def node_certs(run: Run, cas: dict[str, pki.Pair]) -> None:
     names = [run.node, "localhost", run.ip, "127.0.0.1", "::1"]
     with state() as data:
-        at = now(data)
-    write_pair("apiserver", pki.leaf(cas["ca"], "kube-apiserver", [
+        signed = partial(pki.leaf, at=now(data), days=validity(data, "leaf"))
+    write_pair("apiserver", signed(cas["ca"], "kube-apiserver", [
         run.node, "kubernetes", "kubernetes.default", "kubernetes.default.svc", run.ip,
-        "10.96.0.1"], server=True, client=False, at=at))
-    write_pair("apiserver-kubelet-client", pki.leaf(cas["ca"], "kube-apiserver-kubelet-client",
-                                                    [], server=False, client=True, at=at))
-    write_pair("front-proxy-client", pki.leaf(cas["front_proxy_ca"], "front-proxy-client", [],
-                                              server=False, client=True, at=at))
-    write_pair("etcd/server", pki.leaf(cas["etcd_ca"], run.node, names, server=True, client=True,
-                                       at=at))
-    write_pair("etcd/peer", pki.leaf(cas["etcd_ca"], run.node, names, server=True, client=True,
-                                     at=at))
-    write_pair("etcd/healthcheck-client", pki.leaf(cas["etcd_ca"], "kube-etcd-healthcheck-client",
-                                                   [], server=False, client=True, at=at))
-    write_pair("apiserver-etcd-client", pki.leaf(cas["etcd_ca"], "kube-apiserver-etcd-client", [],
-                                                 server=False, client=True, at=at))
+        "10.96.0.1"], server=True, client=False))
+    write_pair("apiserver-kubelet-client", signed(cas["ca"], "kube-apiserver-kubelet-client",
+                                                  [], server=False, client=True))
+    write_pair("front-proxy-client", signed(cas["front_proxy_ca"], "front-proxy-client", [],
+                                            server=False, client=True))
+    write_pair("etcd/server", signed(cas["etcd_ca"], run.node, names, server=True, client=True))
+    write_pair("etcd/peer", signed(cas["etcd_ca"], run.node, names, server=True, client=True))
+    write_pair("etcd/healthcheck-client", signed(cas["etcd_ca"], "kube-etcd-healthcheck-client",
+                                                 [], server=False, client=True))
+    write_pair("apiserver-etcd-client", signed(cas["etcd_ca"], "kube-apiserver-etcd-client", [],
+                                               server=False, client=True))
 
 
 def kubeconfigs(names: list[str], node: str) -> None:
     """kubeadm's kubeconfig files, each with its user's client certificate (kubeadm's subjects)
     signed by the cluster CA on the cluster's clock."""
     with state() as data:
-        authority, at = data["ca"], now(data)
+        authority, at, days = data["ca"], now(data), validity(data, "leaf")
     for name in names:
         common, organization = KUBECONFIG_USERS[name]
         pair = pki.leaf(authority, common.format(node=node), [], server=False, client=True,
-                        organization=organization, at=at)
+                        organization=organization, at=at, days=days)
         write(f"/etc/kubernetes/{name}", pki.client_kubeconfig(
             os.environ["K8S_DOUBLES_API"], authority, pair, common.format(node=node)), 0o600)
 
@@ -689,6 +695,20 @@ UPGRADE_RENEWS = ["etcd-server", "etcd-peer", "etcd-healthcheck-client", "apiser
                   "controller-manager.conf", "scheduler.conf"]
 
 
+def validity(data: dict[str, Any], kind: str) -> float:
+    """How many days the cluster signs a leaf certificate or a CA for: its ClusterConfiguration's
+    certificateValidityPeriod and caCertificateValidityPeriod (kubeadm's defaults: a year, ten)."""
+    return float(data.get("validity", {}).get(kind, pki.LEAF_DAYS if kind == "leaf" else pki.CA_DAYS))
+
+
+def period(text: str, field: str) -> float:
+    """A Go duration of the configuration (8760h0m0s), in seconds."""
+    try:
+        return duration(text)
+    except Failure:
+        raise Failure(f"ClusterConfiguration.{field}: invalid duration {text!r}") from None
+
+
 def certificate_pem(name: str) -> str | None:
     found = local(f"/etc/kubernetes/{CERTIFICATES[name][0]}")
     if not found.exists():
@@ -713,8 +733,8 @@ def renew(name: str) -> bool:
     if pem is None:
         return False
     with state() as data:
-        at = now(data)
-    pair = pki.renew(authority_of(name), pem, at)
+        at, days = now(data), validity(data, "leaf")
+    pair = pki.renew(authority_of(name), pem, at, days)
     path = CERTIFICATES[name][0]
     if name.endswith(".conf"):
         document = yaml.safe_load(local(f"/etc/kubernetes/{path}").read_text())

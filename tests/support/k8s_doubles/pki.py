@@ -46,16 +46,17 @@ def _valid_from(now: datetime.datetime) -> datetime.datetime:
     return min(now, datetime.datetime.now(datetime.UTC)) - datetime.timedelta(minutes=5)
 
 
-def ca(data: dict[str, Any], field: str, common: str, at: float | None = None) -> Pair:
+def ca(data: dict[str, Any], field: str, common: str, at: float | None = None,
+       days: float = CA_DAYS) -> Pair:
     """A cluster-wide CA kept in the shared state under field; made the first time (at: the
-    clock's now, real time when None)."""
+    clock's now, real time when None), valid for days."""
     if field not in data:
         key = ec.generate_private_key(ec.SECP256R1())
         now = _moment(at)
         cert = (x509.CertificateBuilder().subject_name(_name(common)).issuer_name(_name(common))
                 .public_key(key.public_key()).serial_number(x509.random_serial_number())
                 .not_valid_before(_valid_from(now))
-                .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+                .not_valid_after(now + datetime.timedelta(days=days))
                 .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
                 .add_extension(x509.KeyUsage(True, False, True, False, False, True, True, False,
                                              False), critical=True)

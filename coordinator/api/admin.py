@@ -7,6 +7,7 @@ from aiohttp import web
 
 from coordinator.api.bodies import (
     AdminTokenBody,
+    ApplyQuery,
     ApproveBody,
     DeleteQuery,
     JoinTokenBody,
@@ -39,8 +40,9 @@ from nodeagent.validation import InvalidDocument, Problem
 
 
 async def apply_cluster(request: web.Request) -> web.Response:
+    asked = query(request, ApplyQuery)
     spec = load_spec(await text(request), "request body")
-    applied = await service(request).admin.apply_cluster(spec)
+    applied = await service(request).admin.apply_cluster(spec, asked.allow_downgrade)
     return web.json_response({**cluster_view(applied.stored), "changed": applied.changed,
                               "was_paused": applied.was_paused})
 
@@ -145,9 +147,10 @@ async def removed_machines(request: web.Request) -> web.Response:
 async def get_machine(request: web.Request) -> web.Response:
     c = service(request)
     machine = await _machine(request)
-    first = first_manager((await c.queries.machines(machine.cluster))[0], leaving=True)
+    peers = (await c.queries.machines(machine.cluster))[0]
+    first = first_manager(peers, leaving=True)
     return web.json_response({**machine_view(machine, await c.queries.spec_of(machine),
-                                             detail=True, now=c.clock()),
+                                             detail=True, now=c.clock(), peers=peers),
                               "first_manager": first is not None and first.id == machine.id})
 
 
@@ -206,9 +209,11 @@ async def delete_machine(request: web.Request) -> web.Response:
 async def upgrade_plan(request: web.Request) -> web.Response:
     """The dry run: the stored spec's upgrade (GET), or the one a new spec in a POST's body
     would start."""
+    asked = query(request, ApplyQuery)
     raw = await text(request) if request.method == "POST" else ""
     spec = load_spec(raw, "request body") if raw.strip() else None
-    target, plan = await service(request).queries.upgrade_plan(request.match_info["name"], spec)
+    target, plan = await service(request).queries.upgrade_plan(request.match_info["name"], spec,
+                                                               asked.allow_downgrade)
     return web.json_response(upgrade_plan_view(target, plan))
 
 

@@ -182,6 +182,15 @@ class StatusQuery(_Body):
                            "stages, counts and rollout alone, as the dashboard asks)")
 
 
+class ApplyQuery(_Body):
+    """How `PUT /v1/clusters` and the upgrade dry run judge a Kubernetes version change: the
+    query string's parameters."""
+
+    allow_downgrade: bool = Field(default=False, description="accept a lower "
+                                  "settings.kubernetes.version than the cluster runs (one minor "
+                                  "at most), recorded in an event; refused 422 otherwise")
+
+
 class DeleteQuery(_Body):
     """How `DELETE /v1/machines/REF` deletes: the query string's parameters."""
 

@@ -74,8 +74,10 @@ ROUTES: tuple[Route, ...] = (
           body=RotateRequest, answer=RotateResponse),
     Route("GET", "/v1/artifacts/{name}", agent.artifact, "Download an artifact", "machine"),
     Route("GET", "/v1/clusters", admin.list_clusters, "List clusters", "admin"),
-    Route("PUT", "/v1/clusters", admin.apply_cluster, "Apply a cluster spec (YAML or JSON body)",
-          "admin", body=ClusterSpec),
+    Route("PUT", "/v1/clusters", admin.apply_cluster, "Apply a cluster spec (YAML or JSON body); "
+          "a Kubernetes version its rules refuse (one minor at a time, a new release, no "
+          "downgrade unless allowDowngrade=true) is refused 422", "admin", body=ClusterSpec,
+          query=(("allowDowngrade", {"type": "boolean"}),)),
     Route("GET", "/v1/clusters/{name}", admin.get_cluster, "Get a cluster", "admin"),
     Route("DELETE", "/v1/clusters/{name}", admin.delete_cluster,
           "Delete a cluster: every machine resets first", "admin", 202),
@@ -129,7 +131,7 @@ ROUTES: tuple[Route, ...] = (
           "Dry run of a new spec (the body, YAML or JSON; none: the stored spec): the order and "
           "batches of the upgrade its apply would start, and the items each machine runs; "
           "changes nothing, so read-only tokens may send it", "admin", body=ClusterSpec,
-          body_optional=True, dry_run=True),
+          body_optional=True, dry_run=True, query=(("allowDowngrade", {"type": "boolean"}),)),
     Route("GET", "/v1/clusters/{name}/render", admin.render,
           "What each machine would run: per machine and phase, each item's action with its "
           "values filled in, secrets masked (query: machine (id or hostname), phase, fleet="

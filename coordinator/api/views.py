@@ -23,6 +23,7 @@ from coordinator.domain.rendering import RenderedMachine, Rendering
 from coordinator.domain.status import machine_step
 from coordinator.domain.steps import item_states
 from coordinator.domain.tokens import join_token_state
+from coordinator.domain.versions import join_wait
 from coordinator.service.queries import ClusterStatus
 from nodeagent.addresses import interface_of
 
@@ -34,7 +35,8 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
     material shows when it was minted and used, never its values."""
     at = machine.state_since if now is None else now
     step = machine_step(spec, machine, at)
-    waits = waits_text(spec, machine, peers) if spec is not None else ""
+    waits = (waits_text(spec, machine, peers) or join_wait(spec, machine, peers)
+             if spec is not None else "")
     failures = machine.precheck_failures()
     items: dict[str, Any] | None = None
     if spec is not None and step.phase:
@@ -70,6 +72,7 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
         "precheck_to_be_prepared": to_be_prepared(machine.precheck)
         if machine.state in (MachineState.PENDING, MachineState.PREPARE) else [],
         "release": machine.release,
+        "kubernetes": machine.kubernetes,  # the version its items last brought it to
         "managers": list(machine.managers),  # the manager set its items last applied
         "drain": None if machine.drain is None else {
             **asdict(machine.drain), "stage": machine.drain.stage.value,

@@ -9,9 +9,11 @@ from urllib.parse import quote, urlencode
 import click
 
 from coordinator.cli.plumbing import (
+    allow_downgrade_option,
     call,
     complete_clusters,
     confirm,
+    downgrade_query,
     echo_lines,
     emit,
     output_option,
@@ -30,11 +32,15 @@ def cluster() -> None:
 @cluster.command("apply")
 @click.option("-f", "--file", "path", required=True, type=click.File("r"),
               help="Cluster spec (YAML or JSON); - for stdin.")
+@allow_downgrade_option
 @click.pass_context
-def cluster_apply(ctx: click.Context, path: Any) -> None:
-    """Create or update a cluster. Nothing is stored when the spec has any problem."""
+def cluster_apply(ctx: click.Context, path: Any, allow_downgrade: bool) -> None:
+    """Create or update a cluster. Nothing is stored when the spec has any problem, nor
+    when its settings.kubernetes.version skips a minor, goes down (unless
+    --allow-downgrade) or changes without a new release."""
     text = path.read()
-    result = call(ctx, "PUT", "/v1/clusters", text=text, content_type="application/yaml")
+    result = call(ctx, "PUT", "/v1/clusters" + downgrade_query(allow_downgrade), text=text,
+                  content_type="application/yaml")
     verb = "changed" if result["changed"] else "unchanged"
     say(f"cluster {result['name']} {verb}: release {result['release']}, "
         f"generation {result['generation']}")

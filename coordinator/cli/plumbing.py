@@ -183,6 +183,16 @@ def _problems_shown(exc: ClientError) -> list[str]:
 yes_option = click.option("--yes", "-y", is_flag=True,
                           help="Do it without asking (needed when not at a terminal).")
 
+allow_downgrade_option = click.option(
+    "--allow-downgrade", is_flag=True,
+    help="Accept a lower settings.kubernetes.version than the cluster runs (one minor at "
+    "most); recorded in an event. Refused without it.")
+
+
+def downgrade_query(allow_downgrade: bool) -> str:
+    """The query string that forces a downgrade (`cluster apply`, `upgrade plan`)."""
+    return "?allowDowngrade=true" if allow_downgrade else ""
+
 
 def confirm(question: str, yes: bool) -> None:
     """Go on only when the operator said so: --yes, or `y` at the prompt. Without a terminal

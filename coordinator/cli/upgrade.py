@@ -9,7 +9,9 @@ import click
 
 from coordinator.cli.plumbing import (
     MachineRef,
+    allow_downgrade_option,
     call,
+    downgrade_query,
     echo_lines,
     emit,
     machine_argument,
@@ -28,12 +30,14 @@ def upgrade() -> None:
 @click.argument("cluster_name")
 @click.option("-f", "--file", "path", type=click.File("r"),
               help="A new cluster spec: the plan its apply would start (default: the stored one).")
+@allow_downgrade_option
 @output_option
 @click.pass_context
-def upgrade_plan(ctx: click.Context, cluster_name: str, path: Any, output: str) -> None:
+def upgrade_plan(ctx: click.Context, cluster_name: str, path: Any, allow_downgrade: bool,
+                 output: str) -> None:
     """Show the order and batches the upgrade will take, and the items each machine runs,
-    before anything runs."""
-    where = f"/v1/clusters/{cluster_name}/upgrade-plan"
+    before anything runs. A Kubernetes version its apply would refuse is refused alike."""
+    where = f"/v1/clusters/{cluster_name}/upgrade-plan" + downgrade_query(allow_downgrade)
     data = (call(ctx, "POST", where, text=path.read(), content_type="application/yaml") if path
             else call(ctx, "GET", where))
     if not emit(data, output):

@@ -1,7 +1,8 @@
 """settings.kubernetes: what the coordinator needs to reach the cluster (a kubeconfig), and
 the Kubernetes settings a profile's items need (version, control-plane endpoint, subnets,
-CNI, dedicated managers, cluster labels), typed and checked when the spec is applied, so that
-a subnet typo is refused by `cluster apply` rather than by kubeadm on the first manager.
+CNI, image repository, dedicated managers, cluster labels), typed and checked when the spec is
+applied, so that a subnet typo is refused by `cluster apply` rather than by kubeadm on the
+first manager.
 Which of them may change after the first manager deployed is specs.py's rule."""
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ _VERSION = re.compile(r"^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
                        r"(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*$")
 _NUMERIC = re.compile(r"^[0-9.]+$")
+# A registry host[:port] and path, as image references spell them (lowercase, no scheme).
+_REPOSITORY = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+# The pause image each kubeadm minor pulls and compares the runtime's sandbox image with
+# (PauseVersion in kubeadm's cmd/kubeadm/app/constants/constants.go): 3.10 from 1.31, 3.10.1
+# from 1.34. A minor past the last row takes its value until a row is added (kubeadm's
+# preflight only warns on a different one); one before the first takes the first.
+PAUSE_VERSIONS: tuple[tuple[tuple[int, int], str], ...] = (((1, 31), "3.10"), ((1, 34), "3.10.1"))
 ENDPOINT_SYNTAX = "host or host:port, e.g. k8s.example:6443, 10.0.0.10 or [fd00::10]:6443"
 
 
@@ -46,6 +54,14 @@ def endpoint_problem(value: str) -> str | None:
     return None
 
 
+def pause_version(kubernetes: str | None) -> str:
+    """The pause image's tag kubeadm of this Kubernetes version uses (None: the latest row)."""
+    numbers = re.match(r"(\d+)\.(\d+)", kubernetes or "")
+    minor = (int(numbers[1]), int(numbers[2])) if numbers else (999, 0)
+    rows = [tag for since, tag in PAUSE_VERSIONS if minor >= since]
+    return rows[-1] if rows else PAUSE_VERSIONS[0][1]
+
+
 def _ipv4(text: str) -> bool:
     try:
         ipaddress.IPv4Address(text)
@@ -70,6 +86,11 @@ class KubernetesSettings(SpecModel):
     version: str | None = Field(
         default=None, description="the Kubernetes version items install, e.g. 1.31.2: "
         "${kubernetes.version}")
+    allow_downgrade: bool = Field(
+        default=False, description="set by the coordinator, never by the file (a file's value "
+        "is replaced): true while the version was applied by `cluster apply --allow-downgrade` "
+        "as a forced downgrade, so the package items may install an older version: "
+        "${kubernetes.allowDowngrade}")
     control_plane_endpoint: str | None = Field(
         default=None, description="host[:port] the nodes reach the API server at (a load "
         "balancer or virtual IP in front of the managers): ${kubernetes.controlPlaneEndpoint}")
@@ -78,6 +99,10 @@ class KubernetesSettings(SpecModel):
     cni: Literal["calico", "cilium", "none"] = Field(
         default="calico", description="the network plugin items install (none: the profile "
         "installs its own, or none)")
+    image_repository: str = Field(
+        default="registry.k8s.io", description="where the control plane's and the sandbox's "
+        "images come from (a mirror for air-gapped nodes): ${kubernetes.imageRepository}, and "
+        "${kubernetes.sandboxImage}, its pause image at kubeadm's version for this Kubernetes")
     dedicated_managers: bool = Field(
         default=False, description="managers run no workloads: the coordinator taints their "
         "Nodes node-role.kubernetes.io/control-plane:NoSchedule")
@@ -115,6 +140,14 @@ class KubernetesSettings(SpecModel):
     def _cidr(cls, value: str) -> str:
         return _subnet(value)
 
+    @field_validator("image_repository")
+    @classmethod
+    def _repository(cls, value: str) -> str:
+        if not _REPOSITORY.match(value):
+            raise ValueError(f"{value!r} must be a registry and path such as registry.k8s.io or "
+                             "mirror.example:5000/k8s (lowercase, no scheme, no trailing /)")
+        return value
+
     @field_validator("labels")
     @classmethod
     def _labels(cls, value: dict[str, str]) -> dict[str, str]:
@@ -130,3 +163,9 @@ class KubernetesSettings(SpecModel):
             raise ValueError(f"podSubnet {pods} overlaps serviceSubnet {services}: a pod "
                              "address would be taken for a service's")
         return self
+
+
+def sandbox_image(settings: KubernetesSettings) -> str:
+    """The sandbox (pause) image containerd must run pods with: the one kubeadm pulls from
+    the cluster's image repository, which an air-gapped node can reach."""
+    return f"{settings.image_repository}/pause:{pause_version(settings.version)}"

@@ -283,6 +283,10 @@ class Machine:
     reissue_used_at: float | None = None
     responding: bool = True  # false once heartbeats stopped; the state is left as it was
     release: str = ""  # the release it last deployed or upgraded at, or had nothing to run at
+    # The settings.kubernetes.version its items last brought it to (domain/versions.py): the
+    # spec's when it entered Deploy (its prepare items complete) and when it was recorded at a
+    # release; "" before, or when the spec names none.
+    kubernetes: str = ""
     managers: tuple[str, ...] = ()  # the deployed managers its deploy/reconfigure items last saw
     # Managers: the order the planner admitted it into Deploy in (1 the first); 0 not yet, or
     # before this was recorded. ${managers.first} and the post-deploy host follow it.

@@ -48,6 +48,7 @@ from coordinator.domain.prerequisites import deploy_gate
 from coordinator.domain.releases import at_release, baseline, names, to_run
 from coordinator.domain.remedies import drain_warnings
 from coordinator.domain.removal import may_be_removed, node_deletion_due
+from coordinator.domain.versions import control_plane_behind
 from nodeagent.contract import ROLES, Phase
 from nodeagent.protocol import StateItem
 
@@ -81,6 +82,7 @@ class Decision:
     baseline: frozenset[str] = frozenset()  # upgrade items it takes as applied, at release
     upgrading: frozenset[str] = frozenset()  # into Upgrade: the items it is admitted to run
     deploy_order: int | None = None  # a manager admitted into Deploy: the how-manyth
+    kubernetes: str | None = None  # the Kubernetes version its items brought it to
 
 
 @dataclass
@@ -177,6 +179,8 @@ def enact(machines: Sequence[Machine], decisions: Sequence[Decision], now: float
                 moved = replace(moved, upgrading=decision.upgrading)
             if decision.deploy_order is not None:
                 moved = replace(moved, deploy_order=decision.deploy_order)
+            if decision.kubernetes is not None:
+                moved = replace(moved, kubernetes=decision.kubernetes)
             result.append(moved)
     return result
 
@@ -439,7 +443,8 @@ def _recorded_at_release(spec: ClusterSpec, machine: Machine) -> Decision | None
     reason = (f"release {spec.release} has nothing for it to run" if machine.release != spec.release
               else f"the upgrade items added at release {spec.release} are for earlier releases")
     return replace(_decide(machine, S.READY, f"{reason}: recorded at {spec.release}"),
-                   release=spec.release, baseline=baseline(spec, machine.role))
+                   release=spec.release, baseline=baseline(spec, machine.role),
+                   kubernetes=_version(spec))
 
 
 def _advance_pending(machine: Machine) -> Decision | None:
@@ -452,15 +457,27 @@ def _advance_pending(machine: Machine) -> Decision | None:
 def _record(spec: ClusterSpec, machine: Machine, d: Decision,
             managers: tuple[str, ...]) -> Decision:
     """What a machine entering Ready has now applied: after its deploy or upgrade items, the
-    spec's release, whose upgrade items become its baseline; after its reconfigure items,
-    their manager list (its deploy items' list was recorded when it entered Deploy). A
-    machine staying Ready records only its release (_recorded_at_release)."""
+    spec's release (and Kubernetes version), whose upgrade items become its baseline; after
+    its reconfigure items, their manager list (its deploy items' list was recorded when it
+    entered Deploy). A machine staying Ready records only its release (_recorded_at_release).
+    One that deployed on prepare items the spec has changed since (a new Kubernetes version
+    while it was in Deploy: the package items are keyed by it) is not at the release: its
+    deploy items brought it where the old ones led, so it records nothing more than the
+    baseline it entered Deploy with, and upgrades: its changed prepare items and the new
+    release's upgrade items (releases.upgrade_run)."""
     if d.to_state is not S.READY or d.from_state is S.READY:
         return d
+    if d.from_state is S.DEPLOY and pending_items(spec, machine, "prepare"):
+        return replace(d, reason=f"{d.reason}; prepare items changed since it ran them: it "
+                       "upgrades to release " + spec.release)
     if d.from_state in (S.DEPLOY, S.UPGRADE):
         taken = baseline(spec, machine.role) if machine.role else frozenset()
-        return replace(d, release=spec.release, baseline=taken)
+        return replace(d, release=spec.release, baseline=taken, kubernetes=_version(spec))
     return replace(d, managers=managers)  # Reconfigure: the list its items applied
+
+
+def _version(spec: ClusterSpec) -> str:
+    return spec.settings.kubernetes.version or ""
 
 
 def _must_reconfigure(spec: ClusterSpec, machine: Machine, managers: tuple[str, ...]) -> bool:
@@ -484,10 +501,14 @@ def _admit_to_deploy(state: _Pass) -> list[Decision]:
     seen = state.managers_after()
     decisions: list[Decision] = []
     kubernetes = state.spec.settings.kubernetes.version
+    # A joiner's kubelet is the spec's version: none joins a control plane still older.
+    lagging = control_plane_behind(state.spec, state.machines)
     for machine in state.machines:
         if machine.state is not S.PREPARE or not state.complete(machine) \
                 or not deploy_gate(kubernetes, machine.precheck).open:
             continue  # its items, then its prerequisites checked again after them
+        if lagging is not None and manager_deployed:
+            continue
         decision = None
         if machine.role == "manager" and not manager_deployed:
             if not deploying and not state.manager_leaving():
@@ -501,7 +522,11 @@ def _admit_to_deploy(state: _Pass) -> list[Decision]:
             decision = _decide(machine, S.DEPLOY,
                                f"worker deploys ({workers_deploying} of {batch} worker slots)")
         if decision is not None:
-            decision = replace(decision, managers=seen,
+            # Its prepare items are the spec's: the release's upgrade items lead where they
+            # brought it, its baseline should it reach Ready on prepare items changed since.
+            decision = replace(decision, managers=seen, kubernetes=_version(state.spec),
+                               baseline=baseline(state.spec, machine.role) if machine.role
+                               else frozenset(),
                                deploy_order=order if machine.role == "manager" else None)
             decisions.append(decision)
             deploying.append(machine.id)

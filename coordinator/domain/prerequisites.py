@@ -17,14 +17,21 @@ from typing import Any
 from nodeagent.protocol import PrecheckReport, Stage, Status
 
 RUNTIME_CHECK = "container-runtime"
-# containerd's own Kubernetes support matrix (its RELEASES.md): from Kubernetes 1.26 the
-# kubelet speaks CRI v1 only, which containerd serves from v1.6.15 and v1.7.0 (and every 2.x).
-# That is the floor refused below. Its per-minor table recommends later patches (1.33:
-# 1.6.36+, 1.7.24+, 2.0.4+) as the most tested; those are advice, not refused: Debian 12
-# ships 1.6.20, which the kubeadm profile installs. A later row applies from its minor on.
+# What each Kubernetes minor runs on, from the two projects' own words; a row applies from its
+# minor on. 1.26: the kubelet speaks CRI v1 only, which containerd serves from v1.6.15 and
+# v1.7.0, and every 2.x (containerd's RELEASES.md, its deprecated-versions table). 1.36: no
+# containerd 1.x at all (Kubernetes 1.35's release notes: "the last release to support the
+# containerd v1.X series"; the kubelet reports such nodes in kubelet_cri_losing_support).
+# That is what is refused below. RELEASES.md's per-minor rows recommend later patches (1.33:
+# 1.6.36+, 1.7.24+, 2.0.4+) as the most tested: advice, not refused. The kubeadm profile
+# installs containerd.io from the Docker repository, which is past every row.
 CONTAINERD_MINIMUMS: tuple[tuple[tuple[int, int], tuple[tuple[int, int, int], ...]], ...] = (
     ((1, 26), ((1, 6, 15), (1, 7, 0), (2, 0, 0))),
+    ((1, 36), ((2, 0, 0),)),
 )
+CONTAINERD_REMEDY = ("have the prepare items install a containerd the cluster's Kubernetes "
+                     "version runs on (the kubeadm profile installs containerd.io from the "
+                     "Docker repository), then restart its agent")
 _NUMBERS = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -74,7 +81,7 @@ def containerd_shortfall(kubernetes: str, containerd: str) -> str | None:
         return None
     wanted = " or ".join(".".join(map(str, m)) + "+" for m in rows[-1])
     return (f"containerd {containerd} is older than Kubernetes {kubernetes} supports "
-            f"(containerd's support matrix: {wanted})")
+            f"(it runs on containerd {wanted})")
 
 
 def deploy_gate(kubernetes: str | None, precheck: Mapping[str, Any]) -> Gate:
@@ -94,8 +101,6 @@ def deploy_gate(kubernetes: str | None, precheck: Mapping[str, Any]) -> Gate:
     if kubernetes and isinstance(measured, str) and not (runtime and runtime.ignored):
         why = containerd_shortfall(kubernetes, measured)
         if why:
-            unmet.append(Unmet(RUNTIME_CHECK, why, "have the prepare items install a newer "
-                               "containerd (e.g. containerd.io from Docker's repository), "
-                               "then restart its agent"))
+            unmet.append(Unmet(RUNTIME_CHECK, why, CONTAINERD_REMEDY))
     return Gate(True, tuple(unmet))
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from coordinator.domain.catalog import catalog
+from coordinator.domain.kubesettings import sandbox_image
 from coordinator.domain.labels import key_problem, label_list
 from coordinator.domain.model import (
     ClusterSpec,
@@ -53,12 +54,16 @@ VALUES: dict[str, Callable[[_Inputs], str]] = {
     "proxy.https": lambda v: v.spec.settings.proxy.https or "",
     "proxy.noProxy": lambda v: ",".join(v.spec.settings.proxy.no_proxy),
     "kubernetes.version": lambda v: v.spec.settings.kubernetes.version or "",
+    "kubernetes.allowDowngrade":
+        lambda v: "true" if v.spec.settings.kubernetes.allow_downgrade else "false",
     "kubernetes.controlPlaneEndpoint":
         lambda v: v.spec.settings.kubernetes.control_plane_endpoint or "",
     "kubernetes.podSubnet": lambda v: v.spec.settings.kubernetes.pod_subnet,
     "kubernetes.serviceSubnet": lambda v: v.spec.settings.kubernetes.service_subnet,
     "kubernetes.cni": lambda v: v.spec.settings.kubernetes.cni,
     "kubernetes.certificateRenewal": lambda v: v.spec.settings.kubernetes.certificate_renewal,
+    "kubernetes.imageRepository": lambda v: v.spec.settings.kubernetes.image_repository,
+    "kubernetes.sandboxImage": lambda v: sandbox_image(v.spec.settings.kubernetes),
     "kubernetes.dedicatedManagers":
         lambda v: "true" if v.spec.settings.kubernetes.dedicated_managers else "false",
     "cluster.labels": lambda v: label_list(v.spec.settings.kubernetes.labels),

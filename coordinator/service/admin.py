@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from coordinator.domain import versions
 from coordinator.domain.approval import approval_address, approved_event, refusal
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
@@ -72,10 +73,11 @@ class Admin:
             self.notifier.changed()
         self.notifier.kick()
 
-    async def apply_cluster(self, spec: ClusterSpec) -> Applied:
+    async def apply_cluster(self, spec: ClusterSpec, allow_downgrade: bool = False) -> Applied:
         """Store the spec (keeping the stored pause unless it says `paused:`, see
         domain/specs.pause_kept); returns what was stored and whether it changed. Agents
-        re-fetch on a change."""
+        re-fetch on a change. A Kubernetes version the rules refuse (domain/versions.py: one
+        minor at a time, no downgrade unless allow_downgrade, a new release) stores nothing."""
         async with self.writes.lock:
             before = await self.store.get_cluster(spec.name)
             if before is not None and before.deleting:
@@ -84,15 +86,22 @@ class Admin:
             machines = await self.store.list_machines(spec.name)
             if before is not None:
                 check_fixed(before.spec, spec, machines)
+            spec, verdict = versions.admitted(before and before.spec, spec, machines,
+                                              allow_downgrade)
             stored = await self.store.put_cluster(spec, self.clock())
             changed = before is None or before.generation != stored.generation
             if changed:
                 machines = [replace(m, generation=m.generation + 1) for m in machines]
                 verb = "created" if before is None else "updated"
-                await self.writes.commit(machines, [self._event(
+                events = [self._event(
                     spec.name, "cluster-applied",
                     f"cluster {verb}: release {spec.release}, generation {stored.generation}",
-                    data={"release": spec.release, "generation": stored.generation})])
+                    data={"release": spec.release, "generation": stored.generation})]
+                if verdict.downgrade and before is not None:
+                    events.append(self._event(spec.name, "downgrade", versions.downgrade_text(
+                        before.spec, spec), data={"from": before.spec.settings.kubernetes.version,
+                                                  "to": spec.settings.kubernetes.version}))
+                await self.writes.commit(machines, events)
                 self.notifier.wake(m.id for m in machines)
         self.notifier.kick()
         return Applied(stored, changed,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coordinator.domain import planner
+from coordinator.domain import planner, versions
 from coordinator.domain.certificates import Certificates, certificate_status, source_of
 from coordinator.domain.clones import clone_problems, identities
 from coordinator.domain.errors import Conflict, Gone, NotFound
@@ -198,15 +198,18 @@ class Queries:
         """Raises when the store cannot be read: the replica is not ready."""
         await self.store.list_clusters()
 
-    async def upgrade_plan(self, name: str, spec: ClusterSpec | None = None
+    async def upgrade_plan(self, name: str, spec: ClusterSpec | None = None,
+                           allow_downgrade: bool = False
                            ) -> tuple[ClusterSpec, planner.UpgradePlan]:
-        """The steps an upgrade to spec (default: the stored one) would take; changes nothing."""
+        """The steps an upgrade to spec (default: the stored one) would take; changes nothing.
+        A spec its apply would refuse is refused here alike."""
         stored = await self.cluster(name)
         if spec is not None and spec.name != name:
             raise Conflict(f"the spec is for cluster {spec.name}, not {name}")
         target = pause_kept(stored.spec, spec) if spec else stored.spec
         machines = await self.store.list_machines(name)
         check_fixed(stored.spec, target, machines)  # what its apply would refuse
+        target, _ = versions.admitted(stored.spec, target, machines, allow_downgrade)
         return target, planner.upgrade_plan(target, machines)
 
     async def rendering(self, name: str, spec: ClusterSpec | None = None,

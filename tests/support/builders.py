@@ -365,6 +365,7 @@ def full_machine(machine_id: str = "m-1", cluster: str = "edge", **changes: Any)
         reissue_used_at=4.5,
         responding=False,
         deploy_order=2,
+        kubernetes="1.33.4",
         post_deploy=True,
         retries=2,
         clones=("machine-identity: mac 52:54:00:12:34:56 is also machine w2's",),

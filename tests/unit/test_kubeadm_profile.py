@@ -8,18 +8,29 @@ from __future__ import annotations
 
 import re
 import shlex
+import tomllib
 from dataclasses import replace
+from itertools import pairwise
+from typing import Any
 
 import pytest
 
 from coordinator.domain.fleet import Fleet, hypothetical_fleet
 from coordinator.domain.minting import needed
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
+from coordinator.domain.releases import names, upgrade_run
 from coordinator.domain.rendering import render_cluster
+from coordinator.domain.specs import load_spec
 from nodeagent.contract import ROLES
-from nodeagent.protocol import StateItem
+from nodeagent.protocol import ProxySettings, StateItem
 from tests.support.k8s_doubles.calls import doubled
-from tests.support.kubeadm_profile import deployed, kubeadm_config, profile_spec, rendered
+from tests.support.kubeadm_profile import (
+    PROFILE,
+    deployed,
+    kubeadm_config,
+    profile_spec,
+    rendered,
+)
 
 CA_HASH = "sha256:" + "c" * 64
 
@@ -154,7 +165,8 @@ def test_upgrade_items_in_order_the_control_plane_first_then_the_kubelet(
         upgrade = rendered(spec, machine, fleet, "upgrade")
         step = "upgrade-control-plane" if machine is fleet[0] else "upgrade-node"
         assert list(upgrade) == ["upgrade-kubeadm", step, "upgrade-kubelet", "daemon-reload",
-                                 "restart-kubelet", *["certs-renew"] * (machine.role == "manager")]
+                                 "restart-containerd", "restart-kubelet",
+                                 *["certs-renew"] * (machine.role == "manager")]
         assert upgrade["upgrade-kubeadm"]["argv"][-2:] == ["1.33.4", "kubeadm"]
         assert upgrade["upgrade-kubelet"]["argv"][-3:] == ["1.33.4", "kubelet", "kubectl"]
         assert upgrade[step]["argv"] == (["kubeadm", "upgrade", "apply", "--yes", "v1.33.4"]
@@ -185,7 +197,7 @@ def test_join_material_is_minted_and_revoked_with_kubeadm(spec: ClusterSpec) -> 
 HARMLESS = {"sh", "set", "if", "then", "else", "elif", "fi", "for", "do", "done", "case", "esac",
             "in", "echo", "printf", "export", "unset", "eval", "exit", ".", "[", "command",
             "grep", "sed", "mkdir", "rm", "openssl", "shift", ":", "continue", "awk",
-            "head", "mv", "sleep", "while"}
+            "head", "sort", "mv", "sleep", "while"}
 # The real network tools of the cleanup: every test that runs it runs it in a network namespace
 # of its own (tests/integration/test_kubeadm_cleanup.py, the agents of tests/e2e), so they
 # need no double. `$tool` is iptables or ip6tables, each backend.
@@ -266,3 +278,120 @@ def test_what_renews_the_control_planes_certificates_reports_the_renewed_admin_c
     assert set(reporting) == {"upgrade-control-plane", "upgrade-node", "certs-renew"}
     assert reporting["certs-renew"].version == spec.settings.kubernetes.certificate_renewal
     assert "certs-renew" not in {i.name for i in spec.machine_types.worker}
+
+
+# -- proxy and air-gap ----------------------------------------------------------------------------
+
+PROXY_ENV = {"http_proxy": "${proxy.http}", "https_proxy": "${proxy.https}",
+             "no_proxy": "${proxy.noProxy}"}
+
+
+def fetches(words: list[str]) -> bool:
+    """Whether a command downloads: curl and wget, the package managers, the cilium and helm
+    CLIs (charts), `kubectl apply -f` of a URL (or of a variable that may hold one)."""
+    if words[0] in {"curl", "wget", "apt-get", "dnf", "cilium", "helm"}:
+        return True
+    return words[0] == "kubectl" and any(
+        flag == "-f" and ("://" in target or target.startswith("$"))
+        for flag, target in pairwise(words))
+
+
+def test_every_item_that_downloads_gets_the_clusters_proxy(spec: ClusterSpec) -> None:
+    """Behind a proxy, an item that fetches without it fails at its first download (the CNI
+    and helm-controller did): every such item has the three variables of settings.proxy."""
+    items = {i.name: i for role in ROLES for i in getattr(spec.machine_types, role)}
+    downloading = {item for item, words in every_command(spec) if fetches(words)}
+    assert {"containerd", "kubernetes-packages", "cni", "helm-controller",
+            "upgrade-kubeadm", "upgrade-kubelet"} <= downloading
+    unproxied = sorted(name for name in downloading
+                       if not PROXY_ENV.items() <= (items[name].action.env or {}).items())  # type: ignore[union-attr]
+    assert not unproxied, f"items that download without settings.proxy: {unproxied}"
+
+
+def test_the_fetch_scanner_tells_downloads_from_local_commands() -> None:
+    assert fetches(["kubectl", "apply", "-f", "https://x/a.yaml"])
+    assert fetches(["kubectl", "apply", "-f", "$base/manifests/ns.yaml"])
+    assert not fetches(["kubectl", "apply", "--server-side", "-f", "etc/kubernetes/calico.yaml"])
+    assert not fetches(["kubectl", "get", "configmap", "cluster-info"])
+    assert fetches(["cilium", "install"]) and fetches(["curl", "-fsSL", "$repo/deb/Release.key"])
+
+
+def test_a_proxy_set_reaches_the_cni_and_helm_controller_as_rendered() -> None:
+    proxied = profile_spec()
+    proxied = proxied.model_copy(update={"settings": proxied.settings.model_copy(update={
+        "proxy": ProxySettings(http="http://proxy.test:3128", https="http://proxy.test:3128",
+                               no_proxy=["10.0.0.0/8", ".svc"])})})
+    machines = hypothetical_fleet(proxied, Fleet(1, 1))
+    for phase, name in (("deploy", "cni"), ("postdeploy", "helm-controller")):
+        env = rendered(proxied, machines[0], machines, phase)[name]["env"]
+        assert env["https_proxy"] == "http://proxy.test:3128" and env["no_proxy"] == "10.0.0.0/8,.svc"
+        assert env["KUBECONFIG"] == "/etc/kubernetes/admin.conf"
+
+
+def containerd_config(spec: ClusterSpec) -> dict[str, Any]:
+    machines = hypothetical_fleet(spec, Fleet(1, 1))
+    texts = {rendered(spec, m, machines, "prepare")["containerd-config"]["template"]
+             for m in machines}
+    (text,) = texts  # every machine the same
+    return tomllib.loads(text)
+
+
+def test_the_sandbox_image_and_the_control_planes_follow_the_image_repository() -> None:
+    """An air-gapped cluster mirrors registry.k8s.io: containerd's sandbox image must come from
+    the mirror too, at the pause version kubeadm of that Kubernetes version pulls, or no pod
+    starts (the sandbox is pulled before any container)."""
+    default = containerd_config(profile_spec())
+    assert default["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"] == \
+        "registry.k8s.io/pause:3.10"  # kubeadm 1.33's
+    mirrored = profile_spec(image_repository="mirror.example:5000/k8s", version="1.34.1")
+    cri = containerd_config(mirrored)["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["sandbox_image"] == "mirror.example:5000/k8s/pause:3.10.1"  # kubeadm 1.34's
+    machines = hypothetical_fleet(mirrored, Fleet(1, 1))
+    cluster = kubeadm_config(rendered(mirrored, machines[0], machines, "deploy")["init-config"])
+    assert cluster["ClusterConfiguration"]["imageRepository"] == "mirror.example:5000/k8s"
+
+
+def test_a_kubernetes_version_change_updates_containerd_and_its_configuration_and_restarts_it(
+        spec: ClusterSpec) -> None:
+    """The pause image changes with kubeadm's minor (3.10 to 3.10.1 at 1.34), and 1.36 runs on
+    containerd 2.0 or later only: containerd's package and configuration items are versioned
+    by the Kubernetes version, so an upgrade runs them again on every machine (containerd.io
+    brought up to date, the file written again), and containerd is restarted before the
+    kubelet."""
+    for role in ROLES:
+        versioned = {i.name: i.version for i in spec.items(role, "prepare")
+                     if i.name in ("containerd", "containerd-config")}
+        assert versioned == dict.fromkeys(("containerd", "containerd-config"),
+                                          spec.settings.kubernetes.version)
+    upgrade = [i.name for i in spec.items("worker", "upgrade")]
+    assert upgrade.index("restart-containerd") < upgrade.index("restart-kubelet")
+
+
+def test_calico_is_the_manifest_for_more_than_50_nodes_applied_server_side(
+        spec: ClusterSpec, fleet: list[Machine]) -> None:
+    """calico.yaml is Calico's manifest for 50 nodes or fewer; beyond, every Felix watches the
+    API server itself. calico-typha.yaml puts Typha between them. Applied server-side, the
+    same command installs and upgrades it (no last-applied annotation to outgrow)."""
+    cni = rendered(spec, fleet[0], fleet, "deploy")["cni"]
+    script, version = cni["argv"][2], cni["argv"][5]
+    assert "/manifests/calico-typha.yaml" in script and "/manifests/calico.yaml" not in script
+    assert version.startswith("v3.") and "/calico/$2/manifests" in script
+    (apply,) = [w for w in commands(script) if w[:2] == ["kubectl", "apply"]]
+    assert apply == ["kubectl", "apply", "--server-side", "--force-conflicts", "-f",
+                     "etc/kubernetes/nodeagent/calico.yaml"]
+
+
+def test_a_cni_version_bump_reaches_a_running_cluster_on_the_first_manager_alone(
+        spec: ClusterSpec) -> None:
+    """The versions are the cni item's arguments: a new one changes the item, so the next
+    upgrade runs it again where it ran (and the item upgrades what it finds)."""
+    machines = [replace(m, release=spec.release)  # Ready at the release, every item applied
+                for m in hypothetical_fleet(spec, Fleet(3, 2))]
+    cni = next(i for i in spec.items("manager", "deploy") if i.name == "cni")
+    old = cni.action.argv[-2]  # type: ignore[union-attr]
+    text = PROFILE.read_text().replace(f"- {old}   # calico", "- v3.30.2   # calico")
+    bumped = load_spec(text.replace('release: "1.33.4"', 'release: "1.33.4-cni"'))
+    runs = {m.hostname: names(upgrade_run(bumped, m)) for m in machines}
+    assert runs["manager-1"].startswith("deploy/cni") and "upgrade/" in runs["manager-1"]
+    assert all("deploy/cni" not in run for host, run in runs.items() if host != "manager-1")
+    assert all(names(upgrade_run(spec, m)) == "" for m in machines)  # unchanged: nothing

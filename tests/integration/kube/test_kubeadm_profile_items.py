@@ -12,8 +12,10 @@ plane and a join killed after kubelet-start was refused for good.
 
 The leave item a remaining manager runs for a manager being deleted removes its member from the
 real etcd, and says so when it is gone. Also: a worker whose first token expired joins with the
-one minted again, the endpoint init gives the joiners always names a port, and the certificate
-renewal item renews every certificate and restarts the control plane's pods to load them."""
+one minted again, the endpoint init gives the joiners always names a port, kubeadm's
+preflight finds containerd, as the profile configures it, on kubeadm's pause image from the
+cluster's image repository (a mirror too), and the certificate renewal item renews every
+certificate and restarts the control plane's pods to load them."""
 
 from __future__ import annotations
 
@@ -305,3 +307,28 @@ def test_the_renewal_item_renews_the_certificates_and_restarts_the_control_plane
         assert not list(held.iterdir())
         members = control.etcd_members(root, cluster.node(first).ns.argv([]))
     assert [m["name"] for m in members] == [first.hostname]
+
+
+@pytest.mark.parametrize("repository", ["registry.k8s.io", "mirror.test:5000/k8s"])
+def test_kubeadms_preflight_finds_containerd_on_its_pause_image_from_the_clusters_repository(
+        tmp_path: Path, repository: str) -> None:
+    """kubeadm warns when the runtime's sandbox image is not the pause image it pulls from the
+    cluster's imageRepository; with a mirror (air-gapped) the other one cannot even be pulled,
+    and no pod starts. containerd's configuration as the profile writes it leaves no warning."""
+    spec = profile_spec(image_repository=repository)
+    with cluster_on_a_lan(tmp_path, spec, Fleet(1, 1)) as cluster:
+        first = cluster.machines[0]
+        cluster.apply(first, rendered(spec, first, cluster.machines, "prepare")["containerd-config"])
+        cluster.apply(first, rendered(spec, first, cluster.machines, "deploy")["init-config"])
+        preflight = ["kubeadm", "init", "phase", "preflight", "--config",
+                     "/etc/kubernetes/nodeagent/init.yaml"]
+        ok(cluster.run(first, preflight))
+        ok(cluster.run(first, ["sed", "-i", f"s|{repository}/pause|registry.example/pause|",
+                               "etc/containerd/config.toml"]))  # another: kubeadm warns
+        warned = cluster.run(first, preflight)
+    preflights = [c for c in calls(tmp_path / "log") if c.is_("kubeadm", "init", "phase")]
+    assert [c.details.get("warnings") for c in preflights] == [None, [
+        'detected that the sandbox image "registry.example/pause:3.10" of the container runtime '
+        'is inconsistent with that used by kubeadm. It is recommended to use '
+        f'"{repository}/pause:3.10" as the CRI sandbox image.']]
+    assert "inconsistent with that used by kubeadm" in warned.stderr

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.k8s_doubles.common import state as shared
+
 DOUBLES = Path(__file__).parent
 
 
@@ -49,3 +51,10 @@ def calls(log: Path) -> list[Call]:
         return []
     return [Call(**{k: v for k, v in json.loads(line).items() if k != "cwd"})
             for line in log.read_text().splitlines()]
+
+
+def installed(state: Path, root: Path) -> dict[str, str]:
+    """The version of each package apt-get or dnf installed in root, as they recorded it
+    (state: the doubles' shared state directory)."""
+    with shared(state) as data:
+        return dict(data.get("installed", {}).get(str(root), {}))

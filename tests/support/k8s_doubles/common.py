@@ -22,7 +22,7 @@ from typing import Any
 VALUED = {"--config", "--ttl", "--description", "--certificate-key", "--kubeconfig", "-o",
           "--output", "-n", "--namespace", "-f", "--filename", "--version", "--set",
           "--ignore-preflight-errors", "--skip-phases", "--name", "--label", "--runtime-endpoint",
-          "--node-name", "--apiserver-advertise-address", "--cri-socket"}
+          "--node-name", "--apiserver-advertise-address", "--cri-socket", "-l", "--selector"}
 
 
 class Failure(Exception):

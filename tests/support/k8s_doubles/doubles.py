@@ -16,9 +16,14 @@ caller's working directory (the node's root) and network namespace.
 - Nodes register in the test Kubernetes API server ($K8S_DOUBLES_API, tests/support/kubeapi.py)
   as a kubelet does.
 - kubectl remembers the images set on Deployments (`set image`) to answer `get deployment`,
-  and finds cluster-info only once init's bootstrap-token phase made it.
-- apt-get and dnf remember which kubeadm version they installed in a root (the version
-  `kubeadm upgrade apply` checks its target against).
+  and finds cluster-info only once init's bootstrap-token phase made it; `get secret -l
+  owner=helm,name=NAME` lists the Helm release's Secret, as Helm labels it.
+- cilium install refuses a release that is there and cilium upgrade one that is not, as Helm
+  under the cilium CLI does; both remember the release's version and revision.
+- apt-get and dnf remember which version of each package they installed in a root (kubeadm's
+  is what `kubeadm upgrade apply` checks its target against; tests read them with
+  calls.installed); apt-get refuses a downgrade without --allow-downgrades, dnf makes it, and
+  `rpm -q` answers from them.
 - `systemctl start|restart|stop kubelet` starts or stops the kubelet double.
 - modprobe and sysctl change the root's /proc/sys as the kernel does (sysfs.py).
 - Every other command (apt-mark, swapoff, ...) is recorded and succeeds.
@@ -68,6 +73,9 @@ def kubectl(args: list[str]) -> Details:
                 raise Failure('Error from server (NotFound): configmaps "cluster-info" not found')
         print("configmap/cluster-info")
         return {"configmap": "cluster-info"}
+    if words[:2] == ["get", "secret"] and "-l" in flags:  # Helm's release records, by label
+        print("\n".join(helm_release_secrets(flags["-l"])))
+        return {"selector": flags["-l"]}
     if words[:2] == ["get", "deployment"]:
         with state() as data:
             image = data.get("deployments", {}).get(words[2])
@@ -78,10 +86,49 @@ def kubectl(args: list[str]) -> Details:
     return {"files": flags.get("-f")} if words[:1] == ["apply"] else {}
 
 
+def helm_release_secrets(selector: str) -> list[str]:
+    """The Secrets Helm keeps a release's revisions in (sh.helm.release.v1.NAME.vN, labelled
+    owner=helm, name=NAME, status=deployed for the current one) that selector matches."""
+    wanted = dict(term.partition("=")[::2] for term in selector.split(","))
+    if wanted.pop("owner", "helm") != "helm":
+        return []
+    with state() as data:
+        releases = data.get("helm_releases", {})
+    return [f"secret/sh.helm.release.v1.{name}.v{release['revision']}"
+            for name, release in releases.items()
+            if wanted.get("name", name) == name and wanted.get("status", "deployed") == "deployed"]
+
+
+def cilium(args: list[str]) -> Details:
+    """The cilium CLI in Helm mode (cilium-cli's install/ and cmd/): `install` is a Helm install
+    of the release `cilium`, which Helm refuses while a release of that name exists; `upgrade`
+    is a Helm upgrade of it (UpgradeWithHelm), which needs a deployed release."""
+    words, flags = parse(args)
+    if words[:1] not in (["install"], ["upgrade"]):
+        return {}
+    with state() as data:
+        releases = data.setdefault("helm_releases", {})
+        release = releases.get("cilium")
+        if words[0] == "install":
+            if release is not None:
+                raise Failure("Error: Unable to install Cilium: cannot re-use a name that is "
+                              "still in use")
+            release = releases["cilium"] = {"revision": 1, "version": flags.get("--version", "")}
+        else:
+            if release is None:
+                raise Failure('Error: Unable to upgrade Cilium: "cilium" has no deployed releases')
+            release.update(revision=release["revision"] + 1,
+                           version=flags.get("--version", release["version"]))
+        return {"release": dict(release)}
+
+
 def kubelet(args: list[str]) -> Details:
+    """`kubelet --version`: the version the package manager installed in this root, else the
+    cluster's."""
     if "--version" in args:
         with state() as data:
-            print(f"Kubernetes v{data.get('cluster', {}).get('version', '0.0.0')}")
+            cluster = data.get("cluster", {}).get("version", "0.0.0")
+            print(f"Kubernetes v{data.get('installed', {}).get(str(Path.cwd()), {}).get('kubelet', cluster)}")
     return {}
 
 
@@ -94,21 +141,50 @@ def systemctl(args: list[str]) -> Details:
     return {}
 
 
-def installer(args: list[str]) -> Details:
-    """apt-get/dnf install: the kubeadm version now in this root (kubeadm=1.33.4-*,
-    kubeadm-1.33.4)."""
-    for arg in args:
-        found = re.fullmatch(r"kubeadm[=-](\d+\.\d+\.\d+)(?:-.*)?", arg)
-        if found:
-            with state() as data:
-                data.setdefault("installed", {}).setdefault(str(Path.cwd()), {})["kubeadm"] = found[1]
-            return {"kubeadm": found[1]}
-    return {}
+def installer(command: str) -> Callable[[list[str]], Details]:
+    """apt-get/dnf install of packages at a version (kubelet=1.33.4-*, kubelet-1.33.4): the
+    version of each now installed in this root. apt-get refuses to put in an older version
+    than the one installed unless given --allow-downgrades, as apt does; dnf installs the
+    exact version asked for, older or not, as dnf does."""
+    def install(args: list[str]) -> Details:
+        wanted = {found[1]: found[2] for arg in args if (found := re.fullmatch(
+            r"([a-z][a-z0-9-]*?)[=-](\d+\.\d+\.\d+)(?:-.*)?", arg))}
+        with state() as data:
+            installed = data.setdefault("installed", {}).setdefault(str(Path.cwd()), {})
+            older = [f"{name} ({installed[name]} to {version})" for name, version in wanted.items()
+                     if name in installed and _newer(installed[name], version)]
+            if command == "apt-get" and older and "--allow-downgrades" not in args:
+                print("The following packages will be DOWNGRADED:\n  " + " ".join(older))
+                raise Failure("E: Packages were downgraded and -y was used without "
+                              "--allow-downgrades.")
+            installed.update(wanted)
+        return {"installed": wanted, "downgraded": older} if wanted else {}
+
+    return install
+
+
+def _newer(installed: str, version: str) -> bool:
+    def numbers(text: str) -> tuple[int, ...]:
+        return tuple(int(n) for n in text.split("."))
+    return numbers(installed) > numbers(version)
+
+
+def rpm(args: list[str]) -> Details:
+    """`rpm -q --qf %{VERSION} NAME`: the version dnf installed in this root, or rpm's "not
+    installed" (exit 1)."""
+    name = args[-1]
+    with state() as data:
+        version = data.get("installed", {}).get(str(Path.cwd()), {}).get(name)
+    if version is None:
+        raise Failure(f"package {name} is not installed")
+    print(version, end="")
+    return {name: version}
 
 
 HANDLERS: dict[str, Callable[[list[str]], Details]] = {
     "kubeadm": kubeadm, "kubectl": kubectl, "kubelet": kubelet, "systemctl": systemctl,
-    "crictl": kubelet_double.crictl, "apt-get": installer, "dnf": installer,
+    "crictl": kubelet_double.crictl, "apt-get": installer("apt-get"), "dnf": installer("dnf"),
+    "rpm": rpm, "cilium": cilium,
     "modprobe": modprobe, "sysctl": sysctl}
 
 

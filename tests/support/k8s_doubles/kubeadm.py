@@ -9,7 +9,10 @@ reset}, preflight/checks.go, phases/upgrade/policy.go, phases/etcd/local.go).
   discovery needs) at bootstrap-token.
 - Preflight refuses leftovers with kubeadm's check names and messages (FileAvailable--...,
   DirAvailable--var-lib-etcd, Port-N) and honours --ignore-preflight-errors (and
-  nodeRegistration.ignorePreflightErrors; `all`).
+  nodeRegistration.ignorePreflightErrors; `all`). Where kubeadm pulls the control plane's
+  images (init, a control-plane join, upgrade apply) it warns, as its image-pull check does,
+  when containerd's sandbox image (its config.toml) is not kubeadm's pause image from the
+  cluster's imageRepository (the warning also in the call's details).
 - kubelet-start starts the kubelet double (kubelet.py: port 10250, the static pods, so the
   etcd phase's manifest becomes a real etcd); a control-plane join adds its etcd member.
 - Bootstrap tokens (24h unless --ttl) and the uploaded certificates (2 hours) expire against
@@ -44,6 +47,7 @@ import string
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -82,6 +86,11 @@ KUBECONFIG_USERS = {"admin.conf": ("kubernetes-admin", "kubeadm:cluster-admins")
                     "kubelet.conf": ("system:node:{node}", "system:nodes")}
 CLUSTER_CAS = {"ca": ("ca", "kubernetes"), "front-proxy-ca": ("front_proxy_ca", "front-proxy-ca"),
                "etcd/ca": ("etcd_ca", "etcd-ca")}
+# kubeadm's pause image per minor (PauseVersion, cmd/kubeadm/app/constants/constants.go), and
+# the sandbox image containerd 1.6 runs when its config.toml names none.
+PAUSE = {(1, 31): "3.10", (1, 32): "3.10", (1, 33): "3.10", (1, 34): "3.10.1", (1, 35): "3.10.1"}
+CONTAINERD_SANDBOX = "registry.k8s.io/pause:3.6"
+DEFAULT_REPOSITORY = "registry.k8s.io"
 
 
 @dataclass
@@ -244,6 +253,33 @@ def preflight(run: Run) -> None:
                       "make a check non-fatal with `--ignore-preflight-errors=...`")
     if run.workflow == "join":
         discover(run)
+    if run.control_plane:  # kubeadm pulls the control plane's images: its image-pull check
+        with state() as data:
+            cluster = data.get("cluster") or {}
+            installed = data.get("installed", {}).get(str(Path.cwd()), {}).get("kubeadm")
+        config = run.docs.get("ClusterConfiguration", {})
+        sandbox_check(config.get("imageRepository") or cluster.get("imageRepository"),
+                      installed or str(config.get("kubernetesVersion") or cluster.get("version")),
+                      run.details)
+
+
+def sandbox_check(repository: str | None, kubeadm_version: str, details: Details) -> None:
+    """kubeadm's warning (never an error) when the runtime's sandbox image is not the pause
+    image it would pull: `crictl info`'s sandboxImage, here containerd's config.toml."""
+    numbers = re.match(r"v?(\d+)\.(\d+)", kubeadm_version)
+    pause = PAUSE.get((int(numbers[1]), int(numbers[2]))) if numbers else None
+    if pause is None:  # a kubeadm this double does not know the constants of
+        return
+    config = local("/etc/containerd/config.toml")
+    plugins = tomllib.loads(config.read_text()).get("plugins", {}) if config.exists() else {}
+    running = plugins.get("io.containerd.grpc.v1.cri", {}).get("sandbox_image", CONTAINERD_SANDBOX)
+    wanted = f"{repository or DEFAULT_REPOSITORY}/pause:{pause}"
+    if running != wanted:
+        warning = (f"detected that the sandbox image \"{running}\" of the container runtime is "
+                   f"inconsistent with that used by kubeadm. It is recommended to use "
+                   f"\"{wanted}\" as the CRI sandbox image.")
+        print(f"W checks.go] {warning}", file=sys.stderr)
+        details.setdefault("warnings", []).append(warning)
 
 
 def discover(run: Run) -> None:
@@ -390,7 +426,8 @@ def upload_config(run: Run) -> None:
     with state() as data:
         data["cluster"] = {"version": str(cluster.get("kubernetesVersion", "")).lstrip("v"),
                            "endpoint": cluster.get("controlPlaneEndpoint") or f"{run.ip}:6443",
-                           "podSubnet": cluster.get("networking", {}).get("podSubnet")}
+                           "podSubnet": cluster.get("networking", {}).get("podSubnet"),
+                           "imageRepository": cluster.get("imageRepository")}
         run.details["cluster"] = data["cluster"]
 
 
@@ -899,11 +936,14 @@ def kubeadm_upgrade(words: list[str], flags: dict[str, str]) -> Details:
         if not {"--yes", "-y", "--force", "-f"} & set(flags):
             print("[upgrade] Are you sure you want to proceed? [y/N]: ")
             raise Failure("won't proceed; the user didn't answer (Y|n) in order to continue")
+        details: Details = {"version": words[2].lstrip("v")}
+        sandbox_check(cluster.get("imageRepository"), installed or words[2], details)
         with state() as data:
             data["cluster"]["version"] = words[2].lstrip("v")
         renewed = upgrade_renewal(flags, words[2].lstrip("v"))
         print(f"[upgrade/successful] SUCCESS! Your cluster was upgraded to \"{words[2]}\".")
-        return {"version": words[2].lstrip("v"), "renewed": renewed}
+        details["renewed"] = renewed
+        return details
     if words[1] == "node":
         if not local("/etc/kubernetes/kubelet.conf").exists():
             raise Failure("couldn't create a Kubernetes client from file "

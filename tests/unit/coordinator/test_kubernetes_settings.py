@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from coordinator.domain.errors import Conflict
+from coordinator.domain.kubesettings import KubernetesSettings, sandbox_image
 from coordinator.domain.model import ClusterSpec, MachineState
 from coordinator.domain.specs import check_fixed, load_spec
 from coordinator.domain.templating import template_values
@@ -38,7 +39,8 @@ def test_the_settings_reach_every_assignment_as_template_values() -> None:
     values = template_values(spec(
         '{version: 1.31.2, controlPlaneEndpoint: "k8s.lab:6443", podSubnet: 10.50.0.0/16, '
         'serviceSubnet: 10.60.0.0/16, cni: cilium, dedicatedManagers: true, '
-        'certificateRenewal: "2026-11", labels: {env: prod, tier: gold}}'),
+        'certificateRenewal: "2026-11", imageRepository: "mirror.lab:5000/k8s", '
+        'labels: {env: prod, tier: gold}}'),
         machine("m1", "manager"), [])
     assert {name: value for name, value in values.items()
             if name.startswith(("kubernetes.", "cluster.labels"))} == {
@@ -46,6 +48,9 @@ def test_the_settings_reach_every_assignment_as_template_values() -> None:
         "kubernetes.podSubnet": "10.50.0.0/16", "kubernetes.serviceSubnet": "10.60.0.0/16",
         "kubernetes.cni": "cilium", "kubernetes.dedicatedManagers": "true",
         "kubernetes.certificateRenewal": "2026-11",
+        "kubernetes.allowDowngrade": "false",
+        "kubernetes.imageRepository": "mirror.lab:5000/k8s",
+        "kubernetes.sandboxImage": "mirror.lab:5000/k8s/pause:3.10",
         "cluster.labels": "env=prod,tier=gold", "cluster.labels.env": "prod",
         "cluster.labels.tier": "gold"}
 
@@ -57,6 +62,17 @@ def test_unset_settings_render_as_their_defaults_or_empty() -> None:
             values["kubernetes.cni"], values["kubernetes.dedicatedManagers"],
             values["cluster.labels"]) == ("", "", "10.244.0.0/16", "10.96.0.0/12", "calico",
                                           "false", "")
+    assert values["kubernetes.imageRepository"] == "registry.k8s.io"
+
+
+@pytest.mark.parametrize(("version", "pause"), [
+    ("1.31.0", "3.10"), ("1.33.4", "3.10"), ("1.34.0", "3.10.1"), ("1.35.2", "3.10.1"),
+    ("1.30.9", "3.10"), ("1.40.0", "3.10.1"), (None, "3.10.1")])
+def test_the_sandbox_image_is_kubeadms_pause_of_the_version(version: str | None,
+                                                            pause: str) -> None:
+    """kubeadm's PauseVersion per minor (its constants.go): before the table, its first row;
+    past it, the last."""
+    assert sandbox_image(KubernetesSettings(version=version)) == f"registry.k8s.io/pause:{pause}"
 
 
 @pytest.mark.parametrize(("kubernetes", "message"), [
@@ -80,6 +96,12 @@ def test_unset_settings_render_as_their_defaults_or_empty() -> None:
     ("{cni: flannel}", "settings.kubernetes.cni: Input should be 'calico', 'cilium' or 'none'"),
     ("{labels: {'team a': x}}", "settings.kubernetes.labels: label key 'team a': its name "
      "must be 1 to 63 characters"),
+    ("{imageRepository: 'https://mirror.lab/k8s'}", "settings.kubernetes.imageRepository: "
+     "'https://mirror.lab/k8s' must be a registry and path such as registry.k8s.io"),
+    ("{imageRepository: 'mirror.lab/k8s/'}", "settings.kubernetes.imageRepository: "
+     "'mirror.lab/k8s/' must be a registry and path"),
+    ("{imageRepository: 'Mirror.lab'}", "settings.kubernetes.imageRepository: 'Mirror.lab' "
+     "must be a registry and path"),
 ])
 def test_a_malformed_setting_is_refused_naming_its_field(kubernetes: str, message: str) -> None:
     assert message in refusal(kubernetes)

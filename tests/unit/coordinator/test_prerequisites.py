@@ -65,13 +65,39 @@ def admitted(s: ClusterSpec, machines: list[Machine]) -> set[str]:
 def test_containerd_is_judged_against_the_clusters_kubernetes_version() -> None:
     """From Kubernetes 1.26 the kubelet speaks CRI v1 only: containerd 1.6.15+, 1.7+, 2.x."""
     assert containerd_shortfall("1.33.4", "1.6.14") == (
-        "containerd 1.6.14 is older than Kubernetes 1.33.4 supports (containerd's support "
-        "matrix: 1.6.15+ or 1.7.0+ or 2.0.0+)")
+        "containerd 1.6.14 is older than Kubernetes 1.33.4 supports (it runs on containerd "
+        "1.6.15+ or 1.7.0+ or 2.0.0+)")
     assert containerd_shortfall("1.26.0", "1.5.18") is not None  # no CRI v1 series
     assert containerd_shortfall("1.33.4", "1.6.20") is None  # Debian 12's
     assert containerd_shortfall("1.33.4", "1.7.0") is None
     assert containerd_shortfall("1.33.4", "2.1.0") is None
     assert containerd_shortfall("1.25.9", "1.5.18") is None  # CRI v1alpha2 still served
+
+
+def test_from_kubernetes_1_36_containerd_1_x_is_refused() -> None:
+    """Kubernetes 1.35 is the last release to run on containerd 1.x: Debian 12's 1.6.20 and
+    Ubuntu's 1.7 fall short of 1.36, containerd 2.0 does not."""
+    assert containerd_shortfall("1.36.0", "1.7.28") == (
+        "containerd 1.7.28 is older than Kubernetes 1.36.0 supports (it runs on containerd "
+        "2.0.0+)")
+    assert containerd_shortfall("1.37.2", "1.6.20") is not None
+    assert containerd_shortfall("1.35.3", "1.7.28") is None
+    assert containerd_shortfall("1.36.0", "2.0.0") is None
+    assert containerd_shortfall("1.36.0", "2.2.1") is None
+
+
+def test_a_prepared_machine_on_containerd_1_x_waits_in_prepare_for_kubernetes_1_36() -> None:
+    """The precheck path: the agent's report after Prepare (`precheck --prepared`) carries the
+    containerd it measured; the coordinator holds the machine in Prepare with the remedy."""
+    s = spec(kubernetes="1.36.0")
+    m1 = replace(machine("m1", "manager", state=S.READY), applied=frozenset())
+    ubuntu = prepared("w1", "worker", report(containerd="1.7.28"), s)
+    assert admitted(s, [m1, ubuntu]) == set()
+    note = machine_note(s, ubuntu, machine_step(s, ubuntu, 0.0), 0.0)
+    assert "container-runtime: containerd 1.7.28 is older than Kubernetes 1.36.0" in note.text
+    assert "containerd.io from the Docker repository" in note.remedy
+    upgraded = prepared("w1", "worker", report(containerd="2.1.5"), s)
+    assert admitted(s, [m1, upgraded]) == {"w1"}
 
 
 def test_a_prepared_machine_waits_for_its_prerequisites_checked_after_prepare() -> None:

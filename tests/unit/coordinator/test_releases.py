@@ -157,14 +157,22 @@ def test_upgrade_items_added_at_a_release_run_only_where_it_is_not_reached_yet()
     assert ran(journal, "w2")[2:] == ["upgrade/upgrade-worker-1.6.0"], "its baseline ran"
 
 
-def test_a_machine_deploying_while_the_release_changes_ends_up_at_the_new_one() -> None:
+def test_a_machine_deploying_while_the_release_changes_upgrades_to_the_new_one() -> None:
+    """w3 prepared at 1.5.0 (base 1) and entered Deploy with 1.5.0's upgrade items as its
+    baseline; 1.6.0 changes base (a new Kubernetes version of the package items) while it
+    deploys. It joined on what 1.5.0's prepare items installed, so it is not at 1.6.0: it
+    upgrades, base again then 1.6.0's upgrade items, as the machines deployed before it do
+    (before, it was recorded at 1.6.0 with 1.6.0's upgrade items as baseline: never run)."""
     journal: Journal = {}
     machines = fleet_at_1_5(journal)
-    w3 = replace(machine("w3", state=MachineState.DEPLOY, created_at=3, release=""),
-                 applied=frozenset({versioned("base", "prepare").fingerprint()}))
+    w3 = machine("w3", state=MachineState.PREPARE, created_at=3)
+    w3 = replace(w3, applied=frozenset({versioned("base", "prepare").fingerprint()}))
     journal["w3"] = {versioned("base", "prepare").fingerprint(): "prepare/base"}
-    machines = converge(spec_at("1.6.0", ["1.5.0", "1.6.0"], base="2"), [*machines, w3], journal)
-    assert ran(journal, "w3") == ["prepare/base", "deploy/join", "prepare/base"]
+    machines, admitted = plan_to_fixpoint(spec_at("1.5.0", ["1.5.0"]), [*machines, w3], 0.0)
+    assert [(d.hostname, d.to_state) for d in admitted] == [("w3", MachineState.DEPLOY)]
+    machines = converge(spec_at("1.6.0", ["1.5.0", "1.6.0"], base="2"), machines, journal)
+    assert ran(journal, "w3") == ["prepare/base", "deploy/join", "prepare/base",
+                                  "upgrade/upgrade-worker-1.6.0"]
     assert [(m.state, m.release) for m in machines][-1] == (READY, "1.6.0")
 
 

@@ -99,7 +99,12 @@ async def test_a_regular_file_is_not_a_runtime_socket(
 async def test_containerds_version_is_measured_for_the_coordinator(
     root_tree: RootTree, make_ctx: MakeContext
 ) -> None:
-    """What `containerd --version` prints, upstream's and Debian's, reported as `containerd`."""
+    """What `containerd --version` prints, upstream's, Debian's and the Docker repository's
+    containerd.io (the kubeadm profile's), reported as `containerd`."""
+    assert runtime.containerd_version(
+        "containerd containerd.io v2.1.5 fcd43222d6b07379a4be9786bda52438f0dd16a1") == "2.1.5"
+    assert runtime.containerd_version(
+        "containerd containerd.io 1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da") == "1.7.27"
     assert runtime.containerd_version(
         "containerd github.com/containerd/containerd/v2 v2.0.4 1a43cb6a1035441f9aca8f5666a9b3ef9e70ab20"
     ) == "2.0.4"

@@ -16,7 +16,9 @@ import asyncio
 import json
 import random
 import re
+import ssl
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -28,7 +30,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
 from coordinator.domain.drain import PodRef, classify, ref
-from coordinator.domain.kubeconfig import parse_kubeconfig
+from coordinator.domain.kubeconfig import ClientCertificate, certificate_dates, parse_kubeconfig
 from coordinator.domain.model import DrainSettings
 from coordinator.domain.nodes import (
     MACHINE_ID_LABEL,
@@ -52,6 +54,30 @@ Clock = Callable[[], float]
 
 class KubeError(Exception):
     """The API could not be reached or refused a request: the message says which and why."""
+
+
+async def serving_certificate(server: str, timeout: float) -> ClientCertificate:
+    """The subject and dates of the certificate the API server at server (an https URL) serves,
+    read from a TLS handshake and not verified (an expired one is what must be seen); nothing
+    is sent. KubeError saying why when it cannot be read."""
+    url = urllib.parse.urlsplit(server)
+    if url.scheme != "https" or not url.hostname:
+        raise KubeError(f"{server} is not an https URL: no serving certificate")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_connection(url.hostname, url.port or 443, ssl=context)
+    except (OSError, TimeoutError) as exc:
+        raise KubeError(f"cannot reach {server}: {exc or 'timed out'}") from None
+    try:
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    finally:
+        writer.close()
+    if not der:
+        raise KubeError(f"{server} served no certificate")
+    return certificate_dates(der)
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,12 @@ class CoordinatorClient:
         """An ItemReport."""
         await self._call("POST", f"/v1/agent/machines/{machine_id}/reports", credential, report)
 
+    async def refresh_kubeconfig(self, machine_id: str, credential: str,
+                                 refresh: Document) -> Document:
+        """A KubeconfigRefresh: whether the coordinator took it."""
+        return await self._document(
+            "POST", f"/v1/agent/machines/{machine_id}/kubeconfig", credential, refresh)
+
     async def precheck(self, machine_id: str, credential: str, report: Document) -> None:
         """A PrecheckReport."""
         await self._call("POST", f"/v1/agent/machines/{machine_id}/precheck", credential, report)

@@ -16,3 +16,5 @@ PHASES: tuple[Phase, ...] = ("prepare", "deploy", "upgrade", "reconfigure", "res
                              "mint", "revoke", "leave")
 # Phases whose items are jobs run for another machine: not recorded in the journal.
 JOB_PHASES: tuple[Phase, ...] = ("mint", "revoke", "leave")
+# The largest kubeconfig a report (or a refresh) carries.
+MAX_KUBECONFIG_BYTES = 256 * 1024

@@ -43,6 +43,7 @@ from nodeagent.identity import (
     registration_credential,
     save_identity,
 )
+from nodeagent.kubeconfigs import KubeconfigWatch
 from nodeagent.logfmt import fields
 from nodeagent.prechecking import Prechecks
 from nodeagent.removal import forget_machine
@@ -93,6 +94,7 @@ class Agent:
         self.identity_path = self.state_dir / IDENTITY_FILE
         self.next_identity_path = self.state_dir / NEXT_IDENTITY_FILE
         self.prechecks = Prechecks(settings, host, config_path, self.client, self.rand)
+        self.kubeconfigs = KubeconfigWatch(self.state_dir, host.root)
 
     async def run(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)  # the benches' agents take no lock
@@ -105,10 +107,11 @@ class Agent:
         reporter = Reporter(self.client, identity)
         try:
             async with _background(reporter.run(), self._heartbeat(identity),
-                                   retarget.watch(identity)):
+                                   retarget.watch(identity), self._watch_kubeconfigs(identity)):
                 await self._follow(identity, reporter, retarget)
         except MachineRemoved as removed:
             kept = forget_machine(self.state_dir, identity.machine_id)
+            self.kubeconfigs.clear()
             log.error("%s. The agent forgot that machine (its journal is kept as %s) and "
                       "stops: `systemctl restart nodeagent` registers this node again",
                       removed, kept, extra=fields(machine=identity.machine_id))
@@ -332,8 +335,17 @@ class Agent:
         could not read its journal) is started again after a pause: the journal skips what it
         did. A Prepare phase applied starts the prerequisites' checks after it."""
         restarts = 0
+        watched = {i["name"]: i["kubeconfigFrom"] for i in assignment.get("items", [])
+                   if i.get("kubeconfigFrom")}
+
+        def submit(report: Document) -> None:  # a kubeconfig it carries is watched from now
+            if report.get("kubeconfig") is not None and report["item"] in watched:
+                self.kubeconfigs.sent(report["item"], report["fingerprint"],
+                                      watched[report["item"]], report["kubeconfig"])
+            reporter.submit(report)
+
         while (code := await apply_phase(assignment, self.config_path, self.host.root,
-                                          reporter.submit, self.lock)) \
+                                          submit, self.lock)) \
                 not in (EXIT_APPLIED, EXIT_GAVE_UP):
             restarts += 1
             wait = delay(restarts, 1.0, 60.0, self.rand)
@@ -361,6 +373,41 @@ class Agent:
                 log.warning("heartbeat: coordinator %s unreachable (%s); retrying in %gs", url,
                             exc, every)
             await asyncio.sleep(every)
+
+
+    async def _watch_kubeconfigs(self, identity: Identity) -> None:
+        """At the heartbeat's pace, the kubeconfig files items reported: one changed on disk
+        is sent again (kubeconfigs.py). Taken or kept out, it is what was sent from then on;
+        one the coordinator no longer wants (the item is not applied in that version any
+        more) is forgotten."""
+        every = self.settings.heartbeat_seconds
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self._send_changed_kubeconfigs(identity)
+            except OSError as exc:  # the state dir (its list) cannot be written: next look
+                log.warning("kubeconfig files: cannot keep what was sent (%s)", exc)
+
+    async def _send_changed_kubeconfigs(self, identity: Identity) -> None:
+        for entry, text in self.kubeconfigs.changed():
+            try:
+                answer = await self.client.refresh_kubeconfig(
+                    identity.machine_id, identity.credential,
+                    {"item": entry.item, "fingerprint": entry.fingerprint, "kubeconfig": text})
+            except Unreachable as exc:
+                log.warning("kubeconfig of %s changed on disk; not sent yet (%s)", entry.item,
+                            exc, extra=fields(item=entry.item))
+                break
+            except Rejected as exc:
+                log.warning("kubeconfig of %s changed on disk; the coordinator refused it, "
+                            "no longer watched: %s", entry.item, exc,
+                            extra=fields(item=entry.item))
+                self.kubeconfigs.forget(entry.item)
+                continue
+            self.kubeconfigs.sent(entry.item, entry.fingerprint, entry.path, text)
+            log.info("kubeconfig of %s changed on disk: sent again (%s)", entry.item,
+                     "taken" if answer.get("taken") else "kept out: see its events",
+                     extra=fields(item=entry.item))
 
 
 async def _watchdog() -> None:

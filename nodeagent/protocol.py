@@ -16,11 +16,10 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from nodeagent.contract import Phase, Role
+from nodeagent.contract import MAX_KUBECONFIG_BYTES, Phase, Role
 from nodeagent.redact import redact
 
 PRECHECK_SCHEMA = "nodeagent.precheck/v1"
-MAX_KUBECONFIG_BYTES = 256 * 1024
 MAX_FACTS_BYTES = 64 * 1024  # what a node says about itself, as JSON: real ones take a few KiB
 MAX_CHECK_DATA_BYTES = 16 * 1024
 MAX_CHECKS = 256
@@ -439,6 +438,15 @@ class RegisterResponse(_Wire):
     credential: str = Field(description="per-machine bearer token for every later request")
     credential_expires_at: float | None = Field(
         default=None, description="unix time; the agent rotates the credential before it")
+
+
+class KubeconfigRefresh(_Wire):
+    """The file of an applied kubeconfigFrom item, sent again because it changed on disk."""
+
+    item: str = Field(max_length=253, description="the item's name")
+    fingerprint: str = Field(max_length=64, description="the version of it the machine applied")
+    kubeconfig: str = Field(max_length=MAX_KUBECONFIG_BYTES, description="the file as it is "
+                            "now: in this field only, never in output or logs")
 
 
 class RotateRequest(_Wire):

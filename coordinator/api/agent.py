@@ -25,6 +25,7 @@ from coordinator.metrics import METRICS, record_item
 from coordinator.service.artifacts import locate
 from nodeagent.protocol import (
     ItemReport,
+    KubeconfigRefresh,
     PrecheckReport,
     RegisterRequest,
     RotateRequest,
@@ -122,6 +123,13 @@ async def precheck(request: web.Request) -> web.Response:
     await service(request).agents.update_precheck(machine.machine_id,
                                                   await body(request, PrecheckReport))
     return web.json_response({"status": "recorded"})
+
+
+async def refresh_kubeconfig(request: web.Request) -> web.Response:
+    machine = await _agent(request)
+    taken = await service(request).agents.refresh_kubeconfig(
+        machine.machine_id, await body(request, KubeconfigRefresh))
+    return web.json_response({"taken": taken})
 
 
 async def rotate_credential(request: web.Request) -> web.Response:

@@ -21,6 +21,7 @@ from coordinator.domain.model import ClusterSpec
 from nodeagent.protocol import (
     Assignment,
     ItemReport,
+    KubeconfigRefresh,
     MoveTarget,
     PrecheckReport,
     RegisterRequest,
@@ -65,6 +66,9 @@ ROUTES: tuple[Route, ...] = (
           "Replace a Pending machine's precheck report (the agent re-ran its prechecks), or a "
           "prepared machine's (its prechecks after Prepare, the gate into Deploy)",
           "machine", body=PrecheckReport),
+    Route("POST", "/v1/agent/machines/{machine_id}/kubeconfig", agent.refresh_kubeconfig,
+          "Send again the file of an applied kubeconfigFrom item, which changed on disk (taken "
+          "unless unusable or older than the one held)", "machine", body=KubeconfigRefresh),
     Route("POST", "/v1/agent/machines/{machine_id}/credential", agent.rotate_credential,
           "Rotate the machine's credential to one the agent chose", "machine",
           body=RotateRequest, answer=RotateResponse),

@@ -211,6 +211,8 @@ def cluster_status_view(status: ClusterStatus, machines: bool = True) -> dict[st
         "counts": status.counts,
         "stages": [asdict(s) for s in status.stages],
         "rollout": asdict(status.rollout),
+        # Dates and subjects only: the kubeconfig itself is never shown.
+        "certificates": None if status.certificates is None else asdict(status.certificates),
         "machines": [machine_view(m, spec, now=status.now, peers=status.machines)
                      for m in status.machines] if machines else None,
     }

@@ -16,7 +16,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from coordinator.cli.render import clock, duration, terminal_safe
+from coordinator.cli.render import clock, day_and_time, duration, terminal_safe
 
 STAGE_STYLE = {"done": ("✓", "green"), "in-progress": ("…", "cyan"),
                "failing": ("✗", "bold red"), "waiting": ("·", "dim")}
@@ -99,4 +99,28 @@ def status_renderable(data: dict[str, Any]) -> RenderableType:
         parts += [Text(""), cell(f"post-deploy step: {post['failing']}", "bold red")]
     elif post["running_on"]:
         parts += [Text(""), cell(f"post-deploy step: running on {post['running_on']}")]
+    if data.get("certificates"):
+        parts += [Text(""), _certificates(data["certificates"])]
     return Group(*parts)
+
+
+def _certificates(certs: dict[str, Any]) -> Text:
+    """The client certificate's expiry and the API server's; a warning in red and the remedy
+    on a line of its own."""
+    if certs["warning"]:
+        return _note({"text": f"certificates: {certs['warning']}", "failing": True,
+                      "remedy": certs["remedy"]})
+    if certs["problem"]:
+        text = cell(f"certificates ({certs['source']}): {certs['problem']}", "dim")
+    else:
+        text = cell(f"certificates: the coordinator's client certificate ({certs['source']}, "
+                    f"{certs['subject']}) expires at {day_and_time(certs['not_after'])}")
+    serving = certs.get("serving")
+    if serving and serving["problem"]:
+        text.append_text(cell(f"\nthe API server's serving certificate ({serving['server']}): "
+                              f"{serving['problem']}", "dim"))
+    elif serving:
+        text.append_text(cell(f"\nthe API server's serving certificate ({serving['server']}, "
+                              f"{serving['subject']}) expires at "
+                              f"{day_and_time(serving['not_after'])}"))
+    return text

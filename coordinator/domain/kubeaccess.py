@@ -6,7 +6,7 @@ deleted is no way in)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from coordinator.domain.model import ClusterSpec, Machine, kubeconfig_reporter
 
@@ -17,6 +17,9 @@ class KubeAccess:
 
     path: str | None = None
     text: str | None = None
+    # The hostname of the manager whose report text is, for what the status says of it; the
+    # same text is the same way in, whoever sent it.
+    reporter: str = field(default="", compare=False)
 
 
 NO_KUBECONFIG = ("no kubeconfig: settings.kubernetes.kubeconfig is not set and no manager "
@@ -28,4 +31,5 @@ def kube_access(spec: ClusterSpec, machines: Sequence[Machine]) -> KubeAccess | 
     if spec.settings.kubernetes.kubeconfig is not None:
         return KubeAccess(path=spec.settings.kubernetes.kubeconfig)
     reporter = kubeconfig_reporter(machines)
-    return None if reporter is None else KubeAccess(text=reporter.kubeconfig)
+    return None if reporter is None else KubeAccess(text=reporter.kubeconfig,
+                                                    reporter=reporter.hostname)

@@ -109,6 +109,11 @@ class KubernetesSettings(SpecModel):
     labels: dict[str, str] = Field(
         default_factory=dict, description="the cluster's labels: ${cluster.labels} (k=v,...) "
         "and ${cluster.labels.KEY}; the coordinator puts them on every Node")
+    certificate_renewal: str = Field(
+        default="", max_length=63, description="a name for the last renewal of the control "
+        "plane's certificates, e.g. 2026-11: a profile versions its renewal item by it, so a "
+        "new release that changes it renews them on every manager: "
+        "${kubernetes.certificateRenewal}")
     node_ready_timeout_seconds: float = Field(
         default=600, gt=0, description="once a machine's deploy items are applied, how long its "
         "Node may take to register and report Ready before the status says it fails (the "

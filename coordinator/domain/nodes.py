@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from coordinator.domain.durations import utc
 from coordinator.domain.model import (
     ADMITTED_STATES,
     DEPLOYED_STATES,
@@ -309,7 +309,7 @@ def node_down(spec: ClusterSpec, machine: Machine) -> NodeDown | None:
     if node is None or not found_down(spec, machine):
         return None
     since = node.unready_since if node.unready_since is not None else node.waiting_since
-    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
+    at = utc(since)
     if not node.name:
         return NodeDown(f"node gone since {at}: no Node carries the mark of {machine.hostname}",
                         since)

@@ -3,10 +3,10 @@ small read models the hot paths use instead of decoding whole machines."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator.domain.durations import utc
 from coordinator.domain.model import ClusterSpec
 
 
@@ -81,7 +81,7 @@ class RemovedMachine:
 
     def notice(self) -> str:
         """Why its agent's requests are refused, and what it must do."""
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.removed_at))
+        when = utc(self.removed_at)
         return (f"machine {self.hostname} ({self.machine_id}) was deleted from cluster "
                 f"{self.cluster} at {when}: its credential and its record are gone; register "
                 "again to rejoin, as a new machine")

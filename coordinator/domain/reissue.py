@@ -5,9 +5,9 @@ record. Pure: the service supplies the hashes and the time."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
+from coordinator.domain.durations import utc
 from coordinator.domain.errors import Forbidden, Unauthorized
 from coordinator.domain.events import event
 from coordinator.domain.model import Machine, same_hostname
@@ -15,10 +15,6 @@ from coordinator.domain.records import Event
 from coordinator.domain.registration import Credential
 from coordinator.domain.tokens import same_token
 from nodeagent.protocol import RegisterRequest
-
-
-def _at(moment: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
 
 
 def reissued(machine: Machine, hashed: str, expires_at: float,
@@ -29,7 +25,7 @@ def reissued(machine: Machine, hashed: str, expires_at: float,
                       reissue_hash=hashed, reissue_expires_at=expires_at, reissue_used_at=None)
     return updated, event(now, machine.cluster, "reissued",
                           f"{machine.hostname}: credential revoked and a one-use join string "
-                          f"issued, valid until {_at(expires_at)}", updated,
+                          f"issued, valid until {utc(expires_at)}", updated,
                           {"expires_at": expires_at})
 
 
@@ -50,11 +46,11 @@ def rejoin_refusal(machine: Machine, hashed: str, hostname: str, now: float) -> 
                             f"newer one: {again}")
     if machine.reissue_used_at is not None:
         return Unauthorized(f"this reissue string for {machine.hostname} was used at "
-                            f"{_at(machine.reissue_used_at)}; a string binds one credential "
+                            f"{utc(machine.reissue_used_at)}; a string binds one credential "
                             f"only: {again}")
     if machine.reissue_expires_at is not None and now >= machine.reissue_expires_at:
         return Unauthorized(f"this reissue string for {machine.hostname} expired at "
-                            f"{_at(machine.reissue_expires_at)}: {again}")
+                            f"{utc(machine.reissue_expires_at)}: {again}")
     if not same_hostname(hostname, machine.hostname):
         return Forbidden(f"this reissue string is bound to machine {machine.hostname} "
                          f"({machine.id}) in {machine.cluster}, and this node is {hostname}: "

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from coordinator.domain.assignment import run_items, running_phases
+from coordinator.domain.durations import utc
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
-from coordinator.domain.kubeconfig import kubeconfig_problem
+from coordinator.domain.kubeconfig import expires_sooner, kubeconfig_problem, server_of
 from coordinator.domain.model import (
     ClusterSpec,
     ItemProgress,
@@ -140,17 +141,55 @@ def _kubeconfig(spec: ClusterSpec, machine: Machine, item: StateItem, report: It
         raise Conflict(f"kubeconfig: item {item.name} is not in the current assignment of "
                        f"{machine.hostname} (its node is being drained): its report cannot "
                        "carry one")
-    problem = kubeconfig_problem(report.kubeconfig)
+    return _taken(machine, item, report.kubeconfig, now)
+
+
+def _taken(machine: Machine, item: StateItem, text: str, now: float) -> tuple[str, list[Event]]:
+    """The kubeconfig the machine holds once item's file brought text: text, unless it is
+    unusable or an older copy than the one held (each said in an event, never quoting it)."""
+    problem = kubeconfig_problem(text)
     if problem is not None:
         return machine.kubeconfig, [event(
             now, machine.cluster, "kubeconfig", f"{machine.hostname}: the kubeconfig item "
             f"{item.name} left in {item.kubeconfig_from} is not usable: {problem}", machine)]
-    if report.kubeconfig == machine.kubeconfig:
+    if text == machine.kubeconfig:
         return machine.kubeconfig, []
-    return report.kubeconfig, [event(
+    held = expires_sooner(text, machine.kubeconfig)
+    if held is not None:
+        return machine.kubeconfig, [event(
+            now, machine.cluster, "kubeconfig", f"{machine.hostname}: the kubeconfig item "
+            f"{item.name} left in {item.kubeconfig_from} has a client certificate that expires "
+            f"before the one held ({utc(held.not_after)}): an older copy, kept out", machine,
+            {"item": item.name})]
+    return text, [event(
         now, machine.cluster, "kubeconfig", f"{machine.hostname} reported a kubeconfig (item "
         f"{item.name}, {item.kubeconfig_from}): drains use the first manager's unless "
         "settings.kubernetes.kubeconfig is set", machine, {"item": item.name})]
+
+
+def refresh_kubeconfig(spec: ClusterSpec, machine: Machine, name: str, fingerprint: str,
+                       text: str, now: float) -> Folded:
+    """The machine once its agent sent again the file of an applied kubeconfigFrom item, which
+    changed on disk (certificates renewed by hand, or by kubeadm): taken as a report of the item
+    would be, never an older copy, and never one naming another API server than the one held
+    (a refresh renews credentials; moving elsewhere takes the item's run). Conflict unless the
+    machine is a manager that is not leaving and applied that item in that version."""
+    item = next((i for i in spec.machine_types.manager if i.name == name
+                 and i.fingerprint() == fingerprint and i.kubeconfig_from is not None), None)
+    if (item is None or machine.role != "manager" or fingerprint not in machine.applied
+            or machine.state is MachineState.DELETING):
+        raise Conflict(f"kubeconfig: item {name[:64]} ({fingerprint}) is not a kubeconfigFrom "
+                       f"item {machine.hostname} applied in this version: it cannot send its "
+                       "file again")
+    held, sent = server_of(machine.kubeconfig), server_of(text)
+    if machine.kubeconfig and held != sent:  # renewed credentials, never another API server
+        return Folded(machine, [event(
+            now, machine.cluster, "kubeconfig", f"{machine.hostname}: the kubeconfig item "
+            f"{item.name} left in {item.kubeconfig_from} changed on disk and names another API "
+            f"server ({sent}) than the one held ({held}): kept out; a release that runs the "
+            "item again brings it", machine, {"item": item.name})])
+    kubeconfig, events = _taken(machine, item, text, now)
+    return Folded(replace(machine, kubeconfig=kubeconfig), events)
 
 
 def _post_deploy_check(spec: ClusterSpec, machine: Machine, item: StateItem, report: ItemReport,

@@ -61,6 +61,7 @@ VALUES: dict[str, Callable[[_Inputs], str]] = {
     "kubernetes.podSubnet": lambda v: v.spec.settings.kubernetes.pod_subnet,
     "kubernetes.serviceSubnet": lambda v: v.spec.settings.kubernetes.service_subnet,
     "kubernetes.cni": lambda v: v.spec.settings.kubernetes.cni,
+    "kubernetes.certificateRenewal": lambda v: v.spec.settings.kubernetes.certificate_renewal,
     "kubernetes.imageRepository": lambda v: v.spec.settings.kubernetes.image_repository,
     "kubernetes.sandboxImage": lambda v: sandbox_image(v.spec.settings.kubernetes),
     "kubernetes.dedicatedManagers":

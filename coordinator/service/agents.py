@@ -20,7 +20,7 @@ from coordinator.domain.model import ClusterSpec, Machine, deployed_managers
 from coordinator.domain.records import Event
 from coordinator.domain.registration import Credential, registered, retried
 from coordinator.domain.reissue import rejoin_refusal, rejoined
-from coordinator.domain.reports import fold_report
+from coordinator.domain.reports import fold_report, refresh_kubeconfig
 from coordinator.domain.tokens import new_token, reissued_machine, token_hash
 from coordinator.service.access import Access
 from coordinator.service.groupcommit import GroupCommit, Pending
@@ -32,6 +32,7 @@ from coordinator.service.writes import Writes
 from nodeagent.protocol import (
     Assignment,
     ItemReport,
+    KubeconfigRefresh,
     PrecheckReport,
     RegisterRequest,
     RegisterResponse,
@@ -142,6 +143,21 @@ class Agents:
         self.notifier.changed()
         self.notifier.kick()
         return updated
+
+    async def refresh_kubeconfig(self, machine_id: str, sent: KubeconfigRefresh) -> bool:
+        """A manager's agent sent again the file of an applied kubeconfigFrom item, which
+        changed on disk; whether the machine now holds it (an unusable or older one is kept
+        out, the event says why)."""
+        async with self.writes.lock:
+            machine = await self.queries.machine_by_id(machine_id)
+            spec = (await self.queries.cluster(machine.cluster)).spec
+            folded = refresh_kubeconfig(spec, machine, sent.item, sent.fingerprint,
+                                        sent.kubeconfig, self.clock())
+            if folded.machine != machine or folded.events:
+                await self.writes.commit([folded.machine], folded.events)
+        if folded.machine != machine:
+            self.notifier.changed()
+        return folded.machine.kubeconfig == sent.kubeconfig
 
     async def assignment_of(self, inputs: AssignmentInputs) -> Assignment:
         host = await self.post_deploy.host(inputs.stored) \

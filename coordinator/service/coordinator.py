@@ -30,6 +30,7 @@ from coordinator.service.postdeploy import PostDeployHosts
 from coordinator.service.queries import Queries
 from coordinator.service.reconciler import Reconciler
 from coordinator.service.refusalaudit import AUDIT_WINDOW_SECONDS, RefusalAudit
+from coordinator.service.servingcheck import ServingCheck
 from coordinator.service.statuscache import StatusCache
 from coordinator.service.systemcheck import SystemCheck
 from coordinator.service.writes import Writes
@@ -50,7 +51,7 @@ class Coordinator:
         self.writes = Writes(store, self.notifier, self.credentials)
         status = StatusCache(store)
         self.writes.on_written(status.written)
-        self.queries = Queries(store, clock, status, SystemCheck())
+        self.queries = Queries(store, clock, status, SystemCheck(), ServingCheck())
         self.heartbeats = HeartbeatBuffer(store, self.writes, clock, self.notifier.kick)
         post_deploy = PostDeployHosts(store)
         self.drainer = Drainer(DrainRecords(self.writes, self.queries, self.notifier, clock), clock)
@@ -84,5 +85,6 @@ class Coordinator:
         await self.agents.close()
         await self.drainer.close()
         await self.nodes.close()
+        await self.queries.close()
         await self.heartbeats.flush()
         await self.refusals.flush()

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from coordinator.domain import planner, versions
+from coordinator.domain.certificates import Certificates, certificate_status, source_of
 from coordinator.domain.clones import clone_problems, identities
 from coordinator.domain.errors import Conflict, Gone, NotFound
 from coordinator.domain.fleet import Fleet
+from coordinator.domain.kubeaccess import kube_access
+from coordinator.domain.kubeconfig import server_of
 from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine
 from coordinator.domain.records import (
@@ -30,12 +34,33 @@ from coordinator.domain.status import (
     Rollout,
     Stage,
 )
+from coordinator.service.servingcheck import ServingCheck
 from coordinator.service.statuscache import StatusCache, status_order
 from coordinator.service.systemcheck import SystemCheck
 from coordinator.store.base import Store, StoreError
 from nodeagent.contract import Phase
 
 log = logging.getLogger("coordinator")
+
+
+def certificates(spec: ClusterSpec, managers: Sequence[Machine], now: float,
+                 serving: ServingCheck | None) -> Certificates | None:
+    """The expiry of the client certificate the coordinator reaches the cluster with (the
+    kubeconfig a manager reported, or the file the settings name: read here, since an operator
+    replaces it when they renew), and of the certificate its API server serves."""
+    access = kube_access(spec, managers)
+    if access is None:
+        return None
+    text = access.text or ""
+    if access.path is not None:
+        try:
+            text = Path(access.path).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            return Certificates(source_of(access), problem=f"cannot read it: {exc}")
+    server = server_of(text) or ""
+    found = serving.look(spec.name, server) \
+        if serving is not None and server.startswith("https://") else None
+    return certificate_status(spec.name, access, text, now, found)
 
 
 @dataclass(frozen=True)
@@ -59,15 +84,21 @@ class ClusterStatus:
     stages: list[Stage]
     rollout: Rollout
     now: float
+    certificates: Certificates | None = None  # None: the coordinator has no kubeconfig for it
 
 
 class Queries:
     def __init__(self, store: Store, clock: Callable[[], float], status: StatusCache,
-                 system: SystemCheck | None = None) -> None:
+                 system: SystemCheck | None = None, serving: ServingCheck | None = None) -> None:
         self.store = store
         self.clock = clock
         self.status = status  # what the status is computed from, kept between calls
         self.system = system  # kube-system's workloads, for the `ready` stage
+        self.serving = serving  # the API servers' serving certificates, for the status
+
+    async def close(self) -> None:
+        if self.serving is not None:
+            await self.serving.close()
 
     async def clones(self, machine_id: str, precheck: Mapping[str, Any]) -> tuple[str, ...]:
         """What of the product_uuid and MACs in precheck another machine holds, naming it
@@ -222,4 +253,5 @@ class Queries:
                                     system)
         listed = status_order(await self.store.list_machines(name)) if machines else kept.machines
         return ClusterStatus(stored, listed, summary.counts, summary.post_deploy,
-                             summary.stages, summary.rollout, now)
+                             summary.stages, summary.rollout, now,
+                             certificates(spec, kept.managers, now, self.serving))

@@ -167,7 +167,8 @@ def test_upgrade_items_in_order_the_control_plane_first_then_the_kubelet(
         upgrade = rendered(spec, machine, fleet, "upgrade")
         step = "upgrade-control-plane" if machine is fleet[0] else "upgrade-node"
         assert list(upgrade) == ["upgrade-kubeadm", step, "upgrade-kubelet", "daemon-reload",
-                                 "restart-containerd", "restart-kubelet"]
+                                 "restart-containerd", "restart-kubelet",
+                                 *["certs-renew"] * (machine.role == "manager")]
         assert upgrade["upgrade-kubeadm"]["argv"][-2:] == ["1.33.4", "kubeadm"]
         assert upgrade["upgrade-kubelet"]["argv"][-3:] == ["1.33.4", "kubelet", "kubectl"]
         assert upgrade[step]["argv"] == (["kubeadm", "upgrade", "apply", "--yes", "v1.33.4"]
@@ -198,7 +199,8 @@ def test_join_material_is_minted_and_revoked_with_kubeadm(spec: ClusterSpec) -> 
 HARMLESS = {"sh", "set", "if", "then", "else", "elif", "fi", "for", "do", "done", "case", "esac",
             "in", "echo", "printf", "export", "unset", "eval", "exit", ".", "[", "command",
             "grep", "sed", "mkdir", "rm", "openssl", "shift", ":", "continue", "awk",
-            "head", "sort", "mv", "umask", "haproxy"}  # haproxy -c: checks a configuration file
+            "head", "sort", "mv", "umask", "sleep", "while",
+            "haproxy"}  # haproxy -c: checks a configuration file
 # The real network tools of the cleanup: every test that runs it runs it in a network namespace
 # of its own (tests/integration/test_kubeadm_cleanup.py, the agents of tests/e2e), so they
 # need no double. `$tool` is iptables or ip6tables, each backend.
@@ -267,6 +269,18 @@ def test_every_command_that_changes_a_host_has_a_test_double(spec: ClusterSpec) 
                 and any(w.startswith("/") and w != "/dev/null" for w in words[1:])]
     assert not absolute, f"paths outside the agent's root given to real commands: {absolute}"
     assert not [(item, words) for item, words in found if "/" in words[0]], "bare names only"
+
+
+def test_what_renews_the_control_planes_certificates_reports_the_renewed_admin_conf(
+        spec: ClusterSpec) -> None:
+    """kubeadm's upgrades renew the certificates, and certs-renew (versioned by
+    settings.kubernetes.certificateRenewal) renews them in a maintenance release: each reports
+    the renewed admin.conf to the coordinator; workers renew nothing."""
+    reporting = {i.name: i for i in spec.machine_types.manager
+                 if i.phase == "upgrade" and i.kubeconfig_from == "/etc/kubernetes/admin.conf"}
+    assert set(reporting) == {"upgrade-control-plane", "upgrade-node", "certs-renew"}
+    assert reporting["certs-renew"].version == spec.settings.kubernetes.certificate_renewal
+    assert "certs-renew" not in {i.name for i in spec.machine_types.worker}
 
 
 # -- proxy and air-gap ----------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 namespaces of a LAN, with Debian's real etcd: init writes each phase's files in kubeadm's order
 and a kill between two phases leaves exactly the earlier ones; preflight refuses leftovers with
 kubeadm's messages unless told to ignore them; tokens and uploaded certificates expire on the
-test's clock; kubeadm's upgrade policy; a 3-member etcd built by init and two control-plane
+test's clock, and so do its certificates (renewed by `certs renew` and upgrades); kubeadm's
+upgrade policy; a 3-member etcd built by init and two control-plane
 joins, a member removed from another manager through crictl, and reset's warning (exit 0) once
 quorum is lost. The API server is reached only at an address its certificate names (the
 advertise address, controlPlaneEndpoint's host), a kubelet only through the server its
@@ -23,9 +24,9 @@ from cryptography import x509
 
 from tests.support.k8s_doubles import control
 from tests.support.k8s_doubles.common import state
-from tests.support.k8s_doubles.kubeadm import INIT_PHASES
+from tests.support.k8s_doubles.kubeadm import CERTIFICATES, INIT_PHASES, client_certificate
 from tests.support.k8s_doubles.kubelet import HEARTBEAT
-from tests.support.k8s_doubles.pki import ca_hash
+from tests.support.k8s_doubles.pki import ca_hash, not_after
 from tests.support.kubeapi import KubeApiServer
 from tests.support.lan import Lan, Node
 from tests.support.waiting import wait_until
@@ -50,7 +51,8 @@ class Cluster:
     def run(self, node: Node, *argv: str) -> subprocess.CompletedProcess[str]:
         return node.ns.run(list(argv), cwd=self.root(node), env=self.env, timeout=120)
 
-    def init_config(self, node: Node, endpoint: str | None = None) -> None:
+    def init_config(self, node: Node, endpoint: str | None = None, **cluster: str) -> None:
+        """init.yaml for node; cluster: more ClusterConfiguration fields."""
         path = self.root(node) / "init.yaml"
         path.write_text(yaml.safe_dump_all([
             {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "InitConfiguration",
@@ -58,7 +60,7 @@ class Cluster:
              "nodeRegistration": {"name": node.hostname, "taints": []}},
             {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration",
              "kubernetesVersion": "v1.33.4",
-             "controlPlaneEndpoint": endpoint or f"{node.ip}:6443"}]))
+             "controlPlaneEndpoint": endpoint or f"{node.ip}:6443", **cluster}]))
 
     def join_config(self, node: Node, endpoint: str, token: str, key: str | None) -> None:
         ca = (self.root(self.network.nodes[0]) / "etc/kubernetes/pki/ca.crt").read_text()
@@ -301,3 +303,60 @@ def test_the_api_server_is_reached_only_at_a_name_its_certificate_has_and_kubele
     bad = cluster.run(m3, "kubeadm", "init", "phase", "certs", "all", "--config", "/init.yaml")
     assert bad.returncode == 1
     assert "host '[fd00::10]' must be a valid IP address" in bad.stderr
+def test_certificates_expire_on_the_clock_and_renewals_and_upgrades_sign_them_anew(
+        cluster: Cluster) -> None:
+    """kubeadm's certificates (for the cluster's certificateValidityPeriod, here 30 days; its CAs
+    ten years) on the test's clock: check-expiration's table, an expired admin.conf refused by
+    the API server (kubectl, kubeadm), `certs renew all` signing every one anew, an upgrade
+    renewing its components' and admin.conf's."""
+    m1 = cluster.network.nodes[0]
+    root = cluster.root(m1)
+    cluster.init_config(m1, certificateValidityPeriod="720h0m0s")
+    ok(cluster.run(m1, "kubeadm", "init", "--config", "/init.yaml"))
+
+    def expiry(path: str) -> float:
+        text = (root / "etc/kubernetes" / path).read_text()
+        return not_after(client_certificate(text) if path.endswith(".conf") else text)
+
+    table = ok(cluster.run(m1, "kubeadm", "certs", "check-expiration")).splitlines()
+    assert table[3].split() == ["CERTIFICATE", "EXPIRES", "RESIDUAL", "TIME", "CERTIFICATE",
+                                "AUTHORITY", "EXTERNALLY", "MANAGED"]
+    rows = {line.split()[0]: line.split()[6:] for line in table[4:15]}
+    assert sorted(rows) == sorted(CERTIFICATES)
+    assert rows["admin.conf"] == ["29d", "ca", "no"] and rows["etcd-peer"][1] == "etcd-ca"
+    assert [line.split()[0] for line in table[17:20]] == ["ca", "etcd-ca", "front-proxy-ca"]
+    assert all(line.split()[6] == "9y" for line in table[17:20])
+    first = expiry("admin.conf")
+
+    control.advance(cluster.state, 31 * 86400)  # every leaf expired, the CAs not
+    assert "<invalid>" in ok(cluster.run(m1, "kubeadm", "certs", "check-expiration"))
+    refused = cluster.run(m1, "kubeadm", "token", "create")
+    assert refused.returncode == 1 and "Unauthorized" in refused.stderr
+    kubectl = cluster.run(m1, "kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf", "-n",
+                          "kube-public", "get", "configmap", "cluster-info")
+    assert kubectl.returncode == 1
+    assert "error: You must be logged in to the server (Unauthorized)" in kubectl.stderr
+
+    renewed = ok(cluster.run(m1, "kubeadm", "certs", "renew", "all"))
+    assert "You must restart the kube-apiserver, kube-controller-manager, kube-scheduler and " \
+           "etcd" in renewed
+    assert 31 * 86400 <= expiry("admin.conf") - first < 32 * 86400  # 30 days from now again
+    assert all(abs(expiry(path) - expiry("admin.conf")) < 60 for path, _ in CERTIFICATES.values())
+    assert "<invalid>" not in ok(cluster.run(m1, "kubeadm", "certs", "check-expiration"))
+    ok(cluster.run(m1, "kubeadm", "token", "create"))
+
+    # An upgrade renews what its components use and admin.conf; once at the version, a
+    # re-applied upgrade (its manifests unchanged) renews admin.conf alone.
+    ok(cluster.run(m1, "apt-get", "install", "-y", "kubeadm=1.34.1-*"))
+    control.advance(cluster.state, 10 * 86400)
+    before = {path: expiry(path) for path, _ in CERTIFICATES.values()}
+    ok(cluster.run(m1, "kubeadm", "upgrade", "apply", "--yes", "v1.34.1"))
+    after = {path: expiry(path) for path, _ in CERTIFICATES.values()}
+    assert {path for path in after if after[path] > before[path]} == {
+        "admin.conf", "pki/apiserver.crt", "pki/apiserver-etcd-client.crt",
+        "pki/apiserver-kubelet-client.crt", "controller-manager.conf", "pki/etcd/healthcheck-client.crt",
+        "pki/etcd/peer.crt", "pki/etcd/server.crt", "pki/front-proxy-client.crt", "scheduler.conf"}
+    control.advance(cluster.state, 86400)
+    ok(cluster.run(m1, "kubeadm", "upgrade", "node"))
+    again = {path: expiry(path) for path, _ in CERTIFICATES.values()}
+    assert {path for path in again if again[path] > after[path]} == {"admin.conf"}

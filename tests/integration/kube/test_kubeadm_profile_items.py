@@ -12,9 +12,10 @@ plane and a join killed after kubelet-start was refused for good.
 
 The leave item a remaining manager runs for a manager being deleted removes its member from the
 real etcd, and says so when it is gone. Also: a worker whose first token expired joins with the
-one minted again, the endpoint init gives the joiners always names a port, and kubeadm's
+one minted again, the endpoint init gives the joiners always names a port, kubeadm's
 preflight finds containerd, as the profile configures it, on kubeadm's pause image from the
-cluster's image repository (a mirror too)."""
+cluster's image repository (a mirror too), and the certificate renewal item renews every
+certificate and restarts the control plane's pods to load them."""
 
 from __future__ import annotations
 
@@ -35,9 +36,12 @@ from coordinator.domain.fleet import Fleet, hypothetical_fleet
 from coordinator.domain.model import ClusterSpec, Machine, MachineState, MintJob
 from tests.support.k8s_doubles import control
 from tests.support.k8s_doubles.calls import agent_env, calls
+from tests.support.k8s_doubles.common import now as now_of
 from tests.support.k8s_doubles.common import state
 from tests.support.k8s_doubles.control import doubled_lan
+from tests.support.k8s_doubles.kubeadm import client_certificate
 from tests.support.k8s_doubles.kubelet import HEARTBEAT
+from tests.support.k8s_doubles.pki import not_after
 from tests.support.kubeadm_profile import (
     INIT_PHASES,
     MANAGER_JOIN_PHASES,
@@ -290,6 +294,42 @@ def test_init_prints_no_outputs_until_the_api_server_serves_cluster_info(tmp_pat
     assert 'configmaps "cluster-info" not found' in refused.stderr
     assert "done before" in refused.stdout and not outputs(refused.stdout), refused.stdout
     assert again == produced
+
+
+def test_the_renewal_item_renews_the_certificates_and_restarts_the_control_plane_to_load_them(
+        tmp_path: Path) -> None:
+    """The certs-renew item (a release with a new settings.kubernetes.certificateRenewal) on a
+    manager whose certificates expire in 25 days: every one signed for a year from now, each
+    control-plane pod started again (they load certificates only when they start), etcd
+    whole; run again after dying with a manifest held, it puts the manifest back first."""
+    spec = profile_spec(certificate_renewal="2027-06")
+    with cluster_on_a_lan(tmp_path, spec, Fleet(1, 0)) as cluster:
+        first = cluster.machines[0]
+        root = cluster.root(first)
+        cluster.init()
+        control.advance(cluster.state, 340 * 86400)
+        before = control.pods(cluster.state, root)
+        assert sorted(before) == ["etcd", "kube-apiserver", "kube-controller-manager",
+                                  "kube-scheduler"]
+        renew = rendered(spec, first, cluster.machines, "upgrade")["certs-renew"]
+        printed = ok(cluster.apply(first, renew))
+        assert "certificate renewal 2027-06" in printed
+        with state(cluster.state) as data:
+            now = now_of(data)
+        admin = client_certificate((root / "etc/kubernetes/admin.conf").read_text())
+        assert admin is not None and abs(not_after(admin) - (now + 365 * 86400)) < 60
+        assert "admin.conf                 " in printed and "364d" in printed  # its table
+        after = control.pods(cluster.state, root)
+        assert sorted(after) == sorted(before) and all(after[p] != before[p] for p in before)
+
+        # Died with etcd's manifest held (as if the agent was killed mid-restart): run again.
+        held = root / "etc/kubernetes/nodeagent/restarting"
+        (root / "etc/kubernetes/manifests/etcd.yaml").rename(held / "etcd.yaml")
+        ok(cluster.apply(first, renew))
+        assert (root / "etc/kubernetes/manifests/etcd.yaml").exists()
+        assert not list(held.iterdir())
+        members = control.etcd_members(root, cluster.node(first).ns.argv([]))
+    assert [m["name"] for m in members] == [first.hostname]
 
 
 @pytest.mark.parametrize("repository", ["registry.k8s.io", "mirror.test:5000/k8s"])

@@ -12,11 +12,12 @@ Arm hooks with `arm(state, pause=[...], kill=[...])` (read at every boundary, so
 run) or with the environment variables K8S_DOUBLES_PAUSE / K8S_DOUBLES_KILL (comma-separated
 specs, fixed when the agent starts). Each hook fires once: the retry it provokes runs through.
 
-The clock. Bootstrap tokens and the uploaded certificates expire against the shared state's
-clock: `advance(state, seconds)` moves it on.
+The clock. Bootstrap tokens, the uploaded certificates and kubeadm's certificates expire
+against the shared state's clock: `advance(state, seconds)` moves it on.
 
 etcd. `etcd_members(root, prefix)`: the member list as the node whose root is root sees it
-(prefix: `ip netns exec NS` of its network namespace). `power_off(state, root)`: the node's
+(prefix: `ip netns exec NS` of its network namespace). `pods(state, root)`: the node's running
+static pods and their pids. `power_off(state, root)`: the node's
 kubelet and static pods (its etcd) stopped, as a machine that went down.
 
 Teardown. The kubelet doubles, static pods and etcd processes are detached (they outlive the
@@ -35,7 +36,7 @@ from typing import Any
 
 from tests.support.k8s_doubles import etcd
 from tests.support.k8s_doubles.calls import agent_env
-from tests.support.k8s_doubles.common import marker, procs_dir, state, stop
+from tests.support.k8s_doubles.common import marker, procs_dir, running, state, stop
 from tests.support.kubeapi import KubeApiServer, kube_api_server
 from tests.support.lan import HUB_IP, Lan, lan
 from tests.support.requirements import require_binary
@@ -67,7 +68,8 @@ def resume(directory: Path, spec: str, again: bool = False) -> None:
 
 
 def advance(directory: Path, seconds: float) -> None:
-    """The cluster's clock moved on by seconds (tokens and uploaded certificates expire)."""
+    """The cluster's clock moved on by seconds (tokens, uploaded certificates and kubeadm's
+    certificates expire)."""
     with state(directory) as data:
         data["clock"] = float(data.get("clock", 0.0)) + seconds
 
@@ -84,6 +86,18 @@ def _stop(directory: Path, root: Path | None) -> None:
         with contextlib.suppress(FileNotFoundError):
             if root is None or json.loads(path.read_text()).get("root") == str(root):
                 stop(path.stem, directory)
+
+
+def pods(directory: Path, root: Path) -> dict[str, int]:
+    """The static pods running on the node whose root is root, by name: their pids (a pod
+    started again has another)."""
+    found = {}
+    for path in procs_dir(directory).glob("*-pod-*.json"):
+        with contextlib.suppress(FileNotFoundError):
+            started = json.loads(path.read_text())
+            if started.get("root") == str(root) and running(path.stem, directory) is not None:
+                found[path.stem.split("-pod-", 1)[1]] = int(started["pid"])
+    return found
 
 
 def power_off(directory: Path, root: Path) -> None:

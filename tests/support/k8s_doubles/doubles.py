@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).parents[3]))  # run as a file: the reposit
 from tests.support.k8s_doubles import kubelet as kubelet_double
 from tests.support.k8s_doubles import units
 from tests.support.k8s_doubles.common import Failure, parse, state
-from tests.support.k8s_doubles.kubeadm import kubeadm
+from tests.support.k8s_doubles.kubeadm import expired_credentials, kubeadm
 from tests.support.k8s_doubles.sysfs import modprobe, sysctl
 
 Details = dict[str, Any]
@@ -61,6 +61,9 @@ PROXY = {"http_proxy", "https_proxy", "no_proxy"}  # recorded as the command got
 
 def kubectl(args: list[str]) -> Details:
     words, flags = parse(args)
+    config = flags.get("--kubeconfig") or os.environ.get("KUBECONFIG")
+    if config and expired_credentials(config):  # the API server refuses the certificate
+        raise Failure("error: You must be logged in to the server (Unauthorized)")
     if words[:2] == ["set", "image"]:
         name = words[2].removeprefix("deployment/")
         image = words[3].split("=", 1)[1]

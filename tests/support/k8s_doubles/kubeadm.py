@@ -28,6 +28,15 @@ reset}, preflight/checks.go, phases/upgrade/policy.go, phases/etcd/local.go).
   the shared state's clock (common.now; tests move it with control.advance).
 - `kubeadm upgrade apply vX` enforces kubeadm's version policy; `kubeadm upgrade node`
   quietly follows the cluster's configured version.
+- Certificates (phases/certs, phases/renewal, phases/upgrade/staticpods.go): every leaf
+  certificate and kubeconfig (each with its user's client certificate, kubeadm's subjects) is
+  signed on the shared state's clock for the ClusterConfiguration's certificateValidityPeriod
+  (a year by default), the CAs for its caCertificateValidityPeriod (ten); one expired on that
+  clock is refused (a kubeconfig's by the API server: kubeadm's commands through admin.conf
+  and kubectl fail Unauthorized). `certs check-expiration` prints kubeadm's table, `certs
+  renew all|NAME` signs them anew (a new key, the same subject and SANs); an upgrade on a
+  control-plane node renews its components' certificates when their manifests change
+  version, then admin.conf's.
 - `kubeadm reset` removes the node's etcd member through the cluster's members, and only warns
   (exit 0) when it cannot; stops the kubelet and the static pods; deletes kubeadm's files;
   leaves iptables alone and says so.
@@ -35,6 +44,7 @@ reset}, preflight/checks.go, phases/upgrade/policy.go, phases/etcd/local.go).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ipaddress
 import json
@@ -53,6 +63,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +98,12 @@ DISCOVERY_SECONDS = 20.0  # kubeadm's is 5 minutes: an API server not reached fa
 KUBECONFIGS = ["admin.conf", "super-admin.conf", "kubelet.conf", "controller-manager.conf",
                "scheduler.conf"]
 CONTROL_PLANE = ["kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+# Each kubeconfig's user (CN, O), as kubeadm's kubeconfig phase signs them ({node}: the node).
+KUBECONFIG_USERS = {"admin.conf": ("kubernetes-admin", "kubeadm:cluster-admins"),
+                    "super-admin.conf": ("kubernetes-super-admin", "system:masters"),
+                    "controller-manager.conf": ("system:kube-controller-manager", ""),
+                    "scheduler.conf": ("system:kube-scheduler", ""),
+                    "kubelet.conf": ("system:node:{node}", "system:nodes")}
 CLUSTER_CAS = {"ca": ("ca", "kubernetes"), "front-proxy-ca": ("front_proxy_ca", "front-proxy-ca"),
                "etcd/ca": ("etcd_ca", "etcd-ca")}
 # kubeadm's pause image per minor (PauseVersion, cmd/kubeadm/app/constants/constants.go), and
@@ -160,6 +177,29 @@ def require_control_plane() -> None:
     if not local("/etc/kubernetes/admin.conf").exists():
         raise Failure("failed to load admin kubeconfig: open /etc/kubernetes/admin.conf: "
                       "no such file or directory")
+    refused = expired_credentials("/etc/kubernetes/admin.conf")
+    if refused:
+        raise Failure(f"Unauthorized: {refused}")
+
+
+def expired_credentials(path: str) -> str | None:
+    """Why the API server refuses the client certificate of the kubeconfig at path: it expired
+    on the cluster's clock (None: it does not, or the kubeconfig has none)."""
+    found = local(path)
+    pem = client_certificate(found.read_text()) if found.exists() else None
+    if pem is None:
+        return None
+    with state() as data:
+        expired = pki.not_after(pem) <= now(data)
+    return (f"the client certificate of {path} expired at "
+            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(pki.not_after(pem)))}"
+            if expired else None)
+
+
+def client_certificate(text: str) -> str | None:
+    """The PEM client certificate a kubeconfig embeds (None: a token's)."""
+    data = yaml.safe_load(text)["users"][0]["user"].get("client-certificate-data")
+    return base64.b64decode(data).decode() if data else None
 
 
 def host_port(endpoint: str) -> tuple[str, str]:
@@ -360,16 +400,21 @@ def certs(run: Run) -> None:
     """Cluster CAs (reused when the node has them, as kubeadm does; else new: a new cluster)
     and this node's certificates."""
     with state() as data:
+        cluster = run.docs.get("ClusterConfiguration", {})
+        data["validity"] = {  # the cluster's, as kubeadm-config keeps it for renewals and joins
+            kind: period(str(cluster.get(field, default)), field) / 86400
+            for kind, field, default in (("leaf", "certificateValidityPeriod", "8760h"),
+                                         ("ca", "caCertificateValidityPeriod", "87600h"))}
         for name, (key, common) in CLUSTER_CAS.items():
             crt, k = local(f"/etc/kubernetes/pki/{name}.crt"), local(f"/etc/kubernetes/pki/{name}.key")
             if crt.exists() and k.exists():
                 data[key] = {"cert": crt.read_text(), "key": k.read_text()}
             else:
                 data.pop(key, None)
-            write_pair(name, pki.ca(data, key, common))
+            write_pair(name, pki.ca(data, key, common, at=now(data), days=validity(data, "ca")))
         if not local("/etc/kubernetes/pki/sa.key").exists():
             data.pop("sa", None)
-        sa = pki.ca(data, "sa", "service-accounts")
+        sa = pki.ca(data, "sa", "service-accounts", at=now(data), days=validity(data, "ca"))
         cas = {key: data[key] for key, _ in CLUSTER_CAS.values()}
     write("/etc/kubernetes/pki/sa.key", sa["key"], 0o600)
     write("/etc/kubernetes/pki/sa.pub", pki.public_key_pem(sa))
@@ -383,19 +428,21 @@ def node_certs(run: Run, cas: dict[str, pki.Pair]) -> None:
     names = [run.node, "localhost", run.ip, "127.0.0.1", "::1"]
     endpoint = run.cluster.get("controlPlaneEndpoint")
     extra = [host_port(endpoint)[0]] if endpoint else []
-    write_pair("apiserver", pki.leaf(cas["ca"], "kube-apiserver", [
+    with state() as data:
+        signed = partial(pki.leaf, at=now(data), days=validity(data, "leaf"))
+    write_pair("apiserver", signed(cas["ca"], "kube-apiserver", [
         run.node, "kubernetes", "kubernetes.default", "kubernetes.default.svc", run.ip,
         "10.96.0.1", *extra], server=True, client=False))
-    write_pair("apiserver-kubelet-client", pki.leaf(cas["ca"], "kube-apiserver-kubelet-client",
-                                                    [], server=False, client=True))
-    write_pair("front-proxy-client", pki.leaf(cas["front_proxy_ca"], "front-proxy-client", [],
-                                              server=False, client=True))
-    write_pair("etcd/server", pki.leaf(cas["etcd_ca"], run.node, names, server=True, client=True))
-    write_pair("etcd/peer", pki.leaf(cas["etcd_ca"], run.node, names, server=True, client=True))
-    write_pair("etcd/healthcheck-client", pki.leaf(cas["etcd_ca"], "kube-etcd-healthcheck-client",
-                                                   [], server=False, client=True))
-    write_pair("apiserver-etcd-client", pki.leaf(cas["etcd_ca"], "kube-apiserver-etcd-client", [],
-                                                 server=False, client=True))
+    write_pair("apiserver-kubelet-client", signed(cas["ca"], "kube-apiserver-kubelet-client",
+                                                  [], server=False, client=True))
+    write_pair("front-proxy-client", signed(cas["front_proxy_ca"], "front-proxy-client", [],
+                                            server=False, client=True))
+    write_pair("etcd/server", signed(cas["etcd_ca"], run.node, names, server=True, client=True))
+    write_pair("etcd/peer", signed(cas["etcd_ca"], run.node, names, server=True, client=True))
+    write_pair("etcd/healthcheck-client", signed(cas["etcd_ca"], "kube-etcd-healthcheck-client",
+                                                 [], server=False, client=True))
+    write_pair("apiserver-etcd-client", signed(cas["etcd_ca"], "kube-apiserver-etcd-client", [],
+                                               server=False, client=True))
 
 
 def kubelet_server(run: Run) -> str:
@@ -415,19 +462,24 @@ def kubeconfigs(run: Run, names: list[str]) -> None:
     """kubeadm's kubeconfig files, each to the server kubeadm gives it: the kubelet's to the
     endpoint (to this node's own API server in ControlPlaneKubeletLocalMode), the controller
     manager's and scheduler's to this node's; admin.conf and super-admin.conf to the test API
-    server, which the coordinator reaches directly."""
+    server, which the coordinator reaches directly. Each with its user's client certificate
+    (kubeadm's subjects) signed by the cluster CA on the cluster's clock."""
     if not local("/etc/kubernetes/pki/ca.crt").exists():
         raise Failure("error execution phase kubeconfig: couldn't create a kubeconfig; the CA "
                       "files couldn't be loaded: failure loading ca certificate: open "
                       "/etc/kubernetes/pki/ca.crt: no such file or directory")
-    ca = local("/etc/kubernetes/pki/ca.crt").read_text()
     own = f"https://{etcd.host_port(run.ip, 6443)}"
     servers = {"kubelet.conf": kubelet_server(run), "controller-manager.conf": own,
                "scheduler.conf": own}
+    with state() as data:
+        authority, at, days = data["ca"], now(data), validity(data, "leaf")
     for name in names:
-        server = servers.get(name)
-        write(f"/etc/kubernetes/{name}",
-              kubeconfig(name.removesuffix(".conf"), server, ca if server else None), 0o600)
+        common, organization = KUBECONFIG_USERS[name]
+        user = common.format(node=run.node)
+        pair = pki.leaf(authority, user, [], server=False, client=True,
+                        organization=organization, at=at, days=days)
+        write(f"/etc/kubernetes/{name}", pki.client_kubeconfig(
+            servers.get(name, os.environ["K8S_DOUBLES_API"]), authority, pair, user), 0o600)
 
 
 def static_pods(run: Run) -> None:
@@ -439,6 +491,10 @@ def static_pods(run: Run) -> None:
     for pod in CONTROL_PLANE:
         write(f"/etc/kubernetes/manifests/{pod}.yaml", yaml.safe_dump(kubelet.manifest(
             pod, server if pod == "kube-apiserver" else [pod])))
+    with state() as data:  # the version the manifests are of: an upgrade to another renews
+        version = run.docs.get("ClusterConfiguration", {}).get("kubernetesVersion") or \
+            data.get("cluster", {}).get("version", "")
+        data.setdefault("manifests", {})[str(Path.cwd())] = str(version).lstrip("v")
 
 
 def etcd_manifest(run: Run, initial: str | None = None) -> None:
@@ -767,6 +823,164 @@ def certificate_key() -> Details:
     return {"certificateKey": key}
 
 
+# -- certificates: check-expiration, renew --------------------------------------------------------
+
+# kubeadm's certificates by the names `certs check-expiration` and `certs renew` give them: the
+# file under /etc/kubernetes (a .conf: a kubeconfig with its client certificate embedded), the CA.
+CERTIFICATES = {
+    "admin.conf": ("admin.conf", "ca"), "apiserver": ("pki/apiserver.crt", "ca"),
+    "apiserver-etcd-client": ("pki/apiserver-etcd-client.crt", "etcd-ca"),
+    "apiserver-kubelet-client": ("pki/apiserver-kubelet-client.crt", "ca"),
+    "controller-manager.conf": ("controller-manager.conf", "ca"),
+    "etcd-healthcheck-client": ("pki/etcd/healthcheck-client.crt", "etcd-ca"),
+    "etcd-peer": ("pki/etcd/peer.crt", "etcd-ca"), "etcd-server": ("pki/etcd/server.crt", "etcd-ca"),
+    "front-proxy-client": ("pki/front-proxy-client.crt", "front-proxy-ca"),
+    "scheduler.conf": ("scheduler.conf", "ca"), "super-admin.conf": ("super-admin.conf", "ca")}
+AUTHORITIES = {"ca": "pki/ca", "etcd-ca": "pki/etcd/ca", "front-proxy-ca": "pki/front-proxy-ca"}
+# What a control-plane upgrade renews (staticpods.go): each component's certificates when its
+# manifest changes (renewCertsByComponent: etcd, kube-apiserver, the controller-manager's and
+# scheduler's kubeconfigs), then admin.conf's, unless --certificate-renewal=false.
+UPGRADE_RENEWS = ["etcd-server", "etcd-peer", "etcd-healthcheck-client", "apiserver",
+                  "apiserver-kubelet-client", "front-proxy-client", "apiserver-etcd-client",
+                  "controller-manager.conf", "scheduler.conf"]
+
+
+def validity(data: dict[str, Any], kind: str) -> float:
+    """How many days the cluster signs a leaf certificate or a CA for: its ClusterConfiguration's
+    certificateValidityPeriod and caCertificateValidityPeriod (kubeadm's defaults: a year, ten)."""
+    return float(data.get("validity", {}).get(kind, pki.LEAF_DAYS if kind == "leaf" else pki.CA_DAYS))
+
+
+def period(text: str, field: str) -> float:
+    """A Go duration of the configuration (8760h0m0s), in seconds."""
+    try:
+        return duration(text)
+    except Failure:
+        raise Failure(f"ClusterConfiguration.{field}: invalid duration {text!r}") from None
+
+
+def certificate_pem(name: str) -> str | None:
+    found = local(f"/etc/kubernetes/{CERTIFICATES[name][0]}")
+    if not found.exists():
+        return None
+    return client_certificate(found.read_text()) if name.endswith(".conf") else found.read_text()
+
+
+def authority_of(name: str) -> pki.Pair:
+    base = AUTHORITIES[CERTIFICATES[name][1]]
+    crt, key = local(f"/etc/kubernetes/{base}.crt"), local(f"/etc/kubernetes/{base}.key")
+    if not (crt.exists() and key.exists()):
+        raise Failure(f"error: failed to renew certificate {name}: couldn't load the certificate "
+                      f"authority {CERTIFICATES[name][1]}: open /etc/kubernetes/{base}.key: no "
+                      "such file or directory")
+    return {"cert": crt.read_text(), "key": key.read_text()}
+
+
+def renew(name: str) -> bool:
+    """The certificate signed anew by its CA on the cluster's clock (a new key, the same
+    subject and SANs); False when the node has none."""
+    pem = certificate_pem(name)
+    if pem is None:
+        return False
+    with state() as data:
+        at, days = now(data), validity(data, "leaf")
+    pair = pki.renew(authority_of(name), pem, at, days)
+    path = CERTIFICATES[name][0]
+    if name.endswith(".conf"):
+        document = yaml.safe_load(local(f"/etc/kubernetes/{path}").read_text())
+        document["users"][0]["user"].update({
+            "client-certificate-data": base64.b64encode(pair["cert"].encode()).decode(),
+            "client-key-data": base64.b64encode(pair["key"].encode()).decode()})
+        write(f"/etc/kubernetes/{path}", json.dumps(document), 0o600)
+    else:
+        write_pair(path.removeprefix("pki/").removesuffix(".crt"), pair)
+    return True
+
+
+def residual(seconds: float) -> str:
+    """apimachinery's ShortHumanDuration, as check-expiration's RESIDUAL TIME column."""
+    whole = int(seconds)
+    if whole < -1:
+        return "<invalid>"
+    for unit, size, below in (("s", 1, 60), ("m", 60, 3600), ("h", 3600, 86400),
+                              ("d", 86400, 365 * 86400)):
+        if whole < below:
+            return f"{max(whole, 0) // size}{unit}"
+    return f"{whole // (365 * 86400)}y"
+
+
+def table(rows: list[list[str]]) -> str:
+    """Go's tabwriter as kubeadm uses it: columns padded to the widest cell plus 3."""
+    widths = [max(len(row[i]) for row in rows) + 3 for i in range(len(rows[0]))]
+    return "\n".join("".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+                     for row in rows)
+
+
+def check_expiration() -> Details:
+    with state() as data:
+        at = now(data)
+
+    def columns(pem: str) -> list[str]:
+        after = pki.not_after(pem)
+        return [time.strftime("%b %d, %Y %H:%M UTC", time.gmtime(after)), residual(after - at)]
+
+    print("[check-expiration] Reading configuration from the cluster...\n[check-expiration] FYI: "
+          "You can look at this config file with 'kubectl -n kube-system get cm kubeadm-config "
+          "-o yaml'\n")
+    found = {name: pem for name in CERTIFICATES if (pem := certificate_pem(name)) is not None}
+    print(table([["CERTIFICATE", "EXPIRES", "RESIDUAL TIME", "CERTIFICATE AUTHORITY",
+                  "EXTERNALLY MANAGED"]]
+                + [[name, *columns(pem), CERTIFICATES[name][1], "no"] for name, pem in found.items()]))
+    authorities = [[name, *columns(local(f"/etc/kubernetes/{base}.crt").read_text()), "no"]
+                   for name, base in AUTHORITIES.items()
+                   if local(f"/etc/kubernetes/{base}.crt").exists()]
+    print("\n" + table([["CERTIFICATE AUTHORITY", "EXPIRES", "RESIDUAL TIME",
+                         "EXTERNALLY MANAGED"], *authorities]))
+    return {"expires": {name: pki.not_after(pem) for name, pem in found.items()}}
+
+
+def kubeadm_certs(words: list[str], flags: dict[str, str]) -> Details:
+    """`kubeadm certs check-expiration`, `kubeadm certs renew all|NAME`: renewed on the
+    cluster's clock whatever their expiry; the control-plane pods keep the old ones until they
+    restart, as kubeadm says."""
+    if words[1:2] == ["check-expiration"]:
+        return check_expiration()
+    if words[1:2] != ["renew"] or len(words) != 3 or words[2] not in ("all", *CERTIFICATES):
+        raise Failure(f"unknown command {' '.join(words[1:])!r} for \"kubeadm certs\"")
+    print("[renew] Reading configuration from the cluster...")
+    if expired_credentials("/etc/kubernetes/admin.conf") or not local(
+            "/etc/kubernetes/admin.conf").exists():
+        print("[renew] Error reading configuration from the Cluster. Falling back to default "
+              "configuration")
+    names = list(CERTIFICATES) if words[2] == "all" else [words[2]]
+    renewed = [name for name in names if renew(name)]
+    if not renewed:
+        raise Failure(f"error: no certificate to renew: none of {', '.join(names)} found under "
+                      "/etc/kubernetes")
+    for name in renewed:
+        print(f"certificate {name} renewed")
+    print("\nDone renewing certificates. You must restart the kube-apiserver, "
+          "kube-controller-manager, kube-scheduler and etcd, so that they can use the new "
+          "certificates.")
+    return {"renewed": renewed}
+
+
+def upgrade_renewal(flags: dict[str, str], version: str) -> list[str]:
+    """A control-plane node's certificates renewed as its upgrade renews them: each
+    component's when its manifests change (another version), then admin.conf's."""
+    if flags.get("--certificate-renewal", "true") == "false" or not local(
+            "/etc/kubernetes/manifests/kube-apiserver.yaml").exists():
+        return []
+    with state() as data:
+        manifests = data.setdefault("manifests", {})
+        changed = manifests.get(str(Path.cwd())) != version
+        manifests[str(Path.cwd())] = version
+    renewed = [name for name in [*UPGRADE_RENEWS * changed, "admin.conf"] if renew(name)]
+    for name in renewed:
+        print(f"[upgrade/staticpods] Renewing {name} certificate")
+    return renewed
+
+
 # -- upgrade -------------------------------------------------------------------------------------
 
 def semantic(text: str) -> tuple[int, int, int, str]:
@@ -839,7 +1053,9 @@ def kubeadm_upgrade(words: list[str], flags: dict[str, str]) -> Details:
         sandbox_check(cluster.get("imageRepository"), installed or words[2], details)
         with state() as data:
             data["cluster"]["version"] = words[2].lstrip("v")
+        renewed = upgrade_renewal(flags, words[2].lstrip("v"))
         print(f"[upgrade/successful] SUCCESS! Your cluster was upgraded to \"{words[2]}\".")
+        details["renewed"] = renewed
         return details
     if words[1] == "node":
         if not local("/etc/kubernetes/kubelet.conf").exists():
@@ -848,8 +1064,9 @@ def kubeadm_upgrade(words: list[str], flags: dict[str, str]) -> Details:
         if cluster is None:
             raise Failure("unable to fetch the kubeadm-config ConfigMap: configmaps "
                           "\"kubeadm-config\" not found")
+        renewed = upgrade_renewal(flags, cluster["version"])
         print("[upgrade] The configuration for this node was successfully upgraded!")
-        return {"version": cluster["version"]}
+        return {"version": cluster["version"], "renewed": renewed}
     raise Failure(f"unknown command \"{words[1]}\" for \"kubeadm upgrade\"")
 
 
@@ -921,6 +1138,7 @@ def kubeadm(args: list[str]) -> Details:
         ("join",): lambda w, f: workflow("join", w, f), ("token",): kubeadm_token,
         ("upgrade",): kubeadm_upgrade, ("reset",): kubeadm_reset,
         ("certs", "certificate-key"): lambda w, f: certificate_key(),
+        ("certs",): kubeadm_certs,
     }
     for prefix, handler in handlers.items():
         if tuple(words[:len(prefix)]) == prefix:

@@ -39,13 +39,15 @@ def test_the_settings_reach_every_assignment_as_template_values() -> None:
     values = template_values(spec(
         '{version: 1.31.2, controlPlaneEndpoint: "k8s.lab:6443", podSubnet: 10.50.0.0/16, '
         'serviceSubnet: 10.60.0.0/16, cni: cilium, dedicatedManagers: true, '
-        'imageRepository: "mirror.lab:5000/k8s", labels: {env: prod, tier: gold}}'),
+        'certificateRenewal: "2026-11", imageRepository: "mirror.lab:5000/k8s", '
+        'labels: {env: prod, tier: gold}}'),
         machine("m1", "manager"), [])
     assert {name: value for name, value in values.items()
             if name.startswith(("kubernetes.", "cluster.labels"))} == {
         "kubernetes.version": "1.31.2", "kubernetes.controlPlaneEndpoint": "k8s.lab:6443",
         "kubernetes.podSubnet": "10.50.0.0/16", "kubernetes.serviceSubnet": "10.60.0.0/16",
         "kubernetes.cni": "cilium", "kubernetes.dedicatedManagers": "true",
+        "kubernetes.certificateRenewal": "2026-11",
         "kubernetes.allowDowngrade": "false",
         "kubernetes.imageRepository": "mirror.lab:5000/k8s",
         "kubernetes.sandboxImage": "mirror.lab:5000/k8s/pause:3.10",

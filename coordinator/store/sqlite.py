@@ -27,6 +27,7 @@ from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
+    ClusterOutput,
     CredentialOwner,
     Event,
     JoinToken,
@@ -49,9 +50,11 @@ from coordinator.store.codec import (
     machine_count_from_row,
     machine_from_row,
     machine_to_row,
+    output_rows,
     removed_machine_from_row,
     spec_to_json,
     version_from_row,
+    with_outputs,
 )
 from coordinator.store.sql import (
     SQLITE,
@@ -251,10 +254,17 @@ class SQLiteStore(Store):
             return updated
 
     async def get_cluster(self, name: str) -> StoredCluster | None:
-        return await self._one(cluster_from_row, SQL.cluster, (name,))
+        found = await self._one(cluster_from_row, SQL.cluster, (name,))
+        if found is None:
+            return None
+        rows = await self._all(lambda row: row, SQL.cluster_outputs, (name,))
+        return with_outputs(found, rows, self.cipher)
 
     async def list_clusters(self) -> list[StoredCluster]:
-        return await self._all(cluster_from_row, SQL.clusters)
+        clusters = await self._all(cluster_from_row, SQL.clusters)
+        rows = await self._all(lambda row: row, SQL.all_outputs) if clusters else []
+        return [with_outputs(c, [r for r in rows if r["cluster"] == c.spec.name], self.cipher)
+                for c in clusters]
 
     async def mark_cluster_deleting(self, name: str) -> None:
         await self._execute(SQL.mark_deleting, (name,))
@@ -268,6 +278,7 @@ class SQLiteStore(Store):
             (machines,) = conn.execute(SQL.count_cluster_machines, (name,)).fetchone()
             check_removable(name, machines)
             conn.execute(SQL.delete_join_tokens, (name,))
+            conn.execute(SQL.delete_cluster_outputs, (name,))
             conn.execute(SQL.delete_cluster, (name,))
 
     # -- join tokens ------------------------------------------------------------
@@ -414,14 +425,17 @@ class SQLiteStore(Store):
         machines: Sequence[Machine] = (),
         events: Sequence[Event] = (),
         removed: Mapping[str, float] | None = None,
+        outputs: Mapping[str, Mapping[str, ClusterOutput]] | None = None,
     ) -> list[Event]:
-        return await self._run(self._commit, machines, events, dict(removed or {}))
+        kept = output_rows(outputs or {}, self.cipher)
+        return await self._run(self._commit, machines, events, dict(removed or {}), kept)
 
     def _commit(self, machines: Sequence[Machine], events: Sequence[Event],
-                removed: dict[str, float]) -> list[Event]:
+                removed: dict[str, float], kept: list[tuple[Any, ...]]) -> list[Event]:
         conn = self._db
         stored: list[Event] = []
         with transaction(conn):
+            conn.executemany(SQL.keep_output, kept)
             for m in machines:
                 conn.execute(SQL.upsert_machine, machine_to_row(m, self.cipher))
             gone = [(m.id,) for m in machines] + [(i,) for i in removed]

@@ -97,7 +97,7 @@ def assigned_items(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]
     items = phase_run(spec, machine, phase, peers) if phase else []
     if phase in JOB_PHASES:
         return phase, Handed(items, {}, ())
-    return phase, hand_out(items, available(machine, peers, kept))
+    return phase, hand_out(items, available(machine, peers, kept), machine.applied)
 
 
 def waits_notices(spec: ClusterSpec, machines: Sequence[Machine],

@@ -152,17 +152,25 @@ class Handed:
     waits: tuple[str, ...]
 
 
-def hand_out(items: Sequence[StateItem], values: dict[str, str]) -> Handed:
+def hand_out(items: Sequence[StateItem], values: dict[str, str],
+             applied: frozenset[str] = frozenset()) -> Handed:
     """The items up to the first one that uses an output not in values, with the values they
-    use: the rest wait for it, since items run in order."""
+    use: the rest wait for it, since items run in order. An item applied already (in
+    applied) whose values are gone (join material, revoked once it was used) is left out
+    rather than waited for: it will not run again, and the items after it (a manager's
+    control-plane item after its join) must not wait for ever."""
     used: dict[str, str] = {}
-    for index, item in enumerate(items):
+    handed: list[StateItem] = []
+    for item in items:
         names = references(item)
         missing = tuple(n for n in names if n not in values)
+        if missing and item.fingerprint() in applied:
+            continue
         if missing:
-            return Handed(list(items[:index]), used, missing)
+            return Handed(handed, used, missing)
         used.update({n: values[n] for n in names})
-    return Handed(list(items), used, ())
+        handed.append(item)
+    return Handed(handed, used, ())
 
 
 def public_names(spec: ClusterSpec) -> frozenset[str]:

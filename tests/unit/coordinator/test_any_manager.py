@@ -11,8 +11,9 @@ from dataclasses import replace
 
 import yaml
 
+from coordinator.domain.assignment import assigned_items
 from coordinator.domain.kubeaccess import KubeAccess, kube_access
-from coordinator.domain.model import ClusterSpec, Machine, MachineState, machine_items
+from coordinator.domain.model import ClusterSpec, Machine, MachineState, Material, machine_items
 from coordinator.domain.outputs import (
     adopted,
     cluster_outputs,
@@ -77,8 +78,8 @@ def manager(hostname: str, order: int, **changes: object) -> Machine:
     admitted = replace(machine(hostname, role, state=READY, created_at=order or 10),
                        deploy_order=order, release="1")
     deployed = {i.fingerprint() for i in machine_items(spec_at("1"), admitted, "deploy")}
-    return replace(admitted, applied=frozenset(deployed) | baseline(spec_at("1"), role),
-                   **changes)  # type: ignore[arg-type]
+    changes = {"applied": frozenset(deployed) | baseline(spec_at("1"), role), **changes}
+    return replace(admitted, **changes)  # type: ignore[arg-type]
 
 
 def upgraded(spec: ClusterSpec, machines: list[Machine]) -> list[Machine]:
@@ -179,6 +180,29 @@ def test_an_item_waiting_for_an_output_no_manager_can_produce_says_so_and_what_t
     joining = replace(machine("m4", "manager", state=MachineState.DEPLOY),
                       waits=("outputs.control-plane.endpoint",))
     assert "no manager" not in waits_text(spec, joining, [manager("m2", 2), joining])
+
+
+def test_a_managers_item_after_its_join_is_handed_out_once_the_join_material_is_revoked() -> None:
+    """m2's join used its token, revoked once the join succeeded: the join (applied) no longer
+    holds back the control-plane item after it, which produces the outputs again on m2.
+    Before, m2 stayed in Deploy with no item to run."""
+    joining = replace(manager("m2", 2, state=MachineState.DEPLOY, applied=frozenset()),
+                      material=Material(1, "m1", 0.0, ("token",), {"outputs.token.token": "t"},
+                                        minted_at=0.0))
+    m1 = manager("m1", 1, outputs={"control-plane.endpoint": "10.0.0.1:6443"})
+    tokened = spec_at(text=SPEC.replace('argv: [join, "${outputs.control-plane.endpoint}"]',
+                                        'argv: [join, "${outputs.control-plane.endpoint}", '
+                                        '"${outputs.token.token}"]', 1))
+    join = machine_items(tokened, joining, "deploy")[0]
+    _, handed = assigned_items(tokened, joining, [m1, joining], None)
+    assert [i.name for i in handed.items] == ["join", "control-plane"]
+    joined = replace(joining, applied=frozenset({join.fingerprint()}),
+                     material=replace(joining.material, used_at=1.0))  # type: ignore[arg-type]
+    _, handed = assigned_items(tokened, joined, [m1, joined], None)
+    assert [i.name for i in handed.items] == ["control-plane"] and handed.waits == ()
+    unjoined = replace(joined, applied=frozenset())
+    _, handed = assigned_items(tokened, unjoined, [m1, unjoined], None)
+    assert handed.items == [] and handed.waits == ("outputs.token.token",)
 
 
 def test_the_coordinator_uses_the_kubeconfig_of_a_ready_manager_that_answers() -> None:

@@ -44,7 +44,8 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
     at = machine.state_since if now is None else now
     step = machine_step(spec, machine, at)
     waits = waits_text(spec, machine, peers) if spec is not None else ""
-    differ = differing(machine, cluster_outputs(peers, kept)) if peers else []
+    differ = differing(machine, cluster_outputs(peers, kept)) \
+        if peers and machine.outputs else []  # managers' only: workers produce none
     note = machine_note(spec, machine, step, at, waits, failures := machine.precheck_failures())
     if differ and not note.failing:
         note = Note(f"{note.text}; {differing_text(differ, kept or {})}".lstrip("; "),

@@ -148,13 +148,17 @@ class SQLiteStore(Store):
         of microseconds, while a hop to the reader's thread and back waits for the GIL behind a
         busy event loop, several times for each read (every agent's credential and every
         long-poll's generation: at 10,000 agents those hops set the p99)."""
+        rows = self._lookup(sql, params)
+        return decode(rows[0]) if rows else None
+
+    def _lookup(self, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
+        """The rows of an indexed lookup, on the event loop's own thread (_one)."""
         if self._lookup_conn is None:
             raise StoreError(f"store {self.path} is not open")
         try:
-            rows = self._lookup_conn.execute(sql, params).fetchall()
+            return self._lookup_conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: {exc}") from exc
-        return decode(rows[0]) if rows else None
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> None:
         await self._run(lambda: self._db.execute(sql, params))
@@ -257,8 +261,7 @@ class SQLiteStore(Store):
         found = await self._one(cluster_from_row, SQL.cluster, (name,))
         if found is None:
             return None
-        rows = await self._all(lambda row: row, SQL.cluster_outputs, (name,))
-        return with_outputs(found, rows, self.cipher)
+        return with_outputs(found, self._lookup(SQL.cluster_outputs, (name,)), self.cipher)
 
     async def list_clusters(self) -> list[StoredCluster]:
         clusters = await self._all(cluster_from_row, SQL.clusters)

@@ -1,5 +1,5 @@
 """The kubeadm profile (examples/kubeadm/cluster.yaml) as `coordinator cluster render` shows it
-on a fleet of 3 managers and 50 workers, with the first manager's outputs produced and each
+on a fleet of 3 managers and 50 workers, with the control plane's outputs produced and each
 joiner's join material minted: what every machine would run, command by command. And every
 command it calls that would change a host has a test double (tests/support/k8s_doubles), so
 the end-to-end test can run the profile unmodified without touching the test machine."""
@@ -34,7 +34,8 @@ def fleet(spec: ClusterSpec) -> list[Machine]:
     """3 managers and 50 workers: manager-1 ran init (its outputs are there), every other
     machine holds join material minted for it alone."""
     return deployed(hypothetical_fleet(spec, Fleet(3, 50)),
-                    {"init.caCertHash": CA_HASH, "init.endpoint": "192.0.2.1:6443"},
+                    {"control-plane.caCertHash": CA_HASH,
+                     "control-plane.endpoint": "192.0.2.1:6443"},
                     lambda m: {"outputs.token.token": token_of(m), "outputs.certkey.key": key_of(m)}
                     if m.role == "manager" else {"outputs.token.token": token_of(m)})
 
@@ -59,7 +60,8 @@ def test_kubeadm_init_runs_on_the_first_manager_only(spec: ClusterSpec, fleet: l
              if "phases.sh init" in str(rendered(spec, m, fleet, "deploy"))]
     assert inits == ["manager-1"]
     deploy = rendered(spec, fleet[0], fleet, "deploy")
-    assert list(deploy) == ["init-config", "init", "cni"], "the CNI is a deploy item, after init"
+    assert list(deploy) == ["init-config", "init", "cni", "control-plane"], \
+        "the CNI is a deploy item, after init"
     cluster = kubeadm_config(deploy["init-config"])["ClusterConfiguration"]
     assert cluster["kubernetesVersion"] == f"v{spec.settings.kubernetes.version}"
     assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12"}
@@ -114,11 +116,15 @@ def phases_run(script: str, what: str) -> list[str]:
 def test_init_and_join_run_kubeadm_phases_one_at_a_time_in_kubeadms_order(
         spec: ClusterSpec, fleet: list[Machine]) -> None:
     """So that a rerun resumes at the phase that died (docs/kubernetes.md, When a step dies);
-    the outputs come only after the API server served cluster-info."""
+    the outputs come only after the API server served cluster-info, from the control-plane
+    item every manager runs after its init or join."""
     init = rendered(spec, fleet[0], fleet, "deploy")["init"]["argv"][2]
     assert phases_run(init, "init") == INIT_PHASES
-    assert init.index("get configmap cluster-info") > init.index("phases.sh init") \
-        and init.index("caCertHash=") > init.index("get configmap cluster-info")
+    for manager in fleet[:3]:
+        deploy = rendered(spec, manager, fleet, "deploy")
+        assert list(deploy)[-1] == "control-plane", manager.hostname
+        outputs = deploy["control-plane"]["argv"][2]
+        assert outputs.index("caCertHash=") > outputs.index("get configmap cluster-info")
     join = rendered(spec, fleet[1], fleet, "deploy")["join"]["argv"][2]
     manager, worker = (shlex.split(line.split("set -- ", 1)[1].replace("\\", ""))
                        for line in join.replace("\\\n", " ").splitlines() if "set -- " in line)

@@ -16,9 +16,10 @@ caller's working directory (the node's root) and network namespace.
 - Nodes register in the test Kubernetes API server ($K8S_DOUBLES_API, tests/support/kubeapi.py)
   as a kubelet does.
 - kubectl remembers the images set on Deployments (`set image`) to answer `get deployment`,
-  and finds cluster-info only once init's bootstrap-token phase made it.
-- apt-get and dnf remember which kubeadm version they installed in a root (the version
-  `kubeadm upgrade apply` checks its target against).
+  and finds kube-public/cluster-info only once init's bootstrap-token phase made it (printed
+  as `-o name` or its kubeconfig, `-o jsonpath={.data.kubeconfig}`: the endpoint and the CA).
+- apt-get and dnf remember which kubeadm, kubelet and kubectl versions they installed in a
+  root (the kubeadm version `kubeadm upgrade apply` checks its target against).
 - `systemctl start|restart|stop kubelet` starts or stops the kubelet double.
 - modprobe and sysctl change the root's /proc/sys as the kernel does (sysfs.py).
 - Every other command (apt-mark, swapoff, ...) is recorded and succeeds.
@@ -29,6 +30,7 @@ the clock, etcd's members, and stop_all at teardown.
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import json
 import os
@@ -61,9 +63,10 @@ def kubectl(args: list[str]) -> Details:
         return {"deployment": name, "image": image}
     if words[:3] == ["get", "configmap", "cluster-info"]:  # made by init's bootstrap-token phase
         with state() as data:
-            if "cluster_info" not in data:
-                raise Failure('Error from server (NotFound): configmaps "cluster-info" not found')
-        print("configmap/cluster-info")
+            info = data.get("cluster_info")
+        if info is None or flags.get("-n", flags.get("--namespace")) != "kube-public":
+            raise Failure('Error from server (NotFound): configmaps "cluster-info" not found')
+        print(cluster_info(info, flags.get("-o", flags.get("--output", ""))))
         return {"configmap": "cluster-info"}
     if words[:2] == ["get", "deployment"]:
         with state() as data:
@@ -73,6 +76,22 @@ def kubectl(args: list[str]) -> Details:
         print(image)
         return {"deployment": words[2]}
     return {"files": flags.get("-f")} if words[:1] == ["apply"] else {}
+
+
+def cluster_info(info: dict[str, str], output: str) -> str:
+    """kube-public/cluster-info as `-o name` or `-o jsonpath={.data.kubeconfig}` print it: its
+    kubeconfig names the endpoint init wrote (controlPlaneEndpoint, or the first manager's
+    address) and the cluster's CA. Any other output is refused, as kubectl refuses an unknown
+    printer, so a profile can only rely on what this double models."""
+    if output == "name":
+        return "configmap/cluster-info"
+    if output in ("jsonpath={.data.kubeconfig}", "jsonpath='{.data.kubeconfig}'"):
+        ca = base64.b64encode(info["ca"].encode()).decode()
+        return ("apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: "
+                f"{ca}\n    server: https://{info['endpoint']}\n  name: \"\"\n"
+                "contexts: null\ncurrent-context: \"\"\nkind: Config\nusers: null")
+    raise Failure(f"error: unable to match a printer suitable for the output format "
+                  f"\"{output}\" (this double prints name and jsonpath={{.data.kubeconfig}})")
 
 
 def kubelet(args: list[str]) -> Details:
@@ -92,15 +111,15 @@ def systemctl(args: list[str]) -> Details:
 
 
 def installer(args: list[str]) -> Details:
-    """apt-get/dnf install: the kubeadm version now in this root (kubeadm=1.33.4-*,
-    kubeadm-1.33.4)."""
-    for arg in args:
-        found = re.fullmatch(r"kubeadm[=-](\d+\.\d+\.\d+)(?:-.*)?", arg)
-        if found:
-            with state() as data:
-                data.setdefault("installed", {}).setdefault(str(Path.cwd()), {})["kubeadm"] = found[1]
-            return {"kubeadm": found[1]}
-    return {}
+    """apt-get/dnf install: the versions of kubeadm, kubelet and kubectl now in this root
+    (kubeadm=1.33.4-*, kubelet-1.33.4): the one `kubeadm upgrade apply` checks its target
+    against, and each node's kubelet as a test reads it (control.installed)."""
+    found = dict(re.findall(r"^(kubeadm|kubelet|kubectl)[=-](\d+\.\d+\.\d+)(?:-.*)?$",
+                            "\n".join(args), re.MULTILINE))
+    if found:
+        with state() as data:
+            data.setdefault("installed", {}).setdefault(str(Path.cwd()), {}).update(found)
+    return found
 
 
 HANDLERS: dict[str, Callable[[list[str]], Details]] = {

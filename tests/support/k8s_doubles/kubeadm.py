@@ -358,8 +358,8 @@ def bootstrap_token(run: Run) -> None:
         raise Failure("error execution phase bootstrap-token: failure loading ca certificate: "
                       "open /etc/kubernetes/pki/ca.crt: no such file or directory")
     endpoint = run.docs.get("ClusterConfiguration", {}).get("controlPlaneEndpoint")
-    with state() as data:
-        data["cluster_info"] = {"endpoint": endpoint or f"{run.ip}:6443", "ca": ca.read_text()}
+    with state() as data:  # admin.conf's server: the endpoint, with the API server's port
+        data["cluster_info"] = {"endpoint": with_port(endpoint or run.ip), "ca": ca.read_text()}
         for entry in wanted:
             token = str(entry.get("token") or new_token())
             ttl = duration(str(entry.get("ttl", "24h")))

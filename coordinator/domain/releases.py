@@ -48,8 +48,12 @@ def to_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
 
 def baseline(spec: ClusterSpec, role: Role) -> frozenset[str]:
     """The fingerprints of the role's upgrade items: a machine that reaches the spec's release
-    takes them as applied (they are written for machines at earlier releases)."""
-    return frozenset(f for _, f in catalog(spec).items(role, "upgrade"))
+    takes them as applied (they are written for machines at earlier releases). But the first
+    upgrader's: only a manager that ran them has them, so that a manager that joined at the
+    release (a control plane still at the earlier one) is never taken for the control plane's
+    upgrade (control_plane_upgraded)."""
+    return frozenset(f for item, f in catalog(spec).items(role, "upgrade")
+                     if item.when is None or not item.when.first_upgrader)
 
 
 def at_release(spec: ClusterSpec, machine: Machine) -> bool:
@@ -66,9 +70,9 @@ def first_upgrader_items(spec: ClusterSpec) -> frozenset[str]:
 
 
 def control_plane_upgraded(spec: ClusterSpec, managers: Iterable[Machine]) -> bool:
-    """Whether one of managers has the first upgrader's items of spec's release, run or as
-    its baseline (it deployed at that release): the control plane is at the release, and
-    every other manager runs the items for the rest (`kubeadm upgrade node`)."""
+    """Whether one of managers ran the first upgrader's items of spec's release (they are
+    never a baseline): the control plane is at the release, and every other manager runs the
+    items for the rest (`kubeadm upgrade node`)."""
     wanted = first_upgrader_items(spec)
     return bool(wanted) and any(
         m.role == "manager" and m.state is not MachineState.DELETING and wanted <= m.applied

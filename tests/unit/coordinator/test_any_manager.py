@@ -114,6 +114,19 @@ def test_the_manager_that_upgrades_first_runs_the_control_plane_step_with_the_fi
     assert [m.release for m in machines] == ["2", "2"] and next_upgrader(spec, machines) is None
 
 
+def test_a_manager_that_joined_at_the_release_leaves_the_control_plane_step_to_an_older_one(
+        ) -> None:
+    """m4 joined once release 2 was applied (its upgrade items taken as its baseline), to a
+    control plane still at release 1: m2 still upgrades it (`upgrade apply`); were m4 taken
+    for an upgraded control plane, nobody would."""
+    spec = spec_at("2")
+    joined = replace(manager("m4", 4), release="2",
+                     applied=manager("m4", 4).applied | baseline(spec, "manager"))
+    decisions = plan(spec, [manager("m2", 2), joined])
+    assert moves(decisions) == [("m2", UPGRADE)] and decisions[0].first_upgrader
+    assert [i.name for i, _ in to_run(spec, joined)] == [], "m4 has nothing to run"
+
+
 def test_the_first_manager_still_upgrades_first_when_it_is_there() -> None:
     spec = spec_at("2")
     machines = enact(ms := [manager("m1", 1), manager("m2", 2)], plan(spec, ms), now=1.0)

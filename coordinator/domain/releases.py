@@ -18,7 +18,7 @@ from coordinator.domain.model import (
     MachineState,
     Role,
     admission_order,
-    first_manager,
+    is_first_manager,
 )
 from nodeagent.contract import Phase
 
@@ -110,8 +110,11 @@ def first_only_notes(spec: ClusterSpec, machines: Sequence[Machine]) -> list[str
     by_first = [f"{i.phase}/{i.name}" for i in spec.machine_types.manager
                 if i.when is not None and i.when.first_manager]
     if by_first:
-        first = first_manager(machines, leaving=True)
-        where = first.hostname if first is not None else "the first to finish Prepare"
+        managers = [m for m in machines if m.role == "manager"]
+        first = next((m for m in managers if is_first_manager(m)), None)
+        where = (first.hostname if first is not None
+                 else "deleted" if any(m.deploy_order for m in managers)
+                 else "the first to finish Prepare")
         notes.append(f"only the first manager ({where}) runs {', '.join(by_first)}: once it is "
                      "deleted nobody runs them again")
     by_upgrader = [f"{i.phase}/{i.name}" for i in spec.machine_types.manager

@@ -153,7 +153,8 @@ def test_the_upgrade_plan_and_the_rendering_name_the_manager_that_runs_the_step(
     assert [(m.hostname, [i.name for p in m.phases for i in p.items])
             for m in rendering.machines] == [("m2", ["apply"]), ("m3", ["node"]), ("w1", ["node"])]
     assert first_only_notes(spec, machines) == list(rendering.notes)
-    assert "only the first manager (m2) runs deploy/init" in rendering.notes[0]
+    assert rendering.notes[0].startswith("only the first manager (deleted) runs deploy/init:")
+    assert "(m1) runs" in first_only_notes(spec, [manager("m1", 1), *machines])[0]
 
 
 def test_the_cluster_keeps_an_output_when_its_manager_goes_and_never_replaces_it() -> None:

@@ -110,6 +110,7 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         everyone = {**machines, **{m["hostname"]: m for m in f.admin_json("machines")}}
         upgrade_from = time.time()
         (tmp_path / "upgraded.yaml").write_text(upgraded(profile, UPGRADE_TO))
+        planned = f.admin("upgrade", "plan", spec["name"], "-f", str(tmp_path / "upgraded.yaml"))
         f.admin("cluster", "apply", "-f", str(tmp_path / "upgraded.yaml"))
         f.wait_for(f"every machine Ready at {UPGRADE_TO}", lambda: at_release(f, UPGRADE_TO),
                    timeout=150)
@@ -206,6 +207,10 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
     # after its kubeadm step, and every kubelet at the new version.
     applies = [c for c in upgrade if c.is_("kubeadm", "upgrade", "apply")]
     assert [(c.host, c.details["version"]) for c in applies] == [("m2", UPGRADE_TO)]
+    assert "runs upgrade/upgrade-control-plane (now: m2)" in planned, planned  # said before
+    assert planned.splitlines()[1].startswith("step 1: m2 (manager, from 1.33.4) runs "
+                                              "upgrade/upgrade-kubeadm, "
+                                              "upgrade/upgrade-control-plane,"), planned
     node_upgrades = {c.host: c for c in upgrade if c.is_("kubeadm", "upgrade", "node")}
     assert sorted(node_upgrades) == sorted(set(SURVIVORS) - {"m2"})
     assert all(c.start >= applies[0].end for c in node_upgrades.values())

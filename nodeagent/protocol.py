@@ -280,6 +280,18 @@ class ItemCondition(SpecModel):
     first_manager: bool | None = Field(
         default=None, description="true: only the first manager (${managers.first}, the one "
         "that starts the control plane); false: every other machine of the role")
+    first_upgrader: bool | None = Field(
+        default=None, description="upgrade items: true: only the manager that upgrades first in "
+        "a release (whichever it is: `kubeadm upgrade apply`); false: every other machine of "
+        "the role")
+
+    def identity(self) -> dict[str, Any]:
+        """What an item's fingerprint holds of the condition: firstUpgrader only when set, so
+        that conditions written before it existed keep their fingerprints."""
+        found = self.model_dump(mode="json", exclude={"first_upgrader"})
+        if self.first_upgrader is not None:
+            found["first_upgrader"] = self.first_upgrader
+        return found
 
 
 class StateItem(SpecModel):
@@ -335,7 +347,7 @@ class StateItem(SpecModel):
         if self.outputs:
             identity["outputs"] = [o.model_dump(mode="json") for o in self.outputs]
         if self.when is not None:
-            identity["when"] = self.when.model_dump(mode="json")
+            identity["when"] = self.when.identity()
         body = json.dumps(identity, sort_keys=True)
         return hashlib.sha256(body.encode()).hexdigest()[:32]
 

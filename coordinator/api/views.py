@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 from coordinator.domain.fitness import to_be_prepared
 from coordinator.domain.model import ClusterSpec, Machine, MachineState, Material
 from coordinator.domain.nodes import described
-from coordinator.domain.outputs import public_outputs, waits_text
+from coordinator.domain.outputs import (
+    cluster_outputs,
+    differing,
+    differing_text,
+    public_outputs,
+    waits_text,
+)
 from coordinator.domain.planner import MachineUpgrade, UpgradePlan
 from coordinator.domain.records import (
     AdminToken,
+    ClusterOutput,
     Event,
     JoinToken,
     RemovedMachine,
     StoredCluster,
 )
-from coordinator.domain.remedies import machine_note
+from coordinator.domain.remedies import Note, machine_note
 from coordinator.domain.rendering import RenderedMachine, Rendering
 from coordinator.domain.status import machine_step
 from coordinator.domain.steps import item_states
@@ -29,15 +36,22 @@ from nodeagent.addresses import interface_of
 
 
 def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = False,
-                 now: float | None = None, peers: Sequence[Machine] = ()) -> dict[str, Any]:
+                 now: float | None = None, peers: Sequence[Machine] = (),
+                 kept: Mapping[str, ClusterOutput] | None = None) -> dict[str, Any]:
     """With `now`, also the machine's step: item n of m, attempt, elapsed times. peers (its
-    cluster's machines) name where what it waits for is produced. Secrets never: its join
-    material shows when it was minted and used, never its values."""
+    cluster's machines) name where what it waits for is produced, and with kept (the outputs
+    the cluster keeps) whether its own outputs differ from the cluster's. Secrets never: its
+    join material shows when it was minted and used, never its values."""
     at = machine.state_since if now is None else now
     step = machine_step(spec, machine, at)
     waits = (waits_text(spec, machine, peers) or join_wait(spec, machine, peers)
              if spec is not None else "")
-    failures = machine.precheck_failures()
+    differ = differing(machine, cluster_outputs(peers, kept)) \
+        if peers and machine.outputs else []  # managers' only: workers produce none
+    note = machine_note(spec, machine, step, at, waits, failures := machine.precheck_failures())
+    if differ and not note.failing:
+        note = Note(f"{note.text}; {differing_text(differ, kept or {})}".lstrip("; "),
+                    note.remedy, note.failing, note.actions)
     items: dict[str, Any] | None = None
     if spec is not None and step.phase:
         items = {"phase": step.phase, "done": step.done, "total": step.total}
@@ -86,7 +100,7 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
                        "reissue_used_at": machine.reissue_used_at},
         "waits": waits,
         # Why it is where it is and what to do: every view shows this (domain/remedies.py).
-        "note": vars(machine_note(spec, machine, step, at, waits, failures)),
+        "note": vars(note),
         "join_material": _material_view(machine.material),
         "minting": None if machine.minting is None else {
             "kind": machine.minting.kind, "for": machine.minting.hostname,
@@ -149,6 +163,7 @@ def upgrade_plan_view(spec: ClusterSpec, plan: UpgradePlan) -> dict[str, Any]:
         "waiting": [{**_machine_upgrade_view(u), "reason": u.waiting} for u in plan.waiting],
         "nothing_to_run": [_planned_machine_view(m) for m in plan.nothing_to_run],
         "warnings": plan.warnings,
+        "notes": plan.notes,
     }
 
 
@@ -169,7 +184,8 @@ def rendering_view(rendering: Rendering) -> dict[str, Any]:
     fleet = rendering.fleet
     return {"cluster": rendering.spec.name, "release": rendering.spec.release,
             "fleet": None if fleet is None else asdict(fleet),
-            "machines": [_rendered_machine_view(m) for m in rendering.machines]}
+            "machines": [_rendered_machine_view(m) for m in rendering.machines],
+            "notes": list(rendering.notes)}
 
 
 def _rendered_machine_view(machine: RenderedMachine) -> dict[str, Any]:
@@ -207,12 +223,13 @@ def cluster_status_view(status: ClusterStatus, machines: bool = True) -> dict[st
         "paused": spec.settings.upgrade.paused,
         "post_deploy": asdict(status.post_deploy),
         # Outputs declared `secret: false` (e.g. the control-plane endpoint); secret ones never.
-        "outputs": public_outputs(spec, status.machines),
+        "outputs": public_outputs(spec, status.machines, status.stored.outputs),
         "counts": status.counts,
         "stages": [asdict(s) for s in status.stages],
         "rollout": asdict(status.rollout),
         # Dates and subjects only: the kubeconfig itself is never shown.
         "certificates": None if status.certificates is None else asdict(status.certificates),
-        "machines": [machine_view(m, spec, now=status.now, peers=status.machines)
+        "machines": [machine_view(m, spec, now=status.now, peers=status.machines,
+                                  kept=status.stored.outputs)
                      for m in status.machines] if machines else None,
     }

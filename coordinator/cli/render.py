@@ -201,7 +201,8 @@ def upgrade_plan_lines(plan: dict[str, Any]) -> list[str]:
     if plan["nothing_to_run"]:
         lines.append(f"nothing to run, recorded at {plan['release']}: "
                      + ", ".join(_planned(m) for m in plan["nothing_to_run"]))
-    return lines + [f"warning: {warning}" for warning in plan.get("warnings", [])]
+    return lines + [f"note: {note}" for note in plan.get("notes", [])] \
+        + [f"warning: {warning}" for warning in plan.get("warnings", [])]
 
 
 def _planned(machine: dict[str, Any]) -> str:
@@ -256,7 +257,7 @@ def rendering_lines(rendering: dict[str, Any]) -> list[str]:
                          "their values")
     if any(len(names) > 1 for names in alike.values()):
         lines.append("(--machine NAME or -o json shows each)")
-    return lines
+    return lines + [f"note: {note}" for note in rendering.get("notes", [])]
 
 
 def _count(number: int, noun: str) -> str:

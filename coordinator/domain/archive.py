@@ -31,7 +31,10 @@ from typing import Any
 FORMAT = "nodeagent-coordinator-backup"
 # The archive's layout and the tables' columns. A reader refuses a newer one: it cannot know
 # what was added. Raise it with any change to sql.TABLES, and teach the reader the older ones.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# The tables added after the first schema, with the version that added them: an older archive
+# has none of their rows (2: the outputs a cluster keeps, which machines' documents held).
+ADDED_IN = {"cluster_outputs": 2}
 MANIFEST = "manifest.json"
 TABLE_MEMBER = "tables/{}.jsonl"
 FILE_MEMBER = "files/{}"
@@ -109,7 +112,8 @@ def parse_manifest(data: bytes, source: str, tables: Sequence[str], files: Colle
     known = known_files | {TABLE_MEMBER.format(name) for name in tables}
     members = {name: _member(source, name, entry, known, known_files)
                for name, entry in listed.items()}
-    missing = [TABLE_MEMBER.format(t) for t in tables if TABLE_MEMBER.format(t) not in members]
+    missing = [TABLE_MEMBER.format(t) for t in tables if TABLE_MEMBER.format(t) not in members
+               and ADDED_IN.get(t, 1) <= version]
     if missing:
         raise damaged(source, f"its {MANIFEST} does not list the member {missing[0]}")
     declared = sum(member.size for member in members.values())

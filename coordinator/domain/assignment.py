@@ -3,7 +3,7 @@ fill in. Pure, so the same inputs always give the same assignment, on any replic
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from coordinator.domain.minting import job_items, job_values
@@ -17,7 +17,7 @@ from coordinator.domain.model import (
     machine_items,
 )
 from coordinator.domain.outputs import Handed, available, hand_out, secret_names
-from coordinator.domain.records import StoredCluster
+from coordinator.domain.records import ClusterOutput, StoredCluster
 from coordinator.domain.releases import upgrade_run
 from coordinator.domain.templating import template_values
 from nodeagent.contract import JOB_PHASES, Phase
@@ -88,25 +88,28 @@ def running_phases(machine: Machine) -> list[Phase]:
 
 
 def assigned_items(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine],
-                   post_deploy_host: str | None) -> tuple[Phase | None, Handed]:
+                   post_deploy_host: str | None,
+                   kept: Mapping[str, ClusterOutput] | None = None) -> tuple[Phase | None, Handed]:
     """The machine's phase and the items it is handed in it: up to the first one whose
-    outputs are not there yet (outputs.hand_out), with the output values they use."""
+    outputs are not there yet (outputs.hand_out), with the output values they use (kept: the
+    outputs the cluster keeps, StoredCluster.outputs)."""
     phase = assigned_phase(spec, machine, post_deploy_host)
     items = phase_run(spec, machine, phase, peers) if phase else []
     if phase in JOB_PHASES:
         return phase, Handed(items, {}, ())
-    return phase, hand_out(items, available(machine, peers))
+    return phase, hand_out(items, available(machine, peers, kept), machine.applied)
 
 
 def waits_notices(spec: ClusterSpec, machines: Sequence[Machine],
-                  post_deploy_host: str | None) -> list[Machine]:
+                  post_deploy_host: str | None,
+                  kept: Mapping[str, ClusterOutput] | None = None) -> list[Machine]:
     """The machines whose assignment waits for other outputs than it did (Machine.waits), each
     with a new generation: once the outputs an item waited for are produced, its agent fetches
     the assignment that hands it out. machines must hold every manager of the cluster."""
     managers = [m for m in machines if m.role == "manager"]
     noticed = []
     for machine in machines:
-        _, handed = assigned_items(spec, machine, managers, post_deploy_host)
+        _, handed = assigned_items(spec, machine, managers, post_deploy_host, kept)
         if handed.waits != machine.waits:
             noticed.append(replace(machine, waits=handed.waits,
                                    generation=machine.generation + 1))
@@ -117,7 +120,7 @@ def build_assignment(inputs: AssignmentInputs, post_deploy_host: str | None) -> 
     """The assignment of inputs.machine; post_deploy_host is the id of the manager that is to
     run the post-deploy step (None: none is)."""
     spec, machine, peers = inputs.stored.spec, inputs.machine, inputs.peers
-    phase, handed = assigned_items(spec, machine, peers, post_deploy_host)
+    phase, handed = assigned_items(spec, machine, peers, post_deploy_host, inputs.stored.outputs)
     values = {**template_values(spec, machine, peers), **handed.values}
     if phase in JOB_PHASES and machine.minting is not None:
         values.update(job_values(spec, machine.minting))

@@ -299,6 +299,10 @@ class Machine:
     # Only in Upgrade: the fingerprints it was admitted to run, which stay in its upgrade's
     # list once applied (releases.upgrade_run).
     upgrading: frozenset[str] = frozenset()
+    # Only in Upgrade: a manager admitted as the first of its release to upgrade the control
+    # plane (releases.first_upgrader): it runs the items `when: {firstUpgrader: true}`. Fixed at
+    # admission, so its list stays the same while it upgrades.
+    first_upgrader: bool = False
     # What an item's kubeconfigFrom reported (managers only): never shown, logged or in events.
     kubeconfig: str = field(default="", repr=False)
     labels: dict[str, str] = field(default_factory=dict)  # set at approval or by `machines label`
@@ -323,8 +327,8 @@ class Machine:
 
     def with_state(self, state: MachineState, now: float) -> Machine:
         return replace(self, state=state, state_since=now, progress=None, drain=None,
-                       upgrading=frozenset(), generation=self.generation + 1, post_deploy=False,
-                       waits=())
+                       upgrading=frozenset(), first_upgrader=False,
+                       generation=self.generation + 1, post_deploy=False, waits=())
 
     def precheck_failures(self, role: Role | None = None) -> list[str]:
         """`check: why` of each hard check that stops the machine from running as role (by
@@ -420,13 +424,14 @@ def is_first_manager(machine: Machine) -> bool:
 
 def applies(item: StateItem, machine: Machine) -> bool:
     """Whether the item's `when` lets it run on machine: every label it names, with its value,
-    and the first manager or not, as it asks."""
+    the first manager or not, and the first upgrader of its release or not, as it asks."""
     when = item.when
     if when is None:
         return True
     if any(machine.labels.get(key) != value for key, value in when.labels.items()):
         return False
-    return when.first_manager is None or when.first_manager == is_first_manager(machine)
+    return (when.first_manager is None or when.first_manager == is_first_manager(machine)) and (
+        when.first_upgrader is None or when.first_upgrader == machine.first_upgrader)
 
 
 def machine_items(spec: ClusterSpec, machine: Machine, phase: Phase,
@@ -439,9 +444,15 @@ def machine_items(spec: ClusterSpec, machine: Machine, phase: Phase,
 
 def kubeconfig_reporter(machines: Iterable[Machine]) -> Machine | None:
     """The manager whose reported kubeconfig the coordinator uses when the cluster settings
-    name none: the first one (in registration order) that reported one and is not leaving."""
-    return next((m for m in ordered(machines) if m.role == "manager" and m.kubeconfig
-                 and m.state is not MachineState.DELETING), None)
+    name none: any manager that reported one, the first (in admission order) that is Ready
+    and answers; when none is, one that is deployed and answers, then any that is not
+    leaving. So the coordinator moves to another manager's as soon as the one it used is
+    deleted, stops answering or leaves Ready, and never depends on the first manager."""
+    reporters = sorted((m for m in machines if m.role == "manager" and m.kubeconfig
+                        and m.state is not MachineState.DELETING), key=admission_order)
+    return next((m for m in reporters if m.state is MachineState.READY and m.responding),
+                next((m for m in reporters if m.state in DEPLOYED_STATES and m.responding),
+                     next(iter(reporters), None)))
 
 
 def pending_items(spec: ClusterSpec, machine: Machine, phase: Phase,

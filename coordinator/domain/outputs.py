@@ -2,10 +2,13 @@
 items use which, what a machine's assignment may carry and what it still waits for.
 
 Two kinds, by the producing item's phase. A manager item of any phase but mint produces
-cluster outputs: kept on the manager that ran it (Machine.outputs), the same for every machine
-of the cluster (the first manager, in admission order, that produced one gives its value). A
-mint item produces join material: run by a Ready manager for one machine at a time, kept on
-that machine (Machine.material, minting.py), handed to it alone.
+cluster outputs: each manager keeps what its own items produced (Machine.outputs), and the
+cluster keeps each value for good (StoredCluster.outputs): the first one a manager produced,
+adopted by the reconcile pass (adopted), so it outlives that manager's deletion. Until it is
+adopted, the first manager in admission order that produced it gives the value. A value a
+manager produces that differs from the cluster's never replaces it: an event says so, and the
+machine's note (differing). A mint item produces join material: run by a Ready manager for
+one machine at a time, kept on that machine (Machine.material, minting.py), handed to it alone.
 
 A machine gets an output's value only when an item it runs now uses it; an item whose values
 are not there yet is not handed out, nor any after it (items run in order): the machine waits,
@@ -15,10 +18,11 @@ and the status says for what (waits_text).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from coordinator.domain.model import ClusterSpec, Machine, admission_order
+from coordinator.domain.model import ClusterSpec, Machine, MachineState, admission_order
+from coordinator.domain.records import ClusterOutput
 from nodeagent.contract import JOB_PHASES
 from nodeagent.protocol import ItemOutput, Location, StateItem
 from nodeagent.templates import TemplateError, placeholders
@@ -82,20 +86,56 @@ def minted_references(spec: ClusterSpec, items: Iterable[StateItem]) -> list[str
     return [i.name for i in spec.items("manager", "mint") if i.name in used]
 
 
-def cluster_outputs(managers: Iterable[Machine]) -> dict[str, str]:
-    """The cluster's outputs: each from the first manager, in admission order, that produced
-    it (the one that started the control plane, for its init item's)."""
-    found: dict[str, str] = {}
+def cluster_outputs(managers: Iterable[Machine],
+                    kept: Mapping[str, ClusterOutput] | None = None) -> dict[str, str]:
+    """The cluster's outputs, by template name: those the cluster keeps (kept), then each
+    other from the first manager, in admission order, that produced it."""
+    found = {PREFIX + name: output.value for name, output in (kept or {}).items()}
     for manager in sorted((m for m in managers if m.role == "manager"), key=admission_order):
         for name, value in manager.outputs.items():
             found.setdefault(PREFIX + name, value)
     return found
 
 
-def available(machine: Machine, managers: Iterable[Machine]) -> dict[str, str]:
-    """What a machine's items may be given: the cluster's outputs, and its own join material
-    while it is minted and not yet used."""
-    values = cluster_outputs(managers)
+def adopted(kept: Mapping[str, ClusterOutput], managers: Iterable[Machine],
+            now: float) -> dict[str, ClusterOutput]:
+    """The outputs the cluster is to keep from now on that it does not yet (names only,
+    never a new value for a name it keeps): each from the first manager, in admission
+    order, that produced it. {} when there is nothing new, which is every pass but a few."""
+    found: dict[str, ClusterOutput] = {}
+    for manager in sorted((m for m in managers if m.role == "manager"), key=admission_order):
+        for name, value in manager.outputs.items():
+            if name not in kept and name not in found:
+                found[name] = ClusterOutput(value, manager.id, manager.hostname, now)
+    return found
+
+
+def differing(machine: Machine, values: Mapping[str, str]) -> list[str]:
+    """The template names of the outputs machine produced with another value than the
+    cluster's (values: cluster_outputs), in order."""
+    return sorted(PREFIX + name for name, value in machine.outputs.items()
+                  if values.get(PREFIX + name, value) != value)
+
+
+def differing_text(names: Sequence[str], kept: Mapping[str, ClusterOutput]) -> str:
+    """What the status and the event say of a manager whose outputs differ from the
+    cluster's: never the values (they may be secret), which value is kept and what to do."""
+    if not names:
+        return ""
+    sources = ", ".join(sorted({kept[n[len(PREFIX):]].hostname for n in names
+                                if n[len(PREFIX):] in kept}))
+    origin = f" (first produced by {sources})" if sources else ""
+    return (f"its {', '.join('${' + n + '}' for n in names)} differs from the cluster's"
+            f"{origin}, which is kept and handed out: check that this manager joined this "
+            "cluster (a control plane of its own would have another CA), then delete it "
+            "(coordinator delete) or reset it and add it again")
+
+
+def available(machine: Machine, managers: Iterable[Machine],
+              kept: Mapping[str, ClusterOutput] | None = None) -> dict[str, str]:
+    """What a machine's items may be given: the cluster's outputs (cluster_outputs), and its
+    own join material while it is minted and not yet used."""
+    values = cluster_outputs(managers, kept)
     material = machine.material
     if material is not None and material.minted and material.used_at is None:
         values.update(material.values)
@@ -112,17 +152,25 @@ class Handed:
     waits: tuple[str, ...]
 
 
-def hand_out(items: Sequence[StateItem], values: dict[str, str]) -> Handed:
+def hand_out(items: Sequence[StateItem], values: dict[str, str],
+             applied: frozenset[str] = frozenset()) -> Handed:
     """The items up to the first one that uses an output not in values, with the values they
-    use: the rest wait for it, since items run in order."""
+    use: the rest wait for it, since items run in order. An item applied already (in
+    applied) whose values are gone (join material, revoked once it was used) is left out
+    rather than waited for: it will not run again, and the items after it (a manager's
+    control-plane item after its join) must not wait for ever."""
     used: dict[str, str] = {}
-    for index, item in enumerate(items):
+    handed: list[StateItem] = []
+    for item in items:
         names = references(item)
         missing = tuple(n for n in names if n not in values)
+        if missing and item.fingerprint() in applied:
+            continue
         if missing:
-            return Handed(list(items[:index]), used, missing)
+            return Handed(handed, used, missing)
         used.update({n: values[n] for n in names})
-    return Handed(list(items), used, ())
+        handed.append(item)
+    return Handed(handed, used, ())
 
 
 def public_names(spec: ClusterSpec) -> frozenset[str]:
@@ -139,15 +187,17 @@ def secret_names(spec: ClusterSpec, names: Iterable[str]) -> list[str]:
     return sorted(n for n in names if n.startswith(PREFIX) and n not in public)
 
 
-def public_outputs(spec: ClusterSpec, managers: Iterable[Machine]) -> dict[str, str]:
+def public_outputs(spec: ClusterSpec, managers: Iterable[Machine],
+                   kept: Mapping[str, ClusterOutput] | None = None) -> dict[str, str]:
     """The cluster outputs declared `secret: false`, with their values: what a view may show."""
     public = public_names(spec)
-    return {n: v for n, v in cluster_outputs(managers).items() if n in public}
+    return {n: v for n, v in cluster_outputs(managers, kept).items() if n in public}
 
 
 def waits_text(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]) -> str:
     """What the machine's next item waits for, and on which machine, for the status: "" when
-    it waits for nothing."""
+    it waits for nothing. An output no manager of the cluster can produce any more says so,
+    with what to do (it would wait for ever)."""
     if not machine.waits:
         return ""
     peers = [m for m in peers if m.cluster == machine.cluster]
@@ -160,10 +210,39 @@ def waits_text(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]) ->
             parts.append(f"${{{name}}} (no item declares it now)")
         elif found.minted:
             parts.append(f"${{{name}}}, join material {_minting(machine, by_id)}")
+        elif not producers(found.item, peers):
+            parts.append(f"${{{name}}} from item {found.item.name}, which no manager of the "
+                         f"cluster can run now: {_no_producer(found.item)}")
         else:
             parts.append(f"${{{name}}} from item {found.item.name} "
                          f"{_producer(found.item, peers)}")
     return "waits for " + "; ".join(parts)
+
+
+def producers(item: StateItem, peers: Sequence[Machine]) -> list[Machine]:
+    """The managers, not leaving, that run or may yet run item (its `when` holding for them):
+    for a first manager's item, the first manager while it is there (or, before any manager
+    was admitted into Deploy, any); otherwise every manager its labels let run it."""
+    managers = [m for m in peers if m.role == "manager" and m.state is not MachineState.DELETING
+                and all(m.labels.get(k) == v for k, v in (item.when.labels.items()
+                                                          if item.when else ()))]
+    first = item.when.first_manager if item.when is not None else None
+    if first is None or not any(m.deploy_order for m in peers if m.role == "manager"):
+        return managers
+    return [m for m in managers if (m.deploy_order == 1) is first]
+
+
+def _no_producer(item: StateItem) -> str:
+    when = item.when
+    if when is not None and when.first_manager:
+        return ("it runs only on the first manager, which was deleted: the value is lost for "
+                "good. Have an item every manager runs once its control plane is up produce "
+                "it (examples/kubeadm: control-plane), apply the spec, and the joiners go on")
+    labels = ", ".join(f"{k}={v}" for k, v in (when.labels.items() if when else ()))
+    if labels:
+        return (f"no manager has the labels {labels}: label one (coordinator machines label "
+                f"HOST {labels.replace(', ', ' ')}) or add a manager that has them")
+    return "add a manager (coordinator approve HOST --role manager)"
 
 
 def _minting(machine: Machine, by_id: dict[str, Machine]) -> str:
@@ -226,4 +305,13 @@ def _condition_problems(role: str, item: StateItem) -> list[tuple[Location, str]
     if when.first_manager is not None and item.phase == "prepare":
         return [(("firstManager",), "the first manager is chosen when it enters Deploy, after "
                  "its prepare items ran: use it on deploy items")]
+    if when.first_upgrader is not None and role == "worker":
+        return [(("firstUpgrader",), "only managers upgrade the control plane first")]
+    if when.first_upgrader is not None and item.phase != "upgrade":
+        return [(("firstUpgrader",), "the first upgrader is chosen when a manager enters "
+                 f"Upgrade: use it on upgrade items, not {item.phase} items")]
+    if when.first_manager is not None and item.phase == "upgrade":
+        return [(("firstManager",), "the first manager may be deleted before an upgrade, and "
+                 "then no manager runs the item: use `firstUpgrader` (the manager that "
+                 "upgrades first in the release, whichever it is)")]
     return []

@@ -45,7 +45,14 @@ from coordinator.domain.model import (
 )
 from coordinator.domain.nodes import awaits_node, found_down, metadata_due
 from coordinator.domain.prerequisites import deploy_gate
-from coordinator.domain.releases import at_release, baseline, names, to_run
+from coordinator.domain.releases import (
+    at_release,
+    baseline,
+    first_only_notes,
+    first_upgrader,
+    names,
+    to_run,
+)
 from coordinator.domain.remedies import drain_warnings
 from coordinator.domain.removal import may_be_removed, node_deletion_due
 from coordinator.domain.versions import control_plane_behind
@@ -83,6 +90,7 @@ class Decision:
     upgrading: frozenset[str] = frozenset()  # into Upgrade: the items it is admitted to run
     deploy_order: int | None = None  # a manager admitted into Deploy: the how-manyth
     kubernetes: str | None = None  # the Kubernetes version its items brought it to
+    first_upgrader: bool = False  # a manager admitted into Upgrade as its release's first
 
 
 @dataclass
@@ -181,6 +189,8 @@ def enact(machines: Sequence[Machine], decisions: Sequence[Decision], now: float
                 moved = replace(moved, deploy_order=decision.deploy_order)
             if decision.kubernetes is not None:
                 moved = replace(moved, kubernetes=decision.kubernetes)
+            if decision.first_upgrader:
+                moved = replace(moved, first_upgrader=True)
             result.append(moved)
     return result
 
@@ -330,6 +340,7 @@ class UpgradePlan:
     waiting: list[MachineUpgrade]  # due machines the plan cannot reach
     nothing_to_run: list[Machine]  # Ready at another release: recorded at spec's as they are
     warnings: list[str] = field(default_factory=list)  # what will stop it (remedies.py)
+    notes: list[str] = field(default_factory=list)  # items only one manager runs, and which
 
 
 def upgrade_plan(spec: ClusterSpec, machines: Sequence[Machine]) -> UpgradePlan:
@@ -355,7 +366,8 @@ def upgrade_plan(spec: ClusterSpec, machines: Sequence[Machine]) -> UpgradePlan:
     nothing_to_run = [m for m in ordered(machines) if m.state is S.READY
                       and m.release != spec.release and not behind(spec, m)]
     upgrading = [u.machine for step in steps for u in step] + [u.machine for u in waiting]
-    return UpgradePlan(steps, waiting, nothing_to_run, drain_warnings(spec, machines, upgrading))
+    return UpgradePlan(steps, waiting, nothing_to_run, drain_warnings(spec, machines, upgrading),
+                       first_only_notes(spec, machines))
 
 
 def _part(spec: ClusterSpec, machine: Machine, waiting: str = "") -> MachineUpgrade:
@@ -575,13 +587,17 @@ def _admit_to_upgrade(state: _Pass) -> list[Decision]:
     managers_busy = sum(state.count(s, "manager") for s in _MANAGER_BUSY)
     managers_behind = managers_busy > 0 or any(
         m.role == "manager" and behind(spec, m) for m in state.machines)
-    # In the order they deployed: the first manager's control plane (`kubeadm upgrade apply`)
-    # goes before any other manager's (`kubeadm upgrade node` follows the cluster's version).
+    # In the order they deployed; the first admitted in a release runs the first upgrader's
+    # items (`kubeadm upgrade apply`) before any other manager's (`kubeadm upgrade node`
+    # follows the cluster's version), whichever manager it is (releases.first_upgrader).
     for m in sorted(outdated, key=admission_order):
         if m.role == "manager" and managers_busy == 0 and not state.manager_leaving() \
                 and not state.manager_node_down():
             state.after[m.id] = S.UPGRADE
-            return [_upgrade(spec, m, "manager upgrades (one at a time)")]
+            first = first_upgrader(spec, m, state.machines)
+            return [_upgrade(spec, replace(m, first_upgrader=first),
+                             "manager upgrades first in this release (one at a time)" if first
+                             else "manager upgrades (one at a time)")]
     if managers_behind:
         return []
     batch = spec.settings.upgrade_batch
@@ -608,10 +624,11 @@ def _unavailable(spec: ClusterSpec, machine: Machine) -> bool:
 
 
 def _upgrade(spec: ClusterSpec, machine: Machine, why: str) -> Decision:
-    """Admission into Upgrade, naming what it will run: its list stays these items."""
+    """Admission into Upgrade, naming what it will run: its list stays these items (a first
+    upgrader's, machine.first_upgrader, with the items only it runs)."""
     run = to_run(spec, machine)
     return replace(_decide(machine, S.UPGRADE, f"{why}: runs {names(run)}"),
-                   upgrading=frozenset(f for _, f in run))
+                   upgrading=frozenset(f for _, f in run), first_upgrader=machine.first_upgrader)
 
 
 def _decide(machine: Machine, to_state: MachineState | None, reason: str) -> Decision:

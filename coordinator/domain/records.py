@@ -11,12 +11,26 @@ from coordinator.domain.model import ClusterSpec
 
 
 @dataclass(frozen=True)
+class ClusterOutput:
+    """A cluster output's value as the cluster keeps it (domain/outputs.py): the first value a
+    manager produced, kept when that manager is deleted; never shown, logged or in events
+    (sealed at rest)."""
+
+    value: str = field(repr=False)
+    machine: str  # id of the manager whose item produced it
+    hostname: str
+    produced_at: float
+
+
+@dataclass(frozen=True)
 class StoredCluster:
     spec: ClusterSpec
     generation: int  # grows on every apply that changed the spec
     created_at: float
     updated_at: float
     deleting: bool = False
+    # Its outputs, "ITEM.NAME": value and where it came from (outputs.adopted).
+    outputs: dict[str, ClusterOutput] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)

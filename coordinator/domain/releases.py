@@ -8,8 +8,18 @@ docs/coordinator.md (Upgrades) tells the rules as an operator sees them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from coordinator.domain.catalog import Entry, catalog
-from coordinator.domain.model import ClusterSpec, Machine, Role
+from coordinator.domain.model import (
+    DEPLOYED_STATES,
+    ClusterSpec,
+    Machine,
+    MachineState,
+    Role,
+    admission_order,
+    is_first_manager,
+)
 from nodeagent.contract import Phase
 
 # The phases whose items an upgrade runs again when they change, in the order it runs them.
@@ -38,14 +48,86 @@ def to_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
 
 def baseline(spec: ClusterSpec, role: Role) -> frozenset[str]:
     """The fingerprints of the role's upgrade items: a machine that reaches the spec's release
-    takes them as applied (they are written for machines at earlier releases)."""
-    return frozenset(f for _, f in catalog(spec).items(role, "upgrade"))
+    takes them as applied (they are written for machines at earlier releases). But the first
+    upgrader's: only a manager that ran them has them, so that a manager that joined at the
+    release (a control plane still at the earlier one) is never taken for the control plane's
+    upgrade (control_plane_upgraded)."""
+    return frozenset(f for item, f in catalog(spec).items(role, "upgrade")
+                     if item.when is None or not item.when.first_upgrader)
 
 
 def at_release(spec: ClusterSpec, machine: Machine) -> bool:
     """Recorded at the spec's release, with every upgrade item of it applied or as baseline."""
     return machine.release == spec.release and (
         machine.role is None or baseline(spec, machine.role) <= machine.applied)
+
+
+def first_upgrader_items(spec: ClusterSpec) -> frozenset[str]:
+    """The fingerprints of the manager upgrade items only the first upgrader of a release runs
+    (`when: {firstUpgrader: true}`: the control plane's `kubeadm upgrade apply`)."""
+    return frozenset(f for item, f in catalog(spec).items("manager", "upgrade")
+                     if item.when is not None and item.when.first_upgrader)
+
+
+def control_plane_upgraded(spec: ClusterSpec, managers: Iterable[Machine]) -> bool:
+    """Whether one of managers ran the first upgrader's items of spec's release (they are
+    never a baseline): the control plane is at the release, and every other manager runs the
+    items for the rest (`kubeadm upgrade node`)."""
+    wanted = first_upgrader_items(spec)
+    return bool(wanted) and any(
+        m.role == "manager" and m.state is not MachineState.DELETING and wanted <= m.applied
+        for m in managers)
+
+
+def first_upgrader(spec: ClusterSpec, machine: Machine, machines: Iterable[Machine]) -> bool:
+    """Whether a manager admitted into Upgrade now is the first of spec's release: no other
+    manager has its first-upgrader items yet, whichever manager deployed first (it may have
+    been deleted). The planner admits managers one at a time and records this at admission
+    (Machine.first_upgrader), so it holds while that manager upgrades; a first upgrader
+    deleted before it finished leaves the role to the next manager admitted."""
+    return (machine.role == "manager" and bool(first_upgrader_items(spec))
+            and not control_plane_upgraded(spec, (m for m in machines if m.id != machine.id)))
+
+
+def next_upgrader(spec: ClusterSpec, machines: Sequence[Machine]) -> Machine | None:
+    """The manager that runs (or would run) the first upgrader's items of spec's release: the
+    one in Upgrade recorded so, else, while no manager has them, the first deployed manager
+    that answers, in admission order, as the planner admits them (None: the control plane is
+    at the release already, or no manager can)."""
+    upgrading = next((m for m in machines if m.first_upgrader), None)
+    if upgrading is not None or control_plane_upgraded(spec, machines) \
+            or not first_upgrader_items(spec):
+        return upgrading
+    return min((m for m in machines if m.role == "manager" and m.responding
+                and m.state in DEPLOYED_STATES), key=admission_order, default=None)
+
+
+def first_only_notes(spec: ClusterSpec, machines: Sequence[Machine]) -> list[str]:
+    """Which items only one manager runs, and which one, as `cluster render` and `upgrade
+    plan` say: the first manager's (`firstManager: true`) and the first upgrader's of a
+    release (`firstUpgrader: true`)."""
+    notes = []
+    by_first = [f"{i.phase}/{i.name}" for i in spec.machine_types.manager
+                if i.when is not None and i.when.first_manager]
+    if by_first:
+        managers = [m for m in machines if m.role == "manager"]
+        first = next((m for m in managers if is_first_manager(m)), None)
+        where = (first.hostname if first is not None
+                 else "deleted" if any(m.deploy_order for m in managers)
+                 else "the first to finish Prepare")
+        notes.append(f"only the first manager ({where}) runs {', '.join(by_first)}: once it is "
+                     "deleted nobody runs them again")
+    by_upgrader = [f"{i.phase}/{i.name}" for i in spec.machine_types.manager
+                   if i.when is not None and i.when.first_upgrader]
+    if by_upgrader:
+        upgrader = next_upgrader(spec, machines)
+        where = (upgrader.hostname if upgrader is not None
+                 else "none: the control plane is at this release" if control_plane_upgraded(
+                     spec, machines) else "none answers now")
+        notes.append(f"only the manager that upgrades first in release {spec.release} runs "
+                     f"{', '.join(by_upgrader)} (now: {where}); the other managers run the "
+                     "items `firstUpgrader: false`")
+    return notes
 
 
 def names(entries: list[Entry]) -> str:

@@ -7,7 +7,7 @@ says so. Pure: the same spec and machines always render the same."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from coordinator.domain.assignment import phase_run
@@ -25,6 +25,8 @@ from coordinator.domain.model import (
     same_hostname,
 )
 from coordinator.domain.outputs import PREFIX, available, declared, public_names
+from coordinator.domain.records import ClusterOutput
+from coordinator.domain.releases import first_only_notes, next_upgrader
 from coordinator.domain.templating import template_values
 from nodeagent.contract import Phase
 from nodeagent.protocol import Location, StateItem
@@ -88,19 +90,22 @@ class Rendering:
     spec: ClusterSpec
     fleet: Fleet | None  # the hypothetical fleet rendered; None: the cluster's machines
     machines: list[RenderedMachine]
+    notes: tuple[str, ...] = ()  # items only one manager runs, and which (first_only_notes)
 
 
 def machine_values(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine],
-                   stored: ClusterSpec | None = None) -> Values:
+                   stored: ClusterSpec | None = None,
+                   kept: Mapping[str, ClusterOutput] | None = None) -> Values:
     """The values machine's assignment carries, as a rendering shows them: the one place the
     names of secret values and of values not produced yet are given. What is stored decides
     what is secret, not the spec rendered, which anyone who may read can send: an output's
     value is shown only when both spec and stored (the cluster's spec as stored; None: no
     output is shown) declare it `secret: false`; join material (the machine's own, or its
     job's) never, whatever either says of its name. Outputs not produced yet are named so
-    (join material is minted only when the machine joins)."""
+    (join material is minted only when the machine joins). kept: the outputs the cluster
+    keeps (StoredCluster.outputs)."""
     managers = [m for m in peers if m.role == "manager"]
-    known = {**template_values(spec, machine, peers), **available(machine, managers)}
+    known = {**template_values(spec, machine, peers), **available(machine, managers, kept)}
     minted = set(machine.material.values) if machine.material is not None else set()
     if machine.minting is not None:
         known.update(job_values(spec, machine.minting))
@@ -134,23 +139,28 @@ def _put(document: Any, location: Location, text: str) -> None:
 def shown_items(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine],
                 phase: Phase) -> list[StateItem]:
     """The items of phase the machine would be assigned (assignment.phase_run): the
-    post-deploy step only on the first manager, an upgrade only on a deployed machine."""
+    post-deploy step only on the first manager, an upgrade only on a deployed machine, the
+    first upgrader's items only on the manager that upgrades first (releases.next_upgrader)."""
     if phase == "postdeploy":
         first = first_manager(peers)
         if first is None or first.id != machine.id:
             return []
     if phase == "upgrade" and machine.state not in DEPLOYED_STATES:
         return []
+    if phase == "upgrade" and machine.role == "manager":
+        upgrader = next_upgrader(spec, peers)
+        machine = replace(machine, first_upgrader=upgrader is not None and upgrader.id == machine.id)
     return phase_run(spec, machine, phase, peers)
 
 
 def render_machine(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine],
                    phases: Sequence[Phase] = ORDER,
-                   stored: ClusterSpec | None = None) -> RenderedMachine:
+                   stored: ClusterSpec | None = None,
+                   kept: Mapping[str, ClusterOutput] | None = None) -> RenderedMachine:
     """machine's items of phases, rendered; peers are its cluster's machines (the managers
-    among them are all its values depend on); stored decides which values are secret
-    (machine_values)."""
-    shown = machine_values(spec, machine, peers, stored).shown()
+    among them are all its values depend on, with kept, the outputs the cluster keeps);
+    stored decides which values are secret (machine_values)."""
+    shown = machine_values(spec, machine, peers, stored, kept).shown()
     rendered = tuple(RenderedPhase(phase, tuple(render_item(i, shown) for i in items))
                      for phase in phases if (items := shown_items(spec, machine, peers, phase)))
     return RenderedMachine(machine.id, machine.hostname, machine.ip, machine.role,
@@ -159,10 +169,12 @@ def render_machine(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]
 
 def render_cluster(spec: ClusterSpec, machines: Sequence[Machine], fleet: Fleet | None = None,
                    machine: str | None = None, phase: Phase | None = None,
-                   stored: ClusterSpec | None = None) -> Rendering:
+                   stored: ClusterSpec | None = None,
+                   kept: Mapping[str, ClusterOutput] | None = None) -> Rendering:
     """spec rendered on machines, or on a hypothetical fleet (asked for, or the smallest when
     there is no machine); only the machine named (id or hostname) and the phase, if given;
-    stored, the cluster's spec as stored, decides which values are secret (machine_values)."""
+    stored, the cluster's spec as stored, decides which values are secret (machine_values);
+    kept, the outputs the cluster keeps (none for a hypothetical fleet)."""
     if fleet is None and not machines:
         fleet = SMALLEST_FLEET
     if fleet is not None:
@@ -170,8 +182,9 @@ def render_cluster(spec: ClusterSpec, machines: Sequence[Machine], fleet: Fleet 
     managers = [m for m in machines if m.role == "manager"]  # what every value depends on
     chosen = ordered(machines) if machine is None else [_named(spec, machines, machine, fleet)]
     phases = ORDER if phase is None else (phase,)
-    return Rendering(spec, fleet, [render_machine(spec, m, managers, phases, stored)
-                                   for m in chosen])
+    kept = None if fleet is not None else kept
+    return Rendering(spec, fleet, [render_machine(spec, m, managers, phases, stored, kept)
+                                   for m in chosen], tuple(first_only_notes(spec, managers)))
 
 
 def _named(spec: ClusterSpec, machines: Sequence[Machine], ref: str,

@@ -3,7 +3,7 @@ carry and what it changes is tested without a store or a server."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from coordinator.domain.assignment import run_items, running_phases
@@ -19,7 +19,7 @@ from coordinator.domain.model import (
     MintJob,
     items_may_run,
 )
-from coordinator.domain.outputs import key
+from coordinator.domain.outputs import differing, differing_text, key
 from coordinator.domain.records import Event
 from coordinator.domain.steps import gave_up_text
 from nodeagent.contract import JOB_PHASES
@@ -48,10 +48,13 @@ def reportable_items(spec: ClusterSpec, machine: Machine,
 
 
 def fold_report(spec: ClusterSpec, managers: Sequence[str], machine: Machine,
-                report: ItemReport, now: float) -> Folded:
+                report: ItemReport, now: float, cluster: Mapping[str, str] | None = None,
+                ) -> Folded:
     """The machine once `report` is in. Raises Conflict for a report that does not fit: an
     item that is not in the machine's current assignment (reportable_items) or under another
-    name, or a kubeconfig from an item that may not send one."""
+    name, or a kubeconfig from an item that may not send one. cluster: the cluster's outputs
+    (outputs.cluster_outputs), which an output produced with another value never replaces:
+    an event says so."""
     job = report.phase in JOB_PHASES  # a mint or revoke job's item: versioned by the job
     item = reportable_items(spec, machine, managers).get(report.fingerprint)
     if item is None or item.name != report.item or item.phase != report.phase:
@@ -83,7 +86,13 @@ def fold_report(spec: ClusterSpec, managers: Sequence[str], machine: Machine,
         "duration": (report.finished_at - report.started_at) if report.finished_at else None,
         "error": report.error, "output": report.output, "gave_up": report.gave_up,
     })
-    return Folded(updated, [reported, *kubeconfig_events,
+    differ = differing(replace(machine, outputs={f"{item.name}.{n}": v for n, v in
+                                                 produced.items()}), cluster or {}) \
+        if produced and not job else []
+    differs = [event(now, machine.cluster, "output-differs",
+                     f"{machine.hostname}: {differing_text(differ, {})}", updated,
+                     {"outputs": differ})] if differ else []
+    return Folded(updated, [reported, *kubeconfig_events, *differs,
                             *_post_deploy_check(spec, updated, item, report, now)])
 
 

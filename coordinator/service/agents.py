@@ -17,6 +17,7 @@ from coordinator.domain.errors import Conflict, Unauthorized
 from coordinator.domain.etags import Version, may_wait, not_modified
 from coordinator.domain.events import event
 from coordinator.domain.model import ClusterSpec, Machine, deployed_managers
+from coordinator.domain.outputs import cluster_outputs
 from coordinator.domain.records import Event
 from coordinator.domain.registration import Credential, registered, retried
 from coordinator.domain.reissue import rejoin_refusal, rejoined
@@ -212,7 +213,7 @@ class Agents:
         item, bad kubeconfig) is refused alone and changes nothing. Runs under the write lock
         (taken by the group commit)."""
         machines = {m.id: m for m in await self.store.get_machines({p.request[0] for p in batch})}
-        known: dict[str, tuple[ClusterSpec, tuple[str, ...]]] = {}
+        known: dict[str, tuple[ClusterSpec, tuple[str, ...], dict[str, str]]] = {}
         updated: dict[str, Machine] = {}
         events: list[Event] = []
         accepted: list[tuple[Machine, ItemReport]] = []
@@ -224,8 +225,8 @@ class Agents:
                     raise await self.queries.missing(machine_id)
                 if machine.cluster not in known:
                     known[machine.cluster] = await self._reportable(machine.cluster)
-                spec, managers = known[machine.cluster]
-                folded = fold_report(spec, managers, machine, report, self.clock())
+                spec, managers, outputs = known[machine.cluster]
+                folded = fold_report(spec, managers, machine, report, self.clock(), outputs)
             except Exception as exc:  # this caller's answer, not the batch's
                 pending.fail(exc)
                 continue
@@ -245,8 +246,12 @@ class Agents:
         if any(report.status == "succeeded" for _, report in accepted):
             self.notifier.kick()
 
-    async def _reportable(self, cluster: str) -> tuple[ClusterSpec, tuple[str, ...]]:
-        """The cluster's spec and its deployed managers: what the items a report may name are
-        made of (reports.reportable_items)."""
-        spec = (await self.queries.cluster(cluster)).spec
-        return spec, deployed_managers(await self.store.list_machines(cluster, role="manager"))
+    async def _reportable(self, cluster: str
+                          ) -> tuple[ClusterSpec, tuple[str, ...], dict[str, str]]:
+        """The cluster's spec and its deployed managers, what the items a report may name are
+        made of (reports.reportable_items), and its outputs (a report's are checked
+        against)."""
+        stored = await self.queries.cluster(cluster)
+        managers = await self.store.list_machines(cluster, role="manager")
+        return (stored.spec, deployed_managers(managers),
+                cluster_outputs(managers, stored.outputs))

@@ -29,7 +29,7 @@ from coordinator.service import snapshot
 from coordinator.service.writes import Writes
 from coordinator.store.base import Store, StoreError
 from coordinator.store.cipher import Cipher, SecretsKeyError, key_from_text
-from coordinator.store.codec import resealed_doc
+from coordinator.store.codec import resealed_doc, resealed_output
 from nodeagent.logfmt import fields
 from nodeagent.validation import InvalidDocument, Problem
 
@@ -163,6 +163,8 @@ def _for_target(taken: snapshot.Snapshot, cipher: Cipher | None) -> dict[str, li
     source = Cipher(key, "the pivot's archive")
     tables["machines"] = [{**row, "doc": resealed_doc(row["doc"], row["id"], source, cipher)}
                           for row in tables.get("machines", ())]
+    tables["cluster_outputs"] = [resealed_output(row, source, cipher)
+                                 for row in tables.get("cluster_outputs", ())]
     return tables
 
 

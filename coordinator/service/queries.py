@@ -229,7 +229,8 @@ class Queries:
             stored = await self.store.get_cluster(name)
         machines = [] if stored is None or fleet else await self.store.list_machines(name)
         return render_cluster(spec, machines, fleet, machine, phase,
-                              stored=None if stored is None else stored.spec)
+                              stored=None if stored is None else stored.spec,
+                              kept=None if stored is None else stored.outputs)
 
     async def warm_status(self) -> None:
         """Compute every cluster's status once, so that the first dashboard opened after a

@@ -16,7 +16,8 @@ from coordinator.domain.assignment import AssignmentInputs, waits_notices
 from coordinator.domain.events import decision_event, event
 from coordinator.domain.minting import mint_pass
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
-from coordinator.domain.records import Event, StoredCluster
+from coordinator.domain.outputs import adopted
+from coordinator.domain.records import ClusterOutput, Event, StoredCluster
 from coordinator.domain.workingset import ClusterView
 from coordinator.service.drainer import Drainer
 from coordinator.service.heartbeats import HeartbeatBuffer
@@ -36,6 +37,7 @@ class PassWrites:
 
     changed: dict[str, Machine] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
+    outputs: dict[str, ClusterOutput] = field(default_factory=dict)  # for the cluster to keep
 
 
 class Reconciler:
@@ -103,6 +105,7 @@ class Reconciler:
         out = PassWrites()
         view = await self._working_set(stored, reloaded, gone, now, out)
         machines = view.working()
+        stored = self._keep_outputs(stored, machines, now, out)
         after, decisions = planner.plan_to_fixpoint(spec, machines, now)
         by_id = {m.id: m for m in after}
         out.events += [decision_event(now, spec.name, d, by_id.get(d.machine_id)) for d in decisions]
@@ -110,12 +113,13 @@ class Reconciler:
         out.changed.update({m.id: m for m in after if m != before.get(m.id)})
         host = planner.post_deploy_host(spec, after)
         out.events += self._notices(spec, after, out.changed)
-        after = self._values(spec, [out.changed.get(m.id, m) for m in after], host, now, out)
+        after = self._values(stored, [out.changed.get(m.id, m) for m in after], host, now, out)
         out.events += self._post_deploy_in_place(spec, host, after, decisions)
         self.post_deploy.found(stored, host.id if host else None)
         removed = {d.machine_id: now for d in decisions if d.to_state is None}
         if out.changed or out.events or removed:
-            await self.writes.commit_planned(list(out.changed.values()), out.events, removed)
+            await self.writes.commit_planned(list(out.changed.values()), out.events, removed,
+                                             {spec.name: out.outputs} if out.outputs else None)
             self.notifier.wake([*out.changed, *removed],
                                await self._assignment_news(stored, out.changed.values()))
         current = [out.changed.get(m.id, m) for m in after]
@@ -212,16 +216,32 @@ class Reconciler:
                                     f"post-deploy step runs on {noticed.hostname}", noticed))
         return events
 
-    def _values(self, spec: ClusterSpec, after: Sequence[Machine], host: Machine | None,
+    def _keep_outputs(self, stored: StoredCluster, machines: Sequence[Machine], now: float,
+                      out: PassWrites) -> StoredCluster:
+        """The outputs the cluster is to keep that its managers produced and it does not keep
+        yet (outputs.adopted; the working set holds every manager, one this pass removes
+        too), each with an event naming where it came from (never its value): the cluster as
+        it is once they are written."""
+        out.outputs = adopted(stored.outputs, machines, now)
+        out.events += [event(now, stored.spec.name, "output-kept",
+                             f"the cluster keeps ${{outputs.{name}}} as {kept.hostname} produced "
+                             "it", data={"output": name, "machine": kept.machine})
+                       for name, kept in out.outputs.items()]
+        return replace(stored, outputs={**stored.outputs, **out.outputs}) if out.outputs \
+            else stored
+
+    def _values(self, stored: StoredCluster, after: Sequence[Machine], host: Machine | None,
                 now: float, out: PassWrites) -> list[Machine]:
         """Join material minted, expired or revoked (minting.py), and the machines whose items
         wait for other outputs than they did: the machines as they are then."""
+        spec = stored.spec
         minted = mint_pass(spec, after, now)
         out.changed.update({m.id: m for m in minted.machines})
         out.events += minted.events
         current = [out.changed.get(m.id, m) for m in after]
         out.changed.update({m.id: m for m in waits_notices(spec, current,
-                                                           host.id if host else None)})
+                                                           host.id if host else None,
+                                                           stored.outputs)})
         return [out.changed.get(m.id, m) for m in current]
 
     def _post_deploy_in_place(self, spec: ClusterSpec, host: Machine | None,

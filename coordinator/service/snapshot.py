@@ -49,7 +49,7 @@ from coordinator.domain import archive
 from coordinator.domain.archive import FORMAT, MANIFEST, SCHEMA_VERSION, ArchiveError
 from coordinator.store.base import Store, StoreError
 from coordinator.store.cipher import KEY_BYTES, Cipher, key_from_text
-from coordinator.store.codec import machine_from_row, spec_from_json
+from coordinator.store.codec import cluster_output_from_row, machine_from_row, spec_from_json
 from coordinator.store.sql import TABLE_NAMES, TABLES
 
 # The data dir's files that a coordinator's identity lives in, relative to it: its PKI
@@ -191,7 +191,7 @@ def _read_tar(tar: tarfile.TarFile, bounded: _Bounded, source: str,
     missing = sorted(set(manifest.members) - set(tables) - set(files))
     if missing:
         raise archive.damaged(source, f"its member {missing[0]} is missing")
-    by_table = {name: tables[archive.TABLE_MEMBER.format(name)] for name in TABLE_NAMES}
+    by_table = {name: tables.get(archive.TABLE_MEMBER.format(name), []) for name in TABLE_NAMES}
     problem = archive.counts_problem(manifest, by_table) or archive.references_problem(by_table)
     if problem:
         raise archive.damaged(source, problem)
@@ -274,6 +274,13 @@ def _check_documents(taken: Snapshot, source: str) -> None:
         if machine.id != row["id"]:
             raise archive.damaged(source, f"{where.format(number, 'machines')} field doc is "
                                           f"another machine's ({machine.id})")
+    for number, row in enumerate(taken.tables["cluster_outputs"], 1):
+        try:
+            cluster_output_from_row(row, cipher)
+        except (ValueError, StoreError) as exc:
+            raise archive.damaged(source, f"{where.format(number, 'cluster_outputs')} field "
+                                          f"value does not open with its secrets key "
+                                          f"({type(exc).__name__}: {exc})") from None
 
 
 def write_archive(snapshot: Snapshot, path: Path) -> int:

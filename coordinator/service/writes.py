@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from coordinator.domain.model import Machine
-from coordinator.domain.records import Event
+from coordinator.domain.records import ClusterOutput, Event
 from coordinator.service.credentials import CredentialCache
 from coordinator.service.eventlog import log_events
 from coordinator.service.notifier import Notifier
@@ -48,10 +48,13 @@ class Writes:
         log_events(events)
 
     async def commit_planned(self, machines: Sequence[Machine], events: Sequence[Event],
-                             removed: Mapping[str, float]) -> None:
-        """A reconcile pass's own writes: the pass keeps them itself, so they are not marked
-        changed, but authentication and the other replicas learn of them."""
-        await self.store.commit(machines, events, removed)
+                             removed: Mapping[str, float],
+                             outputs: Mapping[str, Mapping[str, ClusterOutput]] | None = None,
+                             ) -> None:
+        """A reconcile pass's own writes, with the outputs its clusters are to keep: the pass
+        keeps them itself, so they are not marked changed, but authentication and the other
+        replicas learn of them."""
+        await self.store.commit(machines, events, removed, outputs)
         log_events(events)
         self._written_here(list(removed), machines)
 

@@ -16,6 +16,7 @@ from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
+    ClusterOutput,
     CredentialOwner,
     Event,
     JoinToken,
@@ -210,9 +211,11 @@ class Store(ABC):
         machines: Sequence[Machine] = (),
         events: Sequence[Event] = (),
         removed: Mapping[str, float] | None = None,
+        outputs: Mapping[str, Mapping[str, ClusterOutput]] | None = None,
     ) -> list[Event]:
-        """Upsert machines, remove machines (id -> when) and append events in one
-        transaction. Returns the events with their ids. A removed machine leaves what
+        """Upsert machines, remove machines (id -> when), keep cluster outputs (cluster ->
+        name -> output: one a cluster keeps already is never replaced) and append events in
+        one transaction. Returns the events with their ids. A removed machine leaves what
         removed_machine and removed_credential return, for good: its agent may come back
         months later."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from typing import Any, Protocol
 
 from coordinator.domain.clones import identities
@@ -31,6 +31,7 @@ from coordinator.domain.model import (
 )
 from coordinator.domain.records import (
     AdminToken,
+    ClusterOutput,
     CredentialOwner,
     Event,
     JoinToken,
@@ -204,6 +205,49 @@ def cluster_from_row(row: Row) -> StoredCluster:
     return StoredCluster(spec=spec_from_json(row["spec"]), generation=row["generation"],
                          created_at=row["created_at"], updated_at=row["updated_at"],
                          deleting=bool(row["deleting"]))
+
+
+def with_outputs(cluster: StoredCluster, rows: Sequence[Row],
+                 cipher: Cipher | None) -> StoredCluster:
+    """The cluster with the outputs it keeps (its rows of cluster_outputs, values unsealed)."""
+    if not rows:
+        return cluster
+    return replace(cluster, outputs={row["name"]: cluster_output_from_row(row, cipher) for row in rows})
+
+
+def cluster_output_from_row(row: Row, cipher: Cipher | None) -> ClusterOutput:
+    context = _output_context(row["cluster"], row["name"])
+    if cipher is None:
+        raise SecretsKeyError(f"the {context} is sealed, and this store has no secrets key")
+    return ClusterOutput(cipher.unseal(row["value"], context), row["machine"], row["hostname"],
+                         row["produced_at"])
+
+
+def output_rows(outputs: Mapping[str, Mapping[str, ClusterOutput]],
+                cipher: Cipher | None) -> list[tuple[Any, ...]]:
+    """Rows of cluster_outputs for outputs (cluster -> name -> output), values sealed, each
+    bound to its cluster and name."""
+    rows = []
+    for cluster, kept in outputs.items():
+        for name, output in kept.items():
+            context = _output_context(cluster, name)
+            if cipher is None:
+                raise SecretsKeyError(f"the {context} is secret, and this store has no secrets "
+                                      "key to seal it with")
+            rows.append((cluster, name, cipher.seal(output.value, context), output.machine,
+                         output.hostname, output.produced_at))
+    return rows
+
+
+def _output_context(cluster: str, name: str) -> str:
+    """What a cluster output's sealed value is bound to: its own row only."""
+    return f"cluster {cluster} output {name}"
+
+
+def resealed_output(row: Mapping[str, Any], source: Cipher, target: Cipher) -> dict[str, Any]:
+    """A cluster_outputs row with its value sealed by target's key instead of source's."""
+    context = _output_context(row["cluster"], row["name"])
+    return {**row, "value": target.seal(source.unseal(row["value"], context), context)}
 
 
 def machine_from_row(row: Row, cipher: Cipher | None) -> Machine:

@@ -22,6 +22,7 @@ from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
+    ClusterOutput,
     CredentialOwner,
     Event,
     JoinToken,
@@ -45,9 +46,11 @@ from coordinator.store.codec import (
     machine_count_from_row,
     machine_from_row,
     machine_to_row,
+    output_rows,
     removed_machine_from_row,
     spec_to_json,
     version_from_row,
+    with_outputs,
 )
 from coordinator.store.postgres_connections import Database, Mutex
 from coordinator.store.postgres_schema import (
@@ -131,10 +134,17 @@ class PostgresStore(Store):
             return updated
 
     async def get_cluster(self, name: str) -> StoredCluster | None:
-        return await self.db.one(cluster_from_row, SQL.cluster, name)
+        found = await self.db.one(cluster_from_row, SQL.cluster, name)
+        if found is None:
+            return None
+        rows = await self.db.all(lambda row: row, SQL.cluster_outputs, name)
+        return with_outputs(found, rows, self.cipher)
 
     async def list_clusters(self) -> list[StoredCluster]:
-        return await self.db.all(cluster_from_row, SQL.clusters)
+        clusters = await self.db.all(cluster_from_row, SQL.clusters)
+        rows = await self.db.all(lambda row: row, SQL.all_outputs) if clusters else []
+        return [with_outputs(c, [r for r in rows if r["cluster"] == c.spec.name], self.cipher)
+                for c in clusters]
 
     async def mark_cluster_deleting(self, name: str) -> None:
         await self.db.execute(SQL.mark_deleting, name)
@@ -143,6 +153,7 @@ class PostgresStore(Store):
         async with self.db.transaction() as conn:
             check_removable(name, await conn.fetchval(SQL.count_cluster_machines, name))
             await conn.execute(SQL.delete_join_tokens, name)
+            await conn.execute(SQL.delete_cluster_outputs, name)
             await conn.execute(SQL.delete_cluster, name)
 
     # -- join tokens ------------------------------------------------------------
@@ -285,14 +296,18 @@ class PostgresStore(Store):
         machines: Sequence[Machine] = (),
         events: Sequence[Event] = (),
         removed: Mapping[str, float] | None = None,
+        outputs: Mapping[str, Mapping[str, ClusterOutput]] | None = None,
     ) -> list[Event]:
         # Encoded before the transaction: a value JSON cannot hold fails with nothing written.
         rows = [machine_to_row(m, self.cipher) for m in machines]
         data = [dumps(e.data) for e in events]
         removed = removed or {}
-        if not (rows or events or removed):
+        kept = output_rows(outputs or {}, self.cipher)
+        if not (rows or events or removed or kept):
             return []
         async with self.db.transaction() as conn:
+            if kept:
+                await conn.executemany(SQL.keep_output, kept)
             await _lock_machines(conn, [*(m.id for m in machines), *removed])
             if rows:
                 await conn.executemany(SQL.upsert_machine, rows)

@@ -210,6 +210,19 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX machine_identities_value ON machine_identities (kind, value);
     """ + IDENTITIES_FROM_DOCS,
+    # 11 -> 12: the outputs a cluster keeps (domain/outputs.py), each value sealed: they
+    # outlive the manager that produced them.
+    """
+    CREATE TABLE cluster_outputs (
+        cluster TEXT COLLATE "C" NOT NULL,
+        name TEXT COLLATE "C" NOT NULL,
+        value TEXT NOT NULL,
+        machine TEXT NOT NULL,
+        hostname TEXT NOT NULL,
+        produced_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (cluster, name)
+    );
+    """,
 ]
 
 

@@ -195,6 +195,8 @@ TABLES: tuple[Table, ...] = (
     Table("admin_tokens", (("id", _T), ("hash", _T), ("name", _T), ("role", _T),
                            ("created_at", _R), ("revoked", _B)), "created_at, {arrival}",
           unique=("id", "hash")),
+    Table("cluster_outputs", (("cluster", _T), ("name", _T), ("value", _T), ("machine", _T),
+                              ("hostname", _T), ("produced_at", _R)), "cluster, name"),
     Table("machines", (("id", _T), ("cluster", _T), ("hostname", _T), ("state", _T),
                        ("credential_hash", _T), ("responding", _B), ("last_seen", _R),
                        ("doc", _J)), "id", unique=("id",)),
@@ -223,6 +225,14 @@ class Statements:
         self.count_cluster_machines = sql("SELECT COUNT(*) FROM machines WHERE cluster = $1")
         self.delete_join_tokens = sql("DELETE FROM join_tokens WHERE cluster = $1")
         self.delete_cluster = sql("DELETE FROM clusters WHERE name = $1")
+        # -- the outputs a cluster keeps: added, never replaced (domain/outputs.py)
+        self.all_outputs = "SELECT * FROM cluster_outputs ORDER BY cluster, name"
+        self.cluster_outputs = sql("SELECT * FROM cluster_outputs WHERE cluster = $1 "
+                                   "ORDER BY name")
+        self.keep_output = sql("INSERT INTO cluster_outputs (cluster, name, value, machine, "
+                               "hostname, produced_at) VALUES ($1, $2, $3, $4, $5, $6) "
+                               "ON CONFLICT (cluster, name) DO NOTHING")
+        self.delete_cluster_outputs = sql("DELETE FROM cluster_outputs WHERE cluster = $1")
         # -- join tokens
         self.insert_join_token = sql("INSERT INTO join_tokens (id, hash, cluster, created_at, "
                                      "expires_at, max_uses) VALUES ($1, $2, $3, $4, $5, $6)")

@@ -27,6 +27,7 @@ from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
+    ClusterOutput,
     CredentialOwner,
     Event,
     JoinToken,
@@ -49,9 +50,11 @@ from coordinator.store.codec import (
     machine_count_from_row,
     machine_from_row,
     machine_to_row,
+    output_rows,
     removed_machine_from_row,
     spec_to_json,
     version_from_row,
+    with_outputs,
 )
 from coordinator.store.sql import (
     SQLITE,
@@ -145,13 +148,17 @@ class SQLiteStore(Store):
         of microseconds, while a hop to the reader's thread and back waits for the GIL behind a
         busy event loop, several times for each read (every agent's credential and every
         long-poll's generation: at 10,000 agents those hops set the p99)."""
+        rows = self._lookup(sql, params)
+        return decode(rows[0]) if rows else None
+
+    def _lookup(self, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
+        """The rows of an indexed lookup, on the event loop's own thread (_one)."""
         if self._lookup_conn is None:
             raise StoreError(f"store {self.path} is not open")
         try:
-            rows = self._lookup_conn.execute(sql, params).fetchall()
+            return self._lookup_conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: {exc}") from exc
-        return decode(rows[0]) if rows else None
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> None:
         await self._run(lambda: self._db.execute(sql, params))
@@ -251,10 +258,16 @@ class SQLiteStore(Store):
             return updated
 
     async def get_cluster(self, name: str) -> StoredCluster | None:
-        return await self._one(cluster_from_row, SQL.cluster, (name,))
+        found = await self._one(cluster_from_row, SQL.cluster, (name,))
+        if found is None:
+            return None
+        return with_outputs(found, self._lookup(SQL.cluster_outputs, (name,)), self.cipher)
 
     async def list_clusters(self) -> list[StoredCluster]:
-        return await self._all(cluster_from_row, SQL.clusters)
+        clusters = await self._all(cluster_from_row, SQL.clusters)
+        rows = await self._all(lambda row: row, SQL.all_outputs) if clusters else []
+        return [with_outputs(c, [r for r in rows if r["cluster"] == c.spec.name], self.cipher)
+                for c in clusters]
 
     async def mark_cluster_deleting(self, name: str) -> None:
         await self._execute(SQL.mark_deleting, (name,))
@@ -268,6 +281,7 @@ class SQLiteStore(Store):
             (machines,) = conn.execute(SQL.count_cluster_machines, (name,)).fetchone()
             check_removable(name, machines)
             conn.execute(SQL.delete_join_tokens, (name,))
+            conn.execute(SQL.delete_cluster_outputs, (name,))
             conn.execute(SQL.delete_cluster, (name,))
 
     # -- join tokens ------------------------------------------------------------
@@ -414,14 +428,17 @@ class SQLiteStore(Store):
         machines: Sequence[Machine] = (),
         events: Sequence[Event] = (),
         removed: Mapping[str, float] | None = None,
+        outputs: Mapping[str, Mapping[str, ClusterOutput]] | None = None,
     ) -> list[Event]:
-        return await self._run(self._commit, machines, events, dict(removed or {}))
+        kept = output_rows(outputs or {}, self.cipher)
+        return await self._run(self._commit, machines, events, dict(removed or {}), kept)
 
     def _commit(self, machines: Sequence[Machine], events: Sequence[Event],
-                removed: dict[str, float]) -> list[Event]:
+                removed: dict[str, float], kept: list[tuple[Any, ...]]) -> list[Event]:
         conn = self._db
         stored: list[Event] = []
         with transaction(conn):
+            conn.executemany(SQL.keep_output, kept)
             for m in machines:
                 conn.execute(SQL.upsert_machine, machine_to_row(m, self.cipher))
             gone = [(m.id,) for m in machines] + [(i,) for i in removed]

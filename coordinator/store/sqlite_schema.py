@@ -201,6 +201,19 @@ MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     CREATE INDEX machine_identities_value ON machine_identities (kind, value);
     """ + IDENTITIES_FROM_DOCS,
+    # 12 -> 13: the outputs a cluster keeps (domain/outputs.py), each value sealed: they
+    # outlive the manager that produced them.
+    """
+    CREATE TABLE cluster_outputs (
+        cluster TEXT NOT NULL,
+        name TEXT NOT NULL,
+        value TEXT NOT NULL,
+        machine TEXT NOT NULL,
+        hostname TEXT NOT NULL,
+        produced_at REAL NOT NULL,
+        PRIMARY KEY (cluster, name)
+    ) WITHOUT ROWID;
+    """,
 ]
 
 

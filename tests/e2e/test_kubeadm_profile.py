@@ -1,11 +1,14 @@
 """The kubeadm profile (examples/kubeadm/cluster.yaml), unmodified, takes three managers and four
-workers (real agents in network namespaces) to a cluster, labels and taints its Nodes, upgrades
-it, removes a worker (drained within its budget, reset, its Node deleted) and a manager, and
-refuses to remove one more manager than etcd's quorum allows.
+workers (real agents in network namespaces) to a cluster, labels and taints its Nodes, deletes
+its first manager (any manager can do what it did: issue 33), takes a new manager and a new
+worker, upgrades it one minor up (`kubeadm upgrade apply` once, on a surviving manager, before
+the others' `upgrade node`; every kubelet at the new version), removes a worker (drained within
+its budget, reset, its Node deleted) and a manager, and refuses to remove one more manager than
+etcd's quorum allows.
 The agents find the test doubles of tests/support/k8s_doubles first in their PATH: kubeadm
 keeps its tokens and certificate key in a state shared by the nodes, checks every join as
 kubeadm does, and registers each Node (the kubelet's part) in the test Kubernetes API server
-on the LAN's hub, which the coordinator also reaches through the kubeconfig the first manager
+on the LAN's hub, which the coordinator also reaches through the kubeconfig a Ready manager
 reports.
 
 What is asserted comes from the doubles' log of every call, with its host and its start and
@@ -26,7 +29,7 @@ from typing import Any
 import yaml
 
 from tests.support.k8s_doubles.calls import Call, agent_env, calls
-from tests.support.k8s_doubles.control import etcd_members, stop_all
+from tests.support.k8s_doubles.control import etcd_members, installed, stop_all
 from tests.support.k8s_doubles.network import NetworkPlugin
 from tests.support.kubeadm_profile import PROFILE
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
@@ -37,6 +40,10 @@ from tests.support.roots import passing_root
 
 MANAGERS = ["m1", "m2", "m3"]
 WORKERS = ["w1", "w2", "w3", "w4"]
+LATE = ["m4", "w5"]  # joining once the first manager is gone
+ALL_MANAGERS = [*MANAGERS, "m4"]
+JOINERS = [*MANAGERS[1:], *WORKERS, *LATE]
+SURVIVORS = [*ALL_MANAGERS[1:], *WORKERS, "w5"]  # what the upgrade finds: m1 deleted
 UPGRADE_TO = "1.34.1"
 
 
@@ -87,7 +94,7 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
 
     bare_host(tmp_path / "roots" / "m1")
     with fleet(tmp_path, managers=MANAGERS, workers=WORKERS, cluster_spec=profile,
-               agent_env=on_the_lan) as f:
+               agent_env=on_the_lan, late=tuple(LATE)) as f:
         f.wait_for("every machine Ready", lambda: all_ready(f), timeout=150)
         prepared_on_a_bare_host(f, tmp_path)
         f.wait_for("the post-deploy step verified", lambda: any(
@@ -95,18 +102,22 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         f.wait_for("every token deleted", lambda: tokens_left(calls(log_path)) == set())
         machines = {m["hostname"]: m for m in f.admin_json("machines")}
         nodes = nodes_of(servers[0])
-        kubelets = {h: yaml.safe_load((f.root(h) / "etc/kubernetes/kubelet.conf").read_text())[
+        kubelet_servers = {h: yaml.safe_load((f.root(h) / "etc/kubernetes/kubelet.conf").read_text())[
             "clusters"][0]["cluster"]["server"] for h in MANAGERS + WORKERS}
         members = etcd_names(f, "m3")
         ready_at = {e["hostname"]: e["time"] for e in f.events()
                     if e["kind"] == "state" and e["data"].get("to") == "Ready"
                     and e["data"].get("from") == "Deploy"}
         labelled_and_tainted(f, servers[0], profile, tmp_path)
+        kept = first_manager_deleted_then_joiners(f)
+        everyone = {**machines, **{m["hostname"]: m for m in f.admin_json("machines")}}
         upgrade_from = time.time()
         (tmp_path / "upgraded.yaml").write_text(upgraded(profile, UPGRADE_TO))
+        planned = f.admin("upgrade", "plan", spec["name"], "-f", str(tmp_path / "upgraded.yaml"))
         f.admin("cluster", "apply", "-f", str(tmp_path / "upgraded.yaml"))
         f.wait_for(f"every machine Ready at {UPGRADE_TO}", lambda: at_release(f, UPGRADE_TO),
                    timeout=150)
+        kubelets = {h: installed(state, f.root(h)).get("kubelet") for h in SURVIVORS}
         rendered = f.admin("cluster", "render", spec["name"], "--fleet", "3,50")
         removal_from = time.time()
         with servers[0].locked() as cluster:  # w4 runs pods a budget protects
@@ -148,21 +159,25 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
 
     # Joins: each joiner once, with a token minted for it (kubeadm token create's description
     # names it); managers one at a time with a certificate key each, workers never with one.
+    # m4 and w5 joined once m1 was gone, with the endpoint and CA hash the cluster kept.
     minted = {c.details["token"]: c for c in kubeadm if c.is_("kubeadm", "token", "create")}
     joins = workflow_runs(kubeadm, "join")
-    assert sorted(joins) == sorted(MANAGERS[1:] + WORKERS)
+    assert sorted(joins) == sorted(JOINERS)
     assert len([c for c in kubeadm if c.is_("kubeadm", "join", "phase", "preflight")]) == len(joins)
     for host, join in joins.items():
         assert minted[join.details["token"]].details["description"] == f"nodeagent: {host}"
-        assert minted[join.details["token"]].host in MANAGERS
-        assert join.details["controlPlane"] is (host in MANAGERS)
-        assert (join.details["certificateKey"] is not None) is (host in MANAGERS)
+        assert minted[join.details["token"]].host in ALL_MANAGERS
+        assert join.details["controlPlane"] is (host in ALL_MANAGERS)
+        assert (join.details["certificateKey"] is not None) is (host in ALL_MANAGERS)
+    assert {minted[joins[h].details["token"]].host for h in LATE} <= {"m2", "m3"}
+    assert kept["outputs.control-plane.endpoint"] == "127.0.0.1:6444"  # the local proxy
     uploaded = [c.details["certificateKey"] for c in kubeadm  # the certkey items' (init's has --config)
                 if c.is_("kubeadm", "init", "phase", "upload-certs") and "--config" not in c.argv]
-    assert sorted(joins[h].details["certificateKey"] for h in MANAGERS[1:]) == sorted(uploaded)
-    assert len(set(uploaded)) == 2
-    manager_joins = sorted((joins[h] for h in MANAGERS[1:]), key=lambda c: c.start)
-    assert manager_joins[0].end <= manager_joins[1].start, "two managers joined at once"
+    assert sorted(joins[h].details["certificateKey"] for h in ALL_MANAGERS[1:]) == sorted(uploaded)
+    assert len(set(uploaded)) == 3
+    manager_joins = sorted((joins[h] for h in ALL_MANAGERS[1:]), key=lambda c: c.start)
+    assert all(a.end <= b.start for a, b in itertools.pairwise(manager_joins)), \
+        "two managers joined at once"
     assert inits[0].end <= manager_joins[0].start
     assert most_at_once([joins[h] for h in WORKERS]) <= spec["settings"]["workerBatchSize"]
     assert min(joins[h].start for h in WORKERS) >= inits[0].end
@@ -184,47 +199,55 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         role = "control-plane" if host in MANAGERS else "worker"
         assert f"node-role.kubernetes.io/{role}" in node["metadata"]["labels"]
     for call in [*inits, *joins.values()]:
-        assert call.details["labels"] == {"nodeagent.io/machine-id": machines[call.host]["id"]}
+        assert call.details["labels"] == {"nodeagent.io/machine-id": everyone[call.host]["id"]}
         assert call.details["taints"] == []
     assert not [c for c in deploy if c.is_("kubeadm", "upgrade")]
 
     # No kubelet reaches the API through another machine: a worker's through its local proxy,
     # a manager's at its own API server (kubeadm's ControlPlaneKubeletLocalMode).
-    assert kubelets == {**dict.fromkeys(WORKERS, "https://127.0.0.1:6444"),
-                        **{h: f"https://{machines[h]['ip']}:6443" for h in MANAGERS}}
+    assert kubelet_servers == {**dict.fromkeys(WORKERS, "https://127.0.0.1:6444"),
+                               **{h: f"https://{machines[h]['ip']}:6443" for h in MANAGERS}}
 
-    # The upgrade: the control plane first (kubeadm upgrade apply, once, on m1), then the other
-    # managers one at a time (kubeadm upgrade node), then the workers; each machine's kubelet
-    # after its kubeadm step.
+    # The upgrade, with the first manager gone: the control plane first (kubeadm upgrade apply,
+    # once, on the survivor that upgraded first: m2, which deployed first of them), then the
+    # other managers one at a time (kubeadm upgrade node, which follows the cluster's version
+    # and fails on nothing: only the order shows it), then the workers; each machine's kubelet
+    # after its kubeadm step, and every kubelet at the new version.
     applies = [c for c in upgrade if c.is_("kubeadm", "upgrade", "apply")]
-    assert [(c.host, c.details["version"]) for c in applies] == [("m1", UPGRADE_TO)]
+    assert [(c.host, c.details["version"]) for c in applies] == [("m2", UPGRADE_TO)]
+    assert "runs upgrade/upgrade-control-plane (now: m2)" in planned, planned  # said before
+    assert planned.splitlines()[1].startswith("step 1: m2 (manager, from 1.33.4) runs "
+                                              "upgrade/upgrade-kubeadm, "
+                                              "upgrade/upgrade-control-plane,"), planned
     node_upgrades = {c.host: c for c in upgrade if c.is_("kubeadm", "upgrade", "node")}
-    assert sorted(node_upgrades) == sorted(MANAGERS[1:] + WORKERS)
+    assert sorted(node_upgrades) == sorted(set(SURVIVORS) - {"m2"})
     assert all(c.start >= applies[0].end for c in node_upgrades.values())
-    windows = sorted((window(upgrade, h), h) for h in MANAGERS)
-    # in the order they deployed: m1, then the others as they joined
-    assert [h for _, h in windows] == ["m1", *(c.host for c in manager_joins)]
+    assert {c.details["version"] for c in node_upgrades.values()} == {UPGRADE_TO}
+    windows = sorted((window(upgrade, h), h) for h in ALL_MANAGERS[1:])
+    # in the order they deployed: m2, then the others as they joined
+    assert [h for _, h in windows] == [c.host for c in manager_joins]
     assert all(a[0][1] <= b[0][0] for a, b in itertools.pairwise(windows)), "managers overlapped"
-    assert min(window(upgrade, h)[0] for h in WORKERS) >= windows[-1][0][1]
-    for host in MANAGERS + WORKERS:
+    assert min(window(upgrade, h)[0] for h in SURVIVORS if h.startswith("w")) >= windows[-1][0][1]
+    for host in SURVIVORS:
         restarts = [c for c in upgrade if c.host == host and c.is_("systemctl", "restart", "kubelet")]
-        step = applies[0] if host == "m1" else node_upgrades[host]
+        step = applies[0] if host == "m2" else node_upgrades[host]
         assert len(restarts) == 1 and restarts[0].start >= step.end
+    assert kubelets == dict.fromkeys(SURVIVORS, UPGRADE_TO)
 
     # A deleted worker: its Node (found by its mark) gone, kubeadm reset, then what it leaves,
     # inside the agent's root only.
-    assert sorted(nodes_left) == sorted(MANAGERS + WORKERS[:-1])
+    assert sorted(nodes_left) == sorted(set(SURVIVORS) - {"w4"})
     # ... drained first through the Eviction API, within the budget, before its reset.
     assert on_w4 and on_w4 <= set(evicted), "w4's pods were not evicted"
     assert least_healthy >= 3, "the budget was broken"
     reset = next(c for c in kubeadm if c.is_("kubeadm", "reset") and c.host == "w4")
     assert drained_at <= reset.start, "w4 reset before its drain ended"
-    assert managers_removed == ["m3"]
-    # One real etcd member per manager, as a manager's etcd sees them; m3's removed before its
-    # reset by a remaining manager (its leave item etcd-member-remove).
+    assert managers_removed == ["m1", "m3"]
+    # One real etcd member per manager, as a manager's etcd sees them; m1's and m3's removed
+    # before their reset by a remaining manager (their leave item etcd-member-remove).
     assert members == sorted(MANAGERS)
-    assert members_left == ["m1", "m2"]
-    assert sorted(c.host for c in kubeadm if c.is_("kubeadm", "reset")) == ["m3", "w4"]
+    assert members_left == ["m2", "m4"]
+    assert sorted(c.host for c in kubeadm if c.is_("kubeadm", "reset")) == ["m1", "m3", "w4"]
     # kube-proxy ran no IPVS there (no kube-ipvs0): IPVS, which the host may use, left alone.
     assert not any(c.is_("ipvsadm") for c in log)
     assert not (f.root("w4") / "etc/kubernetes").exists()
@@ -321,16 +344,33 @@ def labelled_and_tainted(f: Fleet, server: KubeApiServer, profile: str, tmp: Pat
     assert not any(nodes_of(server)[h]["spec"].get("taints") for h in WORKERS)
 
 
+def first_manager_deleted_then_joiners(f: Fleet) -> dict[str, str]:
+    """m1, the first manager (init ran there), deleted; then a manager and a worker join with
+    the endpoint and CA hash the cluster kept (each manager produced them again), their join
+    material minted on the managers left. Before, they waited for ever for m1's outputs. The
+    cluster's public outputs once m1 was gone."""
+    f.admin("delete", "m1", "--yes")
+    f.wait_for("m1 reset and removed", lambda: "m1" not in {
+        m["hostname"] for m in f.admin_json("machines")}, timeout=120)
+    kept: dict[str, str] = f.admin_json("status", f.cluster)["outputs"]
+    f.join("m4", "manager")
+    f.join("w5")
+    f.wait_for("m4 and w5 Ready", lambda: f.admin_json("status", f.cluster)["counts"] == {
+        "Ready": len(JOINERS)}, timeout=150)  # m1 gone: every joiner
+    return kept
+
+
 def managers_leave_within_quorum(f: Fleet) -> list[str]:
-    """m3 may go (two of three are a majority); m2 may not while m3 is leaving (one at a
-    time), nor once m3 is gone (one of two is no majority). The managers removed."""
+    """m3 may go (two of three are a majority); m2 (the first manager now, so confirmed with
+    --yes) may not while m3 is leaving (one at a time), nor once m3 is gone (one of two is no
+    majority). The managers removed (m1 was before)."""
     f.admin("delete", "m3")
-    refused = f.coordinator.cli("delete", "m2", ok=False)
+    refused = f.coordinator.cli("delete", "m2", "--yes", ok=False)
     assert refused.returncode != 0 and "m3" in refused.stderr + refused.stdout, refused
     f.wait_for("m3 reset and removed", lambda: "m3" not in {
         m["hostname"] for m in f.admin_json("machines")}, timeout=120)
-    refused = f.coordinator.cli("delete", "m2", ok=False)
+    refused = f.coordinator.cli("delete", "m2", "--yes", ok=False)
     assert refused.returncode != 0 and "majority" in refused.stderr + refused.stdout, refused
     hosts = {m["hostname"]: m["state"] for m in f.admin_json("machines")}
-    assert hosts["m2"] == "Ready" and hosts["m1"] == "Ready"
-    return sorted(set(MANAGERS) - set(hosts))
+    assert hosts["m2"] == "Ready" and hosts["m4"] == "Ready"
+    return sorted(set(ALL_MANAGERS) - set(hosts))

@@ -200,7 +200,7 @@ def test_a_damaged_or_newer_backup_is_refused_with_nothing_written(tmp_path: Pat
                     "is damaged: "),
         "truncated": (data[:len(data) * 2 // 3], "is damaged: "),
         "newer": (repacked(data, schema_version=99),
-                  "has schema version 99, newer than this coordinator reads (1): restore it "
+                  "has schema version 99, newer than this coordinator reads (2): restore it "
                   "with a coordinator at least as new as the one that took it"),
     }
     for name, (content, message) in cases.items():

@@ -352,6 +352,7 @@ def full_machine(machine_id: str = "m-1", cluster: str = "edge", **changes: Any)
         precheck={"ok": True, "checks": [{"name": "kernel", "status": "pass"}]},
         applied=frozenset({"a" * 32, "b" * 32}),
         upgrading=frozenset({"b" * 32}),
+        first_upgrader=True,
         progress=ItemProgress(item="kubelet", attempt=2, status="failed", error="exit 1",
                               next_retry_at=17.5, updated_at=16.25, failing_since=14.0,
                               gave_up=True),

@@ -38,8 +38,9 @@ def profile_spec(**kubernetes: object) -> ClusterSpec:
 
 def deployed(machines: list[Machine], outputs: Mapping[str, str],
              material: Callable[[Machine], dict[str, str]]) -> list[Machine]:
-    """machines (the first one the first manager) once it produced outputs (`init.caCertHash`:
-    ...) and each other one holds the join material (`outputs.token.token`: ...) minted for it."""
+    """machines (the first one the first manager) once it produced outputs
+    (`control-plane.caCertHash`: ...) and each other one holds the join material
+    (`outputs.token.token`: ...) minted for it."""
     first = replace(machines[0], outputs=dict(outputs))
     return [first, *(replace(m, material=Material(
         serial=1, minter=first.id, requested_at=0.0, items=("token",), minted_at=0.0,

@@ -135,13 +135,14 @@ class Fleet:
             [str(BIN / "nodeagent"), "run", "--config", str(config), "--root", str(root)],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
 
-    def join(self, hostname: str) -> None:
-        """A late worker's agent started now with a join string of its own, and approved."""
+    def join(self, hostname: str, role: str = "worker") -> None:
+        """A late machine's agent started now with a join string of its own, and approved as
+        role."""
         self.start_agent(hostname, self.admin("join-token", "create", self.cluster).strip())
         self.open_gate(hostname)
         self.wait_for(f"{hostname} registered", lambda: hostname in {
             m["hostname"] for m in self.admin_json("machines")})
-        self.admin("approve", hostname, "--role", "worker")
+        self.admin("approve", hostname, "--role", role)
 
     def kill_node(self, hostname: str) -> None:
         """kill -9 the agent and everything it started, as systemd does to a unit's cgroup."""

@@ -1,5 +1,5 @@
 """The kubeadm profile (examples/kubeadm/cluster.yaml) as `coordinator cluster render` shows it
-on a fleet of 3 managers and 50 workers, with the first manager's outputs produced and each
+on a fleet of 3 managers and 50 workers, with the control plane's outputs produced and each
 joiner's join material minted: what every machine would run, command by command. And every
 command it calls that would change a host has a test double (tests/support/k8s_doubles), so
 the end-to-end test can run the profile unmodified without touching the test machine."""
@@ -45,7 +45,8 @@ def fleet(spec: ClusterSpec) -> list[Machine]:
     """3 managers and 50 workers: manager-1 ran init (its outputs are there), every other
     machine holds join material minted for it alone."""
     return deployed(hypothetical_fleet(spec, Fleet(3, 50)),
-                    {"init.caCertHash": CA_HASH, "init.endpoint": "192.0.2.1:6443"},
+                    {"control-plane.caCertHash": CA_HASH,
+                     "control-plane.endpoint": "192.0.2.1:6443"},
                     lambda m: {"outputs.token.token": token_of(m), "outputs.certkey.key": key_of(m)}
                     if m.role == "manager" else {"outputs.token.token": token_of(m)})
 
@@ -70,13 +71,14 @@ def test_kubeadm_init_runs_on_the_first_manager_only(spec: ClusterSpec, fleet: l
              if "phases.sh init" in str(rendered(spec, m, fleet, "deploy"))]
     assert inits == ["manager-1"]
     deploy = rendered(spec, fleet[0], fleet, "deploy")
-    assert list(deploy) == ["apiserver-proxy", "init-config", "init", "cni"], \
+    assert list(deploy) == ["apiserver-proxy", "init-config", "init", "cni", "control-plane"], \
         "the local API proxy before init; the CNI a deploy item, after init"
     cluster = kubeadm_config(deploy["init-config"])["ClusterConfiguration"]
     assert cluster["kubernetesVersion"] == f"v{spec.settings.kubernetes.version}"
     assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12"}
-    assert deploy["init"]["argv"][-2:] == ["", "192.0.2.1"], \
-        "no endpoint set: init takes the local proxy's; the coordinator's kubeconfig this address"
+    assert deploy["init"]["argv"][-1] == "", "no endpoint set: init takes the local proxy's"
+    assert deploy["control-plane"]["argv"][-1] == "192.0.2.1", \
+        "the coordinator's kubeconfig names this manager's API server"
 
 
 def test_other_managers_join_the_control_plane_with_their_own_token_and_key(
@@ -127,11 +129,15 @@ def phases_run(script: str, what: str) -> list[str]:
 def test_init_and_join_run_kubeadm_phases_one_at_a_time_in_kubeadms_order(
         spec: ClusterSpec, fleet: list[Machine]) -> None:
     """So that a rerun resumes at the phase that died (docs/kubernetes.md, When a step dies);
-    the outputs come only after the API server served cluster-info."""
+    the outputs come only after the API server served cluster-info, from the control-plane
+    item every manager runs after its init or join."""
     init = rendered(spec, fleet[0], fleet, "deploy")["init"]["argv"][2]
     assert phases_run(init, "init") == INIT_PHASES
-    assert init.index("get configmap cluster-info") > init.index("phases.sh init") \
-        and init.index("caCertHash=") > init.index("get configmap cluster-info")
+    for manager in fleet[:3]:
+        deploy = rendered(spec, manager, fleet, "deploy")
+        assert list(deploy)[-1] == "control-plane", manager.hostname
+        outputs = deploy["control-plane"]["argv"][2]
+        assert outputs.index("caCertHash=") > outputs.index("get configmap cluster-info")
     join = rendered(spec, fleet[1], fleet, "deploy")["join"]["argv"][2]
     manager, worker = (shlex.split(line.split("set -- ", 1)[1].replace("\\", ""))
                        for line in join.replace("\\\n", " ").splitlines() if "set -- " in line)
@@ -171,8 +177,15 @@ def test_upgrade_items_in_order_the_control_plane_first_then_the_kubelet(
                                  *["certs-renew"] * (machine.role == "manager")]
         assert upgrade["upgrade-kubeadm"]["argv"][-2:] == ["1.33.4", "kubeadm"]
         assert upgrade["upgrade-kubelet"]["argv"][-3:] == ["1.33.4", "kubelet", "kubectl"]
-        assert upgrade[step]["argv"] == (["kubeadm", "upgrade", "apply", "--yes", "v1.33.4"]
-                                         if machine is fleet[0] else ["kubeadm", "upgrade", "node"])
+        kubeadm = (["kubeadm", "upgrade", "apply", "--yes", "v1.33.4"] if machine is fleet[0]
+                   else ["kubeadm", "upgrade", "node"])
+        if machine.role == "worker":
+            assert upgrade[step]["argv"] == kubeadm
+        else:  # then the coordinator's copy of the renewed admin.conf, to this manager
+            argv = upgrade[step]["argv"]
+            assert [c[:3] for c in commands(argv[2])] == [
+                kubeadm[:3], ["sh", "usr/local/lib/nodeagent/kubeadm/coordinator-kubeconfig.sh", ""]]
+            assert argv[3:] == ["sh", *["1.33.4"] * (machine is fleet[0]), machine.ip]
         assert upgrade["restart-kubelet"]["argv"] == ["systemctl", "restart", "kubelet"]
 
 
@@ -275,9 +288,12 @@ def test_what_renews_the_control_planes_certificates_reports_the_renewed_admin_c
         spec: ClusterSpec) -> None:
     """kubeadm's upgrades renew the certificates, and certs-renew (versioned by
     settings.kubernetes.certificateRenewal) renews them in a maintenance release: each reports
-    the renewed admin.conf to the coordinator; workers renew nothing."""
+    the renewed admin.conf to the coordinator (its copy, to that manager's API server: the
+    control-plane item writes it first); workers renew nothing."""
     reporting = {i.name: i for i in spec.machine_types.manager
-                 if i.phase == "upgrade" and i.kubeconfig_from == "/etc/kubernetes/admin.conf"}
+                 if i.kubeconfig_from == "/etc/kubernetes/nodeagent/coordinator.conf"}
+    assert {n for n, i in reporting.items() if i.phase == "deploy"} == {"control-plane"}
+    reporting = {n: i for n, i in reporting.items() if i.phase == "upgrade"}
     assert set(reporting) == {"upgrade-control-plane", "upgrade-node", "certs-renew"}
     assert reporting["certs-renew"].version == spec.settings.kubernetes.certificate_renewal
     assert "certs-renew" not in {i.name for i in spec.machine_types.worker}
@@ -431,7 +447,8 @@ def test_an_ipv6_fleet_renders_no_address_pasted_before_a_port_without_brackets(
     spec = profile_spec()
     fleet = [replace(m, ip=f"fd00::{i + 1}") for i, m in enumerate(
         hypothetical_fleet(spec, Fleet(3, 2)))]
-    fleet = deployed(fleet, {"init.caCertHash": CA_HASH, "init.endpoint": "127.0.0.1:6444"},
+    fleet = deployed(fleet, {"control-plane.caCertHash": CA_HASH,
+                             "control-plane.endpoint": "127.0.0.1:6444"},
                      lambda m: {"outputs.token.token": token_of(m), "outputs.certkey.key": key_of(m)})
     unbracketed = re.compile(r"(?<![\[\w:])fd00::\d+:\d+")
     for machine in fleet:

@@ -160,6 +160,17 @@ def test_tokens_and_uploaded_certificates_expire_on_the_clock_and_upgrades_follo
     for phase in INIT_PHASES:  # one at a time, as a journal of items would drive them
         ok(cluster.run(m1, "kubeadm", "init", "phase", phase, "--config", "/init.yaml",
                        "--upload-certs", "--certificate-key", "a" * 64))
+    # cluster-info as kubectl prints it: its kubeconfig names the endpoint and the CA; any
+    # other printer, or another namespace, is refused as kubectl refuses it.
+    info = ("kubectl", "get", "configmap", "cluster-info", "-o")
+    kubeconfig = yaml.safe_load(ok(cluster.run(m2, *info, "jsonpath={.data.kubeconfig}",
+                                               "-n", "kube-public")))
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == f"https://{m1.ip}:6443"
+    assert ok(cluster.run(m2, *info, "name", "-n", "kube-public")).strip() == \
+        "configmap/cluster-info"
+    assert "unable to match a printer" in cluster.run(m2, *info, "yaml", "-n",
+                                                      "kube-public").stderr
+    assert "not found" in cluster.run(m2, *info, "name").stderr
     token = ok(cluster.run(m1, "kubeadm", "token", "create", "--ttl", "1h")).strip()
     cluster.join_config(m2, f"{m1.ip}:6443", token, "a" * 64)
     preflight = ("kubeadm", "join", "phase", "preflight", "--config", "/join.yaml")
@@ -189,6 +200,9 @@ def test_tokens_and_uploaded_certificates_expire_on_the_clock_and_upgrades_follo
     assert "won't proceed" in cluster.run(m1, "kubeadm", "upgrade", "apply", "v1.34.1").stderr
     ok(apply("v1.34.1"))
     assert "v1.34.1" in ok(cluster.run(m1, "kubelet", "--version"))
+    ok(cluster.run(m1, "apt-get", "install", "-y", "kubelet=1.34.1-*", "kubectl=1.34.1-*"))
+    assert control.installed(cluster.state, cluster.root(m1)) == dict.fromkeys(
+        ("kubeadm", "kubelet", "kubectl"), "1.34.1")
     # upgrade node follows the cluster's version, whatever kubeadm is installed on the node.
     ok(cluster.run(m1, "kubeadm", "upgrade", "node"))
 

@@ -4,15 +4,16 @@ real etcd, each item run in its node's root as the agent runs it.
 
 kubeadm is killed at every phase boundary of the first manager's init, of a manager's
 control-plane join and of a worker's join, and the item run again each time, as the agent runs
-an item that failed: each run resumes at the phase that died, the item completes, the init
-prints its outputs only with a control plane behind them, and the cluster ends whole (one etcd
+an item that failed: each run resumes at the phase that died, the item completes, the outputs
+come only with a control plane behind them (the control-plane item every manager runs after
+its init or join, which gives the same outputs on each), and the cluster ends whole (one etcd
 member per manager, each machine's Node). With the profile as it was (init skipped once
 admin.conf existed, join once kubelet.conf did) the killed init "succeeded" without a control
 plane and a join killed after kubelet-start was refused for good.
 
 The leave item a remaining manager runs for a manager being deleted removes its member from the
 real etcd, and says so when it is gone. Also: a worker whose first token expired joins with the
-one minted again, the endpoint init gives the joiners always names a port, kubeadm's
+one minted again, the endpoint the joiners are given always names a port, kubeadm's
 preflight finds containerd, as the profile configures it, on kubeadm's pause image from the
 cluster's image repository (a mirror too), and the certificate renewal item renews every
 certificate and restarts the control plane's pods to load them."""
@@ -95,12 +96,19 @@ class Cluster:
                              self.node(machine).ns.argv([]))
 
     def init(self) -> dict[str, str]:
-        """The first manager's deploy items up to init applied: the outputs init printed."""
+        """The first manager's init-config, init and control-plane items applied: the outputs
+        the last printed."""
         first = self.machines[0]
         deploy = rendered(self.spec, first, self.machines, "deploy")
         ok(self.apply(first, deploy["apiserver-proxy"]))
         ok(self.apply(first, deploy["init-config"]))
-        return outputs(ok(self.apply(first, deploy["init"])))
+        ok(self.apply(first, deploy["init"]))
+        return self.control_plane(first)
+
+    def control_plane(self, manager: Machine) -> dict[str, str]:
+        """The control-plane item applied on manager (its control plane up): its outputs."""
+        item = rendered(self.spec, manager, self.machines, "deploy")["control-plane"]
+        return outputs(ok(self.apply(manager, item)))
 
     def minted(self, joiner: Machine) -> dict[str, str]:
         """Join material for joiner, made on the first manager as the mint items make it."""
@@ -140,8 +148,9 @@ def cluster_on_a_lan(tmp: Path, spec: ClusterSpec, fleet: Fleet) -> Iterator[Clu
 
 
 def outputs(printed: str) -> dict[str, str]:
-    """The init item's outputs (`NAME=value` lines) as `init.NAME`."""
-    return {f"init.{k}": v for k, _, v in (line.partition("=") for line in printed.splitlines())
+    """The control-plane item's outputs (`NAME=value` lines) as `control-plane.NAME`."""
+    return {f"control-plane.{k}": v for k, _, v in (line.partition("=") for line in
+                                                    printed.splitlines())
             if k in ("caCertHash", "endpoint")}
 
 
@@ -175,8 +184,9 @@ def test_init_and_joins_killed_at_every_phase_boundary_resume_and_leave_the_clus
         cluster.apply(first, deploy["init-config"])
         died, printed = until_done(cluster, first, deploy["init"], "init", INIT_PHASES)
         assert died == INIT_PHASES, "each run resumed at the phase that died"
-        produced = outputs(printed)
-        assert produced["init.endpoint"] == HA_ENDPOINT
+        assert not outputs(printed), "init prints none: the control-plane item does"
+        produced = cluster.control_plane(first)
+        assert produced["control-plane.endpoint"] == HA_ENDPOINT
         # Each phase ran to its end once (a killed run records nothing), in kubeadm's order.
         assert [c.argv[2] for c in calls(tmp_path / "log")
                 if c.is_("kubeadm", "init", "phase")] == INIT_PHASES
@@ -189,6 +199,8 @@ def test_init_and_joins_killed_at_every_phase_boundary_resume_and_leave_the_clus
             cluster.apply(joiner, deploy["join-config"])
             died, _ = until_done(cluster, joiner, deploy["join"], "join", phases)
             assert died == phases
+        # The joined manager produces the same outputs: any manager can once the first is gone.
+        assert cluster.control_plane(manager) == produced
 
         members = control.etcd_members(cluster.root(first), cluster.node(first).ns.argv([]))
         with cluster.api.locked() as api:
@@ -267,7 +279,7 @@ def test_init_gives_the_joiners_an_endpoint_with_a_port(
     with cluster_on_a_lan(tmp_path, spec, Fleet(1, 0)) as cluster:
         (first,) = cluster.machines
         produced = cluster.init()
-    assert produced["init.endpoint"] == endpoint
+    assert produced["control-plane.endpoint"] == endpoint
     config = (cluster.root(first) / "etc/kubernetes/nodeagent/init.yaml").read_text()
     assert f'controlPlaneEndpoint: "{endpoint}"' in config
     reported = cluster.root(first) / "etc/kubernetes/nodeagent/coordinator.conf"  # kubeconfigFrom
@@ -276,23 +288,26 @@ def test_init_gives_the_joiners_an_endpoint_with_a_port(
     assert proxy.exists() is (setting is None), "a load balancer of one's own: no local proxy"
 
 
-def test_init_prints_no_outputs_until_the_api_server_serves_cluster_info(tmp_path: Path) -> None:
+def test_no_outputs_until_the_api_server_serves_cluster_info(tmp_path: Path) -> None:
     """Every init phase marked done (a run that died after its last phase) but cluster-info not
-    served (the API server gone meanwhile): the item fails and prints no output, so no joiner is
-    sent to a control plane that cannot answer it; served again, the same item prints them."""
+    served (the API server gone meanwhile): the control-plane item fails and prints no output,
+    so no joiner is sent to a control plane that cannot answer it; served again, the same item
+    prints them."""
     with cluster_on_a_lan(tmp_path, profile_spec(), Fleet(1, 0)) as cluster:
         (first,) = cluster.machines
         produced = cluster.init()
         with state(cluster.state) as data:
             served = data.pop("cluster_info")
-        init = rendered(cluster.spec, first, cluster.machines, "deploy")["init"]
-        refused = cluster.apply(first, init)
+        deploy = rendered(cluster.spec, first, cluster.machines, "deploy")
+        rerun = ok(cluster.apply(first, deploy["init"]))
+        refused = cluster.apply(first, deploy["control-plane"])
         with state(cluster.state) as data:
             data["cluster_info"] = served
-        again = outputs(ok(cluster.apply(first, init)))
+        again = cluster.control_plane(first)
+    assert "done before" in rerun and not outputs(rerun), rerun
     assert refused.returncode != 0
     assert 'configmaps "cluster-info" not found' in refused.stderr
-    assert "done before" in refused.stdout and not outputs(refused.stdout), refused.stdout
+    assert not outputs(refused.stdout), refused.stdout
     assert again == produced
 
 

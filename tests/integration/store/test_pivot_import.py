@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.domain.errors import Conflict
+from coordinator.domain.records import ClusterOutput
 from coordinator.service import snapshot
 from coordinator.service.pivots import IMPORTED, import_archive
 from coordinator.store.base import Store
@@ -22,6 +23,7 @@ from tests.integration.store.conftest import BACKENDS
 from tests.support.builders import ONE_ITEM, cluster, full_machine, with_secrets
 
 TARGET_CIPHER = Cipher(bytes(range(100, 132)), "the target's secrets key")
+KEPT = {"init.caCertHash": ClusterOutput("sha256:kept", "m-1", "host-m-1", 3.0)}
 
 
 @pytest.fixture(params=BACKENDS)
@@ -47,7 +49,8 @@ async def archive(store: Store, data_dir: Path) -> bytes:
     as the pivot sends it."""
     await store.put_cluster(cluster(worker=ONE_ITEM), now=100.0)
     await store.add_admin_token("hash-old", "initial", "admin", 101.0)
-    await store.commit(machines=[with_secrets(full_machine("m-1")), full_machine("m-2")])
+    await store.commit(machines=[with_secrets(full_machine("m-1")), full_machine("m-2")],
+                       outputs={"edge": KEPT})
     data_dir.mkdir()
     (data_dir / "secrets.key").write_bytes(base64.b64encode(bytes(range(32))) + b"\n")
     return snapshot.to_bytes(await snapshot.take(store, data_dir))
@@ -60,6 +63,7 @@ async def test_the_target_imports_once_with_its_own_key_and_admin_tokens(
                                 5.0) == ["m-1", "m-2"]
     # its secrets open with the target's key (sealed with the old one, they would not)
     assert await target.get_machine("m-1") == with_secrets(full_machine("m-1"))
+    assert (await target.get_cluster("edge")).outputs == KEPT  # type: ignore[union-attr]
     assert [t.name for t in await target.list_admin_tokens()] == ["initial"]
     assert await target.admin_token("hash-old") is None
     assert await import_archive(target, TARGET_CIPHER, BytesIO(data), "pv-1", "https://old",

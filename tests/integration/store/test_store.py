@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from coordinator.domain.model import MachineState
-from coordinator.domain.records import CredentialOwner, Event, MachineCount, RemovedMachine
+from coordinator.domain.records import (
+    ClusterOutput,
+    CredentialOwner,
+    Event,
+    MachineCount,
+    RemovedMachine,
+)
 from coordinator.domain.tokens import token_id
 from coordinator.store.base import Store, StoreError
 from tests.support.builders import ONE_ITEM, cluster, full_machine
@@ -86,6 +92,35 @@ async def test_a_cluster_with_machines_cannot_be_removed(store: Store) -> None:
     with pytest.raises(StoreError, match="still has 1 machines"):
         await store.remove_cluster("edge")
     assert await store.get_cluster("edge") is not None
+
+
+async def test_a_cluster_keeps_its_outputs_sealed_past_its_machines_never_replaced(
+        store: Store) -> None:
+    """What a manager's item produced, kept for the cluster: through the removal of that
+    manager and a reopening; a second value for a name is never written over the first, even
+    from another pass (a replica's); gone with the cluster. Sealed: the database holds no
+    value in the clear."""
+    await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
+    await store.put_cluster(cluster(worker=ONE_ITEM, name="other"), now=1.0)
+    m1 = full_machine("m-1", outputs={"init.caCertHash": "sha256:first"})
+    await store.commit([m1])
+    kept = {"init.caCertHash": ClusterOutput("sha256:first", "m-1", "m1", 2.0)}
+    await store.commit(removed={"m-1": 3.0}, outputs={"edge": kept})
+    await store.commit(outputs={"edge": {
+        "init.caCertHash": ClusterOutput("sha256:other", "m-2", "m2", 4.0),
+        "init.endpoint": ClusterOutput("10.0.0.2:6443", "m-2", "m2", 4.0)}})
+    edge = await store.get_cluster("edge")
+    assert edge is not None and edge.outputs == {
+        **kept, "init.endpoint": ClusterOutput("10.0.0.2:6443", "m-2", "m2", 4.0)}
+    assert {c.spec.name: c.outputs for c in await store.list_clusters()} == {
+        "edge": edge.outputs, "other": {}}
+    rows = (await store.export())["cluster_outputs"]
+    assert [(r["cluster"], r["name"], r["hostname"]) for r in rows] == [
+        ("edge", "init.caCertHash", "m1"), ("edge", "init.endpoint", "m2")]
+    assert "sha256:first" not in repr(rows) and "10.0.0.2" not in repr(rows)
+    await store.remove_cluster("edge")
+    await store.put_cluster(cluster(worker=ONE_ITEM), now=5.0)
+    assert (await store.get_cluster("edge")).outputs == {}  # type: ignore[union-attr]
 
 
 # -- join tokens --------------------------------------------------------------------------

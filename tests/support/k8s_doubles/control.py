@@ -15,6 +15,9 @@ specs, fixed when the agent starts). Each hook fires once: the retry it provokes
 The clock. Bootstrap tokens, the uploaded certificates and kubeadm's certificates expire
 against the shared state's clock: `advance(state, seconds)` moves it on.
 
+Packages. `installed(state, root)`: the kubeadm, kubelet and kubectl versions apt-get or dnf
+installed on the node whose root is root (what an upgrade left each kubelet at).
+
 etcd. `etcd_members(root, prefix)`: the member list as the node whose root is root sees it
 (prefix: `ip netns exec NS` of its network namespace). `pods(state, root)`: the node's running
 static pods and their pids. `power_off(state, root)`: the node's
@@ -72,6 +75,13 @@ def advance(directory: Path, seconds: float) -> None:
     certificates expire)."""
     with state(directory) as data:
         data["clock"] = float(data.get("clock", 0.0)) + seconds
+
+
+def installed(directory: Path, root: Path) -> dict[str, str]:
+    """The versions of kubeadm, kubelet and kubectl apt-get or dnf installed in the node whose
+    root is root, by package ({} before any)."""
+    with state(directory) as data:
+        return dict(data.get("installed", {}).get(str(root), {}))
 
 
 def etcd_members(root: Path, prefix: Sequence[str] = ()) -> list[dict[str, Any]]:

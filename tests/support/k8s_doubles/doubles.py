@@ -16,7 +16,8 @@ caller's working directory (the node's root) and network namespace.
 - Nodes register in the test Kubernetes API server ($K8S_DOUBLES_API, tests/support/kubeapi.py)
   as a kubelet does.
 - kubectl remembers the images set on Deployments (`set image`) to answer `get deployment`,
-  and finds cluster-info only once init's bootstrap-token phase made it; `get secret -l
+  and finds kube-public/cluster-info only once init's bootstrap-token phase made it (printed
+  as `-o name` or its kubeconfig, `-o jsonpath={.data.kubeconfig}`: the endpoint and the CA); `get secret -l
   owner=helm,name=NAME` lists the Helm release's Secret, as Helm labels it.
 - cilium install refuses a release that is there and cilium upgrade one that is not, as Helm
   under the cilium CLI does; both remember the release's version and revision.
@@ -36,6 +37,7 @@ the clock, etcd's members, and stop_all at teardown.
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import json
 import os
@@ -72,9 +74,10 @@ def kubectl(args: list[str]) -> Details:
         return {"deployment": name, "image": image}
     if words[:3] == ["get", "configmap", "cluster-info"]:  # made by init's bootstrap-token phase
         with state() as data:
-            if "cluster_info" not in data:
-                raise Failure('Error from server (NotFound): configmaps "cluster-info" not found')
-        print("configmap/cluster-info")
+            info = data.get("cluster_info")
+        if info is None or flags.get("-n", flags.get("--namespace")) != "kube-public":
+            raise Failure('Error from server (NotFound): configmaps "cluster-info" not found')
+        print(cluster_info(info, flags.get("-o", flags.get("--output", ""))))
         return {"configmap": "cluster-info"}
     if words[:2] == ["get", "secret"] and "-l" in flags:  # Helm's release records, by label
         print("\n".join(helm_release_secrets(flags["-l"])))
@@ -123,6 +126,22 @@ def cilium(args: list[str]) -> Details:
             release.update(revision=release["revision"] + 1,
                            version=flags.get("--version", release["version"]))
         return {"release": dict(release)}
+
+
+def cluster_info(info: dict[str, str], output: str) -> str:
+    """kube-public/cluster-info as `-o name` or `-o jsonpath={.data.kubeconfig}` print it: its
+    kubeconfig names the endpoint init wrote (controlPlaneEndpoint, or the first manager's
+    address) and the cluster's CA. Any other output is refused, as kubectl refuses an unknown
+    printer, so a profile can only rely on what this double models."""
+    if output == "name":
+        return "configmap/cluster-info"
+    if output in ("jsonpath={.data.kubeconfig}", "jsonpath='{.data.kubeconfig}'"):
+        ca = base64.b64encode(info["ca"].encode()).decode()
+        return ("apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: "
+                f"{ca}\n    server: https://{info['endpoint']}\n  name: \"\"\n"
+                "contexts: null\ncurrent-context: \"\"\nkind: Config\nusers: null")
+    raise Failure(f"error: unable to match a printer suitable for the output format "
+                  f"\"{output}\" (this double prints name and jsonpath={{.data.kubeconfig}})")
 
 
 def kubelet(args: list[str]) -> Details:

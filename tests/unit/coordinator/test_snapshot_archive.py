@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from coordinator.domain.archive import MAX_ROW
+from coordinator.domain.records import ClusterOutput
 from coordinator.server import secrets_key
 from coordinator.server.pki import Pki
 from coordinator.service.snapshot import (
@@ -30,7 +31,7 @@ from coordinator.service.snapshot import (
     to_bytes,
     write_archive,
 )
-from coordinator.store.codec import machine_to_row, spec_to_json
+from coordinator.store.codec import machine_to_row, output_rows, spec_to_json
 from coordinator.store.sql import TABLES
 from tests.support.archives import bomb, members, packed, repacked
 from tests.support.builders import ONE_ITEM, TEST_CIPHER, cluster, full_machine, with_secrets
@@ -63,7 +64,7 @@ def test_the_manifest_states_format_schema_counts_and_checksums() -> None:
     with tarfile.open(fileobj=io.BytesIO(to_bytes(SNAPSHOT)), mode="r:gz") as tar:
         manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
     assert (manifest["format"], manifest["schema_version"], manifest["source"]) == \
-        ("nodeagent-coordinator-backup", 1, "sqlite")
+        ("nodeagent-coordinator-backup", 2, "sqlite")
     assert manifest["counts"]["clusters"] == 1 and manifest["counts"]["machines"] == 0
     assert set(manifest["members"]) == {
         *(f"tables/{name}.jsonl" for name in manifest["counts"]),
@@ -94,10 +95,29 @@ def test_a_member_that_does_not_match_its_checksum_is_refused() -> None:
 
 
 def test_a_newer_schema_version_is_refused_naming_both_versions() -> None:
-    with pytest.raises(ArchiveError, match=r"backup.tgz has schema version 2, newer than this "
-                                           r"coordinator reads \(1\): restore it with a "
+    with pytest.raises(ArchiveError, match=r"backup.tgz has schema version 3, newer than this "
+                                           r"coordinator reads \(2\): restore it with a "
                                            "coordinator at least as new"):
-        from_bytes(repacked(to_bytes(SNAPSHOT), schema_version=2), "backup.tgz")
+        from_bytes(repacked(to_bytes(SNAPSHOT), schema_version=3), "backup.tgz")
+
+
+def test_a_schema_1_archive_without_the_clusters_outputs_reads_back_with_none() -> None:
+    """Taken before clusters kept outputs (their managers' documents held them): the member
+    cluster_outputs is not missing from it, its rows are none; from version 2 on it is."""
+    contents = members(to_bytes(SNAPSHOT))
+    listed = json.loads(contents["manifest.json"])
+    del listed["members"]["tables/cluster_outputs.jsonl"], listed["counts"]["cluster_outputs"]
+    del contents["tables/cluster_outputs.jsonl"]
+    for version, readable in ((1, True), (2, False)):
+        contents["manifest.json"] = json.dumps({**listed, "schema_version": version}).encode()
+        if readable:
+            back = from_bytes(packed(contents), "old.tgz")
+            assert back.tables["cluster_outputs"] == []
+            assert back.tables["clusters"] == SNAPSHOT.tables["clusters"]
+        else:
+            with pytest.raises(ArchiveError, match=r"does not list the member "
+                                                   r"tables/cluster_outputs\.jsonl"):
+                from_bytes(packed(contents), "new.tgz")
 
 
 def test_another_tar_is_not_taken_for_a_backup() -> None:
@@ -142,7 +162,11 @@ FULL = Snapshot(
                                    "responding", "last_seen", "doc"),
                                   machine_to_row(MACHINE, TEST_CIPHER), strict=False))],
             "removed_machines": [{"id": "m-0", "cluster": "edge", "hostname": "h",
-                                  "credential_hash": "c", "removed_at": 1.0}]},
+                                  "credential_hash": "c", "removed_at": 1.0}],
+            "cluster_outputs": [dict(zip(("cluster", "name", "value", "machine", "hostname",
+                                          "produced_at"), row, strict=True))
+                                for row in output_rows({"edge": {"init.caCertHash": ClusterOutput(
+                                    "sha256:ab", "m-0", "h", 1.0)}}, TEST_CIPHER)]},
     files={"secrets.key": base64.b64encode(bytes(range(32))) + b"\n"},  # TEST_CIPHER's
     created_at=1.0, source="sqlite")
 WRONG = {"text": 1, "int": "1", "real": "1.5", "bool": "true", "json": "[]"}
@@ -211,6 +235,11 @@ def test_a_secrets_key_that_is_not_one_or_does_not_open_the_secrets_is_refused()
     with pytest.raises(ArchiveError, match=r"row 1 of its member tables/machines.jsonl: field "
                                            r"doc is not a machine's \(SecretsKeyError"):
         from_bytes(to_bytes(replace(FULL, files={"secrets.key": other})), "b.tgz")
+    outputs_only = {**FULL.tables, "machines": [], "removed_machines": []}
+    with pytest.raises(ArchiveError, match=r"row 1 of its member tables/cluster_outputs.jsonl: "
+                                           r"field value does not open with its secrets key"):
+        from_bytes(to_bytes(replace(FULL, tables=outputs_only,
+                                    files={"secrets.key": other})), "b.tgz")
 
 
 def test_a_pki_file_that_is_not_pem_is_refused_naming_it() -> None:

@@ -1,6 +1,9 @@
 """`coordinator pivot --to URL`: this coordinator's state moved to another one, and its agents
 told to follow, step by step (domain/pivot.py runs the steps; here each is done over HTTP).
-Run again after any interruption, it resumes; `--abort` rolls back a pivot not done yet."""
+Run again after any interruption, it resumes; `--abort` rolls back a pivot not done yet.
+
+domain/pivot.py is imported only by the pivot commands that use it: it pulls pydantic in,
+which every other command of the CLI would pay for at start-up (a third of its time)."""
 
 from __future__ import annotations
 
@@ -9,23 +12,25 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from coordinator.cli.client import AdminClient, ClientError
 from coordinator.cli.plumbing import EXIT_ERROR, emit, fail, read_token, say
 from coordinator.cli.render import day_and_time, moved_line
-from coordinator.domain import pivot as pv
 from nodeagent import joinstring
+
+if TYPE_CHECKING:
+    from coordinator.domain import pivot as pv
 
 ARCHIVE_TYPE = "application/gzip"
 POLL_SECONDS = 2.0
-WHAT = {
-    pv.Step.FROZEN: "the old coordinator refuses changes from now on",
-    pv.Step.COPIED: "its state imported into the new one",
-    pv.Step.ANNOUNCED: "agents told, through their assignment, to move to the new one",
-    pv.Step.DONE: "the old coordinator is a read-only copy, refreshed from the new one",
+WHAT = {  # by pv.Step's values
+    "frozen": "the old coordinator refuses changes from now on",
+    "copied": "its state imported into the new one",
+    "announced": "agents told, through their assignment, to move to the new one",
+    "done": "the old coordinator is a read-only copy, refreshed from the new one",
 }
 
 
@@ -46,15 +51,21 @@ class HttpSides:
         return self.new
 
     def begin(self, to_url: str, ca_pem: str | None) -> pv.Pivot:
+        from coordinator.domain import pivot as pv
+
         answer = self.old.request("POST", "/v1/pivot", {"to": to_url, "caPem": ca_pem,
                                                         "token": self.token})
         return pv.Pivot.from_json(answer["pivot"])
 
     def current(self) -> pv.Pivot | None:
+        from coordinator.domain import pivot as pv
+
         found = self.old.get("/v1/pivot")["pivot"]
         return None if found is None else pv.Pivot.from_json(found)
 
     def record(self, pivot: pv.Pivot, step: pv.Step) -> pv.Pivot:
+        from coordinator.domain import pivot as pv
+
         answer = self.old.request("POST", f"/v1/pivot/{pivot.id}/steps/{step.value}")
         return pv.Pivot.from_json(answer["pivot"])
 
@@ -117,6 +128,8 @@ def target_ca(value: str | None, url: str) -> str:
     """--to-ca: a CA certificate file (PEM), or its pin (sha256:HEX), checked against the CA
     the target serves at /v1/ca.crt. Required, and the target https: the old coordinator sends
     it an admin token and the agents their credentials, only over TLS verified against it."""
+    from coordinator.domain import pivot as pv
+
     if (why := pv.not_https(url)) is not None:
         raise click.BadParameter(f"{why} (--to-ca FILE or sha256:PIN)", param_hint="--to")
     if value is None:
@@ -164,6 +177,8 @@ def _target_client(url: str, token: str, ca_pem: str) -> AdminClient:
 
 
 def _steps_said(pivot: pv.Pivot, step: pv.Step) -> None:
+    from coordinator.domain import pivot as pv
+
     number = pv.ORDER.index(step)
     say(f"[{number}/{len(pv.ORDER) - 1}] {step.value}: {WHAT[step]}")
 
@@ -194,6 +209,8 @@ def pivot(ctx: click.Context, to_url: str | None, to_token_file: str | None,
     """Move this coordinator's state to another coordinator and its agents with it: freeze,
     copy, announce (agents move through their assignment; no SSH), done (this one becomes a
     read-only copy). Run it again after any interruption: it resumes from the step reached."""
+    from coordinator.domain import pivot as pv
+
     if ctx.invoked_subcommand is not None:
         return
     token = read_token(None, to_token_file) or ""
@@ -218,6 +235,8 @@ def pivot(ctx: click.Context, to_url: str | None, to_token_file: str | None,
 @click.pass_context
 def pivot_status(ctx: click.Context, output: str) -> None:
     """The pivot this coordinator is in, and its step."""
+    from coordinator.domain import pivot as pv
+
     client: AdminClient = ctx.obj
     try:
         answer: dict[str, Any] = client.get("/v1/pivot")

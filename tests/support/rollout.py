@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,28 +203,33 @@ def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = (), store: str | None 
         (tmp_path / "cluster.yaml").write_text(cluster_spec)
         running.admin("cluster", "apply", "-f", str(tmp_path / "cluster.yaml"))
         token = running.admin("join-token", "create", running.cluster).strip()
-        for count, hostname in enumerate(running.hostnames, start=1):
+
+        def registered() -> set[str]:
+            return {m["hostname"] for m in running.admin_json("machines")}
+
+        # The workers start with the first manager: their start-up and prechecks overlap the
+        # managers' registrations, which the planner deploys in registration order and the
+        # tests name in it (m1 first), so each manager starts once the one before registered.
+        for hostname in [*managers[:1], *workers, *managers[1:]]:
             running.start_agent(hostname, token)
             if hostname not in closed_gates:
                 running.open_gate(hostname)
             if hostname in managers:
-                # The planner deploys managers in registration order, and the tests name
-                # them in it (m1 first): agents started at once would register in any order.
-                running.wait_for(f"{hostname} registered",
-                                 lambda n=count: len(running.admin_json("machines")) == n)
+                running.wait_for(f"{hostname} registered", lambda h=hostname: h in registered())
         total = len(running.hostnames)
-        running.wait_for(f"{total} registrations",
-                         lambda: len(running.admin_json("machines")) == total)
+        running.wait_for(f"{total} registrations", lambda: len(registered()) == total)
         # The first manager to finish Prepare deploys first, and under load m2 can finish
         # before m1: m1 (which the tests expect first) is approved alone until it is past
-        # Prepare.
-        first, *rest = running.hostnames
+        # Prepare, then the other managers in order; the workers, whose order nothing depends
+        # on, all at once.
+        first, *others = managers
         running.admin("approve", first, "--role", "manager")
         running.wait_for(f"{first} past Prepare", lambda: running.admin_json(
             "machines", "get", first)["state"] in ("Deploy", "Ready"))
-        for hostname in rest:
-            role = "manager" if hostname in managers else "worker"
-            running.admin("approve", hostname, "--role", role)
+        for hostname in others:
+            running.admin("approve", hostname, "--role", "manager")
+        with ThreadPoolExecutor(max(len(workers), 1)) as pool:
+            list(pool.map(lambda h: running.admin("approve", h, "--role", "worker"), workers))
         yield running
 
 

@@ -50,6 +50,7 @@ from coordinator.domain.releases import (
     baseline,
     first_only_notes,
     first_upgrader,
+    joins_upgraded,
     names,
     to_run,
 )
@@ -147,7 +148,7 @@ def plan(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Decision]:
     """
     managers = deployed_managers(machines)
     state = _Pass(spec, ordered(machines), _phase_completion(spec, managers))
-    decisions = [_record(spec, m, d, managers) for m in state.machines
+    decisions = [_record(spec, m, d, managers, state.machines) for m in state.machines
                  if (d := _advance(state, m)) is not None]
     for d in decisions:
         state.after[d.machine_id] = d.to_state
@@ -425,7 +426,7 @@ def _advance(state: _Pass, machine: Machine) -> Decision | None:
     if machine.state is S.PENDING:
         return _advance_pending(machine)
     if machine.state is S.READY:
-        return _recorded_at_release(state.spec, machine)
+        return _recorded_at_release(state.spec, machine, state.machines)
     target = _ON_PHASE_COMPLETE.get(machine.state)
     if target is None or not state.complete(machine):
         return None
@@ -446,7 +447,8 @@ def _advance(state: _Pass, machine: Machine) -> Decision | None:
     return _decide(machine, *target)
 
 
-def _recorded_at_release(spec: ClusterSpec, machine: Machine) -> Decision | None:
+def _recorded_at_release(spec: ClusterSpec, machine: Machine,
+                         machines: Sequence[Machine]) -> Decision | None:
     """A Ready machine with nothing to run, recorded at the spec's release, with its upgrade
     items as baseline: after a release that changed nothing of its role (so that it does not
     show as behind), or upgrade items added at its release (they are for earlier ones)."""
@@ -455,7 +457,8 @@ def _recorded_at_release(spec: ClusterSpec, machine: Machine) -> Decision | None
     reason = (f"release {spec.release} has nothing for it to run" if machine.release != spec.release
               else f"the upgrade items added at release {spec.release} are for earlier releases")
     return replace(_decide(machine, S.READY, f"{reason}: recorded at {spec.release}"),
-                   release=spec.release, baseline=baseline(spec, machine.role),
+                   release=spec.release, baseline=baseline(spec, machine.role, joins_upgraded(
+                       spec, is_first_manager(machine), machines)),
                    kubernetes=_version(spec))
 
 
@@ -467,7 +470,7 @@ def _advance_pending(machine: Machine) -> Decision | None:
 
 
 def _record(spec: ClusterSpec, machine: Machine, d: Decision,
-            managers: tuple[str, ...]) -> Decision:
+            managers: tuple[str, ...], machines: Sequence[Machine]) -> Decision:
     """What a machine entering Ready has now applied: after its deploy or upgrade items, the
     spec's release (and Kubernetes version), whose upgrade items become its baseline; after
     its reconfigure items, their manager list (its deploy items' list was recorded when it
@@ -483,7 +486,8 @@ def _record(spec: ClusterSpec, machine: Machine, d: Decision,
         return replace(d, reason=f"{d.reason}; prepare items changed since it ran them: it "
                        "upgrades to release " + spec.release)
     if d.from_state in (S.DEPLOY, S.UPGRADE):
-        taken = baseline(spec, machine.role) if machine.role else frozenset()
+        taken = baseline(spec, machine.role, joins_upgraded(
+            spec, is_first_manager(machine), machines)) if machine.role else frozenset()
         return replace(d, release=spec.release, baseline=taken, kubernetes=_version(spec))
     return replace(d, managers=managers)  # Reconfigure: the list its items applied
 
@@ -537,8 +541,9 @@ def _admit_to_deploy(state: _Pass) -> list[Decision]:
             # Its prepare items are the spec's: the release's upgrade items lead where they
             # brought it, its baseline should it reach Ready on prepare items changed since.
             decision = replace(decision, managers=seen, kubernetes=_version(state.spec),
-                               baseline=baseline(state.spec, machine.role) if machine.role
-                               else frozenset(),
+                               baseline=baseline(state.spec, machine.role, joins_upgraded(
+                                   state.spec, machine.role == "manager" and order == 1,
+                                   state.machines)) if machine.role else frozenset(),
                                deploy_order=order if machine.role == "manager" else None)
             decisions.append(decision)
             deploying.append(machine.id)

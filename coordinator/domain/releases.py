@@ -46,14 +46,22 @@ def to_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
     return [(i, f) for i, f in upgrade_run(spec, machine) if f not in machine.applied]
 
 
-def baseline(spec: ClusterSpec, role: Role) -> frozenset[str]:
+def baseline(spec: ClusterSpec, role: Role, control_plane_there: bool = False) -> frozenset[str]:
     """The fingerprints of the role's upgrade items: a machine that reaches the spec's release
-    takes them as applied (they are written for machines at earlier releases). But the first
-    upgrader's: only a manager that ran them has them, so that a manager that joined at the
-    release (a control plane still at the earlier one) is never taken for the control plane's
-    upgrade (control_plane_upgraded)."""
+    takes them as applied (they are written for machines at earlier releases). The first
+    upgrader's only with control_plane_there (joins_upgraded): a manager that joined at the
+    release while the control plane was still at an earlier one is never taken for the
+    control plane's upgrade (control_plane_upgraded), and one that found it there never runs
+    `upgrade apply` again at a later release that did not change it (a certificate renewal)."""
     return frozenset(f for item, f in catalog(spec).items(role, "upgrade")
-                     if item.when is None or not item.when.first_upgrader)
+                     if control_plane_there or item.when is None or not item.when.first_upgrader)
+
+
+def joins_upgraded(spec: ClusterSpec, first: bool, machines: Iterable[Machine]) -> bool:
+    """Whether a machine deploying at spec's release finds the control plane there: the first
+    manager starts it there (init, at the spec's version), any other once a manager has the
+    first upgrader's items of the release (as its baseline, or run)."""
+    return first or control_plane_upgraded(spec, machines)
 
 
 def at_release(spec: ClusterSpec, machine: Machine) -> bool:

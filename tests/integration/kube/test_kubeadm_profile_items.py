@@ -124,7 +124,8 @@ class Cluster:
 
 HA_ENDPOINT = "127.0.0.1:6444"  # the local proxy every node runs (apiserver-proxy.sh)
 # The prepare items deploy's run on: kubeadm's phases one at a time, the local API proxy.
-PREPARED = ("phases-script", "apiserver-proxy-script", "apiserver-proxy-unit")
+PREPARED = ("phases-script", "kubeconfig-script", "apiserver-proxy-script",
+            "apiserver-proxy-unit")
 
 
 def ok(done: subprocess.CompletedProcess[str]) -> str:
@@ -142,7 +143,7 @@ def cluster_on_a_lan(tmp: Path, spec: ClusterSpec, fleet: Fleet) -> Iterator[Clu
         cluster = Cluster(network, tmp, env, api, spec, machines)
         for machine in machines:  # what Prepare left: the scripts and unit deploy items run
             prepare = rendered(spec, machine, machines, "prepare")
-            for name in PREPARED:
+            for name in (n for n in PREPARED if n in prepare):  # managers' alone: theirs
                 cluster.apply(machine, prepare[name])
         yield cluster
 

@@ -127,6 +127,30 @@ def test_a_manager_that_joined_at_the_release_leaves_the_control_plane_step_to_a
     assert [i.name for i, _ in to_run(spec, joined)] == [], "m4 has nothing to run"
 
 
+def test_a_release_that_leaves_the_control_plane_step_unchanged_runs_it_nowhere() -> None:
+    """m1 starts the control plane at release 1 (init) and m2 joins it there: both take the
+    first upgrader's items as baseline on reaching Ready, so release 2, which changes no
+    upgrade item (a certificate renewal's release), has nothing for either to run. Before,
+    no manager ever had them: every release ran `upgrade apply` again on the first upgrader."""
+    spec, machines = spec_at("1"), []
+    for name, order in (("m1", 1), ("m2", 2)):
+        deploying = replace(manager(name, order), state=MachineState.DEPLOY, release="")
+        deploying = replace(deploying, applied=frozenset(
+            i.fingerprint() for i in machine_items(spec, deploying, "deploy")))
+        machines, _ = plan_to_fixpoint(spec, [*machines, deploying], now=float(order))
+    assert [(m.hostname, m.state, m.release) for m in machines] == [
+        ("m1", READY, "1"), ("m2", READY, "1")]
+    renewal = ClusterSpec.model_validate(yaml.safe_load(SPEC.replace('release: "1"', 'release: "2"')
+        .replace("  worker:\n", "    - {name: renew, phase: upgrade, version: b, action: {type: exec, "
+                 "argv: [kubeadm, certs, renew, all]}}\n  worker:\n")))
+    machines, _ = plan_to_fixpoint(renewal, machines, now=3.0)
+    assert [(m.state, step_names(renewal, m)) for m in machines] == [
+        (UPGRADE, ["renew"]), (READY, ["renew"])], "m1 upgrades first, to run the new item alone"
+    machines, _ = plan_to_fixpoint(renewal, upgraded(renewal, machines), now=4.0)
+    assert [(m.state, step_names(renewal, m)) for m in machines] == [
+        (READY, []), (UPGRADE, ["renew"])]
+
+
 def test_the_first_manager_still_upgrades_first_when_it_is_there() -> None:
     spec = spec_at("2")
     machines = enact(ms := [manager("m1", 1), manager("m2", 2)], plan(spec, ms), now=1.0)

@@ -400,20 +400,25 @@ def test_calico_is_the_manifest_for_more_than_50_nodes_applied_server_side(
                      "etc/kubernetes/nodeagent/calico.yaml"]
 
 
-def test_a_cni_version_bump_reaches_a_running_cluster_on_the_first_manager_alone(
+def test_a_cni_version_bump_reaches_a_running_cluster_through_every_manager(
         spec: ClusterSpec) -> None:
     """The versions are the cni item's arguments: a new one changes the item, so the next
-    upgrade runs it again where it ran (and the item upgrades what it finds)."""
+    upgrade runs it again on every manager (the first to upgrade upgrades the CNI, the others
+    find it there), and still does once the first manager is deleted; workers run none."""
     machines = [replace(m, release=spec.release)  # Ready at the release, every item applied
                 for m in hypothetical_fleet(spec, Fleet(3, 2))]
     cni = next(i for i in spec.items("manager", "deploy") if i.name == "cni")
+    assert cni.when is None, "not the first manager's alone"
     old = cni.action.argv[-2]  # type: ignore[union-attr]
     text = PROFILE.read_text().replace(f"- {old}   # calico", "- v3.30.2   # calico")
     bumped = load_spec(text.replace('release: "1.33.4"', 'release: "1.33.4-cni"'))
-    runs = {m.hostname: names(upgrade_run(bumped, m)) for m in machines}
-    assert runs["manager-1"].startswith("deploy/cni") and "upgrade/" in runs["manager-1"]
-    assert all("deploy/cni" not in run for host, run in runs.items() if host != "manager-1")
+    runs = {m.hostname: names(upgrade_run(bumped, m)) for m in machines[1:]}  # manager-1 gone
+    assert {h: run.startswith("deploy/cni") for h, run in runs.items()} == {
+        "manager-2": True, "manager-3": True, "worker-1": False, "worker-2": False}
+    assert all("deploy/cni" not in runs[h] for h in ("worker-1", "worker-2"))
     assert all(names(upgrade_run(spec, m)) == "" for m in machines)  # unchanged: nothing
+
+
 # -- the API's endpoint: a local proxy on every node in front of every manager ------------------
 
 def test_every_machine_runs_the_local_api_proxy_before_init_or_join_and_again_for_new_managers(

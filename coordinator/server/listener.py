@@ -15,7 +15,8 @@ decides at once, knowing the peer (asyncio's `sock_accept` and `connect_accepted
   before it reads, so after a stall of the coordinator's own (a busy loop, a slow disk, a
   loaded machine) the deadline would otherwise close a connection whose request arrived in
   time, without a word (a Prometheus scrape saw "Remote end closed connection without
-  response");
+  response"); for a second at most once the loop runs again, so that a client trickling its
+  headers gains no more than that;
 - later requests on a kept-alive connection: aiohttp's keepalive_timeout (`idle_seconds`)
   closes a connection idle, or whose next request's headers are not complete, that long after
   its last answer.
@@ -41,7 +42,9 @@ log = logging.getLogger(__name__)
 
 ACCEPT_RETRY_SECONDS = 0.1  # after accept() failed for want of descriptors (or buffers)
 ACCEPT_BATCH = 256  # connections accepted at once before the event loop gets a turn
-UNREAD_RECHECK_SECONDS = 0.05  # a deadline met by bytes still unread: looked at again then
+UNREAD_RECHECK_SECONDS = 0.05  # a deadline met by bytes still unread: looked at again then,
+UNREAD_GRACE_SECONDS = 1.0  # for this long at most from the deadline's first look (the loop
+# running again): a trickling client gains no more than that
 # uvloop's own handshake timeout, a backstop only: _Guarded holds the handshake to the deadline
 # (uvloop's timer would cut a handshake whose client's last flight waits unread after a stall)
 HANDSHAKE_BACKSTOP_SECONDS = 86400.0
@@ -78,7 +81,8 @@ class _Guarded(asyncio.Protocol):
     One object with slots per connection: at 10,000 agents, every object a connection keeps
     is traversed by each full garbage collection."""
 
-    __slots__ = ("client", "connection", "inner", "site", "tail", "timer", "transport")
+    __slots__ = ("client", "connection", "grace", "inner", "site", "tail", "timer",
+                 "transport")
 
     def __init__(self, inner: asyncio.Protocol, deadline: float, site: GuardedSite,
                  client: str, connection: socket.socket) -> None:
@@ -86,6 +90,7 @@ class _Guarded(asyncio.Protocol):
         self.site = site
         self.client: str | None = client  # None once released
         self.connection = connection
+        self.grace: float | None = None  # until when unread bytes hold the deadline off
         self.transport: asyncio.BaseTransport | None = None
         self.timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_at(
             deadline, self._expire)
@@ -136,9 +141,12 @@ class _Guarded(asyncio.Protocol):
 
     def _expire(self) -> None:
         self.timer = None
-        if unread(self.connection):  # the client was on time; the loop has yet to read it
-            self.timer = asyncio.get_running_loop().call_later(UNREAD_RECHECK_SECONDS,
-                                                               self._expire)
+        loop = asyncio.get_running_loop()
+        if self.grace is None:
+            self.grace = loop.time() + UNREAD_GRACE_SECONDS
+        if unread(self.connection) and loop.time() < self.grace:
+            # the client was on time; the loop, back from a stall, has yet to read it
+            self.timer = loop.call_later(UNREAD_RECHECK_SECONDS, self._expire)
             return
         if self.client is not None:  # logged first: the log has it once the client sees
             self.site.timed_out(self.client)  # the close

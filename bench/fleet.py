@@ -488,6 +488,8 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
         gc_after = gc_pauses(served.url, str(served.ca_file))
         sampler.stopped.set()
         scraper.stopped.set()
+        if scraper.is_alive():  # a scrape under way ends before the coordinator stops: one
+            scraper.join()  # the stop cut read "Remote end closed connection without response"
         for t, seconds in scraper.scrapes:
             calls.append((t, f"/metrics (every {args.scrape_interval:g} s)", seconds))
         steady = defaultdict(list)

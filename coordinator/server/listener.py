@@ -10,7 +10,13 @@ decides at once, knowing the peer (asyncio's `sock_accept` and `connect_accepted
   logs always find a descriptor, and a connection beyond is closed at once, not left in the
   listen queue;
 - the TLS handshake and the first request's headers within `header_seconds` of the accept
-  (a connection closed for want of them is a refusal too, as one closed at once);
+  (a connection closed for want of them is a refusal too, as one closed at once); bytes the
+  client sent that wait unread in the socket count as come: the event loop runs its timers
+  before it reads, so after a stall of the coordinator's own (a busy loop, a slow disk, a
+  loaded machine) the deadline would otherwise close a connection whose request arrived in
+  time, without a word (a Prometheus scrape saw "Remote end closed connection without
+  response"); for a second at most once the loop runs again, so that a client trickling its
+  headers gains no more than that;
 - later requests on a kept-alive connection: aiohttp's keepalive_timeout (`idle_seconds`)
   closes a connection idle, or whose next request's headers are not complete, that long after
   its last answer.
@@ -19,6 +25,7 @@ decides at once, knowing the peer (asyncio's `sock_accept` and `connect_accepted
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import resource
 import socket
@@ -35,6 +42,12 @@ log = logging.getLogger(__name__)
 
 ACCEPT_RETRY_SECONDS = 0.1  # after accept() failed for want of descriptors (or buffers)
 ACCEPT_BATCH = 256  # connections accepted at once before the event loop gets a turn
+UNREAD_RECHECK_SECONDS = 0.05  # a deadline met by bytes still unread: looked at again then,
+UNREAD_GRACE_SECONDS = 1.0  # for this long at most from the deadline's first look (the loop
+# running again): a trickling client gains no more than that
+# uvloop's own handshake timeout, a backstop only: _Guarded holds the handshake to the deadline
+# (uvloop's timer would cut a handshake whose client's last flight waits unread after a stall)
+HANDSHAKE_BACKSTOP_SECONDS = 86400.0
 
 
 @dataclass(frozen=True)
@@ -64,19 +77,23 @@ def raise_descriptor_limit() -> int:
 class _Guarded(asyncio.Protocol):
     """aiohttp's protocol for one connection, wrapped: the connection is counted until it
     closes, and closed (a refusal the site is told of) if the first request's headers are not
-    complete by the deadline. One object with slots per connection: at 10,000 agents, every
-    object a connection keeps is traversed by each full garbage collection."""
+    complete by the deadline (its TLS handshake included: the timer runs from the accept).
+    One object with slots per connection: at 10,000 agents, every object a connection keeps
+    is traversed by each full garbage collection."""
 
-    __slots__ = ("client", "deadline", "inner", "site", "tail", "timer", "transport")
+    __slots__ = ("client", "connection", "grace", "inner", "site", "tail", "timer",
+                 "transport")
 
     def __init__(self, inner: asyncio.Protocol, deadline: float, site: GuardedSite,
-                 client: str) -> None:
+                 client: str, connection: socket.socket) -> None:
         self.inner = inner
-        self.deadline = deadline
         self.site = site
         self.client: str | None = client  # None once released
+        self.connection = connection
+        self.grace: float | None = None  # until when unread bytes hold the deadline off
         self.transport: asyncio.BaseTransport | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_at(
+            deadline, self._expire)
         self.tail = b""  # the last bytes of the headers so far: where their end may begin
 
     def release(self) -> None:
@@ -87,7 +104,6 @@ class _Guarded(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
-        self.timer = asyncio.get_running_loop().call_at(self.deadline, self._expire)
         self.inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
@@ -116,12 +132,37 @@ class _Guarded(asyncio.Protocol):
         self.release()
         self.inner.connection_lost(exc)
 
+    def abandon(self) -> None:
+        """Its TLS handshake failed or was cancelled: no deadline, no longer counted."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.release()
+
     def _expire(self) -> None:
         self.timer = None
+        loop = asyncio.get_running_loop()
+        if self.grace is None:
+            self.grace = loop.time() + UNREAD_GRACE_SECONDS
+        if unread(self.connection) and loop.time() < self.grace:
+            # the client was on time; the loop, back from a stall, has yet to read it
+            self.timer = loop.call_later(UNREAD_RECHECK_SECONDS, self._expire)
+            return
+        if self.client is not None:  # logged first: the log has it once the client sees
+            self.site.timed_out(self.client)  # the close
         if self.transport is not None:
-            if self.client is not None:  # logged first: the log has it once the client sees
-                self.site.timed_out(self.client)  # the close
             self.transport.abort()
+        else:  # still in its TLS handshake, which now fails (_open closes the socket)
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+
+
+def unread(connection: socket.socket) -> bool:
+    """Whether bytes wait in connection's socket that the event loop has not read yet."""
+    try:
+        return bool(connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:  # nothing waiting (BlockingIOError), or the connection is gone
+        return False
 
 
 class GuardedSite(web.BaseSite):
@@ -201,19 +242,16 @@ class GuardedSite(web.BaseSite):
         closes, however it ends."""
         server = self._runner.server
         assert server is not None
-        guarded = _Guarded(server(), deadline, self, client)
+        guarded = _Guarded(server(), deadline, self, client, connection)
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
                 lambda: guarded, connection, ssl=self._ssl_context,
-                ssl_handshake_timeout=self.limits.header_seconds if self._ssl_context else None)
-        except OSError:  # a failed or timed-out handshake (SSLError, ConnectionAbortedError)
-            guarded.release()
-            connection.close()
-            # one the client gave up on is no refusal (uvloop's timeout is no TimeoutError)
-            if asyncio.get_running_loop().time() >= deadline:
-                self.timed_out(client)
+                ssl_handshake_timeout=HANDSHAKE_BACKSTOP_SECONDS if self._ssl_context else None)
+        except OSError:  # a failed handshake (SSLError, ConnectionAbortedError): one the
+            guarded.abandon()  # deadline cut _Guarded logged, one the client gave up on is no
+            connection.close()  # refusal
         except asyncio.CancelledError:
-            guarded.release()
+            guarded.abandon()
             connection.close()
             raise
 

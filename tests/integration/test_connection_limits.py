@@ -8,11 +8,15 @@ plays other hosts from 127.0.0.x source addresses on loopback."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import ssl
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -27,6 +31,7 @@ LIMIT = 400  # descriptors the coordinator may open (soft and hard)
 SHARE = 100  # connections one address may hold
 HEADER_SECONDS = 2.0
 BODY_SECONDS = 1.0
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -121,6 +126,63 @@ def test_a_connection_that_dawdles_over_its_headers_is_closed(served: ServedCoor
         assert refused["level"] == "info"
         assert refused["msg"] == "connection refused (0): no TLS handshake and request " \
             f"headers within {HEADER_SECONDS:g} s"
+
+
+@contextlib.contextmanager
+def stalled(served: ServedCoordinator, seconds: float) -> Iterator[None]:
+    """The coordinator stopped (SIGSTOP) for seconds from entry, as a loaded machine or a busy
+    event loop stalls it; leaving waits until it runs again."""
+    os.kill(served.pid, signal.SIGSTOP)
+    resume = threading.Timer(seconds, os.kill, (served.pid, signal.SIGCONT))
+    resume.start()
+    try:
+        yield
+    finally:
+        resume.join()
+
+
+def answer_through_a_stall(served: ServedCoordinator, phase: str) -> bytes:
+    """The first bytes of the answer to a GET /metrics sent at once, as the coordinator stalls
+    past its header deadline; b"" if it closed the connection instead. phase "handshake": the
+    stall begins before it read the client's last handshake flight (TLS 1.3: the client is
+    done, the server is not); "headers": once it completed the handshake (it sent its session
+    tickets)."""
+    context = ssl.create_default_context(cafile=str(served.ca_file))
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    with socket.create_connection(("127.0.0.1", served.port), timeout=10) as raw:
+
+        def until_done(action: Callable[[], T]) -> T:
+            while True:
+                try:
+                    return action()
+                except ssl.SSLWantReadError:
+                    raw.sendall(outgoing.read())
+                    if not (data := raw.recv(65536)):
+                        incoming.write_eof()
+                    incoming.write(data)
+
+        until_done(tls.do_handshake)
+        if phase == "headers":
+            raw.sendall(outgoing.read())
+            incoming.write(raw.recv(65536))  # the session tickets
+        with stalled(served, HEADER_SECONDS + 1):
+            tls.write(b"GET /metrics HTTP/1.1\r\nHost: coordinator\r\nConnection: close\r\n\r\n")
+            raw.sendall(outgoing.read())
+        try:
+            return until_done(lambda: tls.read(64))
+        except (ssl.SSLError, ConnectionError):
+            return b""
+
+
+def test_a_request_sent_in_time_is_answered_though_the_coordinator_stalled_past_the_deadline(
+        served: ServedCoordinator) -> None:
+    """The deadline is the client's, not the coordinator's: after a stall of its own the event
+    loop runs its timers before it reads, and closed the connection of a request that had come
+    in time, without a word (a Prometheus scrape on a loaded machine saw "Remote end closed
+    connection without response")."""
+    for phase in ("handshake", "headers"):
+        assert answer_through_a_stall(served, phase).startswith(b"HTTP/1.1 200 OK"), phase
 
 
 def test_descriptors_are_kept_for_the_process_when_connections_fill_them(

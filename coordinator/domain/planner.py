@@ -52,6 +52,7 @@ from coordinator.domain.releases import (
     first_upgrader,
     joins_upgraded,
     names,
+    reached_baseline,
     to_run,
 )
 from coordinator.domain.remedies import drain_warnings
@@ -457,8 +458,7 @@ def _recorded_at_release(spec: ClusterSpec, machine: Machine,
     reason = (f"release {spec.release} has nothing for it to run" if machine.release != spec.release
               else f"the upgrade items added at release {spec.release} are for earlier releases")
     return replace(_decide(machine, S.READY, f"{reason}: recorded at {spec.release}"),
-                   release=spec.release, baseline=baseline(spec, machine.role, joins_upgraded(
-                       spec, is_first_manager(machine), machines)),
+                   release=spec.release, baseline=reached_baseline(spec, machine, machines),
                    kubernetes=_version(spec))
 
 
@@ -486,8 +486,7 @@ def _record(spec: ClusterSpec, machine: Machine, d: Decision,
         return replace(d, reason=f"{d.reason}; prepare items changed since it ran them: it "
                        "upgrades to release " + spec.release)
     if d.from_state in (S.DEPLOY, S.UPGRADE):
-        taken = baseline(spec, machine.role, joins_upgraded(
-            spec, is_first_manager(machine), machines)) if machine.role else frozenset()
+        taken = reached_baseline(spec, machine, machines) if machine.role else frozenset()
         return replace(d, release=spec.release, baseline=taken, kubernetes=_version(spec))
     return replace(d, managers=managers)  # Reconfigure: the list its items applied
 

@@ -57,6 +57,14 @@ def baseline(spec: ClusterSpec, role: Role, control_plane_there: bool = False) -
                      if control_plane_there or item.when is None or not item.when.first_upgrader)
 
 
+def reached_baseline(spec: ClusterSpec, machine: Machine,
+                     machines: Iterable[Machine]) -> frozenset[str]:
+    """The baseline a deployed machine (role set) takes on reaching spec's release."""
+    assert machine.role is not None
+    return baseline(spec, machine.role,
+                    joins_upgraded(spec, is_first_manager(machine), machines))
+
+
 def joins_upgraded(spec: ClusterSpec, first: bool, machines: Iterable[Machine]) -> bool:
     """Whether a machine deploying at spec's release finds the control plane there: the first
     manager starts it there (init, at the spec's version), any other once a manager has the

@@ -38,8 +38,22 @@ async def kube_env(tmp_path: Path, kube: KubeApiServer) -> AsyncIterator[InProce
         yield running
 
 
+def commits(env: InProcessCoordinator, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The hostnames of the machines each commit of env's store writes from now on, one list
+    per transaction (the real store commits them)."""
+    written: list[list[str]] = []
+    commit = env.store.commit
+
+    async def counted(machines: Sequence[Machine], *rest: Any) -> None:
+        written.append(sorted(m.hostname for m in machines))
+        await commit(machines, *rest)
+
+    monkeypatch.setattr(env.store, "commit", counted)
+    return written
+
+
 async def test_one_pass_moves_machines_notes_a_silent_one_and_wakes_the_long_poll(
-        env: InProcessCoordinator) -> None:
+        env: InProcessCoordinator, monkeypatch: pytest.MonkeyPatch) -> None:
     reconciler: Reconciler = env.coordinator.reconciler
     await env.register("w9")
     agent = await env.register("m1")
@@ -52,7 +66,9 @@ async def test_one_pass_moves_machines_notes_a_silent_one_and_wakes_the_long_pol
     env.clock.now += stored.spec.settings.heartbeat_timeout_seconds + 1  # w9 went silent
     await env.heartbeat(agent)
 
+    written = commits(env, monkeypatch)
     decided = await reconciler.reconcile_once()
+    assert written == [["m1", "w9"]], "the pass's change is not one commit"
     assert [(d.hostname, d.to_state.value if d.to_state else None) for d in decided] == \
         [("m1", "Prepare")]
     woken = await asyncio.wait_for(polling, 5)  # long before its 20 s wait ran out
@@ -114,14 +130,7 @@ async def test_the_node_watch_notes_nodes_gone_not_ready_in_one_commit_and_back(
         await kube_env.until(f"{worker} Ready", lambda w=worker: _state(kube_env, w, "Ready"))
     stored = await kube_env.store.get_cluster("lab")
     assert stored is not None and isinstance(kube_env.clock, ManualClock)
-    written: list[list[str]] = []
-    commit = kube_env.store.commit
-
-    async def counted(machines: Sequence[Machine], *rest: Any) -> None:
-        written.append(sorted(m.hostname for m in machines))
-        await commit(machines, *rest)
-
-    monkeypatch.setattr(kube_env.store, "commit", counted)
+    written = commits(kube_env, monkeypatch)
 
     async def swept(ready: bool) -> None:
         """One due list of the cluster's Nodes, the watch alone (no reconcile pass)."""

@@ -7,7 +7,8 @@ pod's eviction runs at once (bounded by the connection pool) and the wait for ev
 lists the node's pods once per poll instead of polling each pod. A 429 from a
 PodDisruptionBudget is retried with capped exponential backoff until the drain's deadline;
 budgets are bypassed (the pod deleted) only when the operator forced this drain, or at the
-deadline when the cluster's drain.onTimeout says force.
+deadline when the cluster's drain.onTimeout says force. Those rules, and how a drain ended,
+are domain/draining.py's: here the answers are read and its steps done.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import ssl
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -30,6 +30,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
 from coordinator.domain.drain import PodRef, classify, ref
+from coordinator.domain.draining import (
+    DrainResult,
+    blocked_at_once,
+    drain_outcome,
+    eviction_step,
+    waiting,
+)
 from coordinator.domain.kubeconfig import ClientCertificate, certificate_dates, parse_kubeconfig
 from coordinator.domain.model import DrainSettings
 from coordinator.domain.nodes import (
@@ -43,7 +50,6 @@ from coordinator.domain.nodes import (
 )
 from coordinator.domain.workloads import NAMESPACE, SystemWorkloads, short_of_available
 
-MAX_RETRY_SECONDS = 30.0
 MAX_POLL_SECONDS = 1.0
 CONCURRENT_REQUESTS = 64
 NODE_PAGE = 500  # Nodes a list asks for at once: 10,000 Nodes come in 20 answers, not one
@@ -78,15 +84,6 @@ async def serving_certificate(server: str, timeout: float) -> ClientCertificate:
     if not der:
         raise KubeError(f"{server} served no certificate")
     return certificate_dates(der)
-
-
-@dataclass(frozen=True)
-class DrainResult:
-    drained: bool
-    message: str
-    evicted: int = 0
-    blocking_pods: tuple[str, ...] = ()
-    blocking_budgets: tuple[str, ...] = ()
 
 
 OnProgress = Callable[[DrainResult], Awaitable[None]]
@@ -268,11 +265,8 @@ class Kube:
         called on every eviction a budget refuses (a 429), as it happens."""
         await self.set_unschedulable(node, True)
         plan = classify(await self.pods_on(node), settings)
-        if plan.blocking and not force:
-            names = tuple(str(p) for p, _ in plan.blocking)
-            reasons = "; ".join(f"{p}: {why}" for p, why in plan.blocking)
-            return DrainResult(False, f"cannot evict {len(names)} pods: {reasons}",
-                               blocking_pods=names)
+        if (blocked := blocked_at_once(plan, force)) is not None:
+            return blocked
         evictable = plan.evict + [p for p, _ in plan.blocking]
         drain = _Drain(self, settings, deadline, force, clock, rand or random.Random(), refused)
         watcher = asyncio.create_task(drain.report_waits(progress)) if progress else None
@@ -281,23 +275,14 @@ class Kube:
         finally:
             if watcher is not None:
                 watcher.cancel()
-        gone = [pod for pod, left in zip(evictable, outcomes, strict=True) if left]
-        stuck = {str(p): why for p, why in drain.waits.items() if p not in gone}
+        gone = [pod for pod, went in zip(evictable, outcomes, strict=True) if went]
         left = await drain.wait_gone(node, gone + plan.terminating)
-        evicted = sum(1 for p in gone if p not in left)
-        if stuck or left:
-            budgets = tuple(sorted({b for p, b in drain.budgets.items() if str(p) in stuck}))
-            pods = tuple(sorted(stuck)) + tuple(str(p) for p in left)
-            detail = "; ".join(f"{p} ({why})" for p, why in sorted(stuck.items()))
-            if left:
-                detail += ("; " if detail else "") + "still terminating: " + ", ".join(map(str, left))
-            return DrainResult(False, f"drain timed out: {detail}", evicted, pods, budgets)
-        return DrainResult(True, f"{evicted} pods evicted; {len(plan.skipped)} skipped "
-                           "(DaemonSet and mirror pods)", evicted)
+        return drain_outcome(plan, gone, drain.waits, drain.budgets, left)
 
 
 class _Drain:
-    """One drain's evictions: what each pod still waits for, and the shared deadline."""
+    """One drain's evictions, as domain/draining.py decides each next step from the answers:
+    what each pod still waits for, and the shared deadline."""
 
     def __init__(self, kube: Kube, settings: DrainSettings, deadline: float, force: bool,
                  clock: Clock, rand: random.Random, refused: Callable[[], None] | None) -> None:
@@ -320,38 +305,36 @@ class _Drain:
 
     async def evict(self, pod: PodRef) -> bool:
         """True once the pod is evicted (or deleted, or already gone)."""
-        core, attempt = self.kube._core, 0
+        core, failures = self.kube._core, 0
         while True:
-            budget = None
+            evicted, budget = False, None
             try:
                 async with self.kube._limit:
                     await core.create_namespaced_pod_eviction(pod.name, pod.namespace,
                                                               self._eviction(pod))
-                self.waits.pop(pod, None)
-                return True
+                evicted = True
             except ApiException as exc:
-                if exc.status == 404:
-                    self.waits.pop(pod, None)
-                    return True
+                evicted = exc.status == 404
                 budget = _budget_of(exc, pod.namespace) if exc.status == 429 else None
-                self.waits[pod] = f"budget {budget}" if budget else _describe(exc)
+                if not evicted:
+                    self.waits[pod] = f"budget {budget}" if budget else _describe(exc)
                 if budget:
                     self.budgets[pod] = budget
                     if self.refused is not None:
                         self.refused()
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                 self.waits[pod] = f"API server unreachable: {exc}"
-            if budget is not None and self.force:
+            failures += not evicted
+            step = eviction_step(evicted, budget, failures, self.settings, self.force,
+                                 self.deadline - self.clock(), 0.0 if evicted else self.rand.random())
+            if step.action == "evicted":
+                self.waits.pop(pod, None)
+                return True
+            if step.action == "delete":
                 return await self._delete(pod)
-            attempt += 1
-            wait = min(MAX_RETRY_SECONDS, self.settings.eviction_retry_seconds * 2 ** (attempt - 1))
-            wait *= 0.5 + self.rand.random() / 2
-            remaining = self.deadline - self.clock()
-            if remaining <= 0:
-                if budget is not None and self.settings.on_timeout == "force":
-                    return await self._delete(pod)
+            if step.action == "give-up":
                 return False
-            await asyncio.sleep(min(wait, remaining))
+            await asyncio.sleep(step.wait)
 
     async def _delete(self, pod: PodRef) -> bool:
         """Bypass the budget: delete the pod (still with its grace period)."""
@@ -390,8 +373,4 @@ class _Drain:
             await asyncio.sleep(2)
             if self.waits != shown:
                 shown = dict(self.waits)
-                budgets = tuple(sorted({self.budgets[p] for p in shown if p in self.budgets}))
-                await progress(DrainResult(
-                    False, "waiting: " + "; ".join(f"{p} ({w})" for p, w in sorted(
-                        shown.items(), key=lambda i: str(i[0]))),
-                    blocking_pods=tuple(sorted(map(str, shown))), blocking_budgets=budgets))
+                await progress(waiting(shown, self.budgets))

@@ -5,10 +5,12 @@ deleted once its reset items are applied (domain/removal.py). The node is always
 machine's items marked (Kube.find_node), whatever its name: never looked up by hostname; a
 leaving machine whose Node never registered has nothing to drain or delete.
 
-Each task writes its outcome into the machine's DrainStatus through a DrainLedger (under the
-write lock, and only if the drain attempt it ran is still the current one: an operator's retry,
-skip or force starts a new attempt and cancels the task). A drain's deadline counts from the
-stored started_at, so a coordinator restart resumes the drain without extending it.
+Each task writes its outcome into the machine's DrainStatus through a DrainStatusRecorder
+(under the write lock, and only if the drain attempt it ran is still the current one: an
+operator's retry, skip or force starts a new attempt and cancels the task). A drain's deadline
+counts from the stored started_at, so a coordinator restart resumes the drain without
+extending it. What each step records is domain/draining.py's to decide; here the Kubernetes
+API is called and the step recorded.
 """
 
 from __future__ import annotations
@@ -18,15 +20,16 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
 from functools import partial
 from typing import Protocol
 
+from coordinator.domain import draining
+from coordinator.domain.draining import DrainResult
 from coordinator.domain.kubeaccess import NO_KUBECONFIG, KubeAccess, kube_access
-from coordinator.domain.model import ClusterSpec, DrainStage, DrainStatus, Machine
+from coordinator.domain.model import ClusterSpec, DrainStatus, Machine
 from coordinator.domain.planner import node_action
 from coordinator.domain.removal import may_lack_node, unregistered
-from coordinator.kube import DrainResult, Kube, KubeError
+from coordinator.kube import Kube, KubeError
 from coordinator.metrics import record_blocked_eviction, record_drain
 
 log = logging.getLogger("coordinator.service.drainer")
@@ -34,8 +37,9 @@ RETRY_SECONDS = 2.0  # after the API server failed to answer
 NOT_READY_POLL_SECONDS = 2.0  # the longest wait between two looks at a node's Ready condition
 
 
-class DrainLedger(Protocol):
-    """Where drain tasks record what they did, and read the machine they work on."""
+class DrainStatusRecorder(Protocol):
+    """What drain tasks record their steps into (the machine's DrainStatus, through
+    service/drains.py), and read the machine they work on from."""
 
     async def set_drain(self, machine_id: str, expected: DrainStatus | None, status: DrainStatus,
                         message: str | None) -> bool: ...
@@ -46,8 +50,9 @@ class DrainLedger(Protocol):
 
 
 class Drainer:
-    def __init__(self, ledger: DrainLedger, clock: Callable[[], float] = time.time) -> None:
-        self.ledger = ledger
+    def __init__(self, recorder: DrainStatusRecorder,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.recorder = recorder
         self.clock = clock
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._not_before: dict[str, float] = {}  # machine id -> when a failed uncordon retries
@@ -85,21 +90,15 @@ class Drainer:
             await self.cancel(machine_id)
 
     async def _drain(self, spec: ClusterSpec, machine: Machine, access: KubeAccess | None) -> None:
-        status = machine.drain
         settings = spec.settings
-        if status is None:
-            status = DrainStatus(DrainStage.DRAINING, started_at=self.clock())
-            message = f"{machine.hostname}: cordon and drain"
-        else:  # after a restart, or the operator's retry or force: the stored attempt goes on
-            left = status.started_at + settings.drain.timeout_seconds - self.clock()
-            message = (f"{machine.hostname}: draining (attempt {status.attempt}; "
-                       f"{max(0.0, left):.0f}s of its timeout left)")
-        if not await self.ledger.set_drain(machine.id, machine.drain, status, message):
+        status, message = draining.begun(machine, settings.drain, self.clock())
+        if not await self.recorder.set_drain(machine.id, machine.drain, status, message):
             return
         deadline = status.started_at + settings.drain.timeout_seconds
 
         async def progress(result: DrainResult) -> None:
-            await self.ledger.set_drain(machine.id, status, _status(status, result), None)
+            await self.recorder.set_drain(machine.id, status, draining.with_result(status, result),
+                                          None)
 
         node: str | None = machine.hostname
         while True:
@@ -122,16 +121,10 @@ class Drainer:
                     break
                 await progress(result)
                 await asyncio.sleep(RETRY_SECONDS)
-        if node is None:
-            await self.ledger.set_drain(machine.id, status, _status(
-                status, result, DrainStage.SKIPPED), f"{machine.hostname}: {result.message}")
-            return
-        final = _status(status, result, DrainStage.DRAINED if result.drained else DrainStage.BLOCKED)
-        record_drain(machine.cluster, self.clock() - status.started_at,
-                     ("forced" if status.force else "drained") if result.drained else "timed-out")
-        verb = "drained" if result.drained else "drain blocked (still cordoned)"
-        await self.ledger.set_drain(machine.id, status, final,
-                                         f"{machine.hostname} {verb}: {result.message}")
+        final, message, end = draining.ended(machine.hostname, status, result, node is not None)
+        if end != "skipped":
+            record_drain(machine.cluster, self.clock() - status.started_at, end)
+        await self.recorder.set_drain(machine.id, status, final, message)
 
     async def _call(self, machine: Machine, access: KubeAccess | None, what: str,
                     request: Callable[[Kube], Awaitable[str]]) -> str | None:
@@ -147,10 +140,9 @@ class Drainer:
                 done = await request(kube)
         except KubeError as exc:
             self._not_before[machine.id] = self.clock() + RETRY_SECONDS
-            await self.ledger.set_drain(machine.id, status, replace(
-                status, message=f"{what} failed, retrying: {exc}", step_error=str(exc),
-                step_error_since=status.step_error_since or self.clock()), None)
-            self.ledger.kick()
+            await self.recorder.set_drain(machine.id, status, draining.step_failed(
+                status, what, str(exc), self.clock()), None)
+            self.recorder.kick()
             return None
         self._not_before.pop(machine.id, None)
         return done
@@ -167,13 +159,8 @@ class Drainer:
         node = await self._call(machine, access, "uncordon", uncordon)
         if node is None:
             return
-        await self.ledger.set_drain(
-            machine.id, status, replace(status, stage=DrainStage.UNCORDONED, step_error="",
-                                        step_error_since=None, uncordoned_at=self.clock(),
-                                        message=(
-                                            "upgrade items applied; uncordoned; waiting for node "
-                                            f"{node} to report Ready")),
-            f"{machine.hostname} uncordoned (node {node})")
+        await self.recorder.set_drain(machine.id, status, *draining.uncordoned(
+            machine.hostname, status, node, self.clock()))
 
     async def _delete_node(self, machine: Machine, access: KubeAccess | None) -> None:
         """Delete a leaving machine's Node, the one carrying its mark, once its reset items
@@ -191,9 +178,8 @@ class Drainer:
         done = await self._call(machine, access, "Node deletion", delete)
         if done is None:
             return
-        await self.ledger.set_drain(machine.id, status, replace(
-            status, stage=DrainStage.NODE_DELETED, message=done, step_error="",
-            step_error_since=None), f"{machine.hostname}: {done}")
+        await self.recorder.set_drain(machine.id, status,
+                                      *draining.node_deleted(machine.hostname, status, done))
 
     async def _await_ready(self, spec: ClusterSpec, machine: Machine,
                            access: KubeAccess | None) -> None:
@@ -204,7 +190,6 @@ class Drainer:
         status = machine.drain
         assert status is not None and status.uncordoned_at is not None
         timeout = spec.settings.drain.node_ready_timeout_seconds
-        deadline = status.uncordoned_at + timeout
         interval = 0.1
         node = machine.hostname  # named in messages until the node is found
         while True:
@@ -217,24 +202,18 @@ class Drainer:
             except KubeError as exc:
                 ready, detail = False, str(exc)
             if ready:
-                await self.ledger.set_drain(machine.id, status, replace(
-                    status, stage=DrainStage.NODE_READY,
-                    message=f"upgrade items applied; uncordoned; node {node} Ready"),
-                    f"{machine.hostname}: node {node} Ready")
+                await self.recorder.set_drain(machine.id, status,
+                                              *draining.node_ready(machine.hostname, status, node))
                 return
-            if self.clock() >= deadline and status.stage is not DrainStage.NOT_READY:
-                late = replace(status, stage=DrainStage.NOT_READY, message=(
-                    f"node {node} is not Ready {timeout:g}s after the uncordon: "
-                    f"{detail}; still checking"))
-                if not await self.ledger.set_drain(
-                        machine.id, status, late, f"{machine.hostname}: {late.message}"):
+            late = draining.late(status, node, timeout, detail, self.clock())
+            if late is not None:
+                if not await self.recorder.set_drain(machine.id, status, late,
+                                                     f"{machine.hostname}: {late.message}"):
                     return
                 status = late
             await asyncio.sleep(interval)
             interval = min(NOT_READY_POLL_SECONDS, interval * 2)
-            now = await self.ledger.machine(machine.id)
-            if now is None or now.drain is None or now.drain.stage not in (
-                    DrainStage.UNCORDONED, DrainStage.NOT_READY) or now.drain.attempt != status.attempt:
+            if not draining.awaiting_ready(await self.recorder.machine(machine.id), status):
                 return  # deleted, or moved on without this task
 
 
@@ -246,8 +225,3 @@ async def _node(kube: Kube, machine: Machine) -> str | None:
         return await kube.find_node(machine.cluster, machine.id)
     return await kube.machine_node(machine.cluster, machine.id, machine.hostname)
 
-
-def _status(status: DrainStatus, result: DrainResult, stage: DrainStage | None = None) -> DrainStatus:
-    return replace(status, stage=stage or status.stage, message=result.message,
-                   blocking_pods=result.blocking_pods, blocking_budgets=result.blocking_budgets,
-                   evicted=result.evicted)

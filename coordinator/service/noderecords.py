@@ -1,15 +1,16 @@
-"""The node watch's ledger: how a node task records what it found of a machine's Node. A
-write counts only while the machine is admitted (in Deploy or deployed): one being deleted
-keeps what it had. Each write wakes the reconciler, whose planner moves a machine to Ready
-once its Node is."""
+"""What node tasks record into: the NodeStatus of machines, the changes a look or a list found
+written in one transaction under the write lock, as domain/nodewatching.node_recorded decides
+each (only while the machine is admitted: one being deleted keeps what it had). Each write
+wakes the reconciler, whose planner moves a machine to Ready once its Node is."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from coordinator.domain.events import event
-from coordinator.domain.model import ADMITTED_STATES, ClusterSpec, Machine, NodeStatus
+from coordinator.domain.model import ClusterSpec, Machine
+from coordinator.domain.nodes import NodeChange
+from coordinator.domain.nodewatching import node_recorded
 from coordinator.service.notifier import Notifier
 from coordinator.service.queries import Queries
 from coordinator.service.writes import Writes
@@ -31,16 +32,19 @@ class NodeRecords:
         """The machines of these ids, read at once (a sweep's idle machines found down)."""
         return await self.writes.store.get_machines(machine_ids)
 
-    async def set_node(self, machine_id: str, status: NodeStatus, message: str | None) -> bool:
-        """Record status on the machine if it is still admitted; an event only for a message."""
+    async def record(self, changes: Sequence[NodeChange]) -> set[str]:
+        """Write the changes found, each on its machine as stored, in one commit; the ids of
+        the machines written."""
+        if not changes:
+            return set()
         async with self.writes.lock:
-            machine = await self.writes.store.get_machine(machine_id)
-            if machine is None or machine.state not in ADMITTED_STATES:
-                return False
-            updated = replace(machine, node=status)
-            events = [] if message is None else [event(
-                self.clock(), machine.cluster, "node", message, updated,
-                {"node": status.name, "ready": status.ready})]
-            await self.writes.commit([updated], events)
+            stored = {m.id: m for m in await self.writes.store.get_machines(
+                [c.machine.id for c in changes])}
+            now = self.clock()
+            decided = [node_recorded(stored.get(c.machine.id), c, now) for c in changes]
+            written = [d for d in decided if d is not None]
+            if not written:
+                return set()
+            await self.writes.commit([m for m, _ in written], [e for _, es in written for e in es])
         self.notifier.kick()
-        return True
+        return {m.id for m, _ in written}

@@ -3,7 +3,7 @@ deploy items are applied and whose Node is not yet found Ready (domain/nodes.awa
 whose Node's labels and taints are out of step with the spec and the machine
 (nodes.metadata_due). Each look finds the machine's Node by its mark, brings its labels and
 taints in step, reads its Ready condition and records what it found on the machine through
-a NodeLedger, which wakes the reconciler: the planner moves the machine to Ready once its
+a NodeStatusRecorder, which wakes the reconciler: the planner moves the machine to Ready once its
 Node is. Started from the reconciler's pass, like the drainer; it only reads and patches
 Nodes, so a task interrupted anywhere is simply started again by a later pass.
 
@@ -30,19 +30,15 @@ from coordinator.domain.model import ClusterSpec, Machine, NodeStatus
 from coordinator.domain.nodes import (
     NODE_HEALTH_SECONDS,
     NodeChange,
-    desired_metadata,
     first_sweep_offset,
     kubernetes_access,
-    metadata_patch,
     missing,
     node_due,
-    node_news,
-    observed,
-    ready_condition,
     swept,
     swept_by_list,
     unseen,
 )
+from coordinator.domain.nodewatching import looked
 from coordinator.kube import Kube, KubeError
 
 POLL_SECONDS = 2.0  # the longest wait between two looks at a machine's Node
@@ -50,10 +46,11 @@ POLL_SECONDS = 2.0  # the longest wait between two looks at a machine's Node
 log = logging.getLogger(__name__)
 
 
-class NodeLedger(Protocol):
-    """Where node tasks record what they found, and read the machine they watch."""
+class NodeStatusRecorder(Protocol):
+    """What node tasks record what they found into (the machines' NodeStatus, through
+    service/noderecords.py: the ids written), and read the machines they watch from."""
 
-    async def set_node(self, machine_id: str, status: NodeStatus, message: str | None) -> bool: ...
+    async def record(self, changes: Sequence[NodeChange]) -> set[str]: ...
 
     async def current(self, machine_id: str) -> tuple[ClusterSpec, Machine] | None: ...
 
@@ -61,8 +58,9 @@ class NodeLedger(Protocol):
 
 
 class NodeWatch:
-    def __init__(self, ledger: NodeLedger, clock: Callable[[], float] = time.time) -> None:
-        self.ledger = ledger
+    def __init__(self, recorder: NodeStatusRecorder,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.recorder = recorder
         self.clock = clock
         self._tasks: dict[str, asyncio.Task[None]] = {}
         # Each cluster's kubeconfig as the last pass found it: the first manager's report
@@ -113,19 +111,12 @@ class NodeWatch:
                     found = {**await kube.marked_nodes(spec.name, every=True), **found}
         except KubeError as exc:
             log.warning("cannot look at the nodes of cluster %s: %s", spec.name, exc)
-            await self._record([NodeChange(m, unseen(m.node, now, str(exc))) for m in machines])
+            await self.recorder.record([NodeChange(m, unseen(m.node, now, str(exc)))
+                                        for m in machines])
             return
         sweep = swept(spec, machines, idle, found, now)
-        loaded = await self.ledger.machines(sweep.to_load) if sweep.to_load else []
-        await self._record([*sweep.changes, *swept(spec, loaded, (), found, now).changes])
-
-    async def _record(self, changes: Sequence[NodeChange]) -> None:
-        for change in changes:
-            machine = change.machine
-            if change.status == machine.node:
-                continue
-            await self.ledger.set_node(machine.id, change.status,
-                                       node_news(machine.hostname, machine.node, change.status))
+        loaded = await self.recorder.machines(sweep.to_load) if sweep.to_load else []
+        await self.recorder.record([*sweep.changes, *swept(spec, loaded, (), found, now).changes])
 
     async def close(self) -> None:
         tasks = [*self._tasks.values(), *self._sweeps.values()]
@@ -148,30 +139,27 @@ class NodeWatch:
                 found = await self._look(spec, machine)
             except KubeError as exc:
                 found = unseen(machine.node, self.clock(), str(exc))
-            if found != machine.node and not await self.ledger.set_node(
-                    machine.id, found, node_news(machine.hostname, machine.node, found)):
+            if found != machine.node and machine.id not in await self.recorder.record(
+                    [NodeChange(machine, found)]):
                 return
             await asyncio.sleep(interval)
             interval = min(POLL_SECONDS, interval * 2)
-            current = await self.ledger.current(machine.id)
+            current = await self.recorder.current(machine.id)
             if current is None or not node_due(*current):
                 return
             spec, machine = current
 
     async def _look(self, spec: ClusterSpec, machine: Machine) -> NodeStatus:
-        """Find the Node, patch its labels and taints if they are out of step, read its Ready
-        condition."""
+        """Find the Node and read it; patch its labels and taints if the verdict
+        (nodewatching.looked) says they are out of step; what was found."""
         now = self.clock()
         access = self._access.get(spec.name)
         if access is None:
             raise KubeError(NO_KUBECONFIG)
         async with await Kube.connect(access.path, access.text) as kube:
             name = await kube.find_node(spec.name, machine.id)
-            if name is None:
-                return observed(machine.node, now, None)
-            node = await kube.node(name)
-            desired = desired_metadata(spec, machine)
-            patch = metadata_patch(node, desired)
-            if patch is not None:
-                await kube.patch_node(name, patch)
-            return observed(machine.node, now, name, ready_condition(node), desired.digest())
+            node = None if name is None else await kube.node(name)
+            look = looked(spec, machine, name, node, now)
+            if name is not None and look.patch is not None:
+                await kube.patch_node(name, look.patch)
+            return look.status

@@ -1,4 +1,5 @@
-"""The reconcile pass: load what changed, plan with the pure planner, persist, wake.
+"""The reconcile pass: load what changed, decide each cluster's pass whole
+(domain.reconciling.decide_pass), commit it in one transaction, wake.
 
 A pass reloads and plans on just the machines written since the previous one and the
 cluster's working set (domain.workingset.ClusterView), plus the machines whose last heartbeat
@@ -9,15 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field, replace
 
 from coordinator.domain import liveness, planner
-from coordinator.domain.assignment import AssignmentInputs, waits_notices
-from coordinator.domain.events import decision_event, event
-from coordinator.domain.minting import mint_pass
-from coordinator.domain.model import ClusterSpec, Machine, MachineState
-from coordinator.domain.outputs import adopted
-from coordinator.domain.records import ClusterOutput, Event, StoredCluster
+from coordinator.domain.assignment import AssignmentInputs
+from coordinator.domain.events import event
+from coordinator.domain.model import ClusterSpec, Machine
+from coordinator.domain.reconciling import PassChange, checked_responding, decide_pass
+from coordinator.domain.records import StoredCluster
 from coordinator.domain.workingset import ClusterView
 from coordinator.service.drainer import Drainer
 from coordinator.service.heartbeats import HeartbeatBuffer
@@ -29,15 +28,6 @@ from coordinator.service.writes import Writes
 # A rollout is under way while its passes keep moving machines: a batch's next step follows
 # its items, which take seconds to minutes (see Reconciler.rolling_out).
 ROLLING_OUT_SECONDS = 30.0
-
-
-@dataclass
-class PassWrites:
-    """What one cluster's pass is about to write."""
-
-    changed: dict[str, Machine] = field(default_factory=dict)
-    events: list[Event] = field(default_factory=list)
-    outputs: dict[str, ClusterOutput] = field(default_factory=dict)  # for the cluster to keep
 
 
 class Reconciler:
@@ -101,40 +91,32 @@ class Reconciler:
 
     async def _reconcile_cluster(self, stored: StoredCluster, reloaded: Sequence[Machine],
                                  gone: set[str]) -> list[planner.Decision]:
-        spec, now = stored.spec, self.clock()
-        out = PassWrites()
-        view = await self._working_set(stored, reloaded, gone, now, out)
-        machines = view.working()
-        stored = self._keep_outputs(stored, machines, now, out)
-        after, decisions = planner.plan_to_fixpoint(spec, machines, now)
-        by_id = {m.id: m for m in after}
-        out.events += [decision_event(now, spec.name, d, by_id.get(d.machine_id)) for d in decisions]
-        before = {m.id: m for m in machines}
-        out.changed.update({m.id: m for m in after if m != before.get(m.id)})
-        host = planner.post_deploy_host(spec, after)
-        out.events += self._notices(spec, after, out.changed)
-        after = self._values(stored, [out.changed.get(m.id, m) for m in after], host, now, out)
-        out.events += self._post_deploy_in_place(spec, host, after, decisions)
-        self.post_deploy.found(stored, host.id if host else None)
-        removed = {d.machine_id: now for d in decisions if d.to_state is None}
-        if out.changed or out.events or removed:
-            await self.writes.commit_planned(list(out.changed.values()), out.events, removed,
-                                             {spec.name: out.outputs} if out.outputs else None)
-            self.notifier.wake([*out.changed, *removed],
-                               await self._assignment_news(stored, out.changed.values()))
-        current = [out.changed.get(m.id, m) for m in after]
-        self.drainer.schedule(spec, current)
-        self.nodes.schedule(spec, current, view.idle_ready)
-        if view.update(list(out.changed.values()), removed):
-            self._views[spec.name] = view
+        """Load the working set, decide the pass (domain.reconciling), commit it, wake."""
+        now = self.clock()
+        checked = PassChange()
+        view = await self._working_set(stored, reloaded, gone, now, checked)
+        decided = decide_pass(stored, view.working(), now, checked)
+        change, stored = decided.change, decided.stored
+        self.post_deploy.found(stored, decided.post_deploy_host)
+        if change:
+            await self.writes.commit_planned(list(change.changed.values()), change.events,
+                                             change.removed,
+                                             {stored.spec.name: change.outputs}
+                                             if change.outputs else None)
+            self.notifier.wake(change.woken(),
+                               await self._assignment_news(stored, change.changed.values()))
+        self.drainer.schedule(stored.spec, decided.current)
+        self.nodes.schedule(stored.spec, decided.current, view.idle_ready)
+        if view.update(list(change.changed.values()), change.removed):
+            self._views[stored.spec.name] = view
         else:
             self.notifier.kick()  # the deployed managers changed: the next pass loads the cluster
-        if stored.deleting and not after:
-            await self._remove_if_empty(spec.name)
-        return decisions
+        if decided.cluster_emptied:
+            await self._remove_if_empty(stored.spec.name)
+        return decided.decisions
 
     async def _working_set(self, stored: StoredCluster, reloaded: Sequence[Machine],
-                           gone: set[str], now: float, out: PassWrites) -> ClusterView:
+                           gone: set[str], now: float, out: PassChange) -> ClusterView:
         """The cluster's working set for this pass: the last pass's, updated with what changed
         and with the machines whose heartbeats stopped since, or loaded whole."""
         spec = stored.spec
@@ -183,77 +165,8 @@ class Reconciler:
         return {m.id: AssignmentInputs(stored, m, peers) for m in waiting}
 
     def _check_responding(self, spec: ClusterSpec, machines: Sequence[Machine], now: float,
-                          out: PassWrites) -> list[Machine]:
-        """The machines with `responding` as their last heartbeat says now; the ones that
-        changed go into the pass's writes, with an event each."""
-        checked = []
-        for machine in machines:
-            heard = self.heartbeats.last_heard(machine)
-            silent = now - heard
-            responding = liveness.responding(machine.responding, heard, now,
-                                             spec.settings.heartbeat_timeout_seconds,
-                                             self.listening_since)
-            if responding != machine.responding:
-                out.events.append(event(
-                    now, spec.name, "responding" if responding else "not-responding",
-                    f"{machine.hostname} " + ("answers again" if responding else
-                                              f"missed heartbeats for {silent:.0f}s"), machine))
-                machine = out.changed[machine.id] = replace(machine, responding=responding)
-            checked.append(machine)
-        return checked
-
-    def _notices(self, spec: ClusterSpec, after: Sequence[Machine],
-                 changed: dict[str, Machine]) -> list[Event]:
-        """Wake the machines whose assignment changed while their state did not (the
-        post-deploy step given or taken, a reconfiguring machine's manager list), saying
-        where the post-deploy step now runs."""
-        was = {m.id: m for m in after}
-        events = []
-        for noticed in planner.assignment_notices(spec, after):
-            changed[noticed.id] = noticed
-            if noticed.post_deploy and not was[noticed.id].post_deploy:
-                events.append(event(self.clock(), spec.name, "post-deploy",
-                                    f"post-deploy step runs on {noticed.hostname}", noticed))
-        return events
-
-    def _keep_outputs(self, stored: StoredCluster, machines: Sequence[Machine], now: float,
-                      out: PassWrites) -> StoredCluster:
-        """The outputs the cluster is to keep that its managers produced and it does not keep
-        yet (outputs.adopted; the working set holds every manager, one this pass removes
-        too), each with an event naming where it came from (never its value): the cluster as
-        it is once they are written."""
-        out.outputs = adopted(stored.outputs, machines, now)
-        out.events += [event(now, stored.spec.name, "output-kept",
-                             f"the cluster keeps ${{outputs.{name}}} as {kept.hostname} produced "
-                             "it", data={"output": name, "machine": kept.machine})
-                       for name, kept in out.outputs.items()]
-        return replace(stored, outputs={**stored.outputs, **out.outputs}) if out.outputs \
-            else stored
-
-    def _values(self, stored: StoredCluster, after: Sequence[Machine], host: Machine | None,
-                now: float, out: PassWrites) -> list[Machine]:
-        """Join material minted, expired or revoked (minting.py), and the machines whose items
-        wait for other outputs than they did: the machines as they are then."""
-        spec = stored.spec
-        minted = mint_pass(spec, after, now)
-        out.changed.update({m.id: m for m in minted.machines})
-        out.events += minted.events
-        current = [out.changed.get(m.id, m) for m in after]
-        out.changed.update({m.id: m for m in waits_notices(spec, current,
-                                                           host.id if host else None,
-                                                           stored.outputs)})
-        return [out.changed.get(m.id, m) for m in current]
-
-    def _post_deploy_in_place(self, spec: ClusterSpec, host: Machine | None,
-                              after: Sequence[Machine],
-                              decisions: Sequence[planner.Decision]) -> list[Event]:
-        """Say after an upgrade that the post-deploy step's version was already in place
-        (host: where the step runs now, if anywhere)."""
-        upgraded = any(d.from_state is MachineState.UPGRADE for d in decisions)
-        if upgraded and host is None and spec.items("manager", "postdeploy") \
-                and planner.upgrade_settled(spec, after):
-            return [event(self.clock(), spec.name, "post-deploy",
-                          f"upgrade to {spec.release} done; the post-deploy items at "
-                          "this version were already applied (none has a "
-                          "versionCommand to check what is installed)")]
-        return []
+                          out: PassChange) -> list[Machine]:
+        """The machines with `responding` as their last heartbeat says now, the changed ones
+        into the pass's change (reconciling.checked_responding)."""
+        heard = {m.id: self.heartbeats.last_heard(m) for m in machines}
+        return checked_responding(spec, machines, heard, now, self.listening_since, out)

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for the tests' harness
 
 from coordinator.cli.client import ClientError
-from coordinator.cli.render import machines_table
+from coordinator.cli.formatting import machines_table
 from tests.support.harness import ServedCoordinator
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until

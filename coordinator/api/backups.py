@@ -4,18 +4,14 @@ take one, and every backup taken is audited."""
 
 from __future__ import annotations
 
-import asyncio
-
 from aiohttp import web
 
 from coordinator.api.context import DATA_DIR, service
-from coordinator.service import snapshot
 
 ARCHIVE_TYPE = "application/gzip"
 
 
 async def backup(request: web.Request) -> web.Response:
-    taken = await snapshot.take(service(request).store, request.app[DATA_DIR])
-    data = await asyncio.to_thread(snapshot.to_bytes, taken)  # encoding never stalls agents
+    data = await service(request).queries.archive(request.app[DATA_DIR])
     return web.Response(body=data, content_type=ARCHIVE_TYPE, headers={
         "Content-Disposition": 'attachment; filename="coordinator-backup.tgz"'})

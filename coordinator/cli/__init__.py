@@ -2,7 +2,7 @@
 
 This root holds the group and its global options and hangs each command module's commands on
 it. Layers, each importing only those below: this root; the command modules (one per noun);
-plumbing.py, render.py and console.py; client.py."""
+plumbing.py, formatting.py and console.py; client.py."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ ARCHIVE_TYPE = "application/gzip"
 PROGRESS_SECONDS = 1.0
 
 
-class Progress:
+class DownloadMeter:
     """Bytes received so far, on stderr about once a second: a large backup takes a while."""
 
     def __init__(self) -> None:
@@ -41,7 +41,7 @@ def backup(ctx: click.Context, out: str) -> None:
     (read-only ones are refused)."""
     from coordinator.service import snapshot  # the archive's checks, only for this command
 
-    progress = Progress()
+    progress = DownloadMeter()
     try:
         data = ctx.obj.download("POST", "/v1/backup", ARCHIVE_TYPE, progress)
     except ClientError as exc:

@@ -8,6 +8,7 @@ from urllib.parse import quote, urlencode
 
 import click
 
+from coordinator.cli.formatting import clusters_lines, rendering_lines
 from coordinator.cli.plumbing import (
     allow_downgrade_option,
     call,
@@ -20,7 +21,6 @@ from coordinator.cli.plumbing import (
     say,
     yes_option,
 )
-from coordinator.cli.render import clusters_lines, rendering_lines
 from nodeagent.contract import PHASES
 
 

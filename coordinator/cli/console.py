@@ -1,6 +1,6 @@
 """Cluster status for a terminal, drawn with rich: stages, the rollout's bar and ETA, and a
 progress bar per machine. Input is the JSON the status endpoint serves, so the CLI shows
-exactly what the API and the dashboard show. Apart from render.py so that only `status`
+exactly what the API and the dashboard show. Apart from formatting.py so that only `status`
 pays for importing rich (about as long as the rest of the CLI's start-up).
 
 Data never reaches rich as a str: every cell is a Text of its escaped value (`cell`), so
@@ -16,7 +16,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from coordinator.cli.render import clock, day_and_time, duration, terminal_safe
+from coordinator.cli.formatting import clock, day_and_time, duration, terminal_safe
 
 STAGE_STYLE = {"done": ("✓", "green"), "in-progress": ("…", "cyan"),
                "failing": ("✗", "bold red"), "waiting": ("·", "dim")}

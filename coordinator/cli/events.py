@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from coordinator.cli.formatting import event_line
 from coordinator.cli.plumbing import (
     MachineRef,
     complete_clusters,
@@ -21,7 +22,6 @@ from coordinator.cli.plumbing import (
     output_option,
     say,
 )
-from coordinator.cli.render import event_line
 
 SINCE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

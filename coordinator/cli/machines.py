@@ -10,6 +10,13 @@ from typing import Any, TypeVar
 import click
 
 from coordinator.cli.client import PAGE_LIMIT, AdminClient, ClientError
+from coordinator.cli.formatting import (
+    day_and_time,
+    item_header,
+    labels_text,
+    machine_full,
+    machines_table,
+)
 from coordinator.cli.plumbing import (
     MachineRef,
     call,
@@ -29,13 +36,6 @@ from coordinator.cli.plumbing import (
     say,
     say_block,
     yes_option,
-)
-from coordinator.cli.render import (
-    day_and_time,
-    item_header,
-    labels_text,
-    machine_full,
-    machines_table,
 )
 
 T = TypeVar("T")

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from coordinator.cli.client import AdminClient, ClientError
+from coordinator.cli.formatting import day_and_time, moved_line
 from coordinator.cli.plumbing import EXIT_ERROR, emit, fail, read_token, say
-from coordinator.cli.render import day_and_time, moved_line
 from nodeagent import joinstring
 
 if TYPE_CHECKING:

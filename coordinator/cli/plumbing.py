@@ -21,7 +21,7 @@ import click
 from click.shell_completion import CompletionItem
 
 from coordinator.cli.client import AdminClient, ClientError
-from coordinator.cli.render import block_lines, day_and_time, terminal_safe
+from coordinator.cli.formatting import block_lines, day_and_time, terminal_safe
 
 EXIT_ERROR, EXIT_USAGE = 1, 2
 DEFAULT_URL = "https://127.0.0.1:8080"

@@ -9,6 +9,7 @@ from urllib.parse import quote
 import click
 
 from coordinator.cli.client import AdminClient, ClientError
+from coordinator.cli.formatting import moved_line
 from coordinator.cli.plumbing import (
     call,
     complete_clusters,
@@ -19,7 +20,6 @@ from coordinator.cli.plumbing import (
     output_option,
     say,
 )
-from coordinator.cli.render import moved_line
 
 SHOWN = 100  # machines the table shows
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from coordinator.cli.formatting import admin_tokens_lines, join_tokens_lines
 from coordinator.cli.plumbing import (
     call,
     complete_clusters,
@@ -14,7 +15,6 @@ from coordinator.cli.plumbing import (
     parse_duration,
     say,
 )
-from coordinator.cli.render import admin_tokens_lines, join_tokens_lines
 
 
 @click.group("join-token")

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from coordinator.cli.formatting import upgrade_plan_lines
 from coordinator.cli.plumbing import (
     MachineRef,
     allow_downgrade_option,
@@ -18,7 +19,6 @@ from coordinator.cli.plumbing import (
     output_option,
     say,
 )
-from coordinator.cli.render import upgrade_plan_lines
 
 
 @click.group()

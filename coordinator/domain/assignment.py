@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from coordinator.domain.minting import job_items, job_values
+from coordinator.domain.minting import job_values
 from coordinator.domain.model import (
     PHASE_OF_STATE,
     ClusterSpec,
@@ -14,14 +14,13 @@ from coordinator.domain.model import (
     MachineState,
     deployed_managers,
     items_may_run,
-    machine_items,
 )
 from coordinator.domain.outputs import Handed, available, hand_out, secret_names
 from coordinator.domain.records import ClusterOutput, StoredCluster
-from coordinator.domain.releases import upgrade_run
+from coordinator.domain.runs import phase_run
 from coordinator.domain.templating import template_values
 from nodeagent.contract import JOB_PHASES, Phase
-from nodeagent.protocol import Assignment, StateItem
+from nodeagent.protocol import Assignment
 
 
 @dataclass(frozen=True)
@@ -52,29 +51,6 @@ def assigned_phase(spec: ClusterSpec, machine: Machine, post_deploy_host: str | 
     return phase
 
 
-def phase_run(spec: ClusterSpec, machine: Machine, phase: Phase,
-              peers: Sequence[Machine]) -> list[StateItem]:
-    """The items machine runs in phase, whose cluster's machines include peers (the managers
-    among them are those reconfigure items are versioned by): the one place they are chosen,
-    so that what `cluster render` shows is what the assignment carries. An upgrade runs what
-    changed since the machine last ran (releases.upgrade_run), not only upgrade items; a mint
-    or revoke phase, the manager's job (minting.job_items); any other, the items whose `when`
-    holds for it."""
-    return run_items(spec, machine, phase, deployed_managers(peers))
-
-
-def run_items(spec: ClusterSpec, machine: Machine, phase: Phase,
-              managers: Sequence[str]) -> list[StateItem]:
-    """phase_run, given the addresses of the deployed managers rather than the machines."""
-    if machine.role is None:
-        return []
-    if phase in JOB_PHASES:
-        return job_items(spec, machine.minting) if machine.minting is not None else []
-    if phase == "upgrade":
-        return [item for item, _ in upgrade_run(spec, machine)]
-    return machine_items(spec, machine, phase, managers)
-
-
 def running_phases(machine: Machine) -> list[Phase]:
     """Every phase whose items the machine may be running now, whatever the post-deploy
     step's host and its drain: its state's, its mint or revoke job's, and (a Ready manager)
@@ -94,7 +70,8 @@ def assigned_items(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]
     outputs are not there yet (outputs.hand_out), with the output values they use (kept: the
     outputs the cluster keeps, StoredCluster.outputs)."""
     phase = assigned_phase(spec, machine, post_deploy_host)
-    items = phase_run(spec, machine, phase, peers) if phase else []
+    managers = deployed_managers(peers)
+    items = [i for i, _ in phase_run(spec, machine, phase, managers)] if phase else []
     if phase in JOB_PHASES:
         return phase, Handed(items, {}, ())
     return phase, hand_out(items, available(machine, peers, kept), machine.applied)

@@ -41,14 +41,7 @@ from coordinator.domain.model import (
 from coordinator.domain.outputs import JOINING_PHASES, declared, minted_references, references
 from coordinator.domain.records import Event
 from coordinator.domain.releases import to_run
-from nodeagent.protocol import DEFAULT_MINT_LIFETIME, StateItem
-
-
-def job_items(spec: ClusterSpec, job: MintJob) -> list[StateItem]:
-    """The items a manager runs for its job, versioned by the machine and the minting they are
-    for: each job's run is its own item, so that its report names the job it belongs to."""
-    return [i.model_copy(update={"version": f"{i.version}+{job.kind}.{job.joiner}.{job.serial}"})
-            for i in spec.items("manager", job.kind) if i.name in job.items]
+from nodeagent.protocol import DEFAULT_MINT_LIFETIME
 
 
 def job_values(spec: ClusterSpec, job: MintJob) -> dict[str, str]:

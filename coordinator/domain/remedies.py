@@ -23,7 +23,7 @@ from coordinator.domain.model import (
 )
 from coordinator.domain.nodes import MACHINE_ID_LABEL, NodeDown, node_down, provider_id
 from coordinator.domain.prerequisites import deploy_gate
-from coordinator.domain.steps import Step, after_attempts, retry_remedy
+from coordinator.domain.steps import MachineStep, after_attempts, retry_remedy
 
 # The answers POST /v1/machines/M/drain/ACTION takes (coordinator upgrade ACTION M).
 DRAIN_ACTIONS = ("retry", "skip", "force")
@@ -50,7 +50,7 @@ class Note:
     actions: tuple[str, ...] = ()
 
 
-def machine_note(spec: ClusterSpec | None, machine: Machine, step: Step, now: float,
+def machine_note(spec: ClusterSpec | None, machine: Machine, step: MachineStep, now: float,
                  waits: str = "", precheck_failures: Sequence[str] | None = None) -> Note:
     """The note every view shows for machine; waits: what its assignment waits for
     (outputs.waits_text), when anything; precheck_failures: machine.precheck_failures() when
@@ -62,7 +62,7 @@ def machine_note(spec: ClusterSpec | None, machine: Machine, step: Step, now: fl
     return note
 
 
-def _why(spec: ClusterSpec | None, machine: Machine, step: Step, now: float, waits: str,
+def _why(spec: ClusterSpec | None, machine: Machine, step: MachineStep, now: float, waits: str,
          failures: Sequence[str]) -> Note:
     held = _prerequisites_note(spec, machine) if step.status == "done" else None
     if held is not None:
@@ -209,7 +209,7 @@ def _member_note(machine: Machine) -> Note:
 # -- a machine in Deploy waiting for its Node -------------------------------------------------
 
 
-def _node_wait_note(machine: Machine, step: Step) -> Note:
+def _node_wait_note(machine: Machine, step: MachineStep) -> Note:
     failing = step.status == "failed"
     text = (f"failing for {duration(step.failing_for or 0)}: " if failing else "") + \
         f"{step.node} ({duration(step.node_waiting or 0)})"

@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from coordinator.domain.assignment import phase_run
 from coordinator.domain.errors import NotFound
 from coordinator.domain.fleet import Fleet, hypothetical_fleet
 from coordinator.domain.minting import job_values
@@ -20,6 +19,7 @@ from coordinator.domain.model import (
     Machine,
     MachineState,
     Role,
+    deployed_managers,
     first_manager,
     ordered,
     same_hostname,
@@ -27,6 +27,7 @@ from coordinator.domain.model import (
 from coordinator.domain.outputs import PREFIX, available, declared, public_names
 from coordinator.domain.records import ClusterOutput
 from coordinator.domain.releases import first_only_notes, next_upgrader
+from coordinator.domain.runs import phase_run
 from coordinator.domain.templating import template_values
 from nodeagent.contract import Phase
 from nodeagent.protocol import Location, StateItem
@@ -138,7 +139,7 @@ def _put(document: Any, location: Location, text: str) -> None:
 
 def shown_items(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine],
                 phase: Phase) -> list[StateItem]:
-    """The items of phase the machine would be assigned (assignment.phase_run): the
+    """The items of phase the machine would be assigned (runs.phase_run): the
     post-deploy step only on the first manager, an upgrade only on a deployed machine, the
     first upgrader's items only on the manager that upgrades first (releases.next_upgrader)."""
     if phase == "postdeploy":
@@ -150,7 +151,7 @@ def shown_items(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine],
     if phase == "upgrade" and machine.role == "manager":
         upgrader = next_upgrader(spec, peers)
         machine = replace(machine, first_upgrader=upgrader is not None and upgrader.id == machine.id)
-    return phase_run(spec, machine, phase, peers)
+    return [i for i, _ in phase_run(spec, machine, phase, deployed_managers(peers))]
 
 
 def render_machine(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine],

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from coordinator.domain.assignment import run_items, running_phases
+from coordinator.domain.assignment import running_phases
 from coordinator.domain.durations import utc
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
@@ -21,6 +21,7 @@ from coordinator.domain.model import (
 )
 from coordinator.domain.outputs import differing, differing_text, key
 from coordinator.domain.records import Event
+from coordinator.domain.runs import phase_run
 from coordinator.domain.steps import gave_up_text
 from nodeagent.contract import JOB_PHASES
 from nodeagent.protocol import ItemReport, StateItem, VersionAction, installed_version
@@ -43,8 +44,8 @@ def reportable_items(spec: ClusterSpec, machine: Machine,
     report of anything else is refused before it costs the store a byte."""
     if not machine.approved:
         return {}
-    return {i.fingerprint(): i for phase in running_phases(machine)
-            for i in run_items(spec, machine, phase, managers)}
+    return {fingerprint: i for phase in running_phases(machine)
+            for i, fingerprint in phase_run(spec, machine, phase, managers)}
 
 
 def fold_report(spec: ClusterSpec, managers: Sequence[str], machine: Machine,

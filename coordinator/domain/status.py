@@ -19,7 +19,7 @@ from coordinator.domain.model import ClusterSpec, Machine, MachineState, Role, p
 from coordinator.domain.nodes import awaits_node, kubernetes_access, node_down, node_wait
 from coordinator.domain.planner import DEPLOYED_STATES, post_deploy_host
 from coordinator.domain.remedies import drain_failure
-from coordinator.domain.steps import History, failure, gave_up_text, machine_step, phase_run
+from coordinator.domain.steps import History, current_run, failure, gave_up_text, machine_step
 from coordinator.domain.workloads import SystemWorkloads
 from nodeagent.contract import Phase
 
@@ -433,7 +433,7 @@ def post_deploy(spec: ClusterSpec, machines: Sequence[Machine]) -> PostDeploy:
 # -- the rollout as a whole ----------------------------------------------------------------
 
 # The phases a machine's current run goes through: deploying machines run prepare then
-# deploy; a machine in another working state runs that state's phase (steps.phase_run).
+# deploy; a machine in another working state runs that state's phase (steps.current_run).
 _DEPLOY_RUN: tuple[Phase, ...] = ("prepare", "deploy")
 
 
@@ -444,7 +444,7 @@ def _run(spec: ClusterSpec, m: Machine, history: History) -> _Run | None:
         items = [i for p in _DEPLOY_RUN for i in catalog(spec).items(m.role, p)]
         began = history.first_entry(m, [MachineState.PREPARE]) or m.state_since
     else:
-        items = phase_run(spec, m)
+        items = current_run(spec, m)
         began = m.state_since
     finished = m.state is MachineState.READY
     done = len(items) if finished else sum(fingerprint in m.applied for _, fingerprint in items)

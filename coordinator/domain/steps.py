@@ -13,18 +13,18 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from coordinator.domain.catalog import Entry, catalog
-from coordinator.domain.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState, machine_items
+from coordinator.domain.catalog import Entry
+from coordinator.domain.model import PHASE_OF_STATE, ClusterSpec, Machine, MachineState
 from coordinator.domain.nodes import NodeWait, node_wait
 from coordinator.domain.records import Event
-from coordinator.domain.releases import upgrade_run
+from coordinator.domain.runs import phase_run
 from nodeagent.contract import Phase
 
 StepStatus = Literal["running", "failed", "waiting", "done"]
 
 
 @dataclass(frozen=True)
-class Step:
+class MachineStep:
     """Where a machine is within its current phase: item `index` of `total`."""
 
     phase: Phase | None
@@ -85,20 +85,12 @@ class History:
         return found
 
 
-def phase_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
-    """The items of the machine's current phase, as the status counts them: in Upgrade, what
-    its upgrade runs (new or changed prepare and deploy items too); in Reconfigure, the items
-    as versioned for the manager list it reconfigures for (Machine.managers), which is what
-    its agent reports applied."""
+def current_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
+    """The items of the machine's current state's phase (runs.phase_run), as the status
+    counts them: in Reconfigure, as versioned for the manager list it reconfigures for
+    (Machine.managers), which is what its agent reports applied."""
     phase = PHASE_OF_STATE.get(machine.state)
-    if phase is None or machine.role is None:
-        return []
-    if machine.state is MachineState.UPGRADE:
-        return upgrade_run(spec, machine)
-    if machine.state is MachineState.RECONFIGURE:
-        return [(i, i.fingerprint())
-                for i in machine_items(spec, machine, phase, machine.managers)]
-    return catalog(spec).of(machine, phase)
+    return phase_run(spec, machine, phase, machine.managers) if phase is not None else []
 
 
 def item_states(spec: ClusterSpec, machine: Machine) -> list[tuple[str, str, int]]:
@@ -107,7 +99,7 @@ def item_states(spec: ClusterSpec, machine: Machine) -> list[tuple[str, str, int
     `machines get` lists under the counts."""
     progress = machine.progress
     states = []
-    for item, fingerprint in phase_run(spec, machine):
+    for item, fingerprint in current_run(spec, machine):
         if fingerprint in machine.applied:
             states.append((item.name, "applied", 0))
         elif (progress is not None and progress.item == item.name
@@ -118,13 +110,13 @@ def item_states(spec: ClusterSpec, machine: Machine) -> list[tuple[str, str, int
     return states
 
 
-def machine_step(spec: ClusterSpec | None, machine: Machine, now: float) -> Step:
+def machine_step(spec: ClusterSpec | None, machine: Machine, now: float) -> MachineStep:
     step = _item_step(spec, machine, now)
     wait = node_wait(spec, machine, now) if spec is not None and step.status == "done" else None
     return step if wait is None else _waiting_for_node(step, wait)
 
 
-def _waiting_for_node(step: Step, wait: NodeWait) -> Step:
+def _waiting_for_node(step: MachineStep, wait: NodeWait) -> MachineStep:
     """A machine whose deploy items are done waits for its Node: failing once it has waited
     past settings.kubernetes.nodeReadyTimeoutSeconds, and still waiting."""
     failing = wait.late_for is not None
@@ -133,9 +125,9 @@ def _waiting_for_node(step: Step, wait: NodeWait) -> Step:
                    error=f"{wait.text} ({wait.waited:.0f}s); still waiting" if failing else "")
 
 
-def _item_step(spec: ClusterSpec | None, machine: Machine, now: float) -> Step:
+def _item_step(spec: ClusterSpec | None, machine: Machine, now: float) -> MachineStep:
     phase = PHASE_OF_STATE.get(machine.state) if machine.role else None
-    items = phase_run(spec, machine) if spec is not None else []
+    items = current_run(spec, machine) if spec is not None else []
     names = [item.name for item, _ in items]
     pending = [item.name for item, fingerprint in items if fingerprint not in machine.applied]
     progress = machine.progress
@@ -153,7 +145,7 @@ def _item_step(spec: ClusterSpec | None, machine: Machine, now: float) -> Step:
         status, item = "done", None
     failed = active and progress is not None and progress.status == "failed"
     failing_since = progress.failing_since if active and progress is not None else None
-    return Step(
+    return MachineStep(
         phase=phase,
         done=len(items) - len(pending),
         total=len(items),

@@ -3,6 +3,7 @@ and no handler reaches into the store."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +35,7 @@ from coordinator.domain.status import (
     Rollout,
     Stage,
 )
+from coordinator.service import snapshot
 from coordinator.service.servingcheck import ServingCheck
 from coordinator.service.statuscache import StatusCache, status_order
 from coordinator.service.systemcheck import SystemCheck
@@ -197,6 +199,13 @@ class Queries:
     async def check_store(self) -> None:
         """Raises when the store cannot be read: the replica is not ready."""
         await self.store.list_clusters()
+
+    async def archive(self, data_dir: Path) -> bytes:
+        """The whole state, with data_dir's PKI and secrets key, as one archive
+        (service/snapshot.py): a backup's, or a frozen pivot's snapshot. Encoded off the event
+        loop, so that agents are never kept waiting by it."""
+        taken = await snapshot.take(self.store, data_dir)
+        return await asyncio.to_thread(snapshot.to_bytes, taken)
 
     async def upgrade_plan(self, name: str, spec: ClusterSpec | None = None,
                            allow_downgrade: bool = False

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+import asyncpg
+
 from coordinator.store.postgres_connections import MIGRATION_LOCK, Database
 from coordinator.store.sql import POSTGRES, SchemaVersions
 
@@ -47,7 +49,14 @@ IDENTITIES_FROM_DOCS = """
         ON CONFLICT DO NOTHING;
 """
 
-# Schema migrations in order: MIGRATIONS[n] takes a database from version n to n + 1.
+# The mark of a database numbered as SQLite's is (migration 1 -> 2 below makes it). One past
+# version 1 without it was numbered before they were aligned, when this store's version n (n
+# from 2) was SQLite's n + 1: align() moves its versions on by one.
+ALIGNED = "schema_aligned"
+MARK_ALIGNED = f"CREATE TABLE {ALIGNED} ()"
+
+# Schema migrations in order: MIGRATIONS[n] takes a database from version n to n + 1, the
+# same migration at the same number as SQLite's (tests/unit/coordinator/test_migrations.py).
 # Append only; never edit one that has shipped.
 MIGRATIONS: list[str] = [
     """
@@ -115,21 +124,25 @@ MIGRATIONS: list[str] = [
     );
     INSERT INTO leader VALUES (1, 0, NULL, NULL);
     """,
-    # 1 -> 2, for scale: look-ups that must not scan the fleet. A query uses the role index
+    # 1 -> 2: join tokens that expire, count their uses and can be revoked, and admin tokens
+    # with roles, which SQLite's 1 -> 2 adds, are in the first schema above already. Here the
+    # mark that this database is numbered as SQLite's.
+    MARK_ALIGNED,
+    # 2 -> 3, for scale: look-ups that must not scan the fleet. A query uses the role index
     # only when it spells the expression exactly as it is here (sql.POSTGRES.doc("role")).
     """
     CREATE INDEX machines_hostname ON machines (hostname);
     CREATE INDEX machines_last_seen ON machines (cluster, last_seen);
     CREATE INDEX machines_role ON machines (cluster, ((doc::jsonb ->> 'role')));
     """,
-    # 2 -> 3, for scale: whether a machine responds, as a column: /metrics counts the
+    # 3 -> 4, for scale: whether a machine responds, as a column: /metrics counts the
     # fleet by it at every scrape (parsing every document took 0.4 s of the server's CPU at
     # 10,000 machines) and every agent request's authentication reads it.
     """
     ALTER TABLE machines ADD COLUMN responding BOOLEAN NOT NULL DEFAULT TRUE;
     UPDATE machines SET responding = COALESCE((doc::jsonb ->> 'responding')::boolean, FALSE);
     """,
-    # 3 -> 4: what is kept of a removed machine, so that its agent is told it was deleted.
+    # 4 -> 5: what is kept of a removed machine, so that its agent is told it was deleted.
     """
     CREATE TABLE removed_machines (
         id TEXT COLLATE "C" PRIMARY KEY,
@@ -140,7 +153,7 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX removed_machines_credential ON removed_machines (credential_hash, removed_at);
     """,
-    # 4 -> 5: the fingerprint of the key that seals machines' secrets, which every replica
+    # 5 -> 6: the fingerprint of the key that seals machines' secrets, which every replica
     # must share: one with another key is refused; and a coordinator from before sealing
     # (which would rewrite documents without their sealed secrets) now refuses the database.
     """
@@ -149,11 +162,11 @@ MIGRATIONS: list[str] = [
         fingerprint TEXT NOT NULL
     );
     """,
-    # 5 -> 6: a deleted machine's history is found by its hostname (`machines logs HOST`).
+    # 6 -> 7: a deleted machine's history is found by its hostname (`machines logs HOST`).
     """
     CREATE INDEX removed_machines_hostname ON removed_machines (hostname, removed_at);
     """,
-    # 6 -> 7: the coordinator every agent is told to move to (PUT /v1/move-target), one row.
+    # 7 -> 8: the coordinator every agent is told to move to (PUT /v1/move-target), one row.
     # Not part of a snapshot: a restored or pivoted-to coordinator names none.
     """
     CREATE TABLE move_target (
@@ -161,7 +174,7 @@ MIGRATIONS: list[str] = [
         doc TEXT NOT NULL
     );
     """,
-    # 7 -> 8, for scale: GET /v1/machines filters, sorts and pages in the database, on
+    # 8 -> 9, for scale: GET /v1/machines filters, sorts and pages in the database, on
     # columns; the role index moves onto its column. A label is a row of machine_labels
     # (found by key and value through its index). No other index on machines: a heartbeat's
     # update of last_seen (an indexed column, so never a HOT update) writes every one.
@@ -180,7 +193,7 @@ MIGRATIONS: list[str] = [
     DROP INDEX machines_role;
     CREATE INDEX machines_role ON machines (cluster, role);
     """,
-    # 8 -> 9: hostnames are compared as Kubernetes compares node names, lowercased (W1 is
+    # 9 -> 10: hostnames are compared as Kubernetes compares node names, lowercased (W1 is
     # w1): registration, `machines get HOST` and a deleted machine's history look them up so.
     """
     DROP INDEX machines_hostname;
@@ -188,7 +201,7 @@ MIGRATIONS: list[str] = [
     DROP INDEX removed_machines_hostname;
     CREATE INDEX removed_machines_hostname ON removed_machines (lower(hostname), removed_at);
     """,
-    # 9 -> 10: the store's epoch (domain/etags.py), one row, minted here and again by every
+    # 10 -> 11: the store's epoch (domain/etags.py), one row, minted here and again by every
     # import: an agent's tag names it with its generation. Not part of a snapshot: a
     # restored or pivoted-to store mints its own.
     """
@@ -199,7 +212,7 @@ MIGRATIONS: list[str] = [
     INSERT INTO store_epoch (id, epoch)
         VALUES (1, substr(md5(random()::text || clock_timestamp()::text), 1, 16));
     """,
-    # 10 -> 11: each machine's product_uuid and MACs, one row each, indexed by value: a
+    # 11 -> 12: each machine's product_uuid and MACs, one row each, indexed by value: a
     # registration finds the machines sharing one without reading the fleet (domain/clones.py).
     """
     CREATE TABLE machine_identities (
@@ -210,7 +223,7 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX machine_identities_value ON machine_identities (kind, value);
     """ + IDENTITIES_FROM_DOCS,
-    # 11 -> 12: the outputs a cluster keeps (domain/outputs.py), each value sealed: they
+    # 12 -> 13: the outputs a cluster keeps (domain/outputs.py), each value sealed: they
     # outlive the manager that produced them.
     """
     CREATE TABLE cluster_outputs (
@@ -226,6 +239,21 @@ MIGRATIONS: list[str] = [
 ]
 
 
+async def align(conn: asyncpg.Connection, current: int) -> int:
+    """The version of a database at `current`, numbered as SQLite's: one numbered before (past
+    version 1, unmarked) has its versions from 2 on moved one on, the first schema's row
+    standing for 1 and 2 too (it held what SQLite's 1 -> 2 adds), and the mark made. Run
+    under the migration lock, in the transaction of the migration that follows."""
+    if current < 2 or await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", ALIGNED):
+        return current
+    await conn.execute("UPDATE schema_version SET version = -(version + 1) WHERE version >= 2")
+    await conn.execute("UPDATE schema_version SET version = -version WHERE version < 0")
+    await conn.execute("INSERT INTO schema_version SELECT 2, applied_at FROM schema_version "
+                       "WHERE version = 1")
+    await conn.execute(MARK_ALIGNED)
+    return current + 1
+
+
 async def migrate(db: Database, migrations: Sequence[str]) -> None:
     """Apply missing migrations, one transaction each, under an advisory lock: replicas
     starting together never apply one twice."""
@@ -233,7 +261,7 @@ async def migrate(db: Database, migrations: Sequence[str]) -> None:
         async with db.transaction() as conn:
             await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
             await conn.execute(_VERSIONS.table)
-            current = await conn.fetchval(_VERSIONS.current)
+            current = await align(conn, await conn.fetchval(_VERSIONS.current))
             script = _VERSIONS.pending(migrations, current)
             if script is None:
                 return

@@ -185,7 +185,8 @@ _T, _I, _R, _B, _J = "text", "int", "real", "bool", "json"
 # Every table of the coordinator's state, parents first (join tokens name their cluster).
 # Not here: schema_version (the target's own), secrets_key (claimed by the key the target
 # opens with), store_epoch (minted anew by the import), move_target (a restored or pivoted-to
-# coordinator names none), PostgreSQL's leader and event_ids (the replicas' bookkeeping).
+# coordinator names none), PostgreSQL's leader and event_ids (the replicas' bookkeeping) and
+# schema_aligned (the mark of its schema's numbering).
 TABLES: tuple[Table, ...] = (
     Table("clusters", (("name", _T), ("spec", _J), ("generation", _I), ("created_at", _R),
                        ("updated_at", _R), ("deleting", _B)), "name", unique=("name",)),

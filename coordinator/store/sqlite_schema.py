@@ -45,7 +45,8 @@ IDENTITIES_FROM_DOCS = """
           AND macs.type = 'text' AND macs.value <> '';
 """
 
-# Schema migrations in order: MIGRATIONS[n] takes a database from version n to n + 1.
+# Schema migrations in order: MIGRATIONS[n] takes a database from version n to n + 1, the
+# same migration at the same number as PostgreSQL's (tests/unit/coordinator/test_migrations.py).
 # Append only; never edit one that has shipped.
 MIGRATIONS: list[str] = [
     """

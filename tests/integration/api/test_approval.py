@@ -4,7 +4,7 @@ for the role it is approved as, from the values its node measured."""
 
 from __future__ import annotations
 
-from coordinator.cli.render import machine_full
+from coordinator.cli.formatting import machine_full
 from nodeagent.prechecks import CHECKS
 from nodeagent.prechecks.kernel import evaluate_ip_forward
 from nodeagent.prechecks.runner import grade

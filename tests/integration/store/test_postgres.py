@@ -12,10 +12,11 @@ import pytest
 from coordinator.domain.model import Machine
 from coordinator.domain.records import Event
 from coordinator.store import postgres as postgres_store
-from coordinator.store import postgres_connections
+from coordinator.store import postgres_connections, sqlite_schema
 from coordinator.store.base import Fenced, StoreError, leader_epoch
 from coordinator.store.postgres import MIGRATIONS, PostgresStore
 from coordinator.store.postgres_connections import LEADER_LOCK, MUTEX_LOCK
+from coordinator.store.sql import SchemaVersions
 from tests.integration.store.samples import (
     BEFORE_LISTED_COLUMNS,
     BEFORE_LOWERCASED_HOSTNAMES,
@@ -117,28 +118,68 @@ async def upgraded_from(version: int, machines: Sequence[Machine], responding: b
 async def test_machines_stored_before_the_responding_column_keep_their_responding(
         postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Migration 2 -> 3 copies each document's `responding` into the column that /metrics and
+    """Migration 3 -> 4 copies each document's `responding` into the column that /metrics and
     authentication read."""
     await assert_responding_kept(await upgraded_from(
-        2, BEFORE_RESPONDING_COLUMN, False, postgres, dsn, replicas, monkeypatch))
+        3, BEFORE_RESPONDING_COLUMN, False, postgres, dsn, replicas, monkeypatch))
 
 
 async def test_machines_stored_before_the_listed_columns_are_listed_by_them(
         postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Migration 7 -> 8 copies each document's ip, role, state_since and labels into the
+    """Migration 8 -> 9 copies each document's ip, role, state_since and labels into the
     columns and rows GET /v1/machines selects and sorts on."""
     await assert_listed_found(await upgraded_from(
-        7, BEFORE_LISTED_COLUMNS, True, postgres, dsn, replicas, monkeypatch))
+        8, BEFORE_LISTED_COLUMNS, True, postgres, dsn, replicas, monkeypatch))
 
 
 async def test_machines_stored_before_hostnames_were_lowercased_are_found_by_either_case(
         postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Migration 8 -> 9 indexes lower(hostname), which registration and look-ups by name
+    """Migration 9 -> 10 indexes lower(hostname), which registration and look-ups by name
     compare: names registered twice in two cases before it stay, found by either."""
     await assert_hostnames_found_lowercased(await upgraded_from(
-        8, BEFORE_LOWERCASED_HOSTNAMES, True, postgres, dsn, replicas, monkeypatch))
+        9, BEFORE_LOWERCASED_HOSTNAMES, True, postgres, dsn, replicas, monkeypatch))
+
+
+# The migrations as a coordinator numbered them before PostgreSQL's numbers were SQLite's:
+# the same scripts, without the mark of the numbering (1 -> 2), so its version n from 2 on is
+# SQLite's n + 1.
+NUMBERED_BEFORE = [MIGRATIONS[0], *MIGRATIONS[2:]]
+
+
+def numbered_before(postgres: Postgres, dsn: str, version: int) -> None:
+    """The database as that coordinator left it at its schema `version`."""
+    postgres.psql(SchemaVersions.table, dsn)
+    for number, script in enumerate(NUMBERED_BEFORE[:version], start=1):
+        postgres.psql(f"{script}; INSERT INTO schema_version VALUES ({number}, {number})", dsn)
+
+
+async def test_a_database_numbered_before_the_stores_agreed_opens_at_sqlites_numbers(
+        postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore]) -> None:
+    """Its versions move one on once, whichever of the replicas opening it together does it,
+    and its data stays; it is at the version a SQLite file of the same schema is."""
+    numbered_before(postgres, dsn, len(NUMBERED_BEFORE))
+    postgres.psql(old_insert(full_machine(), True), dsn)
+    await asyncio.gather(*(replicas().open() for _ in range(3)))
+    assert versions(postgres, dsn) == list(range(1, len(sqlite_schema.MIGRATIONS) + 1))
+    reopened = replicas()
+    await reopened.open()
+    assert versions(postgres, dsn) == list(range(1, len(sqlite_schema.MIGRATIONS) + 1))
+    assert await reopened.get_machine("m-1") == full_machine()
+
+
+async def test_a_database_numbered_before_at_an_older_version_goes_on_from_where_it_was(
+        postgres: Postgres, dsn: str, replicas: Callable[[], PostgresStore]) -> None:
+    """At that coordinator's version 7, before the listed columns (SQLite's 8): migrated from
+    there, its machines are listed by the columns the migration fills."""
+    numbered_before(postgres, dsn, 7)
+    for m in BEFORE_LISTED_COLUMNS:
+        postgres.psql(old_insert(m, True), dsn)
+    upgraded = replicas()
+    await upgraded.open()
+    assert versions(postgres, dsn) == list(range(1, len(MIGRATIONS) + 1))
+    await assert_listed_found(upgraded)
 
 
 async def test_an_unreachable_database_is_a_store_error_that_hides_the_password() -> None:

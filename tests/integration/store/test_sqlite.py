@@ -16,9 +16,11 @@ import pytest
 
 from coordinator.domain.model import Machine
 from coordinator.domain.records import Event
+from coordinator.store import postgres_schema
 from coordinator.store import sqlite as sqlite_store
 from coordinator.store.base import StoreError
 from coordinator.store.codec import machine_to_doc, spec_to_json
+from coordinator.store.sql import SchemaVersions
 from coordinator.store.sqlite import MIGRATIONS, SQLiteStore
 from tests.integration.store.samples import (
     BEFORE_LISTED_COLUMNS,
@@ -163,6 +165,26 @@ async def test_an_older_database_is_migrated_and_keeps_its_data(
     assert versions(path) == list(range(1, len(MIGRATIONS) + 2))
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT zone FROM machines").fetchall() == [("a",)]
+
+
+async def test_a_file_from_before_the_stores_agreed_opens_at_the_numbers_both_now_use(
+        tmp_path: Path) -> None:
+    """SQLite kept its numbers when PostgreSQL's were made the same: a file at its latest
+    version then (every migration it has) opens unchanged, at PostgreSQL's latest too."""
+    path = tmp_path / "coordinator.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute(SchemaVersions.table)
+        for number, script in enumerate(MIGRATIONS, start=1):
+            conn.executescript(script)
+            conn.execute("INSERT INTO schema_version VALUES (?, ?)", (number, number))
+        conn.execute(old_insert(full_machine(), True))
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        assert await store.get_machine("m-1") == full_machine()
+    finally:
+        await store.close()
+    assert versions(path) == list(range(1, len(postgres_schema.MIGRATIONS) + 1))
 
 
 @contextlib.asynccontextmanager

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from coordinator.domain.assignment import AssignmentInputs, build_assignment
-from coordinator.domain.model import ClusterSpec, DrainStage, Machine, MachineState, phase_items
+from coordinator.domain.model import (
+    ClusterSpec,
+    DrainStage,
+    Machine,
+    MachineState,
+    Role,
+    phase_items,
+)
 from coordinator.domain.planner import enact, plan, plan_to_fixpoint
 from coordinator.domain.records import StoredCluster
+from coordinator.domain.reports import reportable_items
+from coordinator.domain.runs import phase_run
+from coordinator.domain.steps import current_run
 from coordinator.domain.templating import template_values
 from tests.support.builders import cluster, drained, finish_phase, items, machine, upgraded_cluster
 
@@ -92,3 +104,42 @@ def test_managers_lists_the_deployed_set_that_versions_the_reconfigure_items() -
     assert values_everywhere(spec, fleet, "managers.hostnames") == {"m1,m4"}
     reconfigure = build_assignment(AssignmentInputs(stored(spec), fleet[-1], fleet), None)
     assert reconfigure.items == phase_items(spec, "worker", "reconfigure", ("10.0.0.1", "10.0.0.4"))
+
+
+# -- phase_run: the one place a phase's items are chosen -------------------------------------
+
+RUNS = cluster(manager=[*items("prepare", 2), *items("deploy", 1), *items("reconfigure", 1),
+                        *items("reset", 1)],
+               worker=[*items("prepare", 1, "w-"), *items("reconfigure", 1, "w-")])
+
+
+@pytest.mark.parametrize(("state", "role", "names"), [
+    (MachineState.PREPARE, "manager", ["prepare-0", "prepare-1"]),
+    (MachineState.PREPARE, "worker", ["w-prepare-0"]),
+    (MachineState.DEPLOY, "manager", ["deploy-0"]),
+    (MachineState.RECONFIGURE, "worker", ["w-reconfigure-0"]),
+    (MachineState.DELETING, "manager", ["reset-0"]),
+    (MachineState.READY, "manager", []),  # runs no phase
+])
+def test_the_status_counts_the_items_the_assignment_hands_out(
+        state: MachineState, role: Role, names: list[str]) -> None:
+    """The status (steps.current_run), the assignment and the reports an agent may send all
+    take a machine's items from runs.phase_run, each with its own fingerprint."""
+    m = replace(machine("m1", role, state=state), managers=("10.0.0.1",))
+    counted = current_run(RUNS, m)
+    assert [i.name for i, _ in counted] == names
+    assert all(fingerprint == i.fingerprint() for i, fingerprint in counted)
+    assert reportable_items(RUNS, m, m.managers) == {f: i for i, f in counted}
+    if names:
+        peers = [replace(machine("m0", "manager", state=MachineState.READY), ip="10.0.0.1")]
+        handed = build_assignment(AssignmentInputs(stored(RUNS), m, peers), None)
+        assert [i.fingerprint() for i in handed.items] == [f for _, f in counted]
+
+
+def test_reconfigure_items_are_versioned_by_the_managers_they_are_run_for() -> None:
+    m = machine("w1", state=MachineState.RECONFIGURE)
+    one, two = (phase_run(RUNS, m, "reconfigure", managers) for managers in
+                (["10.0.0.1"], ["10.0.0.1", "10.0.0.2"]))
+    assert [i.name for i, _ in one] == [i.name for i, _ in two] == ["w-reconfigure-0"]
+    assert one[0][1] != two[0][1]
+    assert current_run(RUNS, replace(m, managers=("10.0.0.1",))) == one

@@ -14,18 +14,18 @@ import pytest
 from coordinator.domain.assignment import (
     AssignmentInputs,
     build_assignment,
-    phase_run,
     waits_notices,
 )
 from coordinator.domain.errors import Conflict
 from coordinator.domain.fleet import parse_fleet
 from coordinator.domain.minting import mint_pass
-from coordinator.domain.model import ClusterSpec, Machine, MachineState
+from coordinator.domain.model import ClusterSpec, Machine, MachineState, deployed_managers
 from coordinator.domain.outputs import waits_text
 from coordinator.domain.planner import plan
 from coordinator.domain.records import StoredCluster
 from coordinator.domain.rendering import render_cluster, render_machine
 from coordinator.domain.reports import fold_report
+from coordinator.domain.runs import phase_run
 from coordinator.domain.specs import load_spec
 from nodeagent.protocol import Assignment, ItemReport
 from nodeagent.validation import InvalidDocument, load_model
@@ -256,11 +256,14 @@ def test_items_run_only_on_machines_whose_labels_match() -> None:
     m1 = first(labelled)
     plain = replace(machine("w1", state=S.DEPLOY), material=None)
     gpu = replace(machine("w2", state=S.DEPLOY), labels={"gpu": "nvidia"})
-    assert [i.name for i in phase_run(labelled, plain, "deploy", [m1])] == ["join"]
-    assert [i.name for i in phase_run(labelled, gpu, "deploy", [m1])] == ["gpu-driver", "join"]
+    managers = deployed_managers([m1])
+    assert [i.name for i, _ in phase_run(labelled, plain, "deploy", managers)] == ["join"]
+    assert [i.name for i, _ in phase_run(labelled, gpu, "deploy", managers)] == ["gpu-driver",
+                                                                                  "join"]
     # The planner waits for the items that apply: the plain worker is done without the driver.
     done = replace(plain, applied=frozenset(i.fingerprint()
-                                            for i in phase_run(labelled, plain, "deploy", [m1])))
+                                            for i, _ in phase_run(labelled, plain, "deploy",
+                                                                  managers)))
     assert [d.to_state for d in plan(labelled, [m1, done]) if d.machine_id == done.id] == [S.READY]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from coordinator.api.views import rendering_view
 from coordinator.cli.events import parse_since
-from coordinator.cli.render import duration, item_header, rendering_lines, upgrade_plan_lines
+from coordinator.cli.formatting import duration, item_header, rendering_lines, upgrade_plan_lines
 from coordinator.domain.fleet import Fleet
 from coordinator.domain.model import MachineState
 from coordinator.domain.records import MachineCount

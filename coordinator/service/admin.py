@@ -23,7 +23,7 @@ from coordinator.domain.model import (
     needs_drain,
 )
 from coordinator.domain.records import Event, JoinToken, StoredCluster
-from coordinator.domain.reissue import reissued
+from coordinator.domain.reissue import reissue
 from coordinator.domain.retries import retried
 from coordinator.domain.tokens import new_reissue_token, token_hash
 from coordinator.service.access import Access
@@ -179,12 +179,12 @@ class Admin:
         be shown once), valid ttl seconds; its current credential is revoked at once."""
         secret = new_reissue_token(machine_id)
         async with self.writes.lock:
-            machine = await self.queries.machine_by_id(machine_id)
             now = self.clock()
-            updated, issued = reissued(machine, token_hash(secret), now + ttl, now)
-            await self.writes.commit([updated], [issued])
-        self.notifier.wake([machine.id])
-        return secret, updated
+            change = reissue(await self.queries.machine_by_id(machine_id), token_hash(secret),
+                             now + ttl, now)
+            await self.writes.apply(change)
+        self.writes.wake(change)
+        return secret, change.machines[0]
 
     async def delete_machine(self, machine_id: str, force: bool = False,
                              skip_reset: bool = False) -> Machine | None:

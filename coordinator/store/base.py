@@ -10,7 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from coordinator.domain.changes import Change
+from coordinator.domain.changes import Change, Retarget
 from coordinator.domain.clones import Holder
 from coordinator.domain.etags import Version
 from coordinator.domain.machinelist import MachineQuery
@@ -80,9 +80,6 @@ class Store(ABC):
 
     @abstractmethod
     async def list_clusters(self) -> list[StoredCluster]: ...
-
-    @abstractmethod
-    async def mark_cluster_deleting(self, name: str) -> None: ...
 
     @abstractmethod
     async def remove_cluster(self, name: str) -> None:
@@ -279,9 +276,9 @@ class Store(ABC):
         """The coordinator every agent is told to move to, as the JSON document set_move_target
         wrote; None when there is none."""
 
-    @abstractmethod
     async def set_move_target(self, doc: str | None) -> None:
-        """Replace the move target (None: clear it)."""
+        """Replace the move target (None: clear it): apply() of that change alone."""
+        await self.apply(Change(retarget=Retarget(doc)))
 
     # -- replicas -------------------------------------------------------------------
     def mutex(self) -> AbstractAsyncContextManager[Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from coordinator.domain.changes import Change, Retarget
+from coordinator.domain.changes import Change
 from coordinator.domain.clones import Holder
 from coordinator.domain.clusterapply import respecified
 from coordinator.domain.etags import Version, new_epoch
@@ -154,9 +154,6 @@ class PostgresStore(Store):
         return [with_outputs(c, [r for r in rows if r["cluster"] == c.spec.name], self.cipher)
                 for c in clusters]
 
-    async def mark_cluster_deleting(self, name: str) -> None:
-        await self.db.execute(SQL.mark_deleting, name)
-
     async def remove_cluster(self, name: str) -> None:
         async with self.db.transaction() as conn:
             check_removable(name, await conn.fetchval(SQL.count_cluster_machines, name))
@@ -227,9 +224,6 @@ class PostgresStore(Store):
 
     async def move_target(self) -> str | None:
         return await self.db.one(lambda row: str(row[0]), SQL.move_target)
-
-    async def set_move_target(self, doc: str | None) -> None:
-        await self.apply(Change(retarget=Retarget(doc)))
 
     async def removed_machine(self, machine_id: str) -> RemovedMachine | None:
         return await self.db.one(removed_machine_from_row, SQL.removed_machine, machine_id)

@@ -220,7 +220,6 @@ class Statements:
         self.clusters = "SELECT * FROM clusters ORDER BY name"
         self.respecify_cluster = sql("UPDATE clusters SET spec = $1, generation = generation + 1, "
                                      "updated_at = $2 WHERE name = $3")
-        self.mark_deleting = sql("UPDATE clusters SET deleting = TRUE WHERE name = $1")
         self.write_cluster = sql(  # a change's cluster, as the change decided it (codec.cluster_row)
             "INSERT INTO clusters (name, spec, generation, created_at, updated_at, deleting) "
             "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO UPDATE SET "

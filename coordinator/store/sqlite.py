@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from coordinator.domain.changes import Change, Retarget
+from coordinator.domain.changes import Change
 from coordinator.domain.clones import Holder
 from coordinator.domain.clusterapply import respecified
 from coordinator.domain.etags import Version, new_epoch
@@ -270,9 +270,6 @@ class SQLiteStore(Store):
         return [with_outputs(c, [r for r in rows if r["cluster"] == c.spec.name], self.cipher)
                 for c in clusters]
 
-    async def mark_cluster_deleting(self, name: str) -> None:
-        await self._execute(SQL.mark_deleting, (name,))
-
     async def remove_cluster(self, name: str) -> None:
         await self._run(self._remove_cluster, name)
 
@@ -350,9 +347,6 @@ class SQLiteStore(Store):
 
     async def move_target(self) -> str | None:
         return await self._one(lambda row: str(row[0]), SQL.move_target, ())
-
-    async def set_move_target(self, doc: str | None) -> None:
-        await self.apply(Change(retarget=Retarget(doc)))
 
     def _retarget(self, doc: str | None) -> None:
         if doc is None:

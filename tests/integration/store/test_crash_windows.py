@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from coordinator.service.coordinator import Coordinator
+from coordinator.service.pivots import copy_views
 from coordinator.store.base import Store, StoreError
 from coordinator.store.postgres import PostgresStore
 from coordinator.store.sqlite import SQLiteStore
@@ -118,3 +119,17 @@ async def test_a_cluster_is_marked_deleting_with_all_its_machines_leaving(
     after = await crashed_then_whole(coordinator, lambda: coordinator.admin.delete_cluster("edge"))
     assert [bool(row["deleting"]) for row in after["clusters"]] == [True]
     assert [row["state"] for row in after["machines"]] == ["Deleting"] * 3
+
+
+async def test_a_pivots_copy_is_refreshed_whole(coordinator: Coordinator) -> None:
+    """The old coordinator's read-only copy (pivots.copy_views): the target's specs and
+    machines written over it together."""
+    spec = cluster(worker=ONE_ITEM, release="3.0.0")
+    views = [{"id": m.id, "state": "Ready", "role": "worker", "labels": {"zone": "b"},
+              "release": "3.0.0", "responding": True, "last_seen": 9.0, "state_since": 8.0}
+             for m in await coordinator.store.list_machines()]
+    after = await crashed_then_whole(coordinator, lambda: copy_views(
+        coordinator.writes, [{"spec": spec.model_dump(mode="json", by_alias=True)}], views,
+        10.0))
+    assert [row["generation"] for row in after["clusters"]] == [2]
+    assert [row["state"] for row in after["machines"]] == ["Ready"] * 3

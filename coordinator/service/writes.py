@@ -53,8 +53,10 @@ class Writes:
     async def commit(self, machines: Sequence[Machine], events: Sequence[Event],
                      removed: Mapping[str, float] | None = None) -> None:
         """Write machines and events, and remove machines (id -> when): `apply` of that
-        change."""
-        await self.apply(Change(machines=machines, events=events, removed=removed or {}))
+        change, through Store.commit (the path group commits and loops are counted on)."""
+        await self.store.commit(machines, events, removed)
+        log_events(events)
+        self.mark(removed or {}, machines)
 
     async def record(self, events: Sequence[Event]) -> None:
         """Write events that change no machine."""

@@ -370,13 +370,13 @@ async def test_reports_sent_together_are_committed_together_and_each_answered_on
     ghost = {**setup, "name": "ghost"}
     store = env.store
     commits: list[int] = []
-    apply = store.apply
+    commit = store.commit
 
     async def counted(*args: Any, **kwargs: Any) -> Any:
         commits.append(1)
-        return await apply(*args, **kwargs)
+        return await commit(*args, **kwargs)
 
-    monkeypatch.setattr(store, "apply", counted)  # every write goes through it
+    monkeypatch.setattr(store, "commit", counted)
     queued: list[object] = []
     submit = GroupCommit.submit
 

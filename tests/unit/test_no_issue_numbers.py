@@ -13,7 +13,7 @@ ISSUE = re.compile(r"\bissues? #?\d+", re.IGNORECASE)
 # Files whose issue numbers other parts of the same work remove (the agent's side moves into
 # the wire contract; the move target becomes one transaction). Each must still name one, so
 # that the entry is dropped here once the file is clean.
-NOT_YET = {"coordinator/service/movetargets.py", "nodeagent/home.py", "nodeagent/retarget.py"}
+NOT_YET = {"nodeagent/home.py", "nodeagent/retarget.py"}
 
 
 def naming_issues(root: Path) -> set[str]:

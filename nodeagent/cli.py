@@ -185,9 +185,12 @@ def check_config(config_path: str, quiet: bool, output: str) -> None:
 
 def _as_run_takes_it(config: AgentConfig) -> dict[str, object]:
     """The document nodeagent/settings.py's DaemonSettings reads."""
+    from nodeagent.proxy import coordinator_endpoints
+
     return {"config": config.model_dump(mode="json"), "ca_hash": config.ca_hash,
-            "coordinator_endpoints": [dataclasses.asdict(endpoint) for endpoint
-                                      in config.coordinator_endpoints(os.environ)]}
+            "coordinator_endpoints": [
+                dataclasses.asdict(endpoint) for endpoint in coordinator_endpoints(
+                    config.coordinator.all_urls, config.proxy, os.environ)]}
 
 
 def _load_config(path: str | None, root: str = "/") -> AgentConfig:

@@ -36,6 +36,7 @@ from nodeagent.items.cache import NodeCache
 from nodeagent.items.runner import run_phase
 from nodeagent.journal import Journal, JournalError
 from nodeagent.protocol import Assignment, ItemReport
+from nodeagent.proxy import coordinator_endpoints
 from nodeagent.removal import JOURNAL_FILE
 from nodeagent.validation import problems_from
 
@@ -46,7 +47,7 @@ async def run_items(config: AgentConfig, root: Path, assignment: Assignment,
                 journal: Journal) -> bool:
     """Run the assignment's phase; True when every item is applied."""
     state_dir = Path(config.state_dir)
-    endpoints = config.coordinator_endpoints(os.environ)
+    endpoints = coordinator_endpoints(config.coordinator.all_urls, config.proxy, os.environ)
     client = CoordinatorClient(endpoints, timeout=config.coordinator.timeout * 5)
     home = load_home(state_dir)  # the coordinator moved (home.py): its place comes first
     if home is not None:

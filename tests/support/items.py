@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nodeagent.config import DEFAULT_CACHE_MAX_GIB
 from nodeagent.http_client import Body
-from nodeagent.items.cache import DEFAULT_MAX_GIB, NodeCache
+from nodeagent.items.cache import NodeCache
 from nodeagent.items.download import ArtifactSource
 from nodeagent.items.outcome import ItemOutcome
 from nodeagent.items.runner import apply_item, run_phase
@@ -56,7 +57,7 @@ def artifact_source(chunks: Sequence[bytes], asked: list[str] | None = None,
 
 def node_cache(root: Path) -> NodeCache:
     """The download cache of the node whose root is root: in a state dir beside it."""
-    return NodeCache(root.parent / "state" / "cache", int(DEFAULT_MAX_GIB * 2**30))
+    return NodeCache(root.parent / "state" / "cache", int(DEFAULT_CACHE_MAX_GIB * 2**30))
 
 
 async def apply(item: StateItem, root: Path, values: dict[str, str] | None = None,

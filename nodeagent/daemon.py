@@ -27,7 +27,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nodeagent import addresses, sdnotify, trust
+from nodeagent import sdnotify, trust
 from nodeagent.backoff import delay
 from nodeagent.children import EXIT_APPLIED, EXIT_GAVE_UP, AgentError, apply_phase, checked_output
 from nodeagent.client import Busy, CoordinatorClient, Document, Held, Rejected, Unreachable
@@ -44,13 +44,14 @@ from nodeagent.identity import (
     save_identity,
 )
 from nodeagent.kubeconfigs import KubeconfigWatch
-from nodeagent.logfmt import fields
 from nodeagent.prechecking import Prechecks
 from nodeagent.removal import forget_machine
 from nodeagent.reporter import Reporter
 from nodeagent.retarget import Retarget
 from nodeagent.settings import DaemonSettings, load_settings
 from nodeagent.statelock import lock_state_dir
+from nodeagent.wire import addresses
+from nodeagent.wire.logfmt import fields
 
 T = TypeVar("T")
 log = logging.getLogger("nodeagent")

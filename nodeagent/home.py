@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.atomic import atomic_write
-from nodeagent.endpoint import Endpoint
+from nodeagent.wire.endpoint import Endpoint
 
 HOME_FILE = "coordinator.json"  # in the state dir
 

@@ -6,8 +6,8 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
-from nodeagent.endpoint import Endpoint
-from nodeagent.protocol import ProxySettings
+from nodeagent.wire.endpoint import Endpoint
+from nodeagent.wire.protocol import ProxySettings
 
 
 def _env(environ: Mapping[str, str], name: str) -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from nodeagent.protocol import PrecheckReport, Status
+from nodeagent.wire.protocol import PrecheckReport, Status
 
 _MARK = {Status.PASS: "pass", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIP: "skip"}
 

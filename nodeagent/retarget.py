@@ -41,8 +41,8 @@ from nodeagent.home import (
     target_of,
 )
 from nodeagent.identity import Identity
-from nodeagent.logfmt import fields
 from nodeagent.settings import DaemonSettings
+from nodeagent.wire.logfmt import fields
 
 log = logging.getLogger("nodeagent")
 CHECK_FIRST, CHECK_CAP = 1.0, 30.0  # seconds between checks of a target not ready yet

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from nodeagent.children import AgentError, own_command
 from nodeagent.client import Document
-from nodeagent.endpoint import Endpoint
 from nodeagent.host import Host
+from nodeagent.wire.endpoint import Endpoint
 
 
 class BadConfig(AgentError):

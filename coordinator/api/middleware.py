@@ -30,8 +30,8 @@ from coordinator.domain.errors import (
 )
 from coordinator.domain.refusals import REQUEST
 from coordinator.metrics import record_request
-from nodeagent.logfmt import fields
-from nodeagent.validation import InvalidDocument
+from nodeagent.wire.logfmt import fields
+from nodeagent.wire.validation import InvalidDocument
 
 log = logging.getLogger("coordinator")
 ROUTE_INDEX = web.AppKey("route_index", dict)

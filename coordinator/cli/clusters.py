@@ -21,7 +21,7 @@ from coordinator.cli.plumbing import (
     yes_option,
 )
 from coordinator.cli.render import clusters_lines, rendering_lines
-from nodeagent.contract import PHASES
+from nodeagent.wire.contract import PHASES
 
 
 @click.group()

@@ -26,7 +26,7 @@ from pathlib import Path
 from coordinator.domain.artifact_links import ArtifactLinks
 from coordinator.server.artifact_port import ArtifactPort
 from coordinator.server.listener import ConnectionLimits, listening_sockets, raise_descriptor_limit
-from nodeagent import logfmt
+from nodeagent.wire import logfmt
 
 NICE = 10  # the API's event loop (nice 0) comes first when the CPU is short
 STOP_SECONDS = 5.0

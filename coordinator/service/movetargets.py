@@ -16,8 +16,8 @@ from dataclasses import replace
 from coordinator.domain.pivot import target_problems
 from coordinator.service.notifier import Notifier
 from coordinator.service.writes import Writes
-from nodeagent.protocol import MoveTarget
-from nodeagent.validation import InvalidDocument
+from nodeagent.wire.protocol import MoveTarget
+from nodeagent.wire.validation import InvalidDocument
 
 log = logging.getLogger("coordinator.service.movetargets")
 

@@ -9,14 +9,14 @@ from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from nodeagent.config import DEFAULT_CACHE_MAX_GIB
 from nodeagent.http_client import Body
 from nodeagent.items.cache import NodeCache
 from nodeagent.items.download import ArtifactSource
 from nodeagent.items.outcome import ItemOutcome
 from nodeagent.items.runner import apply_item, run_phase
 from nodeagent.journal import Journal
-from nodeagent.protocol import ItemReport, ProxySettings, RetryPolicy, StateItem
+from nodeagent.wire.config import DEFAULT_CACHE_MAX_GIB
+from nodeagent.wire.protocol import ItemReport, ProxySettings, RetryPolicy, StateItem
 
 PYTHON = sys.executable
 VALUES = {"cluster.name": "edge-1", "machine.hostname": "node-a", "machine.ip": "10.0.0.5"}

@@ -61,7 +61,7 @@ WRONG_IMPORTS = {
     "domain imports aiohttp": WrongImport("coordinator/domain/ratelimit.py", "import aiohttp", PURE_DOMAIN),
     "domain imports asyncio": WrongImport("coordinator/domain/records.py", "import asyncio", PURE_DOMAIN),
     "the daemon imports yaml": WrongImport("nodeagent/daemon.py", "import yaml", LEAN_DAEMON),
-    "the daemon pulls pydantic in": WrongImport("nodeagent/daemon.py", "import nodeagent.protocol",
+    "the daemon pulls pydantic in": WrongImport("nodeagent/daemon.py", "import nodeagent.wire.protocol",
                                                 LEAN_DAEMON),
     "a cycle inside the domain": WrongImport("coordinator/domain/model.py",
                                              "import coordinator.domain.status", ACYCLIC),

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from nodeagent.validation import InvalidDocument, Problem, format_path, load_model
+from nodeagent.wire.validation import InvalidDocument, Problem, format_path, load_model
 
 
 class Item(BaseModel):

@@ -11,8 +11,8 @@ import pytest
 from coordinator.domain.model import ClusterSpec
 from coordinator.domain.specs import load_spec
 from coordinator.domain.templating import template_problems, template_values
-from nodeagent.templates import render
-from nodeagent.validation import InvalidDocument
+from nodeagent.wire.templates import render
+from nodeagent.wire.validation import InvalidDocument
 from tests.support.builders import cluster, machine, node_facts
 
 

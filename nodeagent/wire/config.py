@@ -10,10 +10,10 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from nodeagent import joinstring
-from nodeagent.contract import Role
-from nodeagent.protocol import NtpSettings, ProxySettings
-from nodeagent.validation import InvalidDocument, Problem, load_model
+from nodeagent.wire import joinstring
+from nodeagent.wire.contract import Role
+from nodeagent.wire.protocol import NtpSettings, ProxySettings
+from nodeagent.wire.validation import InvalidDocument, Problem, load_model
 
 DEFAULT_CONFIG_PATH = "/etc/nodeagent/config.yaml"
 DEFAULT_CACHE_MAX_GIB = 4.0

@@ -100,7 +100,7 @@ def precheck(config_path: str | None, root: str, role: str | None, ignores: tupl
     if output == "json":
         click.echo(report.to_json())
     else:
-        from nodeagent.render import precheck_table
+        from nodeagent.prechecktable import precheck_table
 
         click.echo(precheck_table(report))
     sys.exit(EXIT_OK if report.ok else EXIT_CHECK_FAILED)

@@ -1,4 +1,4 @@
-"""The agent follows its coordinator when it moves (a pivot, issue 22), told through its own
+"""The agent follows its coordinator when it moves (a pivot), told through its own
 assignment, never over SSH: when the assignment names a target elsewhere, the agent
 
 1. refuses a target that is not https on every URL or names no CA pin (its credential would

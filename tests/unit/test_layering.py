@@ -58,7 +58,7 @@ WRONG_IMPORTS = {
     "domain imports the service": WrongImport("coordinator/domain/errors.py",
                                               "import coordinator.service", LAYERS),
     "a new module outside every layer": WrongImport("coordinator/stray.py", "import json", LAYERS),
-    "the agent imports the coordinator": WrongImport("nodeagent/render.py",
+    "the agent imports the coordinator": WrongImport("nodeagent/prechecktable.py",
                                                      "import coordinator.domain", AGENT_BELOW),
     "the service imports the agent's client": WrongImport("coordinator/service/agents.py",
                                                           "import nodeagent.client", WIRE_ONLY),

@@ -1,4 +1,4 @@
-"""Human-readable rendering of reports for the terminal."""
+"""A precheck report as a table for the terminal (`nodeagent precheck`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from nodeagent.render import precheck_table
+from nodeagent.prechecktable import precheck_table
 from nodeagent.wire.protocol import CheckResult, PrecheckReport, Severity, Status, Summary
 
 

@@ -80,7 +80,7 @@ async def apply_from_stdin(config: AgentConfig, root: Path) -> int:
         assignment = Assignment.model_validate_json(await stdin.readline())
         journal = Journal(Path(config.state_dir) / JOURNAL_FILE, assignment.machine_id)
     except ValidationError as exc:  # each problem's place and kind, never its value: a secret
-        problems = "; ".join(problem.render() for problem in problems_from(exc))
+        problems = "; ".join(problem.text() for problem in problems_from(exc))
         print(f"error: bad assignment on stdin: {problems}", file=sys.stderr)
         return EXIT_CANNOT_APPLY
     except JournalError as exc:

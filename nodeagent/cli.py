@@ -184,7 +184,7 @@ def check_config(config_path: str, quiet: bool, output: str) -> None:
 
 
 def _as_run_takes_it(config: AgentConfig) -> dict[str, object]:
-    """The document nodeagent/settings.py's DaemonSettings reads."""
+    """The document the daemon's DaemonSettings (nodeagent/children.py) is read from."""
     from nodeagent.proxy import coordinator_endpoints
 
     return {"config": config.model_dump(mode="json"), "ca_hash": config.ca_hash,
@@ -226,10 +226,9 @@ def run(config_path: str, root: str, log_level: str) -> None:
     Exits 1 on an error retrying cannot fix, 2 on a bad config, 3 once its machine was deleted
     from the cluster (started again, it registers a new machine).
     """
-    from nodeagent.children import AgentError
+    from nodeagent.children import AgentError, BadConfig
     from nodeagent.daemon import MachineRemoved, run_agent
     from nodeagent.host import Host
-    from nodeagent.settings import BadConfig
     from nodeagent.wire import logfmt
 
     logfmt.configure(log_level)

@@ -27,6 +27,7 @@ from typing import Any
 
 from nodeagent import trust
 from nodeagent.backoff import delay
+from nodeagent.children import DaemonSettings
 from nodeagent.client import CoordinatorClient, Held, Rejected, Unreachable
 from nodeagent.home import (
     Home,
@@ -41,7 +42,6 @@ from nodeagent.home import (
     target_of,
 )
 from nodeagent.identity import Identity
-from nodeagent.settings import DaemonSettings
 from nodeagent.wire.logfmt import fields
 
 log = logging.getLogger("nodeagent")

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nodeagent.children import DaemonSettings
 from nodeagent.daemon import Agent
 from nodeagent.host import CommandResult, Host
 from nodeagent.identity import IDENTITY_FILE, Identity, save_identity
-from nodeagent.settings import DaemonSettings
 from nodeagent.wire.endpoint import Endpoint
 
 # The argv prefix that runs this file (its path and the plan's follow) as `__main__`.

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from nodeagent.children import DaemonSettings
 from nodeagent.cli import main
-from nodeagent.settings import DaemonSettings
 from nodeagent.wire import joinstring
 from nodeagent.wire.endpoint import Endpoint
 

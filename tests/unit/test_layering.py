@@ -72,6 +72,8 @@ WRONG_IMPORTS = {
     "the daemon imports yaml": WrongImport("nodeagent/daemon.py", "import yaml", LEAN_DAEMON),
     "the daemon pulls pydantic in": WrongImport("nodeagent/daemon.py", "import nodeagent.wire.protocol",
                                                 LEAN_DAEMON),
+    "the wire package's __init__ pulls pydantic in": WrongImport(
+        "nodeagent/wire/__init__.py", "import nodeagent.wire.protocol", LEAN_DAEMON),
     "a cycle inside the domain": WrongImport("coordinator/domain/model.py",
                                              "import coordinator.domain.status", ACYCLIC),
 }

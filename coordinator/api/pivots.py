@@ -15,7 +15,7 @@ from coordinator.api.context import DATA_DIR, PRESENTATION, body, service
 from coordinator.domain import pivot as pv
 from coordinator.domain.errors import Conflict
 from coordinator.service.pivots import receive_pivot
-from nodeagent.validation import InvalidDocument, Problem
+from nodeagent.wire.validation import InvalidDocument, Problem
 
 # A pivot's archive is read past the API's usual body limit, into a file: what it unpacks to
 # is bounded apart (domain/archive.py's MAX_UNPACKED).

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from coordinator.domain.changes import Change, Retarget, bumped
 from coordinator.domain.model import Machine
 from coordinator.domain.pivot import target_problems
-from nodeagent.protocol import MoveTarget
-from nodeagent.validation import InvalidDocument
+from nodeagent.wire.protocol import MoveTarget
+from nodeagent.wire.validation import InvalidDocument
 
 
 def announced(before: MoveTarget | None, urls: list[str], ca_pin: str | None,

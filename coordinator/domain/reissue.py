@@ -15,7 +15,7 @@ from coordinator.domain.model import Machine, same_hostname
 from coordinator.domain.records import Event
 from coordinator.domain.registration import Credential
 from coordinator.domain.tokens import same_token
-from nodeagent.protocol import RegisterRequest
+from nodeagent.wire.protocol import RegisterRequest
 
 
 def reissued(machine: Machine, hashed: str, expires_at: float,

@@ -31,7 +31,7 @@ from coordinator.service.drainer import Drainer
 from coordinator.service.notifier import Notifier
 from coordinator.service.queries import Queries
 from coordinator.service.writes import Writes
-from nodeagent.contract import Role
+from nodeagent.wire.contract import Role
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from coordinator.domain.movetarget import announced, withdrawn
 from coordinator.service.writes import Writes
-from nodeagent.protocol import MoveTarget
+from nodeagent.wire.protocol import MoveTarget
 
 log = logging.getLogger("coordinator.service.movetargets")
 

@@ -33,8 +33,8 @@ from coordinator.service.writes import Writes
 from coordinator.store.base import Store, StoreError
 from coordinator.store.cipher import Cipher, SecretsKeyError, key_from_text
 from coordinator.store.codec import resealed_doc, resealed_output
-from nodeagent.logfmt import fields
-from nodeagent.validation import InvalidDocument, Problem
+from nodeagent.wire.logfmt import fields
+from nodeagent.wire.validation import InvalidDocument, Problem
 
 log = logging.getLogger("coordinator")
 FILE_NAME = "pivot.json"

@@ -26,7 +26,7 @@ from coordinator.domain.planner import enact, plan, plan_to_fixpoint, upgrade_pl
 from coordinator.domain.records import ClusterOutput
 from coordinator.domain.releases import baseline, first_only_notes, next_upgrader, to_run
 from coordinator.domain.rendering import render_cluster
-from nodeagent.protocol import StateItem
+from nodeagent.wire.protocol import StateItem
 from tests.support.builders import machine, moves
 
 READY, UPGRADE, DELETING = MachineState.READY, MachineState.UPGRADE, MachineState.DELETING

@@ -12,7 +12,7 @@ from coordinator.domain.clusterapply import applying, pausing
 from coordinator.domain.errors import Conflict
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
 from coordinator.domain.records import StoredCluster
-from nodeagent.validation import InvalidDocument
+from nodeagent.wire.validation import InvalidDocument
 from tests.support.builders import cluster, item, machine
 
 NOW = 500.0

@@ -10,8 +10,8 @@ import pytest
 
 from coordinator.domain.changes import Retarget
 from coordinator.domain.movetarget import announced, withdrawn
-from nodeagent.protocol import MoveTarget
-from nodeagent.validation import InvalidDocument
+from nodeagent.wire.protocol import MoveTarget
+from nodeagent.wire.validation import InvalidDocument
 from tests.support.builders import machine
 
 PIN = "sha256:" + "b" * 64

@@ -12,7 +12,7 @@ from coordinator.domain.errors import Forbidden
 from coordinator.domain.model import MachineState
 from coordinator.domain.reissue import reissue, rejoin_refusal
 from coordinator.domain.tokens import new_reissue_token, reissued_machine, token_hash
-from nodeagent.redact import MASK, redact
+from nodeagent.wire.redact import MASK, redact
 from tests.support.builders import machine
 
 

@@ -32,6 +32,7 @@ from tests.support.driver import Registered
 from tests.support.harness import COORDINATOR, ServedCoordinator, running_coordinator
 from tests.support.ports import free_port
 from tests.support.stalls import answer_through_a_stall
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -172,10 +173,7 @@ def test_a_killed_coordinator_leaves_nothing_on_the_port_and_comes_back(
         agent = served.register("downloader")
         assert not refused(port)
         served.stop(crash=True)
-        deadline = time.monotonic() + 10
-        while not refused(port):
-            assert time.monotonic() < deadline, "the artifact port outlived its coordinator"
-            time.sleep(0.1)
+        wait_until(lambda: refused(port), message="the artifact port gone with its coordinator")
         served.start()
         assert fetch(served.ca_file, port, link(served, agent), {})[2] == PAYLOAD
 
@@ -193,14 +191,10 @@ def artifact_process(served: ServedCoordinator) -> int:
 def test_a_killed_artifact_process_is_started_again(served: ServedCoordinator,
                                                      agent: Registered, port: int) -> None:
     os.kill(artifact_process(served), signal.SIGKILL)
-    deadline = time.monotonic() + 15
-    while True:  # connections made meanwhile wait in the listen queue for the new one
-        try:
-            assert fetch(served.ca_file, port, link(served, agent), {})[2] == PAYLOAD
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "the artifact port did not come back"
-            time.sleep(0.2)
+    # connections made meanwhile wait in the listen queue for the new one
+    body = wait_until(lambda: fetch(served.ca_file, port, link(served, agent), {})[2], 15,
+                      "the artifact port back", interval=0.2, ignoring=(OSError,))
+    assert body == PAYLOAD
     assert "the artifact port's process exited" in served.log.read_text()
 
 

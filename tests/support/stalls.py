@@ -33,9 +33,12 @@ def stalled(pid: int, seconds: float) -> Iterator[None]:
     there, its wait for events ends with none (EINTR, the timeout past) and its timers run
     before it reads (stopped while it runs, it would look for events first). Entry waits until
     it is stopped (bytes sent before would wake it), leaving until it runs again."""
-    wait_until(lambda: states(pid) == {"S"}, message=f"process {pid} idle", interval=0.001)
+    gone = (FileNotFoundError, ProcessLookupError)  # a thread that ended as it was looked at
+    wait_until(lambda: states(pid) == {"S"}, message=f"process {pid} idle", interval=0.001,
+               ignoring=gone)
     os.kill(pid, signal.SIGSTOP)
-    wait_until(lambda: states(pid) == {"T"}, message=f"process {pid} stopped", interval=0.001)
+    wait_until(lambda: states(pid) == {"T"}, message=f"process {pid} stopped", interval=0.001,
+               ignoring=gone)
     resume = threading.Timer(seconds, os.kill, (pid, signal.SIGCONT))
     resume.start()
     try:

@@ -77,6 +77,11 @@ def parse_store(location: str | None) -> str | None:
               type=click.FloatRange(min=0.1),
               help="Seconds a new connection has for its TLS handshake and first request's "
                    "headers before it is closed.")
+@click.option("--idle-timeout", default=75.0, show_default=True,
+              type=click.FloatRange(min=0.1),
+              help="Seconds a kept-alive connection may wait idle, or for its next request's "
+                   "headers, after its last answer before it is closed (keep it above the "
+                   "agents' own 60 s).")
 @click.option("--body-timeout", default=30.0, show_default=True,
               type=click.FloatRange(min=0.1),
               help="Seconds a request's body has from the end of its headers, and a second "
@@ -101,7 +106,7 @@ def parse_store(location: str | None) -> str | None:
 def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
           artifacts: str | None, insecure_http: bool, credential_ttl: str,
           register_rate: float, register_rate_total: float, connections_per_address: int,
-          header_timeout: float, body_timeout: float, gc_interval: float,
+          header_timeout: float, idle_timeout: float, body_timeout: float, gc_interval: float,
           metrics_token_file: str | None, event_retention: str, event_max: int,
           pivot_refresh: float, artifact_port: int | None) -> None:
     """Run the coordinator: HTTPS API plus the reconcile loop, on the embedded SQLite store or
@@ -119,6 +124,7 @@ def serve(data_dir: str, listen: str, advertise_url: str | None, store: str | No
         store=parse_store(store), gc_interval=gc_interval,
         connections=ConnectionLimits(per_address=connections_per_address,
                                      header_seconds=header_timeout,
+                                     idle_seconds=idle_timeout,
                                      body_seconds=body_timeout),
         metrics_token_file=Path(metrics_token_file) if metrics_token_file else None,
         retention=Retention(max_age_seconds=retention_seconds(event_retention),

@@ -125,9 +125,15 @@ class ArtifactPort:
                     self._advance(key.data)
 
     def _expire(self, now: float) -> float:
-        """Close the connections past their deadline; seconds until the next one's."""
+        """Close the connections past their deadline; seconds until the next one's. What a
+        connection's client sent by now counts, read or not: back from a stall of this
+        process (SIGSTOP, a loaded machine), select() returns nothing once its timeout has
+        passed, so a request that came during the stall waits unread here; it is read
+        before the deadline judges."""
         while self.arriving and (self.arriving[0].done or self.arriving[0].deadline <= now):
             late = self.arriving.popleft()
+            if not late.done:
+                self._advance(late)
             if not late.done:  # logged first: the log has it once the client sees the close
                 self._refused(late.client, too_slow(self.limits.header_seconds))
                 self._close(late)

@@ -19,7 +19,7 @@ decides at once, knowing the peer (asyncio's `sock_accept` and `connect_accepted
   headers gains no more than that;
 - later requests on a kept-alive connection: aiohttp's keepalive_timeout (`idle_seconds`)
   closes a connection idle, or whose next request's headers are not complete, that long after
-  its last answer.
+  its last answer; unread bytes hold it off as they hold off the first request's deadline.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from coordinator.domain.connections import BODY_SECONDS, ConnectionCounts, client_of, too_slow
 
@@ -142,10 +143,8 @@ class _Guarded(asyncio.Protocol):
     def _expire(self) -> None:
         self.timer = None
         loop = asyncio.get_running_loop()
-        if self.grace is None:
-            self.grace = loop.time() + UNREAD_GRACE_SECONDS
-        if unread(self.connection) and loop.time() < self.grace:
-            # the client was on time; the loop, back from a stall, has yet to read it
+        self.grace = held_off(self.connection, self.grace, loop.time())
+        if self.grace is not None:  # the client was on time; the loop has yet to read it
             self.timer = loop.call_later(UNREAD_RECHECK_SECONDS, self._expire)
             return
         if self.client is not None:  # logged first: the log has it once the client sees
@@ -155,6 +154,40 @@ class _Guarded(asyncio.Protocol):
         else:  # still in its TLS handshake, which now fails (_open closes the socket)
             with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
+
+
+class _KeptAlive(RequestHandler):
+    """aiohttp's handler for one connection, its keep-alive deadline (a kept-alive connection
+    idle, or its next request's headers not complete, `idle_seconds` after its last answer)
+    held off by unread bytes as the first request's deadline is: aiohttp's timer closed a
+    connection whose next request came in time, during a stall, unanswered."""
+
+    __slots__ = ("connection", "grace")
+
+    def __init__(self, server: web.Server, connection: socket.socket) -> None:
+        # as server() makes its handlers, with the runner's settings (keepalive_timeout...)
+        super().__init__(server, loop=asyncio.get_running_loop(), **server._kwargs)
+        self.connection = connection
+        self.grace: float | None = None  # until when unread bytes hold the deadline off
+
+    def _process_keepalive(self) -> None:  # aiohttp's keep-alive timer
+        loop = asyncio.get_running_loop()
+        self.grace = held_off(self.connection, self.grace, loop.time())
+        if self.grace is not None:
+            self._keepalive_handle = loop.call_later(UNREAD_RECHECK_SECONDS,
+                                                     self._process_keepalive)
+            return
+        super()._process_keepalive()
+
+
+def held_off(connection: socket.socket, grace: float | None, now: float) -> float | None:
+    """At a deadline of connection's: until when bytes its client sent, still unread, hold the
+    deadline off (the event loop runs its timers before it reads: back from a stall, it would
+    otherwise judge a client that was on time by what it has yet to read), counted from the
+    deadline's first look (grace: None then, after it what this returned) for
+    UNREAD_GRACE_SECONDS at most; None once the deadline holds."""
+    until = now + UNREAD_GRACE_SECONDS if grace is None else grace
+    return until if now < until and unread(connection) else None
 
 
 def unread(connection: socket.socket) -> bool:
@@ -242,7 +275,7 @@ class GuardedSite(web.BaseSite):
         closes, however it ends."""
         server = self._runner.server
         assert server is not None
-        guarded = _Guarded(server(), deadline, self, client, connection)
+        guarded = _Guarded(_KeptAlive(server, connection), deadline, self, client, connection)
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
                 lambda: guarded, connection, ssl=self._ssl_context,

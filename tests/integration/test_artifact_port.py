@@ -31,6 +31,8 @@ from tests.integration.test_connection_limits import held, still_open
 from tests.support.driver import Registered
 from tests.support.harness import COORDINATOR, ServedCoordinator, running_coordinator
 from tests.support.ports import free_port
+from tests.support.stalls import answer_through_a_stall
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -171,30 +173,28 @@ def test_a_killed_coordinator_leaves_nothing_on_the_port_and_comes_back(
         agent = served.register("downloader")
         assert not refused(port)
         served.stop(crash=True)
-        deadline = time.monotonic() + 10
-        while not refused(port):
-            assert time.monotonic() < deadline, "the artifact port outlived its coordinator"
-            time.sleep(0.1)
+        wait_until(lambda: refused(port), message="the artifact port gone with its coordinator")
         served.start()
         assert fetch(served.ca_file, port, link(served, agent), {})[2] == PAYLOAD
 
 
-def test_a_killed_artifact_process_is_started_again(served: ServedCoordinator,
-                                                     agent: Registered, port: int) -> None:
+def artifact_process(served: ServedCoordinator) -> int:
+    """The pid of the process serving served's artifact port."""
     children = [pid for task in Path(f"/proc/{served.pid}/task").iterdir()
                 for pid in (task / "children").read_text().split()]
     serving = [pid for pid in children
                if b"serve-artifacts" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     assert len(serving) == 1
-    os.kill(int(serving[0]), signal.SIGKILL)
-    deadline = time.monotonic() + 15
-    while True:  # connections made meanwhile wait in the listen queue for the new one
-        try:
-            assert fetch(served.ca_file, port, link(served, agent), {})[2] == PAYLOAD
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "the artifact port did not come back"
-            time.sleep(0.2)
+    return int(serving[0])
+
+
+def test_a_killed_artifact_process_is_started_again(served: ServedCoordinator,
+                                                     agent: Registered, port: int) -> None:
+    os.kill(artifact_process(served), signal.SIGKILL)
+    # connections made meanwhile wait in the listen queue for the new one
+    body = wait_until(lambda: fetch(served.ca_file, port, link(served, agent), {})[2], 15,
+                      "the artifact port back", interval=0.2, ignoring=(OSError,))
+    assert body == PAYLOAD
     assert "the artifact port's process exited" in served.log.read_text()
 
 
@@ -211,6 +211,23 @@ def test_a_connection_that_never_asks_is_dropped_after_the_header_timeout(
     (refused,) = lines(served, event="refused", what="connection", source="127.0.0.1")
     assert refused["msg"] == \
         "connection refused (0): no TLS handshake and request headers within 1 s"
+
+
+def test_a_request_sent_in_time_is_answered_though_the_port_stalled_past_the_deadline(
+        tmp_path: Path) -> None:
+    """As on the API's port (test_connection_limits.py): back from a stall of its process
+    (SIGSTOP here, a loaded machine in life) the port closed the connection of a request that
+    had come in time, unanswered."""
+    port = free_port()
+    with running_coordinator(tmp_path, serve_args=["--artifact-port", str(port),
+                                                   "--header-timeout", "1"]) as served:
+        (served.data / "artifacts" / "bundle.bin").write_bytes(PAYLOAD)
+        request = f"GET {link(served, served.register('downloader'))} HTTP/1.1\r\n" \
+            "Host: coordinator\r\n\r\n"
+        for phase in ("handshake", "headers"):
+            answer = answer_through_a_stall(served.ca_file, port, artifact_process(served), 2,
+                                            request.encode(), phase)
+            assert answer.startswith(b"HTTP/1.1 200 OK"), phase
 
 
 def test_a_replica_with_the_same_secrets_key_honours_anothers_links(

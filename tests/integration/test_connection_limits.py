@@ -8,15 +8,12 @@ plays other hosts from 127.0.0.x source addresses on loopback."""
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
+import select
 import socket
 import ssl
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
@@ -24,6 +21,8 @@ from coordinator.cli.client import AdminClient
 from coordinator.server.listener import ConnectionLimits
 from tests.integration.api.test_coordinator_log import lines
 from tests.support.harness import ServedCoordinator, running_coordinator
+from tests.support.stalls import answer_through_a_stall
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +30,7 @@ LIMIT = 400  # descriptors the coordinator may open (soft and hard)
 SHARE = 100  # connections one address may hold
 HEADER_SECONDS = 2.0
 BODY_SECONDS = 1.0
-T = TypeVar("T")
+IDLE_SECONDS = 1.0
 
 
 @pytest.fixture
@@ -41,6 +40,14 @@ def served(tmp_path: Path) -> Iterator[ServedCoordinator]:
             serve_args=("--connections-per-address", str(SHARE),
                         "--header-timeout", str(HEADER_SECONDS),
                         "--body-timeout", str(BODY_SECONDS))) as coordinator:
+        yield coordinator
+
+
+@pytest.fixture
+def idle(tmp_path: Path) -> Iterator[ServedCoordinator]:
+    """A coordinator that closes kept-alive connections idle for IDLE_SECONDS."""
+    with running_coordinator(tmp_path, cluster=None,
+                             serve_args=("--idle-timeout", str(IDLE_SECONDS))) as coordinator:
         yield coordinator
 
 
@@ -59,17 +66,13 @@ def held(port: int, count: int, source: str) -> Iterator[list[socket.socket]]:
 
 
 def still_open(sockets: list[socket.socket]) -> int:
-    """How many of sockets the server has not closed."""
-    open_ = 0
+    """How many of sockets the server has not closed (nor sent a byte on), all looked at
+    at once: one at a time, hundreds took longer than the header deadline, which then closed
+    more of them."""
+    poller = select.poll()
     for sock in sockets:
-        sock.settimeout(0.01)
-        try:
-            open_ += sock.recv(1) != b""
-        except TimeoutError:
-            open_ += 1
-        except ConnectionError:
-            pass
-    return open_
+        poller.register(sock, select.POLLIN)
+    return len(sockets) - len(poller.poll(0))
 
 
 def admin_latencies(served: ServedCoordinator, count: int) -> list[float]:
@@ -87,7 +90,8 @@ def admin_latencies(served: ServedCoordinator, count: int) -> list[float]:
 def test_one_address_holds_its_share_and_others_are_still_served(
         served: ServedCoordinator) -> None:
     with held(served.port, 3 * SHARE, "127.0.0.2") as hostile:
-        time.sleep(0.5)
+        wait_until(lambda: still_open(hostile) <= SHARE, message="the connections past the "
+                   "share closed")
         assert still_open(hostile) == SHARE
         assert max(admin_latencies(served, 20)) < 1.0
     # The operator can tell: the first refusal logged at once, all of them counted in an
@@ -119,60 +123,14 @@ def test_a_connection_that_dawdles_over_its_headers_is_closed(served: ServedCoor
         assert time.monotonic() - started < 2 * HEADER_SECONDS
     # Logged as refusals are (at info, the first of an address each minute), as is a
     # connection that never began its TLS handshake.
-    with held(served.port, 3, "127.0.0.5"):
-        time.sleep(HEADER_SECONDS + 0.5)
+    with held(served.port, 3, "127.0.0.5") as silent:
+        wait_until(lambda: still_open(silent) == 0, 2 * HEADER_SECONDS,
+                   "the idle connections closed")
     for source in ("127.0.0.3", "127.0.0.5"):
         (refused,) = lines(served, event="refused", what="connection", source=source)
         assert refused["level"] == "info"
         assert refused["msg"] == "connection refused (0): no TLS handshake and request " \
             f"headers within {HEADER_SECONDS:g} s"
-
-
-@contextlib.contextmanager
-def stalled(served: ServedCoordinator, seconds: float) -> Iterator[None]:
-    """The coordinator stopped (SIGSTOP) for seconds from entry, as a loaded machine or a busy
-    event loop stalls it; leaving waits until it runs again."""
-    os.kill(served.pid, signal.SIGSTOP)
-    resume = threading.Timer(seconds, os.kill, (served.pid, signal.SIGCONT))
-    resume.start()
-    try:
-        yield
-    finally:
-        resume.join()
-
-
-def answer_through_a_stall(served: ServedCoordinator, phase: str) -> bytes:
-    """The first bytes of the answer to a GET /metrics sent at once, as the coordinator stalls
-    past its header deadline; b"" if it closed the connection instead. phase "handshake": the
-    stall begins before it read the client's last handshake flight (TLS 1.3: the client is
-    done, the server is not); "headers": once it completed the handshake (it sent its session
-    tickets)."""
-    context = ssl.create_default_context(cafile=str(served.ca_file))
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
-    with socket.create_connection(("127.0.0.1", served.port), timeout=10) as raw:
-
-        def until_done(action: Callable[[], T]) -> T:
-            while True:
-                try:
-                    return action()
-                except ssl.SSLWantReadError:
-                    raw.sendall(outgoing.read())
-                    if not (data := raw.recv(65536)):
-                        incoming.write_eof()
-                    incoming.write(data)
-
-        until_done(tls.do_handshake)
-        if phase == "headers":
-            raw.sendall(outgoing.read())
-            incoming.write(raw.recv(65536))  # the session tickets
-        with stalled(served, HEADER_SECONDS + 1):
-            tls.write(b"GET /metrics HTTP/1.1\r\nHost: coordinator\r\nConnection: close\r\n\r\n")
-            raw.sendall(outgoing.read())
-        try:
-            return until_done(lambda: tls.read(64))
-        except (ssl.SSLError, ConnectionError):
-            return b""
 
 
 def test_a_request_sent_in_time_is_answered_though_the_coordinator_stalled_past_the_deadline(
@@ -182,7 +140,23 @@ def test_a_request_sent_in_time_is_answered_though_the_coordinator_stalled_past_
     in time, without a word (a Prometheus scrape on a loaded machine saw "Remote end closed
     connection without response")."""
     for phase in ("handshake", "headers"):
-        assert answer_through_a_stall(served, phase).startswith(b"HTTP/1.1 200 OK"), phase
+        assert answered_through_a_stall(served, HEADER_SECONDS + 1, phase), phase
+
+
+def test_a_kept_alive_connections_next_request_sent_in_time_is_answered_after_a_stall(
+        idle: ServedCoordinator) -> None:
+    """The same for a kept-alive connection's next request, sent as the coordinator stalls
+    past the keep-alive deadline: aiohttp's timer closed it unanswered."""
+    assert answered_through_a_stall(idle, IDLE_SECONDS + 1, "keep-alive")
+
+
+def answered_through_a_stall(served: ServedCoordinator, seconds: float, phase: str) -> bool:
+    """Whether a GET /metrics sent at once, as the coordinator stalls for seconds, is
+    answered."""
+    return answer_through_a_stall(
+        served.ca_file, served.port, served.pid, seconds,
+        b"GET /metrics HTTP/1.1\r\nHost: coordinator\r\nConnection: close\r\n\r\n",
+        phase).startswith(b"HTTP/1.1 200 OK")
 
 
 def test_descriptors_are_kept_for_the_process_when_connections_fill_them(
@@ -192,8 +166,9 @@ def test_descriptors_are_kept_for_the_process_when_connections_fill_them(
     with contextlib.ExitStack() as stack:
         hostile = [s for index in range(2, 6)
                    for s in stack.enter_context(held(served.port, SHARE, f"127.0.2.{index}"))]
-        time.sleep(0.5)
         # refused before the process runs short: the reserve stays free
+        wait_until(lambda: still_open(hostile) <= LIMIT - ConnectionLimits().reserve,
+                   message="the connections past the limit closed")
         assert still_open(hostile) == LIMIT - ConnectionLimits().reserve
         log = served.log.read_text()
         assert "Too many open files" not in log

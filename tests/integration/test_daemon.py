@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -82,13 +83,16 @@ def test_heartbeats_over_https_reuse_the_agents_connections(tmp_path: Path) -> N
     agent keeps one for its heartbeats and one for its parked long-poll."""
     with running_coordinator(tmp_path, cluster(QUICK)) as coordinator, \
             agent_of(coordinator, tmp_path) as agent:
-        time.sleep(2)  # its first heartbeat and poll are under way
-        known = client_ports(coordinator)
-        time.sleep(5)  # five heartbeats, 1 s apart
-        assert client_ports(coordinator) - known == set()  # not a single new connection
         port = int(coordinator.url.rsplit(":", 1)[1])
-        held = [c for c in agent.net_connections("tcp4") if c.raddr and c.raddr.port == port]
-        assert len(held) == 2 and all(c.status == psutil.CONN_ESTABLISHED for c in held)
+
+        def held() -> list[Any]:
+            return [c for c in agent.net_connections("tcp4") if c.raddr and c.raddr.port == port]
+        # its first heartbeat and poll under way
+        wait_until(lambda: len(held()) == 2, message="the agent's two connections")
+        known = client_ports(coordinator)
+        time.sleep(5)  # five heartbeats, 1 s apart: time for new connections, were it to make any
+        assert client_ports(coordinator) - known == set()  # not a single new connection
+        assert len(held()) == 2 and all(c.status == psutil.CONN_ESTABLISHED for c in held())
         (machine,) = coordinator.admin.all_machines()
         assert machine["responding"] and time.time() - machine["last_seen"] < 2.5
 
@@ -171,7 +175,7 @@ def test_a_second_agent_on_a_state_dir_is_refused_and_a_killed_ones_is_not(
         try:
             wait_until(lambda: f"the agent (pid {first.pid}) that ran on" in
                        restarted.log.read_text(), 30, "the restarted agent to wait")
-            time.sleep(1)
+            time.sleep(1)  # time to run the item beside the old run, were it to
             assert restarted.process is not None and restarted.process.poll() is None
             assert runs.read_text().split() == [command]
             child.resume()  # it sees its daemon gone, stops the item and exits

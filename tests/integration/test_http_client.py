@@ -20,6 +20,7 @@ from nodeagent.client import CoordinatorClient, Rejected, Unreachable
 from nodeagent.wire.endpoint import Endpoint
 from tests.support.harness import running_coordinator
 from tests.support.ports import free_port
+from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.integration
 
@@ -37,6 +38,11 @@ class Recorder:
     @property
     def connections(self) -> int:
         return len(set(self.ports))
+
+
+def parked(server: Recorder) -> bool:
+    """Whether a request to /park reached server (where it waits for server.release)."""
+    return any(path == "/park" for _, path, _ in server.seen)
 
 
 async def _serve(handler: web.Handler, port: int | None = None,
@@ -142,7 +148,7 @@ async def test_a_parked_request_does_not_hold_up_shutdown(server: Recorder) -> N
 
     async def abandon() -> None:
         poll = asyncio.create_task(http_client.request("GET", server.url + "/park", timeout=60))
-        await asyncio.sleep(0.2)
+        await wait_until_async(lambda: parked(server), message="the poll parked")
         poll.cancel()
 
     def run_loop() -> float:
@@ -151,7 +157,7 @@ async def test_a_parked_request_does_not_hold_up_shutdown(server: Recorder) -> N
         return time.monotonic() - started
 
     assert await asyncio.to_thread(run_loop) < 5  # the server parks the poll for 30 s
-    assert any(path == "/park" for _, path, _ in server.seen)
+    assert parked(server)
 
 
 async def test_the_agent_client_moves_to_the_next_replica_when_one_does_not_answer(
@@ -201,7 +207,7 @@ async def test_consecutive_calls_reuse_one_connection_and_concurrent_ones_have_t
         assert (await http_client.request("POST", server.url + "/heartbeat")).status == 200
     assert server.connections == 1
     poll = asyncio.create_task(http_client.request("GET", server.url + "/park"))
-    await asyncio.sleep(0.2)
+    await wait_until_async(lambda: parked(server), message="the poll parked")
     for _ in range(2):
         assert (await http_client.request("POST", server.url + "/heartbeat")).status == 200
     server.release.set()

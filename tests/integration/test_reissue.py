@@ -100,7 +100,7 @@ def test_a_revoked_machine_rejoins_as_the_same_record_with_a_reissued_string(
         assert status == 401 and "was used at" in message, message
 
         expiring = token_of(reissue(coordinator, "--ttl", "1s"))
-        time.sleep(1.5)
+        time.sleep(1.5)  # past the token's 1 s
         status, message = refusal(coordinator, expiring, HOST)
         assert status == 401 and "expired" in message, message
         status, message = refusal(coordinator, token, HOST)  # the older one: replaced

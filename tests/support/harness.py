@@ -101,6 +101,12 @@ class InProcessCoordinator(AsyncDriver):
 
         await wait_until_async(settled, timeout, what, interval=0.05)
 
+    async def parked(self, *agents: Registered) -> None:
+        """Until each agent's assignment long-poll waits for its machine's next wake."""
+        await wait_until_async(
+            lambda: all(self.coordinator.notifier.waiting(a["machine_id"]) for a in agents),
+            message="the long-polls parked")
+
     @contextlib.asynccontextmanager
     async def background(self, tick: float = 1.0) -> AsyncIterator[None]:
         """The reconcile loop (once this replica leads) and the heartbeat writer running, as

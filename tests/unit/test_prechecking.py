@@ -16,6 +16,7 @@ from nodeagent.client import Document, Rejected
 from nodeagent.host import Host
 from nodeagent.identity import Identity
 from nodeagent.prechecking import Prechecks
+from tests.support.waiting import wait_until_async
 
 IDENTITY = Identity("m-1", "machine_secret")
 SETTINGS = DaemonSettings(endpoints=[], ca_file=None, ca_hash=None, timeout=1.0,
@@ -74,7 +75,7 @@ async def test_a_pending_machine_says_each_failure_and_each_recovery_until_it_is
     prechecks = Scripted([False, False, True, True, True, False, True, False, False], coordinator)
     prechecks.registered(IDENTITY, {"ok": False})
     await asyncio.wait_for(coordinator.refused.wait(), 5)
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # time for a ninth run, were it to run one
     # Passing runs after a passing report say nothing new; the machine was approved after the
     # fifth report: the eighth run's is refused, and it runs no more.
     assert coordinator.sent == [False, False, True, False, True]
@@ -99,17 +100,15 @@ async def test_after_prepare_the_checks_run_again_with_backoff_until_deploy() ->
     coordinator = Coordinator(approved_after=99)
     prechecks = Scripted([True, True, True, True], coordinator)
     prechecks.prepared(IDENTITY)
-    for _ in range(20):
-        await asyncio.sleep(0.01)
-        if coordinator.sent:
-            break
+    await wait_until_async(lambda: coordinator.sent, message="the first report")
     for _ in range(3):
         prechecks.assigned(IDENTITY, {"state": "Prepare"})
         prechecks.prepared(IDENTITY)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # time for a restarted run to report, were it restarted
     # it passed: the next runs wait their backoff, and say nothing new
     assert coordinator.sent == [True]
     assert prechecks.stages == [True] * prechecks.runs
     prechecks.assigned(IDENTITY, {"state": "Deploy"})  # admitted: the checks stop
-    await asyncio.sleep(0.01)
+    await wait_until_async(lambda: prechecks._rechecking is not None
+                           and prechecks._rechecking.done(), message="the checks stopped")
     assert prechecks._rechecking is not None and prechecks._rechecking.cancelled()

@@ -90,7 +90,7 @@ async def test_approval_moves_the_machine_to_prepare_and_wakes_its_long_poll(
     first = await env.assignment(agent)
     assert first["state"] == "Pending" and first["items"] == []
     waiting = asyncio.create_task(env.assignment(agent, after=first["generation"], wait=20))
-    await asyncio.sleep(0.05)
+    await env.parked(agent)
     assert not waiting.done()
     await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
     await env.coordinator.reconciler.reconcile_once()
@@ -277,7 +277,7 @@ async def test_a_long_poll_woken_by_a_pass_gets_what_a_fresh_read_gets(env: InPr
     before = {a["machine_id"]: await env.assignment(a) for a in (manager, worker)}
     polls = [asyncio.create_task(env.assignment(a, after=before[a["machine_id"]]["generation"],
                                                 wait=10)) for a in (manager, worker)]
-    await asyncio.sleep(0.1)  # both parked
+    await env.parked(manager, worker)
     await env.coordinator.reconciler.reconcile_once()
     woken = await asyncio.gather(*polls)
     assert [a["state"] for a in woken] == ["Ready", "Prepare"]

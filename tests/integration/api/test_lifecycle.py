@@ -51,7 +51,7 @@ async def test_the_agent_of_a_machine_deleted_after_its_reset_is_told_so_everywh
     parked = asyncio.create_task(env.client.get(
         f"/v1/agent/machines/{agent['machine_id']}/assignment"
         f"?after={deleting['generation']}&wait=20", headers=bearer(agent)))
-    await asyncio.sleep(0.05)
+    await env.parked(agent)
     env.clock.now += 60
     await env.report_all(agent)
     await env.coordinator.reconciler.reconcile_once()

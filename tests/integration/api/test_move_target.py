@@ -17,7 +17,7 @@ async def test_a_move_target_reaches_every_assignment_at_once_and_is_cleared(
     first = await env.assignment(agents[0])
     assert first["move_target"] is None
     parked = asyncio.ensure_future(env.assignment(agents[0], first["generation"], 20))
-    await asyncio.sleep(0.2)
+    await env.parked(agents[0])
     target = await env.call("PUT", "/v1/move-target", 200,
                             json={"url": "https://new.example:8443/", "caPin": PIN})
     woken = await asyncio.wait_for(parked, 5)  # not at the end of its 20 s
@@ -50,7 +50,7 @@ async def test_a_target_written_before_a_crash_is_announced_when_set_or_cleared_
                               (None, "DELETE", None)):
         current = await env.assignment(agent)
         parked = asyncio.ensure_future(env.assignment(agent, current["generation"], 20))
-        await asyncio.sleep(0.2)
+        await env.parked(agent)
         await env.store.set_move_target(doc and json.dumps(doc))  # the kill lands here
         await env.call(method, "/v1/move-target", 200, json=body)
         woken = await asyncio.wait_for(parked, 5)

@@ -189,8 +189,8 @@ def test_metrics_count_machines_items_api_latency_and_connected_agents(
     held = c.assignment(w1)["generation"]  # an agent ahead of it would be answered at once
     polling = threading.Thread(target=lambda: c.assignment(w1, after=held, wait=3), daemon=True)
     polling.start()
-    time.sleep(0.5)
-    assert metric(scrape(c), "nodeagent_agents_connected") == 1
+    wait_until(lambda: metric(scrape(c), "nodeagent_agents_connected") == 1,
+               message="the long-poll counted")
     polling.join(10)
     assert metric(scrape(c), "nodeagent_agents_connected") == 0
 

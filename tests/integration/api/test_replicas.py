@@ -55,7 +55,7 @@ async def test_a_change_through_one_replica_wakes_a_long_poll_parked_on_another(
     agent = await a.register("w1")
     before = (await b.assignment(agent))["generation"]
     poll = asyncio.create_task(b.assignment(agent, after=before, wait=20))
-    await asyncio.sleep(0.5)  # parked on b
+    await b.parked(agent)
     assert not poll.done()
     sent = time.monotonic()
     await a.call("PUT", "/v1/clusters", 200, data=API_CLUSTER.replace('"1.0"', '"1.1"'))

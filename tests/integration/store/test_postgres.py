@@ -217,7 +217,7 @@ async def test_a_mutex_left_while_the_store_closes_gives_its_connection_back(
     async def section() -> None:
         async with store.mutex():
             inside.set()
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # still inside as the store closes
 
     holder = asyncio.create_task(section())
     await inside.wait()
@@ -301,7 +301,7 @@ async def test_the_mutex_is_held_by_one_replica_at_a_time(
             order.append(f"{name} out")
 
     holder = asyncio.create_task(section(first, "first", 0.5))
-    await asyncio.sleep(0.1)
+    await wait_until_async(lambda: order == ["first in"], message="the first in the mutex")
     await section(second, "second", 0)
     await holder
     assert order == ["first in", "first out", "second in", "second out"]

@@ -185,7 +185,7 @@ async def test_an_export_while_commits_go_on_holds_whole_commits_only(store: Sto
     snapshots = []
     for _ in range(10):
         snapshots.append(await store.export())
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # a few writes between two snapshots
     writing = False
     written = await writer
     assert written > 10

@@ -3,11 +3,11 @@ agents, watchers and reconcile loop, in messages a NOTIFY payload can carry."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 from coordinator.service.notifier import Notifier, encode
 from coordinator.store.base import MAX_MESSAGE
+from tests.support.waiting import wait_until_async
 
 
 def test_many_wakes_are_split_into_messages_that_fit_and_carry_every_id() -> None:
@@ -33,7 +33,7 @@ async def test_wakes_changes_and_kicks_cross_to_another_replica_but_not_back() -
     agent, watcher = there.subscribe("m1"), there.changes()
     here.wake(["m1"])
     here.kick()
-    await asyncio.sleep(0.01)
+    await wait_until_async(lambda: sent, message="the batch published")
     assert agent.is_set() and watcher.is_set() and there.kicked.is_set()
     assert len(sent) == 1  # batched: one message for both
     here.kicked.clear()
@@ -60,7 +60,7 @@ async def test_written_machines_reach_the_other_replicas_handler_and_a_loss_says
     here.relay(publish)
     agent = there.subscribe("m1")
     here.written(["m1", "m2"])
-    await asyncio.sleep(0.01)
+    await wait_until_async(lambda: heard, message="the written machines heard")
     assert heard == [["m1", "m2"]]
     assert not agent.is_set()  # written is not a wake: the agent's long-poll stays parked
     there.deliver("")

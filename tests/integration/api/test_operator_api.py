@@ -3,6 +3,7 @@ process, with agents simulated over HTTP."""
 
 from __future__ import annotations
 
+import json
 import queue
 import subprocess
 import threading
@@ -108,13 +109,24 @@ def test_the_event_stream_delivers_new_events_at_once_and_resumes_after_the_last
     c = coordinator
     c.register("old")  # before the stream opened: not sent
     received: queue.Queue[dict[str, Any]] = queue.Queue()
+    opened = threading.Event()
 
     def listen() -> None:
-        for event in c.admin.stream("/v1/events/stream?cluster=lab&kind=registered,approved"):
-            received.put(event)
+        """The stream read as its bytes come, so the test knows when the server has it open
+        (its first line, a comment the CLI's client skips)."""
+        request = urllib.request.Request(
+            f"{c.url}/v1/events/stream?cluster=lab&kind=registered,approved",
+            headers={"Authorization": f"Bearer {c.admin.token}"})
+        with urllib.request.urlopen(request, timeout=30, context=tls(c)) as response:
+            for raw in response:
+                line = raw.decode().strip()
+                if line == ": stream open":
+                    opened.set()
+                elif line.startswith("data:"):
+                    received.put(json.loads(line[5:]))
 
     threading.Thread(target=listen, daemon=True).start()
-    time.sleep(0.5)  # the stream is open
+    assert opened.wait(10), "the event stream did not open"
     sent = time.monotonic()
     c.register("new")
     first = received.get(timeout=5)

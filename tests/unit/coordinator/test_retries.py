@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from coordinator.domain.errors import Conflict
-from coordinator.domain.model import Machine, MachineState
+from coordinator.domain.model import ItemProgress, Machine, MachineState
 from coordinator.domain.reports import fold_report
 from coordinator.domain.retries import retried
 from coordinator.domain.status import History, machine_step, post_deploy, stages
@@ -136,6 +136,12 @@ RETRIES = [
                  id="a retry already ordered: its agent is on it"),
     pytest.param(lambda: machine("w1", state=MachineState.PREPARE), "no item was given up",
                  id="a machine that never failed"),
+    pytest.param(lambda: replace(machine("w1", state=MachineState.READY), progress=ItemProgress(
+        "mint-token", 2, "failed", "exit 1", next_retry_at=310.0)), "no item was given up",
+                 id="a Ready machine's job its agent still retries"),
+    pytest.param(lambda: replace(machine("w1", state=MachineState.READY), progress=ItemProgress(
+        "mint-token", 3, "failed", "exit 1", gave_up=True)), "",
+                 id="a Ready machine's job its agent gave up on runs again"),
 ]
 
 
@@ -148,4 +154,5 @@ def test_retry_table(before: Callable[[], Machine], told: str) -> None:
         return
     again, recorded = retried(SPEC, w1, now=300.0)
     assert (again.retries, again.generation) == (w1.retries + 1, w1.generation + 1)
-    assert recorded.kind == "retry" and "the operator retries prepare-0" in recorded.message
+    assert recorded.kind == "retry" and recorded.message.startswith(
+        f"w1: the operator retries {w1.progress.item}, which its agent gave up on")  # type: ignore[union-attr]

@@ -27,7 +27,7 @@ from coordinator.domain.install import (
     retargeted_config,
     service_argv,
 )
-from nodeagent.contract import Role
+from nodeagent.wire.contract import Role
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
 Say = Callable[[str], None]

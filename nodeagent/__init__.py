@@ -1,3 +1,3 @@
 """nodeagent: the node side of the cluster lifecycle (prechecks, facts, StateItems)."""
 
-__version__ = "0.1.0"
+from nodeagent.wire import __version__ as __version__

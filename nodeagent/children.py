@@ -1,6 +1,9 @@
 """The daemon's children: its own command line, run in a child process whose memory goes back
 to the node when it exits. `check-config`, `precheck` and `facts` run to completion and print
 JSON; `apply` runs one phase, the assignment on its stdin and a report per line on its stdout.
+The daemon never reads its config file itself: `check-config` validates it with its one
+definition (nodeagent/wire/config.py) and prints it, defaults filled in and the join string
+decoded, and the daemon keeps what it needs of that (`DaemonSettings`).
 
 Like the daemon, this module imports no pydantic and no YAML: the children load them.
 """
@@ -13,10 +16,12 @@ import json
 import logging
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from nodeagent.client import Document
 from nodeagent.host import CommandResult, Host
+from nodeagent.wire.endpoint import Endpoint
 
 log = logging.getLogger("nodeagent")
 CHILD_TIMEOUT_SECONDS = 120.0
@@ -57,6 +62,57 @@ async def own_command(host: Host, *args: str) -> CommandResult:
     except TimeoutError:
         raise AgentError(f"`nodeagent {args[0]}` did not finish within "
                          f"{CHILD_TIMEOUT_SECONDS:.0f}s") from None
+
+
+class BadConfig(AgentError):
+    """The config file is invalid; the message names file, line and field."""
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    """The config as the daemon uses it, from check-config's JSON document."""
+
+    endpoints: list[Endpoint]  # the coordinator's replicas, each with its proxy
+    ca_file: str | None
+    ca_hash: str | None
+    timeout: float
+    state_dir: Path
+    join_token: str | None
+    heartbeat_seconds: float
+    role: str
+    ignore_prechecks: list[str]
+    own_ntp_servers: bool  # the config names NTP servers: the cluster's do not replace them
+    node_interface: str | None = None  # register with this interface's address
+    node_address: str | None = None  # or with this address
+    fallback_seconds: float = 600.0  # a coordinator moved to, silent this long: ask the old one
+    precheck_recheck_seconds: float = 60.0  # while Pending, the longest wait between prechecks
+
+    @classmethod
+    def from_document(cls, document: Document) -> DaemonSettings:
+        config = document["config"]
+        coordinator = config["coordinator"]
+        return cls(endpoints=[Endpoint(**e) for e in document["coordinator_endpoints"]],
+                   ca_file=coordinator["ca_file"], ca_hash=document["ca_hash"],
+                   timeout=coordinator["timeout"], state_dir=Path(config["state_dir"]),
+                   join_token=config["join_token"],
+                   heartbeat_seconds=config["heartbeat_seconds"], role=config["role"],
+                   ignore_prechecks=config["ignore_prechecks"],
+                   own_ntp_servers=bool(config["ntp"]["servers"]),
+                   node_interface=config["node"]["interface"],
+                   node_address=config["node"]["address"],
+                   fallback_seconds=coordinator["fallback_seconds"],
+                   precheck_recheck_seconds=config["precheck_recheck_seconds"])
+
+
+async def load_settings(config_path: str, host: Host) -> DaemonSettings:
+    """The config file, validated by `nodeagent check-config` in a child."""
+    result = await own_command(host, "check-config", "--config", config_path,
+                               "--output", "json")
+    if result.returncode == 2:
+        raise BadConfig(result.stderr.strip())
+    if result.returncode != 0:
+        raise AgentError(result.stderr.strip())
+    return DaemonSettings.from_document(json.loads(result.stdout))
 
 
 async def checked_output(host: Host, *args: str) -> str:

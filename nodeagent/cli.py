@@ -15,9 +15,9 @@ import click
 from nodeagent import __version__
 
 if TYPE_CHECKING:
-    from nodeagent.config import AgentConfig
-    from nodeagent.contract import Role
     from nodeagent.prechecks.base import CheckContext
+    from nodeagent.wire.config import AgentConfig
+    from nodeagent.wire.contract import Role
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_REMOVED = 3  # `run`: the machine was deleted; systemd leaves it stopped (see the unit)
@@ -39,7 +39,7 @@ def _split_ignores(values: tuple[str, ...]) -> list[str]:
 
 def _ntp_servers(ctx: click.Context, param: click.Parameter,
                  values: tuple[str, ...]) -> tuple[str, ...]:
-    from nodeagent.protocol import split_host_port
+    from nodeagent.wire.protocol import split_host_port
 
     for value in values:
         try:
@@ -100,7 +100,7 @@ def precheck(config_path: str | None, root: str, role: str | None, ignores: tupl
     if output == "json":
         click.echo(report.to_json())
     else:
-        from nodeagent.render import precheck_table
+        from nodeagent.prechecktable import precheck_table
 
         click.echo(precheck_table(report))
     sys.exit(EXIT_OK if report.ok else EXIT_CHECK_FAILED)
@@ -184,17 +184,20 @@ def check_config(config_path: str, quiet: bool, output: str) -> None:
 
 
 def _as_run_takes_it(config: AgentConfig) -> dict[str, object]:
-    """The document nodeagent/settings.py's DaemonSettings reads."""
+    """The document the daemon's DaemonSettings (nodeagent/children.py) is read from."""
+    from nodeagent.proxy import coordinator_endpoints
+
     return {"config": config.model_dump(mode="json"), "ca_hash": config.ca_hash,
-            "coordinator_endpoints": [dataclasses.asdict(endpoint) for endpoint
-                                      in config.coordinator_endpoints(os.environ)]}
+            "coordinator_endpoints": [
+                dataclasses.asdict(endpoint) for endpoint in coordinator_endpoints(
+                    config.coordinator.all_urls, config.proxy, os.environ)]}
 
 
 def _load_config(path: str | None, root: str = "/") -> AgentConfig:
     """The given config file; else the machine's default one (under root) when it exists."""
-    from nodeagent.config import DEFAULT_CONFIG_PATH, load_config
     from nodeagent.host import Host
-    from nodeagent.validation import InvalidDocument
+    from nodeagent.wire.config import DEFAULT_CONFIG_PATH, load_config
+    from nodeagent.wire.validation import InvalidDocument
 
     default = Host(root).path(DEFAULT_CONFIG_PATH)
     if path is None and default.exists():
@@ -223,11 +226,10 @@ def run(config_path: str, root: str, log_level: str) -> None:
     Exits 1 on an error retrying cannot fix, 2 on a bad config, 3 once its machine was deleted
     from the cluster (started again, it registers a new machine).
     """
-    from nodeagent import logfmt
-    from nodeagent.children import AgentError
+    from nodeagent.children import AgentError, BadConfig
     from nodeagent.daemon import MachineRemoved, run_agent
     from nodeagent.host import Host
-    from nodeagent.settings import BadConfig
+    from nodeagent.wire import logfmt
 
     logfmt.configure(log_level)
     try:
@@ -255,8 +257,8 @@ def apply(config_path: str, root: str, log_level: str) -> None:
     Exits 0 when every item is applied, 3 when one failed retry.maxAttempts times, 4 when
     stopped, 2 on a bad config, assignment or journal.
     """
-    from nodeagent import logfmt
     from nodeagent.phase import apply_from_stdin
+    from nodeagent.wire import logfmt
 
     logfmt.configure(log_level)
     config = _load_config(config_path)

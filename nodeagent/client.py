@@ -2,7 +2,7 @@
 and carries its own credential.
 
 Bodies and answers are plain JSON documents, not the pydantic wire types of
-nodeagent/protocol.py: the daemon that holds this client stays free of pydantic (over a quarter
+nodeagent/wire/protocol.py: the daemon that holds this client stays free of pydantic (over a quarter
 of its memory, see docs/benchmarks.md); the coordinator validates what it is sent, and the
 child process that applies a phase validates what it applies."""
 
@@ -18,7 +18,7 @@ from urllib.parse import quote, urlencode
 
 from nodeagent import http_client
 from nodeagent.backoff import Reconnect
-from nodeagent.endpoint import Endpoint
+from nodeagent.wire.endpoint import Endpoint
 
 Document = dict[str, Any]
 

@@ -9,7 +9,7 @@ heartbeats, rotates the credential and delivers reports, reading only the few ra
 fields it needs. All that needs the validated wire types (pydantic), YAML or the item code
 runs in a child, its own command line, which gives its memory back when it exits:
 `check-config --output json` (the config file, with file:line:field errors), `precheck`,
-`facts`, and `apply` (one phase's items, nodeagent/phase.py): see children.py and settings.py.
+`facts`, and `apply` (one phase's items, nodeagent/phase.py): see children.py.
 docs/benchmarks.md has why.
 """
 
@@ -27,9 +27,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nodeagent import addresses, sdnotify, trust
+from nodeagent import sdnotify, trust
 from nodeagent.backoff import delay
-from nodeagent.children import EXIT_APPLIED, EXIT_GAVE_UP, AgentError, apply_phase, checked_output
+from nodeagent.children import (
+    EXIT_APPLIED,
+    EXIT_GAVE_UP,
+    AgentError,
+    DaemonSettings,
+    apply_phase,
+    checked_output,
+    load_settings,
+)
 from nodeagent.client import Busy, CoordinatorClient, Document, Held, Rejected, Unreachable
 from nodeagent.home import Place, load_home
 from nodeagent.host import Host
@@ -44,13 +52,13 @@ from nodeagent.identity import (
     save_identity,
 )
 from nodeagent.kubeconfigs import KubeconfigWatch
-from nodeagent.logfmt import fields
 from nodeagent.prechecking import Prechecks
 from nodeagent.removal import forget_machine
 from nodeagent.reporter import Reporter
 from nodeagent.retarget import Retarget
-from nodeagent.settings import DaemonSettings, load_settings
 from nodeagent.statelock import lock_state_dir
+from nodeagent.wire import addresses
+from nodeagent.wire.logfmt import fields
 
 T = TypeVar("T")
 log = logging.getLogger("nodeagent")

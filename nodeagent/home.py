@@ -1,4 +1,4 @@
-"""Where the agent's coordinator is, once it has moved (a pivot, issue 22): its URLs and the CA
+"""Where the agent's coordinator is, once it has moved (a pivot): its URLs and the CA
 it is verified by, kept in the state dir (coordinator.json, 0600, written atomically: both
 or neither), with the coordinator it moved from as a fallback.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.atomic import atomic_write
-from nodeagent.endpoint import Endpoint
+from nodeagent.wire.endpoint import Endpoint
 
 HOME_FILE = "coordinator.json"  # in the state dir
 

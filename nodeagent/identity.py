@@ -51,7 +51,7 @@ def save_identity(path: Path, identity: Identity) -> None:
 
 def new_credential() -> str:
     """256 random bits, prefixed as the coordinator's machine tokens are, so that the
-    redaction of logs and item output (nodeagent/redact.py) knows it for a secret."""
+    redaction of logs and item output (nodeagent/wire/redact.py) knows it for a secret."""
     return "machine_" + secrets.token_urlsafe(32)
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.atomic import atomic_write
-from nodeagent.contract import JOB_PHASES
-from nodeagent.protocol import StateItem
 from nodeagent.removal import set_aside
+from nodeagent.wire.contract import JOB_PHASES
+from nodeagent.wire.protocol import StateItem
 
 JOURNAL_VERSION = 1
 log = logging.getLogger("nodeagent")

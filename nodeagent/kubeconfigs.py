@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nodeagent.atomic import atomic_write
-from nodeagent.contract import MAX_KUBECONFIG_BYTES
 from nodeagent.items import read_left_file
 from nodeagent.items.outcome import ItemFailed
+from nodeagent.wire.contract import MAX_KUBECONFIG_BYTES
 
 KUBECONFIGS_FILE = "kubeconfigs.json"  # in the state dir
 

@@ -2,7 +2,7 @@
 
 `nodeagent run` (nodeagent/daemon.py) starts it for every phase it is assigned and writes the
 Assignment, as the coordinator sent it, as one JSON line on its stdin. This process validates
-it with the wire types (nodeagent/protocol.py), applies the items in order with the journal
+it with the wire types (nodeagent/wire/protocol.py), applies the items in order with the journal
 (items/runner.py) and prints each ItemReport as one JSON line on stdout, which the daemon
 delivers in order. So the daemon never loads pydantic or the item code, and what a phase
 needed goes back to the node when the phase ends.
@@ -28,16 +28,17 @@ from pydantic import ValidationError
 from nodeagent import trust
 from nodeagent.children import EXIT_APPLIED, EXIT_GAVE_UP, EXIT_STOPPED
 from nodeagent.client import CoordinatorClient
-from nodeagent.config import AgentConfig
 from nodeagent.home import load_home
 from nodeagent.http_client import Body
 from nodeagent.identity import IDENTITY_FILE, load_identity
 from nodeagent.items.cache import NodeCache
 from nodeagent.items.runner import run_phase
 from nodeagent.journal import Journal, JournalError
-from nodeagent.protocol import Assignment, ItemReport
+from nodeagent.proxy import coordinator_endpoints
 from nodeagent.removal import JOURNAL_FILE
-from nodeagent.validation import problems_from
+from nodeagent.wire.config import AgentConfig
+from nodeagent.wire.protocol import Assignment, ItemReport
+from nodeagent.wire.validation import problems_from
 
 EXIT_CANNOT_APPLY = 2  # a bad assignment or an unreadable journal: the daemon tries again
 
@@ -46,7 +47,7 @@ async def run_items(config: AgentConfig, root: Path, assignment: Assignment,
                 journal: Journal) -> bool:
     """Run the assignment's phase; True when every item is applied."""
     state_dir = Path(config.state_dir)
-    endpoints = config.coordinator_endpoints(os.environ)
+    endpoints = coordinator_endpoints(config.coordinator.all_urls, config.proxy, os.environ)
     client = CoordinatorClient(endpoints, timeout=config.coordinator.timeout * 5)
     home = load_home(state_dir)  # the coordinator moved (home.py): its place comes first
     if home is not None:
@@ -79,7 +80,7 @@ async def apply_from_stdin(config: AgentConfig, root: Path) -> int:
         assignment = Assignment.model_validate_json(await stdin.readline())
         journal = Journal(Path(config.state_dir) / JOURNAL_FILE, assignment.machine_id)
     except ValidationError as exc:  # each problem's place and kind, never its value: a secret
-        problems = "; ".join(problem.render() for problem in problems_from(exc))
+        problems = "; ".join(problem.text() for problem in problems_from(exc))
         print(f"error: bad assignment on stdin: {problems}", file=sys.stderr)
         return EXIT_CANNOT_APPLY
     except JournalError as exc:

@@ -17,11 +17,10 @@ import random
 
 from nodeagent import sdnotify
 from nodeagent.backoff import delay
-from nodeagent.children import checked_output
+from nodeagent.children import DaemonSettings, checked_output
 from nodeagent.client import CoordinatorClient, Document, Rejected, Unreachable
 from nodeagent.host import Host
 from nodeagent.identity import Identity
-from nodeagent.settings import DaemonSettings
 
 log = logging.getLogger("nodeagent")
 # The first wait between two runs while they fail; the longest, what a node that passes waits

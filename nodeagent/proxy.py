@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
-from nodeagent.protocol import ProxySettings
+from nodeagent.wire.endpoint import Endpoint
+from nodeagent.wire.protocol import ProxySettings
 
 
 def _env(environ: Mapping[str, str], name: str) -> str | None:
@@ -58,3 +59,10 @@ def proxy_for(url: str, config: ProxySettings, environ: Mapping[str, str]) -> st
     if bypassed(parts.hostname or "", no_proxy):
         return None
     return proxy
+
+
+def coordinator_endpoints(urls: Iterable[str], config: ProxySettings,
+                          environ: Mapping[str, str]) -> list[Endpoint]:
+    """Each of the coordinator's replicas (the config's `coordinator.all_urls`), with the
+    proxy to reach it through."""
+    return [Endpoint(url, proxy_for(url, config, environ)) for url in urls]

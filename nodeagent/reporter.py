@@ -8,7 +8,7 @@ import logging
 
 from nodeagent.client import CoordinatorClient, Document, Rejected, Unreachable
 from nodeagent.identity import Identity
-from nodeagent.logfmt import fields
+from nodeagent.wire.logfmt import fields
 
 log = logging.getLogger("nodeagent")
 

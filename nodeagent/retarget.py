@@ -1,4 +1,4 @@
-"""The agent follows its coordinator when it moves (a pivot, issue 22), told through its own
+"""The agent follows its coordinator when it moves (a pivot), told through its own
 assignment, never over SSH: when the assignment names a target elsewhere, the agent
 
 1. refuses a target that is not https on every URL or names no CA pin (its credential would
@@ -27,6 +27,7 @@ from typing import Any
 
 from nodeagent import trust
 from nodeagent.backoff import delay
+from nodeagent.children import DaemonSettings
 from nodeagent.client import CoordinatorClient, Held, Rejected, Unreachable
 from nodeagent.home import (
     Home,
@@ -41,8 +42,7 @@ from nodeagent.home import (
     target_of,
 )
 from nodeagent.identity import Identity
-from nodeagent.logfmt import fields
-from nodeagent.settings import DaemonSettings
+from nodeagent.wire.logfmt import fields
 
 log = logging.getLogger("nodeagent")
 CHECK_FIRST, CHECK_CAP = 1.0, 30.0  # seconds between checks of a target not ready yet

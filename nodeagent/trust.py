@@ -9,7 +9,7 @@ from pathlib import Path
 
 from nodeagent import http_client
 from nodeagent.atomic import atomic_write
-from nodeagent.joinstring import ca_hash
+from nodeagent.wire.joinstring import ca_hash
 
 KEPT_CA = "ca.crt"  # in the state dir: the CA fetched once and checked against the pin
 

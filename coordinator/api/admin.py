@@ -35,8 +35,8 @@ from coordinator.domain.model import Machine, first_manager
 from coordinator.domain.remedies import DRAIN_ACTIONS
 from coordinator.domain.specs import load_spec
 from coordinator.domain.tokens import parse_duration
-from nodeagent import joinstring
-from nodeagent.validation import InvalidDocument, Problem
+from nodeagent.wire import joinstring
+from nodeagent.wire.validation import InvalidDocument, Problem
 
 
 async def apply_cluster(request: web.Request) -> web.Response:

@@ -23,7 +23,7 @@ from coordinator.domain.records import CredentialOwner
 from coordinator.domain.refusals import REGISTRATION
 from coordinator.metrics import METRICS, record_item
 from coordinator.service.artifacts import locate
-from nodeagent.protocol import (
+from nodeagent.wire.protocol import (
     ItemReport,
     KubeconfigRefresh,
     PrecheckReport,
@@ -31,7 +31,7 @@ from nodeagent.protocol import (
     RotateRequest,
     RotateResponse,
 )
-from nodeagent.validation import InvalidDocument, Problem
+from nodeagent.wire.validation import InvalidDocument, Problem
 
 MAX_WAIT_SECONDS = 60.0
 # A registration without the join token in its header (agents before it) is read up to this:

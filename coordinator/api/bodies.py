@@ -13,8 +13,8 @@ from coordinator.domain.labels import change_problems
 from coordinator.domain.model import Role
 from coordinator.domain.pivot import HTTPS_ONLY, not_a_certificate, not_https
 from coordinator.domain.tokens import ADMIN_ROLES, parse_duration
-from nodeagent.config import CoordinatorUrl
-from nodeagent.contract import Phase
+from nodeagent.wire.config import CoordinatorUrl
+from nodeagent.wire.contract import Phase
 
 
 class _Body(BaseModel):

@@ -18,7 +18,7 @@ from coordinator.domain.errors import Conflict, Forbidden, Unauthorized
 from coordinator.domain.ratelimit import RateLimiter
 from coordinator.domain.refusals import ADMIN_REQUEST
 from coordinator.service.coordinator import Coordinator
-from nodeagent.validation import TOO_DEEP, InvalidDocument, Problem, problems_from, too_deep
+from nodeagent.wire.validation import TOO_DEEP, InvalidDocument, Problem, problems_from, too_deep
 
 M = TypeVar("M", bound=BaseModel)
 MAX_BODY_BYTES = 4 * 1024 * 1024

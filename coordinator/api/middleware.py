@@ -30,8 +30,8 @@ from coordinator.domain.errors import (
 )
 from coordinator.domain.refusals import REQUEST
 from coordinator.metrics import record_request
-from nodeagent.logfmt import fields
-from nodeagent.validation import InvalidDocument
+from nodeagent.wire.logfmt import fields
+from nodeagent.wire.validation import InvalidDocument
 
 log = logging.getLogger("coordinator")
 ROUTE_INDEX = web.AppKey("route_index", dict)
@@ -43,7 +43,7 @@ MAPPED = (InvalidDocument, TooManyRequests, web.HTTPRequestEntityTooLarge, BodyT
 def mapped(exc: Exception) -> web.Response:
     """The answer to an error the service raised."""
     if isinstance(exc, InvalidDocument):
-        return error(422, "invalid document: " + "; ".join(p.render() for p in exc.problems),
+        return error(422, "invalid document: " + "; ".join(p.text() for p in exc.problems),
                      exc.problems)
     if isinstance(exc, TooManyRequests):
         response = error(429, str(exc))

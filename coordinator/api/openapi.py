@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from coordinator.api.routing import Route
-from nodeagent import __version__
+from nodeagent.wire import __version__
 
 
 def _operation(route: Route) -> dict[str, Any]:

@@ -14,9 +14,8 @@ from coordinator.api.bodies import PivotBody
 from coordinator.api.context import DATA_DIR, PRESENTATION, body, service
 from coordinator.domain import pivot as pv
 from coordinator.domain.errors import Conflict
-from coordinator.service import snapshot
-from coordinator.service.pivots import import_archive
-from nodeagent.validation import InvalidDocument, Problem
+from coordinator.service.pivots import receive_pivot
+from nodeagent.wire.validation import InvalidDocument, Problem
 
 # A pivot's archive is read past the API's usual body limit, into a file: what it unpacks to
 # is bounded apart (domain/archive.py's MAX_UNPACKED).
@@ -61,8 +60,7 @@ async def pivot_snapshot(request: web.Request) -> web.Response:
     if pivot is None or pivot.id != request.match_info["id"] or pivot.step is pv.Step.STARTED:
         raise Conflict(f"no frozen pivot {request.match_info['id']} here: run `coordinator "
                        "pivot --to URL` again")
-    taken = await snapshot.take(c.store, request.app[DATA_DIR])
-    data = await asyncio.to_thread(snapshot.to_bytes, taken)
+    data = await c.queries.archive(request.app[DATA_DIR])
     return web.Response(body=data, content_type=ARCHIVE_TYPE)
 
 
@@ -75,12 +73,8 @@ async def import_pivot(request: web.Request) -> web.Response:
     c = service(request)
     with tempfile.TemporaryFile(dir=request.app[DATA_DIR]) as spooled:
         await _spool(request, spooled)
-        imported = await import_archive(c.store, getattr(c.store, "cipher", None), spooled,
-                                        pivot_id, source, c.clock())
-    if imported is not None:
-        c.writes.mark(imported)  # the next pass plans on them; their credentials are known
-        c.notifier.kick()
-    return web.json_response({"pivot": pivot_id, "imported": imported is not None})
+        imported = await receive_pivot(c.writes, spooled, pivot_id, source, c.clock())
+    return web.json_response({"pivot": pivot_id, "imported": imported})
 
 
 async def _spool(request: web.Request, spooled: BinaryIO) -> None:

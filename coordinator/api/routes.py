@@ -18,7 +18,7 @@ from coordinator.api.routing import Route
 from coordinator.api.streams import MAX_EVENT_PAGE
 from coordinator.domain.machinelist import MAX_LIMIT, ROLES, SORT_FIELDS
 from coordinator.domain.model import ClusterSpec
-from nodeagent.protocol import (
+from nodeagent.wire.protocol import (
     Assignment,
     ItemReport,
     KubeconfigRefresh,

@@ -13,7 +13,7 @@ from aiohttp import web
 from coordinator.api.context import CLOSING, service
 from coordinator.api.views import event_view
 from coordinator.domain.errors import NotFound
-from nodeagent.validation import InvalidDocument, Problem
+from nodeagent.wire.validation import InvalidDocument, Problem
 
 STREAM_KEEPALIVE_SECONDS = 15.0
 STREAM_PAGE = 500

@@ -32,7 +32,7 @@ from coordinator.domain.steps import item_states
 from coordinator.domain.tokens import join_token_state
 from coordinator.domain.versions import join_wait
 from coordinator.service.queries import ClusterStatus
-from nodeagent.addresses import interface_of
+from nodeagent.wire.addresses import interface_of
 
 
 def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = False,

@@ -20,7 +20,7 @@ from coordinator.cli.process import init, restore, serve, serve_artifacts
 from coordinator.cli.status import status
 from coordinator.cli.tokens import admin_token, join_token
 from coordinator.cli.upgrade import upgrade
-from nodeagent import __version__
+from nodeagent.wire import __version__
 
 
 class RootGroup(click.Group):

@@ -14,7 +14,7 @@ from coordinator.cli.client import AdminClient, ClientError
 from coordinator.cli.plumbing import EXIT_ERROR, call, say
 
 if TYPE_CHECKING:
-    from nodeagent.contract import Role
+    from nodeagent.wire.contract import Role
 
 
 def ssh_options(command: Any) -> Any:
@@ -84,7 +84,7 @@ def machines_add(ctx: click.Context, target: str, key: str, known_hosts: str | N
     With --cluster, the join token made for it is good for one registration within an hour.
     """
     from coordinator.ssh import install_agent
-    from nodeagent.joinstring import BadJoinString, decode
+    from nodeagent.wire.joinstring import BadJoinString, decode
 
     if bool(cluster_name) == bool(join_string):
         raise click.UsageError("give --cluster (to create a join token) or --join")
@@ -118,7 +118,7 @@ def agents_retarget(ctx: click.Context, new_url: str, targets: tuple[str, ...], 
     from pydantic import ValidationError
 
     from coordinator.ssh import retarget_agent
-    from nodeagent.config import CoordinatorConfig
+    from nodeagent.wire.config import CoordinatorConfig
 
     try:
         CoordinatorConfig(url=new_url)

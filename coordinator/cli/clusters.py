@@ -21,7 +21,7 @@ from coordinator.cli.plumbing import (
     say,
     yes_option,
 )
-from nodeagent.contract import PHASES
+from nodeagent.wire.contract import PHASES
 
 
 @click.group()

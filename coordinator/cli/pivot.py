@@ -19,7 +19,7 @@ import click
 from coordinator.cli.client import AdminClient, ClientError
 from coordinator.cli.formatting import day_and_time, moved_line
 from coordinator.cli.plumbing import EXIT_ERROR, emit, fail, read_token, say
-from nodeagent import joinstring
+from nodeagent.wire import joinstring
 
 if TYPE_CHECKING:
     from coordinator.domain import pivot as pv

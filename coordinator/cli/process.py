@@ -169,7 +169,7 @@ def init(data_dir: str, listen: str, advertise_url: str | None, store: str | Non
     from coordinator.server.init import initialize
     from coordinator.server.pki import PkiError
     from coordinator.server.serve import ServeOptions, SetupError
-    from nodeagent.validation import InvalidDocument
+    from nodeagent.wire.validation import InvalidDocument
 
     spec = None
     if cluster_file is not None:

@@ -12,9 +12,9 @@ from coordinator.domain.events import event
 from coordinator.domain.fitness import Fitness, fitness, fits
 from coordinator.domain.model import ClusterSettings, Machine, MachineState
 from coordinator.domain.records import Event
-from nodeagent.addresses import AddressError, interface_address, own_address
-from nodeagent.contract import ROLES, Role
-from nodeagent.protocol import PrecheckReport
+from nodeagent.wire.addresses import AddressError, interface_address, own_address
+from nodeagent.wire.contract import ROLES, Role
+from nodeagent.wire.protocol import PrecheckReport
 
 
 def approval_role(settings: ClusterSettings, machine: Machine) -> Role | None:

@@ -19,8 +19,8 @@ from coordinator.domain.outputs import Handed, available, hand_out, secret_names
 from coordinator.domain.records import ClusterOutput, StoredCluster
 from coordinator.domain.runs import phase_run
 from coordinator.domain.templating import template_values
-from nodeagent.contract import JOB_PHASES, Phase
-from nodeagent.protocol import Assignment
+from nodeagent.wire.contract import JOB_PHASES, Phase
+from nodeagent.wire.protocol import Assignment
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from coordinator.domain.model import ClusterSpec, Machine, Role, applies
-from nodeagent.contract import Phase
-from nodeagent.protocol import StateItem
+from nodeagent.wire.contract import Phase
+from nodeagent.wire.protocol import StateItem
 
 Entry = tuple[StateItem, str]  # an item and its fingerprint
 T = TypeVar("T")

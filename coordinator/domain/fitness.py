@@ -3,7 +3,7 @@
 The node checks the CPU and memory minimums of the role in its agent's config, which need
 not be the role it is approved as. So those minimums are judged here again, for the role at
 hand, from the values the node measured and with the node's own definition
-(nodeagent/minimums.py); every other hard check counts as the node judged it. A report from
+(nodeagent/wire/minimums.py); every other hard check counts as the node judged it. A report from
 after Prepare counts only its Kubernetes prerequisites (domain/prerequisites.py)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodeagent.contract import Role
-from nodeagent.minimums import MINIMUMS
-from nodeagent.protocol import CheckResult, PrecheckReport, Stage, Status
+from nodeagent.wire.contract import Role
+from nodeagent.wire.minimums import MINIMUMS
+from nodeagent.wire.protocol import CheckResult, PrecheckReport, Stage, Status
 
 _JUDGED_HERE = frozenset(m.check for m in MINIMUMS)
 

@@ -10,9 +10,9 @@ from typing import Literal
 
 import yaml
 
-from nodeagent.config import AgentConfig
-from nodeagent.contract import Role
-from nodeagent.validation import InvalidDocument, load_model
+from nodeagent.wire.config import AgentConfig
+from nodeagent.wire.contract import Role
+from nodeagent.wire.validation import InvalidDocument, load_model
 
 PackageFormat = Literal["deb", "rpm"]
 DEB_FAMILY = frozenset({"debian", "ubuntu"})

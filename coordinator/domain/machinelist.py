@@ -12,8 +12,8 @@ from functools import partial
 from typing import Any
 
 from coordinator.domain.model import Machine, MachineState
-from nodeagent.contract import Role
-from nodeagent.validation import InvalidDocument, Problem
+from nodeagent.wire.contract import Role
+from nodeagent.wire.validation import InvalidDocument, Problem
 
 SORT_FIELDS = ("hostname", "state", "role", "cluster", "ip", "last_seen", "state_since")
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000

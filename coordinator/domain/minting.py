@@ -41,7 +41,7 @@ from coordinator.domain.model import (
 from coordinator.domain.outputs import JOINING_PHASES, declared, minted_references, references
 from coordinator.domain.records import Event
 from coordinator.domain.releases import to_run
-from nodeagent.protocol import DEFAULT_MINT_LIFETIME
+from nodeagent.wire.protocol import DEFAULT_MINT_LIFETIME
 
 
 def job_values(spec: ClusterSpec, job: MintJob) -> dict[str, str]:

@@ -17,8 +17,8 @@ from pydantic import Field, model_validator
 
 from coordinator.domain.fitness import fitness
 from coordinator.domain.kubesettings import KubernetesSettings
-from nodeagent.contract import ROLES, Role
-from nodeagent.protocol import (
+from nodeagent.wire.contract import ROLES, Role
+from nodeagent.wire.protocol import (
     NtpSettings,
     Phase,
     ProxySettings,

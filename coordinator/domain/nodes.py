@@ -28,7 +28,7 @@ from coordinator.domain.model import (
     NodeStatus,
     pending_items,
 )
-from nodeagent.contract import Role
+from nodeagent.wire.contract import Role
 
 MACHINE_ID_LABEL = "nodeagent.io/machine-id"
 PROVIDER_SCHEME = "nodeagent://"

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from coordinator.domain.model import ClusterSpec, Machine, MachineState, admission_order
 from coordinator.domain.records import ClusterOutput
-from nodeagent.contract import JOB_PHASES
-from nodeagent.protocol import ItemOutput, Location, StateItem
-from nodeagent.templates import TemplateError, placeholders
+from nodeagent.wire.contract import JOB_PHASES
+from nodeagent.wire.protocol import ItemOutput, Location, StateItem
+from nodeagent.wire.templates import TemplateError, placeholders
 
 PREFIX = "outputs."
 # The phases in which a machine is given join material: those that join it to the cluster.

@@ -25,7 +25,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from coordinator.domain.errors import Conflict
-from nodeagent.validation import InvalidDocument, Problem
+from nodeagent.wire.validation import InvalidDocument, Problem
 
 
 class Step(StrEnum):

@@ -58,8 +58,8 @@ from coordinator.domain.releases import (
 from coordinator.domain.remedies import drain_warnings
 from coordinator.domain.removal import may_be_removed, node_deletion_due
 from coordinator.domain.versions import control_plane_behind
-from nodeagent.contract import ROLES, Phase
-from nodeagent.protocol import StateItem
+from nodeagent.wire.contract import ROLES, Phase
+from nodeagent.wire.protocol import StateItem
 
 S = MachineState
 # A manager in one of these states is changing the control plane: another may start only

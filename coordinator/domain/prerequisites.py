@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodeagent.protocol import PrecheckReport, Stage, Status
+from nodeagent.wire.protocol import PrecheckReport, Stage, Status
 
 RUNTIME_CHECK = "container-runtime"
 # What each Kubernetes minor runs on, from the two projects' own words; a row applies from its

@@ -14,7 +14,7 @@ from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.model import ClusterSettings, Machine, same_hostname
 from coordinator.domain.records import CredentialOwner, Event
-from nodeagent.protocol import RegisterRequest
+from nodeagent.wire.protocol import RegisterRequest
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from coordinator.domain.changes import Change
 from coordinator.domain.durations import utc
 from coordinator.domain.errors import Forbidden, Unauthorized
 from coordinator.domain.events import event
@@ -14,7 +15,7 @@ from coordinator.domain.model import Machine, same_hostname
 from coordinator.domain.records import Event
 from coordinator.domain.registration import Credential
 from coordinator.domain.tokens import same_token
-from nodeagent.protocol import RegisterRequest
+from nodeagent.wire.protocol import RegisterRequest
 
 
 def reissued(machine: Machine, hashed: str, expires_at: float,
@@ -27,6 +28,13 @@ def reissued(machine: Machine, hashed: str, expires_at: float,
                           f"{machine.hostname}: credential revoked and a one-use join string "
                           f"issued, valid until {utc(expires_at)}", updated,
                           {"expires_at": expires_at})
+
+
+def reissue(machine: Machine, hashed: str, expires_at: float, now: float) -> Change:
+    """`machines reissue` as one change: the machine with its string outstanding and the event,
+    its agent woken (the credential it holds is refused from now on)."""
+    updated, issued = reissued(machine, hashed, expires_at, now)
+    return Change(machines=[updated], events=[issued], wake=[machine.id])
 
 
 def issued_to(machine: Machine | None, hashed: str) -> bool:

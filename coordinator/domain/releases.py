@@ -20,7 +20,7 @@ from coordinator.domain.model import (
     admission_order,
     is_first_manager,
 )
-from nodeagent.contract import Phase
+from nodeagent.wire.contract import Phase
 
 # The phases whose items an upgrade runs again when they change, in the order it runs them.
 _RERUN: tuple[Phase, ...] = ("prepare", "deploy")

@@ -1,7 +1,7 @@
 """What each machine would run, shown before it runs (`coordinator cluster render`): the items
 of every phase a machine may be assigned, as its assignment would list them, each templated
 text filled in with the values its assignment would carry, the way its agent fills them in
-(nodeagent/templates.py). A secret value is never shown, only named; a value not produced yet
+(nodeagent/wire/templates.py). A secret value is never shown, only named; a value not produced yet
 says so. Pure: the same spec and machines always render the same."""
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from coordinator.domain.records import ClusterOutput
 from coordinator.domain.releases import first_only_notes, next_upgrader
 from coordinator.domain.runs import phase_run
 from coordinator.domain.templating import template_values
-from nodeagent.contract import Phase
-from nodeagent.protocol import Location, StateItem
-from nodeagent.templates import TemplateError, render
-from nodeagent.validation import format_path
+from nodeagent.wire.contract import Phase
+from nodeagent.wire.protocol import Location, StateItem
+from nodeagent.wire.templates import TemplateError, render
+from nodeagent.wire.validation import format_path
 
 # The phases in the order a machine's life meets them.
 ORDER: tuple[Phase, ...] = ("prepare", "deploy", "postdeploy", "upgrade", "reconfigure", "leave",

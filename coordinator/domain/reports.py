@@ -23,9 +23,9 @@ from coordinator.domain.outputs import differing, differing_text, key
 from coordinator.domain.records import Event
 from coordinator.domain.runs import phase_run
 from coordinator.domain.steps import gave_up_text
-from nodeagent.contract import JOB_PHASES
-from nodeagent.protocol import ItemReport, StateItem, VersionAction, installed_version
-from nodeagent.redact import mask_values
+from nodeagent.wire.contract import JOB_PHASES
+from nodeagent.wire.protocol import ItemReport, StateItem, VersionAction, installed_version
+from nodeagent.wire.redact import mask_values
 
 
 @dataclass(frozen=True)

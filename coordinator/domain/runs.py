@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from coordinator.domain.catalog import Entry, catalog
 from coordinator.domain.model import ClusterSpec, Machine, MintJob, machine_items
 from coordinator.domain.releases import upgrade_run
-from nodeagent.contract import JOB_PHASES, Phase
-from nodeagent.protocol import StateItem
+from nodeagent.wire.contract import JOB_PHASES, Phase
+from nodeagent.wire.protocol import StateItem
 
 # The phases whose items model.phase_items derives from the spec's (versioned by the managers
 # or followed by a version check), which the catalog does not hold.

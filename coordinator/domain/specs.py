@@ -11,8 +11,8 @@ from coordinator.domain import outputs
 from coordinator.domain.errors import Conflict
 from coordinator.domain.model import ClusterSpec, Machine, first_manager
 from coordinator.domain.templating import template_problems
-from nodeagent.protocol import Location
-from nodeagent.validation import load_model
+from nodeagent.wire.protocol import Location
+from nodeagent.wire.validation import load_model
 
 # settings.kubernetes fields the control plane is built with: kubeadm writes them into the
 # cluster (certificates, kube-proxy, the CNI's pool) when the first manager deploys, and a

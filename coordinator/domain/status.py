@@ -21,7 +21,7 @@ from coordinator.domain.planner import DEPLOYED_STATES, post_deploy_host
 from coordinator.domain.remedies import drain_failure
 from coordinator.domain.steps import History, current_run, failure, gave_up_text, machine_step
 from coordinator.domain.workloads import SystemWorkloads
-from nodeagent.contract import Phase
+from nodeagent.wire.contract import Phase
 
 StageState = Literal["waiting", "in-progress", "failing", "done"]
 

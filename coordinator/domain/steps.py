@@ -18,7 +18,7 @@ from coordinator.domain.model import PHASE_OF_STATE, ClusterSpec, Machine, Machi
 from coordinator.domain.nodes import NodeWait, node_wait
 from coordinator.domain.records import Event
 from coordinator.domain.runs import phase_run
-from nodeagent.contract import Phase
+from nodeagent.wire.contract import Phase
 
 StepStatus = Literal["running", "failed", "waiting", "done"]
 

@@ -20,10 +20,10 @@ from coordinator.domain.model import (
     first_manager,
 )
 from coordinator.domain.outputs import JOB_VALUES, JOINING_PHASES, PREFIX, Declared, declared
-from nodeagent.addresses import interface_of
-from nodeagent.contract import JOB_PHASES, ROLES
-from nodeagent.protocol import Location, StateItem
-from nodeagent.templates import TemplateError, placeholders
+from nodeagent.wire.addresses import interface_of
+from nodeagent.wire.contract import JOB_PHASES, ROLES
+from nodeagent.wire.protocol import Location, StateItem
+from nodeagent.wire.templates import TemplateError, placeholders
 
 
 @dataclass(frozen=True)

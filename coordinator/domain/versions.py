@@ -28,7 +28,7 @@ from coordinator.domain.model import (
     MachineState,
     pending_items,
 )
-from nodeagent.validation import InvalidDocument, Problem
+from nodeagent.wire.validation import InvalidDocument, Problem
 
 FIELD = "settings.kubernetes.version"
 _SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-(\S+))?$")

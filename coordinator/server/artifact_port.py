@@ -44,7 +44,7 @@ from coordinator.server.listener import ConnectionLimits
 from coordinator.service.artifacts import locate
 from coordinator.service.eventlog import log_events
 from coordinator.service.refusalaudit import AUDIT_WINDOW_SECONDS, note_refusal
-from nodeagent.validation import InvalidDocument
+from nodeagent.wire.validation import InvalidDocument
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ when the coordinator stops, or dies however it dies."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -25,8 +26,7 @@ from pathlib import Path
 from coordinator.domain.artifact_links import ArtifactLinks
 from coordinator.server.artifact_port import ArtifactPort
 from coordinator.server.listener import ConnectionLimits, listening_sockets, raise_descriptor_limit
-from nodeagent import logfmt
-from nodeagent.children import close_and_wait
+from nodeagent.wire import logfmt
 
 NICE = 10  # the API's event loop (nice 0) comes first when the CPU is short
 STOP_SECONDS = 5.0
@@ -80,9 +80,17 @@ class ArtifactProcess:
             await self._spawn()
 
     async def stop(self) -> None:
+        """Close the child's stdin, which ends it, and kill it if it is still there after
+        STOP_SECONDS."""
         child, self.child = self.child, None
         if child is not None and child.returncode is None:
-            await close_and_wait(child, STOP_SECONDS)
+            assert child.stdin is not None
+            child.stdin.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(child.wait(), STOP_SECONDS)
+            if child.returncode is None:
+                child.kill()
+                await child.wait()
         for listener in self.sockets:
             listener.close()
 

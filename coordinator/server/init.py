@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from coordinator.domain.model import ClusterSpec
 from coordinator.server import datadir, pki
 from coordinator.server.serve import ServeOptions, SetupError, open_coordinator
-from nodeagent import joinstring
+from nodeagent.wire import joinstring
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from coordinator.service.history import DEFAULT_RETENTION, Retention
 from coordinator.store.base import Store, StoreError
 from coordinator.store.cipher import Cipher
 from coordinator.store.sqlite import SQLiteStore
-from nodeagent import logfmt
+from nodeagent.wire import logfmt
 
 WILDCARDS = frozenset({"0.0.0.0", "::", ""})
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from coordinator.domain import versions
 from coordinator.domain.approval import approval_address, approved_event, refusal
+from coordinator.domain.changes import Change
+from coordinator.domain.clusterapply import applying, pausing
+from coordinator.domain.deletion import cluster_deletion, removal
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.labels import label_list, relabelled
@@ -21,17 +23,15 @@ from coordinator.domain.model import (
     needs_drain,
 )
 from coordinator.domain.records import Event, JoinToken, StoredCluster
-from coordinator.domain.reissue import reissued
-from coordinator.domain.removal import quorum_refusal, removal_drain
+from coordinator.domain.reissue import reissue
 from coordinator.domain.retries import retried
-from coordinator.domain.specs import check_fixed, pause_kept
 from coordinator.domain.tokens import new_reissue_token, token_hash
 from coordinator.service.access import Access
 from coordinator.service.drainer import Drainer
 from coordinator.service.notifier import Notifier
 from coordinator.service.queries import Queries
 from coordinator.service.writes import Writes
-from nodeagent.contract import Role
+from nodeagent.wire.contract import Role
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,11 @@ class Admin:
         await self.writes.commit([updated], [self._event(updated.cluster, kind, message,
                                                          updated, data)])
 
+    async def _commit(self, change: Change) -> None:
+        """The operation's change written, when it writes anything."""
+        if change.writes:
+            await self.writes.apply(change)
+
     def _moved(self, *machine_ids: str) -> None:
         """Machines changed: their agents, the watchers and the reconciler hear of it."""
         if machine_ids:
@@ -80,41 +85,23 @@ class Admin:
         minor at a time, no downgrade unless allow_downgrade, a new release) stores nothing."""
         async with self.writes.lock:
             before = await self.store.get_cluster(spec.name)
-            if before is not None and before.deleting:
-                raise Conflict(f"cluster {spec.name} is being deleted")
-            spec = pause_kept(before and before.spec, spec)
-            machines = await self.store.list_machines(spec.name)
-            if before is not None:
-                check_fixed(before.spec, spec, machines)
-            spec, verdict = versions.admitted(before and before.spec, spec, machines,
-                                              allow_downgrade)
-            stored = await self.store.put_cluster(spec, self.clock())
-            changed = before is None or before.generation != stored.generation
-            if changed:
-                machines = [replace(m, generation=m.generation + 1) for m in machines]
-                verb = "created" if before is None else "updated"
-                events = [self._event(
-                    spec.name, "cluster-applied",
-                    f"cluster {verb}: release {spec.release}, generation {stored.generation}",
-                    data={"release": spec.release, "generation": stored.generation})]
-                if verdict.downgrade and before is not None:
-                    events.append(self._event(spec.name, "downgrade", versions.downgrade_text(
-                        before.spec, spec), data={"from": before.spec.settings.kubernetes.version,
-                                                  "to": spec.settings.kubernetes.version}))
-                await self.writes.commit(machines, events)
-                self.notifier.wake(m.id for m in machines)
-        self.notifier.kick()
-        return Applied(stored, changed,
+            applied = applying(before, spec, await self.store.list_machines(spec.name),
+                               self.clock(), allow_downgrade)
+            await self._commit(applied.change)
+        self.writes.wake(applied.change)
+        return Applied(applied.stored, applied.changed,
                        None if before is None else before.spec.settings.upgrade.paused)
 
     async def delete_cluster(self, name: str) -> None:
         """Every machine runs its reset items and goes; then the cluster goes. The whole
         cluster leaving, no node is drained (its pods have nowhere to go) nor guarded."""
-        await self.queries.cluster(name)
-        await self.store.mark_cluster_deleting(name)
-        for machine in await self.store.list_machines(name):
-            await self.delete_machine(machine.id, whole_cluster=True)
-        self.notifier.kick()
+        async with self.writes.lock:
+            stored = await self.queries.cluster(name)
+            change = cluster_deletion(stored, await self.store.list_machines(name), self.clock())
+            await self._commit(change)
+        for machine_id in [*(m.id for m in change.machines), *change.removed]:
+            await self.drainer.cancel(machine_id)  # an upgrade's drain task: its writes are void
+        self.writes.wake(change)
 
     async def create_join_token(self, cluster: str, ttl: float | None,
                                 max_uses: int | None) -> tuple[str, JoinToken]:
@@ -192,70 +179,39 @@ class Admin:
         be shown once), valid ttl seconds; its current credential is revoked at once."""
         secret = new_reissue_token(machine_id)
         async with self.writes.lock:
-            machine = await self.queries.machine_by_id(machine_id)
             now = self.clock()
-            updated, issued = reissued(machine, token_hash(secret), now + ttl, now)
-            await self.writes.commit([updated], [issued])
-        self.notifier.wake([machine.id])
-        return secret, updated
+            change = reissue(await self.queries.machine_by_id(machine_id), token_hash(secret),
+                             now + ttl, now)
+            await self.writes.apply(change)
+        self.writes.wake(change)
+        return secret, change.machines[0]
 
-    async def delete_machine(self, machine_id: str, force: bool = False, skip_reset: bool = False,
-                             whole_cluster: bool = False) -> Machine | None:
-        """Delete a machine: it goes through Deleting (domain/removal.py: its node drained,
-        its reset items, its Node deleted) unless it never ran items, or skip_reset removes
-        the record at once. A manager whose leaving could cost the control plane its quorum
-        is refused (Conflict, saying why) unless forced; the whole cluster leaving, nothing is
-        guarded nor drained. Returns the machine unless it is gone; deleting a machine that
-        is already leaving changes nothing."""
+    async def delete_machine(self, machine_id: str, force: bool = False,
+                             skip_reset: bool = False) -> Machine | None:
+        """Delete a machine (domain/deletion.py: through Deleting, or removed at once; a
+        manager whose leaving could cost the quorum refused unless forced). Returns the
+        machine unless it is gone; deleting a machine that is already leaving changes
+        nothing."""
         async with self.writes.lock:
             machine = await self.queries.machine_by_id(machine_id)
-            if machine.state is MachineState.DELETING and not skip_reset:
+            spec = (await self.queries.cluster(machine.cluster)).spec
+            change = removal(machine, await self.store.list_machines(machine.cluster), spec,
+                             self.clock(), force, skip_reset)
+            if change is None:
                 return machine
-            machines = await self.store.list_machines(machine.cluster)
-            refused = None if whole_cluster else quorum_refusal(machine, machines)
-            if refused and not force:
-                raise Conflict(refused)
-            at_once = skip_reset or machine.state is MachineState.PENDING or machine.role is None
-            if at_once:
-                await self.writes.commit([], [self._event(
-                    machine.cluster, "removed",
-                    f"{machine.hostname} removed" + (" without reset (skipped)" if skip_reset
-                                                     else ""), machine)],
-                    removed={machine.id: self.clock()})
-            else:
-                updated = await self._leave(machine, machines, refused, whole_cluster)
+            await self._commit(change)
         await self.drainer.cancel(machine.id)  # an upgrade's drain task: its writes are void now
-        if at_once:
-            self.notifier.wake([machine.id])
-            return None
-        self._moved(machine.id)
-        return updated
-
-    async def _leave(self, machine: Machine, machines: Sequence[Machine], refused: str | None,
-                     whole_cluster: bool) -> Machine:
-        """Move machine into Deleting, with the drain its removal starts with (none when the
-        cluster cannot be reached or leaves whole); refused: the guard it was forced past."""
-        spec = (await self.queries.cluster(machine.cluster)).spec
-        drain = None if whole_cluster else removal_drain(spec, machines, machine, self.clock())
-        updated = replace(machine.with_state(MachineState.DELETING, self.clock()), drain=drain)
-        then = "running reset items" if drain is None else "drain, reset items, Node deletion"
-        await self._commit_one(
-            updated, "state", f"{machine.hostname} {machine.state.value} -> Deleting: {then}"
-            + (f" (forced, though {refused})" if refused else ""),
-            {"from": machine.state.value, "to": "Deleting", "forced": refused is not None})
-        return updated
+        self.writes.wake(change)
+        return change.machines[0] if change.machines else None
 
     async def set_paused(self, name: str, paused: bool) -> StoredCluster:
         """Pause or resume upgrades: the spec's settings.upgrade.paused (a later apply of a
         file that says `paused:` sets it to what the file says; one that does not keeps it)."""
-        spec = (await self.queries.cluster(name)).spec
-        settings = spec.settings.model_copy(update={
-            "upgrade": spec.settings.upgrade.model_copy(update={"paused": paused})})
-        applied = await self.apply_cluster(spec.model_copy(update={"settings": settings}))
-        if applied.changed:
-            await self.writes.record([self._event(
-                name, "upgrade", "upgrade " + ("paused: no machine starts upgrading"
-                                               if paused else "resumed"))])
+        async with self.writes.lock:
+            applied = pausing(await self.queries.cluster(name), paused,
+                              await self.store.list_machines(name), self.clock())
+            await self._commit(applied.change)
+        self.writes.wake(applied.change)
         return applied.stored
 
     async def drain_action(self, machine_id: str, action: str) -> Machine:

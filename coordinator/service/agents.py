@@ -30,7 +30,7 @@ from coordinator.service.notifier import Notifier
 from coordinator.service.postdeploy import PostDeployHosts
 from coordinator.service.queries import Queries
 from coordinator.service.writes import Writes
-from nodeagent.protocol import (
+from nodeagent.wire.protocol import (
     Assignment,
     ItemReport,
     KubeconfigRefresh,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from coordinator.domain.errors import NotFound
-from nodeagent.validation import InvalidDocument, Problem
+from nodeagent.wire.validation import InvalidDocument, Problem
 
 
 def locate(store: Path, name: str) -> Path:

@@ -60,7 +60,7 @@ class Coordinator:
                                      self.nodes, post_deploy, clock)
         self.leadership = Leadership(store, self.notifier, self.reconciler, self.drainer,
                                      self.nodes, idle=lambda: self.pivots.moved)
-        self.move_targets = MoveTargets(self.writes, self.notifier, clock)
+        self.move_targets = MoveTargets(self.writes, clock)
         self.agents = Agents(self.writes, self.queries, self.access, self.notifier, post_deploy,
                              self.move_targets, clock, credential_ttl,
                              self.leadership.after_reports)

@@ -1,4 +1,4 @@
-"""The coordinator's own log, from what it records: one logfmt line (nodeagent/logfmt.py) per
+"""The coordinator's own log, from what it records: one logfmt line (nodeagent/wire/logfmt.py) per
 registration, approval, credential change, state change of a machine, cluster change, drain
 step, responding change, removal, admin change and window of refusals, with stable keys:
 event=KIND cluster=... machine=HOSTNAME machine_id=... and a few per kind. Events never carry
@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from coordinator.domain.records import Event
-from nodeagent.logfmt import fields
+from nodeagent.wire.logfmt import fields
 
 log = logging.getLogger("coordinator.events")
 

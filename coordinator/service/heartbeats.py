@@ -11,7 +11,7 @@ from coordinator.domain.model import Machine
 from coordinator.domain.records import CredentialOwner
 from coordinator.service.writes import Writes
 from coordinator.store.base import Store
-from nodeagent.logfmt import fields
+from nodeagent.wire.logfmt import fields
 
 log = logging.getLogger("coordinator")
 HEARTBEAT_FLUSH_SECONDS = 1.0

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinator.store.base import Store, StoreError
-from nodeagent.logfmt import fields
+from nodeagent.wire.logfmt import fields
 
 log = logging.getLogger("coordinator")
 

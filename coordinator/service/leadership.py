@@ -14,7 +14,7 @@ from coordinator.service.nodewatch import NodeWatch
 from coordinator.service.notifier import Notifier
 from coordinator.service.reconciler import Reconciler
 from coordinator.store.base import Store, Term, leader_epoch
-from nodeagent.logfmt import fields
+from nodeagent.wire.logfmt import fields
 
 log = logging.getLogger("coordinator")
 # A deposed leader waits this long before it campaigns again: the replicas that saw it go

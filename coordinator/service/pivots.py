@@ -22,16 +22,19 @@ from typing import Any, BinaryIO
 import aiohttp
 
 from coordinator.domain import pivot as pv
+from coordinator.domain.changes import Change
+from coordinator.domain.clusterapply import respecified
 from coordinator.domain.errors import Conflict
 from coordinator.domain.machinelist import MAX_LIMIT
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
+from coordinator.domain.records import StoredCluster
 from coordinator.service import snapshot
 from coordinator.service.writes import Writes
 from coordinator.store.base import Store, StoreError
 from coordinator.store.cipher import Cipher, SecretsKeyError, key_from_text
 from coordinator.store.codec import resealed_doc, resealed_output
-from nodeagent.logfmt import fields
-from nodeagent.validation import InvalidDocument, Problem
+from nodeagent.wire.logfmt import fields
+from nodeagent.wire.validation import InvalidDocument, Problem
 
 log = logging.getLogger("coordinator")
 FILE_NAME = "pivot.json"
@@ -122,6 +125,20 @@ class PivotLedger:
 
 
 # -- the target's side ------------------------------------------------------------------------
+
+async def receive_pivot(writes: Writes, archive: BinaryIO, pivot_id: str, from_url: str,
+                       now: float) -> bool:
+    """The target's side of a pivot: the archive's state imported (import_archive), its
+    machines marked for the next reconcile pass (their credentials known from now on) and a
+    pass asked for; False when it is already here from this same pivot."""
+    imported = await import_archive(writes.store, getattr(writes.store, "cipher", None),
+                                    archive, pivot_id, from_url, now)
+    if imported is None:
+        return False
+    writes.mark(imported)
+    writes.wake(Change(kick=True))
+    return True
+
 
 async def import_archive(store: Store, cipher: Cipher | None, archive: BinaryIO, pivot_id: str,
                          from_url: str, now: float) -> list[str] | None:
@@ -234,18 +251,25 @@ async def _all_machines(session: aiohttp.ClientSession, url: str, headers: Mappi
 
 async def copy_views(writes: Writes, clusters: Sequence[Mapping[str, Any]],
                      machines: Sequence[Mapping[str, Any]], now: float) -> None:
-    """The target's views of its clusters and machines written over this store's copies: each
-    spec as the target holds it, each machine's state, role, labels, release and liveness. A
-    machine that joined the target after the pivot is added as its view shows it, without a
-    credential (no agent is served here any more), so the copy lists what the target does."""
-    for view in clusters:
-        await writes.store.put_cluster(ClusterSpec.model_validate(view["spec"]), now)
-    known = {m.id: m for m in await writes.store.get_machines([str(v["id"]) for v in machines])}
-    updated = [_refreshed(known[view["id"]], view) for view in machines if view["id"] in known]
-    updated += [_copied(view) for view in machines if view["id"] not in known]
-    gone = {m.id: now for m in await writes.store.list_machines()
-            if m.id not in {str(v["id"]) for v in machines}}
-    await writes.commit(updated, [], gone)
+    """The target's views of its clusters and machines written over this store's copies, in
+    one transaction: each spec as the target holds it, each machine's state, role, labels,
+    release and liveness. A machine that joined the target after the pivot is added as its
+    view shows it, without a credential (no agent is served here any more), so the copy lists
+    what the target does."""
+    async with writes.lock:
+        held = {c.spec.name: c for c in await writes.store.list_clusters()}
+        specs = [ClusterSpec.model_validate(view["spec"]) for view in clusters]
+        respecs = [StoredCluster(spec, 1, now, now) if spec.name not in held
+                   else respecified(held[spec.name], spec, now) for spec in specs]
+        known = {m.id: m for m in await writes.store.get_machines([str(v["id"])
+                                                                   for v in machines])}
+        updated = [_refreshed(known[view["id"]], view) for view in machines
+                   if view["id"] in known]
+        updated += [_copied(view) for view in machines if view["id"] not in known]
+        gone = {m.id: now for m in await writes.store.list_machines()
+                if m.id not in {str(v["id"]) for v in machines}}
+        await writes.apply(Change(machines=updated, removed=gone,
+                                  clusters=[c for c in respecs if c is not None]))
 
 
 def _refreshed(machine: Machine, view: Mapping[str, Any]) -> Machine:

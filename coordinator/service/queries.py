@@ -40,7 +40,7 @@ from coordinator.service.servingcheck import ServingCheck
 from coordinator.service.statuscache import StatusCache, status_order
 from coordinator.service.systemcheck import SystemCheck
 from coordinator.store.base import Store, StoreError
-from nodeagent.contract import Phase
+from nodeagent.wire.contract import Phase
 
 log = logging.getLogger("coordinator")
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from coordinator.domain.refusals import ADMIN_REQUEST, MAX_PATH, RefusalTally
 from coordinator.service.writes import Writes
-from nodeagent.logfmt import fields
+from nodeagent.wire.logfmt import fields
 
 log = logging.getLogger("coordinator")
 AUDIT_WINDOW_SECONDS = 60.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
+from coordinator.domain.changes import Change
 from coordinator.domain.model import Machine
 from coordinator.domain.records import ClusterOutput, Event
 from coordinator.service.credentials import CredentialCache
@@ -34,10 +35,25 @@ class Writes:
         self._watchers: list[WrittenElsewhere] = []
         notifier.on_written = self._written_elsewhere
 
+    async def apply(self, change: Change) -> None:
+        """Write an operation's whole change in one transaction (Store.apply); the next
+        reconcile pass plans on its machines. Call `wake` once the write lock is released."""
+        await self.store.apply(change)
+        log_events(change.events)
+        self.mark(change.removed, change.machines)
+
+    def wake(self, change: Change) -> None:
+        """Answer the long-polls of the agents the change names, and ask for the reconcile
+        pass it wants."""
+        if change.wake:
+            self.notifier.wake(change.wake)
+        if change.kick:
+            self.notifier.kick()
+
     async def commit(self, machines: Sequence[Machine], events: Sequence[Event],
                      removed: Mapping[str, float] | None = None) -> None:
-        """Write machines and events, and remove machines (id -> when); the next reconcile
-        pass plans on these machines."""
+        """Write machines and events, and remove machines (id -> when): `apply` of that
+        change, through Store.commit (the path group commits and loops are counted on)."""
         await self.store.commit(machines, events, removed)
         log_events(events)
         self.mark(removed or {}, machines)

@@ -10,6 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from coordinator.domain.changes import Change, Retarget
 from coordinator.domain.clones import Holder
 from coordinator.domain.etags import Version
 from coordinator.domain.machinelist import MachineQuery
@@ -54,7 +55,8 @@ class Term:
 
 
 class Store(ABC):
-    """Durable state. Every method is atomic; commit() applies several changes atomically.
+    """Durable state. Every method is atomic; apply() writes one operation's whole change
+    atomically.
 
     The last section (replicas) has defaults for a store only one coordinator uses; a backend
     several coordinators share overrides it."""
@@ -78,9 +80,6 @@ class Store(ABC):
 
     @abstractmethod
     async def list_clusters(self) -> list[StoredCluster]: ...
-
-    @abstractmethod
-    async def mark_cluster_deleting(self, name: str) -> None: ...
 
     @abstractmethod
     async def remove_cluster(self, name: str) -> None:
@@ -206,6 +205,14 @@ class Store(ABC):
 
     # -- atomic writes ----------------------------------------------------------
     @abstractmethod
+    async def apply(self, change: Change) -> list[Event]:
+        """Write the whole change in one transaction, or nothing of it (an error raised part of
+        the way leaves the store as it was): its clusters as decided, the move target, cluster
+        outputs (cluster -> name -> output: one a cluster keeps already is never replaced),
+        machines upserted and removed (id -> when), events appended. Returns the events with
+        their ids. A removed machine leaves what removed_machine and removed_credential
+        return, for good: its agent may come back months later."""
+
     async def commit(
         self,
         machines: Sequence[Machine] = (),
@@ -213,11 +220,9 @@ class Store(ABC):
         removed: Mapping[str, float] | None = None,
         outputs: Mapping[str, Mapping[str, ClusterOutput]] | None = None,
     ) -> list[Event]:
-        """Upsert machines, remove machines (id -> when), keep cluster outputs (cluster ->
-        name -> output: one a cluster keeps already is never replaced) and append events in
-        one transaction. Returns the events with their ids. A removed machine leaves what
-        removed_machine and removed_credential return, for good: its agent may come back
-        months later."""
+        """apply() of a change of machines, events, removals and outputs only."""
+        return await self.apply(Change(machines=machines, events=events, removed=removed or {},
+                                       outputs=outputs or {}))
 
     # -- events -----------------------------------------------------------------
     @abstractmethod
@@ -271,9 +276,9 @@ class Store(ABC):
         """The coordinator every agent is told to move to, as the JSON document set_move_target
         wrote; None when there is none."""
 
-    @abstractmethod
     async def set_move_target(self, doc: str | None) -> None:
-        """Replace the move target (None: clear it)."""
+        """Replace the move target (None: clear it): apply() of that change alone."""
+        await self.apply(Change(retarget=Retarget(doc)))
 
     # -- replicas -------------------------------------------------------------------
     def mutex(self) -> AbstractAsyncContextManager[Any]:

@@ -207,6 +207,12 @@ def cluster_from_row(row: Row) -> StoredCluster:
                          deleting=bool(row["deleting"]))
 
 
+def cluster_row(cluster: StoredCluster) -> tuple[Any, ...]:
+    """The parameters of sql.Statements.write_cluster: the cluster as a change decided it."""
+    return (cluster.spec.name, spec_to_json(cluster.spec), cluster.generation,
+            cluster.created_at, cluster.updated_at, cluster.deleting)
+
+
 def with_outputs(cluster: StoredCluster, rows: Sequence[Row],
                  cipher: Cipher | None) -> StoredCluster:
     """The cluster with the outputs it keeps (its rows of cluster_outputs, values unsealed)."""

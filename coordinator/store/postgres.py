@@ -16,13 +16,14 @@ from typing import Any
 
 import asyncpg
 
+from coordinator.domain.changes import Change
 from coordinator.domain.clones import Holder
+from coordinator.domain.clusterapply import respecified
 from coordinator.domain.etags import Version, new_epoch
 from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
-    ClusterOutput,
     CredentialOwner,
     Event,
     JoinToken,
@@ -37,6 +38,7 @@ from coordinator.store.cipher import Cipher
 from coordinator.store.codec import (
     admin_token_from_row,
     cluster_from_row,
+    cluster_row,
     credential_owner_from_row,
     dumps,
     event_from_row,
@@ -66,7 +68,6 @@ from coordinator.store.sql import (
     check_importable,
     check_removable,
     prune_through,
-    respecified,
 )
 
 SQL = Statements(POSTGRES)  # the statements the stores share, as PostgreSQL spells them
@@ -84,6 +85,13 @@ async def _lock_machines(conn: asyncpg.Connection, ids: Sequence[str]) -> None:
     if ids:
         await conn.execute("SELECT FROM machines WHERE id = ANY($1::text[]) ORDER BY id "
                            "FOR UPDATE", ids)
+
+
+async def _retarget(conn: asyncpg.Connection, doc: str | None) -> None:
+    if doc is None:
+        await conn.execute(SQL.clear_move_target)
+    else:
+        await conn.execute(SQL.put_move_target, doc)
 
 
 class PostgresStore(Store):
@@ -145,9 +153,6 @@ class PostgresStore(Store):
         rows = await self.db.all(lambda row: row, SQL.all_outputs) if clusters else []
         return [with_outputs(c, [r for r in rows if r["cluster"] == c.spec.name], self.cipher)
                 for c in clusters]
-
-    async def mark_cluster_deleting(self, name: str) -> None:
-        await self.db.execute(SQL.mark_deleting, name)
 
     async def remove_cluster(self, name: str) -> None:
         async with self.db.transaction() as conn:
@@ -220,12 +225,6 @@ class PostgresStore(Store):
     async def move_target(self) -> str | None:
         return await self.db.one(lambda row: str(row[0]), SQL.move_target)
 
-    async def set_move_target(self, doc: str | None) -> None:
-        if doc is None:
-            await self.db.execute(SQL.clear_move_target)
-        else:
-            await self.db.execute(SQL.put_move_target, doc)
-
     async def removed_machine(self, machine_id: str) -> RemovedMachine | None:
         return await self.db.one(removed_machine_from_row, SQL.removed_machine, machine_id)
 
@@ -291,41 +290,42 @@ class PostgresStore(Store):
                 "WHERE machines.id = seen.id", list(seen), list(seen.values()))
 
     # -- atomic writes ----------------------------------------------------------
-    async def commit(
-        self,
-        machines: Sequence[Machine] = (),
-        events: Sequence[Event] = (),
-        removed: Mapping[str, float] | None = None,
-        outputs: Mapping[str, Mapping[str, ClusterOutput]] | None = None,
-    ) -> list[Event]:
+    async def apply(self, change: Change) -> list[Event]:
         # Encoded before the transaction: a value JSON cannot hold fails with nothing written.
-        rows = [machine_to_row(m, self.cipher) for m in machines]
-        data = [dumps(e.data) for e in events]
-        removed = removed or {}
-        kept = output_rows(outputs or {}, self.cipher)
-        if not (rows or events or removed or kept):
+        clusters = [cluster_row(c) for c in change.clusters]
+        rows = [machine_to_row(m, self.cipher) for m in change.machines]
+        data = [dumps(e.data) for e in change.events]
+        removed = list(change.removed)
+        kept = output_rows(change.outputs, self.cipher)
+        if not change.writes:
             return []
+        written = [*(m.id for m in change.machines), *removed]
         async with self.db.transaction() as conn:
+            if clusters:
+                await conn.executemany(SQL.write_cluster, clusters)
+            if change.retarget is not None:
+                await _retarget(conn, change.retarget.doc)
             if kept:
                 await conn.executemany(SQL.keep_output, kept)
-            await _lock_machines(conn, [*(m.id for m in machines), *removed])
+            await _lock_machines(conn, written)
             if rows:
                 await conn.executemany(SQL.upsert_machine, rows)
-            if rows or removed:
+            if written:
                 await conn.execute("DELETE FROM machine_labels WHERE machine_id = ANY($1::text[])",
-                                   [*(m.id for m in machines), *removed])
-                await conn.executemany(SQL.insert_label, label_rows(machines))
+                                   written)
+                await conn.executemany(SQL.insert_label, label_rows(change.machines))
                 await conn.execute("DELETE FROM machine_identities WHERE machine_id = ANY($1::text[])",
-                                   [*(m.id for m in machines), *removed])
-                await conn.executemany(SQL.insert_identity, identity_rows(machines))
+                                   written)
+                await conn.executemany(SQL.insert_identity, identity_rows(change.machines))
             if removed:
-                await conn.executemany(SQL.keep_removed, list(removed.items()))
-                await conn.execute("DELETE FROM machines WHERE id = ANY($1::text[])", list(removed))
-            if not events:
+                await conn.executemany(SQL.keep_removed, list(change.removed.items()))
+                await conn.execute("DELETE FROM machines WHERE id = ANY($1::text[])", removed)
+            if not change.events:
                 return []
             last = await conn.fetchval("UPDATE event_ids SET last = last + $1 RETURNING last",
-                                       len(events))
-            stored = [replace(e, id=last - len(events) + 1 + i) for i, e in enumerate(events)]
+                                       len(change.events))
+            stored = [replace(e, id=last - len(change.events) + 1 + i)
+                      for i, e in enumerate(change.events)]
             await conn.executemany(_INSERT_EVENT, [
                 (e.id, e.time, e.cluster, e.machine, e.hostname, e.kind, e.message, text)
                 for e, text in zip(stored, data, strict=True)])

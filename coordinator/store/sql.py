@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from coordinator.domain.machinelist import MachineQuery
-from coordinator.domain.model import ClusterSpec, Role
-from coordinator.domain.records import StoredCluster
+from coordinator.domain.model import Role
 from coordinator.store.base import StoreError
-from coordinator.store.codec import Row, spec_to_json
+from coordinator.store.codec import Row
 
 _NUMBERED = re.compile(r"\$(\d+)")
 
@@ -222,7 +221,11 @@ class Statements:
         self.clusters = "SELECT * FROM clusters ORDER BY name"
         self.respecify_cluster = sql("UPDATE clusters SET spec = $1, generation = generation + 1, "
                                      "updated_at = $2 WHERE name = $3")
-        self.mark_deleting = sql("UPDATE clusters SET deleting = TRUE WHERE name = $1")
+        self.write_cluster = sql(  # a change's cluster, as the change decided it (codec.cluster_row)
+            "INSERT INTO clusters (name, spec, generation, created_at, updated_at, deleting) "
+            "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO UPDATE SET "
+            "spec = excluded.spec, generation = excluded.generation, "
+            "updated_at = excluded.updated_at, deleting = excluded.deleting")
         self.count_cluster_machines = sql("SELECT COUNT(*) FROM machines WHERE cluster = $1")
         self.delete_join_tokens = sql("DELETE FROM join_tokens WHERE cluster = $1")
         self.delete_cluster = sql("DELETE FROM clusters WHERE name = $1")
@@ -421,15 +424,6 @@ def check_importable(tables: Mapping[str, Sequence[Mapping[str, Any]]], beside: 
     if occupied:
         raise StoreError(f"the store already holds a coordinator's state (rows in "
                          f"{', '.join(occupied)}): restore into an empty database")
-
-
-def respecified(stored: StoredCluster, spec: ClusterSpec, now: float) -> StoredCluster | None:
-    """The cluster once spec replaces its own; None when that changes nothing. Compared
-    re-encoded: a spec stored by an older model version (missing a field that now has a
-    default) is not a change."""
-    if spec_to_json(stored.spec) == spec_to_json(spec):
-        return None
-    return replace(stored, spec=spec, generation=stored.generation + 1, updated_at=now)
 
 
 def prune_through(oldest: int | None, beyond_count: int | None, first_recent: int | None,

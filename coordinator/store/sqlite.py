@@ -21,13 +21,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from coordinator.domain.changes import Change
 from coordinator.domain.clones import Holder
+from coordinator.domain.clusterapply import respecified
 from coordinator.domain.etags import Version, new_epoch
 from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
-    ClusterOutput,
     CredentialOwner,
     Event,
     JoinToken,
@@ -41,6 +42,7 @@ from coordinator.store.cipher import Cipher
 from coordinator.store.codec import (
     admin_token_from_row,
     cluster_from_row,
+    cluster_row,
     credential_owner_from_row,
     dumps,
     event_from_row,
@@ -63,7 +65,6 @@ from coordinator.store.sql import (
     check_importable,
     check_removable,
     prune_through,
-    respecified,
 )
 from coordinator.store.sqlite_schema import (
     IDENTITIES_FROM_DOCS,
@@ -269,9 +270,6 @@ class SQLiteStore(Store):
         return [with_outputs(c, [r for r in rows if r["cluster"] == c.spec.name], self.cipher)
                 for c in clusters]
 
-    async def mark_cluster_deleting(self, name: str) -> None:
-        await self._execute(SQL.mark_deleting, (name,))
-
     async def remove_cluster(self, name: str) -> None:
         await self._run(self._remove_cluster, name)
 
@@ -350,11 +348,11 @@ class SQLiteStore(Store):
     async def move_target(self) -> str | None:
         return await self._one(lambda row: str(row[0]), SQL.move_target, ())
 
-    async def set_move_target(self, doc: str | None) -> None:
+    def _retarget(self, doc: str | None) -> None:
         if doc is None:
-            await self._execute(SQL.clear_move_target, ())
+            self._db.execute(SQL.clear_move_target)
         else:
-            await self._execute(SQL.put_move_target, (doc,))
+            self._db.execute(SQL.put_move_target, (doc,))
 
     async def removed_machine(self, machine_id: str) -> RemovedMachine | None:
         return await self._one(removed_machine_from_row, SQL.removed_machine, (machine_id,))
@@ -423,32 +421,33 @@ class SQLiteStore(Store):
                              [(when, machine_id) for machine_id, when in seen])
 
     # -- atomic writes ----------------------------------------------------------
-    async def commit(
-        self,
-        machines: Sequence[Machine] = (),
-        events: Sequence[Event] = (),
-        removed: Mapping[str, float] | None = None,
-        outputs: Mapping[str, Mapping[str, ClusterOutput]] | None = None,
-    ) -> list[Event]:
-        kept = output_rows(outputs or {}, self.cipher)
-        return await self._run(self._commit, machines, events, dict(removed or {}), kept)
+    async def apply(self, change: Change) -> list[Event]:
+        return await self._run(self._apply, change)
 
-    def _commit(self, machines: Sequence[Machine], events: Sequence[Event],
-                removed: dict[str, float], kept: list[tuple[Any, ...]]) -> list[Event]:
+    def _apply(self, change: Change) -> list[Event]:
+        # Encoded (on the writer's thread) before the transaction: a value that cannot be
+        # stored fails with nothing written.
+        clusters = [cluster_row(c) for c in change.clusters]
+        kept = output_rows(change.outputs, self.cipher)
+        rows = [machine_to_row(m, self.cipher) for m in change.machines]
         conn = self._db
         stored: list[Event] = []
+        removed = list(change.removed.items())
         with transaction(conn):
+            conn.executemany(SQL.write_cluster, clusters)
+            if change.retarget is not None:
+                self._retarget(change.retarget.doc)
             conn.executemany(SQL.keep_output, kept)
-            for m in machines:
-                conn.execute(SQL.upsert_machine, machine_to_row(m, self.cipher))
-            gone = [(m.id,) for m in machines] + [(i,) for i in removed]
+            for row in rows:
+                conn.execute(SQL.upsert_machine, row)
+            gone = [(m.id,) for m in change.machines] + [(i,) for i, _ in removed]
             conn.executemany("DELETE FROM machine_labels WHERE machine_id = ?", gone)
-            conn.executemany(SQL.insert_label, label_rows(machines))
+            conn.executemany(SQL.insert_label, label_rows(change.machines))
             conn.executemany("DELETE FROM machine_identities WHERE machine_id = ?", gone)
-            conn.executemany(SQL.insert_identity, identity_rows(machines))
-            conn.executemany(SQL.keep_removed, list(removed.items()))
-            conn.executemany("DELETE FROM machines WHERE id = ?", [(i,) for i in removed])
-            for e in events:
+            conn.executemany(SQL.insert_identity, identity_rows(change.machines))
+            conn.executemany(SQL.keep_removed, removed)
+            conn.executemany("DELETE FROM machines WHERE id = ?", [(i,) for i, _ in removed])
+            for e in change.events:
                 cursor = conn.execute(
                     "INSERT INTO events (time, cluster, machine, hostname, kind, message, data) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",

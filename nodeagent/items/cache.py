@@ -23,7 +23,6 @@ from pathlib import Path
 
 from nodeagent.atomic import atomic_file_in, atomic_write, fsync_dir
 
-DEFAULT_MAX_GIB = 4.0
 _CHUNK = 1 << 20
 
 

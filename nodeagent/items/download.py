@@ -22,8 +22,8 @@ from nodeagent.http_client import Body
 from nodeagent.items import directory_of, machine_path
 from nodeagent.items.cache import Corrupt, NodeCache
 from nodeagent.items.outcome import ItemFailed, ItemOutcome
-from nodeagent.protocol import DownloadAction, ProxySettings
 from nodeagent.proxy import proxy_for
+from nodeagent.wire.protocol import DownloadAction, ProxySettings
 
 # The daemon's seam to the coordinator: artifact name and request headers (Range, If-Range)
 # -> its body, opened. It raises when the coordinator can't deliver; the item fails with that

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from nodeagent.items import resolved_path
 from nodeagent.items.outcome import ItemFailed, ItemOutcome
-from nodeagent.protocol import ExecAction, VersionAction, installed_version
-from nodeagent.templates import render
+from nodeagent.wire.protocol import ExecAction, VersionAction, installed_version
+from nodeagent.wire.templates import render
 
 OUTPUT_TAIL_BYTES = 4096  # what an ItemReport carries
 _READ_CHUNK = 1 << 16

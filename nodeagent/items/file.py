@@ -11,8 +11,8 @@ from pathlib import Path
 from nodeagent.atomic import atomic_file_in
 from nodeagent.items import directory_of, machine_path
 from nodeagent.items.outcome import ItemFailed, ItemOutcome
-from nodeagent.protocol import FileAction
-from nodeagent.templates import render
+from nodeagent.wire.protocol import FileAction
+from nodeagent.wire.templates import render
 
 
 def resolve_owner(owner: str) -> tuple[int, int]:

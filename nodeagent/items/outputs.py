@@ -12,8 +12,8 @@ from pathlib import Path
 
 from nodeagent.items import read_left_file
 from nodeagent.items.outcome import ItemFailed
-from nodeagent.protocol import MAX_OUTPUT_BYTES, DownloadAction, FileAction, ItemOutput, StateItem
-from nodeagent.redact import MASK, mask_values
+from nodeagent.wire.protocol import MAX_OUTPUT_BYTES, DownloadAction, FileAction, ItemOutput, StateItem
+from nodeagent.wire.redact import MASK, mask_values
 
 
 class OutputLines:

@@ -21,7 +21,7 @@ from nodeagent.items.file import apply_file
 from nodeagent.items.outcome import ItemFailed, ItemOutcome
 from nodeagent.items.outputs import OutputLines, collect, refuse_line_outputs, secret_values, shown
 from nodeagent.journal import Journal
-from nodeagent.protocol import (
+from nodeagent.wire.protocol import (
     MAX_KUBECONFIG_BYTES,
     ExecAction,
     FileAction,
@@ -31,7 +31,7 @@ from nodeagent.protocol import (
     StateItem,
     VersionAction,
 )
-from nodeagent.templates import TemplateError
+from nodeagent.wire.templates import TemplateError
 
 Report = Callable[[ItemReport], Awaitable[None]]
 Sleep = Callable[[float], Awaitable[None]]

@@ -17,7 +17,7 @@ from nodeagent.prechecks import (
     runtime,
 )
 from nodeagent.prechecks.base import Check
-from nodeagent.protocol import Severity, Stage
+from nodeagent.wire.protocol import Severity, Stage
 
 HARD, SOFT = Severity.HARD, Severity.SOFT
 # Kubernetes prerequisites the cluster's prepare items establish: deferred ("to be set by

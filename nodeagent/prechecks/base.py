@@ -7,10 +7,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeagent.config import AgentConfig
-from nodeagent.contract import Role
 from nodeagent.host import Host
-from nodeagent.protocol import Severity, Stage, Status
+from nodeagent.wire.config import AgentConfig
+from nodeagent.wire.contract import Role
+from nodeagent.wire.protocol import Severity, Stage, Status
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import ntplib
 from nodeagent.host import Host
 from nodeagent.prechecks.base import CheckContext, Outcome, failed, passed, skipped, warned
 from nodeagent.prechecks.coordinator import resolve
-from nodeagent.protocol import split_host_port
+from nodeagent.wire.protocol import split_host_port
 
 NO_SERVERS = "no NTP servers configured (ntp.servers in the config file)"
 NTP_VERSION = 4

@@ -1,11 +1,11 @@
-"""CPU, memory and disk minimums: the role's CPU and memory (nodeagent/minimums.py, shared with
+"""CPU, memory and disk minimums: the role's CPU and memory (nodeagent/wire/minimums.py, shared with
 the coordinator's approval), and the free disk the config asks for."""
 
 from __future__ import annotations
 
-from nodeagent.contract import Role
-from nodeagent.minimums import CPU, MEMORY, MiB
 from nodeagent.prechecks.base import CheckContext, Outcome, failed, passed
+from nodeagent.wire.contract import Role
+from nodeagent.wire.minimums import CPU, MEMORY, MiB
 
 GiB = 1024 * MiB
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable, Sequence
 
 from nodeagent.prechecks.base import Check, CheckContext, Outcome
-from nodeagent.protocol import CheckResult, PrecheckReport, Severity, Stage, Status, Summary
+from nodeagent.wire.protocol import CheckResult, PrecheckReport, Severity, Stage, Status, Summary
 
 IGNORE_ALL = "all"
 

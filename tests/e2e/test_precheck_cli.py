@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.prechecks import NAMES
-from nodeagent.protocol import PrecheckReport, Status
+from nodeagent.wire.protocol import PrecheckReport, Status
 from tests.support.agent import precheck_argv
 from tests.support.netns import Namespace, namespace
 from tests.support.roots import cpuinfo, passing_root

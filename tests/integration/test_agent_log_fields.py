@@ -10,10 +10,10 @@ import logging
 import pytest
 
 from nodeagent.client import CoordinatorClient
-from nodeagent.endpoint import Endpoint
 from nodeagent.identity import Identity
-from nodeagent.logfmt import LogfmtFormatter
 from nodeagent.reporter import Reporter
+from nodeagent.wire.endpoint import Endpoint
+from nodeagent.wire.logfmt import LogfmtFormatter
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until_async
 

@@ -24,7 +24,7 @@ import pytest
 from coordinator.domain.artifact_links import ArtifactLinks
 from coordinator.server import secrets_key
 from nodeagent.client import CoordinatorClient
-from nodeagent.endpoint import Endpoint
+from nodeagent.wire.endpoint import Endpoint
 from tests.integration.api.test_coordinator_log import lines
 from tests.integration.test_artifact_serving import fetch
 from tests.integration.test_connection_limits import held, still_open

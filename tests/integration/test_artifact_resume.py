@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent.client import CoordinatorClient
-from nodeagent.endpoint import Endpoint
 from nodeagent.http_client import Body
+from nodeagent.wire.endpoint import Endpoint
 from tests.support.harness import in_process_coordinator
 from tests.support.items import apply, make_item
 from tests.support.relay import relay

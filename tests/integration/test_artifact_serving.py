@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from nodeagent.client import CoordinatorClient
-from nodeagent.endpoint import Endpoint
+from nodeagent.wire.endpoint import Endpoint
 from tests.support.driver import Registered
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.ports import free_port

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.config import AgentConfig
 from nodeagent.host import Host
 from nodeagent.prechecks import firewall
 from nodeagent.prechecks.base import CheckContext, Outcome
-from nodeagent.protocol import Status
+from nodeagent.wire.config import AgentConfig
+from nodeagent.wire.protocol import Status
 from tests.support.agent import checks_by_name, precheck_argv
 from tests.support.requirements import require_binary
 

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from nodeagent import http_client, trust
 from nodeagent.client import CoordinatorClient, Rejected, Unreachable
-from nodeagent.endpoint import Endpoint
+from nodeagent.wire.endpoint import Endpoint
 from tests.support.harness import running_coordinator
 from tests.support.ports import free_port
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.domain.fleet import Fleet, hypothetical_fleet
-from nodeagent.protocol import ProxySettings
+from nodeagent.wire.protocol import ProxySettings
 from tests.support.k8s_doubles.calls import Call, agent_env, calls
 from tests.support.kubeadm_profile import profile_spec, rendered, run_exec_item
 

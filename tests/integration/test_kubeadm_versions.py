@@ -19,7 +19,7 @@ from coordinator.domain.specs import load_spec
 from nodeagent.items.exec import run_exec
 from nodeagent.items.file import apply_file
 from nodeagent.items.outcome import ItemFailed
-from nodeagent.protocol import ExecAction, FileAction, StateItem
+from nodeagent.wire.protocol import ExecAction, FileAction, StateItem
 from tests.support.builders import spec_text
 from tests.support.harness import InProcessCoordinator, in_process_coordinator
 from tests.support.k8s_doubles.calls import agent_env, installed

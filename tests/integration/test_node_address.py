@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import joinstring
+from nodeagent.wire import joinstring
 from tests.support.agent import NODEAGENT
 from tests.support.builders import NOOP_CLUSTER
 from tests.support.harness import running_coordinator

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from nodeagent.config import AgentConfig
 from nodeagent.host import Host
 from nodeagent.prechecks import CHECKS, NAMES
 from nodeagent.prechecks.base import Check, CheckContext
 from nodeagent.prechecks.runner import run_checks
-from nodeagent.protocol import CheckResult, PrecheckReport, Status
+from nodeagent.wire.config import AgentConfig
+from nodeagent.wire.protocol import CheckResult, PrecheckReport, Status
 from tests.support.agent import checks_by_name, precheck_argv
 from tests.support.chrony import chronyd
 from tests.support.ntp_responder import silent_udp_server, skewed_ntp_server

@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from nodeagent.client import CoordinatorClient, Held, Unreachable
-from nodeagent.endpoint import Endpoint
+from nodeagent.wire.endpoint import Endpoint
 from tests.support.agent import AgentProcess, joined_agent
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.metrics import polls_parked

@@ -49,7 +49,7 @@ def reissue(coordinator: ServedCoordinator, *args: str) -> str:
 
 
 def token_of(join: str) -> str:
-    from nodeagent import joinstring
+    from nodeagent.wire import joinstring
 
     return joinstring.decode(join).token
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.client import CoordinatorClient, Document, Held
-from nodeagent.endpoint import Endpoint
+from nodeagent.wire.endpoint import Endpoint
 from tests.support.driver import Registered
 from tests.support.harness import ServedCoordinator, restore, running_coordinator
 

@@ -20,7 +20,7 @@ import pytest
 
 from coordinator.server.datadir import DATABASE
 from coordinator.store.sqlite import SQLiteStore
-from nodeagent.joinstring import ca_hash
+from nodeagent.wire.joinstring import ca_hash
 from tests.support.agent import AgentProcess, joined_agent
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.metrics import polls_parked

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli.client import ClientError
-from nodeagent import joinstring
+from nodeagent.wire import joinstring
 from tests.support.builders import NOOP_CLUSTER
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.waiting import wait_until

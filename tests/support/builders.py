@@ -35,7 +35,7 @@ from nodeagent.prechecks import CHECKS
 from nodeagent.prechecks.machine_identity import evaluate as evaluate_identity
 from nodeagent.prechecks.resources import evaluate_cpu, evaluate_memory
 from nodeagent.prechecks.runner import grade, summarize
-from nodeagent.protocol import CheckResult, Phase, PrecheckReport, Severity, StateItem, Status
+from nodeagent.wire.protocol import CheckResult, Phase, PrecheckReport, Severity, StateItem, Status
 
 # -- cluster specs as the API takes them: exact texts, which tests edit with str.replace --------
 

@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nodeagent.children import DaemonSettings
 from nodeagent.daemon import Agent
-from nodeagent.endpoint import Endpoint
 from nodeagent.host import CommandResult, Host
 from nodeagent.identity import IDENTITY_FILE, Identity, save_identity
-from nodeagent.settings import DaemonSettings
+from nodeagent.wire.endpoint import Endpoint
 
 # The argv prefix that runs this file (its path and the plan's follow) as `__main__`.
 RUN_DAEMONS = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"

@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.http_client import Body
-from nodeagent.items.cache import DEFAULT_MAX_GIB, NodeCache
+from nodeagent.items.cache import NodeCache
 from nodeagent.items.download import ArtifactSource
 from nodeagent.items.outcome import ItemOutcome
 from nodeagent.items.runner import apply_item, run_phase
 from nodeagent.journal import Journal
-from nodeagent.protocol import ItemReport, ProxySettings, RetryPolicy, StateItem
+from nodeagent.wire.config import DEFAULT_CACHE_MAX_GIB
+from nodeagent.wire.protocol import ItemReport, ProxySettings, RetryPolicy, StateItem
 
 PYTHON = sys.executable
 VALUES = {"cluster.name": "edge-1", "machine.hostname": "node-a", "machine.ip": "10.0.0.5"}
@@ -56,7 +57,7 @@ def artifact_source(chunks: Sequence[bytes], asked: list[str] | None = None,
 
 def node_cache(root: Path) -> NodeCache:
     """The download cache of the node whose root is root: in a state dir beside it."""
-    return NodeCache(root.parent / "state" / "cache", int(DEFAULT_MAX_GIB * 2**30))
+    return NodeCache(root.parent / "state" / "cache", int(DEFAULT_CACHE_MAX_GIB * 2**30))
 
 
 async def apply(item: StateItem, root: Path, values: dict[str, str] | None = None,

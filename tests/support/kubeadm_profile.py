@@ -15,7 +15,7 @@ import yaml
 from coordinator.domain.model import ClusterSpec, Machine, Material
 from coordinator.domain.rendering import machine_values, render_item, shown_items
 from coordinator.domain.specs import load_spec
-from nodeagent.contract import Phase
+from nodeagent.wire.contract import Phase
 
 PROFILE = Path(__file__).parents[2] / "examples/kubeadm/cluster.yaml"
 # kubeadm's phases the profile's init and join run one at a time (phases.sh), in order, by the

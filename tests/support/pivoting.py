@@ -7,7 +7,7 @@ import os
 import subprocess
 import time
 
-from nodeagent import joinstring
+from nodeagent.wire import joinstring
 from tests.support.harness import ServedCoordinator
 
 STEPS = ("frozen", "copied", "announced", "done")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from coordinator.cli.client import AdminClient
 from nodeagent.client import CoordinatorClient
-from nodeagent.endpoint import Endpoint
+from nodeagent.wire.endpoint import Endpoint
 from tests.support.driver import Registered
 from tests.support.harness import ServedCoordinator
 

@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.domain.approval import approval_address
 from coordinator.domain.errors import Conflict
-from nodeagent.addresses import AddressError, chosen, detected, interface_address, interface_of
+from nodeagent.wire.addresses import AddressError, chosen, detected, interface_address, interface_of
 from tests.support.builders import machine, node_facts
 
 FACTS = node_facts()  # eth0 192.0.2.10 (default route), eth1 10.10.0.5 and fd10::5

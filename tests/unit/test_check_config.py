@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nodeagent import joinstring
+from nodeagent.children import DaemonSettings
 from nodeagent.cli import main
-from nodeagent.endpoint import Endpoint
-from nodeagent.settings import DaemonSettings
+from nodeagent.wire import joinstring
+from nodeagent.wire.endpoint import Endpoint
 
 JOIN = joinstring.make("http://coordinator.test:8080", "join_x", None)
 

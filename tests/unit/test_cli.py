@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 from nodeagent.cli import main
 from nodeagent.prechecks import NAMES
 from nodeagent.prechecks.runtime import RECOMMENDED_BINARIES, REQUIRED_BINARIES
-from nodeagent.protocol import PrecheckReport
+from nodeagent.wire.protocol import PrecheckReport
 from tests.support.roots import BindSocket, RootTree
 
 LIVE = ("dns-port", "kubernetes-leftovers", "firewall", "hostname")

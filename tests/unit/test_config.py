@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.config import AgentConfig, load_config
-from nodeagent.protocol import split_host_port
-from nodeagent.validation import InvalidDocument
+from nodeagent.wire.config import AgentConfig, load_config
+from nodeagent.wire.protocol import split_host_port
+from nodeagent.wire.validation import InvalidDocument
 
 
 def write(tmp_path: Path, text: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodeagent.daemon import _work_key
-from nodeagent.protocol import Assignment, StateItem
+from nodeagent.wire.protocol import Assignment, StateItem
 
 ITEM: dict[str, Any] = {"name": "join", "phase": "deploy",
                         "action": {"type": "exec", "argv": ["kubeadm", "join"]}}

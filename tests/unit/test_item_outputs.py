@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from nodeagent.items.outputs import OutputLines, shown
-from nodeagent.protocol import MAX_OUTPUT_BYTES, ItemOutput, StateItem
-from nodeagent.redact import MASK
+from nodeagent.wire.protocol import MAX_OUTPUT_BYTES, ItemOutput, StateItem
+from nodeagent.wire.redact import MASK
 
 OUTPUTS = [ItemOutput(name="token"), ItemOutput(name="caCertHash", secret=False),
            ItemOutput(name="cert", file="/etc/cert.pem")]

@@ -21,8 +21,8 @@ from coordinator.domain.model import ClusterSpec, Machine, MachineState, phase_i
 from coordinator.domain.releases import names, upgrade_run
 from coordinator.domain.rendering import render_cluster
 from coordinator.domain.specs import load_spec
-from nodeagent.contract import ROLES
-from nodeagent.protocol import ProxySettings, StateItem
+from nodeagent.wire.contract import ROLES
+from nodeagent.wire.protocol import ProxySettings, StateItem
 from tests.support.k8s_doubles.calls import doubled
 from tests.support.kubeadm_profile import (
     PROFILE,

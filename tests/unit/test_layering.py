@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CONTRACTS = ".importlinter"
 LAYERS = "The coordinator in layers: an upper layer may import a lower one, never the reverse"
 AGENT_BELOW = "The agent is a lower layer: it never imports the coordinator"
+WIRE_ONLY = ("The coordinator imports nothing of the agent but its wire package, which imports "
+             "nothing else of it")
 PURE_DOMAIN = "What claims to be pure is: no event loop, I/O, web, CLI or storage library"
 LEAN_DAEMON = "The agent daemon never imports pydantic or yaml (its child processes do)"
 ACYCLIC = "No import cycles between sibling modules, at any depth"
@@ -60,13 +62,22 @@ WRONG_IMPORTS = {
     "domain imports the service": WrongImport("coordinator/domain/errors.py",
                                               "import coordinator.service", LAYERS),
     "a new module outside every layer": WrongImport("coordinator/stray.py", "import json", LAYERS),
-    "the agent imports the coordinator": WrongImport("nodeagent/render.py",
+    "the agent imports the coordinator": WrongImport("nodeagent/prechecktable.py",
                                                      "import coordinator.domain", AGENT_BELOW),
+    "the service imports the agent's client": WrongImport("coordinator/service/agents.py",
+                                                          "import nodeagent.client", WIRE_ONLY),
+    "the domain imports the agent's package": WrongImport("coordinator/domain/model.py",
+                                                          "from nodeagent import __version__",
+                                                          WIRE_ONLY),
+    "the wire imports the agent's client": WrongImport("nodeagent/wire/endpoint.py",
+                                                       "import nodeagent.client", WIRE_ONLY),
     "domain imports aiohttp": WrongImport("coordinator/domain/ratelimit.py", "import aiohttp", PURE_DOMAIN),
     "domain imports asyncio": WrongImport("coordinator/domain/records.py", "import asyncio", PURE_DOMAIN),
     "the daemon imports yaml": WrongImport("nodeagent/daemon.py", "import yaml", LEAN_DAEMON),
-    "the daemon pulls pydantic in": WrongImport("nodeagent/daemon.py", "import nodeagent.protocol",
+    "the daemon pulls pydantic in": WrongImport("nodeagent/daemon.py", "import nodeagent.wire.protocol",
                                                 LEAN_DAEMON),
+    "the wire package's __init__ pulls pydantic in": WrongImport(
+        "nodeagent/wire/__init__.py", "import nodeagent.wire.protocol", LEAN_DAEMON),
     "a cycle inside the domain": WrongImport("coordinator/domain/model.py",
                                              "import coordinator.domain.status", ACYCLIC),
 }

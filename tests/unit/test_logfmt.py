@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.logfmt import LogfmtFormatter, configure, fields, stream_is_journal
+from nodeagent.wire.logfmt import LogfmtFormatter, configure, fields, stream_is_journal
 
 
 def record(message: str, level: int = logging.INFO, **values: object) -> logging.LogRecord:

@@ -10,12 +10,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("coordinator", "nodeagent")
 ISSUE = re.compile(r"\bissues? #?\d+", re.IGNORECASE)
 
-# Files whose issue numbers other parts of the same work remove (the agent's side moves into
-# the wire contract; the move target becomes one transaction). Each must still name one, so
-# that the entry is dropped here once the file is clean.
-NOT_YET = {"coordinator/service/movetargets.py", "nodeagent/home.py", "nodeagent/retarget.py"}
-
-
 def naming_issues(root: Path) -> set[str]:
     """The files of both packages (any text: code, the dashboard) that name an issue."""
     return {path.relative_to(root).as_posix()
@@ -26,5 +20,4 @@ def naming_issues(root: Path) -> set[str]:
 
 def test_no_product_file_names_an_issue() -> None:
     found = naming_issues(ROOT)
-    assert found - NOT_YET == set(), "name what the code does, not the issue that asked for it"
-    assert NOT_YET - found == set(), "clean now: take them off NOT_YET"
+    assert found == set(), "name what the code does, not the issue that asked for it"

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from nodeagent import prechecking
+from nodeagent.children import DaemonSettings
 from nodeagent.client import Document, Rejected
 from nodeagent.host import Host
 from nodeagent.identity import Identity
 from nodeagent.prechecking import Prechecks
-from nodeagent.settings import DaemonSettings
 
 IDENTITY = Identity("m-1", "machine_secret")
 SETTINGS = DaemonSettings(endpoints=[], ca_file=None, ca_hash=None, timeout=1.0,

@@ -1,7 +1,7 @@
 import json
 from pathlib import Path
 
-from nodeagent.protocol import PrecheckReport, precheck_json_schema
+from nodeagent.wire.protocol import PrecheckReport, precheck_json_schema
 
 SCHEMA_FILE = Path(__file__).parents[2] / "docs" / "precheck-report.schema.json"
 
@@ -10,7 +10,7 @@ def test_documented_schema_matches_the_wire_type() -> None:
     documented = json.loads(SCHEMA_FILE.read_text())
     assert documented == precheck_json_schema(), (
         "the precheck report changed: update docs/precheck-report.schema.json with "
-        "python -c 'import json; from nodeagent.protocol import precheck_json_schema as s; "
+        "python -c 'import json; from nodeagent.wire.protocol import precheck_json_schema as s; "
         "print(json.dumps(s(), indent=2))' and bump the schema version if it is not additive"
     )
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.protocol import ProxySettings
 from nodeagent.proxy import bypassed, proxy_for
+from nodeagent.wire.protocol import ProxySettings
 
 ENV_PROXY = "http://env-proxy:3128"
 CONFIG_PROXY = "http://config-proxy:3128"

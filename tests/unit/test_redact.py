@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from coordinator.domain.tokens import new_token
-from nodeagent import joinstring
-from nodeagent.protocol import ItemReport
-from nodeagent.redact import MASK, MIN_MASKED_CHARS, RedactingFilter, mask_values, redact
+from nodeagent.wire import joinstring
+from nodeagent.wire.protocol import ItemReport
+from nodeagent.wire.redact import MASK, MIN_MASKED_CHARS, RedactingFilter, mask_values, redact
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "redact_corpus.txt"
 KEY = """-----BEGIN EC PRIVATE KEY-----

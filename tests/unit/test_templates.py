@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodeagent.templates import TemplateError, placeholders, render
+from nodeagent.wire.templates import TemplateError, placeholders, render
 
 VALUES = {"cluster.name": "edge-1", "machine.ip": "10.0.0.5", "managers": "10.0.0.1,10.0.0.2"}
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from nodeagent.validation import InvalidDocument, Problem, format_path, load_model
+from nodeagent.wire.validation import InvalidDocument, Problem, format_path, load_model
 
 
 class Item(BaseModel):
@@ -21,14 +21,14 @@ class Doc(BaseModel):
 def problems_of(text: str) -> list[str]:
     with pytest.raises(InvalidDocument) as caught:
         load_model(Doc, text, "doc.yaml")
-    return [p.render("doc.yaml") for p in caught.value.problems]
+    return [p.text("doc.yaml") for p in caught.value.problems]
 
 
 def test_problem_render_names_source_line_and_field() -> None:
-    assert Problem("a.b", "required", 3).render("f.yaml") == "f.yaml:3: a.b: required"
-    assert Problem("a.b", "required").render("f.yaml") == "f.yaml: a.b: required"
-    assert Problem("a.b", "required", 3).render() == "line 3: a.b: required"
-    assert Problem("", "cannot read").render() == "cannot read"
+    assert Problem("a.b", "required", 3).text("f.yaml") == "f.yaml:3: a.b: required"
+    assert Problem("a.b", "required").text("f.yaml") == "f.yaml: a.b: required"
+    assert Problem("a.b", "required", 3).text() == "line 3: a.b: required"
+    assert Problem("", "cannot read").text() == "cannot read"
 
 
 def test_format_path_indexes_lists() -> None:

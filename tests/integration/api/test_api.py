@@ -17,8 +17,8 @@ from coordinator.service.pivots import copy_views
 from coordinator.service.reconciler import ROLLING_OUT_SECONDS
 from coordinator.store.sqlite import SQLiteStore
 from nodeagent.client import CoordinatorClient, Held
-from nodeagent.endpoint import Endpoint
-from nodeagent.protocol import StateItem
+from nodeagent.wire.endpoint import Endpoint
+from nodeagent.wire.protocol import StateItem
 from tests.support.builders import API_CLUSTER, registration
 from tests.support.harness import InProcessCoordinator, in_process_coordinator
 from tests.support.scenarios import approved_workers

@@ -13,7 +13,7 @@ import pytest
 from coordinator.store.base import Store
 from coordinator.store.postgres import PostgresStore
 from coordinator.store.sqlite import SQLiteStore
-from nodeagent import joinstring
+from nodeagent.wire import joinstring
 from tests.support.builders import TEST_CIPHER, credential, registration
 from tests.support.harness import InProcessCoordinator, in_process_coordinator
 

@@ -18,7 +18,7 @@ from coordinator.domain.model import MachineState
 from coordinator.store.base import Fenced, leader_epoch
 from coordinator.store.postgres import PostgresStore
 from coordinator.store.postgres_connections import LEADER_LOCK
-from nodeagent.protocol import StateItem
+from nodeagent.wire.protocol import StateItem
 from tests.support.builders import API_CLUSTER, TEST_CIPHER
 from tests.support.harness import COORDINATOR, InProcessCoordinator, in_process_coordinator
 from tests.support.ports import free_port

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from nodeagent.journal import Journal
-from nodeagent.protocol import StateItem
+from nodeagent.wire.protocol import StateItem
 
 
 def numbered(n: int) -> StateItem:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.protocol import ProxySettings, StateItem
+from nodeagent.wire.protocol import ProxySettings, StateItem
 from tests.support.blob import BLOB, BLOB_SHA, BlobServer, blob_server
 from tests.support.items import apply, artifact_source, leftovers, make_item
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.items.cache import NodeCache
-from nodeagent.protocol import StateItem
+from nodeagent.wire.protocol import StateItem
 from tests.support.items import apply, leftovers, make_item, node_cache
 from tests.support.ranged import Asked, RangedServer, ranged_server
 

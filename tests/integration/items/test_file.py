@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.protocol import StateItem
+from nodeagent.wire.protocol import StateItem
 from tests.support.items import apply, leftovers, make_item
 from tests.support.requirements import require_root
 

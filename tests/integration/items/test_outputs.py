@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent.journal import Journal
-from nodeagent.protocol import Assignment, RetryPolicy, StateItem
-from nodeagent.redact import MASK
+from nodeagent.wire.protocol import Assignment, RetryPolicy, StateItem
+from nodeagent.wire.redact import MASK
 from tests.support.agent import NODEAGENT
 from tests.support.items import PYTHON, VALUES, Recorder, exec_item, make_item, run
 

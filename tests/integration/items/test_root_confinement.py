@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.journal import Journal
-from nodeagent.protocol import RetryPolicy
+from nodeagent.wire.protocol import RetryPolicy
 from tests.support.blob import BLOB, BLOB_SHA
 from tests.support.items import Recorder, apply, artifact_source, exec_item, make_item, run
 

@@ -11,7 +11,7 @@ import pytest
 
 from nodeagent.backoff import delay
 from nodeagent.journal import Journal
-from nodeagent.protocol import ItemReport, RetryPolicy, StateItem
+from nodeagent.wire.protocol import ItemReport, RetryPolicy, StateItem
 from tests.support.items import Recorder, exec_item, make_item, run
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.protocol import Location, StateItem
+from nodeagent.wire.protocol import Location, StateItem
 from tests.support.items import PYTHON, apply, make_item
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import joinstring
+from nodeagent.wire import joinstring
 from tests.support.packages import Packages, build_packages, in_root
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.config import load_config
+from nodeagent.wire.config import load_config
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.nspawn import Container
 from tests.support.packages import Packages, in_root, in_root_argv, overlay

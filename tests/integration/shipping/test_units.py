@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.config import DEFAULT_CONFIG_PATH, AgentConfig
+from nodeagent.wire.config import DEFAULT_CONFIG_PATH, AgentConfig
 from tests.support.packages import Packages
 from tests.support.requirements import require_binary, require_root
 

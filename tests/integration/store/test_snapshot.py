@@ -19,6 +19,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from coordinator.domain.changes import Change
 from coordinator.domain.records import Event
 from coordinator.server import pki
 from coordinator.service import snapshot as snapshot_mod
@@ -66,8 +67,8 @@ async def fill(store: Store) -> None:
     """Some of everything a coordinator keeps, each away from its defaults."""
     await store.put_cluster(cluster(worker=ONE_ITEM), now=100.0)
     await store.put_cluster(cluster(worker=ONE_ITEM, release="1.1.0"), now=101.0)  # generation 2
-    await store.put_cluster(cluster(worker=ONE_ITEM, name="gone"), now=100.0)
-    await store.mark_cluster_deleting("gone")
+    gone = await store.put_cluster(cluster(worker=ONE_ITEM, name="gone"), now=100.0)
+    await store.apply(Change(clusters=[replace(gone, deleting=True)]))
     await store.add_join_token("edge", "hash-open", 102.0, None, None)
     await store.add_join_token("edge", "hash-limited", 102.0, 9_000_000_000.0, 2)
     await store.use_join_token("hash-limited", 103.0)

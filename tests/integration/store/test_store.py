@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.domain.changes import Change, Retarget
 from coordinator.domain.model import MachineState
 from coordinator.domain.records import (
     ClusterOutput,
@@ -16,6 +17,7 @@ from coordinator.domain.records import (
     Event,
     MachineCount,
     RemovedMachine,
+    StoredCluster,
 )
 from coordinator.domain.tokens import token_id
 from coordinator.store.base import Store, StoreError
@@ -65,8 +67,8 @@ async def test_clusters_are_listed_by_name_and_unknown_ones_are_none(store: Stor
 
 
 async def test_marking_a_cluster_deleting_keeps_it_and_its_spec(store: Store) -> None:
-    await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
-    await store.mark_cluster_deleting("edge")
+    held = await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
+    await store.apply(Change(clusters=[replace(held, deleting=True)]))  # `cluster delete`'s
     stored = await store.get_cluster("edge")
     assert stored is not None and stored.deleting and stored.spec == cluster(worker=ONE_ITEM)
 
@@ -84,6 +86,29 @@ async def test_removing_a_cluster_drops_it_and_its_join_tokens_but_not_history(s
     assert len(await store.list_events(cluster="edge")) == 1
     # The name is free again, starting over at generation 1.
     assert (await store.put_cluster(cluster(worker=ONE_ITEM, release="2.0.0"), now=3.0)).generation == 1
+
+
+async def test_one_change_writes_clusters_target_machines_removals_and_events_together(
+        store: Store) -> None:
+    """Store.apply: what an operation decided, written as decided (the cluster's generation
+    and deleting mark included), the events numbered in order."""
+    await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
+    await store.commit([full_machine("m-1"), full_machine("m-2")])
+    new = StoredCluster(cluster(worker=ONE_ITEM, name="west"), 1, 5.0, 5.0)
+    held = replace(await store.get_cluster("edge"), generation=7, updated_at=6.0,  # type: ignore[arg-type]
+                   deleting=True)
+    written = await store.apply(Change(
+        clusters=[new, held], retarget=Retarget('{"urls": ["https://b:1"]}'),
+        machines=[full_machine("m-1", generation=9)], removed={"m-2": 8.0},
+        events=[event("a"), event("b")]))
+    assert [c for c in await store.list_clusters()] == [held, new]
+    assert await store.move_target() == '{"urls": ["https://b:1"]}'
+    assert await store.list_machines() == [full_machine("m-1", generation=9)]
+    assert await store.removed_machine("m-2") == RemovedMachine("m-2", "edge", "host-m-2", 8.0)
+    assert [e.kind for e in written] == ["a", "b"] and written[0].id + 1 == written[1].id
+    assert await store.list_events() == written
+    await store.apply(Change(retarget=Retarget(None)))  # cleared, nothing else touched
+    assert await store.move_target() is None and len(await store.list_clusters()) == 2
 
 
 async def test_a_cluster_with_machines_cannot_be_removed(store: Store) -> None:
@@ -484,12 +509,12 @@ async def test_events_beyond_the_retention_are_pruned_oldest_first_in_chunks(
 async def test_everything_survives_closing_and_reopening(store: Store,
                                                          make_store: Callable[[], Store]) -> None:
     await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
-    await store.put_cluster(cluster(worker=ONE_ITEM, release="2.0.0"), now=2.0)
+    held = await store.put_cluster(cluster(worker=ONE_ITEM, release="2.0.0"), now=2.0)
     await store.add_join_token("edge", "hash-1", 3.0, None, None)
     await store.commit([full_machine("m-1"), full_machine("m-2")], [event(), event()],
                        removed={"m-2": 50.0})
     await store.touch_machine("m-1", now=60.0)
-    await store.mark_cluster_deleting("edge")
+    await store.apply(Change(clusters=[replace(held, deleting=True)]))
     clusters, machines, events = (await store.list_clusters(), await store.list_machines(),
                                   await store.list_events())
     await store.close()

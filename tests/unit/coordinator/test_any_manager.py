@@ -34,7 +34,7 @@ from coordinator.domain.releases import (
     to_run,
 )
 from coordinator.domain.rendering import render_cluster
-from nodeagent.protocol import StateItem
+from nodeagent.wire.protocol import StateItem
 from tests.support.builders import machine, moves
 
 READY, UPGRADE, DELETING = MachineState.READY, MachineState.UPGRADE, MachineState.DELETING

@@ -14,10 +14,10 @@ from coordinator.domain.errors import Conflict
 from coordinator.domain.fitness import fitness
 from coordinator.domain.model import ClusterSettings, Machine, MachineState
 from coordinator.domain.registration import Credential, registered
-from nodeagent.contract import ROLES, Role
-from nodeagent.minimums import MiB
 from nodeagent.prechecks.resources import evaluate_cpu, evaluate_memory
-from nodeagent.protocol import PrecheckReport, RegisterRequest, Status
+from nodeagent.wire.contract import ROLES, Role
+from nodeagent.wire.minimums import MiB
+from nodeagent.wire.protocol import PrecheckReport, RegisterRequest, Status
 from tests.support.builders import FOREIGN_OS, machine, precheck_report
 
 SMALL = {"cpus": 1, "memory": 1024 * MiB}  # a worker's minimums, a manager's not

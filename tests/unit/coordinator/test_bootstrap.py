@@ -16,9 +16,9 @@ from coordinator.domain.install import (
     retargeted_config,
 )
 from coordinator.ssh import SshTarget, find_package
-from nodeagent import joinstring
-from nodeagent.config import AgentConfig
-from nodeagent.validation import load_model
+from nodeagent.wire import joinstring
+from nodeagent.wire.config import AgentConfig
+from nodeagent.wire.validation import load_model
 
 JOIN = joinstring.make("http://coordinator.test:8080", "join_x", None)
 

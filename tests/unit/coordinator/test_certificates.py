@@ -15,7 +15,7 @@ from coordinator.domain.kubeaccess import KubeAccess
 from coordinator.domain.kubeconfig import kubeconfig_problem
 from coordinator.domain.model import MachineState
 from coordinator.domain.reports import fold_report, refresh_kubeconfig
-from nodeagent.protocol import ItemReport, StateItem
+from nodeagent.wire.protocol import ItemReport, StateItem
 from tests.support.builders import cluster, machine
 from tests.support.k8s_doubles import pki
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from coordinator.domain.fitness import fitness
-from nodeagent.contract import Role
-from nodeagent.minimums import MiB
+from nodeagent.wire.contract import Role
+from nodeagent.wire.minimums import MiB
 from tests.support.builders import OLD_KERNEL, precheck_report
 
 SMALL = {"cpus": 1, "memory": 1024 * MiB}  # a worker's minimums, a manager's not

@@ -13,7 +13,7 @@ from coordinator.domain.kubesettings import KubernetesSettings, sandbox_image
 from coordinator.domain.model import ClusterSpec, MachineState
 from coordinator.domain.specs import check_fixed, load_spec
 from coordinator.domain.templating import template_values
-from nodeagent.validation import InvalidDocument
+from nodeagent.wire.validation import InvalidDocument
 from tests.support.builders import machine
 
 

@@ -10,7 +10,7 @@ from coordinator.domain.machinelist import (
     parse_query,
     select,
 )
-from nodeagent.validation import InvalidDocument
+from nodeagent.wire.validation import InvalidDocument
 
 
 def row(n: int, **fields: object) -> Listed:

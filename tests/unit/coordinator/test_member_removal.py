@@ -26,7 +26,7 @@ from coordinator.domain.remedies import machine_note
 from coordinator.domain.reports import fold_report
 from coordinator.domain.specs import load_spec
 from coordinator.domain.steps import machine_step
-from nodeagent.protocol import ItemReport
+from nodeagent.wire.protocol import ItemReport
 from tests.support.builders import finish_phase, machine
 
 S = MachineState

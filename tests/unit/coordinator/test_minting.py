@@ -27,8 +27,8 @@ from coordinator.domain.rendering import render_cluster, render_machine
 from coordinator.domain.reports import fold_report
 from coordinator.domain.runs import phase_run
 from coordinator.domain.specs import load_spec
-from nodeagent.protocol import Assignment, ItemReport
-from nodeagent.validation import InvalidDocument, load_model
+from nodeagent.wire.protocol import Assignment, ItemReport
+from nodeagent.wire.validation import InvalidDocument, load_model
 from tests.support.builders import MINTING_CLUSTER, machine
 
 S = MachineState

@@ -25,7 +25,7 @@ from coordinator.domain.rendering import (
 )
 from coordinator.metrics import Metrics
 from coordinator.service.notifier import Notifier
-from nodeagent.protocol import StateItem
+from nodeagent.wire.protocol import StateItem
 from tests.support.builders import cluster
 
 NOW = 1_800_000_000.0

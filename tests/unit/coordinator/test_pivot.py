@@ -21,7 +21,7 @@ from coordinator.domain.pivot import (
     run,
     unverified,
 )
-from nodeagent.validation import InvalidDocument
+from nodeagent.wire.validation import InvalidDocument
 
 TARGET = "https://new.example:8080"
 CA = "the target's CA (PEM)"

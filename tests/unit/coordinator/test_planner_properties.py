@@ -50,8 +50,8 @@ from coordinator.domain.planner import (
 )
 from coordinator.domain.records import StoredCluster
 from coordinator.domain.workingset import ClusterView
-from nodeagent.contract import PHASES, Phase
-from nodeagent.protocol import StateItem
+from nodeagent.wire.contract import PHASES, Phase
+from nodeagent.wire.protocol import StateItem
 from tests.support.builders import cluster, drained, item, items, machine, upgraded_cluster
 
 S = MachineState

@@ -23,7 +23,7 @@ from nodeagent.prechecks import CHECKS
 from nodeagent.prechecks.kernel import evaluate_ip_forward
 from nodeagent.prechecks.runner import grade, summarize
 from nodeagent.prechecks.runtime import evaluate_runtime
-from nodeagent.protocol import PrecheckReport
+from nodeagent.wire.protocol import PrecheckReport
 from tests.support.builders import cluster, finish_phase, item, machine
 
 S = MachineState

@@ -10,7 +10,7 @@ from coordinator.domain.errors import Conflict
 from coordinator.domain.model import ClusterSettings, Machine, MachineState, same_hostname
 from coordinator.domain.records import CredentialOwner
 from coordinator.domain.registration import Credential, registered, retried
-from nodeagent.protocol import PrecheckReport, RegisterRequest
+from nodeagent.wire.protocol import PrecheckReport, RegisterRequest
 from tests.support.builders import OLD_KERNEL, machine, precheck_report
 
 CREDENTIAL = Credential("hash", None)

@@ -10,9 +10,9 @@ import pytest
 
 from coordinator.domain.errors import Forbidden, Unauthorized
 from coordinator.domain.model import Machine, MachineState
-from coordinator.domain.reissue import rejoin_refusal
+from coordinator.domain.reissue import reissue, rejoin_refusal
 from coordinator.domain.tokens import new_reissue_token, reissued_machine, token_hash
-from nodeagent.redact import MASK, redact
+from nodeagent.wire.redact import MASK, redact
 from tests.support.builders import machine
 
 
@@ -35,6 +35,24 @@ def test_a_reissue_string_binds_the_machine_whatever_case_its_node_spells_its_na
     assert rejoin_refusal(bound, token_hash("r"), "W1", 10.0) is None
     refused = rejoin_refusal(bound, token_hash("r"), "w2", 10.0)
     assert isinstance(refused, Forbidden) and "this node is w2" in str(refused)
+
+
+@pytest.mark.parametrize(("before", "credential"), [
+    ({"credential_hash": "held", "credential_expires_at": 99.0}, "held"),  # lost: revoked
+    ({"credential_hash": "", "reissue_hash": "older", "reissue_used_at": 3.0}, ""),  # replaced
+])
+def test_a_reissue_is_one_change_revoking_the_credential_and_waking_its_agent(
+        before: dict[str, object], credential: str) -> None:
+    held = replace(machine("w1", state=MachineState.READY), **before)  # type: ignore[arg-type]
+    assert held.credential_hash == credential
+    change = reissue(held, "new-hash", 70.0, 10.0)
+    (updated,) = change.machines
+    assert (updated.credential_hash, updated.credential_expires_at) == ("", None)
+    assert (updated.reissue_hash, updated.reissue_expires_at, updated.reissue_used_at) == (
+        "new-hash", 70.0, None)
+    assert [(e.kind, e.machine, e.data) for e in change.events] == [
+        ("reissued", held.id, {"expires_at": 70.0})]
+    assert list(change.wake) == [held.id] and not change.kick and not change.removed
 
 
 # A registration with a reissue string, as a table: what became of the string bound to w1

@@ -14,7 +14,7 @@ from coordinator.domain.planner import plan, plan_to_fixpoint, upgrade_plan
 from coordinator.domain.records import StoredCluster
 from coordinator.domain.reports import fold_report
 from coordinator.domain.steps import machine_step
-from nodeagent.protocol import ItemReport, StateItem
+from nodeagent.wire.protocol import ItemReport, StateItem
 from tests.support.builders import cluster, drained, machine
 
 READY, UPGRADE = MachineState.READY, MachineState.UPGRADE

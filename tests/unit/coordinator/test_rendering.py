@@ -19,8 +19,8 @@ from coordinator.domain.rendering import (
     render_cluster,
     render_item,
 )
-from nodeagent.contract import PHASES
-from nodeagent.protocol import StateItem
+from nodeagent.wire.contract import PHASES
+from nodeagent.wire.protocol import StateItem
 from tests.support.builders import at_release, cluster, machine
 
 SPEC = cluster(

@@ -9,7 +9,7 @@ import pytest
 from coordinator.domain.errors import Conflict
 from coordinator.domain.model import DrainStage, DrainStatus, MachineState
 from coordinator.domain.reports import fold_report
-from nodeagent.protocol import ItemReport, StateItem
+from nodeagent.wire.protocol import ItemReport, StateItem
 from tests.support.builders import cluster, item, items, machine
 
 KUBECONFIG = ("apiVersion: v1\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443'}}]\n"

@@ -15,7 +15,7 @@ from coordinator.domain.model import ItemProgress, Machine, MachineState
 from coordinator.domain.reports import fold_report
 from coordinator.domain.retries import retried
 from coordinator.domain.status import History, machine_step, post_deploy, stages
-from nodeagent.protocol import ItemReport, StateItem
+from nodeagent.wire.protocol import ItemReport, StateItem
 from tests.support.builders import at_release, cluster, items, machine
 
 SPEC = cluster(worker=items("prepare", 2))

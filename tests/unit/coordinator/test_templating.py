@@ -11,8 +11,8 @@ import pytest
 from coordinator.domain.model import ClusterSpec
 from coordinator.domain.specs import load_spec
 from coordinator.domain.templating import template_problems, template_values
-from nodeagent.templates import render
-from nodeagent.validation import InvalidDocument
+from nodeagent.wire.templates import render
+from nodeagent.wire.validation import InvalidDocument
 from tests.support.builders import cluster, machine, node_facts
 
 
@@ -86,7 +86,7 @@ machineTypes:
 def test_a_spec_from_the_operator_is_refused_naming_each_line_path_and_name() -> None:
     with pytest.raises(InvalidDocument) as refused:
         load_spec(SPEC)
-    assert [problem.render().split(" (known:")[0] for problem in refused.value.problems] == [
+    assert [problem.text().split(" (known:")[0] for problem in refused.value.problems] == [
         "line 11: machineTypes.worker[0].action.argv[1]: unknown placeholder "
         "${machine.hostnme}; did you mean ${machine.hostname}?",
         "line 12: machineTypes.worker[0].action.env.BAD: unknown placeholder ${ntp.server}; "

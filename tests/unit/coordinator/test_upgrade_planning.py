@@ -22,7 +22,7 @@ from coordinator.domain.planner import (
     post_deploy_host,
     upgrade_plan,
 )
-from nodeagent.protocol import StateItem, VersionAction
+from nodeagent.wire.protocol import StateItem, VersionAction
 from tests.support.builders import (
     at_release,
     cluster,

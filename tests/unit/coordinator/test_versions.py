@@ -21,8 +21,8 @@ from coordinator.domain.versions import (
     parse,
     running,
 )
-from nodeagent.protocol import StateItem
-from nodeagent.validation import InvalidDocument
+from nodeagent.wire.protocol import StateItem
+from nodeagent.wire.validation import InvalidDocument
 from tests.support.builders import cluster, drained, finish_phase, item, machine
 
 S = MachineState

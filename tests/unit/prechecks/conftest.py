@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from nodeagent.config import AgentConfig
-from nodeagent.contract import Role
 from nodeagent.host import Host
 from nodeagent.prechecks.base import CheckContext
+from nodeagent.wire.config import AgentConfig
+from nodeagent.wire.contract import Role
 from tests.support.roots import MakeContext, RootTree
 
 

@@ -5,7 +5,7 @@ import pytest
 from nodeagent.host import Host
 from nodeagent.prechecks import coordinator
 from nodeagent.prechecks.coordinator import hosts_file_lookup, resolve
-from nodeagent.protocol import Status
+from nodeagent.wire.protocol import Status
 from tests.support.roots import MakeContext, RootTree
 
 HOSTS = """\

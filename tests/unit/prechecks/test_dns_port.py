@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from nodeagent.host import Listener, ProcessInfo
 from nodeagent.prechecks.dns_port import evaluate, holders
-from nodeagent.protocol import Status
+from nodeagent.wire.protocol import Status
 
 
 def proc(pid: int, name: str) -> ProcessInfo:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from nodeagent.host import ProcessInfo
 from nodeagent.prechecks.firewall import evaluate, running_processes, systemd_running
-from nodeagent.protocol import Status
+from nodeagent.wire.protocol import Status
 from tests.support.roots import MakeContext, RootTree
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from nodeagent.prechecks import hostname
 from nodeagent.prechecks.hostname import evaluate, problems
-from nodeagent.protocol import Status
+from nodeagent.wire.protocol import Status
 from tests.support.roots import MakeContext, RootTree
 
 

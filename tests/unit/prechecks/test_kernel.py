@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from nodeagent.prechecks import kernel
-from nodeagent.protocol import Status
+from nodeagent.wire.protocol import Status
 from tests.support.roots import MakeContext, RootTree
 
 SWAPS_HEADER = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"

@@ -7,7 +7,7 @@ from nodeagent.prechecks.kubernetes import (
     leftover_processes,
     ports_in_use,
 )
-from nodeagent.protocol import Status
+from nodeagent.wire.protocol import Status
 from tests.support.roots import RootTree
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from nodeagent.prechecks import ntp
 from nodeagent.prechecks.ntp import NO_SERVERS, Sample, evaluate_reachable, evaluate_skew
-from nodeagent.protocol import Status
+from nodeagent.wire.protocol import Status
 from tests.support.roots import MakeContext
 
 A, B, C = "ntp-a.example", "ntp-b.example", "10.0.0.1:1123"

@@ -6,7 +6,7 @@ import pytest
 
 from nodeagent.prechecks import os_release
 from nodeagent.prechecks.os_release import parse_os_release
-from nodeagent.protocol import Status
+from nodeagent.wire.protocol import Status
 from tests.support.roots import MakeContext, RootTree
 
 

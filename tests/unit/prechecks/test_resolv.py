@@ -4,7 +4,7 @@ import pytest
 
 from nodeagent.prechecks import resolv
 from nodeagent.prechecks.resolv import ResolvConf, parse
-from nodeagent.protocol import Status
+from nodeagent.wire.protocol import Status
 from tests.support.roots import MakeContext, RootTree
 
 ROTATE_FAILURE = "/etc/resolv.conf sets `options rotate`"

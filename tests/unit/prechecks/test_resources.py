@@ -4,7 +4,7 @@ import pytest
 
 from nodeagent.prechecks import resources
 from nodeagent.prechecks.resources import GiB, count_cpus, evaluate_disk, memory_total
-from nodeagent.protocol import Status
+from nodeagent.wire.protocol import Status
 from tests.support.roots import MakeContext, RootTree
 
 

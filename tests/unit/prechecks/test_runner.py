@@ -8,7 +8,7 @@ import pytest
 from nodeagent.prechecks import NAMES
 from nodeagent.prechecks.base import Check, CheckContext, Outcome, failed, passed, skipped, warned
 from nodeagent.prechecks.runner import resolve_ignores, run_checks
-from nodeagent.protocol import CheckResult, PrecheckReport, Severity, Status
+from nodeagent.wire.protocol import CheckResult, PrecheckReport, Severity, Status
 from tests.support.roots import MakeContext
 
 HARD, SOFT = Severity.HARD, Severity.SOFT

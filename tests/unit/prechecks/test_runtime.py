@@ -5,7 +5,7 @@ import stat
 
 from nodeagent.prechecks import runtime
 from nodeagent.prechecks.runtime import RECOMMENDED_BINARIES, REQUIRED_BINARIES
-from nodeagent.protocol import Status
+from nodeagent.wire.protocol import Status
 from tests.support.roots import BindSocket, MakeContext, RootTree
 
 

@@ -22,7 +22,8 @@ class Problem:
     message: str
     line: int | None = None
 
-    def render(self, source: str | None = None) -> str:
+    def text(self, source: str | None = None) -> str:
+        """The problem as one line: where (file and line), the field, what is wrong."""
         where = ""
         if source and self.line:
             where = f"{source}:{self.line}: "
@@ -40,7 +41,7 @@ class InvalidDocument(Exception):
     def __init__(self, problems: list[Problem], source: str | None = None) -> None:
         self.problems = problems
         self.source = source
-        super().__init__("\n".join(p.render(source) for p in problems))
+        super().__init__("\n".join(p.text(source) for p in problems))
 
 
 def format_path(loc: Iterable[Any]) -> str:

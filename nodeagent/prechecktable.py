@@ -1,10 +1,10 @@
-"""Human-readable rendering of reports for the terminal."""
+"""A precheck report as a table for the terminal (`nodeagent precheck`)."""
 
 from __future__ import annotations
 
 import textwrap
 
-from nodeagent.protocol import PrecheckReport, Status
+from nodeagent.wire.protocol import PrecheckReport, Status
 
 _MARK = {Status.PASS: "pass", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIP: "skip"}
 

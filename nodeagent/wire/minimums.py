@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from nodeagent.contract import Role
+from nodeagent.wire.contract import Role
 
 MiB = 1024 * 1024
 

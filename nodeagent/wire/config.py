@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -11,15 +10,13 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from nodeagent import joinstring
-from nodeagent.contract import Role
-from nodeagent.endpoint import Endpoint
-from nodeagent.items.cache import DEFAULT_MAX_GIB
-from nodeagent.protocol import NtpSettings, ProxySettings
-from nodeagent.proxy import proxy_for
-from nodeagent.validation import InvalidDocument, Problem, load_model
+from nodeagent.wire import joinstring
+from nodeagent.wire.contract import Role
+from nodeagent.wire.protocol import NtpSettings, ProxySettings
+from nodeagent.wire.validation import InvalidDocument, Problem, load_model
 
 DEFAULT_CONFIG_PATH = "/etc/nodeagent/config.yaml"
+DEFAULT_CACHE_MAX_GIB = 4.0
 
 
 
@@ -107,7 +104,7 @@ class AgentConfig(_Section):
     join_token: str | None = Field(default=None, description="used once, to register")
     state_dir: str = "/var/lib/nodeagent"
     cache_max_gib: float = Field(
-        default=DEFAULT_MAX_GIB, ge=0, alias="cacheMaxGiB", description="downloads kept in "
+        default=DEFAULT_CACHE_MAX_GIB, ge=0, alias="cacheMaxGiB", description="downloads kept in "
         "the state dir's cache/ by sha256, least recently used dropped past this size")
     heartbeat_seconds: float = Field(default=10.0, gt=0, le=300)
     precheck_recheck_seconds: float = Field(
@@ -143,11 +140,6 @@ class AgentConfig(_Section):
     @property
     def ca_hash(self) -> str | None:
         return joinstring.decode(self.join).ca_hash if self.join else None
-
-    def coordinator_endpoints(self, environ: Mapping[str, str]) -> list[Endpoint]:
-        """Each of the coordinator's replicas, with the proxy to reach it through."""
-        return [Endpoint(url, proxy_for(url, self.proxy, environ))
-                for url in self.coordinator.all_urls]
 
 
 def load_config(path: str | None) -> AgentConfig:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from nodeagent.protocol import CheckResult, PrecheckReport, Severity, Status, Summary
-from nodeagent.render import precheck_table
+from nodeagent.prechecktable import precheck_table
+from nodeagent.wire.protocol import CheckResult, PrecheckReport, Severity, Status, Summary
 
 
 def result(name: str, status: Status, message: str, remedy: str = "", ignored: bool = False,

@@ -16,8 +16,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from nodeagent.contract import MAX_KUBECONFIG_BYTES, Phase, Role
-from nodeagent.redact import redact
+from nodeagent.wire.contract import MAX_KUBECONFIG_BYTES, Phase, Role
+from nodeagent.wire.redact import redact
 
 PRECHECK_SCHEMA = "nodeagent.precheck/v1"
 MAX_FACTS_BYTES = 64 * 1024  # what a node says about itself, as JSON: real ones take a few KiB

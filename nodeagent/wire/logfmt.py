@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from nodeagent.redact import RedactingFilter
+from nodeagent.wire.redact import RedactingFilter
 
 PRIORITIES = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
               logging.CRITICAL: 2}

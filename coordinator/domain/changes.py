@@ -1,0 +1,61 @@
+"""The complete change one operation makes, as one value: every operation of the service loads
+what it needs, asks one pure decision for a `Change`, has the store write it in one
+transaction (`Store.apply`) and then wakes whom it names. Nothing of it is written unless all
+of it is, so no operation leaves a crash window between two writes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from coordinator.domain.model import Machine
+from coordinator.domain.records import ClusterOutput, Event, StoredCluster
+
+
+@dataclass(frozen=True)
+class Retarget:
+    """The move target replaced: the JSON document agents are told (None: cleared)."""
+
+    doc: str | None
+
+
+@dataclass(frozen=True)
+class Change:
+    """What one operation writes, and whom it wakes once written."""
+
+    machines: Sequence[Machine] = ()  # written whole (inserted or replaced)
+    events: Sequence[Event] = ()
+    removed: Mapping[str, float] = field(default_factory=dict)  # machine id -> when
+    # cluster -> name -> output: one a cluster keeps already is never replaced
+    outputs: Mapping[str, Mapping[str, ClusterOutput]] = field(default_factory=dict)
+    clusters: Sequence[StoredCluster] = ()  # written as they are (spec, generation, deleting)
+    retarget: Retarget | None = None  # None: the move target stays what it is
+    wake: Sequence[str] = ()  # the machines whose agents' long-polls are answered
+    kick: bool = False  # a reconcile pass is asked for
+
+    @property
+    def writes(self) -> bool:
+        """Whether the store has anything to write."""
+        return bool(self.machines or self.events or self.removed or self.outputs
+                    or self.clusters or self.retarget is not None)
+
+
+def combined(changes: Iterable[Change]) -> Change:
+    """One change doing what each does, in order (the last move target wins)."""
+    total = Change()
+    for change in changes:
+        total = replace(
+            total, machines=[*total.machines, *change.machines],
+            events=[*total.events, *change.events],
+            removed={**total.removed, **change.removed},
+            outputs={**total.outputs, **change.outputs},
+            clusters=[*total.clusters, *change.clusters],
+            retarget=change.retarget if change.retarget is not None else total.retarget,
+            wake=[*total.wake, *change.wake], kick=total.kick or change.kick)
+    return total
+
+
+def bumped(machines: Iterable[Machine]) -> list[Machine]:
+    """The machines with a new generation each: every assignment is made again, so a parked
+    long-poll is answered with what changed around it (a spec, a move target)."""
+    return [replace(m, generation=m.generation + 1) for m in machines]

@@ -1,0 +1,135 @@
+"""No operation leaves a crash window between two writes (issue 34): each writes its whole
+change in one transaction. The store fails part of the way through the transaction, as a
+crash would (a trigger on the real database raises at the last machine's row), and the store
+must hold the state from before, every table of it; without the failure the same operation
+writes the whole change. On SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from coordinator.service.coordinator import Coordinator
+from coordinator.service.pivots import copy_views
+from coordinator.store.base import Store, StoreError
+from coordinator.store.postgres import PostgresStore
+from coordinator.store.sqlite import SQLiteStore
+from tests.support.builders import ONE_ITEM, cluster, full_machine
+from tests.support.harness import ManualClock
+
+PIN = "sha256:" + "b" * 64
+LAST = "m-3"  # the machine whose row the crash comes at: the others are written by then
+
+
+@pytest.fixture
+async def coordinator(make_store: Callable[..., Store]) -> AsyncIterator[Coordinator]:
+    store = make_store()
+    await store.open()
+    service = Coordinator(store, clock=ManualClock())
+    try:
+        await service.admin.apply_cluster(cluster(worker=ONE_ITEM))
+        await store.commit([full_machine(f"m-{i}") for i in (1, 2, 3)])
+        yield service
+    finally:
+        await service.close()
+        await store.close()
+
+
+async def crash_at_machine(store: Store, machine_id: str, on: bool = True) -> None:
+    """From now on (on) or no longer, a write of machine_id's row fails its transaction."""
+    if isinstance(store, SQLiteStore):
+        conn = sqlite3.connect(store.path)
+        try:
+            for op in ("UPDATE", "DELETE"):
+                conn.execute(f"DROP TRIGGER IF EXISTS crash_{op.lower()}")
+                if on:
+                    conn.execute(f"CREATE TRIGGER crash_{op.lower()} BEFORE {op} ON machines "
+                                 f"WHEN OLD.id = '{machine_id}' "
+                                 "BEGIN SELECT RAISE(ABORT, 'crash'); END")
+        finally:
+            conn.close()
+        return
+    assert isinstance(store, PostgresStore)
+    await store.db.execute(
+        "CREATE OR REPLACE FUNCTION crash() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'crash'; END $$; "
+        "DROP TRIGGER IF EXISTS crash ON machines")
+    if on:
+        await store.db.execute(f"CREATE TRIGGER crash BEFORE UPDATE OR DELETE ON machines "
+                               f"FOR EACH ROW WHEN (OLD.id = '{machine_id}') "
+                               "EXECUTE FUNCTION crash()")
+
+
+async def state(store: Store) -> dict[str, Any]:
+    """Every table of the store (a snapshot's), and the move target a snapshot leaves out."""
+    return {**await store.export(), "move_target": await store.move_target()}
+
+
+async def crashed_then_whole(coordinator: Coordinator,
+                             operation: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
+    """Run operation with a crash at the last machine's row: the store as before, every
+    table. Then without it: the state it wrote, returned."""
+    store = coordinator.store
+    before = await state(store)
+    await crash_at_machine(store, LAST)
+    with pytest.raises(StoreError, match="crash"):
+        await operation()
+    assert await state(store) == before, "half of the operation was written"
+    await crash_at_machine(store, LAST, on=False)
+    await operation()
+    return await state(store)
+
+
+async def generations(store: Store) -> dict[str, int]:
+    return {m.id: m.generation for m in await store.list_machines()}
+
+
+async def test_a_move_target_and_the_generations_announcing_it_are_written_together(
+        coordinator: Coordinator) -> None:
+    before = await generations(coordinator.store)
+    after = await crashed_then_whole(
+        coordinator, lambda: coordinator.move_targets.set(["https://new:8443"], PIN))
+    assert after["move_target"] is not None and "https://new:8443" in after["move_target"]
+    assert await generations(coordinator.store) == {i: g + 1 for i, g in before.items()}
+    # Cleared: the same.
+    after = await crashed_then_whole(coordinator, coordinator.move_targets.clear)
+    assert after["move_target"] is None
+    assert await generations(coordinator.store) == {i: g + 2 for i, g in before.items()}
+
+
+async def test_a_cluster_apply_writes_its_spec_with_every_machines_generation(
+        coordinator: Coordinator) -> None:
+    before = await generations(coordinator.store)
+    after = await crashed_then_whole(
+        coordinator, lambda: coordinator.admin.apply_cluster(cluster(worker=ONE_ITEM,
+                                                                     release="2.0.0")))
+    assert [(row["generation"]) for row in after["clusters"]] == [2]
+    assert await generations(coordinator.store) == {i: g + 1 for i, g in before.items()}
+    # An upgrade paused: the spec and its event in the same transaction.
+    after = await crashed_then_whole(coordinator,
+                                     lambda: coordinator.admin.set_paused("edge", True))
+    assert [row["kind"] for row in after["events"]][-2:] == ["cluster-applied", "upgrade"]
+
+
+async def test_a_cluster_is_marked_deleting_with_all_its_machines_leaving(
+        coordinator: Coordinator) -> None:
+    after = await crashed_then_whole(coordinator, lambda: coordinator.admin.delete_cluster("edge"))
+    assert [bool(row["deleting"]) for row in after["clusters"]] == [True]
+    assert [row["state"] for row in after["machines"]] == ["Deleting"] * 3
+
+
+async def test_a_pivots_copy_is_refreshed_whole(coordinator: Coordinator) -> None:
+    """The old coordinator's read-only copy (pivots.copy_views): the target's specs and
+    machines written over it together."""
+    spec = cluster(worker=ONE_ITEM, release="3.0.0")
+    views = [{"id": m.id, "state": "Ready", "role": "worker", "labels": {"zone": "b"},
+              "release": "3.0.0", "responding": True, "last_seen": 9.0, "state_since": 8.0}
+             for m in await coordinator.store.list_machines()]
+    after = await crashed_then_whole(coordinator, lambda: copy_views(
+        coordinator.writes, [{"spec": spec.model_dump(mode="json", by_alias=True)}], views,
+        10.0))
+    assert [row["generation"] for row in after["clusters"]] == [2]
+    assert [row["state"] for row in after["machines"]] == ["Ready"] * 3

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 import yaml
 
 from coordinator.domain.assignment import assigned_items
@@ -24,7 +25,14 @@ from coordinator.domain.outputs import (
 )
 from coordinator.domain.planner import enact, plan, plan_to_fixpoint, upgrade_plan
 from coordinator.domain.records import ClusterOutput
-from coordinator.domain.releases import baseline, first_only_notes, next_upgrader, to_run
+from coordinator.domain.releases import (
+    baseline,
+    first_only_notes,
+    first_upgrader,
+    first_upgrader_items,
+    next_upgrader,
+    to_run,
+)
 from coordinator.domain.rendering import render_cluster
 from nodeagent.wire.protocol import StateItem
 from tests.support.builders import machine, moves
@@ -282,3 +290,53 @@ def test_a_condition_keeps_its_fingerprint_when_it_names_no_first_upgrader() -> 
     flagged = item.model_copy(update={"when": item.when.model_copy(  # type: ignore[union-attr]
         update={"first_upgrader": False})})
     assert flagged.fingerprint() != item.fingerprint()
+
+
+def _upgraded_control_plane(m: Machine) -> Machine:
+    """m having run release 2's first-upgrader items (`kubeadm upgrade apply`)."""
+    return replace(m, applied=m.applied | first_upgrader_items(spec_at("2")))
+
+
+# Which manager runs the control plane's upgrade step of release 2 (next_upgrader), as a
+# table: the managers as they stand (deployed at release 1 in admission order, a worker with
+# order 0), and who `upgrade plan` and the planner name (None: nobody runs it now).
+UPGRADERS = [
+    pytest.param([manager("m1", 1), manager("m2", 2)], "m1",
+                 id="the first manager upgrades first when it is there"),
+    pytest.param([manager("m2", 2), manager("m3", 3)], "m2",
+                 id="the first manager deleted: the next admitted"),
+    pytest.param([manager("m1", 1, responding=False), manager("m2", 2)], "m2",
+                 id="the first manager silent: the next that answers"),
+    pytest.param([manager("m1", 1, state=MachineState.DEPLOY), manager("m2", 2)], "m2",
+                 id="a manager still deploying is not taken"),
+    pytest.param([manager("m1", 1), manager("m2", 2, state=UPGRADE, first_upgrader=True)], "m2",
+                 id="the one admitted as first upgrader keeps the role while it upgrades"),
+    pytest.param([_upgraded_control_plane(manager("m1", 1)), manager("m2", 2)], None,
+                 id="the control plane is at the release already: nobody"),
+    pytest.param([manager("m1", 1, responding=False), manager("w1", 0)], None,
+                 id="no manager answers: nobody, and a worker never"),
+]
+
+
+@pytest.mark.parametrize(("machines", "upgrader"), UPGRADERS)
+def test_next_upgrader_table(machines: list[Machine], upgrader: str | None) -> None:
+    chosen = next_upgrader(spec_at("2"), machines)
+    assert (chosen.hostname if chosen else None) == upgrader
+
+
+# Whether a manager admitted into Upgrade now is the first upgrader of release 2
+# (first_upgrader, recorded at its admission), as a table.
+FIRST_UPGRADER = [
+    pytest.param(manager("m2", 2), [manager("m1", 1)], True,
+                 id="no other manager upgraded the control plane: it does"),
+    pytest.param(manager("m2", 2), [_upgraded_control_plane(manager("m1", 1))], False,
+                 id="another manager ran upgrade apply: it runs upgrade node"),
+    pytest.param(manager("m2", 2), [_upgraded_control_plane(manager("m1", 1, state=DELETING))],
+                 True, id="the one that ran it is leaving: it does not count"),
+    pytest.param(manager("w1", 0), [manager("m1", 1)], False, id="a worker never"),
+]
+
+
+@pytest.mark.parametrize(("admitted", "others", "first"), FIRST_UPGRADER)
+def test_first_upgrader_table(admitted: Machine, others: list[Machine], first: bool) -> None:
+    assert first_upgrader(spec_at("2"), admitted, [admitted, *others]) is first

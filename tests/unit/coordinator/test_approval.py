@@ -158,3 +158,56 @@ def test_a_machine_past_pending_takes_no_precheck_report() -> None:
     ready = machine("m1", "worker", state=MachineState.READY)
     with pytest.raises(Conflict, match="m1 is Ready: prechecks only matter before approval"):
         prechecked(AUTO_WORKER, ready, PrecheckReport.model_validate(precheck_report("m1")), 1.0)
+
+
+# Auto-approval (what a registration and every later precheck report of a Pending machine
+# apply), as a table: the cluster's settings, what m1's node measured, the role an operator
+# set by hand, and the role it is approved as (None: it waits Pending).
+AUTO_APPROVALS = [
+    pytest.param(AUTO_WORKER, SMALL, None, "worker", id="a small node as the cluster's worker"),
+    pytest.param(AUTO_MANAGER, SMALL, None, None,
+                 id="a node short of a manager's minimums waits"),
+    pytest.param(AUTO_MANAGER, {}, None, "manager", id="a node fit for a manager"),
+    pytest.param(ClusterSettings(), {}, None, None, id="no auto-approval: the operator decides"),
+    pytest.param(AUTO_WORKER, {"failing": FOREIGN_OS}, None, None,
+                 id="a hard precheck failing waits"),
+    pytest.param(AUTO_WORKER, SMALL, "manager", None,
+                 id="a role set by hand is judged, not the cluster's"),
+]
+
+
+@pytest.mark.parametrize(("settings", "report", "role", "approved_as"), AUTO_APPROVALS)
+def test_auto_approval_table(settings: ClusterSettings, report: dict[str, Any],
+                             role: Role | None, approved_as: Role | None) -> None:
+    m1 = replace(pending(**report), role=role)
+    after, events = auto_approved(settings, m1, 1.0)
+    assert (after.role if after.approved else None) == approved_as
+    assert [e.kind for e in events] == (["approved"] if approved_as else [])
+
+
+# Why an operator's approval is refused (refusal), as a table: what m1's node measured and
+# found, the role asked for, and what the refusal says (None: approved).
+REFUSALS = [
+    pytest.param(SMALL, (), "worker", None, id="a small node as a worker"),
+    pytest.param({}, (), "manager", None, id="a node fit for a manager"),
+    pytest.param(SMALL, (), "manager", "m1 cannot run as a manager: hard prechecks failed: cpu:",
+                 id="a small node as a manager"),
+    pytest.param(SMALL, (), "manager", "It meets a worker's minimums: approve it as a worker",
+                 id="and the refusal says what it can be"),
+    pytest.param({"failing": FOREIGN_OS}, (), None,
+                 "m1 cannot be approved: hard prechecks failed: os: Plan 9",
+                 id="an unsupported OS, whatever the role"),
+    pytest.param({}, ("product_uuid: held by w9",), "worker",
+                 "hard prechecks failed: product_uuid: held by w9",
+                 id="a clone of another machine"),
+]
+
+
+@pytest.mark.parametrize(("report", "clones", "role", "told"), REFUSALS)
+def test_refusal_table(report: dict[str, Any], clones: tuple[str, ...], role: Role | None,
+                       told: str | None) -> None:
+    refused = refusal(replace(pending(**report), clones=clones), role)
+    if told is None:
+        assert refused is None
+    else:
+        assert refused is not None and told in refused, refused

@@ -4,6 +4,8 @@ before epochs (a bare generation as their tag) keep the rule they had."""
 
 from __future__ import annotations
 
+import pytest
+
 from coordinator.domain.etags import Version, may_wait, new_epoch, not_modified
 
 CURRENT = Version("e2", 7)
@@ -40,3 +42,26 @@ def test_an_agent_from_before_epochs_keeps_its_rule_but_is_answered_at_once_when
     assert may_wait(CURRENT, 7, ["7"]) and not_modified(CURRENT, ["7"])
     assert may_wait(CURRENT, 7, [])  # no tag at all: waits, then gets the assignment
     assert not may_wait(CURRENT, 9, ["9"])
+
+
+# A long-poll as a table: the generation the agent says it holds (after), the tags it sends
+# (If-None-Match), and whether it waits (may_wait) or, having waited for nothing, gets 304
+# (not_modified). The machine is at generation 7 of epoch e2.
+POLLS = [
+    pytest.param(7, ["e2-7"], True, True, id="holds the current tag: waits, then 304"),
+    pytest.param(6, ["e2-6"], False, False, id="one behind: answered at once with the news"),
+    pytest.param(8, ["e2-8"], False, False, id="ahead, the store went back: answered at once"),
+    pytest.param(7, ["e1-7"], False, False,
+                 id="generation 7 of a restored store's older epoch: answered at once"),
+    pytest.param(7, ["e1-7", "e2-7"], True, True, id="one of its tags is current: waits"),
+    pytest.param(7, ["7"], True, True, id="an agent from before epochs at the current one"),
+    pytest.param(9, ["9"], False, False, id="an agent from before epochs ahead: at once"),
+    pytest.param(7, [], True, False, id="no tag: waits, then the whole assignment"),
+    pytest.param(7, ["*"], True, False, id="a wildcard is no tag of ours: no 304"),
+]
+
+
+@pytest.mark.parametrize(("after", "held", "waits", "unmodified"), POLLS)
+def test_long_poll_table(after: int, held: list[str], waits: bool, unmodified: bool) -> None:
+    assert may_wait(CURRENT, after, held) is waits
+    assert not_modified(CURRENT, held) is unmodified

@@ -288,3 +288,35 @@ def test_a_job_whose_items_left_the_spec_is_dropped_not_run_forever(spec: Any) -
     assert m1.minting is None or m1.minting.items == ("bootstrap",)
     m1, w1 = settle(renamed, [m1, w1], now=12.0)
     assert m1.minting is not None and m1.minting.items == ("bootstrap",)
+
+
+# Who mints a joiner's material in a reconcile pass (mint_pass), as a table: the managers as
+# they stand, the machine that joins, and the manager given the mint job with its items (None:
+# no job now, the joiner waits).
+M1 = first(load_spec(SPEC))
+M2 = replace(machine("m2", "manager", state=S.READY), deploy_order=2, release="1")
+W1 = machine("w1", state=S.DEPLOY)
+MINTS = [
+    pytest.param([M1], W1, ("m1", ("token",)), id="a worker joining: a token, from m1"),
+    pytest.param([M1], replace(machine("m3", "manager", state=S.DEPLOY), deploy_order=3),
+                 ("m1", ("token", "certkey")), id="a manager joining: a token and a cert key"),
+    pytest.param([replace(M1, responding=False)], W1, None,
+                 id="no manager answers: the joiner waits"),
+    pytest.param([replace(M1, responding=False), M2], W1, ("m2", ("token",)),
+                 id="the first manager silent: another Ready one mints"),
+    pytest.param([replace(M1, state=S.UPGRADE)], W1, None,
+                 id="a manager upgrading runs no job: the joiner waits"),
+    pytest.param([M1], machine("w1", state=S.PREPARE), None,
+                 id="a machine still preparing needs no material yet"),
+    pytest.param([], replace(machine("m0", "manager", state=S.DEPLOY), deploy_order=1), None,
+                 id="the first manager's init needs none"),
+]
+
+
+@pytest.mark.parametrize(("managers", "joiner", "minted"), MINTS)
+def test_mint_pass_table(managers: list[Machine], joiner: Machine,
+                         minted: tuple[str, tuple[str, ...]] | None) -> None:
+    changed = mint_pass(load_spec(SPEC), [*managers, joiner], now=10.0).machines
+    jobs = [(m.hostname, m.minting.items) for m in changed
+            if m.minting is not None and m.minting.joiner == joiner.id]
+    assert jobs == ([minted] if minted else [])

@@ -6,9 +6,17 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.domain.model import ItemProgress, Machine, MachineState
-from coordinator.domain.planner import Decision, enact, plan, plan_to_fixpoint
-from tests.support.builders import cluster, finish_phase, items, machine, moves, node_down
+from coordinator.domain.model import DrainStage, DrainStatus, ItemProgress, Machine, MachineState
+from coordinator.domain.planner import Decision, enact, node_action, plan, plan_to_fixpoint
+from tests.support.builders import (
+    cluster,
+    finish_phase,
+    items,
+    machine,
+    moves,
+    node_down,
+    upgraded_cluster,
+)
 
 P, PREP, DEP, READY = MachineState.PENDING, MachineState.PREPARE, MachineState.DEPLOY, MachineState.READY
 
@@ -194,3 +202,55 @@ def test_enact_refuses_a_decision_planned_on_a_stale_snapshot() -> None:
     assert moved[0].generation == w1.generation + 1
     with pytest.raises(ValueError, match="decision from Pending"):
         enact(moved, decisions, now=2.0)
+
+
+# What the coordinator's Kubernetes side owes a machine's node now (node_action), as a table:
+# the machine's role and state, its drain's stage, whether its upgrade (or reset) items are
+# applied, the cluster's drain settings, and the action (None: nothing, the node waits).
+UPGRADE, DELETING = MachineState.UPGRADE, MachineState.DELETING
+# drains: the cluster's drain.enabled and upgrade.drainManagers, by name.
+DRAINS: dict[str, tuple[dict[str, object], dict[str, object]]] = {
+    "on": ({}, {}), "off": ({"drain": {"enabled": False}}, {}),
+    "workers only": ({}, {"drain_managers": False})}
+NODE_ACTIONS = [
+    pytest.param("worker", UPGRADE, None, False, "on", "drain",
+                 id="an upgrade starts with cordon and drain"),
+    pytest.param("worker", UPGRADE, DrainStage.DRAINING, False, "on", "drain",
+                 id="a drain under way goes on"),
+    pytest.param("worker", UPGRADE, DrainStage.BLOCKED, False, "on", None,
+                 id="a blocked drain waits for the operator"),
+    pytest.param("worker", UPGRADE, DrainStage.DRAINED, False, "on", None,
+                 id="drained: the upgrade items run, the node stays cordoned"),
+    pytest.param("worker", UPGRADE, DrainStage.DRAINED, True, "on", "uncordon",
+                 id="upgrade items applied: uncordon"),
+    pytest.param("worker", UPGRADE, DrainStage.SKIPPED, True, "on", "uncordon",
+                 id="drain skipped, items applied: uncordon"),
+    pytest.param("worker", UPGRADE, DrainStage.UNCORDONED, True, "on", "await-ready",
+                 id="uncordoned: wait for the node to be Ready"),
+    pytest.param("worker", UPGRADE, DrainStage.NOT_READY, True, "on", "await-ready",
+                 id="not Ready in time: still checked"),
+    pytest.param("worker", UPGRADE, DrainStage.NODE_READY, True, "on", None,
+                 id="Ready again: nothing more"),
+    pytest.param("worker", UPGRADE, None, False, "off", None,
+                 id="drains disabled: an upgrade in place"),
+    pytest.param("manager", UPGRADE, None, False, "workers only", None,
+                 id="managers not drained: a manager upgrades in place"),
+    pytest.param("manager", UPGRADE, None, False, "on", "drain", id="managers drained too"),
+    pytest.param("worker", READY, None, False, "on", None, id="a Ready machine owes nothing"),
+    pytest.param("worker", DELETING, DrainStage.DRAINING, False, "on", "drain",
+                 id="a removal drains first"),
+    pytest.param("worker", DELETING, None, False, "on", None,
+                 id="a removal without Kubernetes access: nothing"),
+]
+
+
+@pytest.mark.parametrize(("role", "state", "stage", "done", "drains", "action"), NODE_ACTIONS)
+def test_node_action_table(role: str, state: MachineState, stage: DrainStage | None, done: bool,
+                           drains: str, action: str | None) -> None:
+    settings, upgrade = DRAINS[drains]
+    spec = upgraded_cluster(cluster(**settings), **upgrade)
+    m = replace(machine("n1", role, state=READY), state=state,  # type: ignore[arg-type]
+                drain=DrainStatus(stage, 1.0) if stage else None)
+    if done:
+        m = finish_phase(spec, m)
+    assert node_action(spec, m) == action

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from coordinator.domain.errors import Conflict
-from coordinator.domain.model import ClusterSettings, MachineState, same_hostname
+from coordinator.domain.model import ClusterSettings, Machine, MachineState, same_hostname
 from coordinator.domain.records import CredentialOwner
 from coordinator.domain.registration import Credential, registered, retried
 from nodeagent.wire.protocol import PrecheckReport, RegisterRequest
@@ -70,3 +70,42 @@ def test_a_retried_registration_gets_the_machine_its_credential_registered() -> 
     assert retried(owner, request("w1")) == "id-w1"
     with pytest.raises(Conflict, match=r"credential is that of machine w1 \(id-w1\) in edge, not of w2"):
         retried(owner, request("w2"))
+
+
+# A registration as a table: the cluster's auto-approval, the machine its hostname already
+# names (none, Pending, a member), the hostname the node sends and whether its hard prechecks
+# fail, and what comes of it: the new machine's approval and events, or the refusal.
+AUTO = ClusterSettings(autoApprove=True, autoApproveRole="worker")
+PENDING_W1 = replace(machine("w1", approved=False), credential_hash="old")
+MEMBER_W1 = machine("w1", state=MachineState.READY)
+REGISTRATIONS = [
+    pytest.param(ClusterSettings(), None, "w1", False, (False, ["registered"]),
+                 id="a new machine waits Pending for the operator"),
+    pytest.param(AUTO, None, "w1", False, (True, ["registered", "approved"]),
+                 id="auto-approved when its prechecks pass"),
+    pytest.param(AUTO, None, "w1", True, (False, ["registered"]),
+                 id="held Pending when its hard prechecks fail"),
+    pytest.param(AUTO, PENDING_W1, "w1", False, "w1 is already registered in edge by another "
+                 "agent (Pending)", id="a Pending machine is not displaced"),
+    pytest.param(AUTO, MEMBER_W1, "w1", False, "w1 is already a member of edge (Ready)",
+                 id="a member is not taken over"),
+    pytest.param(ClusterSettings(), MEMBER_W1, "W1", False, "W1 is already a member of edge "
+                 "(Ready, as w1, id id-w1", id="nor by its name in another case"),
+]
+
+
+@pytest.mark.parametrize(("settings", "existing", "hostname", "failing", "outcome"),
+                         REGISTRATIONS)
+def test_registration_table(settings: ClusterSettings, existing: Machine | None, hostname: str,
+                            failing: bool, outcome: tuple[bool, list[str]] | str) -> None:
+    if isinstance(outcome, str):
+        with pytest.raises(Conflict) as refused:
+            registered("edge", settings, existing, request(hostname, failing), CREDENTIAL,
+                       "id-new", 5.0)
+        assert str(refused.value).startswith(outcome)
+        return
+    new, events = registered("edge", settings, existing, request(hostname, failing),
+                             CREDENTIAL, "id-new", 5.0)
+    assert (new.id, new.state, new.credential_hash) == ("id-new", MachineState.PENDING, "hash")
+    assert (new.approved, [e.kind for e in events]) == outcome
+    assert ("hard prechecks failed" in events[0].message) is failing

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.domain.errors import Forbidden
-from coordinator.domain.model import MachineState
+from coordinator.domain.errors import Forbidden, Unauthorized
+from coordinator.domain.model import Machine, MachineState
 from coordinator.domain.reissue import reissue, rejoin_refusal
 from coordinator.domain.tokens import new_reissue_token, reissued_machine, token_hash
 from nodeagent.wire.redact import MASK, redact
@@ -53,3 +53,34 @@ def test_a_reissue_is_one_change_revoking_the_credential_and_waking_its_agent(
     assert [(e.kind, e.machine, e.data) for e in change.events] == [
         ("reissued", held.id, {"expires_at": 70.0})]
     assert list(change.wake) == [held.id] and not change.kick and not change.removed
+
+
+# A registration with a reissue string, as a table: what became of the string bound to w1
+# (valid until 100) and the node that registers with it, and what it is told. "" means the
+# new credential is bound to w1's record.
+BOUND = replace(machine("w1", state=MachineState.READY), reissue_hash=token_hash("r"),
+                reissue_expires_at=100.0)
+REJOINS = [
+    pytest.param(BOUND, "r", "w1", 10.0, None, "", id="its own node in time: rejoined"),
+    pytest.param(BOUND, "r", "W1", 10.0, None, "", id="its node spelling the name otherwise"),
+    pytest.param(BOUND, "old", "w1", 10.0, Unauthorized, "was replaced by a newer one",
+                 id="a string replaced by a newer reissue"),
+    pytest.param(replace(BOUND, reissue_used_at=20.0), "r", "w1", 30.0, Unauthorized,
+                 "binds one credential only", id="a string used once already"),
+    pytest.param(BOUND, "r", "w1", 100.0, Unauthorized, "expired at",
+                 id="a string past its expiry"),
+    pytest.param(BOUND, "r", "w2", 10.0, Forbidden, "this node is w2",
+                 id="another node with w1's string"),
+]
+
+
+@pytest.mark.parametrize(("bound", "token", "hostname", "now", "kind", "told"), REJOINS)
+def test_rejoin_refusal_table(bound: Machine, token: str, hostname: str, now: float,
+                              kind: type[Exception] | None, told: str) -> None:
+    refused = rejoin_refusal(bound, token_hash(token), hostname, now)
+    if kind is None:
+        assert refused is None
+    else:
+        assert type(refused) is kind and told in str(refused), refused
+        if kind is Unauthorized:
+            assert "coordinator machines reissue w1" in str(refused), "the way out is named"

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from coordinator.domain.kubeaccess import NO_KUBECONFIG
 from coordinator.domain.model import (
     ClusterSpec,
@@ -18,7 +20,7 @@ from coordinator.domain.model import (
     NodeStatus,
 )
 from coordinator.domain.planner import upgrade_plan
-from coordinator.domain.remedies import DRAIN_ANSWERS, Note, drain_warnings
+from coordinator.domain.remedies import DRAIN_ANSWERS, Note, drain_failure, drain_warnings
 from coordinator.domain.remedies import machine_note as decided
 from coordinator.domain.status import stages
 from coordinator.domain.steps import History, machine_step
@@ -211,3 +213,44 @@ def test_the_cluster_ready_stage_fails_on_a_stuck_drain_as_on_a_failing_item() -
                                         message="uncordoned; waiting for node w1 to report Ready"))
     calm = next(s for s in stages(SPEC, 0.0, [uncordoning], History([]), NOW) if s.name == "ready")
     assert calm.state == "in-progress"
+
+
+# When a drain or the node step after it fails the status's stages as a failing item would
+# (drain_failure), as a table: w1's drain, and since when it fails with the words shown
+# (None: it does not fail, whatever its note says). The drain's timeout is 600 s, its
+# nodeReadyTimeoutSeconds the default 300 s.
+STARTED = NOW - 900
+DRAIN_FAILURES = [
+    pytest.param(None, None, id="no drain: nothing fails"),
+    pytest.param(DrainStatus(DrainStage.DRAINING, NOW - 60), None,
+                 id="a drain under way does not fail"),
+    pytest.param(DrainStatus(DrainStage.DRAINING, NOW - 60, blocking_pods=("app/web-0",),
+                             blocking_budgets=("app/web",)), None,
+                 id="a drain waiting on a budget does not fail before its timeout"),
+    pytest.param(DrainStatus(DrainStage.BLOCKED, STARTED, message="1 pod left"),
+                 (STARTED + 600, "w1: drain Blocked (attempt 1"),
+                 id="a Blocked drain fails since its timeout ran out"),
+    pytest.param(DrainStatus(DrainStage.DRAINED, STARTED, step_error="connection refused",
+                             step_error_since=NOW - 30),
+                 (NOW - 30, "w1: uncordon failing for 30s, retrying: connection refused"),
+                 id="a failing uncordon fails since its first error"),
+    pytest.param(DrainStatus(DrainStage.NOT_READY, STARTED, message="node w1 not Ready",
+                             uncordoned_at=NOW - 400),
+                 (NOW - 100, "w1: node w1 not Ready (uncordoned 6m40s ago)"),
+                 id="a node not Ready past its timeout fails since then"),
+    pytest.param(DrainStatus(DrainStage.UNCORDONED, STARTED, message="waits for Ready",
+                             uncordoned_at=NOW - 10), None,
+                 id="an uncordoned node waiting for Ready does not fail"),
+    pytest.param(DrainStatus(DrainStage.DRAINED, STARTED), None,
+                 id="a drained node running its items does not fail"),
+]
+
+
+@pytest.mark.parametrize(("drain", "fails"), DRAIN_FAILURES)
+def test_drain_failure_table(drain: DrainStatus | None, fails: tuple[float, str] | None) -> None:
+    failed = drain_failure(SPEC, upgrading(drain) if drain else machine("w1"), NOW)  # type: ignore[arg-type]
+    if fails is None:
+        assert failed is None
+    else:
+        assert failed is not None and failed[0] == fails[0] and failed[1].startswith(fails[1]), \
+            failed

@@ -10,7 +10,7 @@ import pytest
 from coordinator.domain.assignment import assigned_phase
 from coordinator.domain.model import DrainStage, DrainStatus, Machine, MachineState
 from coordinator.domain.planner import Decision, node_action, plan
-from coordinator.domain.removal import quorum_refusal, removal_drain
+from coordinator.domain.removal import node_deletion_due, quorum_refusal, removal_drain
 from tests.support.builders import (
     at_release,
     cluster,
@@ -157,3 +157,102 @@ def test_while_a_manager_leaves_no_other_manager_deploys_or_upgrades_but_workers
     assert admitted == {"w1": S.DEPLOY}
     admitted = {d.hostname: d.to_state for d in plan(newer, [m1, m3, m4, w1])}
     assert admitted["m3"] is S.DEPLOY, "once it is gone the next manager deploys"
+
+
+# The quorum guard as a table: the managers (state, answering), which one the operator
+# deletes, and what they are told. "" means the deletion goes ahead.
+R, D, P = S.READY, S.DEPLOY, S.PREPARE
+QUORUM = [
+    pytest.param([R, R, R], [], 2, "", id="one of three Ready managers goes"),
+    pytest.param([R, R, R, R], [], 0, "", id="one of four goes: three are a majority"),
+    pytest.param([R, R, R, R, R], [], 4, "", id="one of five goes"),
+    pytest.param([R, R], [], 1, "would leave 1 of the 2 deployed managers, fewer than a "
+                 "majority (2)", id="one of two refused: etcd would lose its quorum"),
+    pytest.param([R], [], 0, "m1 is the last deployed manager", id="the last manager refused"),
+    pytest.param([R, R, R, S.UPGRADE], [], 0, "m4 is Upgrade",
+                 id="refused while another manager upgrades"),
+    pytest.param([R, R, R, S.DELETING], [], 0, "m4 is Deleting",
+                 id="refused while another manager leaves"),
+    pytest.param([R, R, R], [2], 0, "m3 is not responding",
+                 id="refused while another manager does not answer"),
+    pytest.param([R, R, S.UPGRADE], [2], 0, "m3 is not responding",
+                 id="an upgrading manager that does not answer is named silent"),
+    pytest.param([R, P, R], [], 1, "", id="a manager not deploying yet is no member"),
+    pytest.param([R, D], [], 1, "", id="a deploying manager is not counted in the quorum"),
+    pytest.param([R, D], [], 0, "m2 is Deploy",
+                 id="but a Ready one waits for a deploying one"),
+    pytest.param([R, R, S.PENDING], [], 0, "would leave 1 of the 2 deployed managers",
+                 id="a Pending manager is no member: it does not make a majority"),
+]
+
+
+@pytest.mark.parametrize(("states", "silent", "leaving", "told"), QUORUM)
+def test_quorum_refusal_table(states: list[MachineState], silent: list[int], leaving: int,
+                              told: str) -> None:
+    fleet = managers(*states)
+    for i in silent:
+        fleet[i] = replace(fleet[i], responding=False)
+    fleet.append(machine("w1", state=S.DEPLOY))  # a worker never counts
+    refused = quorum_refusal(fleet[leaving], fleet)
+    if not told:
+        assert refused is None
+    else:
+        assert refused is not None and told in refused, refused
+        assert "coordinator delete --force" in refused, "the way out is named"
+
+
+def test_workers_are_never_held_by_the_quorum_guard() -> None:
+    fleet = [*managers(S.READY), machine("w1", state=S.READY)]
+    fleet[0] = replace(fleet[0], responding=False)
+    assert quorum_refusal(fleet[1], fleet) is None
+
+
+# What a machine entering Deleting records of its node: the Kubernetes API reachable or not
+# (a cluster kubeconfig, or one another manager reported), drains enabled or not.
+REPORTED = replace(machine("m1", "manager", state=S.READY), kubeconfig="apiVersion: v1")
+REMOVAL_DRAIN = [
+    pytest.param({}, False, None, id="no way to Kubernetes: no drain, reset items at once"),
+    pytest.param({"kubernetes": {"kubeconfig": "/k"}}, False, DrainStage.DRAINING,
+                 id="cluster kubeconfig: cordon and drain first"),
+    pytest.param({}, True, DrainStage.DRAINING,
+                 id="a manager reported a kubeconfig: cordon and drain first"),
+    pytest.param({"kubernetes": {"kubeconfig": "/k"}, "drain": {"enabled": False}}, False,
+                 DrainStage.SKIPPED, id="drains disabled: skipped, the Node still deleted"),
+]
+
+
+@pytest.mark.parametrize(("settings", "reporter", "stage"), REMOVAL_DRAIN)
+def test_removal_drain_table(settings: dict[str, object], reporter: bool,
+                             stage: DrainStage | None) -> None:
+    spec = cluster(worker=items("reset", 1), **settings)  # type: ignore[arg-type]
+    w1 = machine("w1", state=S.READY)
+    status = removal_drain(spec, [w1, REPORTED] if reporter else [w1], w1, 5.0)
+    assert (status.stage if status else None) is stage
+    assert status is None or status.started_at == 5.0
+
+
+# When a leaving machine's Node is deleted: its drain over and its reset items applied.
+NODE_DELETION = [
+    pytest.param(S.DELETING, DrainStage.DRAINED, True, True, id="drained and reset: deleted"),
+    pytest.param(S.DELETING, DrainStage.SKIPPED, True, True,
+                 id="drain skipped and reset: deleted"),
+    pytest.param(S.DELETING, DrainStage.DRAINED, False, False,
+                 id="drained, reset items pending: waits"),
+    pytest.param(S.DELETING, DrainStage.DRAINING, True, False, id="still draining: waits"),
+    pytest.param(S.DELETING, DrainStage.BLOCKED, True, False,
+                 id="drain blocked by a PodDisruptionBudget: waits"),
+    pytest.param(S.DELETING, DrainStage.NODE_DELETED, True, False, id="Node already deleted"),
+    pytest.param(S.DELETING, None, True, False, id="no Kubernetes side: no Node to delete"),
+    pytest.param(S.UPGRADE, DrainStage.DRAINED, True, False,
+                 id="an upgrade's drain never deletes the Node"),
+]
+
+
+@pytest.mark.parametrize(("state", "stage", "reset", "due"), NODE_DELETION)
+def test_node_deletion_due_table(state: MachineState, stage: DrainStage | None, reset: bool,
+                                 due: bool) -> None:
+    w1 = replace(machine("w1", state=S.READY), state=state,
+                 drain=DrainStatus(stage, 1.0) if stage else None)
+    if reset:
+        w1 = finish_phase(KUBE, w1)
+    assert node_deletion_due(KUBE, w1) is due

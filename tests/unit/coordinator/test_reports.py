@@ -109,3 +109,47 @@ def test_a_kubeconfig_comes_with_its_item_only_while_the_machines_state_runs_it(
         with pytest.raises(Conflict, match=f"current assignment of m1 \\({state}\\)"):
             fold_report(spec, (), machine("m1", "manager", state=state, release="2"), sent,
                         now=1.0)
+
+
+# An item report folded into w1 (fold_report), as a table: w1's state and approval, the item
+# the report names and its status, and the outcome: the item applied or not, with the event
+# that says so, or the report refused (it would be stored and shown).
+TABLE_SPEC = cluster(manager=items("deploy", 1), worker=[*items("prepare", 1),
+                                                        *items("deploy", 1)])
+PREPARE, DEPLOY = TABLE_SPEC.machine_types.worker
+MANAGERS = TABLE_SPEC.machine_types.manager[0]
+S = MachineState
+FOLDS = [
+    pytest.param(S.PREPARE, True, PREPARE, "succeeded", (True, "prepare item prepare-0 "
+                 "succeeded (attempt 1)"), id="a prepare item succeeded: applied"),
+    pytest.param(S.PREPARE, True, PREPARE, "failed", (False, "prepare item prepare-0 failed "
+                 "(attempt 1)"), id="a prepare item failed: not applied, said so"),
+    pytest.param(S.PREPARE, True, PREPARE, "running", (False, "prepare item prepare-0 "
+                 "running (attempt 1)"), id="a prepare item running: not applied yet"),
+    pytest.param(S.DEPLOY, True, DEPLOY, "succeeded", (True, "deploy item deploy-0 "
+                 "succeeded (attempt 1)"), id="a deploy item in Deploy: applied"),
+    pytest.param(S.PREPARE, True, DEPLOY, "succeeded", "(Prepare)",
+                 id="a deploy item in Prepare: refused"),
+    pytest.param(S.PREPARE, False, PREPARE, "succeeded", "(Prepare, not approved)",
+                 id="from a machine not approved: refused"),
+    pytest.param(S.PREPARE, True, MANAGERS, "succeeded", "(Prepare)",
+                 id="another role's item: refused"),
+]
+
+
+@pytest.mark.parametrize(("state", "approved", "of", "status", "outcome"), FOLDS)
+def test_fold_report_table(state: MachineState, approved: bool, of: StateItem, status: str,
+                           outcome: tuple[bool, str] | str) -> None:
+    w1 = replace(machine("w1", state=state), approved=approved)
+    sent = report(of, status, error="exit 1" if status == "failed" else "")
+    if isinstance(outcome, str):
+        with pytest.raises(Conflict) as refused:
+            fold_report(TABLE_SPEC, (), w1, sent, now=5.0)
+        assert str(refused.value).endswith(f"not an item of the current assignment of w1 "
+                                           f"{outcome}")
+        return
+    folded = fold_report(TABLE_SPEC, (), w1, sent, now=5.0)
+    applied, said = outcome
+    assert (of.fingerprint() in folded.machine.applied) is applied
+    assert folded.events[0].message.startswith(said), folded.events[0].message
+    assert folded.machine.progress is not None and folded.machine.progress.status == status

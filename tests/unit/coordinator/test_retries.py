@@ -3,13 +3,15 @@ what the status and the history read, and the operator's retry."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 from pydantic import ValidationError
 
 from coordinator.domain.errors import Conflict
-from coordinator.domain.model import Machine, MachineState
+from coordinator.domain.model import ItemProgress, Machine, MachineState
 from coordinator.domain.reports import fold_report
 from coordinator.domain.retries import retried
 from coordinator.domain.status import History, machine_step, post_deploy, stages
@@ -111,3 +113,46 @@ def test_a_post_deploy_item_given_up_on_says_so() -> None:
 def test_only_a_failed_report_gives_up() -> None:
     with pytest.raises(ValidationError, match="gave_up: only a failed report gives up"):
         report("succeeded", 1, gave_up=True)
+
+
+# The operator's retry (`coordinator machines retry`), as a table: what became of w1's item,
+# and what the operator is told ("" means the item runs again, with a fresh attempt budget).
+def still_retrying() -> Machine:
+    return fold_report(SPEC, (), machine("w1", state=MachineState.PREPARE), report(
+        "failed", 1, error="exit status 2", next_retry_at=20.0), now=11.0).machine
+
+
+def retried_once() -> Machine:
+    return retried(SPEC, given_up(), now=200.0)[0]
+
+
+RETRIES = [
+    pytest.param(given_up, "", id="an item its agent gave up on runs again"),
+    pytest.param(lambda: given_up(2), "",
+                 id="given up after fewer attempts, the same"),
+    pytest.param(still_retrying, "its agent still retries prepare-0 (attempt 1)",
+                 id="an item its agent still retries: nothing to retry"),
+    pytest.param(retried_once, "its agent still retries prepare-0 (attempt 3)",
+                 id="a retry already ordered: its agent is on it"),
+    pytest.param(lambda: machine("w1", state=MachineState.PREPARE), "no item was given up",
+                 id="a machine that never failed"),
+    pytest.param(lambda: replace(machine("w1", state=MachineState.READY), progress=ItemProgress(
+        "mint-token", 2, "failed", "exit 1", next_retry_at=310.0)), "no item was given up",
+                 id="a Ready machine's job its agent still retries"),
+    pytest.param(lambda: replace(machine("w1", state=MachineState.READY), progress=ItemProgress(
+        "mint-token", 3, "failed", "exit 1", gave_up=True)), "",
+                 id="a Ready machine's job its agent gave up on runs again"),
+]
+
+
+@pytest.mark.parametrize(("before", "told"), RETRIES)
+def test_retry_table(before: Callable[[], Machine], told: str) -> None:
+    w1 = before()
+    if told:
+        with pytest.raises(Conflict, match=f"w1: nothing to retry: {re.escape(told)}"):
+            retried(SPEC, w1, now=300.0)
+        return
+    again, recorded = retried(SPEC, w1, now=300.0)
+    assert (again.retries, again.generation) == (w1.retries + 1, w1.generation + 1)
+    assert recorded.kind == "retry" and recorded.message.startswith(
+        f"w1: the operator retries {w1.progress.item}, which its agent gave up on")  # type: ignore[union-attr]

@@ -207,3 +207,39 @@ def test_a_prepared_machine_held_for_the_control_plane_says_so() -> None:
         "1.33.4, and a kubelet never joins an older API server; the managers upgrade first")
     assert join_wait(v134, machine("w2", state=S.PREPARE), [m1]) == "", "still preparing"
     assert join_wait(v134, w1, [replace(m1, kubernetes="1.34.1")]) == ""
+
+
+# `cluster apply` changing settings.kubernetes.version, as a table: the stored version, the
+# new one (with a new release), what the machines run, whether the operator forced a
+# downgrade, and the verdict: accepted (None), accepted as a forced downgrade ("downgrade"),
+# or refused with these words.
+MIXED = [deployed("m1", "1.34.1", "manager"), deployed("w1", "1.33.4")]
+VERSION_CHANGES = [
+    pytest.param("1.33.4", "1.33.5", FLEET, False, None, id="a patch up"),
+    pytest.param("1.33.4", "1.34.0", FLEET, False, None, id="one minor up"),
+    pytest.param("1.33.4", "1.35.0", FLEET, False, "1.35.0 skips a minor",
+                 id="two minors up: refused"),
+    pytest.param("1.33.4", "1.35.0", FLEET, True, "1.35.0 skips a minor",
+                 id="two minors up even forced: refused"),
+    pytest.param("1.34.1", "1.35.0", MIXED, False, "allowed: 1.34.x from 1.34.1",
+                 id="from an unfinished upgrade, counted from the machine left behind"),
+    pytest.param("1.33.4", "1.33.3", FLEET, False, "1.33.3 is a downgrade",
+                 id="a downgrade refused"),
+    pytest.param("1.33.4", "1.32.9", FLEET, True, "downgrade", id="one minor down forced"),
+    pytest.param("1.33.4", "1.31.0", FLEET, True, "more than one minor below 1.33.4",
+                 id="two minors down even forced: refused"),
+    pytest.param("1.33.4", "1.35.0", [machine("w1")], False, None,
+                 id="no machine approved yet: any version"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "machines", "force", "verdict"), VERSION_CHANGES)
+def test_version_change_table(old: str, new: str, machines: list[Machine], force: bool,
+                              verdict: str | None) -> None:
+    judged = judge(spec(old), spec(new), machines, force)
+    if verdict is None:
+        assert judged == judge(None, spec(new), []), judged
+    elif verdict == "downgrade":
+        assert judged.problem is None and judged.downgrade
+    else:
+        assert judged.problem is not None and verdict in judged.problem, judged.problem

@@ -11,6 +11,7 @@ import contextlib
 import json
 import sqlite3
 import stat
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -173,17 +174,21 @@ async def test_an_export_while_commits_go_on_holds_whole_commits_only(store: Sto
     at different moments would show events of machines it does not hold."""
     await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
     writing = True
+    committed = 0
 
     async def write() -> int:
-        n = 0
+        nonlocal committed
         while writing:
-            n += 1
+            n = committed + 1
             await store.commit(machines=[full_machine(f"m-{n:04d}")], events=[event(f"m-{n:04d}")])
-        return n
+            committed = n
+        return committed
 
     writer = asyncio.create_task(write())
     snapshots = []
-    for _ in range(10):
+    deadline = time.monotonic() + 60  # a loaded machine interleaves fewer writes per export
+    while len(snapshots) < 10 or committed <= 10 or len({len(s["machines"]) for s in snapshots}) < 2:
+        assert time.monotonic() < deadline, "the writes never went on between the exports"
         snapshots.append(await store.export())
         await asyncio.sleep(0.01)  # a few writes between two snapshots
     writing = False

@@ -1,7 +1,8 @@
 """The cache that keeps the Debian root across runs (tests/support/buildcache.py): an entry is
-built once and reused; a build killed half-way (with a mount left inside it, as a killed
-debootstrap leaves /proc) is never trusted, and clearing it touches nothing outside it; runs
-that need the entry at once build it once between them."""
+built once and reused, and those unused for two weeks are removed; a build killed half-way
+(with a mount left inside it, as a killed debootstrap leaves /proc) is never trusted, and
+clearing it touches nothing outside it; runs that need the entry at once build it once
+between them."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.buildcache import cached_dir, remove_tree
+from tests.support.buildcache import UNUSED_DAYS, cached_dir, remove_tree
 from tests.support.requirements import require_root
 from tests.support.waiting import wait_until
 
@@ -28,7 +30,7 @@ def build(name: str, count: Path, outside: Path | None = None, hang: bool = Fals
     writes half the entry, then (hang) mounts outside into it and never finishes."""
     code = (
         "import sys, time, subprocess, pathlib\n"
-        "from tests.support.buildcache import cached_dir, remove_tree\n"
+        "from tests.support.buildcache import UNUSED_DAYS, cached_dir, remove_tree\n"
         "cache, count, outside, hang = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]),"
         " sys.argv[3], sys.argv[4] == '1'\n"
         "def builder(where):\n"
@@ -101,3 +103,18 @@ def test_runs_that_need_the_entry_at_once_build_it_once(tmp_path: Path) -> None:
     assert count.read_text() == "built\n"
     (entry,) = [p for p in (tmp_path / "cache").glob("root-*") if p.is_dir()]
     assert (entry / "whole").exists()
+
+
+def test_building_an_entry_removes_those_of_its_name_unused_for_two_weeks(tmp_path: Path) -> None:
+    def builder(where: Path) -> None:
+        (where / "root").mkdir()
+
+    old = cached_dir("root", {**INPUTS, "builder": "v0"}, builder, tmp_path)
+    recent = cached_dir("root", {**INPUTS, "builder": "v1"}, builder, tmp_path)
+    other = cached_dir("rootfs", INPUTS, builder, tmp_path)  # another name: not this one's
+    weeks_ago = time.time() - (UNUSED_DAYS + 1) * 86400
+    for entry in (old, other):
+        os.utime(entry, (weeks_ago, weeks_ago))
+    cached_dir("root", {**INPUTS, "builder": "v2"}, builder, tmp_path)
+    assert not old.exists()
+    assert recent.is_dir() and other.is_dir()

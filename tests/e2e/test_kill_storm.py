@@ -1,7 +1,9 @@
 """A kill storm: 15 agents in network namespaces (3 managers, 12 workers) roll a cluster out and
 then upgrade it, release after release (at least one) until the storm has killed agents 30
-times and the coordinator 10 times, while agents are killed -9 about every 0.7 s (mostly in the
-middle of an item) and the coordinator about every two seconds. Afterwards, from the event
+times and the coordinator 10 times, while agents are killed -9 one at a time, each about 0.7 s
+after the last one is back (mostly in the middle of an item), and meanwhile the coordinator each
+time it has been back about two seconds (at least as long as its restart took) and
+recorded a state change (tests/support/storm.py says why). Afterwards, from the event
 history and the files the nodes' non-idempotent items wrote: the ordering invariants held at
 every state change; every item completed exactly once on every node (a run killed between its
 command's exit and its journal record excepted, as docs/agent.md says: its rerun counts) and

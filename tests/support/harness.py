@@ -207,7 +207,7 @@ class ServedCoordinator(SyncDriver):
                 "--listen", f"{self.listen}:{self.port}",
                 *([] if self.tls else ["--insecure-http"]), *self.serve_args]
         self.process = self._serving.enter_context(serving(
-            argv, self.log, self._answers, f"coordinator on port {self.port}", timeout=30,
+            argv, self.log, self._answers, f"coordinator on port {self.port}",
             interval=0.1))
 
     def stop(self, crash: bool = False) -> None:

@@ -2,12 +2,14 @@
 by debootstrap (no python3 in it) to install them into with dpkg, as on a fresh node.
 
 debootstrap fetches from the mirror apt on this machine uses, for this machine's release;
-the root is made once per test session and each test gets a copy-on-write overlay of it.
+the root is built once per machine and kept outside the clone (tests/support/buildcache.py),
+and each test gets a copy-on-write overlay of it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import re
 import subprocess
@@ -15,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.buildcache import cached_dir
 from tests.support.requirements import require_binary, require_root
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,20 +79,48 @@ def apt_mirror(sources_dir: Path = Path("/etc/apt")) -> tuple[str, str]:
     raise AssertionError(f"apt has no deb source for {suite} under {sources_dir}")
 
 
-def debootstrap(target: Path) -> Path:
-    """A minbase Debian root at target: dpkg, apt, coreutils, and systemd and sshd so that it
-    can be booted as an SSH host (tests/support/nspawn.py); no python3."""
+# What goes into the Debian root besides minbase: systemd and sshd, so that it can be booted
+# as an SSH host (tests/support/nspawn.py).
+INCLUDE = "systemd,systemd-sysv,dbus,openssh-server"
+
+
+def debootstrap(target: Path, uri: str, suite: str) -> None:
+    """A minbase Debian root at target: dpkg, apt, coreutils and INCLUDE; no python3."""
+    log = target.with_suffix(".log")
+    with log.open("wb") as out:
+        result = subprocess.run([require_binary("debootstrap"), "--variant=minbase",
+                                 f"--include={INCLUDE}", suite, str(target), uri],
+                                stdout=out, stderr=subprocess.STDOUT, check=False)
+    assert result.returncode == 0, f"debootstrap failed: {log.read_text()[-3000:]}"
+
+
+def pristine_root() -> Path:
+    """The pristine Debian root of this machine's release and mirror, built on first use and
+    then reused by every run (keyed by the suite, the mirror, the packages, debootstrap's
+    version and the code above). Never write into it: overlay() it."""
     require_root()
     binary = require_binary("debootstrap")
     uri, suite = apt_mirror()
-    log = target.with_suffix(".log")
-    with log.open("wb") as out:
-        result = subprocess.run([binary, "--variant=minbase",
-                                 "--include=systemd,systemd-sysv,dbus,openssh-server",
-                                 suite, str(target), uri],
-                                stdout=out, stderr=subprocess.STDOUT, check=False)
-    assert result.returncode == 0, f"debootstrap failed: {log.read_text()[-3000:]}"
-    return target
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                             check=False).stdout.strip()
+    inputs = {"suite": suite, "mirror": uri, "include": INCLUDE, "debootstrap": version,
+              "builder": inspect.getsource(debootstrap)}
+    entry = cached_dir("debian-root", inputs,
+                       lambda where: debootstrap(where / "root", uri, suite))
+    return entry / "root"
+
+
+@contextlib.contextmanager
+def read_only(source: Path, mountpoint: Path) -> Iterator[Path]:
+    """source, read-only, at mountpoint (a bind mount): a test that wrote into the cached
+    root would change every later run's."""
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "--bind", str(source), str(mountpoint)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(mountpoint)], check=True)
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], check=False)
 
 
 @contextlib.contextmanager

@@ -107,7 +107,7 @@ def postgres_server() -> Iterator[Postgres]:
             "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
         server = Postgres(f"postgresql://{USER}@127.0.0.1:{port}/postgres", base)
         with serving(argv, base / "postgres.log", lambda: _accepts(base, port),
-                     "postgres", timeout=30) as process:
+                     "postgres") as process:
             try:
                 yield server
             finally:

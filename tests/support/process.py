@@ -10,10 +10,16 @@ from pathlib import Path
 
 from tests.support.waiting import wait_until
 
+# How long a server may take to come up. Generous: a server that fails exits and fails the
+# wait at once, while on a loaded machine (load 15 on 2 cores) the coordinator's start, a
+# second of imports when quiet, took over 30 s.
+STARTUP_TIMEOUT = 120.0
+
 
 @contextlib.contextmanager
 def serving(argv: Sequence[str], log: Path, up: Callable[[], bool], what: str,
-            timeout: float = 10, interval: float = 0.05) -> Iterator[subprocess.Popen[bytes]]:
+            timeout: float = STARTUP_TIMEOUT, interval: float = 0.05
+            ) -> Iterator[subprocess.Popen[bytes]]:
     """Start argv with its output in log; yield once up() is true; fail naming what, with the
     log, if it exits first or is not up within timeout seconds."""
     with log.open("ab") as out:

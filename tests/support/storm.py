@@ -15,7 +15,7 @@ import itertools
 import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,12 @@ STORM_LOG = "var/log/storm.log"
 # How long after a command's exit its agent may take to record it in its journal on a loaded
 # machine (a few fsyncs): a kill within it may run the item again.
 JOURNAL_WINDOW = 1.0
+
+# How long the storm waits for a restarted agent to be back (to have fetched its assignment)
+# before it kills the next: one agent down at a time, whatever a restart costs (ten seconds on
+# a loaded machine, where a fixed pace had half the fleet restarting at once), yet a
+# coordinator that is down holds the agents' kills back no longer than this.
+AGENT_BACK = 15.0
 
 # One run of an item: `sh -c SCRIPT sh KEY SECONDS`, KEY naming the item and its version.
 RUN = ('n=$(od -An -N6 -tx1 /dev/urandom | tr -d " \\n"); mkdir -p var/log; '
@@ -157,9 +163,17 @@ def replay(events: Sequence[dict[str, Any]], managers: Sequence[str],
 
 @dataclass
 class Storm:
-    """Kills agents (each restarted after a moment) and the coordinator (restarted at once)
-    at random from a thread, until stopped. The coordinator lock is held while it is down:
-    `admin` calls of the test wait for it to be back."""
+    """Kills agents (each restarted after a moment) from one thread and the coordinator
+    (restarted at once) from another, until stopped. The coordinator lock is held while it is
+    down: `admin` calls of the test wait for it to be back.
+
+    Each waits on what the last kill was for before the next, rather than keeping a fixed
+    pace: a restart costs seconds (ten on a loaded machine), and a kill before the restarted
+    one moved the fleet on would only stretch the outage without testing anything more. So an
+    agent is killed about agent_every seconds after the last one killed is back (AGENT_BACK),
+    and the coordinator again once the restarted one has been up about coordinator_every
+    seconds, and at least as long as its restart took (up half the time however slow the
+    machine), and has recorded a state change."""
 
     fleet: Fleet
     join: str
@@ -170,6 +184,8 @@ class Storm:
     coordinator_kills: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _restarted_at: int = 0  # the coordinator log's size when it was last started
+    _failed: list[BaseException] = field(default_factory=list)  # what ended a storm thread
 
     def admin_json(self, *args: str) -> Any:
         with self.lock:
@@ -181,13 +197,28 @@ class Storm:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[Storm]:
-        thread = threading.Thread(target=self._run, name="storm", daemon=True)
-        thread.start()
+        """The storm while inside; what failed in it (a coordinator that did not come back)
+        is raised on leaving, rather than lost with its thread."""
+        threads = [threading.Thread(target=self._guarded, args=(target,), name=name, daemon=True)
+                   for target, name in ((self._kill_agents, "storm-agents"),
+                                        (self._kill_coordinator, "storm-coordinator"))]
+        for thread in threads:
+            thread.start()
         try:
             yield self
         finally:
             self._stop.set()
-            thread.join(timeout=60)
+            for thread in threads:
+                thread.join(timeout=60)
+            if self._failed:
+                raise self._failed[0]
+
+    def _guarded(self, target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException as error:  # raised again in the test's thread
+            self._failed.append(error)
+            self._stop.set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -195,31 +226,54 @@ class Storm:
     def kills(self) -> int:
         return sum(len(k) for k in self.agent_kills.values())
 
-    def _run(self) -> None:
-        next_coordinator = time.monotonic() + self.coordinator_every
+    def _kill_agents(self) -> None:
         while not self._stop.wait(self.rand.uniform(0.5, 1.5) * self.agent_every):
             self._kill_agent()
-            if time.monotonic() >= next_coordinator:
-                self._kill_coordinator()
-                next_coordinator = time.monotonic() + self.rand.uniform(0.5, 1.5) * \
-                    self.coordinator_every
 
     def _kill_agent(self) -> None:
         """kill -9 a node's agent and everything it runs, mostly one in the middle of an
-        item (the case the journal exists for), and start it again after a moment."""
+        item (the case the journal exists for), and start it again after a moment. In the
+        middle of an item means of a run its agent started since its last kill: the run a
+        kill cut shows as running until the agent is back and runs it again (seconds, on a
+        loaded machine), and killing a starting agent again and again holds the fleet back
+        without cutting any item."""
         hostnames = self.fleet.hostnames
         busy = [h for h in hostnames if (lines := runs(self.fleet.root(h)))
-                and lines[-1].mark == "START"]
+                and lines[-1].mark == "START"
+                and lines[-1].at > max(self.agent_kills.get(h, [0.0]))]
         hostname = self.rand.choice(busy if busy and self.rand.random() < 0.6 else hostnames)
         self.fleet.kill_node(hostname)
         self.agent_kills.setdefault(hostname, []).append(time.time())
         time.sleep(self.rand.uniform(0.1, 1.0))
+        log = self.fleet.tmp / f"{hostname}.log"
+        started = log.stat().st_size
         self.fleet.start_agent(hostname, self.join)
+        self._wait_for(log, started, b' msg="assignment ', AGENT_BACK)
+
+    def _wait_for(self, log: Path, offset: int, mark: bytes, longest: float) -> bool:
+        """Wait until log shows mark past offset; False if the storm stopped first or
+        longest seconds went by."""
+        deadline = time.monotonic() + longest
+        while True:
+            with log.open("rb") as out:
+                out.seek(offset)
+                if mark in out.read():
+                    return True
+            if self._stop.wait(0.1) or time.monotonic() > deadline:
+                return False
 
     def _kill_coordinator(self) -> None:
-        with self.lock:
-            coordinator = self.fleet.replicas[0]
-            coordinator.stop(crash=True)
-            self.coordinator_kills += 1
-            coordinator.start()
-
+        coordinator = self.fleet.replicas[0]
+        restart = 0.0  # how long the last restart took
+        while not self._stop.wait(max(self.rand.uniform(0.5, 1.5) * self.coordinator_every,
+                                      restart)):
+            if not self._wait_for(coordinator.log, self._restarted_at, b" event=state ",
+                                  float("inf")):
+                return
+            with self.lock:
+                began = time.monotonic()
+                coordinator.stop(crash=True)
+                self.coordinator_kills += 1
+                self._restarted_at = coordinator.log.stat().st_size
+                coordinator.start()
+                restart = time.monotonic() - began

@@ -1,4 +1,5 @@
-"""Session-wide: the packages, built once, and a pristine minimal Debian root."""
+"""Session-wide: the packages, built once, and a pristine minimal Debian root (built once per
+machine: tests/support/buildcache.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from typing import Any
 import pytest
 
 from tests.support.nspawn import Container, booted
-from tests.support.packages import Packages, build_packages, debootstrap, overlay
+from tests.support.packages import Packages, build_packages, overlay, pristine_root, read_only
 
-# The build keeps a core busy for about a minute, debootstrap mostly waits on the mirror and
-# the disk: the first shipping test to need either starts both side by side (those that the
-# session's tests need), each once.
+# The build keeps a core busy for about a minute, a first debootstrap on a machine mostly
+# waits on the mirror and the disk: the first shipping test to need either starts both side
+# by side (those that the session's tests need), each once.
 _MAKERS: dict[str, Callable[[Path], Any]] = {
     "packages": build_packages,
-    "debian_root": lambda where: debootstrap(where / "root"),
+    "debian_root": lambda _where: pristine_root(),
 }
 
 
@@ -36,8 +37,12 @@ def packages(_shipping_inputs: dict[str, Future[Any]]) -> Packages:
 
 
 @pytest.fixture(scope="session")
-def debian_root(_shipping_inputs: dict[str, Future[Any]]) -> Path:
-    return _shipping_inputs["debian_root"].result()
+def debian_root(_shipping_inputs: dict[str, Future[Any]],
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The cached Debian root, read-only: tests overlay it."""
+    with read_only(_shipping_inputs["debian_root"].result(),
+                   tmp_path_factory.mktemp("debian_root") / "root") as root:
+        yield root
 
 
 @pytest.fixture

@@ -71,7 +71,9 @@ def state_dir() -> Path:
 
 @contextlib.contextmanager
 def state(directory: Path | None = None) -> Iterator[dict[str, Any]]:
-    """The shared state (the cluster as kubeadm keeps it), locked while in use, saved after."""
+    """The shared state (the cluster as kubeadm keeps it), locked while in use, saved after
+    whole or not at all (a new file renamed over it): a double killed while saving, as a
+    restarted kubelet is, must not leave a torn state that fails every later call."""
     directory = directory or state_dir()
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / "state.lock").open("a") as lock:
@@ -79,7 +81,12 @@ def state(directory: Path | None = None) -> Iterator[dict[str, Any]]:
         path = directory / "state.json"
         data = json.loads(path.read_text()) if path.exists() else {}
         yield data
-        path.write_text(json.dumps(data, indent=1))
+        saving = path.with_name(f"state.json.{os.getpid()}")
+        try:
+            saving.write_text(json.dumps(data, indent=1))
+            saving.replace(path)
+        finally:
+            saving.unlink(missing_ok=True)
 
 
 def now(data: dict[str, Any]) -> float:

@@ -51,11 +51,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parents[3]))  # run as a file: the repository's root
 
-from tests.support.k8s_doubles import kubelet as kubelet_double
 from tests.support.k8s_doubles import units
 from tests.support.k8s_doubles.common import Failure, parse, state
-from tests.support.k8s_doubles.kubeadm import expired_credentials, kubeadm
 from tests.support.k8s_doubles.sysfs import modprobe, sysctl
+
+# kubeadm.py and kubelet.py (cryptography, yaml, urllib) are imported by the calls that need
+# them, not by every call: four calls in five (systemctl, apt-get, curl...) need neither, and
+# each call is a new Python, whose imports were most of its time (2 s of 2.4 on a loaded
+# machine), on the managers' one-at-a-time path of the kubeadm e2e.
 
 Details = dict[str, Any]
 PROXY = {"http_proxy", "https_proxy", "no_proxy"}  # recorded as the command got them
@@ -64,6 +67,8 @@ PROXY = {"http_proxy", "https_proxy", "no_proxy"}  # recorded as the command got
 def kubectl(args: list[str]) -> Details:
     words, flags = parse(args)
     config = flags.get("--kubeconfig") or os.environ.get("KUBECONFIG")
+    from tests.support.k8s_doubles.kubeadm import expired_credentials
+
     if config and expired_credentials(config):  # the API server refuses the certificate
         raise Failure("error: You must be logged in to the server (Unauthorized)")
     if words[:2] == ["set", "image"]:
@@ -156,10 +161,13 @@ def kubelet(args: list[str]) -> Details:
 
 def systemctl(args: list[str]) -> Details:
     words, flags = parse(args)
-    if words[:1] in (["start"], ["restart"]) and "kubelet" in words[1:]:
-        return {"kubelet": kubelet_double.start_kubelet()}
-    if words[:1] == ["stop"] and "kubelet" in words[1:]:
-        kubelet_double.stop_kubelet()
+    if "kubelet" in words[1:]:
+        from tests.support.k8s_doubles import kubelet as kubelet_double
+
+        if words[:1] in (["start"], ["restart"]):
+            return {"kubelet": kubelet_double.start_kubelet()}
+        if words[:1] == ["stop"]:
+            kubelet_double.stop_kubelet()
     return {name: units.act(words[0], name, "--now" in flags)
             for name in words[1:] if units.known(name)}
 
@@ -204,9 +212,21 @@ def rpm(args: list[str]) -> Details:
     return {name: version}
 
 
+def kubeadm(args: list[str]) -> Details:
+    from tests.support.k8s_doubles.kubeadm import kubeadm as run
+
+    return run(args)
+
+
+def crictl(args: list[str]) -> Details:
+    from tests.support.k8s_doubles.kubelet import crictl as run
+
+    return run(args)
+
+
 HANDLERS: dict[str, Callable[[list[str]], Details]] = {
     "kubeadm": kubeadm, "kubectl": kubectl, "kubelet": kubelet, "systemctl": systemctl,
-    "crictl": kubelet_double.crictl, "apt-get": installer("apt-get"), "dnf": installer("dnf"),
+    "crictl": crictl, "apt-get": installer("apt-get"), "dnf": installer("dnf"),
     "rpm": rpm, "cilium": cilium,
     "modprobe": modprobe, "sysctl": sysctl}
 

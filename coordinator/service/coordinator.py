@@ -55,7 +55,7 @@ class Coordinator:
         self.heartbeats = HeartbeatBuffer(store, self.writes, clock, self.notifier.kick)
         post_deploy = PostDeployHosts(store)
         self.drainer = Drainer(DrainRecords(self.writes, self.queries, self.notifier, clock), clock)
-        self.nodes = NodeWatch(NodeRecords(self.writes, self.queries, self.notifier, clock), clock)
+        self.nodes = NodeWatch(NodeRecords(self.writes, self.queries, clock), clock)
         self.reconciler = Reconciler(self.writes, self.heartbeats, self.notifier, self.drainer,
                                      self.nodes, post_deploy, clock)
         self.leadership = Leadership(store, self.notifier, self.reconciler, self.drainer,

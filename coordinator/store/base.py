@@ -81,10 +81,6 @@ class Store(ABC):
     @abstractmethod
     async def list_clusters(self) -> list[StoredCluster]: ...
 
-    @abstractmethod
-    async def remove_cluster(self, name: str) -> None:
-        """Drop the cluster with its join tokens (machines must be gone already)."""
-
     # -- join tokens (stored as hashes only) ----------------------------------
     @abstractmethod
     async def add_join_token(self, cluster: str, token_hash: str, now: float,
@@ -209,7 +205,9 @@ class Store(ABC):
         """Write the whole change in one transaction, or nothing of it (an error raised part of
         the way leaves the store as it was): its clusters as decided, the move target, cluster
         outputs (cluster -> name -> output: one a cluster keeps already is never replaced),
-        machines upserted and removed (id -> when), events appended. Returns the events with
+        machines upserted and removed (id -> when), clusters dropped with their join tokens and
+        outputs once their machines are gone (else StoreError, nothing written), events
+        appended. Returns the events with
         their ids. A removed machine leaves what removed_machine and removed_credential
         return, for good: its agent may come back months later."""
 

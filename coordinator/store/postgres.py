@@ -154,13 +154,6 @@ class PostgresStore(Store):
         return [with_outputs(c, [r for r in rows if r["cluster"] == c.spec.name], self.cipher)
                 for c in clusters]
 
-    async def remove_cluster(self, name: str) -> None:
-        async with self.db.transaction() as conn:
-            check_removable(name, await conn.fetchval(SQL.count_cluster_machines, name))
-            await conn.execute(SQL.delete_join_tokens, name)
-            await conn.execute(SQL.delete_cluster_outputs, name)
-            await conn.execute(SQL.delete_cluster, name)
-
     # -- join tokens ------------------------------------------------------------
     async def add_join_token(self, cluster: str, token_hash: str, now: float,
                              expires_at: float | None, max_uses: int | None) -> JoinToken:
@@ -320,6 +313,10 @@ class PostgresStore(Store):
             if removed:
                 await conn.executemany(SQL.keep_removed, list(change.removed.items()))
                 await conn.execute("DELETE FROM machines WHERE id = ANY($1::text[])", removed)
+            for name in change.dropped:
+                check_removable(name, await conn.fetchval(SQL.count_cluster_machines, name))
+                for statement in SQL.drop_cluster:
+                    await conn.execute(statement, name)
             if not change.events:
                 return []
             last = await conn.fetchval("UPDATE event_ids SET last = last + $1 RETURNING last",

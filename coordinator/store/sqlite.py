@@ -270,18 +270,6 @@ class SQLiteStore(Store):
         return [with_outputs(c, [r for r in rows if r["cluster"] == c.spec.name], self.cipher)
                 for c in clusters]
 
-    async def remove_cluster(self, name: str) -> None:
-        await self._run(self._remove_cluster, name)
-
-    def _remove_cluster(self, name: str) -> None:
-        conn = self._db
-        with transaction(conn):
-            (machines,) = conn.execute(SQL.count_cluster_machines, (name,)).fetchone()
-            check_removable(name, machines)
-            conn.execute(SQL.delete_join_tokens, (name,))
-            conn.execute(SQL.delete_cluster_outputs, (name,))
-            conn.execute(SQL.delete_cluster, (name,))
-
     # -- join tokens ------------------------------------------------------------
     async def add_join_token(self, cluster: str, token_hash: str, now: float,
                              expires_at: float | None, max_uses: int | None) -> JoinToken:
@@ -447,6 +435,11 @@ class SQLiteStore(Store):
             conn.executemany(SQL.insert_identity, identity_rows(change.machines))
             conn.executemany(SQL.keep_removed, removed)
             conn.executemany("DELETE FROM machines WHERE id = ?", [(i,) for i, _ in removed])
+            for name in change.dropped:
+                (machines,) = conn.execute(SQL.count_cluster_machines, (name,)).fetchone()
+                check_removable(name, machines)
+                for statement in SQL.drop_cluster:
+                    conn.execute(statement, (name,))
             for e in change.events:
                 cursor = conn.execute(
                     "INSERT INTO events (time, cluster, machine, hostname, kind, message, data) "

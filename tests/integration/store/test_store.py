@@ -79,7 +79,7 @@ async def test_removing_a_cluster_drops_it_and_its_join_tokens_but_not_history(s
     await store.add_join_token("edge", "hash-edge", 2.0, None, None)
     await store.add_join_token("other", "hash-other", 2.0, None, None)
     await store.commit(events=[event(machine_id=None)])
-    await store.remove_cluster("edge")
+    await store.apply(Change(dropped=["edge"]))
     assert await store.get_cluster("edge") is None
     assert await store.use_join_token("hash-edge", 3.0) == (None, False)
     assert [t.cluster for t in await store.list_join_tokens()] == ["other"]
@@ -115,7 +115,7 @@ async def test_a_cluster_with_machines_cannot_be_removed(store: Store) -> None:
     await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
     await store.commit([full_machine()])
     with pytest.raises(StoreError, match="still has 1 machines"):
-        await store.remove_cluster("edge")
+        await store.apply(Change(dropped=["edge"]))
     assert await store.get_cluster("edge") is not None
 
 
@@ -143,7 +143,7 @@ async def test_a_cluster_keeps_its_outputs_sealed_past_its_machines_never_replac
     assert [(r["cluster"], r["name"], r["hostname"]) for r in rows] == [
         ("edge", "init.caCertHash", "m1"), ("edge", "init.endpoint", "m2")]
     assert "sha256:first" not in repr(rows) and "10.0.0.2" not in repr(rows)
-    await store.remove_cluster("edge")
+    await store.apply(Change(dropped=["edge"]))
     await store.put_cluster(cluster(worker=ONE_ITEM), now=5.0)
     assert (await store.get_cluster("edge")).outputs == {}  # type: ignore[union-attr]
 

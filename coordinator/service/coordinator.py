@@ -64,8 +64,7 @@ class Coordinator:
         self.agents = Agents(self.writes, self.queries, self.access, self.notifier, post_deploy,
                              self.move_targets, clock, credential_ttl,
                              self.leadership.after_reports)
-        self.admin = Admin(self.writes, self.queries, self.access, self.notifier, self.drainer,
-                           clock)
+        self.admin = Admin(self.writes, self.queries, self.access, self.drainer, clock)
         self.refusals = RefusalAudit(self.writes, clock)
         self.history = EventRetention(store, clock, retention, status.forget)
 

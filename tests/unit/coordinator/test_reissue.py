@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.domain.errors import Forbidden
 from coordinator.domain.model import MachineState
-from coordinator.domain.reissue import reissue, rejoin_refusal
+from coordinator.domain.reissue import reissue, rejoin_refusal, revocation
 from coordinator.domain.tokens import new_reissue_token, reissued_machine, token_hash
 from nodeagent.wire.redact import MASK, redact
 from tests.support.builders import machine
@@ -53,3 +53,20 @@ def test_a_reissue_is_one_change_revoking_the_credential_and_waking_its_agent(
     assert [(e.kind, e.machine, e.data) for e in change.events] == [
         ("reissued", held.id, {"expires_at": 70.0})]
     assert list(change.wake) == [held.id] and not change.kick and not change.removed
+
+
+@pytest.mark.parametrize("state", [MachineState.PENDING, MachineState.READY,
+                                   MachineState.DELETING])
+def test_a_revoked_credential_is_one_change_that_wakes_its_agent(state: MachineState) -> None:
+    """`machines revoke`: the machine keeps its record, with no credential left (whatever its
+    state), its event, its agent woken; no pass asked for (nothing to plan)."""
+    held = replace(machine("w1", state=state), credential_hash=token_hash("c"),
+                   credential_expires_at=50.0)
+    change = revocation(held, 10.0)
+    [revoked] = change.machines
+    assert (revoked.credential_hash, revoked.credential_expires_at) == ("", None)
+    assert replace(revoked, credential_hash=held.credential_hash, credential_expires_at=50.0) \
+        == held
+    assert [(e.kind, e.message, e.time) for e in change.events] == [
+        ("credential", "w1: credential revoked", 10.0)]
+    assert (list(change.wake), change.kick, change.removed) == ([held.id], False, {})

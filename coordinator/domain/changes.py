@@ -21,6 +21,16 @@ class Retarget:
 
 
 @dataclass(frozen=True)
+class TokenUse:
+    """A registration's use of a join token (by its hash), counted only if the token is
+    usable at `at` (not revoked, not expired, uses left); else nothing of the change is
+    written (Store.apply raises TokenRefused)."""
+
+    hash: str
+    at: float
+
+
+@dataclass(frozen=True)
 class Change:
     """What one operation writes, and whom it wakes once written."""
 
@@ -34,6 +44,7 @@ class Change:
     # clusters removed whole, once their machines are (removed before or in this change),
     # with their join tokens and outputs; their events stay
     dropped: Sequence[str] = ()
+    token_use: TokenUse | None = None  # a join token's use, counted with the rest or refused
     wake: Sequence[str] = ()  # the machines whose agents' long-polls are answered
     kick: bool = False  # a reconcile pass is asked for
 
@@ -41,7 +52,8 @@ class Change:
     def writes(self) -> bool:
         """Whether the store has anything to write."""
         return bool(self.machines or self.events or self.removed or self.outputs
-                    or self.clusters or self.retarget is not None or self.dropped)
+                    or self.clusters or self.retarget is not None or self.dropped
+                    or self.token_use is not None)
 
 
 def combined(changes: Iterable[Change]) -> Change:
@@ -56,6 +68,7 @@ def combined(changes: Iterable[Change]) -> Change:
             clusters=[*total.clusters, *change.clusters],
             retarget=change.retarget if change.retarget is not None else total.retarget,
             dropped=[*total.dropped, *change.dropped],
+            token_use=change.token_use or total.token_use,
             wake=[*total.wake, *change.wake], kick=total.kick or change.kick)
     return total
 

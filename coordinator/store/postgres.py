@@ -33,7 +33,7 @@ from coordinator.domain.records import (
 )
 from coordinator.domain.tokens import token_id
 from coordinator.store import postgres_replicas
-from coordinator.store.base import Store, Tables, Term
+from coordinator.store.base import Store, Tables, Term, TokenRefused
 from coordinator.store.cipher import Cipher
 from coordinator.store.codec import (
     admin_token_from_row,
@@ -176,15 +176,6 @@ class PostgresStore(Store):
             row = await conn.fetchrow(SQL.revoke_join_token + " RETURNING *", token_id)
         return None if row is None else join_token_from_row(row)
 
-    async def use_join_token(self, token_hash: str, now: float) -> tuple[JoinToken | None, bool]:
-        """One UPDATE: its row lock makes concurrent uses (on any replica) wait their turn."""
-        async with self.db.transaction() as conn:
-            row = await conn.fetchrow(SQL.use_join_token + " RETURNING *", token_hash, now)
-            counted = row is not None
-            if row is None:
-                row = await conn.fetchrow(SQL.join_token, token_hash)
-        return (None if row is None else join_token_from_row(row)), counted
-
     # -- admin tokens -------------------------------------------------------------
     async def add_admin_token(self, token_hash: str, name: str, role: str,
                               now: float) -> AdminToken:
@@ -294,6 +285,11 @@ class PostgresStore(Store):
             return []
         written = [*(m.id for m in change.machines), *removed]
         async with self.db.transaction() as conn:
+            # One UPDATE: its row lock makes concurrent uses (on any replica) wait their turn.
+            use = change.token_use
+            if use is not None and await conn.fetchrow(SQL.use_join_token + " RETURNING id",
+                                                       use.hash, use.at) is None:
+                raise TokenRefused("join token not usable")
             if clusters:
                 await conn.executemany(SQL.write_cluster, clusters)
             if change.retarget is not None:

@@ -37,7 +37,7 @@ from coordinator.domain.records import (
     StoredCluster,
 )
 from coordinator.domain.tokens import token_id
-from coordinator.store.base import Store, StoreError, Tables
+from coordinator.store.base import Store, StoreError, Tables, TokenRefused
 from coordinator.store.cipher import Cipher
 from coordinator.store.codec import (
     admin_token_from_row,
@@ -291,16 +291,6 @@ class SQLiteStore(Store):
         await self._execute(SQL.revoke_join_token, (token_id,))
         return await self._one(join_token_from_row, SQL.join_token_by_id, (token_id,))
 
-    async def use_join_token(self, token_hash: str, now: float) -> tuple[JoinToken | None, bool]:
-        return await self._run(self._use_join_token, token_hash, now)
-
-    def _use_join_token(self, token_hash: str, now: float) -> tuple[JoinToken | None, bool]:
-        conn = self._db
-        with transaction(conn):
-            counted = conn.execute(SQL.use_join_token, (token_hash, now)).rowcount == 1
-            row = conn.execute(SQL.join_token, (token_hash,)).fetchone()
-        return (None if row is None else join_token_from_row(row)), counted
-
     # -- admin tokens -------------------------------------------------------------
     async def add_admin_token(self, token_hash: str, name: str, role: str,
                               now: float) -> AdminToken:
@@ -422,6 +412,10 @@ class SQLiteStore(Store):
         stored: list[Event] = []
         removed = list(change.removed.items())
         with transaction(conn):
+            use = change.token_use
+            if use is not None and conn.execute(SQL.use_join_token,
+                                                (use.hash, use.at)).rowcount != 1:
+                raise TokenRefused("join token not usable")
             conn.executemany(SQL.write_cluster, clusters)
             if change.retarget is not None:
                 self._retarget(change.retarget.doc)

@@ -18,7 +18,8 @@ from coordinator.service.pivots import copy_views
 from coordinator.store.base import Store, StoreError
 from coordinator.store.postgres import PostgresStore
 from coordinator.store.sqlite import SQLiteStore
-from tests.support.builders import ONE_ITEM, cluster, finish_phase, full_machine
+from nodeagent.wire.protocol import PrecheckReport, RegisterRequest
+from tests.support.builders import ONE_ITEM, cluster, finish_phase, full_machine, precheck_report
 from tests.support.harness import ManualClock
 
 PIN = "sha256:" + "b" * 64
@@ -41,30 +42,33 @@ async def coordinator(make_store: Callable[..., Store]) -> AsyncIterator[Coordin
 
 
 async def crash_at(store: Store, at: Row, on: bool = True) -> None:
-    """From now on (on) or no longer, a write of the row at (table, SQL condition on OLD)
-    fails its transaction."""
+    """From now on (on) or no longer, a write of the row at (table, SQL condition on the row
+    as written: OLD for an update or delete, NEW for an insert) fails its transaction."""
     table, where = at
+    triggers = {"old": ("UPDATE", "DELETE"), "new": ("INSERT",)}
     if isinstance(store, SQLiteStore):
         conn = sqlite3.connect(store.path)
         try:
-            for op in ("UPDATE", "DELETE"):
-                conn.execute(f"DROP TRIGGER IF EXISTS crash_{op.lower()}")
-                if on:
-                    conn.execute(f"CREATE TRIGGER crash_{op.lower()} BEFORE {op} ON {table} "
-                                 f"WHEN OLD.{where} "
-                                 "BEGIN SELECT RAISE(ABORT, 'crash'); END")
+            for row, ops in triggers.items():
+                for op in ops:
+                    conn.execute(f"DROP TRIGGER IF EXISTS crash_{op.lower()}")
+                    if on:
+                        conn.execute(f"CREATE TRIGGER crash_{op.lower()} BEFORE {op} ON {table} "
+                                     f"WHEN {row}.{where} "
+                                     "BEGIN SELECT RAISE(ABORT, 'crash'); END")
         finally:
             conn.close()
         return
     assert isinstance(store, PostgresStore)
     await store.db.execute(
         "CREATE OR REPLACE FUNCTION crash() RETURNS trigger LANGUAGE plpgsql AS "
-        "$$ BEGIN RAISE EXCEPTION 'crash'; END $$; "
-        f"DROP TRIGGER IF EXISTS crash ON {table}")
-    if on:
-        await store.db.execute(f"CREATE TRIGGER crash BEFORE UPDATE OR DELETE ON {table} "
-                               f"FOR EACH ROW WHEN (OLD.{where}) "
-                               "EXECUTE FUNCTION crash()")
+        "$$ BEGIN RAISE EXCEPTION 'crash'; END $$")
+    for row, ops in triggers.items():
+        await store.db.execute(f"DROP TRIGGER IF EXISTS crash_{row} ON {table}")
+        if on:
+            await store.db.execute(f"CREATE TRIGGER crash_{row} BEFORE {' OR '.join(ops)} "
+                                   f"ON {table} FOR EACH ROW WHEN ({row}.{where}) "
+                                   "EXECUTE FUNCTION crash()")
 
 
 async def state(store: Store) -> dict[str, Any]:
@@ -154,3 +158,17 @@ async def test_a_deleted_clusters_last_machines_go_with_the_cluster(
     assert (after["clusters"], after["machines"]) == ([], [])
     assert [row["id"] for row in after["removed_machines"]] == ["m-1", "m-2", "m-3"]
     assert [row["kind"] for row in after["events"]][-1] == "cluster-removed"
+
+
+async def test_a_registration_counts_its_join_tokens_use_with_its_machine(
+        coordinator: Coordinator) -> None:
+    """A join token's use is counted in the registration's transaction: a crash at the new
+    machine's row costs the token no use (one of one here: the node could never join), and
+    the registration sent again joins with it."""
+    secret, _ = await coordinator.admin.create_join_token("edge", None, 1)
+    request = RegisterRequest(join_token=secret, hostname="w9", ip="10.0.0.9",
+                              precheck=PrecheckReport.model_validate(precheck_report("w9")))
+    after = await crashed_then_whole(coordinator, lambda: coordinator.agents.register(request),
+                                     at=("machines", "hostname = 'w9'"))
+    assert [row["uses"] for row in after["join_tokens"]] == [1]
+    assert "w9" in [row["hostname"] for row in after["machines"]]

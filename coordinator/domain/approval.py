@@ -5,8 +5,10 @@ then, as it would have been had they passed at once."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
+from coordinator.domain.changes import Change
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.fitness import Fitness, fitness, fits
@@ -83,6 +85,40 @@ def approved_event(now: float, machine: Machine, auto: bool = False) -> Event:
     note = f" as {machine.role}" if machine.role else " (no role yet: set one to start)"
     return event(now, machine.cluster, "approved", f"{machine.hostname} {how}{note}", machine,
                  {"role": machine.role})
+
+
+def approval(machine: Machine, role: Role | None, labels: Mapping[str, str] | None,
+             interface: str | None, ip: str | None, now: float) -> Change:
+    """`machines approve` as one change: a Pending machine approved as role (else its own),
+    with labels added to its own and its cluster address chosen (approval_address), and a
+    reconcile pass asked for, which starts it. Refused (Conflict, saying why) when it is not
+    Pending or its last precheck report does not let it run as that role (refusal; the caller
+    judges its clones again first: the machine it shared a value with may be gone)."""
+    if machine.state is not MachineState.PENDING:
+        raise Conflict(f"{machine.hostname} is {machine.state.value}, not Pending")
+    refused = refusal(machine, role)
+    if refused:
+        raise Conflict(refused)
+    updated = replace(machine, approved=True, role=role or machine.role, clones=(),
+                      ip=approval_address(machine, interface, ip),
+                      labels={**machine.labels, **(labels or {})})
+    return Change(machines=[updated], events=[approved_event(now, updated)], kick=True)
+
+
+def role_set(machine: Machine, role: Role, now: float) -> Change:
+    """`machines role` as one change: a Pending machine given its role, with its event.
+    Refused (Conflict) once it left Pending, and for an approved one (which starts with the
+    role) when its precheck report does not let it run as that role, as approving would."""
+    if machine.state is not MachineState.PENDING:
+        raise Conflict(f"{machine.hostname} is {machine.state.value}: its role is fixed "
+                       "once it left Pending")
+    refused = refusal(machine, role) if machine.approved else None
+    if refused:
+        raise Conflict(refused)
+    updated = replace(machine, role=role)
+    return Change(machines=[updated], events=[event(
+        now, machine.cluster, "role", f"{machine.hostname} role set to {role}", updated,
+        {"role": role})], kick=True)
 
 
 def auto_approved(settings: ClusterSettings, machine: Machine,

@@ -1,6 +1,7 @@
-"""The complete change one operation makes, as one value: every operation of the service loads
-what it needs, asks one pure decision for a `Change`, has the store write it in one
-transaction (`Store.apply`) and then wakes whom it names. Nothing of it is written unless all
+"""The complete change one operation or loop makes, as one value: every operation and loop of
+the service (the reconcile pass and the Node watch included) loads what it needs, asks one
+pure decision for a `Change`, has the store write it in one transaction (`Store.apply`) and
+then wakes whom it names. Nothing of it is written unless all
 of it is, so no operation leaves a crash window between two writes."""
 
 from __future__ import annotations
@@ -20,6 +21,16 @@ class Retarget:
 
 
 @dataclass(frozen=True)
+class TokenUse:
+    """A registration's use of a join token (by its hash), counted only if the token is
+    usable at `at` (not revoked, not expired, uses left); else nothing of the change is
+    written (Store.apply raises TokenRefused)."""
+
+    hash: str
+    at: float
+
+
+@dataclass(frozen=True)
 class Change:
     """What one operation writes, and whom it wakes once written."""
 
@@ -30,6 +41,10 @@ class Change:
     outputs: Mapping[str, Mapping[str, ClusterOutput]] = field(default_factory=dict)
     clusters: Sequence[StoredCluster] = ()  # written as they are (spec, generation, deleting)
     retarget: Retarget | None = None  # None: the move target stays what it is
+    # clusters removed whole, once their machines are (removed before or in this change),
+    # with their join tokens and outputs; their events stay
+    dropped: Sequence[str] = ()
+    token_use: TokenUse | None = None  # a join token's use, counted with the rest or refused
     wake: Sequence[str] = ()  # the machines whose agents' long-polls are answered
     kick: bool = False  # a reconcile pass is asked for
 
@@ -37,7 +52,8 @@ class Change:
     def writes(self) -> bool:
         """Whether the store has anything to write."""
         return bool(self.machines or self.events or self.removed or self.outputs
-                    or self.clusters or self.retarget is not None)
+                    or self.clusters or self.retarget is not None or self.dropped
+                    or self.token_use is not None)
 
 
 def combined(changes: Iterable[Change]) -> Change:
@@ -51,6 +67,8 @@ def combined(changes: Iterable[Change]) -> Change:
             outputs={**total.outputs, **change.outputs},
             clusters=[*total.clusters, *change.clusters],
             retarget=change.retarget if change.retarget is not None else total.retarget,
+            dropped=[*total.dropped, *change.dropped],
+            token_use=change.token_use or total.token_use,
             wake=[*total.wake, *change.wake], kick=total.kick or change.kick)
     return total
 

@@ -4,7 +4,8 @@ retried after a backoff, the pod deleted past its budget, given up), what a drai
 and how it ended; on the drainer's side (service/drainer.py) the machine's DrainStatus at each
 step (begun, resumed, drained, blocked, skipped, uncordoned, Node deleted, Ready, late) and
 whether a recorded step still counts (only while the machine is in Upgrade or Deleting with
-the attempt the task ran: an operator's retry, skip or force starts a new one)."""
+the attempt the task ran: an operator's retry, skip or force starts a new one, decided here
+too: `drain_answered`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from coordinator.domain.changes import Change
 from coordinator.domain.drain import PodPlan, PodRef
+from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.model import (
     ClusterSpec,
@@ -22,8 +25,8 @@ from coordinator.domain.model import (
     Machine,
     MachineState,
     items_may_run,
+    needs_drain,
 )
-from coordinator.domain.records import Event
 
 MAX_RETRY_SECONDS = 30.0  # the longest backoff between two evictions of one pod
 # The states whose machines' nodes drain tasks work on.
@@ -207,14 +210,15 @@ def same_attempt(now: DrainStatus | None, expected: DrainStatus | None) -> bool:
 
 def recorded(spec: ClusterSpec, machine: Machine | None, expected: DrainStatus | None,
              status: DrainStatus, message: str | None,
-             now: float) -> tuple[Machine, list[Event]] | None:
-    """A drain step recorded on the machine as it is stored: the machine with status (a new
-    generation when its upgrade items may now run, or may no longer: its agent is told) and
-    an event for a message; None when the step no longer counts (the machine gone, out of
-    Upgrade and Deleting, or on another attempt)."""
+             now: float) -> Change:
+    """A drain step recorded on the machine as it is stored, as one change: the machine with
+    status (a new generation when its upgrade items may now run, or may no longer), an event
+    for a message, its agent woken (its items or its drain's note changed) and a pass asked
+    for; nothing when the step no longer counts (the machine gone, out of Upgrade and
+    Deleting, or on another attempt)."""
     if machine is None or machine.state not in DRAINED_STATES \
             or not same_attempt(machine.drain, expected):
-        return None
+        return Change()
     updated = replace(machine, drain=status)
     if items_may_run(spec, updated) != items_may_run(spec, machine):
         updated = replace(updated, generation=machine.generation + 1)
@@ -222,4 +226,37 @@ def recorded(spec: ClusterSpec, machine: Machine | None, expected: DrainStatus |
         now, machine.cluster, "drain", message, updated,
         {"stage": status.stage.value, "blocking_pods": list(status.blocking_pods),
          "blocking_budgets": list(status.blocking_budgets), "evicted": status.evicted})]
-    return updated, events
+    return Change(machines=[updated], events=events, wake=[machine.id], kick=True)
+
+
+# -- the operator's side: `upgrade retry|skip|force` ----------------------------------------------
+def drain_answered(spec: ClusterSpec, machine: Machine, action: str, now: float) -> Change:
+    """The operator's answer to a machine's drain, an upgrade's or a removal's, as one change:
+    retry (a new attempt and timeout), skip (run the upgrade or reset items with what is left
+    on the node) or force (a new attempt deleting budget-protected pods); a new generation, its
+    agent woken and a pass asked for. Conflict when the machine has no drain to answer, or it
+    is past draining. The caller cancels the task of the attempt answered first."""
+    leaving = machine.state is MachineState.DELETING and machine.drain is not None
+    if not leaving and (machine.state is not MachineState.UPGRADE
+                        or not needs_drain(spec, machine)):
+        raise Conflict(f"{machine.hostname} is {machine.state.value}: it has no drain to "
+                       f"{action}")
+    current = machine.drain or DrainStatus(DrainStage.DRAINING, now, attempt=0)
+    if current.stage not in (DrainStage.DRAINING, DrainStage.BLOCKED):
+        raise Conflict(f"{machine.hostname}: its drain is {current.stage.value}, nothing "
+                       f"to {action}")
+    status = _answered(current, action, now, "resetting" if leaving else "upgrading")
+    updated = replace(machine, drain=status, generation=machine.generation + 1)
+    return Change(machines=[updated], events=[event(
+        now, machine.cluster, "drain", f"{machine.hostname}: operator chose {action} (drain "
+        f"attempt {status.attempt})", updated, {"action": action})],
+        wake=[machine.id], kick=True)
+
+
+def _answered(current: DrainStatus, action: str, now: float, going_on: str) -> DrainStatus:
+    """The drain once the operator answered it; going_on: what the machine does next."""
+    if action == "skip":
+        return replace(current, stage=DrainStage.SKIPPED, message=(
+            f"drain skipped by the operator; {going_on} with "
+            f"{len(current.blocking_pods)} pods left on the node"))
+    return DrainStatus(DrainStage.DRAINING, now, current.attempt + 1, force=action == "force")

@@ -250,7 +250,10 @@ def swept_by_list(spec: ClusterSpec, machine: Machine) -> bool:
 
 
 @dataclass(frozen=True)
-class NodeChange:
+class NodeFound:
+    """What a look or a list found of a machine's Node, for the Node watch's decision
+    (nodewatching.node_recorded) to write or not."""
+
     machine: Machine
     status: NodeStatus  # what to record: observed, unlike machine.node
 
@@ -261,7 +264,7 @@ class Sweep:
     the machines it was given, and the idle machines (not given, known recorded Ready) to
     load because their Node is not Ready or not found."""
 
-    changes: tuple[NodeChange, ...]
+    changes: tuple[NodeFound, ...]
     to_load: tuple[str, ...]
 
 
@@ -282,7 +285,7 @@ def swept(spec: ClusterSpec, machines: Iterable[Machine], idle: Iterable[str],
             after = observed(before, now, mark.name, mark.condition,
                              before.metadata if before is not None and same else "")
         if after != before:
-            changes.append(NodeChange(machine, after))
+            changes.append(NodeFound(machine, after))
     given = {m.id for m in machines}  # the pass's stand-in is both loaded and idle
     to_load = tuple(i for i in idle if i not in given
                     and ((mark := found.get(i)) is None or mark.condition[0] != "True"))

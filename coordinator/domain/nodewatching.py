@@ -1,26 +1,27 @@
 """The Node watch's verdicts (service/nodewatch.py reads the Nodes and acts): what one look
 at a machine's Node found and whether its labels and taints need a patch, and what a change
-found (by a look or by a cluster's list, nodes.swept) writes on the machine as it is stored:
-only a change, only while the machine is admitted (in Deploy or deployed; one being deleted
-keeps what it had), with an event when there is news."""
+found (by a look or by a cluster's list, nodes.swept) writes on the machine as it is stored,
+one `Change` for all a look or a list found: only a change, only while the machine is
+admitted (in Deploy or deployed; one being deleted keeps what it had), with an event when
+there is news."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from coordinator.domain.changes import Change, combined
 from coordinator.domain.events import event
 from coordinator.domain.model import ADMITTED_STATES, ClusterSpec, Machine, NodeStatus
 from coordinator.domain.nodes import (
-    NodeChange,
+    NodeFound,
     desired_metadata,
     metadata_patch,
     node_news,
     observed,
     ready_condition,
 )
-from coordinator.domain.records import Event
 
 
 @dataclass(frozen=True)
@@ -43,17 +44,24 @@ def looked(spec: ClusterSpec, machine: Machine, name: str | None,
                     metadata_patch(node, desired))
 
 
-def node_recorded(stored: Machine | None, change: NodeChange,
-                  now: float) -> tuple[Machine, list[Event]] | None:
-    """A change found of a machine's Node, written on the machine as stored: None when it is
-    no change from what the finder knew, or the machine is gone or no longer admitted; else
-    the machine with the status, and an event when the change is news (node_news)."""
-    if change.status == change.machine.node or stored is None \
+def node_recorded(stored: Machine | None, found: NodeFound, now: float) -> Change:
+    """A change found of a machine's Node, written on the machine as stored: nothing when it
+    is no change from what the finder knew, or the machine is gone or no longer admitted;
+    else the machine with the status, an event when the change is news (node_news), and a
+    reconcile pass asked for (the planner moves a machine to Ready once its Node is)."""
+    if found.status == found.machine.node or stored is None \
             or stored.state not in ADMITTED_STATES:
-        return None
-    status = change.status
+        return Change()
+    status = found.status
     updated = replace(stored, node=status)
-    message = node_news(change.machine.hostname, change.machine.node, status)
+    message = node_news(found.machine.hostname, found.machine.node, status)
     events = [] if message is None else [event(
         now, stored.cluster, "node", message, updated, {"node": status.name, "ready": status.ready})]
-    return updated, events
+    return Change(machines=[updated], events=events, kick=True)
+
+
+def nodes_recorded(stored: Mapping[str, Machine], found: Iterable[NodeFound],
+                   now: float) -> Change:
+    """What a look or a list found, each on its machine as stored (stored: by id; one
+    missing is gone), as one change (node_recorded's each)."""
+    return combined(node_recorded(stored.get(f.machine.id), f, now) for f in found)

@@ -1,6 +1,7 @@
 """A reconcile pass over one cluster, decided whole: from the machines the pass loaded, the
-complete change it writes (machines, events, the outputs the cluster keeps, the machines it
-removes) and whom it wakes, so that the service makes one call here, one commit and one
+complete change it writes (a `domain/changes.py:Change`: machines, events, the outputs the
+cluster keeps, the machines it removes, the cluster itself once a deleted one is empty) and
+whom it wakes, so that the service makes one call here, one store transaction and one
 wake-up. What the pass found while loading (machines whose heartbeats stopped or came back,
 `checked`) is part of the change; the rest is the planner's, the outputs', the minting's
 and the notices' share, in that order."""
@@ -8,33 +9,16 @@ and the notices' share, in that order."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from coordinator.domain import liveness, planner
 from coordinator.domain.assignment import waits_notices
+from coordinator.domain.changes import Change
 from coordinator.domain.events import decision_event, event
 from coordinator.domain.minting import mint_pass
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
 from coordinator.domain.outputs import adopted
 from coordinator.domain.records import ClusterOutput, Event, StoredCluster
-
-
-@dataclass
-class PassChange:
-    """What one cluster's pass writes: machines by id, events in order, the outputs the
-    cluster is to keep, and the machines it removes (id -> when)."""
-
-    changed: dict[str, Machine] = field(default_factory=dict)
-    events: list[Event] = field(default_factory=list)
-    outputs: dict[str, ClusterOutput] = field(default_factory=dict)
-    removed: dict[str, float] = field(default_factory=dict)
-
-    def __bool__(self) -> bool:
-        return bool(self.changed or self.events or self.removed)
-
-    def woken(self) -> list[str]:
-        """The machines whose agents are told: every one written or removed."""
-        return [*self.changed, *self.removed]
 
 
 @dataclass(frozen=True)
@@ -43,7 +27,7 @@ class ClusterPass:
     it is written (`current`, for the node tasks), where the post-deploy step runs, and the
     cluster as it is then (with the outputs it keeps)."""
 
-    change: PassChange
+    change: Change
     decisions: list[planner.Decision]
     current: list[Machine]
     post_deploy_host: str | None
@@ -51,71 +35,85 @@ class ClusterPass:
 
     @property
     def cluster_emptied(self) -> bool:
-        """A cluster being deleted whose last machine went: the cluster goes too."""
-        return self.stored.deleting and not self.current
+        """A cluster being deleted whose last machine went: the cluster goes too, in the
+        same change."""
+        return bool(self.change.dropped)
 
 
 def checked_responding(spec: ClusterSpec, machines: Sequence[Machine],
-                       last_heard: Mapping[str, float], now: float, listening_since: float,
-                       into: PassChange) -> list[Machine]:
-    """The machines with `responding` as their last heartbeat says now (liveness.responding);
-    the ones that changed go into the pass's change, with an event each."""
+                       last_heard: Mapping[str, float], now: float,
+                       listening_since: float) -> tuple[list[Machine], Change]:
+    """The machines with `responding` as their last heartbeat says now (liveness.responding),
+    and the change that records the ones that changed, with an event each."""
     timeout = spec.settings.heartbeat_timeout_seconds
-    checked = []
+    checked, changed, events = [], [], []
     for machine in machines:
         heard = last_heard[machine.id]
         answers = liveness.responding(machine.responding, heard, now, timeout, listening_since)
         if answers != machine.responding:
-            into.events.append(event(
+            events.append(event(
                 now, spec.name, "responding" if answers else "not-responding",
                 f"{machine.hostname} " + ("answers again" if answers else
                                           f"missed heartbeats for {now - heard:.0f}s"), machine))
-            machine = into.changed[machine.id] = replace(machine, responding=answers)
+            machine = replace(machine, responding=answers)
+            changed.append(machine)
         checked.append(machine)
-    return checked
+    return checked, Change(machines=changed, events=events)
 
 
 def decide_pass(stored: StoredCluster, machines: Sequence[Machine], now: float,
-                checked: PassChange | None = None) -> ClusterPass:
+                checked: Change | None = None) -> ClusterPass:
     """The pass over the cluster's working set `machines` (every manager among them), after
-    the changes its load found (`checked`): outputs kept, the planner run to its fixpoint,
-    the assignment notices, join material minted, the outputs waited on."""
+    the change its load found (`checked`, checked_responding's): outputs kept, the planner
+    run to its fixpoint, the assignment notices, join material minted, the outputs waited
+    on; a cluster being deleted whose last machine goes is removed with it."""
     spec = stored.spec
-    out = PassChange(dict(checked.changed), list(checked.events)) if checked else PassChange()
-    stored = _keep_outputs(stored, machines, now, out)
+    checked = checked or Change()
+    changed = {m.id: m for m in checked.machines}
+    stored, outputs, events = _keep_outputs(stored, machines, now)
+    events = [*checked.events, *events]
     after, decisions = planner.plan_to_fixpoint(spec, machines, now)
     by_id = {m.id: m for m in after}
-    out.events += [decision_event(now, spec.name, d, by_id.get(d.machine_id)) for d in decisions]
+    events += [decision_event(now, spec.name, d, by_id.get(d.machine_id)) for d in decisions]
     before = {m.id: m for m in machines}
-    out.changed.update({m.id: m for m in after if m != before.get(m.id)})
+    changed.update({m.id: m for m in after if m != before.get(m.id)})
     host = planner.post_deploy_host(spec, after)
-    out.events += _notices(spec, after, out.changed, now)
-    after = _values(stored, [out.changed.get(m.id, m) for m in after], host, now, out)
-    out.events += _post_deploy_in_place(spec, host, after, decisions, now)
-    out.removed = {d.machine_id: now for d in decisions if d.to_state is None}
-    current = [out.changed.get(m.id, m) for m in after]
-    return ClusterPass(out, decisions, current, host.id if host else None, stored)
+    events += _notices(spec, after, changed, now)
+    after, minted = _values(stored, [changed.get(m.id, m) for m in after], host, now, changed)
+    events += minted
+    events += _post_deploy_in_place(spec, host, after, decisions, now)
+    removed = {d.machine_id: now for d in decisions if d.to_state is None}
+    current = [changed.get(m.id, m) for m in after]
+    emptied = stored.deleting and not current
+    if emptied:
+        events.append(event(now, spec.name, "cluster-removed", f"cluster {spec.name} removed"))
+    change = Change(machines=list(changed.values()), events=events, removed=removed,
+                    outputs={spec.name: outputs} if outputs else {},
+                    dropped=[spec.name] if emptied else [], wake=[*changed, *removed])
+    return ClusterPass(change, decisions, current, host.id if host else None, stored)
 
 
 def _keep_outputs(stored: StoredCluster, machines: Sequence[Machine], now: float,
-                  out: PassChange) -> StoredCluster:
+                  ) -> tuple[StoredCluster, dict[str, ClusterOutput], list[Event]]:
     """The outputs the cluster is to keep that its managers produced and it does not keep yet
     (outputs.adopted; the working set holds every manager, one this pass removes too), each
-    with an event naming where it came from (never its value): the cluster as it is once
+    with an event naming where it came from (never its value), and the cluster as it is once
     they are written."""
-    out.outputs = adopted(stored.outputs, machines, now)
-    out.events += [event(now, stored.spec.name, "output-kept",
-                         f"the cluster keeps ${{outputs.{name}}} as {kept.hostname} produced it",
-                         data={"output": name, "machine": kept.machine})
-                   for name, kept in out.outputs.items()]
-    return replace(stored, outputs={**stored.outputs, **out.outputs}) if out.outputs else stored
+    outputs = adopted(stored.outputs, machines, now)
+    events = [event(now, stored.spec.name, "output-kept",
+                    f"the cluster keeps ${{outputs.{name}}} as {kept.hostname} produced it",
+                    data={"output": name, "machine": kept.machine})
+              for name, kept in outputs.items()]
+    if outputs:
+        stored = replace(stored, outputs={**stored.outputs, **outputs})
+    return stored, dict(outputs), events
 
 
 def _notices(spec: ClusterSpec, after: Sequence[Machine], changed: dict[str, Machine],
              now: float) -> list[Event]:
     """The machines whose assignment changed while their state did not (the post-deploy step
-    given or taken, a reconfiguring machine's manager list) go into the change, and an event
-    says where the post-deploy step now runs."""
+    given or taken, a reconfiguring machine's manager list) go into the pass's machines, and
+    an event says where the post-deploy step now runs."""
     was = {m.id: m for m in after}
     events = []
     for noticed in planner.assignment_notices(spec, after):
@@ -127,17 +125,17 @@ def _notices(spec: ClusterSpec, after: Sequence[Machine], changed: dict[str, Mac
 
 
 def _values(stored: StoredCluster, after: Sequence[Machine], host: Machine | None, now: float,
-            out: PassChange) -> list[Machine]:
+            changed: dict[str, Machine]) -> tuple[list[Machine], list[Event]]:
     """Join material minted, expired or revoked (minting.py), and the machines whose items
-    wait for other outputs than they did: the machines as they are then."""
+    wait for other outputs than they did, into the pass's machines: the machines as they are
+    then, and the minting's events."""
     spec = stored.spec
     minted = mint_pass(spec, after, now)
-    out.changed.update({m.id: m for m in minted.machines})
-    out.events += minted.events
-    current = [out.changed.get(m.id, m) for m in after]
-    out.changed.update({m.id: m for m in waits_notices(spec, current, host.id if host else None,
-                                                       stored.outputs)})
-    return [out.changed.get(m.id, m) for m in current]
+    changed.update({m.id: m for m in minted.machines})
+    current = [changed.get(m.id, m) for m in after]
+    changed.update({m.id: m for m in waits_notices(spec, current, host.id if host else None,
+                                                   stored.outputs)})
+    return [changed.get(m.id, m) for m in current], list(minted.events)
 
 
 def _post_deploy_in_place(spec: ClusterSpec, host: Machine | None, after: Sequence[Machine],

@@ -37,6 +37,16 @@ def reissue(machine: Machine, hashed: str, expires_at: float, now: float) -> Cha
     return Change(machines=[updated], events=[issued], wake=[machine.id])
 
 
+def revocation(machine: Machine, now: float) -> Change:
+    """`machines revoke` as one change: the machine keeps its record, its credential no longer
+    works (its agent is refused until it is deleted and joins again, or is reissued), the
+    event, its agent woken (its long-poll is answered: refused from now on)."""
+    updated = replace(machine, credential_hash="", credential_expires_at=None)
+    return Change(machines=[updated], events=[event(
+        now, machine.cluster, "credential", f"{machine.hostname}: credential revoked", updated)],
+        wake=[machine.id])
+
+
 def issued_to(machine: Machine | None, hashed: str) -> bool:
     """Whether a reissue token of this hash was issued to machine (used or not): what a
     registration's token is checked for before its body is read. A retry whose first attempt

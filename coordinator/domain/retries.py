@@ -18,17 +18,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from coordinator.domain.changes import Change
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.model import ClusterSpec, Machine
-from coordinator.domain.records import Event
 from coordinator.domain.steps import machine_step
 
 
-def retried(spec: ClusterSpec, machine: Machine, now: float) -> tuple[Machine, Event]:
-    """The machine with its given-up item ordered to run again, and the event saying so.
-    Raises Conflict when its status shows no item given up: there is nothing to retry (an
-    item still failing is retried by its agent)."""
+def retried(spec: ClusterSpec, machine: Machine, now: float) -> Change:
+    """`machines retry` as one change: the machine with its given-up item ordered to run
+    again (a new generation: its agent is woken) and the event saying so. Raises Conflict
+    when its status shows no item given up: there is nothing to retry (an item still failing
+    is retried by its agent)."""
     step = machine_step(spec, machine, now)
     progress = machine.progress
     # A Ready machine's progress is its post-deploy step's or its mint or revoke job's.
@@ -39,8 +40,9 @@ def retried(spec: ClusterSpec, machine: Machine, now: float) -> tuple[Machine, E
         raise Conflict(f"{machine.hostname}: nothing to retry: {doing}")
     updated = replace(machine, retries=machine.retries + 1, generation=machine.generation + 1,
                       progress=replace(progress, gave_up=False, next_retry_at=now))
-    return updated, event(
+    return Change(machines=[updated], events=[event(
         now, machine.cluster, "retry", f"{machine.hostname}: the operator retries "
         f"{progress.item}, which its agent gave up on after {progress.attempt} attempts (retry "
         f"{updated.retries})", updated,
-        {"item": progress.item, "attempts": progress.attempt, "retries": updated.retries})
+        {"item": progress.item, "attempts": progress.attempt, "retries": updated.retries})],
+        wake=[machine.id], kick=True)

@@ -55,14 +55,12 @@ class Access:
             raise Unauthorized(refusal or "join token not usable")
         return token.cluster
 
-    async def consume_join_token(self, secret: str) -> str:
-        """The cluster the token admits to, counting one use; Unauthorized saying why not.
-        The count is one conditional update: two registrations never share a token's last
-        use."""
-        token, counted = await self.store.use_join_token(token_hash(secret), self.clock())
-        if not counted or token is None:
-            raise Unauthorized(join_refusal(token, self.clock()) or "join token not usable")
-        return token.cluster
+    async def join_refused(self, secret: str) -> Unauthorized:
+        """Why the token's use did not count with its registration (Change.token_use, one
+        conditional update in the registration's transaction: two registrations never share
+        a token's last use), as the token is now."""
+        token = await self.store.join_token(token_hash(secret))
+        return Unauthorized(join_refusal(token, self.clock()) or "join token not usable")
 
     async def known_join_token(self, secret: str) -> None:
         """Unauthorized unless secret is a join token this coordinator issued: checked before a

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from coordinator.domain.approval import prechecked
 from coordinator.domain.assignment import AssignmentInputs, build_assignment, may_host_post_deploy
+from coordinator.domain.changes import Change, TokenUse
 from coordinator.domain.errors import Conflict, Unauthorized
 from coordinator.domain.etags import Version, may_wait, not_modified
 from coordinator.domain.events import event
@@ -30,6 +31,7 @@ from coordinator.service.notifier import Notifier
 from coordinator.service.postdeploy import PostDeployHosts
 from coordinator.service.queries import Queries
 from coordinator.service.writes import Writes
+from coordinator.store.base import TokenRefused
 from nodeagent.wire.protocol import (
     Assignment,
     ItemReport,
@@ -78,6 +80,7 @@ class Agents:
                 return RegisterResponse(machine_id=retried(owner, request), credential=secret,
                                         credential_expires_at=owner.expires_at)
             rejoining = reissued_machine(request.join_token)
+            use = None  # a reissue string is the machine's own: no join token's use
             if rejoining is not None:
                 machine, events = await self._rejoined(rejoining, request, credential, now)
             else:
@@ -90,9 +93,13 @@ class Agents:
                     new_id, request.precheck.model_dump(mode="json", by_alias=True))
                 machine, events = registered(cluster, settings, existing, request, credential,
                                              new_id, now, clones)
-                # Only a registration that will be written uses the token (a 409 costs nothing).
-                await self.access.consume_join_token(request.join_token)
-            await self.writes.commit([machine], events)
+                # Only a registration that is written uses the token (a 409 costs nothing),
+                # counted in its transaction: a crash never costs a use without the machine.
+                use = TokenUse(token_hash(request.join_token), now)
+            try:
+                await self.writes.apply(Change(machines=[machine], events=events, token_use=use))
+            except TokenRefused:
+                raise await self.access.join_refused(request.join_token) from None
         self.notifier.changed()
         self.notifier.kick()
         return RegisterResponse(machine_id=machine.id, credential=secret,

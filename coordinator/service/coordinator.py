@@ -55,7 +55,7 @@ class Coordinator:
         self.heartbeats = HeartbeatBuffer(store, self.writes, clock, self.notifier.kick)
         post_deploy = PostDeployHosts(store)
         self.drainer = Drainer(DrainRecords(self.writes, self.queries, self.notifier, clock), clock)
-        self.nodes = NodeWatch(NodeRecords(self.writes, self.queries, self.notifier, clock), clock)
+        self.nodes = NodeWatch(NodeRecords(self.writes, self.queries, clock), clock)
         self.reconciler = Reconciler(self.writes, self.heartbeats, self.notifier, self.drainer,
                                      self.nodes, post_deploy, clock)
         self.leadership = Leadership(store, self.notifier, self.reconciler, self.drainer,
@@ -64,8 +64,7 @@ class Coordinator:
         self.agents = Agents(self.writes, self.queries, self.access, self.notifier, post_deploy,
                              self.move_targets, clock, credential_ttl,
                              self.leadership.after_reports)
-        self.admin = Admin(self.writes, self.queries, self.access, self.notifier, self.drainer,
-                           clock)
+        self.admin = Admin(self.writes, self.queries, self.access, self.drainer, clock)
         self.refusals = RefusalAudit(self.writes, clock)
         self.history = EventRetention(store, clock, retention, status.forget)
 

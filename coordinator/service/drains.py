@@ -1,7 +1,8 @@
-"""What drain tasks record into: a machine's DrainStatus, through one read and one commit
-under the write lock, as domain/draining.recorded decides it. A write counts only while the
-machine is in Upgrade (or Deleting) with the drain attempt the task ran, so an operator's
-retry, skip or force (a new attempt), or a deletion, makes an older task's writes no-ops."""
+"""What drain tasks record into: a machine's DrainStatus, through one read and one
+transaction under the write lock (Writes.apply), as domain/draining.recorded decides it. A
+write counts only while the machine is in Upgrade (or Deleting) with the drain attempt the
+task ran, so an operator's retry, skip or force (a new attempt), or a deletion, makes an
+older task's writes no-ops."""
 
 from __future__ import annotations
 
@@ -34,13 +35,12 @@ class DrainRecords:
         agent is woken: its upgrade items may now run, or its drain's note changed."""
         async with self.writes.lock:
             machine = await self.writes.store.get_machine(machine_id)
-            spec = None if machine is None else (await self.queries.cluster(machine.cluster)).spec
-            change = None if spec is None else recorded(spec, machine, expected, status, message,
-                                                        self.clock())
-            if change is None:
+            if machine is None:
                 return False
-            updated, events = change
-            await self.writes.commit([updated], events)
-            self.notifier.wake([machine_id])
-        self.kick()
+            spec = (await self.queries.cluster(machine.cluster)).spec
+            change = recorded(spec, machine, expected, status, message, self.clock())
+            if not change.writes:
+                return False
+            await self.writes.apply(change)
+        self.writes.wake(change)
         return True

@@ -29,7 +29,7 @@ from coordinator.domain.kubeaccess import NO_KUBECONFIG, KubeAccess, kube_access
 from coordinator.domain.model import ClusterSpec, Machine, NodeStatus
 from coordinator.domain.nodes import (
     NODE_HEALTH_SECONDS,
-    NodeChange,
+    NodeFound,
     first_sweep_offset,
     kubernetes_access,
     missing,
@@ -50,7 +50,7 @@ class NodeStatusRecorder(Protocol):
     """What node tasks record what they found into (the machines' NodeStatus, through
     service/noderecords.py: the ids written), and read the machines they watch from."""
 
-    async def record(self, changes: Sequence[NodeChange]) -> set[str]: ...
+    async def record(self, changes: Sequence[NodeFound]) -> set[str]: ...
 
     async def current(self, machine_id: str) -> tuple[ClusterSpec, Machine] | None: ...
 
@@ -111,7 +111,7 @@ class NodeWatch:
                     found = {**await kube.marked_nodes(spec.name, every=True), **found}
         except KubeError as exc:
             log.warning("cannot look at the nodes of cluster %s: %s", spec.name, exc)
-            await self.recorder.record([NodeChange(m, unseen(m.node, now, str(exc)))
+            await self.recorder.record([NodeFound(m, unseen(m.node, now, str(exc)))
                                         for m in machines])
             return
         sweep = swept(spec, machines, idle, found, now)
@@ -140,7 +140,7 @@ class NodeWatch:
             except KubeError as exc:
                 found = unseen(machine.node, self.clock(), str(exc))
             if found != machine.node and machine.id not in await self.recorder.record(
-                    [NodeChange(machine, found)]):
+                    [NodeFound(machine, found)]):
                 return
             await asyncio.sleep(interval)
             interval = min(POLL_SECONDS, interval * 2)

@@ -1,5 +1,6 @@
 """The reconcile pass: load what changed, decide each cluster's pass whole
-(domain.reconciling.decide_pass), commit it in one transaction, wake.
+(domain.reconciling.decide_pass: one `Change`), apply it in one transaction (Writes.apply;
+a deleted cluster's last machine and the cluster go together), wake.
 
 A pass reloads and plans on just the machines written since the previous one and the
 cluster's working set (domain.workingset.ClusterView), plus the machines whose last heartbeat
@@ -13,9 +14,9 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 
 from coordinator.domain import liveness, planner
 from coordinator.domain.assignment import AssignmentInputs
-from coordinator.domain.events import event
+from coordinator.domain.changes import Change, combined
 from coordinator.domain.model import ClusterSpec, Machine
-from coordinator.domain.reconciling import PassChange, checked_responding, decide_pass
+from coordinator.domain.reconciling import checked_responding, decide_pass
 from coordinator.domain.records import StoredCluster
 from coordinator.domain.workingset import ClusterView
 from coordinator.service.drainer import Drainer
@@ -91,32 +92,30 @@ class Reconciler:
 
     async def _reconcile_cluster(self, stored: StoredCluster, reloaded: Sequence[Machine],
                                  gone: set[str]) -> list[planner.Decision]:
-        """Load the working set, decide the pass (domain.reconciling), commit it, wake."""
+        """Load the working set, decide the pass (domain.reconciling), apply its change in one
+        transaction (the emptied cluster's removal with it), wake."""
         now = self.clock()
-        checked = PassChange()
+        checked: list[Change] = []
         view = await self._working_set(stored, reloaded, gone, now, checked)
-        decided = decide_pass(stored, view.working(), now, checked)
+        decided = decide_pass(stored, view.working(), now, combined(checked))
         change, stored = decided.change, decided.stored
         self.post_deploy.found(stored, decided.post_deploy_host)
-        if change:
-            await self.writes.commit_planned(list(change.changed.values()), change.events,
-                                             change.removed,
-                                             {stored.spec.name: change.outputs}
-                                             if change.outputs else None)
-            self.notifier.wake(change.woken(),
-                               await self._assignment_news(stored, change.changed.values()))
+        if change.writes:
+            await self.writes.apply(change, planned=True)
+            self.writes.wake(change, await self._assignment_news(stored, change.machines))
         self.drainer.schedule(stored.spec, decided.current)
         self.nodes.schedule(stored.spec, decided.current, view.idle_ready)
-        if view.update(list(change.changed.values()), change.removed):
+        if view.update(list(change.machines), change.removed):
             self._views[stored.spec.name] = view
         else:
             self.notifier.kick()  # the deployed managers changed: the next pass loads the cluster
         if decided.cluster_emptied:
-            await self._remove_if_empty(stored.spec.name)
+            self._views.pop(stored.spec.name, None)
+            self.post_deploy.forget(stored.spec.name)
         return decided.decisions
 
     async def _working_set(self, stored: StoredCluster, reloaded: Sequence[Machine],
-                           gone: set[str], now: float, out: PassChange) -> ClusterView:
+                           gone: set[str], now: float, out: list[Change]) -> ClusterView:
         """The cluster's working set for this pass: the last pass's, updated with what changed
         and with the machines whose heartbeats stopped since, or loaded whole."""
         spec = stored.spec
@@ -143,17 +142,6 @@ class Reconciler:
                                                now, out))
         return view
 
-    async def _remove_if_empty(self, name: str) -> None:
-        """A cluster being deleted goes once its last machine went."""
-        if await self.store.list_machines(name):
-            return
-        await self.store.remove_cluster(name)
-        await self.writes.record([event(self.clock(), name, "cluster-removed",
-                                        f"cluster {name} removed")])
-        self._views.pop(name, None)
-        self.post_deploy.forget(name)
-        self.notifier.changed()
-
     async def _assignment_news(self, stored: StoredCluster,
                                written: Iterable[Machine]) -> dict[str, AssignmentInputs]:
         """For the machines a pass wrote whose agents are waiting: what their assignments are
@@ -165,8 +153,10 @@ class Reconciler:
         return {m.id: AssignmentInputs(stored, m, peers) for m in waiting}
 
     def _check_responding(self, spec: ClusterSpec, machines: Sequence[Machine], now: float,
-                          out: PassChange) -> list[Machine]:
-        """The machines with `responding` as their last heartbeat says now, the changed ones
-        into the pass's change (reconciling.checked_responding)."""
+                          out: list[Change]) -> list[Machine]:
+        """The machines with `responding` as their last heartbeat says now, the change that
+        records the changed ones into out (reconciling.checked_responding)."""
         heard = {m.id: self.heartbeats.last_heard(m) for m in machines}
-        return checked_responding(spec, machines, heard, now, self.listening_since, out)
+        checked, change = checked_responding(spec, machines, heard, now, self.listening_since)
+        out.append(change)
+        return checked

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from coordinator.domain.changes import Change
 from coordinator.domain.model import Machine
-from coordinator.domain.records import ClusterOutput, Event
+from coordinator.domain.records import Event
 from coordinator.service.credentials import CredentialCache
 from coordinator.service.eventlog import log_events
 from coordinator.service.notifier import Notifier
@@ -35,18 +35,26 @@ class Writes:
         self._watchers: list[WrittenElsewhere] = []
         notifier.on_written = self._written_elsewhere
 
-    async def apply(self, change: Change) -> None:
-        """Write an operation's whole change in one transaction (Store.apply); the next
-        reconcile pass plans on its machines. Call `wake` once the write lock is released."""
+    async def apply(self, change: Change, *, planned: bool = False) -> None:
+        """Write an operation's or a loop's whole change in one transaction (Store.apply); the
+        next reconcile pass plans on its machines, unless the change is a pass's own
+        (`planned`: the pass keeps them itself), whose writes authentication and the other
+        replicas learn of all the same. Call `wake` once the write lock is released."""
         await self.store.apply(change)
         log_events(change.events)
-        self.mark(change.removed, change.machines)
+        if planned:
+            self._written_here(list(change.removed), change.machines)
+        else:
+            self.mark(change.removed, change.machines)
 
-    def wake(self, change: Change) -> None:
-        """Answer the long-polls of the agents the change names, and ask for the reconcile
-        pass it wants."""
+    def wake(self, change: Change, news: Mapping[str, object] | None = None) -> None:
+        """Answer the long-polls of the agents the change names (handing them news[id], what
+        their assignments are made of, where the caller read it already), else tell the
+        history's watchers of its events; and ask for the reconcile pass it wants."""
         if change.wake:
-            self.notifier.wake(change.wake)
+            self.notifier.wake(change.wake, news)  # the watchers too
+        elif change.events:
+            self.notifier.changed()
         if change.kick:
             self.notifier.kick()
 
@@ -62,17 +70,6 @@ class Writes:
         """Write events that change no machine."""
         await self.store.commit([], events)
         log_events(events)
-
-    async def commit_planned(self, machines: Sequence[Machine], events: Sequence[Event],
-                             removed: Mapping[str, float],
-                             outputs: Mapping[str, Mapping[str, ClusterOutput]] | None = None,
-                             ) -> None:
-        """A reconcile pass's own writes, with the outputs its clusters are to keep: the pass
-        keeps them itself, so they are not marked changed, but authentication and the other
-        replicas learn of them."""
-        await self.store.commit(machines, events, removed, outputs)
-        log_events(events)
-        self._written_here(list(removed), machines)
 
     def mark(self, machine_ids: Iterable[str], machines: Iterable[Machine] = ()) -> None:
         """Machines just written (or heard from again): the next pass plans on them as written

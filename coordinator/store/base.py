@@ -40,6 +40,11 @@ class Fenced(StoreError):
     """A write of a leader that has been deposed: another replica was elected since."""
 
 
+class TokenRefused(StoreError):
+    """A change's join token use did not count: the token is unknown, revoked, expired or used
+    up. Nothing of the change was written."""
+
+
 # The leader epoch the running task writes under: the reconcile loop sets it for its term, and
 # the tasks it starts (drains) inherit it. A store shared by replicas refuses such a task's
 # writes once another replica was elected (Fenced). None: not leader work, never fenced.
@@ -81,10 +86,6 @@ class Store(ABC):
     @abstractmethod
     async def list_clusters(self) -> list[StoredCluster]: ...
 
-    @abstractmethod
-    async def remove_cluster(self, name: str) -> None:
-        """Drop the cluster with its join tokens (machines must be gone already)."""
-
     # -- join tokens (stored as hashes only) ----------------------------------
     @abstractmethod
     async def add_join_token(self, cluster: str, token_hash: str, now: float,
@@ -101,12 +102,6 @@ class Store(ABC):
     @abstractmethod
     async def revoke_join_token(self, token_id: str) -> JoinToken | None:
         """None when no token has that id."""
-
-    @abstractmethod
-    async def use_join_token(self, token_hash: str, now: float) -> tuple[JoinToken | None, bool]:
-        """Count one use of the token if it is usable at `now` (not revoked, not expired, uses
-        left), atomically, so that concurrent registrations never exceed its limit. Returns the
-        token as it is afterwards (None when unknown) and whether this use counted."""
 
     # -- admin API tokens (stored as hashes only) -------------------------------
     @abstractmethod
@@ -209,7 +204,11 @@ class Store(ABC):
         """Write the whole change in one transaction, or nothing of it (an error raised part of
         the way leaves the store as it was): its clusters as decided, the move target, cluster
         outputs (cluster -> name -> output: one a cluster keeps already is never replaced),
-        machines upserted and removed (id -> when), events appended. Returns the events with
+        machines upserted and removed (id -> when), clusters dropped with their join tokens and
+        outputs once their machines are gone (else StoreError, nothing written), events
+        appended, a join token's use counted (token_use: in the same conditional update, so
+        concurrent registrations never exceed its limit; TokenRefused, nothing written, when
+        the token is not usable then). Returns the events with
         their ids. A removed machine leaves what removed_machine and removed_credential
         return, for good: its agent may come back months later."""
 

@@ -33,7 +33,7 @@ from coordinator.domain.records import (
 )
 from coordinator.domain.tokens import token_id
 from coordinator.store import postgres_replicas
-from coordinator.store.base import Store, Tables, Term
+from coordinator.store.base import Store, Tables, Term, TokenRefused
 from coordinator.store.cipher import Cipher
 from coordinator.store.codec import (
     admin_token_from_row,
@@ -154,13 +154,6 @@ class PostgresStore(Store):
         return [with_outputs(c, [r for r in rows if r["cluster"] == c.spec.name], self.cipher)
                 for c in clusters]
 
-    async def remove_cluster(self, name: str) -> None:
-        async with self.db.transaction() as conn:
-            check_removable(name, await conn.fetchval(SQL.count_cluster_machines, name))
-            await conn.execute(SQL.delete_join_tokens, name)
-            await conn.execute(SQL.delete_cluster_outputs, name)
-            await conn.execute(SQL.delete_cluster, name)
-
     # -- join tokens ------------------------------------------------------------
     async def add_join_token(self, cluster: str, token_hash: str, now: float,
                              expires_at: float | None, max_uses: int | None) -> JoinToken:
@@ -182,15 +175,6 @@ class PostgresStore(Store):
         async with self.db.transaction() as conn:
             row = await conn.fetchrow(SQL.revoke_join_token + " RETURNING *", token_id)
         return None if row is None else join_token_from_row(row)
-
-    async def use_join_token(self, token_hash: str, now: float) -> tuple[JoinToken | None, bool]:
-        """One UPDATE: its row lock makes concurrent uses (on any replica) wait their turn."""
-        async with self.db.transaction() as conn:
-            row = await conn.fetchrow(SQL.use_join_token + " RETURNING *", token_hash, now)
-            counted = row is not None
-            if row is None:
-                row = await conn.fetchrow(SQL.join_token, token_hash)
-        return (None if row is None else join_token_from_row(row)), counted
 
     # -- admin tokens -------------------------------------------------------------
     async def add_admin_token(self, token_hash: str, name: str, role: str,
@@ -301,6 +285,11 @@ class PostgresStore(Store):
             return []
         written = [*(m.id for m in change.machines), *removed]
         async with self.db.transaction() as conn:
+            # One UPDATE: its row lock makes concurrent uses (on any replica) wait their turn.
+            use = change.token_use
+            if use is not None and await conn.fetchrow(SQL.use_join_token + " RETURNING id",
+                                                       use.hash, use.at) is None:
+                raise TokenRefused("join token not usable")
             if clusters:
                 await conn.executemany(SQL.write_cluster, clusters)
             if change.retarget is not None:
@@ -320,6 +309,10 @@ class PostgresStore(Store):
             if removed:
                 await conn.executemany(SQL.keep_removed, list(change.removed.items()))
                 await conn.execute("DELETE FROM machines WHERE id = ANY($1::text[])", removed)
+            for name in change.dropped:
+                check_removable(name, await conn.fetchval(SQL.count_cluster_machines, name))
+                for statement in SQL.drop_cluster:
+                    await conn.execute(statement, name)
             if not change.events:
                 return []
             last = await conn.fetchval("UPDATE event_ids SET last = last + $1 RETURNING last",

@@ -227,8 +227,10 @@ class Statements:
             "spec = excluded.spec, generation = excluded.generation, "
             "updated_at = excluded.updated_at, deleting = excluded.deleting")
         self.count_cluster_machines = sql("SELECT COUNT(*) FROM machines WHERE cluster = $1")
-        self.delete_join_tokens = sql("DELETE FROM join_tokens WHERE cluster = $1")
-        self.delete_cluster = sql("DELETE FROM clusters WHERE name = $1")
+        # a change's cluster dropped (Change.dropped), its join tokens and outputs first
+        self.drop_cluster = [sql(f"DELETE FROM {table} WHERE {column} = $1") for table, column in
+                             (("join_tokens", "cluster"), ("cluster_outputs", "cluster"),
+                              ("clusters", "name"))]
         # -- the outputs a cluster keeps: added, never replaced (domain/outputs.py)
         self.all_outputs = "SELECT * FROM cluster_outputs ORDER BY cluster, name"
         self.cluster_outputs = sql("SELECT * FROM cluster_outputs WHERE cluster = $1 "
@@ -236,7 +238,6 @@ class Statements:
         self.keep_output = sql("INSERT INTO cluster_outputs (cluster, name, value, machine, "
                                "hostname, produced_at) VALUES ($1, $2, $3, $4, $5, $6) "
                                "ON CONFLICT (cluster, name) DO NOTHING")
-        self.delete_cluster_outputs = sql("DELETE FROM cluster_outputs WHERE cluster = $1")
         # -- join tokens
         self.insert_join_token = sql("INSERT INTO join_tokens (id, hash, cluster, created_at, "
                                      "expires_at, max_uses) VALUES ($1, $2, $3, $4, $5, $6)")

@@ -37,7 +37,7 @@ from coordinator.domain.records import (
     StoredCluster,
 )
 from coordinator.domain.tokens import token_id
-from coordinator.store.base import Store, StoreError, Tables
+from coordinator.store.base import Store, StoreError, Tables, TokenRefused
 from coordinator.store.cipher import Cipher
 from coordinator.store.codec import (
     admin_token_from_row,
@@ -270,18 +270,6 @@ class SQLiteStore(Store):
         return [with_outputs(c, [r for r in rows if r["cluster"] == c.spec.name], self.cipher)
                 for c in clusters]
 
-    async def remove_cluster(self, name: str) -> None:
-        await self._run(self._remove_cluster, name)
-
-    def _remove_cluster(self, name: str) -> None:
-        conn = self._db
-        with transaction(conn):
-            (machines,) = conn.execute(SQL.count_cluster_machines, (name,)).fetchone()
-            check_removable(name, machines)
-            conn.execute(SQL.delete_join_tokens, (name,))
-            conn.execute(SQL.delete_cluster_outputs, (name,))
-            conn.execute(SQL.delete_cluster, (name,))
-
     # -- join tokens ------------------------------------------------------------
     async def add_join_token(self, cluster: str, token_hash: str, now: float,
                              expires_at: float | None, max_uses: int | None) -> JoinToken:
@@ -302,16 +290,6 @@ class SQLiteStore(Store):
     async def revoke_join_token(self, token_id: str) -> JoinToken | None:
         await self._execute(SQL.revoke_join_token, (token_id,))
         return await self._one(join_token_from_row, SQL.join_token_by_id, (token_id,))
-
-    async def use_join_token(self, token_hash: str, now: float) -> tuple[JoinToken | None, bool]:
-        return await self._run(self._use_join_token, token_hash, now)
-
-    def _use_join_token(self, token_hash: str, now: float) -> tuple[JoinToken | None, bool]:
-        conn = self._db
-        with transaction(conn):
-            counted = conn.execute(SQL.use_join_token, (token_hash, now)).rowcount == 1
-            row = conn.execute(SQL.join_token, (token_hash,)).fetchone()
-        return (None if row is None else join_token_from_row(row)), counted
 
     # -- admin tokens -------------------------------------------------------------
     async def add_admin_token(self, token_hash: str, name: str, role: str,
@@ -434,6 +412,10 @@ class SQLiteStore(Store):
         stored: list[Event] = []
         removed = list(change.removed.items())
         with transaction(conn):
+            use = change.token_use
+            if use is not None and conn.execute(SQL.use_join_token,
+                                                (use.hash, use.at)).rowcount != 1:
+                raise TokenRefused("join token not usable")
             conn.executemany(SQL.write_cluster, clusters)
             if change.retarget is not None:
                 self._retarget(change.retarget.doc)
@@ -447,6 +429,11 @@ class SQLiteStore(Store):
             conn.executemany(SQL.insert_identity, identity_rows(change.machines))
             conn.executemany(SQL.keep_removed, removed)
             conn.executemany("DELETE FROM machines WHERE id = ?", [(i,) for i, _ in removed])
+            for name in change.dropped:
+                (machines,) = conn.execute(SQL.count_cluster_machines, (name,)).fetchone()
+                check_removable(name, machines)
+                for statement in SQL.drop_cluster:
+                    conn.execute(statement, (name,))
             for e in change.events:
                 cursor = conn.execute(
                     "INSERT INTO events (time, cluster, machine, hostname, kind, message, data) "

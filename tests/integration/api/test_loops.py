@@ -8,14 +8,14 @@ test_draining.py, test_nodewatching.py)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from coordinator.domain.model import Machine
+from coordinator.domain.changes import Change
 from coordinator.domain.nodes import MACHINE_ID_LABEL, NODE_HEALTH_SECONDS
+from coordinator.domain.records import Event
 from coordinator.service.drainer import Drainer
 from coordinator.service.nodewatch import NodeWatch
 from coordinator.service.reconciler import Reconciler
@@ -39,16 +39,16 @@ async def kube_env(tmp_path: Path, kube: KubeApiServer) -> AsyncIterator[InProce
 
 
 def commits(env: InProcessCoordinator, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """The hostnames of the machines each commit of env's store writes from now on, one list
-    per transaction (the real store commits them)."""
+    """The hostnames of the machines each transaction of env's store writes from now on, one
+    list per transaction (the real store writes them: Store.apply, which Store.commit is)."""
     written: list[list[str]] = []
-    commit = env.store.commit
+    apply = env.store.apply
 
-    async def counted(machines: Sequence[Machine], *rest: Any) -> None:
-        written.append(sorted(m.hostname for m in machines))
-        await commit(machines, *rest)
+    async def counted(change: Change) -> list[Event]:
+        written.append(sorted(m.hostname for m in change.machines))
+        return await apply(change)
 
-    monkeypatch.setattr(env.store, "commit", counted)
+    monkeypatch.setattr(env.store, "apply", counted)
     return written
 
 

@@ -1,7 +1,8 @@
 """No operation leaves a crash window between two writes (issue 34): each writes its whole
 change in one transaction. The store fails part of the way through the transaction, as a
 crash would (a trigger on the real database raises at the last machine's row), and the store
-must hold the state from before, every table of it; without the failure the same operation
+must hold the state from before, every table of it (or a crash at another row, where an
+operation's last write is elsewhere); without the failure the same operation
 writes the whole change. On SQLite and on PostgreSQL."""
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from coordinator.service.pivots import copy_views
 from coordinator.store.base import Store, StoreError
 from coordinator.store.postgres import PostgresStore
 from coordinator.store.sqlite import SQLiteStore
-from tests.support.builders import ONE_ITEM, cluster, full_machine
+from nodeagent.wire.protocol import PrecheckReport, RegisterRequest
+from tests.support.builders import ONE_ITEM, cluster, finish_phase, full_machine, precheck_report
 from tests.support.harness import ManualClock
 
 PIN = "sha256:" + "b" * 64
-LAST = "m-3"  # the machine whose row the crash comes at: the others are written by then
+Row = tuple[str, str]  # a table, and the condition (on its OLD row) naming the row
+LAST: Row = ("machines", "id = 'm-3'")  # the crash comes at it: the others are written by then
 
 
 @pytest.fixture
@@ -38,29 +41,34 @@ async def coordinator(make_store: Callable[..., Store]) -> AsyncIterator[Coordin
         await store.close()
 
 
-async def crash_at_machine(store: Store, machine_id: str, on: bool = True) -> None:
-    """From now on (on) or no longer, a write of machine_id's row fails its transaction."""
+async def crash_at(store: Store, at: Row, on: bool = True) -> None:
+    """From now on (on) or no longer, a write of the row at (table, SQL condition on the row
+    as written: OLD for an update or delete, NEW for an insert) fails its transaction."""
+    table, where = at
+    triggers = {"old": ("UPDATE", "DELETE"), "new": ("INSERT",)}
     if isinstance(store, SQLiteStore):
         conn = sqlite3.connect(store.path)
         try:
-            for op in ("UPDATE", "DELETE"):
-                conn.execute(f"DROP TRIGGER IF EXISTS crash_{op.lower()}")
-                if on:
-                    conn.execute(f"CREATE TRIGGER crash_{op.lower()} BEFORE {op} ON machines "
-                                 f"WHEN OLD.id = '{machine_id}' "
-                                 "BEGIN SELECT RAISE(ABORT, 'crash'); END")
+            for row, ops in triggers.items():
+                for op in ops:
+                    conn.execute(f"DROP TRIGGER IF EXISTS crash_{op.lower()}")
+                    if on:
+                        conn.execute(f"CREATE TRIGGER crash_{op.lower()} BEFORE {op} ON {table} "
+                                     f"WHEN {row}.{where} "
+                                     "BEGIN SELECT RAISE(ABORT, 'crash'); END")
         finally:
             conn.close()
         return
     assert isinstance(store, PostgresStore)
     await store.db.execute(
         "CREATE OR REPLACE FUNCTION crash() RETURNS trigger LANGUAGE plpgsql AS "
-        "$$ BEGIN RAISE EXCEPTION 'crash'; END $$; "
-        "DROP TRIGGER IF EXISTS crash ON machines")
-    if on:
-        await store.db.execute(f"CREATE TRIGGER crash BEFORE UPDATE OR DELETE ON machines "
-                               f"FOR EACH ROW WHEN (OLD.id = '{machine_id}') "
-                               "EXECUTE FUNCTION crash()")
+        "$$ BEGIN RAISE EXCEPTION 'crash'; END $$")
+    for row, ops in triggers.items():
+        await store.db.execute(f"DROP TRIGGER IF EXISTS crash_{row} ON {table}")
+        if on:
+            await store.db.execute(f"CREATE TRIGGER crash_{row} BEFORE {' OR '.join(ops)} "
+                                   f"ON {table} FOR EACH ROW WHEN ({row}.{where}) "
+                                   "EXECUTE FUNCTION crash()")
 
 
 async def state(store: Store) -> dict[str, Any]:
@@ -68,17 +76,17 @@ async def state(store: Store) -> dict[str, Any]:
     return {**await store.export(), "move_target": await store.move_target()}
 
 
-async def crashed_then_whole(coordinator: Coordinator,
-                             operation: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
-    """Run operation with a crash at the last machine's row: the store as before, every
-    table. Then without it: the state it wrote, returned."""
+async def crashed_then_whole(coordinator: Coordinator, operation: Callable[[], Awaitable[Any]],
+                             at: Row = LAST) -> dict[str, Any]:
+    """Run operation with a crash at a row (the last machine's unless told): the store as
+    before, every table. Then without it: the state it wrote, returned."""
     store = coordinator.store
     before = await state(store)
-    await crash_at_machine(store, LAST)
+    await crash_at(store, at)
     with pytest.raises(StoreError, match="crash"):
         await operation()
     assert await state(store) == before, "half of the operation was written"
-    await crash_at_machine(store, LAST, on=False)
+    await crash_at(store, at, on=False)
     await operation()
     return await state(store)
 
@@ -133,3 +141,34 @@ async def test_a_pivots_copy_is_refreshed_whole(coordinator: Coordinator) -> Non
         10.0))
     assert [row["generation"] for row in after["clusters"]] == [2]
     assert [row["state"] for row in after["machines"]] == ["Ready"] * 3
+
+
+async def test_a_deleted_clusters_last_machines_go_with_the_cluster(
+        coordinator: Coordinator) -> None:
+    """The reconcile pass that removes a deleted cluster's last machines removes the cluster
+    and says so in the same transaction: a crash at the cluster's row leaves its machines
+    too, and the pass run again removes them all."""
+    await coordinator.admin.delete_cluster("edge")
+    stored = await coordinator.store.get_cluster("edge")
+    assert stored is not None
+    await coordinator.store.commit([finish_phase(stored.spec, m)  # their reset items ran
+                                    for m in await coordinator.store.list_machines()])
+    after = await crashed_then_whole(coordinator, coordinator.reconciler.reconcile_once,
+                                     at=("clusters", "name = 'edge'"))
+    assert (after["clusters"], after["machines"]) == ([], [])
+    assert [row["id"] for row in after["removed_machines"]] == ["m-1", "m-2", "m-3"]
+    assert [row["kind"] for row in after["events"]][-1] == "cluster-removed"
+
+
+async def test_a_registration_counts_its_join_tokens_use_with_its_machine(
+        coordinator: Coordinator) -> None:
+    """A join token's use is counted in the registration's transaction: a crash at the new
+    machine's row costs the token no use (one of one here: the node could never join), and
+    the registration sent again joins with it."""
+    secret, _ = await coordinator.admin.create_join_token("edge", None, 1)
+    request = RegisterRequest(join_token=secret, hostname="w9", ip="10.0.0.9",
+                              precheck=PrecheckReport.model_validate(precheck_report("w9")))
+    after = await crashed_then_whole(coordinator, lambda: coordinator.agents.register(request),
+                                     at=("machines", "hostname = 'w9'"))
+    assert [row["uses"] for row in after["join_tokens"]] == [1]
+    assert "w9" in [row["hostname"] for row in after["machines"]]

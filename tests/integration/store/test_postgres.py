@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
 import pytest
 
+from coordinator.domain.changes import Change
 from coordinator.domain.model import Machine
 from coordinator.domain.records import Event
 from coordinator.store import postgres as postgres_store
@@ -267,7 +268,7 @@ async def test_losing_the_lock_connection_ends_the_term_and_fences_the_old_leade
                                          rf"{elected.epoch}\)"):
             await old.commit([full_machine(hostname="stale")], [event()])
         with pytest.raises(Fenced):
-            await old.remove_cluster("edge")
+            await old.apply(Change(dropped=["edge"]))
     finally:
         leader_epoch.reset(stale)
     assert await new.get_machine("m-1") == full_machine()

@@ -29,6 +29,7 @@ from coordinator.store.postgres import PostgresStore
 from coordinator.store.sqlite import SQLiteStore
 from tests.integration.store.conftest import BACKENDS
 from tests.integration.store.samples import LISTED_QUERIES
+from tests.integration.store.test_store import used
 from tests.support.builders import (
     ONE_ITEM,
     SECRETS,
@@ -72,7 +73,7 @@ async def fill(store: Store) -> None:
     await store.apply(Change(clusters=[replace(gone, deleting=True)]))
     await store.add_join_token("edge", "hash-open", 102.0, None, None)
     await store.add_join_token("edge", "hash-limited", 102.0, 9_000_000_000.0, 2)
-    await store.use_join_token("hash-limited", 103.0)
+    await used(store, "hash-limited", 103.0)
     revoked = await store.add_join_token("gone", "hash-revoked", 104, None, None)
     await store.revoke_join_token(revoked.id)
     await store.add_admin_token("hash-admin", "initial", "admin", 105.0)
@@ -116,7 +117,7 @@ async def test_a_snapshot_imported_into_an_empty_store_of_either_backend_reads_b
     # Later events follow the imported ones; tokens keep working as they did.
     (later,) = await empty.commit(events=[event("m-1", "after", 20.0)])
     assert later.id == max(e.id for e in await store.list_events()) + 1
-    assert await empty.use_join_token("hash-limited", 110.0) == (
+    assert await used(empty, "hash-limited", 110.0) == (
         replace((await store.join_token("hash-limited")), uses=2), True)  # type: ignore[arg-type]
 
 

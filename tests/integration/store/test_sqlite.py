@@ -31,6 +31,7 @@ from tests.integration.store.samples import (
     assert_responding_kept,
     old_insert,
 )
+from tests.integration.store.test_store import used
 from tests.support.builders import ONE_ITEM, cluster, full_machine
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -279,7 +280,7 @@ async def test_join_tokens_of_a_version_1_database_keep_working_after_the_upgrad
     upgraded = SQLiteStore(path)
     await upgraded.open()
     try:
-        token, counted = await upgraded.use_join_token("a" * 64, 3.0)
+        token, counted = await used(upgraded, "a" * 64, 3.0)
         assert counted and token is not None
         assert (token.id, token.expires_at, token.max_uses, token.uses) == ("a" * 12, None, None, 1)
     finally:

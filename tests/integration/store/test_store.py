@@ -9,18 +9,19 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain.changes import Change, Retarget
+from coordinator.domain.changes import Change, Retarget, TokenUse
 from coordinator.domain.model import MachineState
 from coordinator.domain.records import (
     ClusterOutput,
     CredentialOwner,
     Event,
+    JoinToken,
     MachineCount,
     RemovedMachine,
     StoredCluster,
 )
 from coordinator.domain.tokens import token_id
-from coordinator.store.base import Store, StoreError
+from coordinator.store.base import Store, StoreError, TokenRefused
 from tests.support.builders import ONE_ITEM, cluster, full_machine
 
 
@@ -79,9 +80,9 @@ async def test_removing_a_cluster_drops_it_and_its_join_tokens_but_not_history(s
     await store.add_join_token("edge", "hash-edge", 2.0, None, None)
     await store.add_join_token("other", "hash-other", 2.0, None, None)
     await store.commit(events=[event(machine_id=None)])
-    await store.remove_cluster("edge")
+    await store.apply(Change(dropped=["edge"]))
     assert await store.get_cluster("edge") is None
-    assert await store.use_join_token("hash-edge", 3.0) == (None, False)
+    assert await used(store, "hash-edge", 3.0) == (None, False)
     assert [t.cluster for t in await store.list_join_tokens()] == ["other"]
     assert len(await store.list_events(cluster="edge")) == 1
     # The name is free again, starting over at generation 1.
@@ -115,7 +116,7 @@ async def test_a_cluster_with_machines_cannot_be_removed(store: Store) -> None:
     await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
     await store.commit([full_machine()])
     with pytest.raises(StoreError, match="still has 1 machines"):
-        await store.remove_cluster("edge")
+        await store.apply(Change(dropped=["edge"]))
     assert await store.get_cluster("edge") is not None
 
 
@@ -143,7 +144,7 @@ async def test_a_cluster_keeps_its_outputs_sealed_past_its_machines_never_replac
     assert [(r["cluster"], r["name"], r["hostname"]) for r in rows] == [
         ("edge", "init.caCertHash", "m1"), ("edge", "init.endpoint", "m2")]
     assert "sha256:first" not in repr(rows) and "10.0.0.2" not in repr(rows)
-    await store.remove_cluster("edge")
+    await store.apply(Change(dropped=["edge"]))
     await store.put_cluster(cluster(worker=ONE_ITEM), now=5.0)
     assert (await store.get_cluster("edge")).outputs == {}  # type: ignore[union-attr]
 
@@ -151,15 +152,27 @@ async def test_a_cluster_keeps_its_outputs_sealed_past_its_machines_never_replac
 # -- join tokens --------------------------------------------------------------------------
 
 
+async def used(store: Store, token_hash: str, now: float) -> tuple[JoinToken | None, bool]:
+    """A registration's use of the token (Change.token_use) in a change of its own: the token
+    as it is afterwards (None when unknown), and whether the use counted (TokenRefused: not,
+    and nothing of the change written)."""
+    try:
+        await store.apply(Change(token_use=TokenUse(token_hash, now)))
+    except TokenRefused:
+        return await store.join_token(token_hash), False
+    return await store.join_token(token_hash), True
+
+
+
 async def test_join_tokens_lead_to_their_cluster_and_count_their_uses(store: Store) -> None:
     await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
     first = await store.add_join_token("edge", "hash-1", 2.0, None, None)
     await store.add_join_token("edge", "hash-2", 2.0, None, None)
-    token, counted = await store.use_join_token("hash-1", 3.0)
+    token, counted = await used(store, "hash-1", 3.0)
     assert counted and token is not None and (token.cluster, token.uses) == ("edge", 1)
     assert token.id == first.id == token_id("hash-1")
     assert [t.id for t in await store.list_join_tokens("edge")] == [first.id, token_id("hash-2")]
-    assert await store.use_join_token("unknown", 3.0) == (None, False)
+    assert await used(store, "unknown", 3.0) == (None, False)
 
 
 async def test_a_join_token_is_refused_once_expired_used_up_or_revoked(store: Store) -> None:
@@ -167,12 +180,12 @@ async def test_a_join_token_is_refused_once_expired_used_up_or_revoked(store: St
     await store.add_join_token("edge", "expiring", 2.0, 10.0, None)
     await store.add_join_token("edge", "twice", 2.0, None, 2)
     revoked = await store.add_join_token("edge", "revoked", 2.0, None, None)
-    assert (await store.use_join_token("expiring", 9.9))[1]
-    assert not (await store.use_join_token("expiring", 10.0))[1]
-    assert [(await store.use_join_token("twice", 3.0))[1] for _ in range(3)] == [True, True, False]
-    assert (await store.use_join_token("twice", 3.0))[0].uses == 2  # type: ignore[union-attr]
+    assert (await used(store, "expiring", 9.9))[1]
+    assert not (await used(store, "expiring", 10.0))[1]
+    assert [(await used(store, "twice", 3.0))[1] for _ in range(3)] == [True, True, False]
+    assert (await used(store, "twice", 3.0))[0].uses == 2  # type: ignore[union-attr]
     assert (await store.revoke_join_token(revoked.id)).revoked  # type: ignore[union-attr]
-    token, counted = await store.use_join_token("revoked", 3.0)
+    token, counted = await used(store, "revoked", 3.0)
     assert not counted and token is not None and token.revoked and token.uses == 0
     assert await store.revoke_join_token("no-such-id") is None
 
@@ -180,7 +193,7 @@ async def test_a_join_token_is_refused_once_expired_used_up_or_revoked(store: St
 async def test_concurrent_registrations_never_exceed_a_use_limit(store: Store) -> None:
     await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
     await store.add_join_token("edge", "limited", 2.0, None, 5)
-    results = await asyncio.gather(*(store.use_join_token("limited", 3.0) for _ in range(20)))
+    results = await asyncio.gather(*(used(store, "limited", 3.0) for _ in range(20)))
     assert sum(counted for _, counted in results) == 5
 
 

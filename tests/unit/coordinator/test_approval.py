@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain.approval import auto_approved, prechecked, refusal
+from coordinator.domain.approval import approval, auto_approved, prechecked, refusal, role_set
 from coordinator.domain.errors import Conflict
 from coordinator.domain.fitness import fitness
 from coordinator.domain.model import ClusterSettings, Machine, MachineState
@@ -211,3 +211,50 @@ def test_refusal_table(report: dict[str, Any], clones: tuple[str, ...], role: Ro
         assert refused is None
     else:
         assert refused is not None and told in refused, refused
+
+
+@pytest.mark.parametrize(("approving", "role", "labels", "interface", "refused"), [
+    (pending(), "worker", {"zone": "a"}, None, None),
+    (pending(**SMALL), "worker", None, None, None),
+    (pending(**SMALL), "manager", None, None, "m1 cannot run as a manager"),
+    (replace(pending(), state=MachineState.READY), "worker", None, None,
+     "m1 is Ready, not Pending"),
+    (pending(), "worker", None, "eth9", "interface: eth9 is not an interface of m1"),
+], ids=["approved-with-labels", "fits-a-worker", "short-of-a-manager", "not-pending",
+        "no-such-interface"])
+def test_an_approval_is_one_change_or_refused_with_nothing_written(
+        approving: Machine, role: Role, labels: dict[str, str] | None, interface: str | None,
+        refused: str | None) -> None:
+    """`machines approve`: the machine approved as the role, its labels added, the event,
+    and a pass asked for (which starts it); else Conflict saying why."""
+    if refused is not None:
+        with pytest.raises(Conflict, match=refused):
+            approval(approving, role, labels, interface, None, 30.0)
+        return
+    change = approval(approving, role, labels, interface, None, 30.0)
+    [approved] = change.machines
+    assert (approved.approved, approved.role, approved.labels) == (
+        True, role, {**approving.labels, **(labels or {})})
+    assert [(e.kind, e.message, e.time) for e in change.events] == [
+        ("approved", f"m1 approved as {role}", 30.0)]
+    assert (change.kick, list(change.wake)) == (True, [])
+
+
+@pytest.mark.parametrize(("given", "role", "refused"), [
+    (pending(), "manager", None),  # not approved yet: judged when approved
+    (replace(pending(**SMALL), approved=True), "worker", None),
+    (replace(pending(**SMALL), approved=True), "manager", "m1 cannot run as a manager"),
+    (replace(pending(), state=MachineState.PREPARE), "worker",
+     "m1 is Prepare: its role is fixed once it left Pending"),
+], ids=["unapproved-any-role", "approved-fits", "approved-short", "left-pending"])
+def test_a_role_set_is_one_change_or_refused(given: Machine, role: Role,
+                                             refused: str | None) -> None:
+    if refused is not None:
+        with pytest.raises(Conflict, match=refused):
+            role_set(given, role, 30.0)
+        return
+    change = role_set(given, role, 30.0)
+    assert [m.role for m in change.machines] == [role]
+    assert [(e.kind, e.message, e.data) for e in change.events] == [
+        ("role", f"m1 role set to {role}", {"role": role})]
+    assert (change.kick, list(change.wake)) == (True, [])

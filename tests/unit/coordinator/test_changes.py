@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.domain.changes import Change, Retarget, combined
+from coordinator.domain.changes import Change, Retarget, TokenUse, combined
 from coordinator.domain.records import Event
 from tests.support.builders import machine
 
@@ -24,6 +24,8 @@ W1, W2 = machine("w1"), machine("w2")
     (Change(events=[said("x")]), True),
     (Change(removed={"w1": 1.0}), True),
     (Change(retarget=Retarget(None)), True),  # clearing the target is a write
+    (Change(dropped=["edge"]), True),
+    (Change(token_use=TokenUse("hash", 1.0)), True),  # counting a use is a write
 ])
 def test_whether_a_change_writes(change: Change, writes: bool) -> None:
     assert change.writes is writes
@@ -39,3 +41,9 @@ def test_changes_combine_in_order_the_last_target_winning() -> None:
     assert [e.message for e in total.events] == ["a", "b"]
     assert list(total.wake) == ["w1", "w2"] and total.kick
     assert total.retarget == Retarget(None)
+
+
+def test_a_clusters_drop_and_a_token_use_combine_too() -> None:
+    total = combined([Change(dropped=["a"], token_use=TokenUse("h", 1.0)),
+                      Change(dropped=["b"]), Change(machines=[W1])])
+    assert list(total.dropped) == ["a", "b"] and total.token_use == TokenUse("h", 1.0)

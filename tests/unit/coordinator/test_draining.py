@@ -14,6 +14,7 @@ from coordinator.domain.draining import (
     awaiting_ready,
     begun,
     blocked_at_once,
+    drain_answered,
     drain_outcome,
     ended,
     eviction_step,
@@ -22,6 +23,7 @@ from coordinator.domain.draining import (
     step_failed,
     uncordoned,
 )
+from coordinator.domain.errors import Conflict
 from coordinator.domain.model import DrainSettings, DrainStage, DrainStatus, Machine, MachineState
 from tests.support.builders import cluster, items, machine
 
@@ -171,9 +173,11 @@ def test_a_drain_step_counts_only_on_its_own_attempt(
         generation: int | None) -> None:
     for message in (None, "w1: said"):
         change = recorded(SPEC, stored, expected, status, message, 500.0)
-        assert (change and change[0].generation) == generation
-        if change is not None:
-            written, events = change
+        assert (change.machines[0].generation if change.writes else None) == generation
+        assert (list(change.wake), change.kick) == (([stored.id], True) if change.writes  # type: ignore[union-attr]
+                                                    else ([], False))
+        if change.writes:
+            [written], events = change.machines, change.events
             assert written.drain == status
             assert [(e.kind, e.message, e.time) for e in events] == \
                 ([("drain", message, 500.0)] if message else [])
@@ -188,3 +192,38 @@ def test_a_failed_node_step_keeps_since_when_it_fails() -> None:
     assert (done.stage, done.step_error, done.step_error_since, done.uncordoned_at) == (
         D.UNCORDONED, "", None, 300.0)
     assert said == "w1 uncordoned (node w1.lab)"
+
+
+BLOCKED = DrainStatus(D.BLOCKED, started_at=10.0, attempt=1, blocking_pods=("default/web-1",))
+
+
+@pytest.mark.parametrize(("answered", "action", "drain", "said", "refused"), [
+    (upgrading(BLOCKED), "retry", DrainStatus(D.DRAINING, 500.0, 2), None, None),
+    (upgrading(BLOCKED), "force", DrainStatus(D.DRAINING, 500.0, 2, force=True), None, None),
+    (upgrading(BLOCKED), "skip", replace(BLOCKED, stage=D.SKIPPED),
+     "drain skipped by the operator; upgrading with 1 pods left on the node", None),
+    (upgrading(BLOCKED, S.DELETING), "skip", replace(BLOCKED, stage=D.SKIPPED),
+     "drain skipped by the operator; resetting with 1 pods left on the node", None),
+    (upgrading(None), "retry", DrainStatus(D.DRAINING, 500.0, 1), None, None),
+    (upgrading(replace(BLOCKED, stage=D.DRAINED)), "retry", None, None,
+     "w1: its drain is Drained, nothing to retry"),
+    (upgrading(BLOCKED, S.READY), "skip", None, None, "w1 is Ready: it has no drain to skip"),
+    (upgrading(None, S.DELETING), "force", None, None,
+     "w1 is Deleting: it has no drain to force"),
+], ids=["retry-new-attempt", "force-new-attempt", "skip-upgrade", "skip-removal",
+        "not-begun-yet", "past-draining", "not-upgrading", "removal-without-drain"])
+def test_an_operators_answer_to_a_drain_is_one_change_or_refused(
+        answered: Machine, action: str, drain: DrainStatus | None, said: str | None,
+        refused: str | None) -> None:
+    """`upgrade retry|skip|force`: the machine's drain as answered, a new generation, the
+    event, its agent woken and a pass asked for; else Conflict saying why."""
+    if refused is not None:
+        with pytest.raises(Conflict, match=refused):
+            drain_answered(SPEC, answered, action, 500.0)
+        return
+    change = drain_answered(SPEC, answered, action, 500.0)
+    [updated] = change.machines
+    assert updated.drain == (drain if said is None else replace(drain, message=said))
+    assert updated.generation == answered.generation + 1
+    assert [(e.kind, e.data) for e in change.events] == [("drain", {"action": action})]
+    assert (list(change.wake), change.kick) == ([answered.id], True)

@@ -12,11 +12,11 @@ from coordinator.domain.model import Machine, MachineState, NodeStatus
 from coordinator.domain.nodes import (
     MANAGED_LABELS,
     MANAGED_TAINTS,
-    NodeChange,
+    NodeFound,
     desired_metadata,
     observed,
 )
-from coordinator.domain.nodewatching import looked, node_recorded
+from coordinator.domain.nodewatching import looked, node_recorded, nodes_recorded
 from tests.support.builders import cluster, machine
 
 S = MachineState
@@ -79,10 +79,10 @@ def at(state: MachineState, node_status: NodeStatus | None = READY) -> Machine:
 def test_what_a_change_found_writes(stored: Machine | None, found: NodeStatus, written: bool,
                                     news: str | None) -> None:
     finder = at(S.READY, None if stored is not None and stored.node is None else READY)
-    change = node_recorded(stored, NodeChange(finder, found), NOW)
-    assert (change is not None) is written
-    if change is not None:
-        machine_, events = change
+    change = node_recorded(stored, NodeFound(finder, found), NOW)
+    assert change.writes is written and change.kick is written and not change.wake
+    if change.writes:
+        [machine_], events = change.machines, change.events
         assert machine_.node == found and machine_.state is stored.state  # type: ignore[union-attr]
         assert [(e.kind, e.message, e.time, e.data) for e in events] == (
             [("node", news, NOW, {"node": found.name, "ready": found.ready})] if news else [])
@@ -91,5 +91,23 @@ def test_what_a_change_found_writes(stored: Machine | None, found: NodeStatus, w
 def test_a_change_is_judged_against_what_its_finder_knew_and_written_on_the_stored_machine(
         ) -> None:
     stored = replace(at(S.READY), labels={"zone": "eu"}, generation=9)
-    updated, _ = node_recorded(stored, NodeChange(at(S.READY), DOWN), NOW) or (None, [])
-    assert updated is not None and (updated.labels, updated.generation) == ({"zone": "eu"}, 9)
+    [updated] = node_recorded(stored, NodeFound(at(S.READY), DOWN), NOW).machines
+    assert (updated.labels, updated.generation) == ({"zone": "eu"}, 9)
+
+
+@pytest.mark.parametrize(("stored", "written", "kinds"), [
+    ({"id-w1": at(S.READY), "id-w2": at(S.READY)}, ["id-w1", "id-w2"], ["node", "node"]),
+    ({"id-w1": at(S.READY), "id-w2": at(S.DELETING)}, ["id-w1"], ["node"]),
+    ({"id-w2": at(S.READY)}, ["id-w2"], ["node"]),
+    ({}, [], []),
+], ids=["both-written", "one-being-deleted", "one-gone", "none-left"])
+def test_what_a_list_found_is_one_change(stored: dict[str, Machine], written: list[str],
+                                         kinds: list[str]) -> None:
+    """Every machine a look or a list found changed, in one change (the Node watch's one
+    transaction), asking for a pass only when it writes."""
+    w2 = replace(machine("w2", state=S.READY), node=READY)
+    found = [NodeFound(at(S.READY), DOWN), NodeFound(w2, GONE)]
+    change = nodes_recorded({i: replace(m, id=i) for i, m in stored.items()}, found, NOW)
+    assert [m.id for m in change.machines] == written
+    assert [e.kind for e in change.events] == kinds
+    assert change.kick is bool(written) and not change.wake and not change.removed

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from coordinator.domain.model import Machine, MachineState
-from coordinator.domain.reconciling import PassChange, checked_responding, decide_pass
+from coordinator.domain.reconciling import checked_responding, decide_pass
 from coordinator.domain.records import StoredCluster
 from tests.support.builders import at_release, cluster, finish_phase, items, machine
 
@@ -34,7 +34,7 @@ def leaving() -> Machine:
     (stored(IDLE), [at_release(IDLE, machine("w1", state=S.READY))], [], [], [], False),
     (stored(), [machine("w1", approved=False)], [], [], [], False),
     (stored(), [leaving()], [], ["state"], ["w1"], False),
-    (stored(deleting=True), [leaving()], [], ["state"], ["w1"], True),
+    (stored(deleting=True), [leaving()], [], ["state", "cluster-removed"], ["w1"], True),
 ], ids=["approved-starts-prepare", "prepared-manager-deploys", "settled-writes-nothing",
         "unapproved-waits", "reset-removes", "last-of-a-deleted-cluster"])
 def test_a_pass_decides_what_it_writes_removes_and_wakes(
@@ -42,27 +42,27 @@ def test_a_pass_decides_what_it_writes_removes_and_wakes(
         removed: list[str], emptied: bool) -> None:
     decided = decide_pass(cluster_, machines, NOW)
     change = decided.change
-    assert [m.hostname for m in change.changed.values()] == written
+    assert [m.hostname for m in change.machines] == written
     assert [e.kind for e in change.events] == kinds
     assert sorted(change.removed) == [f"id-{h}" for h in removed]
     assert set(change.removed.values()) <= {NOW}
-    assert change.woken() == [*change.changed, *change.removed]
-    assert bool(change) == bool(written or kinds or removed)
+    assert change.wake == [*(m.id for m in change.machines), *change.removed]
+    assert change.writes == bool(written or kinds or removed)
     assert decided.cluster_emptied is emptied
+    assert list(change.dropped) == ([cluster_.spec.name] if emptied else [])
     assert [m.id for m in decided.current] == [m.id for m in machines if m.hostname not in removed]
 
 
 def test_what_the_load_found_comes_first_and_is_written_with_the_rest() -> None:
-    checked = PassChange()
-    silent = checked_responding(SPEC, [machine("w1"), machine("w2", approved=False)],
-                                {"id-w1": 0.0, "id-w2": 0.0}, NOW, listening_since=0.0,
-                                into=checked)
+    silent, checked = checked_responding(SPEC, [machine("w1"), machine("w2", approved=False)],
+                                         {"id-w1": 0.0, "id-w2": 0.0}, NOW, listening_since=0.0)
     decided = decide_pass(stored(), silent, NOW, checked)
     assert [e.kind for e in decided.change.events] == ["not-responding", "not-responding",
                                                        "state"]
-    assert decided.change.changed["id-w1"].state is S.PREPARE
-    assert sorted(decided.change.changed) == ["id-w1", "id-w2"]
-    assert not any(m.responding for m in decided.change.changed.values())
+    changed = {m.id: m for m in decided.change.machines}
+    assert changed["id-w1"].state is S.PREPARE
+    assert sorted(changed) == ["id-w1", "id-w2"]
+    assert not any(m.responding for m in decided.change.machines)
     assert [e.kind for e in checked.events] == ["not-responding", "not-responding"], \
         "the decision changed what the load handed it"
 
@@ -77,9 +77,8 @@ def test_what_the_load_found_comes_first_and_is_written_with_the_rest() -> None:
 def test_a_machine_s_heartbeats_say_whether_it_responds(
         was: bool, heard: float, listening_since: float, now_responding: bool,
         kind: str | None) -> None:
-    out = PassChange()
     m = replace(machine("w1"), responding=was)
-    [checked] = checked_responding(SPEC, [m], {m.id: heard}, NOW, listening_since, out)
+    [checked], out = checked_responding(SPEC, [m], {m.id: heard}, NOW, listening_since)
     assert checked.responding is now_responding
     assert [e.kind for e in out.events] == ([kind] if kind else [])
-    assert list(out.changed) == (["id-w1"] if kind else [])
+    assert [m.id for m in out.machines] == (["id-w1"] if kind else [])

@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.domain.errors import Forbidden, Unauthorized
 from coordinator.domain.model import Machine, MachineState
-from coordinator.domain.reissue import reissue, rejoin_refusal
+from coordinator.domain.reissue import reissue, rejoin_refusal, revocation
 from coordinator.domain.tokens import new_reissue_token, reissued_machine, token_hash
 from nodeagent.wire.redact import MASK, redact
 from tests.support.builders import machine
@@ -84,3 +84,20 @@ def test_rejoin_refusal_table(bound: Machine, token: str, hostname: str, now: fl
         assert type(refused) is kind and told in str(refused), refused
         if kind is Unauthorized:
             assert "coordinator machines reissue w1" in str(refused), "the way out is named"
+
+
+@pytest.mark.parametrize("state", [MachineState.PENDING, MachineState.READY,
+                                   MachineState.DELETING])
+def test_a_revoked_credential_is_one_change_that_wakes_its_agent(state: MachineState) -> None:
+    """`machines revoke`: the machine keeps its record, with no credential left (whatever its
+    state), its event, its agent woken; no pass asked for (nothing to plan)."""
+    held = replace(machine("w1", state=state), credential_hash=token_hash("c"),
+                   credential_expires_at=50.0)
+    change = revocation(held, 10.0)
+    [revoked] = change.machines
+    assert (revoked.credential_hash, revoked.credential_expires_at) == ("", None)
+    assert replace(revoked, credential_hash=held.credential_hash, credential_expires_at=50.0) \
+        == held
+    assert [(e.kind, e.message, e.time) for e in change.events] == [
+        ("credential", "w1: credential revoked", 10.0)]
+    assert (list(change.wake), change.kick, change.removed) == ([held.id], False, {})

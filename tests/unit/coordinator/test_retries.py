@@ -67,8 +67,10 @@ def test_a_failure_the_agent_still_retries_is_not_given_up() -> None:
 
 def test_a_retry_counts_on_the_machine_wakes_its_agent_and_is_recorded() -> None:
     w1 = given_up()
-    again, recorded = retried(SPEC, w1, now=200.0)
+    change = retried(SPEC, w1, now=200.0)
+    [again], [recorded] = change.machines, change.events
     assert (again.retries, again.generation) == (1, w1.generation + 1)
+    assert (list(change.wake), change.kick) == ([w1.id], True)
     step = machine_step(SPEC, again, now=200.0)
     assert (step.gave_up, step.next_retry_in) == (False, 0.0)  # retrying now
     assert recorded.kind == "retry" and recorded.message == (
@@ -107,7 +109,7 @@ def test_a_post_deploy_item_given_up_on_says_so() -> None:
     assert post_deploy(spec, [m1, w1]).failing == (
         "m1: its agent gave up on helm after 5 attempts: exit status 1; fix the cause, then "
         "`coordinator machines retry m1`")
-    assert retried(spec, m1, now=20.0)[0].retries == 1  # a Ready machine's step, retried too
+    assert retried(spec, m1, now=20.0).machines[0].retries == 1  # a Ready machine's step, retried too
 
 
 def test_only_a_failed_report_gives_up() -> None:

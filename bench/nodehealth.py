@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for the tests' harness
 
-from coordinator.domain.nodes import (
+from coordinator.domain.nodes.nodes import (
     MACHINE_ID_LABEL,
     NODE_HEALTH_SECONDS,
     desired_metadata,

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for the tests
 
 from coordinator.domain.model import ItemProgress, Machine, MachineState
 from coordinator.domain.records import Event
-from coordinator.domain.status import History, machine_step, rollout, stages
+from coordinator.domain.views.status import History, machine_step, rollout, stages
 from tests.support.builders import cluster, items
 from tests.support.harness import InProcessCoordinator, in_process_coordinator
 from tests.support.probes import percentile

@@ -72,7 +72,7 @@ async def touch_seconds(store: SQLiteStore, machines: int, batch: int = 1000) ->
 async def lookup_seconds(store: SQLiteStore, machines: int) -> float:
     """Median wall seconds of one machine_version, over one lookup of each of the cluster's
     machines: what every long-poll reads before it waits (a generation and the store's
-    epoch, domain/etags.py)."""
+    epoch, domain/assignments/etags.py)."""
     wall = []
     for i in range(machines):
         machine_id = fleet_machine(i).id

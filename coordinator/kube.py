@@ -8,7 +8,7 @@ lists the node's pods once per poll instead of polling each pod. A 429 from a
 PodDisruptionBudget is retried with capped exponential backoff until the drain's deadline;
 budgets are bypassed (the pod deleted) only when the operator forced this drain, or at the
 deadline when the cluster's drain.onTimeout says force. Those rules, and how a drain ended,
-are domain/draining.py's: here the answers are read and its steps done.
+are domain/nodes/draining.py's: here the answers are read and its steps done.
 """
 
 from __future__ import annotations
@@ -29,17 +29,17 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
-from coordinator.domain.drain import PodRef, classify, ref
-from coordinator.domain.draining import (
+from coordinator.domain.model import DrainSettings
+from coordinator.domain.nodes.drain import PodRef, classify, ref
+from coordinator.domain.nodes.draining import (
     DrainResult,
     blocked_at_once,
     drain_outcome,
     eviction_step,
     waiting,
 )
-from coordinator.domain.kubeconfig import ClientCertificate, certificate_dates, parse_kubeconfig
-from coordinator.domain.model import DrainSettings
-from coordinator.domain.nodes import (
+from coordinator.domain.nodes.kubeconfig import ClientCertificate, certificate_dates, parse_kubeconfig
+from coordinator.domain.nodes.nodes import (
     MACHINE_ID_LABEL,
     Marked,
     condition_text,
@@ -48,7 +48,7 @@ from coordinator.domain.nodes import (
     provider_id,
     ready_condition,
 )
-from coordinator.domain.workloads import NAMESPACE, SystemWorkloads, short_of_available
+from coordinator.domain.nodes.workloads import NAMESPACE, SystemWorkloads, short_of_available
 
 MAX_POLL_SECONDS = 1.0
 CONCURRENT_REQUESTS = 64
@@ -203,7 +203,7 @@ class Kube:
             field_selector=f"spec.nodeName={node}", _preload_content=False))
 
     async def find_node(self, cluster: str, machine_id: str) -> str | None:
-        """The name of the machine's Node (domain/nodes.py says how it is marked), or None
+        """The name of the machine's Node (domain/nodes/nodes.py says how it is marked), or None
         while no node carries its mark."""
         labelled = await self._items(f"find the node of machine {machine_id}",
                                      lambda: self._core.list_node(
@@ -281,7 +281,7 @@ class Kube:
 
 
 class _Drain:
-    """One drain's evictions, as domain/draining.py decides each next step from the answers:
+    """One drain's evictions, as domain/nodes/draining.py decides each next step from the answers:
     what each pod still waits for, and the shared deadline."""
 
     def __init__(self, kube: Kube, settings: DrainSettings, deadline: float, force: bool,

@@ -30,11 +30,11 @@ from coordinator.api.views import (
     upgrade_plan_view,
 )
 from coordinator.domain.errors import NotFound
-from coordinator.domain.machinelist import parse_query
+from coordinator.domain.machines.tokens import parse_duration
 from coordinator.domain.model import Machine, first_manager
-from coordinator.domain.remedies import DRAIN_ACTIONS
-from coordinator.domain.specs import load_spec
-from coordinator.domain.tokens import parse_duration
+from coordinator.domain.rollout.remedies import DRAIN_ACTIONS
+from coordinator.domain.specs.specs import load_spec
+from coordinator.domain.views.machinelist import parse_query
 from nodeagent.wire import joinstring
 from nodeagent.wire.validation import InvalidDocument, Problem
 
@@ -116,7 +116,7 @@ async def whoami(request: web.Request) -> web.Response:
 
 
 async def list_machines(request: web.Request) -> web.Response:
-    """One page of the machines the query selects (domain/machinelist.py has the rules)."""
+    """One page of the machines the query selects (domain/views/machinelist.py has the rules)."""
     c = service(request)
     wanted = parse_query(request.query.items())
     page = await c.queries.machine_page(wanted)

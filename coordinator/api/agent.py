@@ -18,9 +18,9 @@ from coordinator.api.context import (
     service,
 )
 from coordinator.domain.errors import Conflict, Forbidden, TooManyRequests, Unauthorized
-from coordinator.domain.ratelimit import RateLimiter
+from coordinator.domain.machines.refusals import REGISTRATION
 from coordinator.domain.records import CredentialOwner
-from coordinator.domain.refusals import REGISTRATION
+from coordinator.edge.ratelimit import RateLimiter
 from coordinator.metrics import METRICS, record_item
 from coordinator.service.artifacts import locate
 from nodeagent.wire.protocol import (

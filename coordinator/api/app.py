@@ -22,7 +22,7 @@ from coordinator.api.headers import security_headers
 from coordinator.api.middleware import ROUTE_INDEX, middleware
 from coordinator.api.routes import ROUTES
 from coordinator.api.routing import ROUTE_TABLE
-from coordinator.domain.ratelimit import RateLimiter
+from coordinator.edge.ratelimit import RateLimiter
 from coordinator.service.coordinator import Coordinator
 
 

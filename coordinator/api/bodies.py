@@ -8,11 +8,11 @@ from typing import Annotated, TypeVar
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from coordinator.domain.fleet import Fleet, parse_fleet
 from coordinator.domain.labels import change_problems
+from coordinator.domain.machines.tokens import ADMIN_ROLES, parse_duration
 from coordinator.domain.model import Role
-from coordinator.domain.pivot import HTTPS_ONLY, not_a_certificate, not_https
-from coordinator.domain.tokens import ADMIN_ROLES, parse_duration
+from coordinator.domain.transfer.pivot import HTTPS_ONLY, not_a_certificate, not_https
+from coordinator.domain.views.fleet import Fleet, parse_fleet
 from nodeagent.wire.config import CoordinatorUrl
 from nodeagent.wire.contract import Phase
 
@@ -100,7 +100,7 @@ class AdminTokenBody(_Body):
 
 
 def _https(value: object) -> object:
-    """A pivot's or a move's target URL is https (domain/pivot.py says why)."""
+    """A pivot's or a move's target URL is https (domain/transfer/pivot.py says why)."""
     if isinstance(value, str) and (why := not_https(value)) is not None:
         raise ValueError(why)
     return value

@@ -2,7 +2,7 @@
 "Connections"): the listener holds a connection to its handshake and headers, aiohttp to its
 idle time, and nothing else to a body sent a byte at a time (a handler reading it would wait
 for ever). The timer checks the body's progress against its allowance
-(domain/connections.py) and, once it is out, makes the handler's read fail: the request is
+(edge/connections.py) and, once it is out, makes the handler's read fail: the request is
 answered 408 and its connection closed."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import asyncio
 
 from aiohttp import web
 
-from coordinator.domain.connections import body_allowance, body_too_slow
+from coordinator.edge.connections import body_allowance, body_too_slow
 
 
 class BodyTimedOut(asyncio.TimeoutError):

@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from coordinator.domain.artifact_links import ArtifactLinks
-from coordinator.domain.connections import BODY_SECONDS
 from coordinator.domain.errors import Conflict, Forbidden, Unauthorized
-from coordinator.domain.ratelimit import RateLimiter
-from coordinator.domain.refusals import ADMIN_REQUEST
+from coordinator.domain.machines.refusals import ADMIN_REQUEST
+from coordinator.edge.artifact_links import ArtifactLinks
+from coordinator.edge.connections import BODY_SECONDS
+from coordinator.edge.ratelimit import RateLimiter
 from coordinator.service.coordinator import Coordinator
 from nodeagent.wire.validation import TOO_DEEP, InvalidDocument, Problem, problems_from, too_deep
 

@@ -28,7 +28,7 @@ from coordinator.domain.errors import (
     TooManyRequests,
     Unauthorized,
 )
-from coordinator.domain.refusals import REQUEST
+from coordinator.domain.machines.refusals import REQUEST
 from coordinator.metrics import record_request
 from nodeagent.wire.logfmt import fields
 from nodeagent.wire.validation import InvalidDocument

@@ -1,4 +1,4 @@
-"""The pivot's endpoints (domain/pivot.py, service/pivots.py). On the old coordinator: its
+"""The pivot's endpoints (domain/transfer/pivot.py, service/pivots.py). On the old coordinator: its
 pivot (begin, record a step, roll back) and its frozen snapshot; on the target: the import."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from aiohttp import web
 from coordinator.api.backups import ARCHIVE_TYPE
 from coordinator.api.bodies import PivotBody
 from coordinator.api.context import DATA_DIR, PRESENTATION, body, service
-from coordinator.domain import pivot as pv
 from coordinator.domain.errors import Conflict
+from coordinator.domain.transfer import pivot as pv
 from coordinator.service.pivots import receive_pivot
 from nodeagent.wire.validation import InvalidDocument, Problem
 
 # A pivot's archive is read past the API's usual body limit, into a file: what it unpacks to
-# is bounded apart (domain/archive.py's MAX_UNPACKED).
+# is bounded apart (domain/transfer/archive.py's MAX_UNPACKED).
 MAX_ARCHIVE_BYTES = 1 << 30
 
 

@@ -16,8 +16,8 @@ from coordinator.api.bodies import (
 )
 from coordinator.api.routing import Route
 from coordinator.api.streams import MAX_EVENT_PAGE
-from coordinator.domain.machinelist import MAX_LIMIT, ROLES, SORT_FIELDS
 from coordinator.domain.model import ClusterSpec
+from coordinator.domain.views.machinelist import MAX_LIMIT, ROLES, SORT_FIELDS
 from nodeagent.wire.protocol import (
     Assignment,
     ItemReport,

@@ -7,16 +7,9 @@ from dataclasses import asdict
 from typing import Any
 
 from coordinator.domain.fitness import to_be_prepared
+from coordinator.domain.machines.tokens import join_token_state
 from coordinator.domain.model import ClusterSpec, Machine, MachineState, Material
-from coordinator.domain.nodes import described
-from coordinator.domain.outputs import (
-    cluster_outputs,
-    differing,
-    differing_text,
-    public_outputs,
-    waits_text,
-)
-from coordinator.domain.planner import MachineUpgrade, UpgradePlan
+from coordinator.domain.nodes.nodes import described
 from coordinator.domain.records import (
     AdminToken,
     ClusterOutput,
@@ -25,12 +18,19 @@ from coordinator.domain.records import (
     RemovedMachine,
     StoredCluster,
 )
-from coordinator.domain.remedies import Note, machine_note
-from coordinator.domain.rendering import RenderedMachine, Rendering
-from coordinator.domain.status import machine_step
-from coordinator.domain.steps import item_states
-from coordinator.domain.tokens import join_token_state
-from coordinator.domain.versions import join_wait
+from coordinator.domain.releases.versions import join_wait
+from coordinator.domain.rollout.planner import MachineUpgrade, UpgradePlan
+from coordinator.domain.rollout.remedies import Note, machine_note
+from coordinator.domain.rollout.steps import item_states
+from coordinator.domain.specs.outputs import (
+    cluster_outputs,
+    differing,
+    differing_text,
+    public_outputs,
+    waits_text,
+)
+from coordinator.domain.views.rendering import RenderedMachine, Rendering
+from coordinator.domain.views.status import machine_step
 from coordinator.service.queries import ClusterStatus
 from nodeagent.wire.addresses import interface_of
 
@@ -99,7 +99,7 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
                        "reissue_expires_at": machine.reissue_expires_at,
                        "reissue_used_at": machine.reissue_used_at},
         "waits": waits,
-        # Why it is where it is and what to do: every view shows this (domain/remedies.py).
+        # Why it is where it is and what to do: every view shows this (domain/rollout/remedies.py).
         "note": vars(note),
         "join_material": _material_view(machine.material),
         "minting": None if machine.minting is None else {

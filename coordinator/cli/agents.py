@@ -1,5 +1,5 @@
 """`coordinator machines add --ssh` and `coordinator agents retarget`: the admin side of
-pushing agents onto hosts over SSH (coordinator/ssh.py does the work). The root group hangs
+pushing agents onto hosts over SSH (coordinator/ssh/session.py does the work). The root group hangs
 `add` under `machines`."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _run_ssh(targets: tuple[str, ...], key: str, known_hosts: str | None,
     """Run step(session) on each target in turn; exit 1 naming every host that failed."""
     import asyncio
 
-    from coordinator.ssh import HostTrust, SshError, SshTarget, session
+    from coordinator.ssh.session import HostTrust, SshError, SshTarget, session
 
     if known_hosts and host_key:
         raise click.UsageError("give --known-hosts or --host-key, not both")
@@ -83,7 +83,7 @@ def machines_add(ctx: click.Context, target: str, key: str, known_hosts: str | N
 
     With --cluster, the join token made for it is good for one registration within an hour.
     """
-    from coordinator.ssh import install_agent
+    from coordinator.ssh.session import install_agent
     from nodeagent.wire.joinstring import BadJoinString, decode
 
     if bool(cluster_name) == bool(join_string):
@@ -117,7 +117,7 @@ def agents_retarget(ctx: click.Context, new_url: str, targets: tuple[str, ...], 
     its data directory, pki/ included): set coordinator.url in their config, restart them."""
     from pydantic import ValidationError
 
-    from coordinator.ssh import retarget_agent
+    from coordinator.ssh.session import retarget_agent
     from nodeagent.wire.config import CoordinatorConfig
 
     try:

@@ -89,7 +89,7 @@ def cluster_delete(ctx: click.Context, name: str, yes: bool) -> None:
 
 def _fleet(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Checked here too, so that a typo is the option's error before anything is sent."""
-    from coordinator.domain.fleet import parse_fleet
+    from coordinator.domain.views.fleet import parse_fleet
 
     if value is not None:
         try:

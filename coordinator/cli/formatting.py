@@ -53,7 +53,7 @@ def moved_line(moved: dict[str, Any]) -> str:
 
 def machine_note(machine: dict[str, Any]) -> str:
     """Why a machine is where it is, and what to do about it, as the API decided
-    (domain/remedies.py): the same words in every view."""
+    (domain/rollout/remedies.py): the same words in every view."""
     note = machine.get("note") or {}
     return "; ".join(part for part in (note.get("text", ""), note.get("remedy", "")) if part)
 

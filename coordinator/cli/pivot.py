@@ -1,8 +1,8 @@
 """`coordinator pivot --to URL`: this coordinator's state moved to another one, and its agents
-told to follow, step by step (domain/pivot.py runs the steps; here each is done over HTTP).
+told to follow, step by step (domain/transfer/pivot.py runs the steps; here each is done over HTTP).
 Run again after any interruption, it resumes; `--abort` rolls back a pivot not done yet.
 
-domain/pivot.py is imported only by the pivot commands that use it: it pulls pydantic in,
+domain/transfer/pivot.py is imported only by the pivot commands that use it: it pulls pydantic in,
 which every other command of the CLI would pay for at start-up (a third of its time)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from coordinator.cli.plumbing import EXIT_ERROR, emit, fail, read_token, say
 from nodeagent.wire import joinstring
 
 if TYPE_CHECKING:
-    from coordinator.domain import pivot as pv
+    from coordinator.domain.transfer import pivot as pv
 
 ARCHIVE_TYPE = "application/gzip"
 POLL_SECONDS = 2.0
@@ -39,7 +39,7 @@ class PivotFailed(Exception):
 
 
 class HttpSides:
-    """The two coordinators of a pivot, over their admin APIs (domain/pivot.py's Sides)."""
+    """The two coordinators of a pivot, over their admin APIs (domain/transfer/pivot.py's Sides)."""
 
     def __init__(self, old: AdminClient, new: AdminClient | None, token: str, ca_pem: str | None,
                  wait: float) -> None:
@@ -51,20 +51,20 @@ class HttpSides:
         return self.new
 
     def begin(self, to_url: str, ca_pem: str | None) -> pv.Pivot:
-        from coordinator.domain import pivot as pv
+        from coordinator.domain.transfer import pivot as pv
 
         answer = self.old.request("POST", "/v1/pivot", {"to": to_url, "caPem": ca_pem,
                                                         "token": self.token})
         return pv.Pivot.from_json(answer["pivot"])
 
     def current(self) -> pv.Pivot | None:
-        from coordinator.domain import pivot as pv
+        from coordinator.domain.transfer import pivot as pv
 
         found = self.old.get("/v1/pivot")["pivot"]
         return None if found is None else pv.Pivot.from_json(found)
 
     def record(self, pivot: pv.Pivot, step: pv.Step) -> pv.Pivot:
-        from coordinator.domain import pivot as pv
+        from coordinator.domain.transfer import pivot as pv
 
         answer = self.old.request("POST", f"/v1/pivot/{pivot.id}/steps/{step.value}")
         return pv.Pivot.from_json(answer["pivot"])
@@ -128,7 +128,7 @@ def target_ca(value: str | None, url: str) -> str:
     """--to-ca: a CA certificate file (PEM), or its pin (sha256:HEX), checked against the CA
     the target serves at /v1/ca.crt. Required, and the target https: the old coordinator sends
     it an admin token and the agents their credentials, only over TLS verified against it."""
-    from coordinator.domain import pivot as pv
+    from coordinator.domain.transfer import pivot as pv
 
     if (why := pv.not_https(url)) is not None:
         raise click.BadParameter(f"{why} (--to-ca FILE or sha256:PIN)", param_hint="--to")
@@ -177,7 +177,7 @@ def _target_client(url: str, token: str, ca_pem: str) -> AdminClient:
 
 
 def _steps_said(pivot: pv.Pivot, step: pv.Step) -> None:
-    from coordinator.domain import pivot as pv
+    from coordinator.domain.transfer import pivot as pv
 
     number = pv.ORDER.index(step)
     say(f"[{number}/{len(pv.ORDER) - 1}] {step.value}: {WHAT[step]}")
@@ -209,7 +209,7 @@ def pivot(ctx: click.Context, to_url: str | None, to_token_file: str | None,
     """Move this coordinator's state to another coordinator and its agents with it: freeze,
     copy, announce (agents move through their assignment; no SSH), done (this one becomes a
     read-only copy). Run it again after any interruption: it resumes from the step reached."""
-    from coordinator.domain import pivot as pv
+    from coordinator.domain.transfer import pivot as pv
 
     if ctx.invoked_subcommand is not None:
         return
@@ -235,7 +235,7 @@ def pivot(ctx: click.Context, to_url: str | None, to_token_file: str | None,
 @click.pass_context
 def pivot_status(ctx: click.Context, output: str) -> None:
     """The pivot this coordinator is in, and its step."""
-    from coordinator.domain import pivot as pv
+    from coordinator.domain.transfer import pivot as pv
 
     client: AdminClient = ctx.obj
     try:

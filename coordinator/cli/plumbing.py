@@ -236,7 +236,7 @@ output_option = click.option("--output", "-o", type=click.Choice(["table", "json
 
 def parse_duration(value: str, option: str) -> float | None:
     """Seconds, or None for 0 (forever); a bad value is the named option's error."""
-    from coordinator.domain.tokens import parse_duration as seconds
+    from coordinator.domain.machines.tokens import parse_duration as seconds
 
     try:
         return seconds(value) or None

@@ -20,7 +20,7 @@ from coordinator.cli.plumbing import (
     say,
     say_block,
 )
-from coordinator.domain.archive import MAX_UNPACKED
+from coordinator.domain.transfer.archive import MAX_UNPACKED
 
 data_dir_option = click.option(
     "--data-dir", default="coordinator-data", show_default=True, type=click.Path(file_okay=False),
@@ -170,7 +170,7 @@ def init(data_dir: str, listen: str, advertise_url: str | None, store: str | Non
     string."""
     import asyncio
 
-    from coordinator.domain.specs import load_spec
+    from coordinator.domain.specs.specs import load_spec
     from coordinator.server.datadir import PRIVATE_UMASK
     from coordinator.server.init import initialize
     from coordinator.server.pki import PkiError

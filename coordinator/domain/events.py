@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.domain.model import Machine
-from coordinator.domain.planner import Decision
 from coordinator.domain.records import Event
 
 
@@ -18,13 +17,3 @@ def event(now: float, cluster: str, kind: str, message: str, machine: Machine | 
     return Event(time=now, cluster=cluster, kind=kind, message=message,
                  machine=machine.id if machine else machine_id,
                  hostname=machine.hostname if machine else hostname, data=data or {})
-
-
-def decision_event(now: float, cluster: str, decision: Decision, after: Machine | None) -> Event:
-    """A planner decision as history: the state change and why."""
-    to = decision.to_state.value if decision.to_state else None
-    return event(now, cluster, "state",
-                 f"{decision.hostname} {decision.from_state.value} -> {to or 'removed'}: "
-                 f"{decision.reason}", after,
-                 {"from": decision.from_state.value, "to": to, "reason": decision.reason},
-                 machine_id=decision.machine_id, hostname=decision.hostname)

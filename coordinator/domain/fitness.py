@@ -4,7 +4,7 @@ The node checks the CPU and memory minimums of the role in its agent's config, w
 not be the role it is approved as. So those minimums are judged here again, for the role at
 hand, from the values the node measured and with the node's own definition
 (nodeagent/wire/minimums.py); every other hard check counts as the node judged it. A report from
-after Prepare counts only its Kubernetes prerequisites (domain/prerequisites.py)."""
+after Prepare counts only its Kubernetes prerequisites (domain/rollout/prerequisites.py)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def fitness(precheck: Mapping[str, Any], role: Role | None) -> Fitness:
 
 def to_be_prepared(precheck: Mapping[str, Any]) -> list[str]:
     """`check: why` of each Kubernetes prerequisite the report defers: failing before Prepare,
-    which sets it; checked again after Prepare (domain/prerequisites.py)."""
+    which sets it; checked again after Prepare (domain/rollout/prerequisites.py)."""
     try:
         report = PrecheckReport.model_validate(precheck)
     except ValueError:

@@ -148,7 +148,7 @@ class ItemProgress:
     next_retry_at: float | None = None
     updated_at: float = 0.0
     failing_since: float | None = None  # first failure of this item not yet followed by success
-    gave_up: bool = False  # the agent stopped retrying it (retry.maxAttempts): domain/retries.py
+    gave_up: bool = False  # the agent stopped retrying it (retry.maxAttempts): domain/assignments/retries.py
 
 
 class DrainStage(StrEnum):
@@ -191,7 +191,7 @@ class DrainStatus:
 @dataclass(frozen=True)
 class NodeStatus:
     """The machine's Kubernetes Node as the coordinator last found it (the Node its items
-    marked: domain/nodes.py), recorded once its deploy items are applied: what the status
+    marked: domain/nodes/nodes.py), recorded once its deploy items are applied: what the status
     shows while a machine waits in Deploy for its Node, and the name every Node operation
     uses."""
 
@@ -236,7 +236,7 @@ class Material:
 class MintJob:
     """On a manager: the mint or revoke job it runs for another machine, whose outputs (mint)
     go into that machine's Material, or the leave job that removes a leaving manager's etcd
-    member (domain/removal.py). One at a time per manager."""
+    member (domain/nodes/removal.py). One at a time per manager."""
 
     kind: Literal["mint", "revoke", "leave"]
     joiner: str  # the machine it is for
@@ -283,7 +283,7 @@ class Machine:
     reissue_used_at: float | None = None
     responding: bool = True  # false once heartbeats stopped; the state is left as it was
     release: str = ""  # the release it last deployed or upgraded at, or had nothing to run at
-    # The settings.kubernetes.version its items last brought it to (domain/versions.py): the
+    # The settings.kubernetes.version its items last brought it to (domain/releases/versions.py): the
     # spec's when it entered Deploy (its prepare items complete) and when it was recorded at a
     # release; "" before, or when the spec names none.
     kubernetes: str = ""
@@ -294,7 +294,7 @@ class Machine:
     # The post-deploy step's host as the last reconcile pass found it (planner.
     # assignment_notices): a pass that finds otherwise changes this and the generation.
     post_deploy: bool = False
-    drain: DrainStatus | None = None  # only in Upgrade, and Deleting (domain/removal.py)
+    drain: DrainStatus | None = None  # only in Upgrade, and Deleting (domain/nodes/removal.py)
     node: NodeStatus | None = None  # its Kubernetes Node, once looked for
     # Only in Upgrade: the fingerprints it was admitted to run, which stay in its upgrade's
     # list once applied (releases.upgrade_run).
@@ -311,7 +311,7 @@ class Machine:
     outputs: dict[str, str] = field(default_factory=dict, repr=False)
     material: Material | None = None  # join material minted for it
     minting: MintJob | None = None  # managers: the mint, revoke or leave job it runs now
-    # Deleting managers (domain/removal.py): its etcd member verified gone by a remaining
+    # Deleting managers (domain/nodes/removal.py): its etcd member verified gone by a remaining
     # manager's leave job (its reset items wait for it), or why that cannot be done now.
     member_gone: bool = False
     member_stop: str = ""
@@ -322,7 +322,7 @@ class Machine:
     # retries.py): carried in its assignment, a new count starts the item afresh.
     retries: int = 0
     # Pending: the values of its product_uuid and MACs other machines hold, as the operator
-    # reads them (domain/clones.py), found at its registration, last report or approval.
+    # reads them (domain/machines/clones.py), found at its registration, last report or approval.
     clones: tuple[str, ...] = ()
 
     def with_state(self, state: MachineState, now: float) -> Machine:
@@ -334,7 +334,7 @@ class Machine:
         """`check: why` of each hard check that stops the machine from running as role (by
         default its own, else the one its node checked): such a machine cannot be approved
         as that role. The role's CPU and memory minimums are judged for it (domain/fitness.py);
-        a product_uuid or MAC another machine holds stops it too (domain/clones.py)."""
+        a product_uuid or MAC another machine holds stops it too (domain/machines/clones.py)."""
         return [*fitness(self.precheck, role or self.role).problems, *self.clones]
 
 
@@ -475,7 +475,7 @@ def upgrade_items_may_run(spec: ClusterSpec, machine: Machine) -> bool:
 
 def member_removal_due(spec: ClusterSpec, machine: Machine) -> bool:
     """Whether a leaving manager's etcd member is still to be removed by a remaining manager
-    (the spec's leave items, domain/removal.py) before its reset items wipe its data: it was
+    (the spec's leave items, domain/nodes/removal.py) before its reset items wipe its data: it was
     admitted into Deploy (its join may have added a member, even one that died halfway), and
     no leave job has verified the member gone yet."""
     return (machine.state is MachineState.DELETING and machine.role == "manager"

@@ -12,7 +12,7 @@ from coordinator.domain.model import ClusterSpec
 
 @dataclass(frozen=True)
 class ClusterOutput:
-    """A cluster output's value as the cluster keeps it (domain/outputs.py): the first value a
+    """A cluster output's value as the cluster keeps it (domain/specs/outputs.py): the first value a
     manager produced, kept when that manager is deleted; never shown, logged or in events
     (sealed at rest)."""
 

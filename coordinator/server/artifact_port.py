@@ -35,11 +35,11 @@ from email.utils import formatdate
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from coordinator.domain import byteranges
-from coordinator.domain.artifact_links import ArtifactLinks
-from coordinator.domain.connections import ConnectionCounts, client_of, too_slow
 from coordinator.domain.errors import NotFound
-from coordinator.domain.refusals import CONNECTION, RefusalTally
+from coordinator.domain.machines.refusals import CONNECTION, RefusalTally
+from coordinator.edge import byteranges
+from coordinator.edge.artifact_links import ArtifactLinks
+from coordinator.edge.connections import ConnectionCounts, client_of, too_slow
 from coordinator.server.listener import ConnectionLimits
 from coordinator.service.artifacts import locate
 from coordinator.service.eventlog import log_events

@@ -23,7 +23,7 @@ import ssl
 import sys
 from pathlib import Path
 
-from coordinator.domain.artifact_links import ArtifactLinks
+from coordinator.edge.artifact_links import ArtifactLinks
 from coordinator.server.artifact_port import ArtifactPort
 from coordinator.server.listener import ConnectionLimits, listening_sockets, raise_descriptor_limit
 from nodeagent.wire import logfmt

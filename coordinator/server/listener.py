@@ -37,7 +37,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from coordinator.domain.connections import BODY_SECONDS, ConnectionCounts, client_of, too_slow
+from coordinator.edge.connections import BODY_SECONDS, ConnectionCounts, client_of, too_slow
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from aiohttp import web
 
 from coordinator.api.app import create_app
 from coordinator.api.context import ARTIFACT_LINKS, Presentation
-from coordinator.domain.artifact_links import ArtifactLinks
-from coordinator.domain.pivot import DEFAULT_REFRESH_SECONDS
-from coordinator.domain.refusals import CONNECTION
-from coordinator.domain.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
+from coordinator.domain.machines.refusals import CONNECTION
+from coordinator.domain.machines.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
+from coordinator.domain.transfer.pivot import DEFAULT_REFRESH_SECONDS
+from coordinator.edge.artifact_links import ArtifactLinks
 from coordinator.gcpolicy import DEFAULT_INTERVAL_SECONDS, GcPolicy
 from coordinator.metrics import METRICS
 from coordinator.server import advertised, datadir, secrets_key

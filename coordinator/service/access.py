@@ -1,6 +1,6 @@
 """Who may talk to the coordinator: join tokens (scoped to a cluster, with a TTL and a use
 limit) and admin API tokens (admin or read-only). Secrets are shown once and stored only as
-hashes; the rules deciding whether one is good are the pure functions in domain/tokens.py."""
+hashes; the rules deciding whether one is good are the pure functions in domain/machines/tokens.py."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from coordinator.domain.errors import Forbidden, NotFound, Unauthorized
-from coordinator.domain.records import AdminToken, JoinToken
-from coordinator.domain.reissue import issued_to
-from coordinator.domain.tokens import (
+from coordinator.domain.machines.reissue import issued_to
+from coordinator.domain.machines.tokens import (
     ADMIN,
     ADMIN_ROLES,
     admin_refusal,
@@ -20,6 +19,7 @@ from coordinator.domain.tokens import (
     reissued_machine,
     token_hash,
 )
+from coordinator.domain.records import AdminToken, JoinToken
 from coordinator.store.base import Store
 
 

@@ -9,18 +9,18 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from coordinator.domain.approval import approval, role_set
+from coordinator.domain.assignments.retries import retried
 from coordinator.domain.changes import Change
-from coordinator.domain.clusterapply import applying, pausing
-from coordinator.domain.deletion import cluster_deletion, removal
-from coordinator.domain.draining import drain_answered
 from coordinator.domain.events import event
-from coordinator.domain.labelling import labelling
+from coordinator.domain.machines.approval import approval, role_set
+from coordinator.domain.machines.deletion import cluster_deletion, removal
+from coordinator.domain.machines.labelling import labelling
+from coordinator.domain.machines.reissue import reissue, revocation
+from coordinator.domain.machines.tokens import new_reissue_token, token_hash
 from coordinator.domain.model import ClusterSpec, Machine
+from coordinator.domain.nodes.draining import drain_answered
 from coordinator.domain.records import JoinToken, StoredCluster
-from coordinator.domain.reissue import reissue, revocation
-from coordinator.domain.retries import retried
-from coordinator.domain.tokens import new_reissue_token, token_hash
+from coordinator.domain.releases.clusterapply import applying, pausing
 from coordinator.service.access import Access
 from coordinator.service.drainer import Drainer
 from coordinator.service.queries import Queries
@@ -83,7 +83,7 @@ class Admin:
     async def apply_cluster(self, spec: ClusterSpec, allow_downgrade: bool = False) -> Applied:
         """Store the spec (keeping the stored pause unless it says `paused:`, see
         domain/specs.pause_kept); returns what was stored and whether it changed. Agents
-        re-fetch on a change. A Kubernetes version the rules refuse (domain/versions.py: one
+        re-fetch on a change. A Kubernetes version the rules refuse (domain/releases/versions.py: one
         minor at a time, no downgrade unless allow_downgrade, a new release) stores nothing."""
         async with self.writes.lock:
             before = await self.store.get_cluster(spec.name)
@@ -114,7 +114,7 @@ class Admin:
                       labels: Mapping[str, str] | None = None, interface: str | None = None,
                       ip: str | None = None) -> Machine:
         """Approve a Pending machine as role (else its own), with labels added to its own and
-        its cluster address chosen (domain/approval.py): refused while its last precheck
+        its cluster address chosen (domain/machines/approval.py): refused while its last precheck
         report does not let it run as that role (its minimums are judged for that role)."""
         async def decide(machine: Machine) -> Change:
             # judged again: the machine it shares a value with may have been deleted since
@@ -126,7 +126,7 @@ class Admin:
 
     async def label(self, machine_id: str, put: Mapping[str, str],
                     remove: Sequence[str]) -> Machine:
-        """Set and remove a machine's labels (domain/labelling.py). Its items may depend on
+        """Set and remove a machine's labels (domain/machines/labelling.py). Its items may depend on
         them, so a change makes its assignment again (a new generation)."""
         machine, change = await self._on_machine(machine_id, self._now(
             lambda m, now: labelling(m, put, remove, now)))
@@ -155,7 +155,7 @@ class Admin:
 
     async def delete_machine(self, machine_id: str, force: bool = False,
                              skip_reset: bool = False) -> Machine | None:
-        """Delete a machine (domain/deletion.py: through Deleting, or removed at once; a
+        """Delete a machine (domain/machines/deletion.py: through Deleting, or removed at once; a
         manager whose leaving could cost the quorum refused unless forced). Returns the
         machine unless it is gone; deleting a machine that is already leaving changes
         nothing."""
@@ -184,7 +184,7 @@ class Admin:
     async def drain_action(self, machine_id: str, action: str) -> Machine:
         """The operator's answer to a drain, an upgrade's or a removal's: retry (a new attempt
         and timeout), skip (run the upgrade or reset items with what is left on the node) or
-        force (delete budget-protected pods); domain/draining.py decides it."""
+        force (delete budget-protected pods); domain/nodes/draining.py decides it."""
         await self.drainer.cancel(machine_id)
         _, change = await self._on_machine(machine_id, self._in_cluster(
             lambda spec, m, now: drain_answered(spec, m, action, now)))
@@ -192,7 +192,7 @@ class Admin:
 
     async def retry_items(self, machine_id: str) -> Machine:
         """Have the item the machine's agent gave up on run again, with a fresh attempt budget
-        (domain/retries.py); Conflict when none was given up."""
+        (domain/assignments/retries.py); Conflict when none was given up."""
         _, change = await self._on_machine(machine_id, self._in_cluster(retried))
         return change.machines[0]
 

@@ -11,19 +11,19 @@ import uuid
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import replace
 
-from coordinator.domain.approval import prechecked
-from coordinator.domain.assignment import AssignmentInputs, build_assignment, may_host_post_deploy
+from coordinator.domain.assignments.assignment import AssignmentInputs, build_assignment, may_host_post_deploy
+from coordinator.domain.assignments.etags import Version, may_wait, not_modified
+from coordinator.domain.assignments.reports import fold_report, refresh_kubeconfig
 from coordinator.domain.changes import Change, TokenUse
 from coordinator.domain.errors import Conflict, Unauthorized
-from coordinator.domain.etags import Version, may_wait, not_modified
 from coordinator.domain.events import event
+from coordinator.domain.machines.approval import prechecked
+from coordinator.domain.machines.registration import Credential, registered, registered_before
+from coordinator.domain.machines.reissue import rejoin_refusal, rejoined
+from coordinator.domain.machines.tokens import new_token, reissued_machine, token_hash
 from coordinator.domain.model import ClusterSpec, Machine, deployed_managers
-from coordinator.domain.outputs import cluster_outputs
 from coordinator.domain.records import Event
-from coordinator.domain.registration import Credential, registered, retried
-from coordinator.domain.reissue import rejoin_refusal, rejoined
-from coordinator.domain.reports import fold_report, refresh_kubeconfig
-from coordinator.domain.tokens import new_token, reissued_machine, token_hash
+from coordinator.domain.specs.outputs import cluster_outputs
 from coordinator.service.access import Access
 from coordinator.service.groupcommit import GroupCommit, Pending
 from coordinator.service.movetargets import MoveTargets
@@ -77,7 +77,7 @@ class Agents:
         async with self.writes.lock:
             owner = await self.store.credential_owner(credential.hash)
             if owner is not None:
-                return RegisterResponse(machine_id=retried(owner, request), credential=secret,
+                return RegisterResponse(machine_id=registered_before(owner, request), credential=secret,
                                         credential_expires_at=owner.expires_at)
             rejoining = reissued_machine(request.join_token)
             use = None  # a reissue string is the machine's own: no join token's use
@@ -107,7 +107,7 @@ class Agents:
 
     async def _rejoined(self, machine_id: str, request: RegisterRequest, credential: Credential,
                         now: float) -> tuple[Machine, list[Event]]:
-        """The machine a reissue string is bound to, with the new credential (domain/reissue.py);
+        """The machine a reissue string is bound to, with the new credential (domain/machines/reissue.py);
         refused saying why when the string or the node is not the one it was issued for."""
         machine = await self.store.get_machine(machine_id)
         if machine is None:
@@ -184,7 +184,7 @@ class Agents:
     async def wait_assignment(self, machine_id: str, after: int, held: Collection[str],
                               timeout: float) -> tuple[Version, Assignment | None]:
         """Long-poll: the assignment with its version as soon as it is not the one the agent
-        holds (generation `after`, tags `held`: domain/etags.py), at once when the agent is
+        holds (generation `after`, tags `held`: domain/assignments/etags.py), at once when the agent is
         ahead or names another epoch; None for the assignment when the wait ran out with
         nothing written to the machine and the agent's tag is current: the caller has this
         assignment already, and answering without reading it again is most of what a fleet's

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from coordinator.domain.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
+from coordinator.domain.machines.tokens import DEFAULT_CREDENTIAL_TTL_SECONDS
 from coordinator.service.access import Access
 from coordinator.service.admin import Admin
 from coordinator.service.agents import Agents

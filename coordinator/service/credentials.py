@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from coordinator.domain.errors import Gone, Unauthorized
+from coordinator.domain.machines.tokens import token_hash
 from coordinator.domain.model import Machine
 from coordinator.domain.records import CredentialOwner
-from coordinator.domain.tokens import token_hash
 from coordinator.store.base import Store
 
 # How long this process trusts what it read of a credential. Writes of the machine, by this

@@ -1,7 +1,7 @@
 """Runs what the planner's node_action asks of upgrading machines' Kubernetes nodes: a drain
 task (cordon + drain) per machine, then the uncordon once its upgrade items are applied, then
 the wait for the node to report Ready. A deleted machine's node is drained the same way, then
-deleted once its reset items are applied (domain/removal.py). The node is always the one the
+deleted once its reset items are applied (domain/nodes/removal.py). The node is always the one the
 machine's items marked (Kube.find_node), whatever its name: never looked up by hostname; a
 leaving machine whose Node never registered has nothing to drain or delete.
 
@@ -9,7 +9,7 @@ Each task writes its outcome into the machine's DrainStatus through a DrainStatu
 (under the write lock, and only if the drain attempt it ran is still the current one: an
 operator's retry, skip or force starts a new attempt and cancels the task). A drain's deadline
 counts from the stored started_at, so a coordinator restart resumes the drain without
-extending it. What each step records is domain/draining.py's to decide; here the Kubernetes
+extending it. What each step records is domain/nodes/draining.py's to decide; here the Kubernetes
 API is called and the step recorded.
 """
 
@@ -23,12 +23,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Protocol
 
-from coordinator.domain import draining
-from coordinator.domain.draining import DrainResult
-from coordinator.domain.kubeaccess import NO_KUBECONFIG, KubeAccess, kube_access
 from coordinator.domain.model import ClusterSpec, DrainStatus, Machine
-from coordinator.domain.planner import node_action
-from coordinator.domain.removal import may_lack_node, unregistered
+from coordinator.domain.nodes import draining
+from coordinator.domain.nodes.draining import DrainResult
+from coordinator.domain.nodes.kubeaccess import NO_KUBECONFIG, KubeAccess, kube_access
+from coordinator.domain.nodes.removal import may_lack_node, unregistered
+from coordinator.domain.rollout.planner import node_action
 from coordinator.kube import Kube, KubeError
 from coordinator.metrics import record_blocked_eviction, record_drain
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coordinator.domain.draining import recorded
 from coordinator.domain.model import DrainStatus, Machine
+from coordinator.domain.nodes.draining import recorded
 from coordinator.service.notifier import Notifier
 from coordinator.service.queries import Queries
 from coordinator.service.writes import Writes

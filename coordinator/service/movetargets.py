@@ -3,9 +3,9 @@ coordinator, since a pivot moves all of its state at once (clusters, machines, t
 and an agent of one cluster left behind would be half a move.
 
 Set or cleared, it reaches every agent through its own assignment: the target and every
-machine's new generation are one change (domain/movetarget.py), written in one transaction,
+machine's new generation are one change (domain/transfer/movetarget.py), written in one transaction,
 then every long-poll is woken, on every replica, as a cluster apply does. Only a target that
-is https with its CA pinned is ever named (domain/pivot.py: `target_problems`): agents send it
+is https with its CA pinned is ever named (domain/transfer/pivot.py: `target_problems`): agents send it
 their credential."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from coordinator.domain.movetarget import announced, withdrawn
+from coordinator.domain.transfer.movetarget import announced, withdrawn
 from coordinator.service.writes import Writes
 from nodeagent.wire.protocol import MoveTarget
 

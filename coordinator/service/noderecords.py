@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from coordinator.domain.model import ClusterSpec, Machine
-from coordinator.domain.nodes import NodeFound
-from coordinator.domain.nodewatching import nodes_recorded
+from coordinator.domain.nodes.nodes import NodeFound
+from coordinator.domain.nodes.nodewatching import nodes_recorded
 from coordinator.service.queries import Queries
 from coordinator.service.writes import Writes
 

@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
-from coordinator.domain.kubeaccess import NO_KUBECONFIG, KubeAccess, kube_access
 from coordinator.domain.model import ClusterSpec, Machine, NodeStatus
-from coordinator.domain.nodes import (
+from coordinator.domain.nodes.kubeaccess import NO_KUBECONFIG, KubeAccess, kube_access
+from coordinator.domain.nodes.nodes import (
     NODE_HEALTH_SECONDS,
     NodeFound,
     first_sweep_offset,
@@ -38,7 +38,7 @@ from coordinator.domain.nodes import (
     swept_by_list,
     unseen,
 )
-from coordinator.domain.nodewatching import looked
+from coordinator.domain.nodes.nodewatching import looked
 from coordinator.kube import Kube, KubeError
 
 POLL_SECONDS = 2.0  # the longest wait between two looks at a machine's Node

@@ -1,4 +1,4 @@
-"""Both ends of a pivot (domain/pivot.py).
+"""Both ends of a pivot (domain/transfer/pivot.py).
 
 The old coordinator's side, `PivotLedger`: the pivot it is in, persisted in its data dir
 (pivot.json, written whole and renamed: a kill never leaves half a step), with the target's
@@ -21,13 +21,13 @@ from typing import Any, BinaryIO
 
 import aiohttp
 
-from coordinator.domain import pivot as pv
 from coordinator.domain.changes import Change
-from coordinator.domain.clusterapply import respecified
 from coordinator.domain.errors import Conflict
-from coordinator.domain.machinelist import MAX_LIMIT
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
 from coordinator.domain.records import StoredCluster
+from coordinator.domain.releases.clusterapply import respecified
+from coordinator.domain.transfer import pivot as pv
+from coordinator.domain.views.machinelist import MAX_LIMIT
 from coordinator.service import snapshot
 from coordinator.service.writes import Writes
 from coordinator.store.base import Store, StoreError
@@ -275,7 +275,7 @@ async def copy_views(writes: Writes, clusters: Sequence[Mapping[str, Any]],
 def _refreshed(machine: Machine, view: Mapping[str, Any]) -> Machine:
     """The copy's machine as the target's view shows it, with a new generation when that
     changes what its assignment says (state, role, labels, release): an agent that falls back
-    here (docs/agent.md) is never told 304 for content it has not seen (domain/etags.py)."""
+    here (docs/agent.md) is never told 304 for content it has not seen (domain/assignments/etags.py)."""
     copied = replace(machine, state=MachineState(view["state"]), role=view["role"],
                      labels=dict(view["labels"]), release=view["release"],
                      responding=bool(view["responding"]), last_seen=float(view["last_seen"]),

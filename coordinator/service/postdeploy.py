@@ -3,8 +3,8 @@ agent's assignment asks for it, and a whole-cluster read per assignment would co
 
 from __future__ import annotations
 
-from coordinator.domain import planner
 from coordinator.domain.records import StoredCluster
+from coordinator.domain.rollout import planner
 from coordinator.store.base import Store
 
 

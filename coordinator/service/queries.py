@@ -11,15 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coordinator.domain import planner, versions
-from coordinator.domain.certificates import Certificates, certificate_status, source_of
-from coordinator.domain.clones import clone_problems, identities
 from coordinator.domain.errors import Conflict, Gone, NotFound
-from coordinator.domain.fleet import Fleet
-from coordinator.domain.kubeaccess import kube_access
-from coordinator.domain.kubeconfig import server_of
-from coordinator.domain.machinelist import MachineQuery
+from coordinator.domain.machines.clones import clone_problems, identities
 from coordinator.domain.model import ClusterSpec, Machine
+from coordinator.domain.nodes.certificates import Certificates, certificate_status, source_of
+from coordinator.domain.nodes.kubeaccess import kube_access
+from coordinator.domain.nodes.kubeconfig import server_of
 from coordinator.domain.records import (
     AdminToken,
     Event,
@@ -28,9 +25,13 @@ from coordinator.domain.records import (
     RemovedMachine,
     StoredCluster,
 )
-from coordinator.domain.rendering import Rendering, render_cluster
-from coordinator.domain.specs import check_fixed, pause_kept
-from coordinator.domain.status import (
+from coordinator.domain.releases import versions
+from coordinator.domain.rollout import planner
+from coordinator.domain.specs.specs import check_fixed, pause_kept
+from coordinator.domain.views.fleet import Fleet
+from coordinator.domain.views.machinelist import MachineQuery
+from coordinator.domain.views.rendering import Rendering, render_cluster
+from coordinator.domain.views.status import (
     PostDeploy,
     Rollout,
     Stage,
@@ -104,7 +105,7 @@ class Queries:
 
     async def clones(self, machine_id: str, precheck: Mapping[str, Any]) -> tuple[str, ...]:
         """What of the product_uuid and MACs in precheck another machine holds, naming it
-        (domain/clones.py): a few indexed look-ups."""
+        (domain/machines/clones.py): a few indexed look-ups."""
         return clone_problems(await self.store.identity_holders(identities(precheck),
                                                                 machine_id))
 

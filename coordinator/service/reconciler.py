@@ -1,9 +1,9 @@
 """The reconcile pass: load what changed, decide each cluster's pass whole
-(domain.reconciling.decide_pass: one `Change`), apply it in one transaction (Writes.apply;
+(domain.reconcile.reconciling.decide_pass: one `Change`), apply it in one transaction (Writes.apply;
 a deleted cluster's last machine and the cluster go together), wake.
 
 A pass reloads and plans on just the machines written since the previous one and the
-cluster's working set (domain.workingset.ClusterView), plus the machines whose last heartbeat
+cluster's working set (domain.reconcile.workingset.ClusterView), plus the machines whose last heartbeat
 passed the timeout since then. It plans on the machines this replica wrote as it wrote them
 (with the heartbeats written since), and reads again only those written elsewhere."""
 
@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Iterable, Sequence
 
-from coordinator.domain import liveness, planner
-from coordinator.domain.assignment import AssignmentInputs
+from coordinator.domain.assignments.assignment import AssignmentInputs
 from coordinator.domain.changes import Change, combined
 from coordinator.domain.model import ClusterSpec, Machine
-from coordinator.domain.reconciling import checked_responding, decide_pass
+from coordinator.domain.reconcile import liveness
+from coordinator.domain.reconcile.reconciling import checked_responding, decide_pass
+from coordinator.domain.reconcile.workingset import ClusterView
 from coordinator.domain.records import StoredCluster
-from coordinator.domain.workingset import ClusterView
+from coordinator.domain.rollout import planner
 from coordinator.service.drainer import Drainer
 from coordinator.service.heartbeats import HeartbeatBuffer
 from coordinator.service.nodewatch import NodeWatch
@@ -50,7 +51,7 @@ class Reconciler:
 
     def took_over(self) -> None:
         """This replica leads from now: the heartbeats sent to another leader, or while none
-        ran, never reached it, so it judges no one silent for one timeout (domain.liveness)."""
+        ran, never reached it, so it judges no one silent for one timeout (domain.reconcile.liveness)."""
         self.listening_since = self.clock()
 
     def _written_elsewhere(self, machine_ids: Collection[str] | None) -> None:
@@ -92,7 +93,7 @@ class Reconciler:
 
     async def _reconcile_cluster(self, stored: StoredCluster, reloaded: Sequence[Machine],
                                  gone: set[str]) -> list[planner.Decision]:
-        """Load the working set, decide the pass (domain.reconciling), apply its change in one
+        """Load the working set, decide the pass (domain.reconcile.reconciling), apply its change in one
         transaction (the emptied cluster's removal with it), wake."""
         now = self.clock()
         checked: list[Change] = []

@@ -1,5 +1,5 @@
 """The audit trail of refused attempts (admin requests, registrations, connections): refusals are counted
-in memory as they come (`domain/refusals.py`) and written every AUDIT_WINDOW_SECONDS, one event
+in memory as they come (`domain/machines/refusals.py`) and written every AUDIT_WINDOW_SECONDS, one event
 per source address, status and kind, so a flood of bad tokens costs the store a few rows a
 minute. The log shows the first of each at once, and the count with the event."""
 
@@ -9,7 +9,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from coordinator.domain.refusals import ADMIN_REQUEST, MAX_PATH, RefusalTally
+from coordinator.domain.machines.refusals import ADMIN_REQUEST, MAX_PATH, RefusalTally
 from coordinator.service.writes import Writes
 from nodeagent.wire.logfmt import fields
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from coordinator.domain.kubeconfig import ClientCertificate
+from coordinator.domain.nodes.kubeconfig import ClientCertificate
 from coordinator.kube import KubeError, serving_certificate
 
 CACHE_SECONDS = 300.0

@@ -19,7 +19,7 @@ The public surface (the pivot uses it as it is):
 The archive is a gzipped tar: manifest.json (format, schema_version, created_at, the source
 store's kind, each table's row count, and the sha256 and size of every other member), then
 tables/NAME.jsonl (one JSON row a line, sql.TABLES' columns) and files/PATH (the data dir's).
-What a reader accepts of one, and how much it unpacks at most, is domain/archive.py's.
+What a reader accepts of one, and how much it unpacks at most, is domain/transfer/archive.py's.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from pydantic import ValidationError
 
-from coordinator.domain import archive
-from coordinator.domain.archive import FORMAT, MANIFEST, SCHEMA_VERSION, ArchiveError
+from coordinator.domain.transfer import archive
+from coordinator.domain.transfer.archive import FORMAT, MANIFEST, SCHEMA_VERSION, ArchiveError
 from coordinator.store.base import Store, StoreError
 from coordinator.store.cipher import KEY_BYTES, Cipher, key_from_text
 from coordinator.store.codec import cluster_output_from_row, machine_from_row, spec_from_json
@@ -116,7 +116,7 @@ def from_bytes(data: bytes, source: str = "the archive",
 
 
 def read(stream: BinaryIO, source: str, max_unpacked: int = archive.MAX_UNPACKED) -> Snapshot:
-    """The snapshot a stream holds, streamed through the archive's rules (domain/archive.py):
+    """The snapshot a stream holds, streamed through the archive's rules (domain/transfer/archive.py):
     the manifest first, every member checked against it as it is read, every row as it
     arrives, then the documents as the store will decode them; ArchiveError naming source and
     the member (and row) otherwise, never a snapshot partly read. Memory: what the rows hold,

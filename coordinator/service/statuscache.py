@@ -1,4 +1,4 @@
-"""What a cluster's status is computed from, kept between calls (domain/statusmemo.py says
+"""What a cluster's status is computed from, kept between calls (domain/views/statusmemo.py says
 why): its machines, kept current by the writes seam (this replica's writes, and the ids other
 replicas relay), and their state history, read on from the last event seen. A call reads only
 the machines written since the last one and the events recorded since.
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from coordinator.domain.model import Machine
 from coordinator.domain.records import StoredCluster
-from coordinator.domain.status import HISTORY_KINDS
-from coordinator.domain.statusmemo import StatusMemo
-from coordinator.domain.steps import History
+from coordinator.domain.rollout.steps import History
+from coordinator.domain.views.status import HISTORY_KINDS
+from coordinator.domain.views.statusmemo import StatusMemo
 from coordinator.store.base import Store
 
 EVENT_PAGE = 10000

@@ -1,5 +1,5 @@
 """kube-system's workloads for a cluster's status: the `ready` stage is done only once they are
-available (domain/workloads.py). Looked at only when it can matter (the cluster gives
+available (domain/nodes/workloads.py). Looked at only when it can matter (the cluster gives
 Kubernetes access and every machine is Ready), at most once every CACHE_SECONDS per cluster
 (a watched status asks every second or two) and within TIMEOUT_SECONDS, so that an API server
 that does not answer slows no status."""
@@ -10,10 +10,10 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from coordinator.domain.kubeaccess import NO_KUBECONFIG, kube_access
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
-from coordinator.domain.nodes import kubernetes_access
-from coordinator.domain.workloads import SystemWorkloads
+from coordinator.domain.nodes.kubeaccess import NO_KUBECONFIG, kube_access
+from coordinator.domain.nodes.nodes import kubernetes_access
+from coordinator.domain.nodes.workloads import SystemWorkloads
 from coordinator.kube import Kube, KubeError
 
 CACHE_SECONDS = 2.0

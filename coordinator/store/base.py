@@ -10,10 +10,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from coordinator.domain.assignments.etags import Version
 from coordinator.domain.changes import Change, Retarget
-from coordinator.domain.clones import Holder
-from coordinator.domain.etags import Version
-from coordinator.domain.machinelist import MachineQuery
+from coordinator.domain.machines.clones import Holder
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
@@ -25,6 +24,7 @@ from coordinator.domain.records import (
     RemovedMachine,
     StoredCluster,
 )
+from coordinator.domain.views.machinelist import MachineQuery
 
 # A snapshot of the store's state: each table's name (sql.TABLES) with its rows, oldest first,
 # each row column name -> value as JSON carries it. Machines' documents keep their secrets
@@ -140,7 +140,7 @@ class Store(ABC):
     async def machine_page(self, query: MachineQuery) -> tuple[list[str], int]:
         """The ids of the page of machines query selects, in its order, and how many it
         selects: chosen by the database on columns (GET /v1/machines pages 10,000 machines),
-        by the rules domain.machinelist.select spells in Python."""
+        by the rules domain.views.machinelist.select spells in Python."""
 
     @abstractmethod
     async def count_machines(self) -> list[MachineCount]:
@@ -162,7 +162,7 @@ class Store(ABC):
     async def identity_holders(self, values: Collection[tuple[str, str]],
                                excluding: str) -> list[Holder]:
         """The machines but `excluding` holding one of these (kind, value) product_uuids or
-        MACs (domain/clones.py), through an index on the value: one registration costs a
+        MACs (domain/machines/clones.py), through an index on the value: one registration costs a
         few look-ups, not a read of the fleet."""
 
     @abstractmethod
@@ -267,7 +267,7 @@ class Store(ABC):
         (but in the tables named in beside, which the snapshot must not carry: a pivot's
         target keeps its own admin tokens). Event ids are kept, and later events are numbered
         after them. The store's epoch is minted anew in the same transaction: the snapshot's
-        generations may be behind what its agents hold (domain/etags.py)."""
+        generations may be behind what its agents hold (domain/assignments/etags.py)."""
 
     # -- the move target ----------------------------------------------------------
     @abstractmethod

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields, replace
 from typing import Any, Protocol
 
-from coordinator.domain.clones import identities
-from coordinator.domain.etags import Version
+from coordinator.domain.assignments.etags import Version
+from coordinator.domain.machines.clones import identities
 from coordinator.domain.model import (
     ClusterSpec,
     DrainStage,
@@ -119,7 +119,7 @@ def label_rows(machines: Sequence[Machine]) -> list[tuple[str, str, str]]:
 
 def identity_rows(machines: Sequence[Machine]) -> list[tuple[str, str, str]]:
     """The rows of machine_identities for machines: (machine id, kind, value) per product_uuid
-    and MAC its last precheck report carries (domain/clones.py)."""
+    and MAC its last precheck report carries (domain/machines/clones.py)."""
     return [(m.id, kind, value) for m in machines
             for kind, value in sorted(identities(m.precheck))]
 

@@ -16,11 +16,10 @@ from typing import Any
 
 import asyncpg
 
+from coordinator.domain.assignments.etags import Version, new_epoch
 from coordinator.domain.changes import Change
-from coordinator.domain.clones import Holder
-from coordinator.domain.clusterapply import respecified
-from coordinator.domain.etags import Version, new_epoch
-from coordinator.domain.machinelist import MachineQuery
+from coordinator.domain.machines.clones import Holder
+from coordinator.domain.machines.tokens import token_id
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
@@ -31,7 +30,8 @@ from coordinator.domain.records import (
     RemovedMachine,
     StoredCluster,
 )
-from coordinator.domain.tokens import token_id
+from coordinator.domain.releases.clusterapply import respecified
+from coordinator.domain.views.machinelist import MachineQuery
 from coordinator.store import postgres_replicas
 from coordinator.store.base import Store, Tables, Term, TokenRefused
 from coordinator.store.cipher import Cipher

@@ -201,7 +201,7 @@ MIGRATIONS: list[str] = [
     DROP INDEX removed_machines_hostname;
     CREATE INDEX removed_machines_hostname ON removed_machines (lower(hostname), removed_at);
     """,
-    # 10 -> 11: the store's epoch (domain/etags.py), one row, minted here and again by every
+    # 10 -> 11: the store's epoch (domain/assignments/etags.py), one row, minted here and again by every
     # import: an agent's tag names it with its generation. Not part of a snapshot: a
     # restored or pivoted-to store mints its own.
     """
@@ -213,7 +213,7 @@ MIGRATIONS: list[str] = [
         VALUES (1, substr(md5(random()::text || clock_timestamp()::text), 1, 16));
     """,
     # 11 -> 12: each machine's product_uuid and MACs, one row each, indexed by value: a
-    # registration finds the machines sharing one without reading the fleet (domain/clones.py).
+    # registration finds the machines sharing one without reading the fleet (domain/machines/clones.py).
     """
     CREATE TABLE machine_identities (
         machine_id TEXT NOT NULL,
@@ -223,7 +223,7 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX machine_identities_value ON machine_identities (kind, value);
     """ + IDENTITIES_FROM_DOCS,
-    # 12 -> 13: the outputs a cluster keeps (domain/outputs.py), each value sealed: they
+    # 12 -> 13: the outputs a cluster keeps (domain/specs/outputs.py), each value sealed: they
     # outlive the manager that produced them.
     """
     CREATE TABLE cluster_outputs (

@@ -13,8 +13,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.domain.machinelist import MachineQuery
 from coordinator.domain.model import Role
+from coordinator.domain.views.machinelist import MachineQuery
 from coordinator.store.base import StoreError
 from coordinator.store.codec import Row
 
@@ -231,7 +231,7 @@ class Statements:
         self.drop_cluster = [sql(f"DELETE FROM {table} WHERE {column} = $1") for table, column in
                              (("join_tokens", "cluster"), ("cluster_outputs", "cluster"),
                               ("clusters", "name"))]
-        # -- the outputs a cluster keeps: added, never replaced (domain/outputs.py)
+        # -- the outputs a cluster keeps: added, never replaced (domain/specs/outputs.py)
         self.all_outputs = "SELECT * FROM cluster_outputs ORDER BY cluster, name"
         self.cluster_outputs = sql("SELECT * FROM cluster_outputs WHERE cluster = $1 "
                                    "ORDER BY name")
@@ -260,7 +260,7 @@ class Statements:
         # -- machines
         self.machine = sql("SELECT doc, last_seen FROM machines WHERE id = $1")
         # A long-poll's one lookup: the machine's generation and the store's epoch together
-        # (domain/etags.py), so that a tag never pairs one with another state's other.
+        # (domain/assignments/etags.py), so that a tag never pairs one with another state's other.
         self.machine_version = sql(f"SELECT {d.doc('generation', 'bigint')} AS generation, "
                                    "(SELECT epoch FROM store_epoch WHERE id = 1) AS epoch "
                                    "FROM machines WHERE id = $1")
@@ -320,7 +320,7 @@ class Statements:
         self.claim_secrets_key = sql("INSERT INTO secrets_key (id, fingerprint) VALUES (1, $1) "
                                      "ON CONFLICT (id) DO NOTHING")
         self.secrets_key = "SELECT fingerprint FROM secrets_key"
-        # -- the store's epoch (domain/etags.py): minted by its migration, again by imports
+        # -- the store's epoch (domain/assignments/etags.py): minted by its migration, again by imports
         self.mint_epoch = sql("INSERT INTO store_epoch (id, epoch) VALUES (1, $1) "
                               "ON CONFLICT (id) DO UPDATE SET epoch = excluded.epoch")
         # -- the coordinator agents are told to move to: one row or none
@@ -356,7 +356,7 @@ class Statements:
 
     def machine_page(self, query: MachineQuery) -> MachinePage:
         """GET /v1/machines' page as the database answers it, by the rules that
-        domain.machinelist.select spells in Python (a property test holds them equal): the
+        domain.views.machinelist.select spells in Python (a property test holds them equal): the
         listed fields are columns, the labels rows of machine_labels."""
         d = self.dialect
         where = Query(d, "FROM machines")

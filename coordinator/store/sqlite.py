@@ -21,11 +21,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from coordinator.domain.assignments.etags import Version, new_epoch
 from coordinator.domain.changes import Change
-from coordinator.domain.clones import Holder
-from coordinator.domain.clusterapply import respecified
-from coordinator.domain.etags import Version, new_epoch
-from coordinator.domain.machinelist import MachineQuery
+from coordinator.domain.machines.clones import Holder
+from coordinator.domain.machines.tokens import token_id
 from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
@@ -36,7 +35,8 @@ from coordinator.domain.records import (
     RemovedMachine,
     StoredCluster,
 )
-from coordinator.domain.tokens import token_id
+from coordinator.domain.releases.clusterapply import respecified
+from coordinator.domain.views.machinelist import MachineQuery
 from coordinator.store.base import Store, StoreError, Tables, TokenRefused
 from coordinator.store.cipher import Cipher
 from coordinator.store.codec import (

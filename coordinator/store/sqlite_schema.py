@@ -181,7 +181,7 @@ MIGRATIONS: list[str] = [
     DROP INDEX removed_machines_hostname;
     CREATE INDEX removed_machines_hostname ON removed_machines (lower(hostname), removed_at);
     """,
-    # 10 -> 11: the store's epoch (domain/etags.py), one row, minted here and again by every
+    # 10 -> 11: the store's epoch (domain/assignments/etags.py), one row, minted here and again by every
     # import: an agent's tag names it with its generation. Not part of a snapshot
     # (sql.TABLES): a restored or pivoted-to store mints its own.
     """
@@ -192,7 +192,7 @@ MIGRATIONS: list[str] = [
     INSERT INTO store_epoch (id, epoch) VALUES (1, lower(hex(randomblob(8))));
     """,
     # 11 -> 12: each machine's product_uuid and MACs, one row each, indexed by value: a
-    # registration finds the machines sharing one without reading the fleet (domain/clones.py).
+    # registration finds the machines sharing one without reading the fleet (domain/machines/clones.py).
     """
     CREATE TABLE machine_identities (
         machine_id TEXT NOT NULL,
@@ -202,7 +202,7 @@ MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     CREATE INDEX machine_identities_value ON machine_identities (kind, value);
     """ + IDENTITIES_FROM_DOCS,
-    # 12 -> 13: the outputs a cluster keeps (domain/outputs.py), each value sealed: they
+    # 12 -> 13: the outputs a cluster keeps (domain/specs/outputs.py), each value sealed: they
     # outlive the manager that produced them.
     """
     CREATE TABLE cluster_outputs (

@@ -1,7 +1,7 @@
 """What must be unique to each node of a fleet: its product_uuid and the MACs of its network
 interfaces (kubeadm's install guide asks for both, and can only ask: a cloned VM carries its
 template's). The node reads them; the coordinator, which sees every machine, judges whether
-another machine has them (coordinator/domain/clones.py), unless this check is ignored."""
+another machine has them (coordinator/domain/machines/clones.py), unless this check is ignored."""
 
 from __future__ import annotations
 

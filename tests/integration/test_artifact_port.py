@@ -21,7 +21,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import pytest
 
-from coordinator.domain.artifact_links import ArtifactLinks
+from coordinator.edge.artifact_links import ArtifactLinks
 from coordinator.server import secrets_key
 from nodeagent.client import CoordinatorClient
 from nodeagent.wire.endpoint import Endpoint

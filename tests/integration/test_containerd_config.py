@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain.fleet import Fleet, hypothetical_fleet
+from coordinator.domain.views.fleet import Fleet, hypothetical_fleet
 from tests.support.kubeadm_profile import profile_spec, rendered, write_file_item
 from tests.support.netns import Namespace, namespace
 from tests.support.process import serving

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from coordinator.domain.fleet import Fleet, hypothetical_fleet
+from coordinator.domain.views.fleet import Fleet, hypothetical_fleet
 from tests.support.k8s_doubles.calls import agent_env, calls
 from tests.support.kubeadm_profile import profile_spec, rendered, run_exec_item
 from tests.support.netns import Namespace, namespace

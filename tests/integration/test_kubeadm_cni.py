@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from coordinator.domain.fleet import Fleet, hypothetical_fleet
+from coordinator.domain.views.fleet import Fleet, hypothetical_fleet
 from nodeagent.wire.protocol import ProxySettings
 from tests.support.k8s_doubles.calls import Call, agent_env, calls
 from tests.support.kubeadm_profile import profile_spec, rendered, run_exec_item

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain.fleet import Fleet
-from coordinator.domain.rendering import render_cluster
-from coordinator.domain.specs import load_spec
+from coordinator.domain.specs.specs import load_spec
+from coordinator.domain.views.fleet import Fleet
+from coordinator.domain.views.rendering import render_cluster
 from tests.support.k8s_doubles.calls import Call, agent_env, calls, installed
 from tests.support.kubeadm_profile import PROFILE, run_exec_item, write_file_item
 from tests.support.roots import OS_RELEASE_DEBIAN_12

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.domain.model import MachineTypes
-from coordinator.domain.specs import load_spec
+from coordinator.domain.specs.specs import load_spec
 from nodeagent.items.exec import run_exec
 from nodeagent.items.file import apply_file
 from nodeagent.items.outcome import ItemFailed

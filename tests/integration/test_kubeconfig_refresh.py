@@ -9,7 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from coordinator.domain.nodes import MACHINE_ID_LABEL
+from coordinator.domain.nodes.nodes import MACHINE_ID_LABEL
 from tests.support.agent import agent_of
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.k8s_doubles import pki

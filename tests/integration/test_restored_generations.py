@@ -1,7 +1,7 @@
 """A restore of an older backup puts a machine's generation back: the agent polling with what
 it held before is answered at once with what the restored coordinator holds (not after a whole
 poll), and once the restored coordinator reaches the agent's generation again with other
-content, the agent's old tag does not match it (domain/etags.py). The agent's own client
+content, the agent's old tag does not match it (domain/assignments/etags.py). The agent's own client
 against `coordinator serve` processes; a pending machine, whose generation only its labels
 move."""
 

@@ -27,9 +27,9 @@ from coordinator.domain.model import (
     Role,
     pending_items,
 )
-from coordinator.domain.nodes import desired_metadata, observed
-from coordinator.domain.planner import Decision
-from coordinator.domain.releases import baseline
+from coordinator.domain.nodes.nodes import desired_metadata, observed
+from coordinator.domain.releases.releases import baseline
+from coordinator.domain.rollout.planner import Decision
 from coordinator.store.cipher import Cipher
 from nodeagent.prechecks import CHECKS
 from nodeagent.prechecks.machine_identity import evaluate as evaluate_identity

@@ -29,7 +29,7 @@ from coordinator.api.app import create_app
 from coordinator.api.context import Presentation
 from coordinator.cli import main
 from coordinator.cli.client import AdminClient, ClientError
-from coordinator.domain.tokens import ADMIN, new_token, token_hash
+from coordinator.domain.machines.tokens import ADMIN, new_token, token_hash
 from coordinator.service.coordinator import Coordinator
 from coordinator.store.base import Store
 from coordinator.store.sqlite import SQLiteStore

@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 
 from coordinator.domain.model import ClusterSpec, Machine, Material
-from coordinator.domain.rendering import machine_values, render_item, shown_items
-from coordinator.domain.specs import load_spec
+from coordinator.domain.specs.specs import load_spec
+from coordinator.domain.views.rendering import machine_values, render_item, shown_items
 from nodeagent.wire.contract import Phase
 
 PROFILE = Path(__file__).parents[2] / "examples/kubeadm/cluster.yaml"

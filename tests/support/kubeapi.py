@@ -245,7 +245,7 @@ class Cluster:
 
     def mark_node(self, name: str, machine_id: str) -> None:
         """Label the node with the machine's id, as the kubelet flags of its items do
-        (coordinator/domain/nodes.py): the coordinator finds the machine's node by it."""
+        (coordinator/domain/nodes/nodes.py): the coordinator finds the machine's node by it."""
         self.nodes[name]["metadata"]["labels"]["nodeagent.io/machine-id"] = machine_id
         self.nodes[name]["metadata"]["resourceVersion"] = self.rv()
 

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.domain.approval import approval_address
 from coordinator.domain.errors import Conflict
+from coordinator.domain.machines.approval import approval_address
 from nodeagent.wire.addresses import AddressError, chosen, detected, interface_address, interface_of
 from tests.support.builders import machine, node_facts
 

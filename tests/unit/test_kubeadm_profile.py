@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain.fleet import Fleet, hypothetical_fleet
-from coordinator.domain.minting import needed
+from coordinator.domain.assignments.minting import needed
 from coordinator.domain.model import ClusterSpec, Machine, MachineState, phase_items
-from coordinator.domain.releases import names, upgrade_run
-from coordinator.domain.rendering import render_cluster
-from coordinator.domain.specs import load_spec
+from coordinator.domain.releases.releases import names, upgrade_run
+from coordinator.domain.specs.specs import load_spec
+from coordinator.domain.views.fleet import Fleet, hypothetical_fleet
+from coordinator.domain.views.rendering import render_cluster
 from nodeagent.wire.contract import ROLES
 from nodeagent.wire.protocol import ProxySettings, StateItem
 from tests.support.k8s_doubles.calls import doubled

@@ -71,7 +71,7 @@ WRONG_IMPORTS = {
                                                           WIRE_ONLY),
     "the wire imports the agent's client": WrongImport("nodeagent/wire/endpoint.py",
                                                        "import nodeagent.client", WIRE_ONLY),
-    "domain imports aiohttp": WrongImport("coordinator/domain/ratelimit.py", "import aiohttp", PURE_DOMAIN),
+    "domain imports aiohttp": WrongImport("coordinator/edge/ratelimit.py", "import aiohttp", PURE_DOMAIN),
     "domain imports asyncio": WrongImport("coordinator/domain/records.py", "import asyncio", PURE_DOMAIN),
     "the daemon imports yaml": WrongImport("nodeagent/daemon.py", "import yaml", LEAN_DAEMON),
     "the daemon pulls pydantic in": WrongImport("nodeagent/daemon.py", "import nodeagent.wire.protocol",
@@ -79,7 +79,7 @@ WRONG_IMPORTS = {
     "the wire package's __init__ pulls pydantic in": WrongImport(
         "nodeagent/wire/__init__.py", "import nodeagent.wire.protocol", LEAN_DAEMON),
     "a cycle inside the domain": WrongImport("coordinator/domain/model.py",
-                                             "import coordinator.domain.status", ACYCLIC),
+                                             "import coordinator.domain.views.status", ACYCLIC),
 }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.domain.tokens import new_token
+from coordinator.domain.machines.tokens import new_token
 from nodeagent.wire import joinstring
 from nodeagent.wire.protocol import ItemReport
 from nodeagent.wire.redact import MASK, MIN_MASKED_CHARS, RedactingFilter, mask_values, redact

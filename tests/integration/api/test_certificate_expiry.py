@@ -13,7 +13,7 @@ import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from coordinator.domain.nodes import MACHINE_ID_LABEL
+from coordinator.domain.nodes.nodes import MACHINE_ID_LABEL
 from tests.support.harness import InProcessCoordinator, ManualClock, in_process_coordinator
 from tests.support.k8s_doubles import pki
 from tests.support.kubeapi import Cluster, kube_api_server

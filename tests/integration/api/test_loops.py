@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.domain.changes import Change
-from coordinator.domain.nodes import MACHINE_ID_LABEL, NODE_HEALTH_SECONDS
+from coordinator.domain.nodes.nodes import MACHINE_ID_LABEL, NODE_HEALTH_SECONDS
 from coordinator.domain.records import Event
 from coordinator.service.drainer import Drainer
 from coordinator.service.nodewatch import NodeWatch

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain.nodes import (
+from coordinator.domain.nodes.nodes import (
     MACHINE_ID_LABEL,
     NODE_HEALTH_SECONDS,
     Marked,

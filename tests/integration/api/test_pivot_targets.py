@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain import pivot as pv
+from coordinator.domain.transfer import pivot as pv
 from coordinator.server.pki import Pki, create
 from coordinator.service.pivots import PivotLedger, refresh_loop
 from tests.support.builders import TEST_CIPHER

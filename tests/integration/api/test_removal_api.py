@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.domain.nodes import MACHINE_ID_LABEL
+from coordinator.domain.nodes.nodes import MACHINE_ID_LABEL
 from tests.integration.api.operator import machine
 from tests.support.driver import Registered
 from tests.support.harness import InProcessCoordinator, in_process_coordinator

@@ -3,7 +3,7 @@ CLI of a real coordinator on SQLite, with a cluster Ready on the test Kubernetes
 skipped minor, a downgrade and a version change without a new release are refused 422 naming
 settings.kubernetes.version and the allowed versions, before anything is stored or drained
 (every machine stays Ready, no node cordoned, no drain recorded); a forced downgrade is
-accepted and recorded in an event (domain/versions.py)."""
+accepted and recorded in an event (domain/releases/versions.py)."""
 
 from __future__ import annotations
 

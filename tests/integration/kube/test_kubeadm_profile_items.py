@@ -33,8 +33,8 @@ from typing import Any
 import pytest
 import yaml
 
-from coordinator.domain.fleet import Fleet, hypothetical_fleet
 from coordinator.domain.model import ClusterSpec, Machine, MachineState, MintJob
+from coordinator.domain.views.fleet import Fleet, hypothetical_fleet
 from tests.support.k8s_doubles import control
 from tests.support.k8s_doubles.calls import agent_env, calls
 from tests.support.k8s_doubles.common import now as now_of

@@ -1,4 +1,4 @@
-"""Finding a machine's Node (coordinator/kube.py, domain/nodes.py) in the test Kubernetes API
+"""Finding a machine's Node (coordinator/kube.py, domain/nodes/nodes.py) in the test Kubernetes API
 server, after a kubelet-like registration through the API."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import aiohttp
 
-from coordinator.domain.nodes import MACHINE_ID_LABEL, provider_id
+from coordinator.domain.nodes.nodes import MACHINE_ID_LABEL, provider_id
 from coordinator.kube import Kube
 from tests.support.kubeapi import KubeApiServer, kube_api_server
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from coordinator.domain.machinelist import MachineQuery, listed, select
 from coordinator.domain.model import Machine, MachineState
+from coordinator.domain.views.machinelist import MachineQuery, listed, select
 from coordinator.store.base import Store
 from coordinator.store.codec import dumps, machine_to_doc
 from tests.support.builders import full_machine

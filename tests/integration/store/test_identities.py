@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from coordinator.domain.clones import Holder
+from coordinator.domain.machines.clones import Holder
 from coordinator.store.base import Store
 from coordinator.store.sqlite import SQL, SQLiteStore
 from tests.integration.store.test_snapshot import empty, empty_dsn  # noqa: F401 - fixtures

@@ -9,8 +9,8 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator.domain.machinelist import ROLES, SORT_FIELDS, MachineQuery, listed, select
 from coordinator.domain.model import Machine, MachineState
+from coordinator.domain.views.machinelist import ROLES, SORT_FIELDS, MachineQuery, listed, select
 from coordinator.store.base import Store
 from tests.support.builders import full_machine
 

@@ -124,7 +124,7 @@ async def test_a_snapshot_imported_into_an_empty_store_of_either_backend_reads_b
 async def test_an_import_mints_the_store_a_new_epoch(store: Store, empty: Store,
                                                      empty_dsn: str) -> None:
     """The snapshot's generations may be behind what its agents hold: under a new epoch, no
-    agent's tag names them (domain/etags.py). Even a store that served machines before (its
+    agent's tag names them (domain/assignments/etags.py). Even a store that served machines before (its
     rows deleted by hand) gets one."""
     await empty.commit([full_machine("m-old")])
     served = await empty.machine_version("m-old")

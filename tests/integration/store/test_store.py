@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from coordinator.domain.changes import Change, Retarget, TokenUse
+from coordinator.domain.machines.tokens import token_id
 from coordinator.domain.model import MachineState
 from coordinator.domain.records import (
     ClusterOutput,
@@ -20,7 +21,6 @@ from coordinator.domain.records import (
     RemovedMachine,
     StoredCluster,
 )
-from coordinator.domain.tokens import token_id
 from coordinator.store.base import Store, StoreError, TokenRefused
 from tests.support.builders import ONE_ITEM, cluster, full_machine
 
@@ -240,7 +240,7 @@ async def test_committing_a_machine_again_replaces_it(store: Store) -> None:
 
 async def test_the_stores_epoch_is_its_own_and_kept_across_reopening(
         make_store: Callable[..., Store], store: Store) -> None:
-    """What an agent's tag names beside its generation (domain/etags.py): the same for every
+    """What an agent's tag names beside its generation (domain/assignments/etags.py): the same for every
     coordinator opening this store, and for every machine in it."""
     await store.commit([full_machine("m-1"), full_machine("m-2")])
     first, second = await store.machine_version("m-1"), await store.machine_version("m-2")

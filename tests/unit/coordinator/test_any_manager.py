@@ -12,20 +12,11 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from coordinator.domain.assignment import assigned_items
-from coordinator.domain.kubeaccess import KubeAccess, kube_access
+from coordinator.domain.assignments.assignment import assigned_items
 from coordinator.domain.model import ClusterSpec, Machine, MachineState, Material, machine_items
-from coordinator.domain.outputs import (
-    adopted,
-    cluster_outputs,
-    differing,
-    differing_text,
-    problems,
-    waits_text,
-)
-from coordinator.domain.planner import enact, plan, plan_to_fixpoint, upgrade_plan
+from coordinator.domain.nodes.kubeaccess import KubeAccess, kube_access
 from coordinator.domain.records import ClusterOutput
-from coordinator.domain.releases import (
+from coordinator.domain.releases.releases import (
     baseline,
     first_only_notes,
     first_upgrader,
@@ -33,7 +24,16 @@ from coordinator.domain.releases import (
     next_upgrader,
     to_run,
 )
-from coordinator.domain.rendering import render_cluster
+from coordinator.domain.rollout.planner import enact, plan, plan_to_fixpoint, upgrade_plan
+from coordinator.domain.specs.outputs import (
+    adopted,
+    cluster_outputs,
+    differing,
+    differing_text,
+    problems,
+    waits_text,
+)
+from coordinator.domain.views.rendering import render_cluster
 from nodeagent.wire.protocol import StateItem
 from tests.support.builders import machine, moves
 

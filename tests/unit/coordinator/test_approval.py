@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain.approval import approval, auto_approved, prechecked, refusal, role_set
 from coordinator.domain.errors import Conflict
 from coordinator.domain.fitness import fitness
+from coordinator.domain.machines.approval import approval, auto_approved, prechecked, refusal, role_set
+from coordinator.domain.machines.registration import Credential, registered
 from coordinator.domain.model import ClusterSettings, Machine, MachineState
-from coordinator.domain.registration import Credential, registered
 from nodeagent.prechecks.resources import evaluate_cpu, evaluate_memory
 from nodeagent.wire.contract import ROLES, Role
 from nodeagent.wire.minimums import MiB

@@ -1,4 +1,4 @@
-"""The archive's rules (domain/archive.py): a manifest held to the cap before any member is
+"""The archive's rules (domain/transfer/archive.py): a manifest held to the cap before any member is
 read, each member to its declared size and sha256 as it streams, each row to its table's
 columns as it arrives; every refusal names the member and the row."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain.archive import (
+from coordinator.domain.transfer.archive import (
     MAX_ROW,
     ArchiveError,
     Columns,

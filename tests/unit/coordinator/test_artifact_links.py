@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.domain.artifact_links import LINK_SECONDS, ArtifactLinks
+from coordinator.edge.artifact_links import LINK_SECONDS, ArtifactLinks
 
 LINKS = ArtifactLinks(b"k" * 32, 8443)
 NOW = 1_800_000_000.0

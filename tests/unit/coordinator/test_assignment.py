@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.domain.assignment import AssignmentInputs, build_assignment
+from coordinator.domain.assignments.assignment import AssignmentInputs, build_assignment
+from coordinator.domain.assignments.reports import reportable_items
 from coordinator.domain.model import (
     ClusterSpec,
     DrainStage,
@@ -15,12 +16,11 @@ from coordinator.domain.model import (
     Role,
     phase_items,
 )
-from coordinator.domain.planner import enact, plan, plan_to_fixpoint
 from coordinator.domain.records import StoredCluster
-from coordinator.domain.reports import reportable_items
-from coordinator.domain.runs import phase_run
-from coordinator.domain.steps import current_run
-from coordinator.domain.templating import template_values
+from coordinator.domain.releases.runs import phase_run
+from coordinator.domain.rollout.planner import enact, plan, plan_to_fixpoint
+from coordinator.domain.rollout.steps import current_run
+from coordinator.domain.specs.templating import template_values
 from tests.support.builders import cluster, drained, finish_phase, items, machine, upgraded_cluster
 
 

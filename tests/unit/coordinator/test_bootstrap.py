@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from coordinator.domain.install import (
+from coordinator.ssh.install import (
     BootstrapError,
     agent_config,
     install_argv,
     profile,
     retargeted_config,
 )
-from coordinator.ssh import SshTarget, find_package
+from coordinator.ssh.session import SshTarget, find_package
 from nodeagent.wire import joinstring
 from nodeagent.wire.config import AgentConfig
 from nodeagent.wire.validation import load_model

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.domain.byteranges import Selection, etag_of, select
+from coordinator.edge.byteranges import Selection, etag_of, select
 
 SIZE = 1000
 ETAG = etag_of(1_700_000_000_123_456_789, SIZE)

@@ -9,12 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.domain.certificates import certificate_status
+from coordinator.domain.assignments.reports import fold_report, refresh_kubeconfig
 from coordinator.domain.errors import Conflict
-from coordinator.domain.kubeaccess import KubeAccess
-from coordinator.domain.kubeconfig import kubeconfig_problem
 from coordinator.domain.model import MachineState
-from coordinator.domain.reports import fold_report, refresh_kubeconfig
+from coordinator.domain.nodes.certificates import certificate_status
+from coordinator.domain.nodes.kubeaccess import KubeAccess
+from coordinator.domain.nodes.kubeconfig import kubeconfig_problem
 from nodeagent.wire.protocol import ItemReport, StateItem
 from tests.support.builders import cluster, machine
 from tests.support.k8s_doubles import pki

@@ -1,4 +1,4 @@
-"""`cluster apply` and `upgrade pause|resume` decided whole (domain/clusterapply.py): from the
+"""`cluster apply` and `upgrade pause|resume` decided whole (domain/releases/clusterapply.py): from the
 cluster as stored and its machines, the one change written in one transaction (the cluster,
 every machine's new generation, the events) and whom it wakes."""
 
@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.domain.clusterapply import applying, pausing
 from coordinator.domain.errors import Conflict
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
 from coordinator.domain.records import StoredCluster
+from coordinator.domain.releases.clusterapply import applying, pausing
 from nodeagent.wire.validation import InvalidDocument
 from tests.support.builders import cluster, item, machine
 

@@ -3,7 +3,7 @@ a request body's allowance."""
 
 from __future__ import annotations
 
-from coordinator.domain.connections import ConnectionCounts, body_allowance, body_too_slow, client_of
+from coordinator.edge.connections import ConnectionCounts, body_allowance, body_too_slow, client_of
 
 
 def test_a_client_holds_its_share_and_all_together_the_total() -> None:

@@ -1,4 +1,4 @@
-"""`machines delete` and `cluster delete` decided whole (domain/deletion.py): each machine
+"""`machines delete` and `cluster delete` decided whole (domain/machines/deletion.py): each machine
 state in, the one change out (the record removed or the machine Deleting with its drain, the
 event, whom it wakes); a cluster's deletion is its mark and all its machines in one change."""
 
@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.domain.deletion import cluster_deletion, removal
 from coordinator.domain.errors import Conflict
+from coordinator.domain.machines.deletion import cluster_deletion, removal
 from coordinator.domain.model import DrainStage, Machine, MachineState
 from coordinator.domain.records import StoredCluster
 from tests.support.builders import cluster, items, machine

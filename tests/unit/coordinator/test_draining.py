@@ -1,4 +1,4 @@
-"""A drain's steps decided (domain/draining.py): the eviction policy over the API server's
+"""A drain's steps decided (domain/nodes/draining.py): the eviction policy over the API server's
 answers, how a drain ended, and the DrainStatus each step of the drainer records."""
 
 from __future__ import annotations
@@ -7,8 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.domain.drain import PodPlan, PodRef
-from coordinator.domain.draining import (
+from coordinator.domain.errors import Conflict
+from coordinator.domain.model import DrainSettings, DrainStage, DrainStatus, Machine, MachineState
+from coordinator.domain.nodes.drain import PodPlan, PodRef
+from coordinator.domain.nodes.draining import (
     MAX_RETRY_SECONDS,
     DrainResult,
     awaiting_ready,
@@ -23,8 +25,6 @@ from coordinator.domain.draining import (
     step_failed,
     uncordoned,
 )
-from coordinator.domain.errors import Conflict
-from coordinator.domain.model import DrainSettings, DrainStage, DrainStatus, Machine, MachineState
 from tests.support.builders import cluster, items, machine
 
 S, D = MachineState, DrainStage

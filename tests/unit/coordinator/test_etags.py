@@ -1,4 +1,4 @@
-"""When a long-poll waits and when it is answered 304 (domain/etags.py): a generation of one
+"""When a long-poll waits and when it is answered 304 (domain/assignments/etags.py): a generation of one
 store state never matches another's, an agent ahead is answered at once, and agents from
 before epochs (a bare generation as their tag) keep the rule they had."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.domain.etags import Version, may_wait, new_epoch, not_modified
+from coordinator.domain.assignments.etags import Version, may_wait, new_epoch, not_modified
 
 CURRENT = Version("e2", 7)
 

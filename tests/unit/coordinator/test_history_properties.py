@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from coordinator.domain.model import MachineState
 from coordinator.domain.records import Event
-from coordinator.domain.status import History
+from coordinator.domain.views.status import History
 from tests.support.builders import machine
 
 STATES = [s.value for s in MachineState] + ["Elsewhere"]

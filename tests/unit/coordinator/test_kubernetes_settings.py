@@ -11,8 +11,8 @@ import pytest
 from coordinator.domain.errors import Conflict
 from coordinator.domain.kubesettings import KubernetesSettings, sandbox_image
 from coordinator.domain.model import ClusterSpec, MachineState
-from coordinator.domain.specs import check_fixed, load_spec
-from coordinator.domain.templating import template_values
+from coordinator.domain.specs.specs import check_fixed, load_spec
+from coordinator.domain.specs.templating import template_values
 from nodeagent.wire.validation import InvalidDocument
 from tests.support.builders import machine
 

@@ -1,4 +1,4 @@
-"""`machines label` decided (domain/labelling.py): the change a label edit makes, or none."""
+"""`machines label` decided (domain/machines/labelling.py): the change a label edit makes, or none."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.domain.labelling import labelling
+from coordinator.domain.machines.labelling import labelling
 from coordinator.domain.model import MachineState
 from tests.support.builders import machine
 

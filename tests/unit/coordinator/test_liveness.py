@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from coordinator.domain.liveness import responding, silent_before
+from coordinator.domain.reconcile.liveness import responding, silent_before
 
 TIMEOUT = 30.0
 START = 1_000.0  # when the coordinator (or this leader) began listening

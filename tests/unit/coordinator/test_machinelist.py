@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.domain.machinelist import (
+from coordinator.domain.views.machinelist import (
     Listed,
     MachineQuery,
     parse_query,

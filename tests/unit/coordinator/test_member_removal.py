@@ -10,8 +10,9 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.domain.assignment import AssignmentInputs, assigned_phase, build_assignment
-from coordinator.domain.minting import mint_pass
+from coordinator.domain.assignments.assignment import AssignmentInputs, assigned_phase, build_assignment
+from coordinator.domain.assignments.minting import mint_pass
+from coordinator.domain.assignments.reports import fold_report
 from coordinator.domain.model import (
     ClusterSpec,
     DrainStage,
@@ -20,12 +21,11 @@ from coordinator.domain.model import (
     Machine,
     MachineState,
 )
-from coordinator.domain.planner import plan
 from coordinator.domain.records import Event, StoredCluster
-from coordinator.domain.remedies import machine_note
-from coordinator.domain.reports import fold_report
-from coordinator.domain.specs import load_spec
-from coordinator.domain.steps import machine_step
+from coordinator.domain.rollout.planner import plan
+from coordinator.domain.rollout.remedies import machine_note
+from coordinator.domain.rollout.steps import machine_step
+from coordinator.domain.specs.specs import load_spec
 from nodeagent.wire.protocol import ItemReport
 from tests.support.builders import finish_phase, machine
 

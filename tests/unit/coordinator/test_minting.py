@@ -11,22 +11,22 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain.assignment import (
+from coordinator.domain.assignments.assignment import (
     AssignmentInputs,
     build_assignment,
     waits_notices,
 )
+from coordinator.domain.assignments.minting import mint_pass
+from coordinator.domain.assignments.reports import fold_report
 from coordinator.domain.errors import Conflict
-from coordinator.domain.fleet import parse_fleet
-from coordinator.domain.minting import mint_pass
 from coordinator.domain.model import ClusterSpec, Machine, MachineState, deployed_managers
-from coordinator.domain.outputs import waits_text
-from coordinator.domain.planner import plan
 from coordinator.domain.records import StoredCluster
-from coordinator.domain.rendering import render_cluster, render_machine
-from coordinator.domain.reports import fold_report
-from coordinator.domain.runs import phase_run
-from coordinator.domain.specs import load_spec
+from coordinator.domain.releases.runs import phase_run
+from coordinator.domain.rollout.planner import plan
+from coordinator.domain.specs.outputs import waits_text
+from coordinator.domain.specs.specs import load_spec
+from coordinator.domain.views.fleet import parse_fleet
+from coordinator.domain.views.rendering import render_cluster, render_machine
 from nodeagent.wire.protocol import Assignment, ItemReport
 from nodeagent.wire.validation import InvalidDocument, load_model
 from tests.support.builders import MINTING_CLUSTER, machine

@@ -1,4 +1,4 @@
-"""The move target set or cleared (domain/movetarget.py): the target and every machine's new
+"""The move target set or cleared (domain/transfer/movetarget.py): the target and every machine's new
 generation are one change, so no agent is left untold between two writes; a repeat keeps its
 `since`; a target that is not https and pinned decides nothing."""
 
@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from coordinator.domain.changes import Retarget
-from coordinator.domain.movetarget import announced, withdrawn
+from coordinator.domain.transfer.movetarget import announced, withdrawn
 from nodeagent.wire.protocol import MoveTarget
 from nodeagent.wire.validation import InvalidDocument
 from tests.support.builders import machine

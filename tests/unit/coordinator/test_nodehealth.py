@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator.domain.model import DrainStage, DrainStatus, Machine, MachineState, NodeStatus
-from coordinator.domain.nodes import (
+from coordinator.domain.nodes.nodes import (
     Marked,
     desired_metadata,
     first_sweep_offset,
@@ -23,9 +23,9 @@ from coordinator.domain.nodes import (
     swept_by_list,
     unseen,
 )
-from coordinator.domain.planner import plan
-from coordinator.domain.remedies import machine_note
-from coordinator.domain.status import History, machine_step, stages
+from coordinator.domain.rollout.planner import plan
+from coordinator.domain.rollout.remedies import machine_note
+from coordinator.domain.views.status import History, machine_step, stages
 from tests.support.builders import cluster, machine
 
 KUBE = {"kubernetes": {"kubeconfig": "/etc/coordinator/kubeconfig"}}

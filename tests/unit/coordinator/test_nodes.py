@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from coordinator.domain.model import Machine, MachineState, NodeStatus
-from coordinator.domain.nodes import (
+from coordinator.domain.nodes.nodes import (
     CONTROL_PLANE_TAINT,
     MACHINE_ID_LABEL,
     MANAGED_LABELS,
@@ -23,7 +23,7 @@ from coordinator.domain.nodes import (
     node_of,
     provider_id,
 )
-from coordinator.domain.planner import inert_filter, plan
+from coordinator.domain.rollout.planner import inert_filter, plan
 from tests.support.builders import cluster, finish_phase, item, items, machine, moves
 
 PREP, DEP, READY = MachineState.PREPARE, MachineState.DEPLOY, MachineState.READY

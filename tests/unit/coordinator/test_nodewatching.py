@@ -1,4 +1,4 @@
-"""The Node watch's verdicts (domain/nodewatching.py): what one look at a machine's Node
+"""The Node watch's verdicts (domain/nodes/nodewatching.py): what one look at a machine's Node
 found and patches, and what a change found writes on the machine as stored."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from coordinator.domain.model import Machine, MachineState, NodeStatus
-from coordinator.domain.nodes import (
+from coordinator.domain.nodes.nodes import (
     MANAGED_LABELS,
     MANAGED_TAINTS,
     NodeFound,
     desired_metadata,
     observed,
 )
-from coordinator.domain.nodewatching import looked, node_recorded, nodes_recorded
+from coordinator.domain.nodes.nodewatching import looked, node_recorded, nodes_recorded
 from tests.support.builders import cluster, machine
 
 S = MachineState

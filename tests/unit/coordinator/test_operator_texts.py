@@ -12,10 +12,10 @@ import pytest
 from coordinator.api.views import rendering_view
 from coordinator.cli.events import parse_since
 from coordinator.cli.formatting import duration, item_header, rendering_lines, upgrade_plan_lines
-from coordinator.domain.fleet import Fleet
 from coordinator.domain.model import MachineState
 from coordinator.domain.records import MachineCount
-from coordinator.domain.rendering import (
+from coordinator.domain.views.fleet import Fleet
+from coordinator.domain.views.rendering import (
     RenderedMachine,
     RenderedPhase,
     Rendering,

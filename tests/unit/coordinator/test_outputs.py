@@ -1,4 +1,4 @@
-"""Which outputs the cluster keeps (domain/outputs.py adopted, what the reconciler's pass
+"""Which outputs the cluster keeps (domain/specs/outputs.py adopted, what the reconciler's pass
 commits) and which values its items are handed (cluster_outputs), as tables: the first value
 a manager produced is kept, a kept value is never replaced, a worker never produces one."""
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from coordinator.domain.model import Machine, MachineState
-from coordinator.domain.outputs import adopted, cluster_outputs
 from coordinator.domain.records import ClusterOutput
+from coordinator.domain.specs.outputs import adopted, cluster_outputs
 from tests.support.builders import machine
 
 ENDPOINT, HASH = "control-plane.endpoint", "control-plane.caCertHash"

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from coordinator.domain.errors import Conflict
-from coordinator.domain.pivot import (
+from coordinator.domain.transfer.pivot import (
     ORDER,
     Pivot,
     Step,

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from coordinator.domain.model import DrainStage, DrainStatus, ItemProgress, Machine, MachineState
-from coordinator.domain.planner import Decision, enact, node_action, plan, plan_to_fixpoint
+from coordinator.domain.rollout.planner import Decision, enact, node_action, plan, plan_to_fixpoint
 from tests.support.builders import (
     cluster,
     finish_phase,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from coordinator.domain.assignment import AssignmentInputs, build_assignment
+from coordinator.domain.assignments.assignment import AssignmentInputs, build_assignment
 from coordinator.domain.model import (
     DEPLOYED_STATES,
     PHASE_OF_STATE,
@@ -38,8 +38,10 @@ from coordinator.domain.model import (
     pending_items,
     phase_items,
 )
-from coordinator.domain.nodes import awaits_node, desired_metadata, found_down, observed
-from coordinator.domain.planner import (
+from coordinator.domain.nodes.nodes import awaits_node, desired_metadata, found_down, observed
+from coordinator.domain.reconcile.workingset import ClusterView
+from coordinator.domain.records import StoredCluster
+from coordinator.domain.rollout.planner import (
     Decision,
     assignment_notices,
     awaiting_upgrade,
@@ -48,8 +50,6 @@ from coordinator.domain.planner import (
     plan,
     post_deploy_host,
 )
-from coordinator.domain.records import StoredCluster
-from coordinator.domain.workingset import ClusterView
 from nodeagent.wire.contract import PHASES, Phase
 from nodeagent.wire.protocol import StateItem
 from tests.support.builders import cluster, drained, item, items, machine, upgraded_cluster

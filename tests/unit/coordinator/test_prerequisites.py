@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.domain.approval import prechecked
 from coordinator.domain.errors import Conflict
+from coordinator.domain.machines.approval import prechecked
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
-from coordinator.domain.planner import plan
-from coordinator.domain.prerequisites import containerd_shortfall, deploy_gate
-from coordinator.domain.remedies import machine_note
-from coordinator.domain.steps import machine_step
+from coordinator.domain.rollout.planner import plan
+from coordinator.domain.rollout.prerequisites import containerd_shortfall, deploy_gate
+from coordinator.domain.rollout.remedies import machine_note
+from coordinator.domain.rollout.steps import machine_step
 from nodeagent.prechecks import CHECKS
 from nodeagent.prechecks.kernel import evaluate_ip_forward
 from nodeagent.prechecks.runner import grade, summarize

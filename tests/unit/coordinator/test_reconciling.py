@@ -1,4 +1,4 @@
-"""The reconcile pass decided whole (domain/reconciling.py): what a pass over one cluster
+"""The reconcile pass decided whole (domain/reconcile/reconciling.py): what a pass over one cluster
 writes, removes and wakes, from the machines it loaded."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from coordinator.domain.model import Machine, MachineState
-from coordinator.domain.reconciling import checked_responding, decide_pass
+from coordinator.domain.reconcile.reconciling import checked_responding, decide_pass
 from coordinator.domain.records import StoredCluster
 from tests.support.builders import at_release, cluster, finish_phase, items, machine
 

@@ -3,7 +3,7 @@ a bounded number of events, and together they count every refusal."""
 
 from __future__ import annotations
 
-from coordinator.domain.refusals import (
+from coordinator.domain.machines.refusals import (
     ADMIN_REQUEST,
     MAX_PATH,
     MAX_SOURCES,

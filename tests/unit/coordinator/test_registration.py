@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from coordinator.domain.errors import Conflict
+from coordinator.domain.machines.registration import Credential, registered, registered_before
 from coordinator.domain.model import ClusterSettings, Machine, MachineState, same_hostname
 from coordinator.domain.records import CredentialOwner
-from coordinator.domain.registration import Credential, registered, retried
 from nodeagent.wire.protocol import PrecheckReport, RegisterRequest
 from tests.support.builders import OLD_KERNEL, machine, precheck_report
 
@@ -34,7 +34,7 @@ def test_a_new_machine_is_pending_and_auto_approved_only_when_its_prechecks_pass
 
 def test_a_pending_machine_cannot_be_displaced_by_another_agents_registration() -> None:
     """Same join token, same hostname, another credential: approving w1 would approve the
-    newcomer, so it is refused (its own agent retries with its credential: retried)."""
+    newcomer, so it is refused (its own agent retries with its credential: registered_before)."""
     before = replace(machine("w1", approved=False), credential_hash="old")
     with pytest.raises(Conflict, match=r"w1 is already registered in edge by another agent"):
         registered("edge", ClusterSettings(), before, request("w1"), CREDENTIAL, "id-new", 9.0)
@@ -60,16 +60,16 @@ def test_a_hostname_differing_only_in_case_is_the_same_machine_and_is_refused_na
                                        r"\(Pending, as w1, id id-w1: "):
         registered("edge", ClusterSettings(), pending, request("W1"), CREDENTIAL, "id-x", 1.0)
     owner = CredentialOwner("id-w1", "edge", "w1", expires_at=None, responding=True)
-    assert retried(owner, request("W1")) == "id-w1"  # its own credential: the same machine
+    assert registered_before(owner, request("W1")) == "id-w1"  # its own credential: the same machine
 
 
 def test_a_retried_registration_gets_the_machine_its_credential_registered() -> None:
     """The answer to the first attempt was lost; the agent retries with the credential it
     chose and saved before that attempt."""
     owner = CredentialOwner("id-w1", "edge", "w1", expires_at=None, responding=True)
-    assert retried(owner, request("w1")) == "id-w1"
+    assert registered_before(owner, request("w1")) == "id-w1"
     with pytest.raises(Conflict, match=r"credential is that of machine w1 \(id-w1\) in edge, not of w2"):
-        retried(owner, request("w2"))
+        registered_before(owner, request("w2"))
 
 
 # A registration as a table: the cluster's auto-approval, the machine its hostname already

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from coordinator.domain.errors import Forbidden, Unauthorized
+from coordinator.domain.machines.reissue import reissue, rejoin_refusal, revocation
+from coordinator.domain.machines.tokens import new_reissue_token, reissued_machine, token_hash
 from coordinator.domain.model import Machine, MachineState
-from coordinator.domain.reissue import reissue, rejoin_refusal, revocation
-from coordinator.domain.tokens import new_reissue_token, reissued_machine, token_hash
 from nodeagent.wire.redact import MASK, redact
 from tests.support.builders import machine
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from coordinator.domain.assignment import AssignmentInputs, build_assignment
+from coordinator.domain.assignments.assignment import AssignmentInputs, build_assignment
+from coordinator.domain.assignments.reports import fold_report
 from coordinator.domain.model import ClusterSpec, DrainStage, Machine, MachineState, Role
-from coordinator.domain.planner import plan, plan_to_fixpoint, upgrade_plan
 from coordinator.domain.records import StoredCluster
-from coordinator.domain.reports import fold_report
-from coordinator.domain.steps import machine_step
+from coordinator.domain.rollout.planner import plan, plan_to_fixpoint, upgrade_plan
+from coordinator.domain.rollout.steps import machine_step
 from nodeagent.wire.protocol import ItemReport, StateItem
 from tests.support.builders import cluster, drained, machine
 

@@ -1,4 +1,4 @@
-"""The one note and remedy every view shows for a machine (domain/remedies.py): a drain that
+"""The one note and remedy every view shows for a machine (domain/rollout/remedies.py): a drain that
 is Blocked or waits on budgets, an uncordon that fails, a Node not Ready after an upgrade or
 in Deploy, with what the operator can do; and the upgrade plan's warning that drains will
 block."""
@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.domain.kubeaccess import NO_KUBECONFIG
 from coordinator.domain.model import (
     ClusterSpec,
     DrainStage,
@@ -19,11 +18,12 @@ from coordinator.domain.model import (
     MachineState,
     NodeStatus,
 )
-from coordinator.domain.planner import upgrade_plan
-from coordinator.domain.remedies import DRAIN_ANSWERS, Note, drain_failure, drain_warnings
-from coordinator.domain.remedies import machine_note as decided
-from coordinator.domain.status import stages
-from coordinator.domain.steps import History, machine_step
+from coordinator.domain.nodes.kubeaccess import NO_KUBECONFIG
+from coordinator.domain.rollout.planner import upgrade_plan
+from coordinator.domain.rollout.remedies import DRAIN_ANSWERS, Note, drain_failure, drain_warnings
+from coordinator.domain.rollout.remedies import machine_note as decided
+from coordinator.domain.rollout.steps import History, machine_step
+from coordinator.domain.views.status import stages
 from tests.support.builders import (
     at_release,
     cluster,

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.domain.assignment import assigned_phase
+from coordinator.domain.assignments.assignment import assigned_phase
 from coordinator.domain.model import DrainStage, DrainStatus, Machine, MachineState
-from coordinator.domain.planner import Decision, node_action, plan
-from coordinator.domain.removal import node_deletion_due, quorum_refusal, removal_drain
+from coordinator.domain.nodes.removal import node_deletion_due, quorum_refusal, removal_drain
+from coordinator.domain.rollout.planner import Decision, node_action, plan
 from tests.support.builders import (
     at_release,
     cluster,

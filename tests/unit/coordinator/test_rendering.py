@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.domain.assignment import AssignmentInputs, build_assignment
+from coordinator.domain.assignments.assignment import AssignmentInputs, build_assignment
 from coordinator.domain.errors import NotFound
-from coordinator.domain.fleet import MAX_MACHINES, Fleet, parse_fleet
 from coordinator.domain.model import MachineState
 from coordinator.domain.records import StoredCluster
-from coordinator.domain.rendering import (
+from coordinator.domain.views.fleet import MAX_MACHINES, Fleet, parse_fleet
+from coordinator.domain.views.rendering import (
     ORDER,
     RenderedMachine,
     Values,

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from coordinator.domain.assignments.reports import fold_report
 from coordinator.domain.errors import Conflict
 from coordinator.domain.model import DrainStage, DrainStatus, MachineState
-from coordinator.domain.reports import fold_report
 from nodeagent.wire.protocol import ItemReport, StateItem
 from tests.support.builders import cluster, item, items, machine
 

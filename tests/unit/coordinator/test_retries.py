@@ -10,11 +10,11 @@ from dataclasses import replace
 import pytest
 from pydantic import ValidationError
 
+from coordinator.domain.assignments.reports import fold_report
+from coordinator.domain.assignments.retries import retried
 from coordinator.domain.errors import Conflict
 from coordinator.domain.model import ItemProgress, Machine, MachineState
-from coordinator.domain.reports import fold_report
-from coordinator.domain.retries import retried
-from coordinator.domain.status import History, machine_step, post_deploy, stages
+from coordinator.domain.views.status import History, machine_step, post_deploy, stages
 from nodeagent.wire.protocol import ItemReport, StateItem
 from tests.support.builders import at_release, cluster, items, machine
 
@@ -125,7 +125,7 @@ def still_retrying() -> Machine:
 
 
 def retried_once() -> Machine:
-    return retried(SPEC, given_up(), now=200.0)[0]
+    return retried(SPEC, given_up(), now=200.0).machines[0]
 
 
 RETRIES = [
@@ -154,7 +154,9 @@ def test_retry_table(before: Callable[[], Machine], told: str) -> None:
         with pytest.raises(Conflict, match=f"w1: nothing to retry: {re.escape(told)}"):
             retried(SPEC, w1, now=300.0)
         return
-    again, recorded = retried(SPEC, w1, now=300.0)
+    change = retried(SPEC, w1, now=300.0)
+    (again,), (recorded,) = change.machines, change.events
+    assert list(change.wake) == [w1.id] and change.kick
     assert (again.retries, again.generation) == (w1.retries + 1, w1.generation + 1)
     assert recorded.kind == "retry" and recorded.message.startswith(
         f"w1: the operator retries {w1.progress.item}, which its agent gave up on")  # type: ignore[union-attr]

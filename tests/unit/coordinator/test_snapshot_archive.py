@@ -18,8 +18,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from coordinator.domain.archive import MAX_ROW
 from coordinator.domain.records import ClusterOutput
+from coordinator.domain.transfer.archive import MAX_ROW
 from coordinator.server import secrets_key
 from coordinator.server.pki import Pki
 from coordinator.service.snapshot import (

@@ -1,4 +1,4 @@
-"""What `cluster apply` stores over the stored spec (domain/specs.py), as tables: a file that
+"""What `cluster apply` stores over the stored spec (domain/specs/specs.py), as tables: a file that
 does not say settings.upgrade.paused keeps the stored pause (an apply that silently resumed
 would start the upgrade the operator held back), and the networking settings are fixed once
 the first manager was admitted into Deploy."""
@@ -11,7 +11,7 @@ import pytest
 
 from coordinator.domain.errors import Conflict
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
-from coordinator.domain.specs import check_fixed, load_spec, pause_kept
+from coordinator.domain.specs.specs import check_fixed, load_spec, pause_kept
 from tests.support.builders import machine
 
 S = MachineState

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from coordinator.domain.model import ItemProgress, Machine, MachineState, NodeStatus, phase_items
-from coordinator.domain.planner import plan_to_fixpoint
 from coordinator.domain.records import Event
-from coordinator.domain.status import History, machine_step, rollout, stages
+from coordinator.domain.rollout.planner import plan_to_fixpoint
+from coordinator.domain.views.status import History, machine_step, rollout, stages
 from tests.support.builders import cluster, finish_phase, items, machine
 
 SPEC = cluster(manager=items("prepare", 1, "m") + items("deploy", 2, "m"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coordinator.domain.steps import History
+from coordinator.domain.rollout.steps import History
 from coordinator.service.statuscache import Kept
 from tests.support.builders import machine
 

@@ -18,10 +18,10 @@ from coordinator.domain.model import (
     MachineState,
     NodeStatus,
 )
+from coordinator.domain.nodes.workloads import SystemWorkloads
 from coordinator.domain.records import Event
-from coordinator.domain.status import History, post_deploy, rollout, stages
-from coordinator.domain.statusmemo import StatusMemo
-from coordinator.domain.workloads import SystemWorkloads
+from coordinator.domain.views.status import History, post_deploy, rollout, stages
+from coordinator.domain.views.statusmemo import StatusMemo
 from tests.support.builders import cluster, finish_phase, items, machine
 
 PLAIN = cluster(manager=items("prepare", 1, "m") + items("deploy", 2, "m")

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from coordinator.domain.model import ClusterSpec
-from coordinator.domain.specs import load_spec
-from coordinator.domain.templating import template_problems, template_values
+from coordinator.domain.specs.specs import load_spec
+from coordinator.domain.specs.templating import template_problems, template_values
 from nodeagent.wire.templates import render
 from nodeagent.wire.validation import InvalidDocument
 from tests.support.builders import cluster, machine, node_facts

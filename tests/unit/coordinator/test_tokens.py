@@ -1,4 +1,4 @@
-"""Whether a join token or an admin token may be used (domain/tokens.py, what service/access.py
+"""Whether a join token or an admin token may be used (domain/machines/tokens.py, what service/access.py
 asks before a registration or an admin request is read), as tables: what the operator sees in
 `join-token list` and what a refused agent or admin client is told."""
 
@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
+from coordinator.domain.machines.tokens import ADMIN, READ_ONLY, admin_refusal, join_refusal, join_token_state
 from coordinator.domain.records import AdminToken, JoinToken
-from coordinator.domain.tokens import ADMIN, READ_ONLY, admin_refusal, join_refusal, join_token_state
 
 TOKEN = JoinToken("jt1", "edge", created_at=0.0, expires_at=100.0, max_uses=3, uses=1)
 # The token as stored, when it is presented, its state in `join-token list` and the refusal

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coordinator.domain.kubeaccess import KubeAccess, kube_access
 from coordinator.domain.model import (
     DrainStage,
     KubernetesSettings,
@@ -12,7 +11,8 @@ from coordinator.domain.model import (
     MachineState,
     phase_items,
 )
-from coordinator.domain.planner import (
+from coordinator.domain.nodes.kubeaccess import KubeAccess, kube_access
+from coordinator.domain.rollout.planner import (
     Decision,
     assignment_notices,
     enact,

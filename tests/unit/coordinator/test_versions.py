@@ -1,4 +1,4 @@
-"""The Kubernetes version rules of `cluster apply` and `upgrade plan` (domain/versions.py): a
+"""The Kubernetes version rules of `cluster apply` and `upgrade plan` (domain/releases/versions.py): a
 version change needs a new release, goes one minor at a time from the oldest version the
 cluster runs (an unfinished upgrade's machines counted), and never down unless forced, and
 then one minor at most; refusals name settings.kubernetes.version and the allowed versions."""
@@ -10,9 +10,8 @@ from dataclasses import replace
 import pytest
 
 from coordinator.domain.model import ClusterSpec, DrainStage, Machine, MachineState
-from coordinator.domain.planner import plan_to_fixpoint
-from coordinator.domain.releases import to_run
-from coordinator.domain.versions import (
+from coordinator.domain.releases.releases import to_run
+from coordinator.domain.releases.versions import (
     FIELD,
     admitted,
     allowed,
@@ -21,6 +20,7 @@ from coordinator.domain.versions import (
     parse,
     running,
 )
+from coordinator.domain.rollout.planner import plan_to_fixpoint
 from nodeagent.wire.protocol import StateItem
 from nodeagent.wire.validation import InvalidDocument
 from tests.support.builders import cluster, drained, finish_phase, item, machine

@@ -7,8 +7,8 @@ from dataclasses import replace
 from typing import Any
 
 from coordinator.domain.model import MachineState
-from coordinator.domain.status import History, stages
-from coordinator.domain.workloads import SystemWorkloads, short_of_available
+from coordinator.domain.nodes.workloads import SystemWorkloads, short_of_available
+from coordinator.domain.views.status import History, stages
 from tests.support.builders import cluster, machine
 
 

@@ -1,0 +1,66 @@
+"""A cluster spec as an operator sends it (`cluster apply`, the upgrade dry run, `init
+--cluster`): the model's validation, then the rules that need the whole spec, every problem
+with its line; and, against the cluster as it stands, what may no longer change. Specs
+already stored are not checked again: one stored before a rule existed must still load."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from coordinator.domain.errors import Conflict
+from coordinator.domain.model import ClusterSpec, Machine, first_manager
+from coordinator.domain.specs import outputs
+from coordinator.domain.specs.templating import template_problems
+from nodeagent.wire.protocol import Location
+from nodeagent.wire.validation import load_model
+
+# settings.kubernetes fields the control plane is built with: kubeadm writes them into the
+# cluster (certificates, kube-proxy, the CNI's pool) when the first manager deploys, and a
+# new value reaches no node that already joined. Changing them means a new cluster.
+FIXED_NETWORKING = ("control_plane_endpoint", "pod_subnet", "service_subnet", "cni")
+
+
+def load_spec(text: str, source: str | None = None) -> ClusterSpec:
+    """text as a spec, or InvalidDocument naming each problem, e.g. `line 14:
+    machineTypes.manager[2].action.argv[1]: unknown placeholder ${machine.hostnme} ...`."""
+    return load_model(ClusterSpec, text, source, rules=spec_problems)
+
+
+def spec_problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
+    """The rules that need the whole spec: placeholders, then outputs and conditions."""
+    return [*template_problems(spec), *outputs.problems(spec)]
+
+
+def pause_kept(before: ClusterSpec | None, spec: ClusterSpec) -> ClusterSpec:
+    """spec as applied over before: a file that does not say settings.upgrade.paused keeps
+    the stored pause. `upgrade pause` then `cluster apply` of a new release is how a change is
+    staged (and checked with `upgrade plan -f`); an apply that silently resumed would start
+    the very upgrade the operator held back. A file that says `paused:` is obeyed."""
+    settings = spec.settings
+    said = ("settings" in spec.model_fields_set and "upgrade" in settings.model_fields_set
+            and "paused" in settings.upgrade.model_fields_set)
+    if before is None or said or before.settings.upgrade.paused == settings.upgrade.paused:
+        return spec
+    upgrade = settings.upgrade.model_copy(update={"paused": before.settings.upgrade.paused})
+    return spec.model_copy(update={"settings": settings.model_copy(update={"upgrade": upgrade})})
+
+
+def check_fixed(before: ClusterSpec, after: ClusterSpec, machines: Iterable[Machine]) -> None:
+    """Conflict naming every field after changes that may no longer change: the networking
+    settings are fixed once a manager was admitted into Deploy (the first manager's `kubeadm
+    init` may have run with them), and stay so while it or a manager after it exists."""
+    manager = first_manager(machines, leaving=True)
+    if manager is None:
+        return
+    old, new = before.settings.kubernetes, after.settings.kubernetes
+    fixed = [f"settings.kubernetes.{type(old).model_fields[name].alias} cannot change from "
+             f"{_shown(getattr(old, name))} to {_shown(getattr(new, name))}: the cluster's "
+             f"networking is fixed once the first manager deployed ({manager.hostname} is "
+             f"{manager.state.value}); keep the value, or create a new cluster for the new one"
+             for name in FIXED_NETWORKING if getattr(old, name) != getattr(new, name)]
+    if fixed:
+        raise Conflict(f"cluster {after.name} not applied: " + "; ".join(fixed))
+
+
+def _shown(value: object) -> str:
+    return "unset" if value is None else str(value)

@@ -57,20 +57,32 @@ class Change:
 
 
 def combined(changes: Iterable[Change]) -> Change:
-    """One change doing what each does, in order (the last move target wins)."""
-    total = Change()
+    """One change doing what each does, in order (the last move target wins). Linear in the
+    changes: a group commit combines one per report of its batch."""
+    machines: list[Machine] = []
+    events: list[Event] = []
+    removed: dict[str, float] = {}
+    outputs: dict[str, Mapping[str, ClusterOutput]] = {}
+    clusters: list[StoredCluster] = []
+    dropped: list[str] = []
+    wake: list[str] = []
+    retarget: Retarget | None = None
+    token_use: TokenUse | None = None
+    kick = False
     for change in changes:
-        total = replace(
-            total, machines=[*total.machines, *change.machines],
-            events=[*total.events, *change.events],
-            removed={**total.removed, **change.removed},
-            outputs={**total.outputs, **change.outputs},
-            clusters=[*total.clusters, *change.clusters],
-            retarget=change.retarget if change.retarget is not None else total.retarget,
-            dropped=[*total.dropped, *change.dropped],
-            token_use=change.token_use or total.token_use,
-            wake=[*total.wake, *change.wake], kick=total.kick or change.kick)
-    return total
+        machines += change.machines
+        events += change.events
+        removed.update(change.removed)
+        outputs.update(change.outputs)
+        clusters += change.clusters
+        dropped += change.dropped
+        wake += change.wake
+        retarget = change.retarget if change.retarget is not None else retarget
+        token_use = change.token_use or token_use
+        kick = kick or change.kick
+    return Change(machines=machines, events=events, removed=removed, outputs=outputs,
+                  clusters=clusters, retarget=retarget, dropped=dropped, token_use=token_use,
+                  wake=wake, kick=kick)
 
 
 def bumped(machines: Iterable[Machine]) -> list[Machine]:

@@ -57,20 +57,31 @@ class Change:
 
 
 def combined(changes: Iterable[Change]) -> Change:
-    """One change doing what each does, in order (the last move target wins)."""
-    total = Change()
+    """One change doing what each does, in order (the last move target wins; a machine two
+    changes write is written once, as the later one left it: a batch of reports from one
+    agent costs one row)."""
+    machines: dict[str, Machine] = {}
+    events: list[Event] = []
+    removed: dict[str, float] = {}
+    outputs: dict[str, Mapping[str, ClusterOutput]] = {}
+    clusters: list[StoredCluster] = []
+    dropped: list[str] = []
+    wake: list[str] = []
+    retarget, token_use, kick = None, None, False
     for change in changes:
-        total = replace(
-            total, machines=[*total.machines, *change.machines],
-            events=[*total.events, *change.events],
-            removed={**total.removed, **change.removed},
-            outputs={**total.outputs, **change.outputs},
-            clusters=[*total.clusters, *change.clusters],
-            retarget=change.retarget if change.retarget is not None else total.retarget,
-            dropped=[*total.dropped, *change.dropped],
-            token_use=change.token_use or total.token_use,
-            wake=[*total.wake, *change.wake], kick=total.kick or change.kick)
-    return total
+        machines.update((m.id, m) for m in change.machines)
+        events += change.events
+        removed.update(change.removed)
+        outputs.update(change.outputs)
+        clusters += change.clusters
+        dropped += change.dropped
+        wake += change.wake
+        retarget = change.retarget if change.retarget is not None else retarget
+        token_use = change.token_use or token_use
+        kick = kick or change.kick
+    return Change(machines=list(machines.values()), events=events, removed=removed,
+                  outputs=outputs, clusters=clusters, retarget=retarget, dropped=dropped,
+                  token_use=token_use, wake=wake, kick=kick)
 
 
 def bumped(machines: Iterable[Machine]) -> list[Machine]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for the tests' harness
 
+from coordinator.domain.changes import Change
 from coordinator.domain.model import ItemProgress, Machine, MachineState
 from coordinator.domain.records import Event
 from coordinator.domain.views.status import History, machine_step, rollout, stages
@@ -102,9 +103,9 @@ async def endpoint_seconds(directory: Path, machines: list[Machine], events: lis
                 await timed(f"{status}?machines=false", "steady")
             for n in range(runs):
                 moved = replace(machines[n * 7 % len(machines)], state_since=time.time())
-                await env.coordinator.writes.commit([moved], [Event(
+                await env.coordinator.writes.apply(Change(machines=[moved], events=[Event(
                     time=moved.state_since, cluster="bench", kind="state", message="",
-                    machine=moved.id, hostname=moved.hostname, data={"from": "Prepare", "to": "Deploy"})])
+                    machine=moved.id, hostname=moved.hostname, data={"from": "Prepare", "to": "Deploy"})]))
                 await timed(f"{status}?machines=false", "changing")
             for _ in range(runs):
                 await timed(status, "machines")

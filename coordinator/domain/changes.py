@@ -57,20 +57,19 @@ class Change:
 
 
 def combined(changes: Iterable[Change]) -> Change:
-    """One change doing what each does, in order (the last move target wins). Linear in the
-    changes: a group commit combines one per report of its batch."""
-    machines: list[Machine] = []
+    """One change doing what each does, in order (the last move target wins; a machine two
+    changes write is written once, as the later one left it: a batch of reports from one
+    agent costs one row)."""
+    machines: dict[str, Machine] = {}
     events: list[Event] = []
     removed: dict[str, float] = {}
     outputs: dict[str, Mapping[str, ClusterOutput]] = {}
     clusters: list[StoredCluster] = []
     dropped: list[str] = []
     wake: list[str] = []
-    retarget: Retarget | None = None
-    token_use: TokenUse | None = None
-    kick = False
+    retarget, token_use, kick = None, None, False
     for change in changes:
-        machines += change.machines
+        machines.update((m.id, m) for m in change.machines)
         events += change.events
         removed.update(change.removed)
         outputs.update(change.outputs)
@@ -80,9 +79,9 @@ def combined(changes: Iterable[Change]) -> Change:
         retarget = change.retarget if change.retarget is not None else retarget
         token_use = change.token_use or token_use
         kick = kick or change.kick
-    return Change(machines=machines, events=events, removed=removed, outputs=outputs,
-                  clusters=clusters, retarget=retarget, dropped=dropped, token_use=token_use,
-                  wake=wake, kick=kick)
+    return Change(machines=list(machines.values()), events=events, removed=removed,
+                  outputs=outputs, clusters=clusters, retarget=retarget, dropped=dropped,
+                  token_use=token_use, wake=wake, kick=kick)
 
 
 def bumped(machines: Iterable[Machine]) -> list[Machine]:

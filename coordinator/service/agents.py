@@ -14,15 +14,13 @@ from dataclasses import replace
 from coordinator.domain.assignments.assignment import AssignmentInputs, build_assignment, may_host_post_deploy
 from coordinator.domain.assignments.etags import Version, may_wait, not_modified
 from coordinator.domain.assignments.reports import fold_report, refresh_kubeconfig
-from coordinator.domain.changes import Change, TokenUse
-from coordinator.domain.errors import Conflict, Unauthorized
-from coordinator.domain.events import event
+from coordinator.domain.changes import Change, combined
+from coordinator.domain.errors import Unauthorized
 from coordinator.domain.machines.approval import prechecked
-from coordinator.domain.machines.registration import Credential, registered, registered_before
+from coordinator.domain.machines.registration import Credential, registered, registered_before, rotated
 from coordinator.domain.machines.reissue import rejoin_refusal, rejoined
 from coordinator.domain.machines.tokens import new_token, reissued_machine, token_hash
 from coordinator.domain.model import ClusterSpec, Machine, deployed_managers
-from coordinator.domain.records import Event
 from coordinator.domain.specs.outputs import cluster_outputs
 from coordinator.service.access import Access
 from coordinator.service.groupcommit import GroupCommit, Pending
@@ -80,9 +78,9 @@ class Agents:
                 return RegisterResponse(machine_id=registered_before(owner, request), credential=secret,
                                         credential_expires_at=owner.expires_at)
             rejoining = reissued_machine(request.join_token)
-            use = None  # a reissue string is the machine's own: no join token's use
             if rejoining is not None:
-                machine, events = await self._rejoined(rejoining, request, credential, now)
+                change = rejoined(await self._rejoining(rejoining, request, now), request,
+                                  credential, now)
             else:
                 cluster = await self.access.usable_join_token(request.join_token)
                 settings = (await self.queries.cluster(cluster)).spec.settings
@@ -91,24 +89,19 @@ class Agents:
                 new_id = str(uuid.uuid4())
                 clones = await self.queries.clones(
                     new_id, request.precheck.model_dump(mode="json", by_alias=True))
-                machine, events = registered(cluster, settings, existing, request, credential,
-                                             new_id, now, clones)
-                # Only a registration that is written uses the token (a 409 costs nothing),
-                # counted in its transaction: a crash never costs a use without the machine.
-                use = TokenUse(token_hash(request.join_token), now)
+                change = registered(cluster, settings, existing, request, credential, new_id,
+                                    now, clones)
             try:
-                await self.writes.apply(Change(machines=[machine], events=events, token_use=use))
+                await self.writes.apply(change)
             except TokenRefused:
                 raise await self.access.join_refused(request.join_token) from None
-        self.notifier.changed()
-        self.notifier.kick()
-        return RegisterResponse(machine_id=machine.id, credential=secret,
+        self.writes.wake(change)
+        return RegisterResponse(machine_id=change.machines[0].id, credential=secret,
                                 credential_expires_at=credential.expires_at)
 
-    async def _rejoined(self, machine_id: str, request: RegisterRequest, credential: Credential,
-                        now: float) -> tuple[Machine, list[Event]]:
-        """The machine a reissue string is bound to, with the new credential (domain/machines/reissue.py);
-        refused saying why when the string or the node is not the one it was issued for."""
+    async def _rejoining(self, machine_id: str, request: RegisterRequest, now: float) -> Machine:
+        """The machine a reissue string is bound to (domain/machines/reissue.py); refused
+        saying why when the string or the node is not the one it was issued for."""
         machine = await self.store.get_machine(machine_id)
         if machine is None:
             raise Unauthorized(f"this reissue string's machine is gone: "
@@ -116,26 +109,19 @@ class Agents:
         refused = rejoin_refusal(machine, token_hash(request.join_token), request.hostname, now)
         if refused is not None:
             raise refused
-        updated, rebound = rejoined(machine, request, credential, now)
-        return updated, [rebound]
+        return machine
 
     async def rotate_credential(self, machine_id: str, secret: str) -> float | None:
         """Replace a machine's credential with one its agent chose (and saved before asking,
         so a lost answer never locks it out). Returns the new expiry. A credential another
-        machine holds is refused: each one names a single machine."""
+        machine holds is refused (registration.rotated)."""
         async with self.writes.lock:
             machine = await self.queries.machine_by_id(machine_id)
             credential = self._credential(secret, self.clock())
             owner = await self.store.credential_owner(credential.hash)
-            if owner is not None and owner.machine_id != machine_id:
-                raise Conflict("credential: another machine holds this credential; choose a "
-                               "new one")
-            updated = replace(machine, credential_hash=credential.hash,
-                              credential_expires_at=credential.expires_at)
-            await self.writes.commit([updated], [event(
-                self.clock(), machine.cluster, "credential",
-                f"{machine.hostname} rotated its credential", updated,
-                {"expires_at": credential.expires_at})])
+            change = rotated(machine, owner, credential, self.clock())
+            await self.writes.apply(change)
+        self.writes.wake(change)
         return credential.expires_at
 
     async def update_precheck(self, machine_id: str, report: PrecheckReport) -> Machine:
@@ -146,11 +132,10 @@ class Agents:
             settings = (await self.queries.cluster(machine.cluster)).spec.settings
             clones = await self.queries.clones(machine.id, report.model_dump(mode="json",
                                                                              by_alias=True))
-            updated, events = prechecked(settings, machine, report, self.clock(), clones)
-            await self.writes.commit([updated], events)
-        self.notifier.changed()
-        self.notifier.kick()
-        return updated
+            change = prechecked(settings, machine, report, self.clock(), clones)
+            await self.writes.apply(change)
+        self.writes.wake(change)
+        return change.machines[0]
 
     async def refresh_kubeconfig(self, machine_id: str, sent: KubeconfigRefresh) -> bool:
         """A manager's agent sent again the file of an applied kubeconfigFrom item, which
@@ -159,13 +144,13 @@ class Agents:
         async with self.writes.lock:
             machine = await self.queries.machine_by_id(machine_id)
             spec = (await self.queries.cluster(machine.cluster)).spec
-            folded = refresh_kubeconfig(spec, machine, sent.item, sent.fingerprint,
+            change = refresh_kubeconfig(spec, machine, sent.item, sent.fingerprint,
                                         sent.kubeconfig, self.clock())
-            if folded.machine != machine or folded.events:
-                await self.writes.commit([folded.machine], folded.events)
-        if folded.machine != machine:
-            self.notifier.changed()
-        return folded.machine.kubeconfig == sent.kubeconfig
+            if change.writes:
+                await self.writes.apply(change)
+        self.writes.wake(change)
+        held = change.machines[0] if change.machines else machine
+        return held.kubeconfig == sent.kubeconfig
 
     async def assignment_of(self, inputs: AssignmentInputs) -> Assignment:
         host = await self.post_deploy.host(inputs.stored) \
@@ -215,15 +200,14 @@ class Agents:
         await self._reports.submit((machine_id, report))
 
     async def _write_reports(self, batch: list[Pending[tuple[str, ItemReport]]]) -> None:
-        """Fold the reports in arrival order (a machine's second report on top of its first)
-        and commit them in one transaction; a report that does not fit (unknown machine or
-        item, bad kubeconfig) is refused alone and changes nothing. Runs under the write lock
-        (taken by the group commit)."""
+        """Fold the reports in arrival order (a machine's second report on top of its first),
+        each decided as a `Change`, and apply them combined in one transaction; a report that
+        does not fit (unknown machine or item, bad kubeconfig) is refused alone and changes
+        nothing. Runs under the write lock (taken by the group commit)."""
         machines = {m.id: m for m in await self.store.get_machines({p.request[0] for p in batch})}
         known: dict[str, tuple[ClusterSpec, tuple[str, ...], dict[str, str]]] = {}
-        updated: dict[str, Machine] = {}
-        events: list[Event] = []
-        accepted: list[tuple[Machine, ItemReport]] = []
+        changes: list[Change] = []
+        hosts: set[str] = set()  # clusters whose post-deploy step was reported on
         for pending in batch:
             machine_id, report = pending.request
             try:
@@ -233,25 +217,20 @@ class Agents:
                 if machine.cluster not in known:
                     known[machine.cluster] = await self._reportable(machine.cluster)
                 spec, managers, outputs = known[machine.cluster]
-                folded = fold_report(spec, managers, machine, report, self.clock(), outputs)
+                change = fold_report(spec, managers, machine, report, self.clock(), outputs)
             except Exception as exc:  # this caller's answer, not the batch's
                 pending.fail(exc)
                 continue
-            machines[machine_id] = updated[machine_id] = folded.machine
-            events += folded.events
-            accepted.append((folded.machine, report))
-        if accepted:
-            await self._accepted(list(updated.values()), events, accepted)
-
-    async def _accepted(self, machines: list[Machine], events: list[Event],
-                        accepted: list[tuple[Machine, ItemReport]]) -> None:
-        await self.writes.commit(machines, events)
-        for machine, report in accepted:
+            machines[machine_id] = change.machines[0]
+            changes.append(change)
             if report.phase == "postdeploy":
-                self.post_deploy.forget(machine.cluster)
-        self.notifier.changed()
-        if any(report.status == "succeeded" for _, report in accepted):
-            self.notifier.kick()
+                hosts.add(machine.cluster)
+        if changes:
+            batched = combined(changes)
+            await self.writes.apply(batched)
+            for cluster in hosts:  # once written: the post-deploy step's host is read anew
+                self.post_deploy.forget(cluster)
+            self.writes.wake(batched)
 
     async def _reportable(self, cluster: str
                           ) -> tuple[ClusterSpec, tuple[str, ...], dict[str, str]]:

@@ -58,16 +58,9 @@ class Writes:
         if change.kick:
             self.notifier.kick()
 
-    async def commit(self, machines: Sequence[Machine], events: Sequence[Event],
-                     removed: Mapping[str, float] | None = None) -> None:
-        """Write machines and events, and remove machines (id -> when): `apply` of that
-        change, through Store.commit (the path group commits and loops are counted on)."""
-        await self.store.commit(machines, events, removed)
-        log_events(events)
-        self.mark(removed or {}, machines)
-
     async def record(self, events: Sequence[Event]) -> None:
-        """Write events that change no machine."""
+        """Write events that change no machine and that no operation decided (the audit, the
+        refusals counted): nothing to mark for the pass, tell authentication or relay."""
         await self.store.commit([], events)
         log_events(events)
 

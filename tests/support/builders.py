@@ -7,10 +7,14 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
+import pytest
+
+from coordinator.domain.changes import Change
+from coordinator.domain.errors import Conflict
 from coordinator.domain.model import (
     DEPLOYED_STATES,
     PHASE_OF_STATE,
@@ -28,6 +32,7 @@ from coordinator.domain.model import (
     pending_items,
 )
 from coordinator.domain.nodes.nodes import desired_metadata, observed
+from coordinator.domain.records import Event
 from coordinator.domain.releases.releases import baseline
 from coordinator.domain.rollout.planner import Decision
 from coordinator.store.cipher import Cipher
@@ -137,6 +142,31 @@ machineTypes:
     - {{name: join, phase: deploy, action: {{type: exec, argv: ["true"]}}}}
     - {{name: kubelet, phase: upgrade, version: "{release}", action: {{type: exec, argv: ["true"]}}}}
 """
+
+
+# -- decisions as the tests read them --------------------------------------------------------------
+
+class Decided(NamedTuple):
+    """A decision about one machine, read as the tests read it: that machine and its events."""
+
+    machine: Machine
+    events: list[Event]
+
+
+def decided(change: Change) -> Decided:
+    """The one machine a change writes, and its events."""
+    (machine,) = change.machines
+    return Decided(machine, list(change.events))
+
+
+def change_or_refusal(decide: Callable[[], Change], refused: str | None) -> Change | None:
+    """What a table row expects of a decision: its change, or (refused: the message it
+    matches) a Conflict and nothing decided (None)."""
+    if refused is None:
+        return decide()
+    with pytest.raises(Conflict, match=refused):
+        decide()
+    return None
 
 
 # -- cluster specs as models ---------------------------------------------------------------------

@@ -1,12 +1,14 @@
-"""Folding an agent's item report into its machine: pure, so every rule of what a report may
-carry and what it changes is tested without a store or a server."""
+"""Folding an agent's item report into its machine, and a kubeconfig's refresh: pure, so every
+rule of what a report may carry and what it changes is tested without a store or a server.
+Each decides one `Change`; a group commit's batch is `combined` of its reports' changes."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from coordinator.domain.assignments.assignment import running_phases
+from coordinator.domain.changes import Change
 from coordinator.domain.durations import utc
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
@@ -28,14 +30,6 @@ from nodeagent.wire.protocol import ItemReport, StateItem, VersionAction, instal
 from nodeagent.wire.redact import mask_values
 
 
-@dataclass(frozen=True)
-class Folded:
-    """A machine once a report is in, and the events that say what happened."""
-
-    machine: Machine
-    events: list[Event]
-
-
 def reportable_items(spec: ClusterSpec, machine: Machine,
                      managers: Sequence[str]) -> dict[str, StateItem]:
     """Every item a report from machine may name, by fingerprint: those of its current
@@ -50,8 +44,9 @@ def reportable_items(spec: ClusterSpec, machine: Machine,
 
 def fold_report(spec: ClusterSpec, managers: Sequence[str], machine: Machine,
                 report: ItemReport, now: float, cluster: Mapping[str, str] | None = None,
-                ) -> Folded:
-    """The machine once `report` is in. Raises Conflict for a report that does not fit: an
+                ) -> Change:
+    """The machine once `report` is in, the events that say what happened, and a pass asked
+    for when the item succeeded (the machine may move on). Raises Conflict for a report that does not fit: an
     item that is not in the machine's current assignment (reportable_items) or under another
     name, or a kubeconfig from an item that may not send one. cluster: the cluster's outputs
     (outputs.cluster_outputs), which an output produced with another value never replaces:
@@ -93,8 +88,9 @@ def fold_report(spec: ClusterSpec, managers: Sequence[str], machine: Machine,
     differs = [event(now, machine.cluster, "output-differs",
                      f"{machine.hostname}: {differing_text(differ, {})}", updated,
                      {"outputs": differ})] if differ else []
-    return Folded(updated, [reported, *kubeconfig_events, *differs,
-                            *_post_deploy_check(spec, updated, item, report, now)])
+    return Change(machines=[updated], events=[
+        reported, *kubeconfig_events, *differs,
+        *_post_deploy_check(spec, updated, item, report, now)], kick=succeeded)
 
 
 def _masked(report: ItemReport, machine: Machine, produced: dict[str, str]) -> ItemReport:
@@ -178,12 +174,13 @@ def _taken(machine: Machine, item: StateItem, text: str, now: float) -> tuple[st
 
 
 def refresh_kubeconfig(spec: ClusterSpec, machine: Machine, name: str, fingerprint: str,
-                       text: str, now: float) -> Folded:
+                       text: str, now: float) -> Change:
     """The machine once its agent sent again the file of an applied kubeconfigFrom item, which
     changed on disk (certificates renewed by hand, or by kubeadm): taken as a report of the item
     would be, never an older copy, and never one naming another API server than the one held
     (a refresh renews credentials; moving elsewhere takes the item's run). Conflict unless the
-    machine is a manager that is not leaving and applied that item in that version."""
+    machine is a manager that is not leaving and applied that item in that version. The change
+    is empty when the file is the one held (nothing to write)."""
     item = next((i for i in spec.machine_types.manager if i.name == name
                  and i.fingerprint() == fingerprint and i.kubeconfig_from is not None), None)
     if (item is None or machine.role != "manager" or fingerprint not in machine.applied
@@ -193,13 +190,15 @@ def refresh_kubeconfig(spec: ClusterSpec, machine: Machine, name: str, fingerpri
                        "file again")
     held, sent = server_of(machine.kubeconfig), server_of(text)
     if machine.kubeconfig and held != sent:  # renewed credentials, never another API server
-        return Folded(machine, [event(
+        return Change(machines=[machine], events=[event(
             now, machine.cluster, "kubeconfig", f"{machine.hostname}: the kubeconfig item "
             f"{item.name} left in {item.kubeconfig_from} changed on disk and names another API "
             f"server ({sent}) than the one held ({held}): kept out; a release that runs the "
             "item again brings it", machine, {"item": item.name})])
     kubeconfig, events = _taken(machine, item, text, now)
-    return Folded(replace(machine, kubeconfig=kubeconfig), events)
+    if kubeconfig == machine.kubeconfig and not events:
+        return Change()
+    return Change(machines=[replace(machine, kubeconfig=kubeconfig)], events=events)
 
 
 def _post_deploy_check(spec: ClusterSpec, machine: Machine, item: StateItem, report: ItemReport,

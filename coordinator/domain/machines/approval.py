@@ -132,12 +132,13 @@ def auto_approved(settings: ClusterSettings, machine: Machine,
 
 
 def prechecked(settings: ClusterSettings, machine: Machine, report: PrecheckReport,
-               now: float, clones: tuple[str, ...] = ()) -> tuple[Machine, list[Event]]:
+               now: float, clones: tuple[str, ...] = ()) -> Change:
     """A Pending machine's new precheck report (its agent checked again, e.g. after the
     operator fixed the host) recorded, and the machine auto-approved as a registration with
     this report would have approved it; or a prepared machine's report after Prepare, which
     admits it into Deploy once it passes (domain/rollout/prerequisites.py). clones: what of the
-    report's product_uuid and MACs other machines hold (domain/machines/clones.py)."""
+    report's product_uuid and MACs other machines hold (domain/machines/clones.py). One
+    `Change`: the machine, its events, and a pass asked for."""
     after_prepare = machine.state is MachineState.PREPARE
     if not after_prepare and machine.state is not MachineState.PENDING:
         raise Conflict(f"{machine.hostname} is {machine.state.value}: prechecks only matter "
@@ -154,12 +155,13 @@ def prechecked(settings: ClusterSettings, machine: Machine, report: PrecheckRepo
         message = (f"{machine.hostname}'s Kubernetes prerequisites hold after Prepare"
                    if not unmet else f"{machine.hostname}'s Kubernetes prerequisites fail "
                    "after Prepare: " + "; ".join(unmet))
-        return updated, [event(now, machine.cluster, "precheck", message, updated,
-                               {"precheck_failures": unmet})]
+        return Change(machines=[updated], events=[event(
+            now, machine.cluster, "precheck", message, updated, {"precheck_failures": unmet})],
+            kick=True)
     failures = approval_failures(settings, updated)
     message = (f"{machine.hostname} prechecks now pass" if not failures else
                f"{machine.hostname} prechecks still fail: " + "; ".join(failures))
     recorded = event(now, machine.cluster, "precheck", message, updated,
                      {"precheck_failures": failures})
     approved, approval = auto_approved(settings, updated, now)
-    return approved, [recorded, *approval]
+    return Change(machines=[approved], events=[recorded, *approval], kick=True)

@@ -1,19 +1,22 @@
 """What a registration does to the machines of a cluster: a new Pending machine, approved at
 once when the cluster auto-approves and its prechecks pass (domain/machines/approval.py); or nothing
 when it retries one whose answer was lost. A machine of the hostname already there, Pending or
-not, is never displaced: only its own credential gets it back (retried).
+not, is never displaced: only its own credential gets it back (retried). And a machine's
+credential rotated by its agent. Each decided whole, as one `Change`.
 Pure: the service supplies the id, the credential's hash, the machine that credential belongs
 to and the time."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from coordinator.domain.changes import Change, TokenUse
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.machines.approval import approval_failures, auto_approved
+from coordinator.domain.machines.tokens import token_hash
 from coordinator.domain.model import ClusterSettings, Machine, same_hostname
-from coordinator.domain.records import CredentialOwner, Event
+from coordinator.domain.records import CredentialOwner
 from nodeagent.wire.protocol import RegisterRequest
 
 
@@ -46,8 +49,10 @@ def _spelt(existing: Machine, request: RegisterRequest) -> str:
 
 def registered(cluster: str, settings: ClusterSettings, existing: Machine | None,
                request: RegisterRequest, credential: Credential, new_id: str,
-               now: float, clones: tuple[str, ...] = ()) -> tuple[Machine, list[Event]]:
-    """The machine once `request` is registered, and its events. A join token must never let
+               now: float, clones: tuple[str, ...] = ()) -> Change:
+    """The machine once `request` is registered, its events and its join token's use (counted
+    in the same transaction, so a crash never costs a use without the machine; a refused
+    registration costs none), and a pass asked for. A join token must never let
     a second node take over a machine another agent registered, admitted or Pending (an admin
     approving the name would approve the newcomer): a machine of that hostname (model.
     same_hostname: W1 is w1) is refused, naming it. clones: what of its product_uuid and
@@ -71,5 +76,20 @@ def registered(cluster: str, settings: ClusterSettings, existing: Machine | None
     if failures:
         message += "; hard prechecks failed: " + "; ".join(failures)
     machine, approval = auto_approved(settings, machine, now)
-    return machine, [event(now, cluster, "registered", message, machine,
-                           {"precheck_failures": failures}), *approval]
+    return Change(machines=[machine], events=[event(now, cluster, "registered", message, machine,
+                                                    {"precheck_failures": failures}), *approval],
+                  token_use=TokenUse(token_hash(request.join_token), now), kick=True)
+
+
+def rotated(machine: Machine, owner: CredentialOwner | None, credential: Credential,
+            now: float) -> Change:
+    """The machine once its agent rotated its credential to one it chose (owner: the machine
+    that credential belongs to already, if any), with its event. A credential another machine
+    holds is refused: each one names a single machine."""
+    if owner is not None and owner.machine_id != machine.id:
+        raise Conflict("credential: another machine holds this credential; choose a new one")
+    updated = replace(machine, credential_hash=credential.hash,
+                      credential_expires_at=credential.expires_at)
+    return Change(machines=[updated], events=[event(
+        now, machine.cluster, "credential", f"{machine.hostname} rotated its credential",
+        updated, {"expires_at": credential.expires_at})])

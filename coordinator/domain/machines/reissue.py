@@ -78,16 +78,17 @@ def rejoin_refusal(machine: Machine, hashed: str, hostname: str, now: float) -> 
 
 
 def rejoined(machine: Machine, request: RegisterRequest, credential: Credential,
-             now: float) -> tuple[Machine, Event]:
+             now: float) -> Change:
     """The machine once its agent registered with its reissue string: the new credential
-    bound to the same record (id, state, items, history), the string used up. The address
-    it was approved at is kept; its facts and precheck report are the ones just sent."""
+    bound to the same record (id, state, items, history), the string used up, its event and
+    a pass asked for. The address it was approved at is kept; its facts and precheck report
+    are the ones just sent. No join token's use: the string is the machine's own."""
     updated = replace(machine, credential_hash=credential.hash,
                       credential_expires_at=credential.expires_at, reissue_used_at=now,
                       last_seen=now, facts=request.facts,
                       precheck=request.precheck.model_dump(mode="json", by_alias=True),
                       generation=machine.generation + 1)
-    return updated, event(now, machine.cluster, "rejoined",
-                          f"{machine.hostname} rejoined from {request.ip} with its reissue "
-                          f"string: a new credential bound to its record ({machine.state.value}, "
-                          "items and history kept)", updated)
+    return Change(machines=[updated], events=[event(
+        now, machine.cluster, "rejoined", f"{machine.hostname} rejoined from {request.ip} with "
+        f"its reissue string: a new credential bound to its record ({machine.state.value}, "
+        "items and history kept)", updated)], kick=True)

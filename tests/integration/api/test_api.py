@@ -370,13 +370,13 @@ async def test_reports_sent_together_are_committed_together_and_each_answered_on
     ghost = {**setup, "name": "ghost"}
     store = env.store
     commits: list[int] = []
-    commit = store.commit
+    apply = store.apply  # every transaction of the store's
 
     async def counted(*args: Any, **kwargs: Any) -> Any:
         commits.append(1)
-        return await commit(*args, **kwargs)
+        return await apply(*args, **kwargs)
 
-    monkeypatch.setattr(store, "commit", counted)
+    monkeypatch.setattr(store, "apply", counted)
     queued: list[object] = []
     submit = GroupCommit.submit
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from coordinator.domain.changes import Change
 from coordinator.domain.model import MachineState
 from coordinator.domain.records import Event
 from tests.support.builders import API_CLUSTER, item_report
@@ -95,10 +96,11 @@ async def test_a_status_computed_after_a_prune_reads_only_the_history_left(
     env.clock.now += 50
     machine = await env.store.get_machine(agent["machine_id"])
     assert machine is not None and machine.state is MachineState.PREPARE
-    await env.coordinator.writes.commit(
-        [replace(machine, state=MachineState.DEPLOY, state_since=env.clock.now)],
-        [Event(time=env.clock.now, cluster="lab", kind="state", message="", machine=machine.id,
-               hostname=machine.hostname, data={"from": "Prepare", "to": "Deploy"})])
+    await env.coordinator.writes.apply(Change(
+        machines=[replace(machine, state=MachineState.DEPLOY, state_since=env.clock.now)],
+        events=[Event(time=env.clock.now, cluster="lab", kind="state", message="",
+                      machine=machine.id, hostname=machine.hostname,
+                      data={"from": "Prepare", "to": "Deploy"})]))
 
     async def rollout_began() -> float:
         status = await env.call("GET", "/v1/clusters/lab/status?machines=false", 200)

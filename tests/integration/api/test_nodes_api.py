@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.domain.changes import Change
 from coordinator.domain.nodes.nodes import (
     MACHINE_ID_LABEL,
     NODE_HEALTH_SECONDS,
@@ -317,7 +318,7 @@ async def settled_fleet(env: InProcessCoordinator, kube: KubeApiServer, count: i
                     last_seen=now + 10 * NODE_HEALTH_SECONDS)  # they answer all along: idle
         fleet.append(replace(m, node=observed(None, now, m.hostname, ("True", "KubeletReady", ""),
                                               desired_metadata(spec, m).digest())))
-    await env.coordinator.writes.commit(fleet, [])
+    await env.coordinator.writes.apply(Change(machines=fleet))
     with kube.locked() as cluster:
         for m in fleet:
             cluster.add_node(m.hostname, {MACHINE_ID_LABEL: m.id})

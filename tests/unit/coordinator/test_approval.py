@@ -18,7 +18,7 @@ from nodeagent.prechecks.resources import evaluate_cpu, evaluate_memory
 from nodeagent.wire.contract import ROLES, Role
 from nodeagent.wire.minimums import MiB
 from nodeagent.wire.protocol import PrecheckReport, RegisterRequest, Status
-from tests.support.builders import FOREIGN_OS, machine, precheck_report
+from tests.support.builders import FOREIGN_OS, change_or_refusal, decided, machine, precheck_report
 
 SMALL = {"cpus": 1, "memory": 1024 * MiB}  # a worker's minimums, a manager's not
 AUTO_MANAGER = ClusterSettings(autoApprove=True, autoApproveRole="manager")
@@ -127,8 +127,8 @@ def request(hostname: str, **report: Any) -> RegisterRequest:
 
 
 def test_a_registration_not_auto_approved_as_a_manager_says_why() -> None:
-    m1, events = registered("edge", AUTO_MANAGER, None, request("m1", **SMALL),
-                            Credential("hash", None), "id-1", 5.0)
+    m1, events = decided(registered("edge", AUTO_MANAGER, None, request("m1", **SMALL),
+                                    Credential("hash", None), "id-1", 5.0))
     assert not m1.approved
     assert [e.kind for e in events] == ["registered"]
     assert events[0].message.endswith("; hard prechecks failed: cpu: 1 CPU(s); a manager needs "
@@ -139,17 +139,17 @@ def test_a_registration_not_auto_approved_as_a_manager_says_why() -> None:
 def test_prechecks_that_pass_later_auto_approve_the_machine_as_registration_would() -> None:
     failing = pending(failing=FOREIGN_OS)
     report = PrecheckReport.model_validate(precheck_report("m1"))
-    now_passing, events = prechecked(AUTO_WORKER, failing, report, 7.0)
+    now_passing, events = decided(prechecked(AUTO_WORKER, failing, report, 7.0))
     assert (now_passing.approved, now_passing.role) == (True, "worker")
     assert now_passing.generation == failing.generation + 1
     assert [(e.kind, e.message) for e in events] == [
         ("precheck", "m1 prechecks now pass"), ("approved", "m1 auto-approved as worker")]
 
-    by_hand, events = prechecked(ClusterSettings(), failing, report, 7.0)
+    by_hand, events = decided(prechecked(ClusterSettings(), failing, report, 7.0))
     assert not by_hand.approved and [e.kind for e in events] == ["precheck"]
 
-    still_small, events = prechecked(AUTO_MANAGER, failing, PrecheckReport.model_validate(
-        precheck_report("m1", **SMALL)), 7.0)
+    still_small, events = decided(prechecked(AUTO_MANAGER, failing, PrecheckReport.model_validate(
+        precheck_report("m1", **SMALL)), 7.0))
     assert not still_small.approved
     assert events[0].message.startswith("m1 prechecks still fail: cpu: 1 CPU(s)")
 
@@ -258,3 +258,33 @@ def test_a_role_set_is_one_change_or_refused(given: Machine, role: Role,
     assert [(e.kind, e.message, e.data) for e in change.events] == [
         ("role", f"m1 role set to {role}", {"role": role})]
     assert (change.kick, list(change.wake)) == (True, [])
+
+
+# Prechecks decided whole, as a table: the machine's state, whether the report is the one
+# after Prepare (--prepared), whether it passes, and the events of the one change (or the
+# refusal).
+PASSING, FAILING = precheck_report("m1"), precheck_report("m1", failing=FOREIGN_OS)
+
+
+@pytest.mark.parametrize(("state", "prepared", "report", "kinds", "refused"), [
+    (MachineState.PENDING, None, PASSING, ["precheck", "approved"], None),
+    (MachineState.PENDING, None, FAILING, ["precheck"], None),
+    (MachineState.PREPARE, True, PASSING, ["precheck"], None),
+    (MachineState.PENDING, True, PASSING, [], "those before approval"),
+    (MachineState.PREPARE, None, PASSING, [], r"those after Prepare \(--prepared\)"),
+    (MachineState.READY, None, PASSING, [], "prechecks only matter before approval"),
+], ids=["pending-passes", "pending-fails", "after-prepare", "pending-sent-prepared",
+        "prepare-sent-unprepared", "ready"])
+def test_a_precheck_report_is_one_change_or_refused(
+        state: MachineState, prepared: bool | None, report: dict[str, Any], kinds: list[str],
+        refused: str | None) -> None:
+    m1 = replace(pending(), state=state, approved=state is not MachineState.PENDING)
+    sent = PrecheckReport.model_validate({**report, "prepared": prepared})
+    change = change_or_refusal(lambda: prechecked(AUTO_WORKER, m1, sent, 7.0), refused)
+    if change is None:
+        return
+    [updated] = change.machines
+    assert (updated.id, updated.generation) == (m1.id, m1.generation + 1)
+    assert updated.precheck == sent.model_dump(mode="json", by_alias=True)
+    assert [e.kind for e in change.events] == kinds
+    assert (change.kick, list(change.wake), change.token_use) == (True, [], None)

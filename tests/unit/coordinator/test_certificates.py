@@ -16,7 +16,7 @@ from coordinator.domain.nodes.certificates import certificate_status
 from coordinator.domain.nodes.kubeaccess import KubeAccess
 from coordinator.domain.nodes.kubeconfig import kubeconfig_problem
 from nodeagent.wire.protocol import ItemReport, StateItem
-from tests.support.builders import cluster, machine
+from tests.support.builders import cluster, decided, machine
 from tests.support.k8s_doubles import pki
 
 NOW = 1_800_000_000.0
@@ -89,8 +89,8 @@ def test_a_reported_kubeconfig_older_than_the_one_held_is_kept_out() -> None:
         return ItemReport(item="init", fingerprint=source.fingerprint(), phase="deploy",
                           status="succeeded", attempt=1, started_at=1.0, kubeconfig=text)
 
-    assert fold_report(spec, (), m1, sent(renewed), now=NOW).machine.kubeconfig == renewed
-    kept = fold_report(spec, (), m1, sent(older), now=NOW)
+    assert decided(fold_report(spec, (), m1, sent(renewed), now=NOW)).machine.kubeconfig == renewed
+    kept = decided(fold_report(spec, (), m1, sent(older), now=NOW))
     assert kept.machine.kubeconfig == held
     assert [e.message for e in kept.events if e.kind == "kubeconfig"] == [
         "m1: the kubeconfig item init left in /etc/kubernetes/admin.conf has a client "
@@ -112,15 +112,15 @@ def test_an_applied_items_file_sent_again_is_taken_unless_older_and_only_from_it
     applied = frozenset({source.fingerprint(), other.fingerprint()})
     m1 = replace(machine("m1", "manager", state=MachineState.READY), kubeconfig=held,
                  applied=applied)
-    taken = refresh_kubeconfig(spec, m1, "init", source.fingerprint(), renewed, NOW)
+    taken = decided(refresh_kubeconfig(spec, m1, "init", source.fingerprint(), renewed, NOW))
     assert taken.machine.kubeconfig == renewed
     assert [e.message for e in taken.events] == [
         "m1 reported a kubeconfig (item init, /etc/kubernetes/admin.conf): drains use the "
         "first manager's unless settings.kubernetes.kubeconfig is set"]
-    kept = refresh_kubeconfig(spec, m1, "init", source.fingerprint(), older, NOW)
+    kept = decided(refresh_kubeconfig(spec, m1, "init", source.fingerprint(), older, NOW))
     assert kept.machine.kubeconfig == held and "an older copy, kept out" in kept.events[0].message
     elsewhere = pki.admin_kubeconfig("https://rogue.example:6443", AUTHORITY, NOW + 365 * DAY)
-    moved = refresh_kubeconfig(spec, m1, "init", source.fingerprint(), elsewhere, NOW)
+    moved = decided(refresh_kubeconfig(spec, m1, "init", source.fingerprint(), elsewhere, NOW))
     assert moved.machine.kubeconfig == held
     assert "names another API server (https://rogue.example:6443) than the one held " \
            "(https://10.0.0.1:6443): kept out" in moved.events[0].message
@@ -131,3 +131,25 @@ def test_an_applied_items_file_sent_again_is_taken_unless_older_and_only_from_it
     for sender, name, fingerprint in refused:
         with pytest.raises(Conflict, match="cannot send its file again"):
             refresh_kubeconfig(spec, sender, name, fingerprint, renewed, NOW)
+
+
+# A kubeconfig's refresh decided whole, as a table: the file sent, and what the one change
+# writes (nothing at all when the file is the one held).
+@pytest.mark.parametrize(("days", "taken", "kinds"), [
+    (20, False, []),  # the file held: nothing to write
+    (365, True, ["kubeconfig"]),  # renewed: taken
+    (10, False, ["kubeconfig"]),  # an older copy: kept out, said
+], ids=["same", "renewed", "older"])
+def test_a_kubeconfig_refresh_is_one_change(days: int, taken: bool, kinds: list[str]) -> None:
+    source = StateItem.model_validate({"name": "init", "phase": "deploy",
+                                       "kubeconfigFrom": "/etc/kubernetes/admin.conf",
+                                       "action": {"type": "exec", "argv": ["true"]}})
+    spec, held = cluster(manager=[source]), admin_conf(20)
+    m1 = replace(machine("m1", "manager", state=MachineState.READY), kubeconfig=held,
+                 applied=frozenset({source.fingerprint()}))
+    sent = held if days == 20 else admin_conf(days)
+    change = refresh_kubeconfig(spec, m1, "init", source.fingerprint(), sent, NOW)
+    assert [e.kind for e in change.events] == kinds
+    assert [m.kubeconfig == sent for m in change.machines] == ([taken] if kinds else [])
+    assert change.writes is bool(kinds)
+    assert (change.kick, list(change.wake)) == (False, [])

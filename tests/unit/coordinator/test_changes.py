@@ -3,6 +3,8 @@ whether it writes anything at all."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from coordinator.domain.changes import Change, Retarget, TokenUse, combined
@@ -47,3 +49,12 @@ def test_a_clusters_drop_and_a_token_use_combine_too() -> None:
     total = combined([Change(dropped=["a"], token_use=TokenUse("h", 1.0)),
                       Change(dropped=["b"]), Change(machines=[W1])])
     assert list(total.dropped) == ["a", "b"] and total.token_use == TokenUse("h", 1.0)
+
+
+def test_a_machine_two_combined_changes_write_is_written_once_as_the_later_left_it() -> None:
+    """A batch of reports from one agent (its second on top of its first) costs one row."""
+    first, second = replace(W1, generation=2), replace(W1, generation=3)
+    total = combined([Change(machines=[first], events=[said("a")]),
+                      Change(machines=[W2]), Change(machines=[second], events=[said("b")])])
+    assert [(m.hostname, m.generation) for m in total.machines] == [("w1", 3), ("w2", W2.generation)]
+    assert [e.message for e in total.events] == ["a", "b"]

@@ -27,7 +27,7 @@ from coordinator.domain.rollout.remedies import machine_note
 from coordinator.domain.rollout.steps import machine_step
 from coordinator.domain.specs.specs import load_spec
 from nodeagent.wire.protocol import ItemReport
-from tests.support.builders import finish_phase, machine
+from tests.support.builders import decided, finish_phase, machine
 
 S = MachineState
 
@@ -80,7 +80,7 @@ def run_job(spec: ClusterSpec, manager: Machine, peers: list[Machine], status: s
     report = ItemReport(item=item.name, fingerprint=item.fingerprint(), phase=item.phase,
                         status=status, attempt=1, started_at=1.0, finished_at=2.0,
                         exit_code=0 if status == "succeeded" else 1, error=error)
-    return fold_report(spec, (), manager, report, 6.0).machine
+    return decided(fold_report(spec, (), manager, report, 6.0)).machine
 
 
 def test_a_remaining_manager_removes_the_member_before_the_reset_items_run() -> None:

@@ -29,7 +29,7 @@ from coordinator.domain.views.fleet import parse_fleet
 from coordinator.domain.views.rendering import render_cluster, render_machine
 from nodeagent.wire.protocol import Assignment, ItemReport
 from nodeagent.wire.validation import InvalidDocument, load_model
-from tests.support.builders import MINTING_CLUSTER, machine
+from tests.support.builders import MINTING_CLUSTER, decided, machine
 
 S = MachineState
 
@@ -60,7 +60,7 @@ def report(spec: Any, m: Machine, item_name: str, outputs: dict[str, str] | None
     sent = ItemReport(item=item.name, fingerprint=item.fingerprint(), phase=item.phase,
                       status="succeeded", attempt=1, started_at=1.0, finished_at=2.0,
                       exit_code=0, outputs=outputs)
-    return fold_report(spec, (), m, sent, 3.0).machine
+    return decided(fold_report(spec, (), m, sent, 3.0)).machine
 
 
 def settle(spec: Any, machines: list[Machine], now: float) -> list[Machine]:
@@ -192,7 +192,7 @@ def test_the_coordinator_masks_what_it_knows_of_a_machine_in_its_reports(spec: A
     sent = ItemReport(item=item.name, fingerprint=item.fingerprint(), phase=item.phase,
                       status="failed", attempt=1, started_at=1.0, finished_at=2.0, exit_code=1,
                       output="joining with plainvalue42xyz\n", error="exit 1")
-    folded = fold_report(spec, (), w1, sent, 12.0)
+    folded = decided(fold_report(spec, (), w1, sent, 12.0))
     assert "plainvalue42xyz" not in json.dumps([e.data for e in folded.events])
 
 

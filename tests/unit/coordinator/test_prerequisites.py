@@ -24,7 +24,7 @@ from nodeagent.prechecks.kernel import evaluate_ip_forward
 from nodeagent.prechecks.runner import grade, summarize
 from nodeagent.prechecks.runtime import evaluate_runtime
 from nodeagent.wire.protocol import PrecheckReport
-from tests.support.builders import cluster, finish_phase, item, machine
+from tests.support.builders import cluster, decided, finish_phase, item, machine
 
 S = MachineState
 CHECK = {c.name: c for c in CHECKS}
@@ -110,8 +110,8 @@ def test_a_prepared_machine_waits_for_its_prerequisites_checked_after_prepare() 
     assert note.text.startswith("prepared; waiting for its agent to check the Kubernetes "
                                 "prerequisites again")
 
-    failing, _ = prechecked(s.settings, before,
-                            PrecheckReport.model_validate(report(forwarding="0")), 5.0)
+    failing, _ = decided(prechecked(s.settings, before,
+                                    PrecheckReport.model_validate(report(forwarding="0")), 5.0))
     assert failing.state is S.PREPARE and admitted(s, [m1, failing]) == set()
     note = machine_note(s, failing, machine_step(s, failing, 5.0), 5.0)
     assert note.failing
@@ -119,7 +119,7 @@ def test_a_prepared_machine_waits_for_its_prerequisites_checked_after_prepare() 
                          "forwarding is off (/proc/sys/net/ipv4/ip_forward = 0)")
     assert note.remedy.startswith("ip-forward: `sysctl -w net.ipv4.ip_forward=1`")
 
-    fixed, events = prechecked(s.settings, failing, PrecheckReport.model_validate(report()), 9.0)
+    fixed, events = decided(prechecked(s.settings, failing, PrecheckReport.model_validate(report()), 9.0))
     assert events[0].message == "w1's Kubernetes prerequisites hold after Prepare"
     assert admitted(s, [m1, fixed]) == {"w1"}
 

@@ -6,12 +6,14 @@ from dataclasses import replace
 
 import pytest
 
+from coordinator.domain.changes import TokenUse
 from coordinator.domain.errors import Conflict
-from coordinator.domain.machines.registration import Credential, registered, registered_before
+from coordinator.domain.machines.registration import Credential, registered, registered_before, rotated
+from coordinator.domain.machines.tokens import token_hash
 from coordinator.domain.model import ClusterSettings, Machine, MachineState, same_hostname
 from coordinator.domain.records import CredentialOwner
 from nodeagent.wire.protocol import PrecheckReport, RegisterRequest
-from tests.support.builders import OLD_KERNEL, machine, precheck_report
+from tests.support.builders import OLD_KERNEL, change_or_refusal, decided, machine, precheck_report
 
 CREDENTIAL = Credential("hash", None)
 
@@ -24,10 +26,11 @@ def request(hostname: str, failing: bool = False) -> RegisterRequest:
 
 def test_a_new_machine_is_pending_and_auto_approved_only_when_its_prechecks_pass() -> None:
     auto = ClusterSettings(autoApprove=True, autoApproveRole="worker")
-    ok, events = registered("edge", auto, None, request("w1"), CREDENTIAL, "id-1", 5.0)
+    ok, events = decided(registered("edge", auto, None, request("w1"), CREDENTIAL, "id-1", 5.0))
     assert (ok.id, ok.state, ok.approved, ok.role) == ("id-1", MachineState.PENDING, True, "worker")
     assert [e.kind for e in events] == ["registered", "approved"]
-    failing, events = registered("edge", auto, None, request("w2", failing=True), CREDENTIAL, "id-2", 5.0)
+    failing, events = decided(registered("edge", auto, None, request("w2", failing=True),
+                                         CREDENTIAL, "id-2", 5.0))
     assert not failing.approved
     assert "hard prechecks failed: kernel: kernel too old" in events[0].message
 
@@ -104,8 +107,57 @@ def test_registration_table(settings: ClusterSettings, existing: Machine | None,
                        "id-new", 5.0)
         assert str(refused.value).startswith(outcome)
         return
-    new, events = registered("edge", settings, existing, request(hostname, failing),
-                             CREDENTIAL, "id-new", 5.0)
+    new, events = decided(registered("edge", settings, existing, request(hostname, failing),
+                                     CREDENTIAL, "id-new", 5.0))
     assert (new.id, new.state, new.credential_hash) == ("id-new", MachineState.PENDING, "hash")
     assert (new.approved, [e.kind for e in events]) == outcome
     assert ("hard prechecks failed" in events[0].message) is failing
+
+
+# Registration decided whole, as a table: the machine of that hostname already in the
+# cluster, the cluster's settings, and what the change is (or the refusal).
+MEMBER = replace(machine("w1", state=MachineState.READY), id="id-old")
+PENDING = replace(machine("w1", None, approved=False), id="id-old")
+
+
+@pytest.mark.parametrize(("existing", "settings", "kinds", "refused"), [
+    (None, ClusterSettings(), ["registered"], None),
+    (None, ClusterSettings(autoApprove=True, autoApproveRole="worker"),
+     ["registered", "approved"], None),
+    (PENDING, ClusterSettings(), [], "already registered in edge by another agent"),
+    (MEMBER, ClusterSettings(), [], "already a member of edge"),
+], ids=["new", "new-auto-approved", "pending-taken", "member-taken"])
+def test_a_registration_is_one_change_with_its_join_tokens_use(
+        existing: Machine | None, settings: ClusterSettings, kinds: list[str],
+        refused: str | None) -> None:
+    """The new machine, its events, the join token's use counted with it (by the token's hash,
+    at the time of the registration) and a pass asked for; a refusal decides nothing."""
+    change = change_or_refusal(lambda: registered("edge", settings, existing, request("w1"),
+                                                  CREDENTIAL, "id-1", 5.0), refused)
+    if change is None:
+        return
+    assert [(m.id, m.hostname, m.credential_hash) for m in change.machines] == [
+        ("id-1", "w1", "hash")]
+    assert [e.kind for e in change.events] == kinds
+    assert change.token_use == TokenUse(token_hash("t"), 5.0)
+    assert (change.kick, list(change.wake), change.removed) == (True, [], {})
+
+
+@pytest.mark.parametrize(("owner", "refused"), [
+    (None, None),  # a credential nobody holds
+    (CredentialOwner("id-1", "edge", "w1", 50.0, True), None),  # its own again: a lost answer retried
+    (CredentialOwner("id-2", "edge", "w2", 50.0, True), "another machine holds this credential"),
+], ids=["new", "its-own", "anothers"])
+def test_a_credential_rotation_is_one_change_or_refused(owner: CredentialOwner | None,
+                                                        refused: str | None) -> None:
+    held = replace(machine("w1", state=MachineState.READY), id="id-1", credential_hash="old")
+    change = change_or_refusal(lambda: rotated(held, owner, Credential("new", 90.0), 10.0),
+                               refused)
+    if change is None:
+        return
+    [updated] = change.machines
+    assert (updated.credential_hash, updated.credential_expires_at) == ("new", 90.0)
+    assert replace(updated, credential_hash="old", credential_expires_at=None) == held
+    assert [(e.kind, e.message, e.data) for e in change.events] == [
+        ("credential", "w1 rotated its credential", {"expires_at": 90.0})]
+    assert (change.kick, list(change.wake), change.token_use) == (False, [], None)

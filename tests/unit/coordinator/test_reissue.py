@@ -9,11 +9,13 @@ from dataclasses import replace
 import pytest
 
 from coordinator.domain.errors import Forbidden, Unauthorized
-from coordinator.domain.machines.reissue import reissue, rejoin_refusal, revocation
+from coordinator.domain.machines.registration import Credential
+from coordinator.domain.machines.reissue import reissue, rejoin_refusal, rejoined, revocation
 from coordinator.domain.machines.tokens import new_reissue_token, reissued_machine, token_hash
 from coordinator.domain.model import Machine, MachineState
+from nodeagent.wire.protocol import PrecheckReport, RegisterRequest
 from nodeagent.wire.redact import MASK, redact
-from tests.support.builders import machine
+from tests.support.builders import machine, precheck_report
 
 
 def test_a_reissue_token_names_its_machine_and_no_other_token_does() -> None:
@@ -101,3 +103,21 @@ def test_a_revoked_credential_is_one_change_that_wakes_its_agent(state: MachineS
     assert [(e.kind, e.message, e.time) for e in change.events] == [
         ("credential", "w1: credential revoked", 10.0)]
     assert (list(change.wake), change.kick, change.removed) == ([held.id], False, {})
+
+
+@pytest.mark.parametrize("state", [MachineState.PENDING, MachineState.READY])
+def test_a_rejoin_is_one_change_binding_the_new_credential_without_a_join_tokens_use(
+        state: MachineState) -> None:
+    """The machine's own record (id, state, items) with the new credential and the string used
+    up, its event and a pass asked for; no join token counted: the string is the machine's."""
+    bound = replace(BOUND, state=state)
+    sent = RegisterRequest(join_token="r", hostname="w1", ip="10.0.0.7",
+                           precheck=PrecheckReport.model_validate(precheck_report("w1")))
+    change = rejoined(bound, sent, Credential("new", 90.0), 10.0)
+    [updated] = change.machines
+    assert (updated.id, updated.state, updated.credential_hash, updated.reissue_used_at,
+            updated.generation) == (bound.id, state, "new", 10.0, bound.generation + 1)
+    assert [(e.kind, e.message) for e in change.events] == [
+        ("rejoined", f"w1 rejoined from 10.0.0.7 with its reissue string: a new credential "
+                     f"bound to its record ({state.value}, items and history kept)")]
+    assert (change.kick, list(change.wake), change.token_use) == (True, [], None)

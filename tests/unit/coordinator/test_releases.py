@@ -15,7 +15,7 @@ from coordinator.domain.records import StoredCluster
 from coordinator.domain.rollout.planner import plan, plan_to_fixpoint, upgrade_plan
 from coordinator.domain.rollout.steps import machine_step
 from nodeagent.wire.protocol import ItemReport, StateItem
-from tests.support.builders import cluster, drained, machine
+from tests.support.builders import cluster, decided, drained, machine
 
 READY, UPGRADE = MachineState.READY, MachineState.UPGRADE
 DEPLOY_ITEM: dict[Role, str] = {"manager": "control-plane", "worker": "join"}
@@ -187,7 +187,7 @@ def test_an_upgrade_keeps_its_list_while_its_items_are_reported() -> None:
                                      None).items
     report = ItemReport(item="join", fingerprint=join.fingerprint(), phase="deploy",
                         status="succeeded", attempt=1, started_at=1.0, finished_at=2.0)
-    folded = fold_report(v16, ("m1",), w1, report, now=3.0)
+    folded = decided(fold_report(v16, ("m1",), w1, report, now=3.0))
     assert [e.message for e in folded.events] == [
         "deploy item join succeeded (attempt 1) in the upgrade"]
     assert folded.events[0].data["state"] == "Upgrade"

@@ -10,7 +10,7 @@ from coordinator.domain.assignments.reports import fold_report
 from coordinator.domain.errors import Conflict
 from coordinator.domain.model import DrainStage, DrainStatus, MachineState
 from nodeagent.wire.protocol import ItemReport, StateItem
-from tests.support.builders import cluster, item, items, machine
+from tests.support.builders import change_or_refusal, cluster, decided, item, items, machine
 
 KUBECONFIG = ("apiVersion: v1\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
               "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n")
@@ -25,7 +25,7 @@ def test_a_success_marks_the_item_applied_and_says_so_in_one_event() -> None:
     spec = cluster(worker=items("prepare", 2))
     w1 = machine("w1", state=MachineState.PREPARE)
     first = spec.machine_types.worker[0]
-    folded = fold_report(spec, (), w1, report(first), now=50.0)
+    folded = decided(fold_report(spec, (), w1, report(first), now=50.0))
     assert folded.machine.applied == {first.fingerprint()}
     assert folded.machine.progress is not None and folded.machine.progress.status == "succeeded"
     assert folded.machine.last_seen == 50.0
@@ -36,11 +36,12 @@ def test_failing_since_holds_across_retries_and_clears_on_success() -> None:
     spec = cluster(worker=items("prepare", 1))
     of, known = spec.machine_types.worker[0], ()
     w1 = machine("w1", state=MachineState.PREPARE)
-    w1 = fold_report(spec, known, w1, report(of, "failed", error="exit 1"), now=10.0).machine
-    w1 = fold_report(spec, known, w1, report(of, "running", attempt=2), now=20.0).machine
-    w1 = fold_report(spec, known, w1, report(of, "failed", attempt=2, error="exit 1"), now=30.0).machine
+    w1 = decided(fold_report(spec, known, w1, report(of, "failed", error="exit 1"), now=10.0)).machine
+    w1 = decided(fold_report(spec, known, w1, report(of, "running", attempt=2), now=20.0)).machine
+    w1 = decided(fold_report(spec, known, w1, report(of, "failed", attempt=2, error="exit 1"),
+                             now=30.0)).machine
     assert w1.progress is not None and w1.progress.failing_since == 10.0
-    w1 = fold_report(spec, known, w1, report(of, attempt=3), now=40.0).machine
+    w1 = decided(fold_report(spec, known, w1, report(of, attempt=3), now=40.0)).machine
     assert w1.progress is not None and w1.progress.failing_since is None
 
 
@@ -57,7 +58,7 @@ def test_only_the_items_of_the_machines_current_assignment_are_accepted() -> Non
     spec = cluster(manager=items("deploy", 1), worker=[*items("prepare", 1), *items("deploy", 1)])
     prepare, deploy = spec.machine_types.worker
     w1 = machine("w1", state=MachineState.PREPARE)
-    assert fold_report(spec, (), w1, report(prepare), now=1.0).machine.applied
+    assert decided(fold_report(spec, (), w1, report(prepare), now=1.0)).machine.applied
     refused = [(replace(w1, approved=False), report(prepare)),
                (w1, report(deploy)),
                (w1, report(spec.machine_types.manager[0])),
@@ -73,7 +74,7 @@ def test_only_a_managers_kubeconfig_item_may_carry_a_kubeconfig_and_it_is_never_
     spec = cluster(manager=[source])
     known = ()
     m1 = machine("m1", "manager", state=MachineState.DEPLOY)
-    folded = fold_report(spec, known, m1, report(source, kubeconfig=KUBECONFIG), now=1.0)
+    folded = decided(fold_report(spec, known, m1, report(source, kubeconfig=KUBECONFIG), now=1.0))
     assert folded.machine.kubeconfig == KUBECONFIG
     assert all("127.0.0.1:6443" not in e.message and "127.0.0.1:6443" not in str(e.data)
                for e in folded.events)
@@ -87,8 +88,8 @@ def test_an_unusable_kubeconfig_is_kept_out_and_the_event_says_why() -> None:
                                        "action": {"type": "exec", "argv": ["true"]}})
     spec = cluster(manager=[source])
     m1 = replace(machine("m1", "manager", state=MachineState.DEPLOY), kubeconfig=KUBECONFIG)
-    folded = fold_report(spec, (), m1,
-                         report(source, kubeconfig="clusters: []"), now=1.0)
+    folded = decided(fold_report(spec, (), m1,
+                                 report(source, kubeconfig="clusters: []"), now=1.0))
     assert folded.machine.kubeconfig == KUBECONFIG
     assert any("not usable" in e.message for e in folded.events)
 
@@ -102,7 +103,7 @@ def test_a_kubeconfig_comes_with_its_item_only_while_the_machines_state_runs_it(
     sent = report(source, kubeconfig=KUBECONFIG)
     upgrading = replace(machine("m1", "manager", state=MachineState.UPGRADE, release="1"),
                         drain=DrainStatus(DrainStage.DRAINED, started_at=0.0))
-    assert fold_report(spec, (), upgrading, sent, now=1.0).machine.kubeconfig == KUBECONFIG
+    assert decided(fold_report(spec, (), upgrading, sent, now=1.0)).machine.kubeconfig == KUBECONFIG
     with pytest.raises(Conflict, match="not in the current assignment"):  # not drained yet
         fold_report(spec, (), replace(upgrading, drain=None), sent, now=1.0)
     for state in (MachineState.READY, MachineState.PREPARE):
@@ -148,8 +149,33 @@ def test_fold_report_table(state: MachineState, approved: bool, of: StateItem, s
         assert str(refused.value).endswith(f"not an item of the current assignment of w1 "
                                            f"{outcome}")
         return
-    folded = fold_report(TABLE_SPEC, (), w1, sent, now=5.0)
+    folded = decided(fold_report(TABLE_SPEC, (), w1, sent, now=5.0))
     applied, said = outcome
     assert (of.fingerprint() in folded.machine.applied) is applied
     assert folded.events[0].message.startswith(said), folded.events[0].message
     assert folded.machine.progress is not None and folded.machine.progress.status == status
+
+
+# A report decided whole, as a table: its status, and the one change it makes (a pass asked
+# for only when the item succeeded, so the machine may move on); one that does not fit is
+# refused and decides nothing.
+@pytest.mark.parametrize(("status", "named", "applied", "kick"), [
+    ("succeeded", "prepare-0", True, True),
+    ("running", "prepare-0", False, False),
+    ("failed", "prepare-0", False, False),
+    ("succeeded", "not-in-spec", False, False),
+], ids=["succeeded", "running", "failed", "unknown-item"])
+def test_a_report_is_one_change_of_its_machine(status: str, named: str, applied: bool,
+                                               kick: bool) -> None:
+    spec = cluster(worker=items("prepare", 1))
+    w1 = machine("w1", state=MachineState.PREPARE)
+    of = spec.machine_types.worker[0] if named == "prepare-0" else item(named, "prepare")
+    sent = report(of, status, **({"error": "exit 1"} if status == "failed" else {}))
+    change = change_or_refusal(lambda: fold_report(spec, (), w1, sent, now=9.0),
+                               None if named == "prepare-0" else named)
+    if change is None:
+        return
+    [updated] = change.machines
+    assert (of.fingerprint() in updated.applied, updated.last_seen) == (applied, 9.0)
+    assert [e.kind for e in change.events] == ["item"]
+    assert (change.kick, list(change.wake), change.token_use) == (kick, [], None)

@@ -16,7 +16,7 @@ from coordinator.domain.errors import Conflict
 from coordinator.domain.model import ItemProgress, Machine, MachineState
 from coordinator.domain.views.status import History, machine_step, post_deploy, stages
 from nodeagent.wire.protocol import ItemReport, StateItem
-from tests.support.builders import at_release, cluster, items, machine
+from tests.support.builders import at_release, cluster, decided, items, machine
 
 SPEC = cluster(worker=items("prepare", 2))
 FIRST = SPEC.machine_types.worker[0]
@@ -32,11 +32,11 @@ def given_up(attempts: int = 3) -> Machine:
     w1 = replace(machine("w1", state=MachineState.PREPARE), state_since=5.0)
     for attempt in range(1, attempts + 1):
         last = attempt == attempts
-        w1 = fold_report(SPEC, (), w1, report("running", attempt), now=10.0 * attempt).machine
-        w1 = fold_report(SPEC, (), w1, report(
+        w1 = decided(fold_report(SPEC, (), w1, report("running", attempt), now=10.0 * attempt)).machine
+        w1 = decided(fold_report(SPEC, (), w1, report(
             "failed", attempt, exit_code=2, error="exit status 2: no /etc/app.conf",
             next_retry_at=None if last else 10.0 * attempt + 5, gave_up=last),
-            now=10.0 * attempt + 1).machine
+            now=10.0 * attempt + 1)).machine
     return w1
 
 
@@ -50,8 +50,8 @@ def test_the_last_report_says_the_agent_gave_up_and_every_view_says_so_with_the_
     assert prepared.message.endswith(
         "w1: its agent gave up on prepare-0 after 3 attempts: exit status 2: no /etc/app.conf; "
         "fix the cause, then `coordinator machines retry w1`")
-    last = fold_report(SPEC, (), given_up(2), report(
-        "failed", 3, error="exit status 2", gave_up=True), now=50.0).events[-1]
+    last = decided(fold_report(SPEC, (), given_up(2), report(
+        "failed", 3, error="exit status 2", gave_up=True), now=50.0)).events[-1]
     assert last.message == ("prepare item prepare-0 failed (attempt 3): exit status 2; w1: its "
                             "agent gave up on prepare-0 after 3 attempts; fix the cause, then "
                             "`coordinator machines retry w1`")
@@ -59,8 +59,8 @@ def test_the_last_report_says_the_agent_gave_up_and_every_view_says_so_with_the_
 
 
 def test_a_failure_the_agent_still_retries_is_not_given_up() -> None:
-    w1 = fold_report(SPEC, (), machine("w1", state=MachineState.PREPARE), report(
-        "failed", 1, error="exit status 2", next_retry_at=20.0), now=11.0).machine
+    w1 = decided(fold_report(SPEC, (), machine("w1", state=MachineState.PREPARE), report(
+        "failed", 1, error="exit status 2", next_retry_at=20.0), now=11.0)).machine
     step = machine_step(SPEC, w1, now=12.0)
     assert (step.status, step.gave_up, step.next_retry_in) == ("failed", False, 8.0)
 
@@ -77,7 +77,7 @@ def test_a_retry_counts_on_the_machine_wakes_its_agent_and_is_recorded() -> None
         "w1: the operator retries prepare-0, which its agent gave up on after 3 attempts "
         "(retry 1)")
     # The agent's next report is its first attempt again: running, then as it goes.
-    running = fold_report(SPEC, (), again, report("running", 1), now=201.0).machine
+    running = decided(fold_report(SPEC, (), again, report("running", 1), now=201.0)).machine
     assert machine_step(SPEC, running, now=202.0).status == "running"
     with pytest.raises(Conflict, match="w1: nothing to retry: no item was given up"):
         retried(SPEC, running, now=203.0)
@@ -86,8 +86,8 @@ def test_a_retry_counts_on_the_machine_wakes_its_agent_and_is_recorded() -> None
 def test_nothing_to_retry_says_why() -> None:
     with pytest.raises(Conflict, match=r"^w1: nothing to retry: no item was given up$"):
         retried(SPEC, machine("w1", state=MachineState.PREPARE), now=1.0)
-    retrying = fold_report(SPEC, (), machine("w1", state=MachineState.PREPARE), report(
-        "failed", 2, error="exit status 2", next_retry_at=20.0), now=11.0).machine
+    retrying = decided(fold_report(SPEC, (), machine("w1", state=MachineState.PREPARE), report(
+        "failed", 2, error="exit status 2", next_retry_at=20.0), now=11.0)).machine
     with pytest.raises(Conflict, match="its agent still retries prepare-0 \\(attempt 2\\)"):
         retried(SPEC, retrying, now=12.0)
     # An item given up on that the current spec no longer runs is not shown, nor retried.
@@ -103,9 +103,9 @@ def test_a_post_deploy_item_given_up_on_says_so() -> None:
     m1 = replace(at_release(spec, machine("m1", "manager", state=MachineState.READY)),
                  deploy_order=1)
     w1 = at_release(spec, machine("w1", state=MachineState.READY))
-    m1 = fold_report(spec, (), m1, ItemReport(
+    m1 = decided(fold_report(spec, (), m1, ItemReport(
         item="helm", fingerprint=step.fingerprint(), phase="postdeploy", status="failed",
-        attempt=5, started_at=1.0, error="exit status 1", gave_up=True), now=10.0).machine
+        attempt=5, started_at=1.0, error="exit status 1", gave_up=True), now=10.0)).machine
     assert post_deploy(spec, [m1, w1]).failing == (
         "m1: its agent gave up on helm after 5 attempts: exit status 1; fix the cause, then "
         "`coordinator machines retry m1`")
@@ -120,8 +120,8 @@ def test_only_a_failed_report_gives_up() -> None:
 # The operator's retry (`coordinator machines retry`), as a table: what became of w1's item,
 # and what the operator is told ("" means the item runs again, with a fresh attempt budget).
 def still_retrying() -> Machine:
-    return fold_report(SPEC, (), machine("w1", state=MachineState.PREPARE), report(
-        "failed", 1, error="exit status 2", next_retry_at=20.0), now=11.0).machine
+    return decided(fold_report(SPEC, (), machine("w1", state=MachineState.PREPARE), report(
+        "failed", 1, error="exit status 2", next_retry_at=20.0), now=11.0)).machine
 
 
 def retried_once() -> Machine:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 import pytest
@@ -89,6 +90,15 @@ async def test_a_nul_in_an_artifact_name_is_refused(env: InProcessCoordinator) -
     answer = await env.call("GET", "/v1/artifacts/a%00b", 422,
                             headers=bearer(agent["credential"]))
     assert "control characters" in answer["error"]
+
+
+async def test_an_artifact_name_too_long_for_a_file_is_refused(env: InProcessCoordinator) -> None:
+    """The fuzzer's find: a name no file system takes (a part over 255 bytes) answered 500."""
+    agent = await register(env, 201)
+    for name in ("\u0337" * 200, "a" * 300):
+        answer = await env.call("GET", f"/v1/artifacts/{urllib.parse.quote(name)}", 422,
+                                headers=bearer(agent["credential"]))
+        assert "name: too long for a file name" in answer["error"]
 
 
 async def test_a_join_token_lifetime_is_bounded(env: InProcessCoordinator) -> None:

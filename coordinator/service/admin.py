@@ -49,11 +49,6 @@ class Admin:
         self.drainer = drainer
         self.clock = clock
 
-    async def _commit(self, change: Change) -> None:
-        """The operation's change written, when it writes anything."""
-        if change.writes:
-            await self.writes.apply(change)
-
     async def _on_machine(self, machine_id: str,
                           decide: Callable[[Machine], Awaitable[Change]]) -> tuple[Machine, Change]:
         """An operation on one machine: load it (and what decide loads with it), decide its
@@ -61,7 +56,7 @@ class Admin:
         async with self.writes.lock:
             machine = await self.queries.machine_by_id(machine_id)
             change = await decide(machine)
-            await self._commit(change)
+            await self.writes.apply(change)
         self.writes.wake(change)
         return machine, change
 
@@ -89,7 +84,7 @@ class Admin:
             before = await self.store.get_cluster(spec.name)
             applied = applying(before, spec, await self.store.list_machines(spec.name),
                                self.clock(), allow_downgrade)
-            await self._commit(applied.change)
+            await self.writes.apply(applied.change)
         self.writes.wake(applied.change)
         return Applied(applied.stored, applied.changed,
                        None if before is None else before.spec.settings.upgrade.paused)
@@ -100,7 +95,7 @@ class Admin:
         async with self.writes.lock:
             stored = await self.queries.cluster(name)
             change = cluster_deletion(stored, await self.store.list_machines(name), self.clock())
-            await self._commit(change)
+            await self.writes.apply(change)
         for machine_id in [*(m.id for m in change.machines), *change.removed]:
             await self.drainer.cancel(machine_id)  # an upgrade's drain task: its writes are void
         self.writes.wake(change)
@@ -166,7 +161,7 @@ class Admin:
                              self.clock(), force, skip_reset)
             if change is None:
                 return machine
-            await self._commit(change)
+            await self.writes.apply(change)
         await self.drainer.cancel(machine.id)  # an upgrade's drain task: its writes are void now
         self.writes.wake(change)
         return change.machines[0] if change.machines else None
@@ -177,7 +172,7 @@ class Admin:
         async with self.writes.lock:
             applied = pausing(await self.queries.cluster(name), paused,
                               await self.store.list_machines(name), self.clock())
-            await self._commit(applied.change)
+            await self.writes.apply(applied.change)
         self.writes.wake(applied.change)
         return applied.stored
 

@@ -146,8 +146,7 @@ class Agents:
             spec = (await self.queries.cluster(machine.cluster)).spec
             change = refresh_kubeconfig(spec, machine, sent.item, sent.fingerprint,
                                         sent.kubeconfig, self.clock())
-            if change.writes:
-                await self.writes.apply(change)
+            await self.writes.apply(change)
         self.writes.wake(change)
         held = change.machines[0] if change.machines else machine
         return held.kubeconfig == sent.kubeconfig

@@ -39,7 +39,10 @@ class Writes:
         """Write an operation's or a loop's whole change in one transaction (Store.apply); the
         next reconcile pass plans on its machines, unless the change is a pass's own
         (`planned`: the pass keeps them itself), whose writes authentication and the other
-        replicas learn of all the same. Call `wake` once the write lock is released."""
+        replicas learn of all the same; a change that writes nothing costs no round trip. Call
+        `wake` once the write lock is released."""
+        if not change.writes:
+            return
         await self.store.apply(change)
         log_events(change.events)
         if planned:

@@ -116,11 +116,13 @@ def test_a_kill_storm_during_a_rollout_and_upgrades_breaks_no_promise(tmp_path: 
             role = "manager" if hostname in MANAGERS else "worker"
             lines = runs(f.root(hostname))
             assert_runs_sequential(hostname, lines)
-            done = completions(lines, storm.agent_kills.get(hostname, []))
+            kills = storm.agent_kills.get(hostname, [])
+            done = completions(lines, kills)
             expected = [f"prep-{role}.1", *(f"deploy-{role}.{r}" for r in range(1, release + 1)),
                         *(f"upgrade-b-{role}.{r}" for r in range(2, release + 1))]
             for key in expected:
-                assert done.get(key) == 1, f"{hostname}: {key} completed {done.get(key, 0)} times"
+                assert done.get(key) == 1, \
+                    f"{hostname}: {key} completed {done.get(key, 0)} times (runs {lines}, kills {kills})"
             assert not any(line.key.startswith("upgrade-a-") for line in lines), \
                 f"{hostname} ran an upgrade item of the release it deployed at"
             reconfigured = {k: n for k, n in done.items() if k.startswith("reconf-")}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import random
 import threading
 import time
@@ -23,8 +24,10 @@ from typing import Any
 from tests.support.rollout import Fleet
 
 STORM_LOG = "var/log/storm.log"
+JOURNAL = "var/lib/nodeagent/journal.json"  # the fleet's agents keep their state there
 # How long after a command's exit its agent may take to record it in its journal on a loaded
-# machine (a few fsyncs): a kill within it may run the item again.
+# machine (a few fsyncs): only a kill within it, that found the journal still without the
+# run, may run the item again.
 JOURNAL_WINDOW = 1.0
 
 # How long the storm waits for a restarted agent to be back (to have fetched its assignment)
@@ -52,6 +55,17 @@ def storm_item(name: str, phase: str, version: str, key: str, seconds: float) ->
 
 
 @dataclass(frozen=True)
+class Kill:
+    """One kill -9 of a node: when it began and when everything was dead, and whether the
+    journal then still had an item in progress (a command that exited, its run not yet
+    recorded, is the one window docs/agent.md names)."""
+
+    began: float
+    ended: float
+    unjournaled: bool
+
+
+@dataclass(frozen=True)
 class Line:
     mark: str  # START | END
     key: str
@@ -71,21 +85,29 @@ def runs(root: Path) -> list[Line]:
     return lines
 
 
-def completions(lines: Sequence[Line], kills: Sequence[float] = ()) -> dict[str, int]:
+def completions(lines: Sequence[Line], kills: Sequence[Kill] = ()) -> dict[str, int]:
     """How many runs of each key completed. A run that its rerun follows at once, with the
-    node killed within JOURNAL_WINDOW of its END, is not counted: the kill fell between the
-    command's exit and the journal's record of it (the one window docs/agent.md names), and
-    the rerun is the run that counts. Any other repeat is counted."""
+    node killed within JOURNAL_WINDOW of its END and the journal found without the run after
+    the kill, is not counted: the kill fell between the command's exit and the journal's
+    record of it (the one window docs/agent.md names), and the rerun is the run that counts.
+    Any other repeat is counted."""
     counted: dict[str, int] = {}
     for index, line in enumerate(lines):
         if line.mark != "END":
             continue
         after = lines[index + 1] if index + 1 < len(lines) else None
         if after is not None and (after.mark, after.key) == ("START", line.key) and \
-                any(line.at <= kill <= line.at + JOURNAL_WINDOW for kill in kills):
+                any(kill.unjournaled and kill.began <= line.at + JOURNAL_WINDOW
+                    and line.at <= kill.ended for kill in kills):
             continue
         counted[line.key] = counted.get(line.key, 0) + 1
     return counted
+
+
+def unjournaled(root: Path) -> bool:
+    """Whether the node's journal has an item started and not recorded as applied."""
+    path = root / JOURNAL
+    return path.exists() and json.loads(path.read_text())["in_progress"] is not None
 
 
 def assert_runs_sequential(hostname: str, lines: Sequence[Line]) -> None:
@@ -99,7 +121,7 @@ def assert_runs_sequential(hostname: str, lines: Sequence[Line]) -> None:
                 f"{hostname}: {line} does not follow its own START (before it: {before})"
 
 
-def intervals(lines: Sequence[Line], key_prefix: str, kills: Sequence[float],
+def intervals(lines: Sequence[Line], key_prefix: str, kills: Sequence[Kill],
               until: float) -> list[tuple[float, float]]:
     """When runs of keys starting with key_prefix were running on one node: from START to
     END; a run without END ended no later than the node's next line or the node's next
@@ -112,7 +134,8 @@ def intervals(lines: Sequence[Line], key_prefix: str, kills: Sequence[float],
         if after is not None and after.mark == "END" and after.nonce == line.nonce:
             found.append((line.at, after.at))
             continue
-        ends = [k for k in kills if k >= line.at] + ([after.at] if after else []) + [until]
+        ends = [k.ended for k in kills if k.ended >= line.at] + ([after.at] if after else []) \
+            + [until]
         found.append((line.at, min(ends)))
     return found
 
@@ -180,7 +203,7 @@ class Storm:
     rand: random.Random
     agent_every: float = 0.7
     coordinator_every: float = 2.0
-    agent_kills: dict[str, list[float]] = field(default_factory=dict)  # time.time() of each
+    agent_kills: dict[str, list[Kill]] = field(default_factory=dict)
     coordinator_kills: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -240,10 +263,13 @@ class Storm:
         hostnames = self.fleet.hostnames
         busy = [h for h in hostnames if (lines := runs(self.fleet.root(h)))
                 and lines[-1].mark == "START"
-                and lines[-1].at > max(self.agent_kills.get(h, [0.0]))]
+                and lines[-1].at > max((k.ended for k in self.agent_kills.get(h, [])),
+                                       default=0.0)]
         hostname = self.rand.choice(busy if busy and self.rand.random() < 0.6 else hostnames)
+        began = time.time()
         self.fleet.kill_node(hostname)
-        self.agent_kills.setdefault(hostname, []).append(time.time())
+        self.agent_kills.setdefault(hostname, []).append(
+            Kill(began, time.time(), unjournaled(self.fleet.root(hostname))))
         time.sleep(self.rand.uniform(0.1, 1.0))
         log = self.fleet.tmp / f"{hostname}.log"
         started = log.stat().st_size

@@ -10,7 +10,6 @@ if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv
 fi
 if [[ ! -f .venv/.installed || pyproject.toml -nt .venv/.installed ]]; then
-  .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -e '.[test,package]'
   touch .venv/.installed
 fi

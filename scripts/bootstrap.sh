@@ -10,6 +10,6 @@ if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv
 fi
 if [[ ! -f .venv/.installed || pyproject.toml -nt .venv/.installed ]]; then
-  .venv/bin/pip install -q -e '.[test,package]'
+  .venv/bin/pip install -q --no-compile -e '.[test,package]'  # modules compile as imported
   touch .venv/.installed
 fi

@@ -72,7 +72,7 @@ def test_a_refused_registration_names_the_string_refused_and_its_remedy() -> Non
     machine it names; a refused credential keeps the machine's record by a reissue."""
     identity = Path("/var/lib/nodeagent/identity.json")
     revoked = Rejected(401, "join token 34da2bde388b revoked")
-    joining = unauthorized("register", revoked, "join_abc", "/etc/nodeagent/config.yaml",
+    joining = unauthorized("register", revoked, "join_abc", None, "/etc/nodeagent/config.yaml",
                            identity)
     assert "`coordinator join-token create CLUSTER`" in joining
     assert "join token 34da2bde388b revoked" in joining
@@ -80,10 +80,11 @@ def test_a_refused_registration_names_the_string_refused_and_its_remedy() -> Non
     assert "machine's credential" not in joining
 
     used = Rejected(401, "this reissue string was used at 2026-11-28T17:00:00Z")
-    rejoining = unauthorized("register", used, "rejoin_3f2a-11_00ff", "agent.yaml", identity)
+    rejoining = unauthorized("register", used, "rejoin_3f2a-11_00ff", None, "agent.yaml",
+                             identity)
     assert "`coordinator machines reissue 3f2a-11`" in rejoining and "was used at" in rejoining
     assert "join-token create" not in rejoining
 
     credential = unauthorized("fetch assignment", Rejected(401, "unknown or revoked machine "
-                              "credential"), None, "agent.yaml", identity)
-    assert "machines reissue" in credential and str(identity) in credential
+                              "credential"), None, "3f2a-11", "agent.yaml", identity)
+    assert "`coordinator machines reissue 3f2a-11`" in credential and str(identity) in credential

@@ -57,12 +57,33 @@ from nodeagent.removal import forget_machine
 from nodeagent.reporter import Reporter
 from nodeagent.retarget import Retarget
 from nodeagent.statelock import lock_state_dir
-from nodeagent.wire import addresses
+from nodeagent.wire import addresses, joinstring
 from nodeagent.wire.logfmt import fields
 
 T = TypeVar("T")
 log = logging.getLogger("nodeagent")
 LONG_POLL_SECONDS = 30.0
+
+
+def unauthorized(what: str, refusal: Rejected, joining: str | None, machine: str | None,
+                 config_path: str | Path, identity_path: Path) -> str:
+    """What a 401 means and the operator's way out. Registering (joining: the token of the
+    config's join string) there is no machine yet: a refused join token is replaced by a new
+    one, a refused reissue string by another reissue of its machine. Otherwise the credential
+    of machine (its id) was refused: a reissue keeps its record."""
+    if joining is not None and (bound := joinstring.reissued_machine(joining)) is not None:
+        return (f"{what}: the coordinator refused the reissue string in {config_path} "
+                f"({refusal}). Run `coordinator machines reissue {bound}` for a new one, set "
+                "join: to the string it prints and start again")
+    if joining is not None:
+        return (f"{what}: the coordinator refused the join token of the join string in "
+                f"{config_path} ({refusal}). Create a new one, `coordinator join-token create "
+                "CLUSTER` on the coordinator, set join: to the string it prints and start "
+                "again")
+    return (f"{what}: the coordinator does not know the credential of this machine, {machine} "
+            f"({refusal}); it was revoked, or the state dir is stale. To keep the machine's "
+            f"record, run `coordinator machines reissue {machine}`, set join: in {config_path} "
+            f"to the string it prints, remove {identity_path} and start again")
 
 
 class MachineRemoved(AgentError):
@@ -227,7 +248,8 @@ class Agent:
                    "ip": self._address(facts), "facts": facts, "precheck": report,
                    "credential": registration_credential(pending)}
         try:
-            response = await self._retry("register", partial(self.client.register, request))
+            response = await self._retry("register", partial(self.client.register, request),
+                                         joining=self.settings.join_token)
         except AgentError:
             pending.unlink(missing_ok=True)  # refused: the next start chooses anew
             raise
@@ -250,8 +272,10 @@ class Agent:
             field = "node.interface" if node.node_interface else "node.address"
             raise AgentError(f"{self.config_path}: {field}: {exc}") from None
 
-    async def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        """Call until the coordinator answers; a refusal is final."""
+    async def _retry(self, what: str, call: Callable[[], Awaitable[T]],
+                     joining: str | None = None, machine: str | None = None) -> T:
+        """Call until the coordinator answers; a refusal is final. joining: the token the
+        call registers with; else machine: the machine whose credential it presents."""
         while True:
             url = self.client.url  # the call may move on to another replica
             try:
@@ -262,12 +286,8 @@ class Agent:
                 if exc.status == 410:
                     raise MachineRemoved(f"{what}: {exc}") from exc
                 if exc.status == 401:
-                    raise AgentError(
-                        f"{what}: the coordinator does not know this machine's credential "
-                        f"({exc}); it was revoked, or the state dir is stale. To keep the "
-                        "machine's record, run `coordinator machines reissue` for it, set "
-                        f"join: to the string it prints, remove {self.identity_path} and "
-                        "start again") from exc
+                    raise AgentError(unauthorized(what, exc, joining, machine,
+                                                  self.config_path, self.identity_path)) from exc
                 raise AgentError(f"{what}: {exc}") from exc
 
     async def _wait_out(self, what: str, url: str, reason: object) -> None:
@@ -291,7 +311,8 @@ class Agent:
             while True:
                 polled = await _unless(retarget.moved, self._retry(
                     "fetch assignment", partial(self.client.assignment, identity.machine_id,
-                                                identity.credential, held, LONG_POLL_SECONDS)))
+                                                identity.credential, held, LONG_POLL_SECONDS),
+                    machine=identity.machine_id))
                 if retarget.moved.is_set():  # its generations are its own: ask from the start
                     retarget.moved.clear()
                     held = Held()

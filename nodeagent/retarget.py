@@ -106,7 +106,7 @@ class Retarget:
         assert target.ca_pin is not None
         try:
             pem = await trust.pinned_ca(url, target.ca_pin, self.proxy,
-                                        self.settings.timeout * 5, "the move target")
+                                        self.settings.timeout * 5, trust.MOVE_TARGET)
         except trust.CAUnreachable as exc:
             log.info("the target's CA cannot be fetched (%s)", exc,
                      extra=fields(event="retarget", step="unreachable", target=url))

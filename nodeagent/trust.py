@@ -51,10 +51,18 @@ async def fetch_pinned_ca(url: str, pin: str, destination: Path, proxy: str | No
     atomic_write(destination, pem.encode(), mode=0o644)
 
 
+# Who pinned the CA, and the operator's way out when the coordinator presents another: the
+# join string's pin (a node joining) and a pivot's move target's (an agent following it).
+JOIN_STRING = ("the join string", "check join: in the agent's config against the string "
+               "`coordinator join-token create CLUSTER` printed (or create a new one)")
+MOVE_TARGET = ("the move target", "it is the pivot's --to-ca: `coordinator pivot --abort`, "
+               "then pivot again with the target's own CA")
+
+
 async def pinned_ca(url: str, pin: str, proxy: str | None, timeout: float,
-                    pinned_by: str = "the join string") -> str:
+                    pinned_by: tuple[str, str] = JOIN_STRING) -> str:
     """The CA certificate (PEM) the coordinator at url presents, once checked against pin
-    (which pinned_by names, for the refusal's message)."""
+    (pinned_by: who pinned it and what to do when another is presented, for the refusal)."""
     source = url.rstrip("/") + "/v1/ca.crt"
     try:
         # Not kept alive: its unverified context is the only one of its kind, and no call
@@ -73,8 +81,14 @@ async def pinned_ca(url: str, pin: str, proxy: str | None, timeout: float,
     except ValueError:
         raise TrustError(f"{source} did not answer with a PEM certificate") from None
     if presented != pin:
-        raise TrustError(
-            f"the coordinator at {url} presented CA {presented}, but {pinned_by} pins "
-            f"{pin}: refusing to trust it (a wrong {pinned_by}, or something between this "
-            "node and the coordinator)")
+        raise TrustError(mismatch(url, presented, pin, pinned_by))
     return pem
+
+
+def mismatch(url: str, presented: str, pin: str, pinned_by: tuple[str, str]) -> str:
+    """Why a coordinator presenting another CA than the pinned one is not trusted, and what to
+    do: either the pin is wrong or something between this node and the coordinator answers."""
+    who, remedy = pinned_by
+    return (f"the coordinator at {url} presented CA {presented}, but {who} pins {pin}: "
+            f"refusing to trust it. Either {who} is wrong ({remedy}), or something between "
+            "this node and the coordinator answers in its place")

@@ -16,11 +16,11 @@ from coordinator.domain.machines.tokens import (
     admin_refusal,
     join_refusal,
     new_token,
-    reissued_machine,
     token_hash,
 )
 from coordinator.domain.records import AdminToken, JoinToken
 from coordinator.store.base import Store
+from nodeagent.wire.joinstring import reissued_machine
 
 
 class Access:

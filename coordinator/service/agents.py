@@ -19,7 +19,7 @@ from coordinator.domain.errors import Unauthorized
 from coordinator.domain.machines.approval import prechecked
 from coordinator.domain.machines.registration import Credential, registered, registered_before, rotated
 from coordinator.domain.machines.reissue import rejoin_refusal, rejoined
-from coordinator.domain.machines.tokens import new_token, reissued_machine, token_hash
+from coordinator.domain.machines.tokens import new_token, token_hash
 from coordinator.domain.model import ClusterSpec, Machine, deployed_managers
 from coordinator.domain.specs.outputs import cluster_outputs
 from coordinator.service.access import Access
@@ -30,6 +30,7 @@ from coordinator.service.postdeploy import PostDeployHosts
 from coordinator.service.queries import Queries
 from coordinator.service.writes import Writes
 from coordinator.store.base import TokenRefused
+from nodeagent.wire.joinstring import reissued_machine
 from nodeagent.wire.protocol import (
     Assignment,
     ItemReport,

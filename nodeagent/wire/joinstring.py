@@ -14,6 +14,11 @@ from dataclasses import dataclass
 
 PREFIX = "na1."
 _PIN = re.compile(r"^sha256:[0-9a-f]{64}$")
+# A reissue string's token names the machine it is bound to: `rejoin_<machine id>_<hex>`. The
+# id is no secret; the hex part (no `_` in it) is, and only the whole token's hash is kept.
+# Here, not in the coordinator: the agent too tells one from a join token (a refused one has
+# another remedy).
+REISSUE_PREFIX = "rejoin_"
 
 
 class BadJoinString(ValueError):
@@ -30,6 +35,14 @@ class JoinString:
         document = {"url": self.url, "token": self.token, "caHash": self.ca_hash}
         raw = json.dumps(document, separators=(",", ":")).encode()
         return PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def reissued_machine(token: str) -> str | None:
+    """The id of the machine a reissue token is bound to; None for any other token."""
+    if not token.startswith(REISSUE_PREFIX):
+        return None
+    machine_id, _, secret = token[len(REISSUE_PREFIX):].rpartition("_")
+    return machine_id if machine_id and secret else None
 
 
 def ca_hash(pem: str) -> str:

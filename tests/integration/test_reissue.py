@@ -68,7 +68,7 @@ def test_a_revoked_machine_rejoins_as_the_same_record_with_a_reissued_string(
         coordinator.cli("revoke", HOST)
         assert node.process is not None
         assert node.process.wait(timeout=60) != 0  # refused: it stops, saying what to do
-        assert "machines reissue" in node.log.read_text()
+        assert f"run `coordinator machines reissue {before['id']}`" in node.log.read_text()
 
         string = reissue(coordinator, "--ttl", "10m")
         assert string.startswith("na1.")

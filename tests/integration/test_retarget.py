@@ -192,7 +192,8 @@ def test_agents_stay_when_the_targets_ca_is_not_the_pinned_one(tmp_path: Path) -
             wait_until(lambda: logs(agents).count("step=refused") >= 2 * AGENTS, 60,
                        lambda: "the agents refusing the target twice each\n" + logs(agents))
             assert all(home(a) is None for a in agents)
-            assert "refusing to trust it" in logs(agents)
+            assert "refusing to trust it. Either the move target is wrong (it is the " \
+                "pivot's --to-ca: `coordinator pivot --abort`" in logs(agents)
             assert pin(new) in logs(agents)  # it says which CA it was shown
             since = time.time()
             wait_until(lambda: seen_by(old, since) == {"node-0", "node-1"}, 10,

@@ -49,10 +49,29 @@ def test_an_agent_refuses_a_coordinator_whose_ca_is_not_the_pinned_one(
                              str(agent_config(tmp_path, forged, "forged"))],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
-    assert "refusing to trust it" in result.stderr
+    assert "refusing to trust it. Either the join string is wrong (check join: in the " \
+        "agent's config against the string `coordinator join-token create CLUSTER` " \
+        "printed" in result.stderr, result.stderr
     assert good.ca_hash in result.stderr  # it says what it was shown
     assert not (tmp_path / "forged" / "ca.crt").exists()
     assert coordinator.admin.all_machines() == []  # the token was never sent
+
+
+def test_an_agent_whose_join_token_was_revoked_is_told_to_create_a_new_one(
+        coordinator: ServedCoordinator, tmp_path: Path) -> None:
+    """There is no machine nor identity.json yet: the way out is a new join token, not a
+    reissue of a machine."""
+    token = coordinator.admin.request("POST", "/v1/clusters/lab/join-tokens", body={"ttl": "1h"})
+    coordinator.admin.request("DELETE", f"/v1/join-tokens/{token['id']}")
+    result = subprocess.run([str(BIN / "nodeagent"), "run", "--config",
+                             str(agent_config(tmp_path, token["join"], "node"))],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"join token {token['id']} revoked" in result.stderr, result.stderr
+    assert "Create a new one, `coordinator join-token create CLUSTER` on the coordinator, " \
+        "set join: to the string it prints" in result.stderr
+    assert "machines reissue" not in result.stderr and "identity.json" not in result.stderr
+    assert coordinator.admin.all_machines() == []
 
 
 def test_an_agent_trusts_the_pinned_ca_and_rotates_its_credential_before_expiry(

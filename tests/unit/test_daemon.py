@@ -1,11 +1,14 @@
 """What makes the daemon stop a running phase: it reads the assignment as raw JSON (it holds
-no pydantic), so this checks it against the wire types' own idea of an item's identity."""
+no pydantic), so this checks it against the wire types' own idea of an item's identity. And
+what it tells the operator when the coordinator refuses it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from nodeagent.daemon import _work_key
+from nodeagent.client import Rejected
+from nodeagent.daemon import _work_key, unauthorized
 from nodeagent.wire.protocol import Assignment, StateItem
 
 ITEM: dict[str, Any] = {"name": "join", "phase": "deploy",
@@ -61,3 +64,27 @@ def test_a_retry_the_operator_ordered_is_other_work() -> None:
     not any new generation."""
     assert _work_key(sent(ITEM, retries=1)) != _work_key(sent(ITEM))
     assert _work_key(sent(ITEM, retries=1, generation=9)) == _work_key(sent(ITEM, retries=1))
+
+
+def test_a_refused_registration_names_the_string_refused_and_its_remedy() -> None:
+    """Registering there is no machine yet: a refused join token is replaced by a new one (not
+    reissued, nor is identity.json removed), a refused reissue string by a reissue of the
+    machine it names; a refused credential keeps the machine's record by a reissue."""
+    identity = Path("/var/lib/nodeagent/identity.json")
+    revoked = Rejected(401, "join token 34da2bde388b revoked")
+    joining = unauthorized("register", revoked, "join_abc", None, "/etc/nodeagent/config.yaml",
+                           identity)
+    assert "`coordinator join-token create CLUSTER`" in joining
+    assert "join token 34da2bde388b revoked" in joining
+    assert "machines reissue" not in joining and str(identity) not in joining
+    assert "machine's credential" not in joining
+
+    used = Rejected(401, "this reissue string was used at 2026-11-28T17:00:00Z")
+    rejoining = unauthorized("register", used, "rejoin_3f2a-11_00ff", None, "agent.yaml",
+                             identity)
+    assert "`coordinator machines reissue 3f2a-11`" in rejoining and "was used at" in rejoining
+    assert "join-token create" not in rejoining
+
+    credential = unauthorized("fetch assignment", Rejected(401, "unknown or revoked machine "
+                              "credential"), None, "3f2a-11", "agent.yaml", identity)
+    assert "`coordinator machines reissue 3f2a-11`" in credential and str(identity) in credential

@@ -10,6 +10,8 @@ import re
 import secrets
 from typing import TYPE_CHECKING
 
+from nodeagent.wire.joinstring import REISSUE_PREFIX
+
 if TYPE_CHECKING:
     from coordinator.domain.records import AdminToken, JoinToken
 
@@ -28,21 +30,9 @@ def new_token(prefix: str) -> str:
     return f"{prefix}_{secrets.token_urlsafe(32)}"
 
 
-# A reissue string's token names the machine it is bound to: `rejoin_<machine id>_<hex>`. The
-# id is no secret; the hex part (no `_` in it) is, and only the whole token's hash is kept.
-REISSUE_PREFIX = "rejoin_"
-
-
 def new_reissue_token(machine_id: str) -> str:
+    """A reissue string's token (its format: nodeagent/wire/joinstring.py)."""
     return f"{REISSUE_PREFIX}{machine_id}_{secrets.token_hex(32)}"
-
-
-def reissued_machine(token: str) -> str | None:
-    """The id of the machine a reissue token is bound to; None for any other token."""
-    if not token.startswith(REISSUE_PREFIX):
-        return None
-    machine_id, _, secret = token[len(REISSUE_PREFIX):].rpartition("_")
-    return machine_id if machine_id and secret else None
 
 
 def token_hash(token: str) -> str:

@@ -11,8 +11,9 @@ import pytest
 from coordinator.domain.errors import Forbidden, Unauthorized
 from coordinator.domain.machines.registration import Credential
 from coordinator.domain.machines.reissue import reissue, rejoin_refusal, rejoined, revocation
-from coordinator.domain.machines.tokens import new_reissue_token, reissued_machine, token_hash
+from coordinator.domain.machines.tokens import new_reissue_token, token_hash
 from coordinator.domain.model import Machine, MachineState
+from nodeagent.wire.joinstring import reissued_machine
 from nodeagent.wire.protocol import PrecheckReport, RegisterRequest
 from nodeagent.wire.redact import MASK, redact
 from tests.support.builders import machine, precheck_report

@@ -1,9 +1,11 @@
 """`coordinator machines reissue`: a real `nodeagent run` whose credential was revoked gets a
-new one bound to the same machine record (id, items, history) with a one-use join string, and
+new one bound to the same machine record (id, items, history, and its journal on the node:
+nothing applied runs again) with a one-use join string, and
 the string is refused once used, once expired, and on another node."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -77,6 +79,8 @@ def test_a_revoked_machine_rejoins_as_the_same_record_with_a_reissued_string(
         assert status == 403 and f"bound to machine {HOST}" in message, message
 
         # On the node: the printed string as its join string, the refused identity gone.
+        journal = json.loads((node.state_dir / "journal.json").read_text())
+        assert journal["machine_id"] == before["id"] and journal["applied"]
         (node.state_dir / "identity.json").unlink()
         node.configure(f"join: {string}\nheartbeatSeconds: 1\nignorePrechecks: [all]")
         node.start()
@@ -85,6 +89,11 @@ def test_a_revoked_machine_rejoins_as_the_same_record_with_a_reissued_string(
         wait_until(lambda: coordinator.admin.get(f"/v1/machines/{HOST}")["responding"], 30,
                    "heartbeats from the new credential")
         coordinator.wait_state(HOST, "Ready", timeout=30)
+        # The same machine: its journal is kept, so nothing it applied runs again.
+        assert json.loads((node.state_dir / "journal.json").read_text())["applied"] \
+            == journal["applied"]
+        assert not list(node.state_dir.glob("journal.*.json"))
+        assert "set aside" not in node.log.read_text()
         after = coordinator.admin.all_machines()
         assert [m["id"] for m in after] == [before["id"]]
         assert after[0]["progress"] == before["progress"]

@@ -50,6 +50,16 @@ class HttpSides:
             raise PivotFailed("the new coordinator is needed: give --to and --to-token-file")
         return self.new
 
+    def check(self, pivot_id: str | None) -> None:
+        schema = self.old.get("/v1/pivot")["schema_version"]
+        query = f"schema={schema}" + (f"&pivot={pivot_id}" if pivot_id else "")
+        try:
+            self._target().get(f"/v1/pivot/import?{query}")
+        except ClientError as exc:
+            raise PivotFailed(f"{self._target().url} cannot take this coordinator's state: "
+                              f"{exc}. Nothing was frozen: this coordinator takes changes as "
+                              "before") from None
+
     def begin(self, to_url: str, ca_pem: str | None) -> pv.Pivot:
         from coordinator.domain.transfer import pivot as pv
 

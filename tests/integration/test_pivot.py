@@ -269,6 +269,22 @@ def test_bad_pivot_requests_are_refused_naming_the_field(
     assert old.admin.get("/v1/pivot")["pivot"] is None and new.admin.all_machines() == []
 
 
+def test_a_target_that_holds_state_is_refused_before_anything_is_frozen(
+        tmp_path: Path) -> None:
+    """Pivoting to a coordinator that holds a state (pivoting back to the old one, say) is
+    refused before the old one is frozen, with the way to an empty target."""
+    with running_coordinator(tmp_path / "old", cluster(tmp_path / "runs")) as old, \
+            running_coordinator(tmp_path / "new", cluster(tmp_path / "runs")) as new:
+        refused = pivot(old, new, ok=False)
+        assert refused.returncode == 1 and "frozen" not in refused.stdout, refused
+        assert f"{new.url} cannot take this coordinator's state" in refused.stderr, refused
+        assert "already holds a coordinator's state (rows in " in refused.stderr
+        assert "`coordinator init --data-dir NEW_DIR --name HOST`" in refused.stderr
+        assert "Nothing was frozen" in refused.stderr
+        assert old.admin.get("/v1/pivot")["pivot"] is None
+        old.cli("join-token", "create", "lab")  # it takes changes as before
+
+
 def test_a_pivoting_coordinator_registers_no_machine_until_rolled_back(
         pair: tuple[ServedCoordinator, ServedCoordinator, Path], tmp_path: Path) -> None:
     """A machine registered with the old coordinator once its state is being copied would be

@@ -62,7 +62,7 @@ async def pivot_snapshot(request: web.Request) -> web.Response:
     if pivot is None or pivot.id != request.match_info["id"] or pivot.step is pv.Step.STARTED:
         raise Conflict(f"no frozen pivot {request.match_info['id']} here: run `coordinator "
                        "pivot --to URL` again")
-    data = await c.queries.archive(request.app[DATA_DIR])
+    data = await c.queries.archive(request.app[DATA_DIR], request.app[PRESENTATION].advertise_url)
     return web.Response(body=data, content_type=ARCHIVE_TYPE)
 
 

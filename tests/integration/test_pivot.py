@@ -271,8 +271,8 @@ def test_bad_pivot_requests_are_refused_naming_the_field(
 
 def test_a_target_that_holds_state_is_refused_before_anything_is_frozen(
         tmp_path: Path) -> None:
-    """Pivoting to a coordinator that holds a state (pivoting back to the old one, say) is
-    refused before the old one is frozen, with the way to an empty target."""
+    """Pivoting to a coordinator that holds a state (pivoting back to the old one, say), or
+    that cannot be reached, is refused before the old one is frozen, with the way out."""
     with running_coordinator(tmp_path / "old", cluster(tmp_path / "runs")) as old, \
             running_coordinator(tmp_path / "new", cluster(tmp_path / "runs")) as new:
         refused = pivot(old, new, ok=False)
@@ -283,6 +283,11 @@ def test_a_target_that_holds_state_is_refused_before_anything_is_frozen(
         assert "Nothing was frozen" in refused.stderr
         assert old.admin.get("/v1/pivot")["pivot"] is None
         old.cli("join-token", "create", "lab")  # it takes changes as before
+        new.stop()  # a target that cannot be reached: refused alike, nothing frozen
+        unreachable = pivot(old, new, ok=False)
+        assert f"cannot reach the coordinator at {new.url}" in unreachable.stderr, unreachable
+        assert "Nothing was frozen" in unreachable.stderr
+        assert old.admin.get("/v1/pivot")["pivot"] is None
 
 
 def test_a_pivoting_coordinator_registers_no_machine_until_rolled_back(

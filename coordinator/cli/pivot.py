@@ -56,8 +56,8 @@ class HttpSides:
         try:
             self._target().get(f"/v1/pivot/import?{query}")
         except ClientError as exc:
-            raise PivotFailed(f"{self._target().url} cannot take this coordinator's state: "
-                              f"{exc}. Nothing was frozen: this coordinator takes changes as "
+            raise PivotFailed(f"{self._target().url} cannot take the state of {self.old.url}: "
+                              f"{exc}. Nothing was frozen: {self.old.url} takes changes as "
                               "before") from None
 
     def begin(self, to_url: str, ca_pem: str | None) -> pv.Pivot:

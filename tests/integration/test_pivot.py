@@ -277,8 +277,8 @@ def test_a_target_that_holds_state_is_refused_before_anything_is_frozen(
             running_coordinator(tmp_path / "new", cluster(tmp_path / "runs")) as new:
         refused = pivot(old, new, ok=False)
         assert refused.returncode == 1 and "frozen" not in refused.stdout, refused
-        assert f"{new.url} cannot take this coordinator's state" in refused.stderr, refused
-        assert "already holds a coordinator's state (rows in " in refused.stderr
+        assert f"{new.url} cannot take the state of {old.url}" in refused.stderr, refused
+        assert "the target already holds a coordinator's state (rows in " in refused.stderr
         assert "`coordinator init --data-dir NEW_DIR --name HOST`" in refused.stderr
         assert "Nothing was frozen" in refused.stderr
         assert old.admin.get("/v1/pivot")["pivot"] is None

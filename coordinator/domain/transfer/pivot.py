@@ -150,13 +150,13 @@ def receivable(held: tuple[str, str] | None, occupied: Sequence[str], pivot_id: 
         return True
     if schema is not None and schema > own_schema:
         raise Conflict(f"the old coordinator's state has schema version {schema}, newer than "
-                       f"this coordinator reads ({own_schema}): upgrade this coordinator to at "
-                       "least the old one's version first")
+                       f"the target reads ({own_schema}): upgrade the target to at least the old "
+                       "one's version first")
     if held is not None:
-        raise Conflict(f"this coordinator already holds the state of pivot {held[0]} (from "
+        raise Conflict(f"the target already holds the state of pivot {held[0]} (from "
                        f"{held[1]}): {EMPTY_TARGET}")
     if occupied:
-        raise Conflict(f"this coordinator already holds a coordinator's state (rows in "
+        raise Conflict(f"the target already holds a coordinator's state (rows in "
                        f"{', '.join(occupied)}): {EMPTY_TARGET}")
     return False
 

@@ -204,8 +204,8 @@ def test_a_target_takes_no_state_but_its_own_pivot_and_nothing_newer_than_it_rea
     with pytest.raises(Conflict, match=r"holds the state of pivot pv-1 \(from https://old\): "
                                        "a pivot goes to a coordinator that holds no state"):
         receivable(("pv-1", "https://old"), ["machines"], "pv-2", 2, 2)
-    with pytest.raises(Conflict, match=r"schema version 3, newer than this coordinator reads "
-                                       r"\(2\): upgrade this coordinator"):
+    with pytest.raises(Conflict, match=r"schema version 3, newer than the target reads "
+                                       r"\(2\): upgrade the target"):
         receivable(None, [], None, 3, 2)
 
 

@@ -56,8 +56,10 @@ class HttpSides:
         try:
             self._target().get(f"/v1/pivot/import?{query}")
         except ClientError as exc:
+            why = (f"it refuses the token of --to-token-file ({exc}): give an admin token of "
+                   "that coordinator (its DATA_DIR/admin.token)" if exc.status == 401 else exc)
             raise PivotFailed(f"{self._target().url} cannot take the state of {self.old.url}: "
-                              f"{exc}. Nothing was frozen: {self.old.url} takes changes as "
+                              f"{why}. Nothing was frozen: {self.old.url} takes changes as "
                               "before") from None
 
     def begin(self, to_url: str, ca_pem: str | None) -> pv.Pivot:

@@ -283,6 +283,11 @@ def test_a_target_that_holds_state_is_refused_before_anything_is_frozen(
         assert "Nothing was frozen" in refused.stderr
         assert old.admin.get("/v1/pivot")["pivot"] is None
         old.cli("join-token", "create", "lab")  # it takes changes as before
+        (tmp_path / "wrong.token").write_text("x" * 40)  # a token the target does not know
+        argv = [*pivot_argv(old, new, None), "--to-token-file", str(tmp_path / "wrong.token")]
+        wrong = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        assert "it refuses the token of --to-token-file" in wrong.stderr, wrong
+        assert "Nothing was frozen" in wrong.stderr
         new.stop()  # a target that cannot be reached: refused alike, nothing frozen
         unreachable = pivot(old, new, ok=False)
         assert f"cannot reach the coordinator at {new.url}" in unreachable.stderr, unreachable

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from coordinator.api.context import DATA_DIR, service
+from coordinator.api.context import DATA_DIR, PRESENTATION, service
 
 ARCHIVE_TYPE = "application/gzip"
 
 
 async def backup(request: web.Request) -> web.Response:
-    data = await service(request).queries.archive(request.app[DATA_DIR])
+    data = await service(request).queries.archive(request.app[DATA_DIR],
+                                                 request.app[PRESENTATION].advertise_url)
     return web.Response(body=data, content_type=ARCHIVE_TYPE, headers={
         "Content-Disposition": 'attachment; filename="coordinator-backup.tgz"'})

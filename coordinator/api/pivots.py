@@ -14,7 +14,8 @@ from coordinator.api.bodies import PivotBody
 from coordinator.api.context import DATA_DIR, PRESENTATION, body, service
 from coordinator.domain.errors import Conflict
 from coordinator.domain.transfer import pivot as pv
-from coordinator.service.pivots import receive_pivot
+from coordinator.domain.transfer.archive import SCHEMA_VERSION
+from coordinator.service.pivots import check_receivable, receive_pivot
 from nodeagent.wire.validation import InvalidDocument, Problem
 
 # A pivot's archive is read past the API's usual body limit, into a file: what it unpacks to
@@ -26,7 +27,8 @@ def pivot_view(request: web.Request, pivot: pv.Pivot | None) -> dict[str, Any]:
     """The pivot, and how agents reach this coordinator (an abort brings moved ones back)."""
     presentation = request.app[PRESENTATION]
     return {"pivot": None if pivot is None else pivot.to_json(),
-            "url": presentation.advertise_url, "ca_pem": presentation.ca_pem}
+            "url": presentation.advertise_url, "ca_pem": presentation.ca_pem,
+            "schema_version": SCHEMA_VERSION}
 
 
 async def get_pivot(request: web.Request) -> web.Response:
@@ -60,8 +62,21 @@ async def pivot_snapshot(request: web.Request) -> web.Response:
     if pivot is None or pivot.id != request.match_info["id"] or pivot.step is pv.Step.STARTED:
         raise Conflict(f"no frozen pivot {request.match_info['id']} here: run `coordinator "
                        "pivot --to URL` again")
-    data = await c.queries.archive(request.app[DATA_DIR])
+    data = await c.queries.archive(request.app[DATA_DIR], request.app[PRESENTATION].advertise_url)
     return web.Response(body=data, content_type=ARCHIVE_TYPE)
+
+
+async def check_import(request: web.Request) -> web.Response:
+    """The target's side, before the old coordinator is frozen: whether it takes this pivot's
+    state (query: pivot, when one is begun; schema, the old one's), 409 saying why not."""
+    schema = request.query.get("schema", "")
+    if not schema.isdigit():
+        raise InvalidDocument([Problem("schema", "required: the old coordinator's schema "
+                                       "version (a whole number)")])
+    pivot_id = request.query.get("pivot") or None
+    held = await check_receivable(service(request).writes, pivot_id, int(schema))
+    return web.json_response({"pivot": pivot_id, "imported": held,
+                              "schema_version": SCHEMA_VERSION})
 
 
 async def import_pivot(request: web.Request) -> web.Response:

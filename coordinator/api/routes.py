@@ -188,6 +188,10 @@ ROUTES: tuple[Route, ...] = (
           "Roll back a pivot not done yet: changes are taken again", "admin"),
     Route("POST", "/v1/pivot/{id}/snapshot", pivots.pivot_snapshot,
           "The frozen coordinator's state as one archive, for the target", "admin"),
+    Route("GET", "/v1/pivot/import", pivots.check_import,
+          "On the target, before the old coordinator is frozen: whether it takes a pivot's "
+          "state (200: it holds none, or already this pivot's; 409 saying why not)", "admin",
+          query=(("pivot", TEXT), ("schema", TEXT))),
     Route("POST", "/v1/pivot/import", pivots.import_pivot,
           "On the target: import a pivot's archive (the body; query: pivot, from) into this "
           "coordinator, which must hold no state, or already hold this pivot's (200 either "

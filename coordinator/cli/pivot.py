@@ -50,6 +50,18 @@ class HttpSides:
             raise PivotFailed("the new coordinator is needed: give --to and --to-token-file")
         return self.new
 
+    def check(self, pivot_id: str | None) -> None:
+        schema = self.old.get("/v1/pivot")["schema_version"]
+        query = f"schema={schema}" + (f"&pivot={pivot_id}" if pivot_id else "")
+        try:
+            self._target().get(f"/v1/pivot/import?{query}")
+        except ClientError as exc:
+            why = (f"it refuses the token of --to-token-file ({exc}): give an admin token of "
+                   "that coordinator (its DATA_DIR/admin.token)" if exc.status == 401 else exc)
+            raise PivotFailed(f"{self._target().url} cannot take the state of {self.old.url}: "
+                              f"{why}. Nothing was frozen: {self.old.url} takes changes as "
+                              "before") from None
+
     def begin(self, to_url: str, ca_pem: str | None) -> pv.Pivot:
         from coordinator.domain.transfer import pivot as pv
 

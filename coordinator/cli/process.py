@@ -199,11 +199,41 @@ def init(data_dir: str, listen: str, advertise_url: str | None, store: str | Non
     say(f"admin token:     {options.data_dir / 'admin.token'}")
     say(f"secrets key:     {options.key_file()}  (back it up with the database: without "
                "it the machines' secrets cannot be read)")
-    say(f"start it with:   coordinator serve --data-dir {data_dir} --listen {listen} "
-               f"--advertise-url {options.url()}" + (" --store DSN" if store else ""))
+    say(serve_line(data_dir, listen, options.url(), store is not None))
     if done.join:
         say(f"join string for cluster {spec.name if spec else ''} (put it in each "
                    f"node's /etc/nodeagent/config.yaml as `join:`):\n{done.join}")
+
+
+def serve_line(data_dir: str, listen: str, url: str, store: bool) -> str:
+    """The `coordinator serve` that starts a coordinator set up here (by init or restore)."""
+    return (f"start it with:   coordinator serve --data-dir {data_dir} --listen {listen} "
+            f"--advertise-url {url}" + (" --store DSN" if store else ""))
+
+
+def restored_serve_lines(data_dir: str, store: bool, url: str | None, names: list[str]) -> str:
+    """How to serve a restored coordinator where its agents find it: at the URL the backup
+    recorded (they hold it in their identity), or, from an older backup that does not, at the
+    one its join strings named, which its server certificate must name too."""
+    if url is not None:
+        host, port = _host_and_port(url)
+        return (serve_line(data_dir, f"ADDRESS:{port}", url, store) + "\n"
+                f"                 (the URL its agents reach it at, as the backup recorded it; "
+                f"ADDRESS: the address of this host that {host} resolves to, or 0.0.0.0)")
+    named = (f"one of its server certificate's names ({', '.join(names)})" if names else
+             "its host (it served plain HTTP)")
+    scheme = "https" if names else "http"
+    return (serve_line(data_dir, "ADDRESS:PORT", f"{scheme}://NAME:PORT", store) + "\n"
+            "                 (this backup does not record the URL its agents reach it at: "
+            f"give the one its join strings named, NAME {named}; ADDRESS: the address of "
+            "this host that NAME resolves to, or 0.0.0.0)")
+
+
+def _host_and_port(url: str) -> tuple[str, int]:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return parts.hostname or url, parts.port or (443 if parts.scheme == "https" else 80)
 
 
 @click.command()
@@ -235,6 +265,9 @@ def restore(archive: str, data_dir: str, store: str | None, max_unpacked: int) -
         sys.exit(EXIT_ERROR)
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(taken.created_at))
     say(f"restored {archive} (taken {when} from {taken.source}): {row_counts(taken.counts())}")
-    say(f"start it with:   coordinator serve --data-dir {data_dir}"
-        + (" --store DSN" if location else "") + " (and the --listen and --advertise-url it had)")
+    from coordinator.server.pki import certificate_names
+
+    cert = Path(data_dir) / "pki" / "server.crt"
+    say_block(restored_serve_lines(data_dir, location is not None, taken.advertise_url,
+                                   certificate_names(cert) if cert.is_file() else []))
     say("admin tokens:    those of the backup (admin.token is not in a backup)")

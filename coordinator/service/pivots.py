@@ -27,6 +27,7 @@ from coordinator.domain.model import ClusterSpec, Machine, MachineState
 from coordinator.domain.records import StoredCluster
 from coordinator.domain.releases.clusterapply import respecified
 from coordinator.domain.transfer import pivot as pv
+from coordinator.domain.transfer.archive import SCHEMA_VERSION
 from coordinator.domain.views.machinelist import MAX_LIMIT
 from coordinator.service import snapshot
 from coordinator.service.writes import Writes
@@ -40,6 +41,7 @@ log = logging.getLogger("coordinator")
 FILE_NAME = "pivot.json"
 IMPORTED = "pivot-imported"  # the event a target records its import with, in the same commit
 _TOKEN_CONTEXT = "pivot target token"
+KEPT = ("admin_tokens",)  # the target's own tables, beside which a pivot's state is imported
 # Admin routes a frozen or moved coordinator still answers: the pivot's own, the move target
 # its agents follow, and backups (which change nothing).
 UNFROZEN_PATHS = ("/v1/pivot", "/v1/move-target", "/v1/backup")
@@ -140,6 +142,21 @@ async def receive_pivot(writes: Writes, archive: BinaryIO, pivot_id: str, from_u
     return True
 
 
+async def check_receivable(writes: Writes, pivot_id: str | None, schema: int) -> bool:
+    """The target's side before the old coordinator is frozen: whether it already holds the
+    pivot's state (True) or none (False); Conflict saying why it can take neither."""
+    return await _receivable(writes.store, pivot_id, schema)
+
+
+async def _receivable(store: Store, pivot_id: str | None, schema: int | None) -> bool:
+    """domain/transfer/pivot.py's `receivable` for this store (schema None: the archive's
+    rules check it as it is read)."""
+    held = await store.list_events(kinds=[IMPORTED], limit=1, newest_first=True)
+    imported = (str(held[0].data.get("pivot")), str(held[0].data.get("from"))) if held else None
+    occupied = [name for name in await store.occupied() if name not in KEPT]
+    return pv.receivable(imported, occupied, pivot_id, schema, SCHEMA_VERSION)
+
+
 async def import_archive(store: Store, cipher: Cipher | None, archive: BinaryIO, pivot_id: str,
                          from_url: str, now: float) -> list[str] | None:
     """The ids of the machines imported with the archive's state (streamed from the file
@@ -148,13 +165,8 @@ async def import_archive(store: Store, cipher: Cipher | None, archive: BinaryIO,
     written then. Conflict when the store holds another state; the archive's admin tokens stay
     behind (the target keeps its own), its machines' secrets are sealed again with this one's
     key, and the import is recorded by an event in the same transaction."""
-    held = await store.list_events(kinds=[IMPORTED], limit=1, newest_first=True)
-    if held:
-        if held[0].data.get("pivot") == pivot_id:
-            return None
-        raise Conflict(f"this coordinator already holds the state of pivot "
-                       f"{held[0].data.get('pivot')} (from {held[0].data.get('from')}): a pivot "
-                       "goes to a coordinator with no state")
+    if await _receivable(store, pivot_id, None):
+        return None
     try:
         taken = await asyncio.to_thread(snapshot.read, archive, "the pivot's archive")
     except snapshot.ArchiveError as exc:  # bad input: 422 naming the body
@@ -166,14 +178,14 @@ async def import_archive(store: Store, cipher: Cipher | None, archive: BinaryIO,
                    "message": f"state imported from {from_url} (pivot {pivot_id})",
                    "data": json.dumps({"pivot": pivot_id, "from": from_url})})
     try:
-        await store.import_({**tables, "events": events}, beside=("admin_tokens",))
+        await store.import_({**tables, "events": events}, beside=KEPT)
     except StoreError as exc:
         raise Conflict(f"cannot import the pivot's state: {exc}") from None
     return [str(row["id"]) for row in tables["machines"]]
 
 
 def _for_target(taken: snapshot.Snapshot, cipher: Cipher | None) -> dict[str, list[Any]]:
-    tables = {name: list(rows) for name, rows in taken.tables.items() if name != "admin_tokens"}
+    tables = {name: list(rows) for name, rows in taken.tables.items() if name not in KEPT}
     key = key_from_text(taken.files.get("secrets.key", b""))
     if cipher is None or key is None:  # a key the archive holds is one: snapshot.read checks
         return tables

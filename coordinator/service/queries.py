@@ -201,11 +201,11 @@ class Queries:
         """Raises when the store cannot be read: the replica is not ready."""
         await self.store.list_clusters()
 
-    async def archive(self, data_dir: Path) -> bytes:
-        """The whole state, with data_dir's PKI and secrets key, as one archive
-        (service/snapshot.py): a backup's, or a frozen pivot's snapshot. Encoded off the event
-        loop, so that agents are never kept waiting by it."""
-        taken = await snapshot.take(self.store, data_dir)
+    async def archive(self, data_dir: Path, advertise_url: str) -> bytes:
+        """The whole state, with data_dir's PKI and secrets key and the URL its agents reach it
+        at, as one archive (service/snapshot.py): a backup's, or a frozen pivot's snapshot.
+        Encoded off the event loop, so that agents are never kept waiting by it."""
+        taken = await snapshot.take(self.store, data_dir, advertise_url)
         return await asyncio.to_thread(snapshot.to_bytes, taken)
 
     async def upgrade_plan(self, name: str, spec: ClusterSpec | None = None,

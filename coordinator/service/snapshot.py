@@ -17,9 +17,10 @@ The public surface (the pivot uses it as it is):
                                            a coordinator's files (RestoreError otherwise)
 
 The archive is a gzipped tar: manifest.json (format, schema_version, created_at, the source
-store's kind, each table's row count, and the sha256 and size of every other member), then
-tables/NAME.jsonl (one JSON row a line, sql.TABLES' columns) and files/PATH (the data dir's).
-What a reader accepts of one, and how much it unpacks at most, is domain/transfer/archive.py's.
+store's kind, the URL its agents reached it at, each table's row count, and the sha256 and
+size of every other member), then tables/NAME.jsonl (one JSON row a line, sql.TABLES'
+columns) and files/PATH (the data dir's). What a reader accepts of one, and how much it
+unpacks at most, is domain/transfer/archive.py's.
 """
 
 from __future__ import annotations
@@ -68,19 +69,22 @@ class Snapshot:
     files: Mapping[str, bytes]  # path under the data dir (DATA_FILES) -> content
     created_at: float
     source: str  # the kind of store it was taken from (Store.kind)
+    # The URL its agents reached it at (its --advertise-url): what a restored one serves at
+    # for them to find it. None: an archive from before it was recorded.
+    advertise_url: str | None = None
 
     def counts(self) -> dict[str, int]:
         """Rows per table, as the manifest states them and the CLI shows them."""
         return {name: len(self.tables.get(name, ())) for name in TABLE_NAMES}
 
 
-async def take(store: Store, data_dir: Path) -> Snapshot:
+async def take(store: Store, data_dir: Path, advertise_url: str | None = None) -> Snapshot:
     """The store's tables in one transaction, and the data dir's identity files (those a
-    coordinator serving plain HTTP lacks are left out)."""
+    coordinator serving plain HTTP lacks are left out), with the URL its agents reach it at."""
     tables = await store.export()
     files = {name: (data_dir / name).read_bytes() for name in DATA_FILES
              if (data_dir / name).is_file()}
-    return Snapshot(tables, files, time.time(), store.kind)
+    return Snapshot(tables, files, time.time(), store.kind, advertise_url)
 
 
 # -- the archive ------------------------------------------------------------------------------
@@ -94,7 +98,8 @@ def to_bytes(snapshot: Snapshot) -> bytes:
                    for name, data in snapshot.files.items())
     manifest = {
         "format": FORMAT, "schema_version": SCHEMA_VERSION, "created_at": snapshot.created_at,
-        "source": snapshot.source, "counts": snapshot.counts(),
+        "source": snapshot.source, "advertise_url": snapshot.advertise_url,
+        "counts": snapshot.counts(),
         "members": {name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
                     for name, data in members.items()},
     }
@@ -197,7 +202,7 @@ def _read_tar(tar: tarfile.TarFile, bounded: _Bounded, source: str,
         raise archive.damaged(source, problem)
     prefix = archive.FILE_MEMBER.format("")
     return Snapshot(by_table, {name[len(prefix):]: data for name, data in files.items()},
-                    manifest.created_at, manifest.source)
+                    manifest.created_at, manifest.source, manifest.advertise_url)
 
 
 _TABLES = {archive.TABLE_MEMBER.format(table.name): archive.Columns(

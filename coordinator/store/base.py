@@ -261,6 +261,11 @@ class Store(ABC):
         Writers go on meanwhile."""
 
     @abstractmethod
+    async def occupied(self) -> list[str]:
+        """The tables that hold a row: an import (import_) into this store would be refused
+        for them, so a pivot's target is checked by it before anything is frozen."""
+
+    @abstractmethod
     async def import_(self, tables: Tables, beside: Collection[str] = ()) -> None:
         """Write a snapshot (what export returned, from either backend) into this store in one
         transaction; StoreError, with nothing written, when the store already holds any state

@@ -364,6 +364,9 @@ class PostgresStore(Store):
             tables: dict[str, list[dict[str, Any]]] = await self.db.guard(read())
         return tables
 
+    async def occupied(self) -> list[str]:
+        return await self.db.all(lambda row: str(row["name"]), SQL.occupied)
+
     async def import_(self, tables: Tables, beside: Collection[str] = ()) -> None:
         """COPY per table, in one transaction; the event ids' counter set past the last
         event imported."""

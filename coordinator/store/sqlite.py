@@ -489,6 +489,9 @@ class SQLiteStore(Store):
         finally:
             conn.close()
 
+    async def occupied(self) -> list[str]:
+        return await self._all(lambda row: str(row[0]), SQL.occupied)
+
     async def import_(self, tables: Tables, beside: Collection[str] = ()) -> None:
         await self._run(self._import, tables, beside)
 

@@ -181,6 +181,19 @@ def test_a_backup_under_load_restores_into_sqlite_and_postgresql_and_the_agents_
                 replica.stop()
 
 
+def test_a_restore_says_the_url_its_agents_reach_it_at(tmp_path: Path) -> None:
+    """The backup records the URL agents reach the coordinator at: the restore's `start it
+    with` gives it, and the port to listen on, rather than leaving them to be guessed."""
+    archive = tmp_path / "backup.tgz"
+    with running_coordinator(tmp_path / "a", AUTO_APPROVE_CLUSTER) as source:
+        source.cli("backup", "--out", str(archive))
+    done = restore(archive, tmp_path / "b")
+    assert done.returncode == 0, done.stderr
+    port = source.url.rsplit(":", 1)[1]
+    assert (f"start it with:   coordinator serve --data-dir {tmp_path / 'b'} --listen "
+            f"ADDRESS:{port} --advertise-url {source.url}\n") in done.stdout, done.stdout
+
+
 def test_a_damaged_or_newer_backup_is_refused_with_nothing_written(tmp_path: Path) -> None:
     archive = tmp_path / "backup.tgz"
     with running_coordinator(tmp_path / "a") as source:

@@ -269,6 +269,32 @@ def test_bad_pivot_requests_are_refused_naming_the_field(
     assert old.admin.get("/v1/pivot")["pivot"] is None and new.admin.all_machines() == []
 
 
+def test_a_target_that_holds_state_is_refused_before_anything_is_frozen(
+        tmp_path: Path) -> None:
+    """Pivoting to a coordinator that holds a state (pivoting back to the old one, say), or
+    that cannot be reached, is refused before the old one is frozen, with the way out."""
+    with running_coordinator(tmp_path / "old", cluster(tmp_path / "runs")) as old, \
+            running_coordinator(tmp_path / "new", cluster(tmp_path / "runs")) as new:
+        refused = pivot(old, new, ok=False)
+        assert refused.returncode == 1 and "frozen" not in refused.stdout, refused
+        assert f"{new.url} cannot take the state of {old.url}" in refused.stderr, refused
+        assert "the target already holds a coordinator's state (rows in " in refused.stderr
+        assert "`coordinator init --data-dir NEW_DIR --name HOST`" in refused.stderr
+        assert "Nothing was frozen" in refused.stderr
+        assert old.admin.get("/v1/pivot")["pivot"] is None
+        old.cli("join-token", "create", "lab")  # it takes changes as before
+        (tmp_path / "wrong.token").write_text("x" * 40)  # a token the target does not know
+        argv = [*pivot_argv(old, new, None), "--to-token-file", str(tmp_path / "wrong.token")]
+        wrong = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        assert "it refuses the token of --to-token-file" in wrong.stderr, wrong
+        assert "Nothing was frozen" in wrong.stderr
+        new.stop()  # a target that cannot be reached: refused alike, nothing frozen
+        unreachable = pivot(old, new, ok=False)
+        assert f"cannot reach the coordinator at {new.url}" in unreachable.stderr, unreachable
+        assert "Nothing was frozen" in unreachable.stderr
+        assert old.admin.get("/v1/pivot")["pivot"] is None
+
+
 def test_a_pivoting_coordinator_registers_no_machine_until_rolled_back(
         pair: tuple[ServedCoordinator, ServedCoordinator, Path], tmp_path: Path) -> None:
     """A machine registered with the old coordinator once its state is being copied would be

@@ -83,6 +83,7 @@ class Manifest:
     source: str
     counts: Mapping[str, int]
     members: Mapping[str, Member]
+    advertise_url: str | None = None  # where its agents reached it (None: an older archive)
 
 
 def parse_manifest(data: bytes, source: str, tables: Sequence[str], files: Collection[str],
@@ -104,10 +105,12 @@ def parse_manifest(data: bytes, source: str, tables: Sequence[str], files: Colle
                            f"coordinator reads ({SCHEMA_VERSION}): restore it with a coordinator "
                            "at least as new as the one that took it")
     created_at, taken_from = manifest.get("created_at", 0.0), manifest.get("source", "unknown")
-    counts = manifest.get("counts", {})
+    counts, url = manifest.get("counts", {}), manifest.get("advertise_url")
     if not _number(created_at) or not isinstance(taken_from, str) or \
-            not isinstance(counts, dict) or not all(type(n) is int for n in counts.values()):
-        raise damaged(source, f"its {MANIFEST}'s created_at, source or counts is not of its type")
+            not isinstance(counts, dict) or not all(type(n) is int for n in counts.values()) or \
+            not isinstance(url, str | None):
+        raise damaged(source, f"its {MANIFEST}'s created_at, source, counts or advertise_url is "
+                              "not of its type")
     known_files = {FILE_MEMBER.format(name) for name in files}
     known = known_files | {TABLE_MEMBER.format(name) for name in tables}
     members = {name: _member(source, name, entry, known, known_files)
@@ -119,7 +122,7 @@ def parse_manifest(data: bytes, source: str, tables: Sequence[str], files: Colle
     declared = sum(member.size for member in members.values())
     if declared > max_unpacked:
         raise too_large(source, declared, max_unpacked)
-    return Manifest(float(created_at), taken_from, counts, members)
+    return Manifest(float(created_at), taken_from, counts, members, url)
 
 
 def _member(source: str, name: str, entry: Any, known: Collection[str],

@@ -135,6 +135,32 @@ def begin(current: Pivot | None, to_url: str, ca_pem: str | None, now: float,
     return Pivot(pivot_id or new_id(), to_url.rstrip("/"), ca_pem, Step.STARTED, now, now)
 
 
+EMPTY_TARGET = ("a pivot goes to a coordinator that holds no state: set up a new one "
+                "(`coordinator init --data-dir NEW_DIR --name HOST`, then `coordinator serve "
+                "--data-dir NEW_DIR`) and pivot to it")
+
+
+def receivable(held: tuple[str, str] | None, occupied: Sequence[str], pivot_id: str | None,
+               schema: int | None, own_schema: int) -> bool:
+    """Whether a target already holds this pivot's state (True: nothing to import) or holds
+    none (False: it takes the import); Conflict saying why it can take neither, and what to do.
+    held: the pivot (id, old URL) it imported, if any; occupied: its tables that hold a row;
+    schema: the old coordinator's (None: the archive's own rules check it)."""
+    if held is not None and pivot_id is not None and held[0] == pivot_id:
+        return True
+    if schema is not None and schema > own_schema:
+        raise Conflict(f"the old coordinator's state has schema version {schema}, newer than "
+                       f"the target reads ({own_schema}): upgrade the target to at least the old "
+                       "one's version first")
+    if held is not None:
+        raise Conflict(f"the target already holds the state of pivot {held[0]} (from "
+                       f"{held[1]}): {EMPTY_TARGET}")
+    if occupied:
+        raise Conflict(f"the target already holds a coordinator's state (rows in "
+                       f"{', '.join(occupied)}): {EMPTY_TARGET}")
+    return False
+
+
 def next_step(pivot: Pivot) -> Step | None:
     """The step the pivot takes next; None once done."""
     index = ORDER.index(pivot.step)
@@ -216,6 +242,10 @@ class Sides(Protocol):
     """What running a pivot does to the two coordinators (the CLI does it over HTTP). Every
     operation is idempotent: a pivot interrupted anywhere is run again from its recorded step."""
 
+    def check(self, pivot_id: str | None) -> None:
+        """Conflict when the target cannot take this pivot's state (`receivable`): asked
+        before the old coordinator is frozen, so that a refusal leaves it taking changes."""
+
     def begin(self, to_url: str, ca_pem: str | None) -> Pivot:
         """The old coordinator's pivot: the one under way to this target, or a new one."""
 
@@ -251,7 +281,12 @@ ACTIONS: dict[Step, Callable[[Sides, Pivot], None]] = {
 
 def run(sides: Sides, to_url: str, ca_pem: str | None,
         say: Callable[[Pivot, Step], None] = lambda pivot, step: None) -> Pivot:
-    """The pivot taken to done from wherever it was: each step done, then recorded."""
+    """The pivot taken to done from wherever it was: each step done, then recorded. The target
+    is checked first while nothing is frozen yet: a target that cannot take the state is
+    refused with no pivot begun (or the one begun left unfrozen)."""
+    current = sides.current()
+    if current is None or (current.step is Step.STARTED and same_target(current.to_url, to_url)):
+        sides.check(None if current is None else current.id)
     pivot = sides.begin(to_url, ca_pem)
     while (step := next_step(pivot)) is not None:
         say(pivot, step)

@@ -69,9 +69,11 @@ def test_a_manifest_naming_what_a_coordinator_does_not_keep_is_refused(
 
 
 def test_a_manifest_s_own_fields_of_the_wrong_type_are_refused() -> None:
-    for field in ({"created_at": "yesterday"}, {"source": 1}, {"counts": {"events": "2"}}):
+    for field in ({"created_at": "yesterday"}, {"source": 1}, {"counts": {"events": "2"}},
+                  {"advertise_url": ["https://coord.example:8080"]}):
         data = json.loads(manifest(**{"tables/events.jsonl": entry(1)}))
-        with pytest.raises(ArchiveError, match="created_at, source or counts is not of its"):
+        with pytest.raises(ArchiveError, match="created_at, source, counts or advertise_url is "
+                                               "not of its type"):
             parsed(json.dumps({**data, **field}).encode())
     with pytest.raises(ArchiveError, match="lacks a schema_version"):
         parsed(json.dumps({"format": "nodeagent-coordinator-backup", "schema_version": True,

@@ -16,6 +16,7 @@ from coordinator.domain.transfer.pivot import (
     abort,
     advance,
     begin,
+    receivable,
     refresh_due,
     refused_change,
     run,
@@ -25,6 +26,7 @@ from nodeagent.wire.validation import InvalidDocument
 
 TARGET = "https://new.example:8080"
 CA = "the target's CA (PEM)"
+SCHEMA = 2
 
 
 class Crash(Exception):
@@ -40,6 +42,7 @@ class World:
     recorded: Pivot | None = None
     move_target: str | None = None
     imports: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)  # the target's tables of another state
     agents_on_target: bool = False
     calls: int = 0
     crash_at: int | None = None
@@ -55,6 +58,10 @@ class World:
         if crash:
             raise Crash
         return result
+
+    def check(self, pivot_id: str | None) -> None:
+        held = (self.imports[0], "https://old") if self.imports else None
+        self._call(lambda: receivable(held, self.foreign, pivot_id, SCHEMA, SCHEMA))
 
     def begin(self, to_url: str, ca_pem: str | None) -> Pivot:
         def effect() -> Pivot:
@@ -75,6 +82,7 @@ class World:
     def copy(self, pivot: Pivot) -> None:
         def effect() -> None:
             assert refused_change(self.recorded), "copied while the old one takes changes"
+            receivable(None, self.foreign, pivot.id, None, SCHEMA)
             if not self.imports:
                 self.imports.append(pivot.id)
             elif self.imports != [pivot.id]:
@@ -178,6 +186,27 @@ def test_an_abort_from_any_step_before_done_leaves_the_old_coordinator_whole(
     assert world.recorded is None and world.move_target is None
     assert not world.agents_on_target
     assert refused_change(world.recorded) is None
+
+
+def test_a_target_holding_another_state_is_refused_before_anything_is_begun() -> None:
+    world = World(foreign=["clusters", "machines"])
+    with pytest.raises(Conflict, match=r"already holds a coordinator's state \(rows in "
+                                       r"clusters, machines\): a pivot goes to a coordinator "
+                                       r"that holds no state: set up a new one \(`coordinator "
+                                       r"init --data-dir NEW_DIR"):
+        run(world, TARGET, CA)
+    assert world.recorded is None and world.imports == []  # nothing begun, nothing frozen
+
+
+def test_a_target_takes_no_state_but_its_own_pivot_and_nothing_newer_than_it_reads() -> None:
+    assert receivable(None, [], None, 2, 2) is False  # empty: it takes the state
+    assert receivable(("pv-1", "https://old"), ["machines"], "pv-1", 2, 2) is True  # held
+    with pytest.raises(Conflict, match=r"holds the state of pivot pv-1 \(from https://old\): "
+                                       "a pivot goes to a coordinator that holds no state"):
+        receivable(("pv-1", "https://old"), ["machines"], "pv-2", 2, 2)
+    with pytest.raises(Conflict, match=r"schema version 3, newer than the target reads "
+                                       r"\(2\): upgrade the target"):
+        receivable(None, [], None, 3, 2)
 
 
 def test_abort_is_refused_once_done_and_when_nothing_is_under_way() -> None:

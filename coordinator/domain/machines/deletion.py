@@ -12,6 +12,7 @@ from coordinator.domain.changes import Change, combined
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
+from coordinator.domain.nodes.kubeaccess import NO_KUBECONFIG
 from coordinator.domain.nodes.removal import quorum_refusal, removal_drain
 from coordinator.domain.records import StoredCluster
 
@@ -25,7 +26,9 @@ def removal(machine: Machine, machines: Sequence[Machine], spec: ClusterSpec, no
     None when it is already leaving and skip_reset does not remove it at once. It goes
     through Deleting with the drain its removal starts with (none when the cluster cannot be
     reached or leaves whole), unless it never ran items or skip_reset removes the record at
-    once. A manager whose leaving could cost the control plane its quorum is refused
+    once. A deployed machine whose node will not be drained (the cluster cannot be reached)
+    says so in its event: the operator must not take it for drained. A manager whose leaving
+    could cost the control plane its quorum is refused
     (Conflict, saying why) unless forced; the whole cluster leaving, nothing is guarded."""
     if machine.state is S.DELETING and not skip_reset:
         return None
@@ -39,7 +42,9 @@ def removal(machine: Machine, machines: Sequence[Machine], spec: ClusterSpec, no
                       removed={machine.id: now}, wake=[machine.id])
     drain = None if whole_cluster else removal_drain(spec, machines, machine, now)
     updated = replace(machine.with_state(S.DELETING, now), drain=drain)
-    then = "running reset items" if drain is None else "drain, reset items, Node deletion"
+    then = ("drain, reset items, Node deletion" if drain is not None else "running reset items"
+            if whole_cluster or machine.state in (S.PREPARE, S.DEPLOY) else
+            f"running reset items; its node is not drained first, {NO_KUBECONFIG}")
     return Change(machines=[updated], events=[event(
         now, machine.cluster, "state", f"{machine.hostname} {machine.state.value} -> Deleting: "
         f"{then}" + (f" (forced, though {refused})" if refused else ""), updated,

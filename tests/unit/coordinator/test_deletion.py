@@ -33,7 +33,10 @@ def w1(state: MachineState, role: str | None = "worker") -> Machine:
     # deployed: Deleting, its node drained first when the cluster can be reached
     (w1(S.READY), KUBE, False, "w1 Ready -> Deleting: drain, reset items, Node deletion",
      DrainStage.DRAINING),
-    (w1(S.READY), UNREACHABLE, False, "w1 Ready -> Deleting: running reset items", None),
+    # a deployed node the coordinator cannot reach is not drained, and the event says so
+    (w1(S.READY), UNREACHABLE, False, "w1 Ready -> Deleting: running reset items; its node is "
+     "not drained first, no kubeconfig: settings.kubernetes.kubeconfig is not set and no "
+     "manager reported one (kubeconfigFrom on a manager item)", None),
     (w1(S.PREPARE), UNREACHABLE, False, "w1 Prepare -> Deleting: running reset items", None),
 ])
 def test_each_machine_state_leaves_in_one_change(leaving: Machine, spec: object,

@@ -2,14 +2,18 @@
 items render to on a cluster of some size before any machine registered (`cluster render
 --fleet 3,50`). Every machine is as if deployed (so ${managers} lists every manager) at an
 earlier release (so its upgrade runs the spec's upgrade items); manager-1 is the first
-manager. Addresses come from the documentation ranges of RFC 5737, which route nowhere, so a
-rendered command copied by mistake reaches no real machine."""
+manager; every manager is shown minting and revoking join material for the fleet's last
+machine, as any Ready manager may be asked to (fleet_job). Addresses come from the
+documentation ranges of RFC 5737, which route nowhere, so a rendered command copied by
+mistake reaches no real machine."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from coordinator.domain.model import ClusterSpec, Machine, MachineState, Role
+from coordinator.domain.model import ClusterSpec, Machine, MachineState, MintJob, Role
 from coordinator.domain.specs.catalog import catalog
 
 _RANGES = ("192.0.2", "198.51.100", "203.0.113")
@@ -48,6 +52,20 @@ def hypothetical_fleet(spec: ClusterSpec, fleet: Fleet) -> list[Machine]:
     roles: list[tuple[Role, int]] = [*(("manager", n) for n in range(1, fleet.managers + 1)),
                                      *(("worker", n) for n in range(1, fleet.workers + 1))]
     return [_machine(spec, role, number, index) for index, (role, number) in enumerate(roles)]
+
+
+def fleet_job(spec: ClusterSpec, fleet: Sequence[Machine], machine: Machine,
+              kind: Literal["mint", "revoke"]) -> MintJob | None:
+    """The mint or revoke job a manager of the hypothetical fleet is shown running: every item
+    of that phase, for the fleet's last machine (the last to join). None on a worker, with no
+    such item, or when the manager is that machine (a fleet of one mints for no one)."""
+    joiner = fleet[-1]
+    items = tuple(i.name for i in spec.items("manager", kind))
+    if machine.role != "manager" or joiner.id == machine.id or not items:
+        return None
+    assert joiner.role is not None and joiner.ip is not None
+    return MintJob(kind=kind, joiner=joiner.id, hostname=joiner.hostname, ip=joiner.ip,
+                   role=joiner.role, serial=1, items=items)
 
 
 def _machine(spec: ClusterSpec, role: Role, number: int, index: int) -> Machine:

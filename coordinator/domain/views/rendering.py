@@ -28,7 +28,7 @@ from coordinator.domain.releases.releases import first_only_notes, next_upgrader
 from coordinator.domain.releases.runs import phase_run
 from coordinator.domain.specs.outputs import PREFIX, available, declared, public_names
 from coordinator.domain.specs.templating import template_values
-from coordinator.domain.views.fleet import Fleet, hypothetical_fleet
+from coordinator.domain.views.fleet import Fleet, fleet_job, hypothetical_fleet
 from nodeagent.wire.contract import Phase
 from nodeagent.wire.protocol import Location, StateItem
 from nodeagent.wire.templates import TemplateError, render
@@ -184,8 +184,14 @@ def render_cluster(spec: ClusterSpec, machines: Sequence[Machine], fleet: Fleet 
     chosen = ordered(machines) if machine is None else [_named(spec, machines, machine, fleet)]
     phases = ORDER if phase is None else (phase,)
     kept = None if fleet is not None else kept
-    return Rendering(spec, fleet, [render_machine(spec, m, managers, phases, stored, kept)
-                                   for m in chosen], tuple(first_only_notes(spec, managers)))
+    rendered = [render_machine(spec, m, managers, phases, stored, kept) for m in chosen]
+    if fleet is not None:  # its managers run no job: each is shown the one it may be given
+        rendered = [replace(r, phases=r.phases + tuple(
+            p for kind in ("mint", "revoke") if kind in phases
+            and (job := fleet_job(spec, machines, m, kind)) is not None
+            for p in render_machine(spec, replace(m, minting=job), managers, (kind,),
+                                    stored).phases)) for m, r in zip(chosen, rendered, strict=True)]
+    return Rendering(spec, fleet, rendered, tuple(first_only_notes(spec, managers)))
 
 
 def _named(spec: ClusterSpec, machines: Sequence[Machine], ref: str,

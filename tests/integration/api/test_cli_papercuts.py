@@ -189,3 +189,37 @@ async def test_machines_get_shows_one_machine_in_full_with_each_item_and_where_i
     assert [line.split() for line in shown[at + 1:at + 3]] == [
         ["setup", "applied"], ["runtime", "failed", "(attempt", "2)"]]
     assert {"labels", "node", "address", "devices"} <= set(fields)
+
+
+async def test_join_token_create_prints_the_string_alone_on_stdout_and_its_id_beside(
+        env: InProcessCoordinator) -> None:
+    """Scripts read the join string from stdout; the id `join-token revoke` takes goes to
+    stderr, or the operator has to find it in `join-token list` among the others."""
+    created = await env.cli_result("join-token", "create", "lab")
+    assert created.stdout.startswith("na1.") and len(created.stdout.splitlines()) == 1
+    (token,) = await env.call("GET", "/v1/clusters/lab/join-tokens", 200)
+    assert created.stderr == (f"join token {token['id']} (revoke it: coordinator join-token "
+                              f"revoke {token['id']})\n")
+    await env.cli("join-token", "revoke", token["id"])
+    assert (await env.call("GET", "/v1/join-tokens", 200))[0]["state"] == "revoked"
+
+
+async def test_apply_says_created_and_apply_and_plan_warn_alike_of_an_older_release(
+        env: InProcessCoordinator, tmp_path: Path) -> None:
+    first = tmp_path / "edge.yaml"
+    first.write_text(API_CLUSTER.replace("name: lab", "name: edge"))
+    assert (await env.cli("cluster", "apply", "-f", str(first))).splitlines() == [
+        "cluster edge created: release 1.0, generation 1"]
+    newer, older = tmp_path / "lab-2.0.yaml", tmp_path / "lab-1.0.yaml"
+    newer.write_text(API_CLUSTER.replace('release: "1.0"', 'release: "2.0"'))
+    older.write_text(API_CLUSTER)
+    await env.cli("cluster", "apply", "-f", str(newer))
+    warning = ("warning: release 1.0 is older than 2.0, the cluster's: nothing is rolled back. "
+               "Each machine runs only the items new or changed since it last ran (none when "
+               "they are as they were) and is recorded at 1.0; to undo what items did, write "
+               "items that undo it")
+    planned = await env.cli("upgrade", "plan", "lab", "-f", str(older))
+    assert warning in planned.splitlines(), planned
+    applied = await env.cli_result("cluster", "apply", "-f", str(older))
+    assert applied.stdout == "cluster lab changed: release 1.0, generation 3\n"
+    assert applied.stderr.splitlines() == [warning]

@@ -223,3 +223,46 @@ async def test_apply_says_created_and_apply_and_plan_warn_alike_of_an_older_rele
     applied = await env.cli_result("cluster", "apply", "-f", str(older))
     assert applied.stdout == "cluster lab changed: release 1.0, generation 3\n"
     assert applied.stderr.splitlines() == [warning]
+
+
+WAITING = """\
+name: lab
+release: "1.0"
+machineTypes:
+  manager:
+    - {name: init, phase: deploy, when: {firstManager: true}, action: {type: exec, argv: ["true"]}}
+    - {name: extra, phase: deploy, when: {firstManager: false}, outputs: [{name: v, secret: false}],
+       action: {type: exec, argv: ["true"]}}
+  worker:
+    - {name: join, phase: deploy, action: {type: exec, argv: [echo, "${outputs.extra.v}"]}}
+"""
+
+
+async def test_machines_get_names_the_managers_a_waiting_machine_waits_on_as_the_list_does(
+        env: InProcessCoordinator) -> None:
+    """`machines get` once judged what a machine waits for without its cluster's managers
+    and said `managers: none` beside a list that named them (fixed by 45e34da)."""
+    await env.call("PUT", "/v1/clusters", 200, data=WAITING)
+    m1 = await env.register("m1")
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+
+    async def ready() -> bool:
+        await env.report_all(m1)
+        return bool((await env.machine("m1"))["state"] == "Ready")
+
+    await env.until("m1 Ready", ready)
+    for hostname, role in (("m2", "manager"), ("w1", "worker")):
+        await env.register(hostname)
+        await env.call("POST", f"/v1/machines/{hostname}/approve", 200, json={"role": role})
+
+    async def waiting() -> bool:
+        await env.assignment(env.agents["w1"])
+        return "waits for" in (await env.machine("w1"))["note"]["text"]
+
+    await env.until("w1 waits", waiting)
+    said = ("waits for ${outputs.extra.v} from item extra (not run yet; managers: m1 (Ready), "
+            "m2 (Deploy))")
+    listed = next(line for line in (await env.cli("machines")).splitlines()
+                  if line.startswith("w1 "))
+    assert listed.endswith(said), listed
+    assert f"progress   {said}" in (await env.cli("machines", "get", "w1")).splitlines()

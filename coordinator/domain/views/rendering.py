@@ -29,7 +29,7 @@ from coordinator.domain.releases.runs import phase_run
 from coordinator.domain.specs.outputs import PREFIX, available, declared, public_names
 from coordinator.domain.specs.templating import template_values
 from coordinator.domain.views.fleet import Fleet, fleet_job, hypothetical_fleet
-from nodeagent.wire.contract import Phase
+from nodeagent.wire.contract import JOB_PHASES, Phase
 from nodeagent.wire.protocol import Location, StateItem
 from nodeagent.wire.templates import TemplateError, render
 from nodeagent.wire.validation import format_path
@@ -72,6 +72,7 @@ class RenderedItem:
 class RenderedPhase:
     phase: Phase
     items: tuple[RenderedItem, ...]
+    joiner: str | None = None  # a mint, revoke or leave job's: the machine it runs for
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,9 @@ def render_machine(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]
     among them are all its values depend on, with kept, the outputs the cluster keeps);
     stored decides which values are secret (machine_values)."""
     shown = machine_values(spec, machine, peers, stored, kept).shown()
-    rendered = tuple(RenderedPhase(phase, tuple(render_item(i, shown) for i in items))
+    job = machine.minting
+    rendered = tuple(RenderedPhase(phase, tuple(render_item(i, shown) for i in items),
+                                   job.hostname if job and phase in JOB_PHASES else None)
                      for phase in phases if (items := shown_items(spec, machine, peers, phase)))
     return RenderedMachine(machine.id, machine.hostname, machine.ip, machine.role,
                            machine.state, machine.release, shown, rendered)

@@ -126,9 +126,8 @@ def test_a_job_phase_says_whom_it_runs_for_and_its_items_their_own_version() -> 
     rendering = render_cluster(load_spec(MINTING_CLUSTER, "spec"), [], Fleet(1, 1))
     lines = rendering_lines(rendering_view(rendering))
     at = lines.index("  mint (for worker-1)")
-    assert lines[at:at + 7] == [
+    assert lines[at:at + 5] == [
         "  mint (for worker-1)", "    token: exec", "      argv: kubeadm token create --ttl 60s",
-        "    certkey: exec", "      argv: kubeadm init phase upload-certs --upload-certs",
         "  revoke (for worker-1)", "    forget-token: exec"]
 
 

@@ -216,16 +216,22 @@ def test_a_fleet_of_the_most_machines_gets_an_address_each() -> None:
 
 def test_a_fleets_managers_show_the_mint_and_revoke_they_would_run_for_a_joiner() -> None:
     """Every manager may be asked to mint (and revoke) a joiner's material: the fleet shows
-    each doing it for its last machine, values filled in, the material named, never shown."""
-    rendered = by_host(render_cluster(load_spec(MINTING_CLUSTER, "spec"), [],
-                                      Fleet(2, 1)).machines)
+    each doing it for its last machine, with the items minting would choose for it (those
+    its deploy items use), values filled in, the material named, never shown."""
+    spec = load_spec(MINTING_CLUSTER, "spec")
+    rendered = by_host(render_cluster(spec, [], Fleet(2, 1)).machines)
     for manager in ("manager-1", "manager-2"):
         shown = phases(rendered[manager])
         assert list(shown)[-2:] == ["mint", "revoke"], manager
-        assert shown["mint"]["token"]["argv"] == ["kubeadm", "token", "create", "--ttl", "60s"]
-        assert list(shown["mint"]) == ["token", "certkey"]
+        assert shown["mint"] == {"token": {"type": "exec", "argv": [
+            "kubeadm", "token", "create", "--ttl", "60s"], "env": {}, "expectedExitCodes": [0]}}
         assert shown["revoke"]["forget-token"]["argv"] == [
             "kubeadm", "token", "delete", "<${outputs.token.token}: not produced yet>"]
+        assert {p.joiner for p in rendered[manager].phases if p.phase in ("mint", "revoke")} \
+            == {"worker-1"}
     assert "mint" not in phases(rendered["worker-1"])
-    alone = render_cluster(load_spec(MINTING_CLUSTER, "spec"), [], Fleet(1, 0)).machines
+    managers = by_host(render_cluster(spec, [], Fleet(3, 0)).machines)
+    assert list(phases(managers["manager-1"])["mint"]) == ["token", "certkey"], \
+        "a manager joins with the certificate key too"
+    alone = render_cluster(spec, [], Fleet(1, 0)).machines
     assert "mint" not in phases(alone[0]), "a fleet of one: no machine joins it"

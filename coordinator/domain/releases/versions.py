@@ -190,16 +190,19 @@ def admitted(before: ClusterSpec | None, after: ClusterSpec, machines: Iterable[
 
 def warnings(before: ClusterSpec | None, after: ClusterSpec, verdict: Verdict) -> list[str]:
     """What an accepted change should warn of, the same words for `cluster apply` and
-    `upgrade plan -f`: a downgrade forced, and a release older than the stored one (nothing
-    is rolled back, which an operator going back to an old file may not expect)."""
-    found = [downgrade_text(before, after)] if verdict.downgrade and before is not None else []
-    old, new = (_release(before.release) if before else None), _release(after.release)
-    if before is not None and old is not None and new is not None and new < old:
-        found.append(f"release {after.release} is older than {before.release}, the cluster's: "
-                     "nothing is rolled back. Each machine runs only the items new or changed "
-                     f"since it last ran (none when they are as they were) and is recorded at "
-                     f"{after.release}; to undo what items did, write items that undo it")
-    return found
+    `upgrade plan -f`: a downgrade forced, or else a release older than the stored one
+    (nothing is rolled back, which an operator going back to an old file may not expect)."""
+    if before is None:
+        return []
+    if verdict.downgrade:
+        return [downgrade_text(before, after)]
+    old, new = _release(before.release), _release(after.release)
+    if old is None or new is None or new >= old:
+        return []
+    return [f"release {after.release} is older than {before.release}, the cluster's: nothing "
+            "is rolled back. Each machine runs only the items new or changed since it last "
+            f"ran (none when they are as they were) and is recorded at {after.release}; to "
+            "undo what items did, write items that undo it"]
 
 
 def _release(text: str) -> tuple[int, ...] | None:

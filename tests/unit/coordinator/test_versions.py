@@ -259,6 +259,9 @@ WARNED = [  # what apply and the upgrade plan warn of, in the same words (versio
     pytest.param(spec("1.33.4", "r1"), spec("1.32.9", "r2"), True,
                  ["Kubernetes 1.33.4 -> 1.32.9 at release r2: a downgrade, forced"],
                  id="a forced downgrade"),
+    pytest.param(spec("1.33.4"), spec("1.32.9"), True,
+                 ["Kubernetes 1.33.4 -> 1.32.9 at release 1.32.9: a downgrade, forced"],
+                 id="a forced downgrade whose release follows the version: said once"),
 ]
 
 

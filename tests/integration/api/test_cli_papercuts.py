@@ -9,6 +9,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
+
+from coordinator.cli import main
 from tests.support.builders import API_CLUSTER, registration
 from tests.support.harness import InProcessCoordinator, ServedCoordinator, running_coordinator
 
@@ -266,3 +269,12 @@ async def test_machines_get_names_the_managers_a_waiting_machine_waits_on_as_the
                   if line.startswith("w1 "))
     assert listed.endswith(said), listed
     assert f"progress   {said}" in (await env.cli("machines", "get", "w1")).splitlines()
+
+
+def test_init_without_a_cluster_says_how_to_get_a_join_string(tmp_path: Path) -> None:
+    done = CliRunner().invoke(main, ["init", "--data-dir", str(tmp_path / "data"),
+                                     "--name", "127.0.0.1"])
+    assert done.exit_code == 0, done.output
+    assert done.stdout.splitlines()[-1] == (
+        "no cluster yet: once it serves, `coordinator cluster apply -f SPEC`, then "
+        "`coordinator join-token create NAME` prints a join string for it")

@@ -44,7 +44,8 @@ async def apply_cluster(request: web.Request) -> web.Response:
     spec = load_spec(await text(request), "request body")
     applied = await service(request).admin.apply_cluster(spec, asked.allow_downgrade)
     return web.json_response({**cluster_view(applied.stored), "changed": applied.changed,
-                              "was_paused": applied.was_paused})
+                              "outcome": applied.outcome, "was_paused": applied.was_paused,
+                              "warnings": list(applied.warnings)})
 
 
 async def list_clusters(request: web.Request) -> web.Response:

@@ -192,7 +192,7 @@ def _rendered_machine_view(machine: RenderedMachine) -> dict[str, Any]:
     return {"id": machine.id, "hostname": machine.hostname, "ip": machine.ip,
             "role": machine.role, "state": machine.state.value, "release": machine.release,
             "values": machine.values,
-            "phases": [{"phase": p.phase, "items": [asdict(i) for i in p.items]}
+            "phases": [{"phase": p.phase, "for": p.joiner, "items": [asdict(i) for i in p.items]}
                        for p in machine.phases]}
 
 

@@ -41,13 +41,14 @@ def cluster_apply(ctx: click.Context, path: Any, allow_downgrade: bool) -> None:
     text = path.read()
     result = call(ctx, "PUT", "/v1/clusters" + downgrade_query(allow_downgrade), text=text,
                   content_type="application/yaml")
-    verb = "changed" if result["changed"] else "unchanged"
-    say(f"cluster {result['name']} {verb}: release {result['release']}, "
+    say(f"cluster {result['name']} {result['outcome']}: release {result['release']}, "
         f"generation {result['generation']}")
     pause = pause_note(result["name"], result.get("was_paused"),
                        result["spec"]["settings"]["upgrade"]["paused"])
     if pause:
         say(pause)
+    for warning in result["warnings"]:
+        say(f"warning: {warning}", err=True)
 
 
 def pause_note(name: str, was_paused: bool | None, paused: bool) -> str | None:

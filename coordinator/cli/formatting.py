@@ -271,16 +271,20 @@ def _rendered_machine(machine: dict[str, Any]) -> list[str]:
         lines.append("  nothing to run" if machine["role"] else
                      "  nothing until it is approved with a role")
     for phase in machine["phases"]:
-        lines.append(f"  {phase['phase']}")
+        joiner = phase.get("for")
+        lines.append(f"  {phase['phase']}" + (f" (for {joiner})" if joiner else ""))
         for item in phase["items"]:
-            lines += _rendered_item(item)
+            lines += _rendered_item(item, f"+{phase['phase']}." if joiner else None)
     return lines
 
 
-def _rendered_item(item: dict[str, Any]) -> list[str]:
-    """An item's action, field by field; each text as the node gets it."""
+def _rendered_item(item: dict[str, Any], job: str | None = None) -> list[str]:
+    """An item's action, field by field; each text as the node gets it. job: the suffix a
+    job's items are versioned with (runs.job_items: `+mint.JOINER.SERIAL`), not shown: the
+    phase says whom the job is for."""
     action = item["action"]
-    version = "" if item["version"] == "1" else f" (version {item['version']})"
+    written = item["version"].rsplit(job, 1)[0] if job else item["version"]
+    version = "" if written == "1" else f" (version {written})"
     kind = action["type"]
     fields: list[tuple[str, str]] = []
     if kind in ("exec", "version"):

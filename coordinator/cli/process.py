@@ -160,14 +160,15 @@ def retention_seconds(value: str) -> float:
                    "(repeatable); all go into the server certificate.")
 @click.option("--cluster", "cluster_file", type=click.File("r"),
               help="A first cluster spec to apply; a join string for it is printed.")
-@click.option("--join-ttl", default="24h", show_default=True, help="Lifetime of that join token.")
+@click.option("--join-ttl", default="24h", show_default=True,
+              help="Lifetime of that join token (with --cluster).")
 @click.option("--join-max-uses", type=click.IntRange(min=1),
-              help="Registrations that join token allows (default: unlimited).")
+              help="Registrations that join token allows (with --cluster; default: unlimited).")
 def init(data_dir: str, listen: str, advertise_url: str | None, store: str | None,
          names: tuple[str, ...], cluster_file: Any, join_ttl: str,
          join_max_uses: int | None) -> None:
-    """Create the CA, the server certificate, the secrets key, an admin token and a first join
-    string."""
+    """Create the CA, the server certificate, the secrets key and an admin token; with
+    --cluster, also apply that first cluster and print a join string for it."""
     import asyncio
 
     from coordinator.domain.specs.specs import load_spec
@@ -203,6 +204,9 @@ def init(data_dir: str, listen: str, advertise_url: str | None, store: str | Non
     if done.join:
         say(f"join string for cluster {spec.name if spec else ''} (put it in each "
                    f"node's /etc/nodeagent/config.yaml as `join:`):\n{done.join}")
+    else:
+        say("no cluster yet: once it serves, `coordinator cluster apply -f SPEC`, then "
+            "`coordinator join-token create NAME` prints a join string for it")
 
 
 def serve_line(data_dir: str, listen: str, url: str, store: bool) -> str:

@@ -30,11 +30,15 @@ def join_token() -> None:
 @click.pass_context
 def join_token_create(ctx: click.Context, cluster_name: str, ttl: str, max_uses: int | None,
                       token_only: bool) -> None:
-    """Create a join token and print its join string (shown once; only its hash is kept)."""
+    """Create a join token and print its join string (shown once; only its hash is kept).
+    The string alone goes to stdout, for scripts; its id, which `join-token revoke` takes,
+    to stderr."""
     parse_duration(ttl, "--ttl")
     data = call(ctx, "POST", f"/v1/clusters/{cluster_name}/join-tokens",
                 body={"ttl": ttl, "maxUses": max_uses})
     say(data["token"] if token_only else data["join"])
+    say(f"join token {data['id']} (revoke it: coordinator join-token revoke {data['id']})",
+        err=True)
 
 
 @join_token.command("list")

@@ -30,13 +30,21 @@ from nodeagent.wire.contract import Role
 
 @dataclass(frozen=True)
 class Applied:
-    """What `cluster apply` did: the cluster as stored, whether that changed it, and whether
+    """What `cluster apply` did: the cluster as stored, whether that changed it, whether
     upgrades were paused before (None: a new cluster), so the operator is told of a pause
-    the file changed."""
+    the file changed, and what the operator is warned of (versions.warnings)."""
 
     stored: StoredCluster
     changed: bool
     was_paused: bool | None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def outcome(self) -> str:
+        """created, changed or unchanged: what the CLI says the apply did."""
+        if self.was_paused is None:
+            return "created"
+        return "changed" if self.changed else "unchanged"
 
 
 class Admin:
@@ -87,7 +95,8 @@ class Admin:
             await self.writes.apply(applied.change)
         self.writes.wake(applied.change)
         return Applied(applied.stored, applied.changed,
-                       None if before is None else before.spec.settings.upgrade.paused)
+                       None if before is None else before.spec.settings.upgrade.paused,
+                       applied.warnings)
 
     async def delete_cluster(self, name: str) -> None:
         """Every machine runs its reset items and goes; then the cluster goes. The whole

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -212,15 +212,18 @@ class Queries:
                            allow_downgrade: bool = False
                            ) -> tuple[ClusterSpec, planner.UpgradePlan]:
         """The steps an upgrade to spec (default: the stored one) would take; changes nothing.
-        A spec its apply would refuse is refused here alike."""
+        A spec its apply would refuse is refused here alike, and what it would warn of is
+        warned of first, in its words."""
         stored = await self.cluster(name)
         if spec is not None and spec.name != name:
             raise Conflict(f"the spec is for cluster {spec.name}, not {name}")
         target = pause_kept(stored.spec, spec) if spec else stored.spec
         machines = await self.store.list_machines(name)
         check_fixed(stored.spec, target, machines)  # what its apply would refuse
-        target, _ = versions.admitted(stored.spec, target, machines, allow_downgrade)
-        return target, planner.upgrade_plan(target, machines)
+        target, verdict = versions.admitted(stored.spec, target, machines, allow_downgrade)
+        plan = planner.upgrade_plan(target, machines)
+        warned = versions.warnings(stored.spec, target, verdict)
+        return target, replace(plan, warnings=[*warned, *plan.warnings])
 
     async def rendering(self, name: str, spec: ClusterSpec | None = None,
                         fleet: Fleet | None = None, machine: str | None = None,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from coordinator.api.app import create_app
 from coordinator.api.context import Presentation
@@ -84,11 +84,16 @@ class InProcessCoordinator(AsyncDriver):
     async def cli(self, *args: str, token: str | None = None, exit_code: int = 0) -> str:
         """The CLI's output (its errors too) against this coordinator, as the admin (or with
         the given token); it must exit with exit_code."""
+        return (await self.cli_result(*args, token=token, exit_code=exit_code)).output
+
+    async def cli_result(self, *args: str, token: str | None = None,
+                         exit_code: int = 0) -> Result:
+        """The CLI's run as cli makes it, its stdout and stderr apart (what a script reads)."""
         url = str(self.client.make_url("")).rstrip("/")
         result = await asyncio.to_thread(CliRunner().invoke, main, [
             "--url", url, "--token", token or self.admin["Authorization"].split()[1], *args])
         assert result.exit_code == exit_code, result.output
-        return result.output
+        return result
 
     async def until(self, what: str, predicate: Callable[[], Awaitable[bool]],
                     timeout: float = 15) -> None:

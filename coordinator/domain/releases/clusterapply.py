@@ -19,12 +19,13 @@ from coordinator.domain.specs.specs import check_fixed, pause_kept
 
 @dataclass(frozen=True)
 class Applying:
-    """The cluster as it is once the change is written, whether that changed it, and the
-    change."""
+    """The cluster as it is once the change is written, whether that changed it, the
+    change, and what the operator is warned of (versions.warnings)."""
 
     stored: StoredCluster
     changed: bool
     change: Change
+    warnings: tuple[str, ...] = ()
 
 
 def respecified(stored: StoredCluster, spec: ClusterSpec, now: float) -> StoredCluster | None:
@@ -65,7 +66,8 @@ def applying(before: StoredCluster | None, spec: ClusterSpec, machines: Sequence
                                   "to": spec.settings.kubernetes.version}))
     again = bumped(machines)
     return Applying(stored, True, Change(machines=again, events=events, clusters=[stored],
-                                         wake=[m.id for m in again], kick=True))
+                                         wake=[m.id for m in again], kick=True),
+                    tuple(versions.warnings(before and before.spec, spec, verdict)))
 
 
 def paused_spec(spec: ClusterSpec, paused: bool) -> ClusterSpec:

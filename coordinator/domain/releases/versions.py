@@ -188,6 +188,29 @@ def admitted(before: ClusterSpec | None, after: ClusterSpec, machines: Iterable[
     return after.model_copy(update={"settings": settings}), verdict
 
 
+def warnings(before: ClusterSpec | None, after: ClusterSpec, verdict: Verdict) -> list[str]:
+    """What an accepted change should warn of, the same words for `cluster apply` and
+    `upgrade plan -f`: a downgrade forced, or else a release older than the stored one
+    (nothing is rolled back, which an operator going back to an old file may not expect)."""
+    if before is None:
+        return []
+    if verdict.downgrade:
+        return [downgrade_text(before, after)]
+    old, new = _release(before.release), _release(after.release)
+    if old is None or new is None or new >= old:
+        return []
+    return [f"release {after.release} is older than {before.release}, the cluster's: nothing "
+            "is rolled back. Each machine runs only the items new or changed since it last "
+            f"ran (none when they are as they were) and is recorded at {after.release}; to "
+            "undo what items did, write items that undo it"]
+
+
+def _release(text: str) -> tuple[int, ...] | None:
+    """A release written as dotted numbers (v1.2, 2.1.0), comparable; None for any other."""
+    parts = text.strip().removeprefix("v").split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+
+
 def downgrade_text(before: ClusterSpec, after: ClusterSpec) -> str:
     """The event a forced downgrade records."""
     return (f"Kubernetes {before.settings.kubernetes.version} -> "

@@ -28,8 +28,8 @@ from coordinator.domain.releases.releases import first_only_notes, next_upgrader
 from coordinator.domain.releases.runs import phase_run
 from coordinator.domain.specs.outputs import PREFIX, available, declared, public_names
 from coordinator.domain.specs.templating import template_values
-from coordinator.domain.views.fleet import Fleet, hypothetical_fleet
-from nodeagent.wire.contract import Phase
+from coordinator.domain.views.fleet import Fleet, fleet_job, hypothetical_fleet
+from nodeagent.wire.contract import JOB_PHASES, Phase
 from nodeagent.wire.protocol import Location, StateItem
 from nodeagent.wire.templates import TemplateError, render
 from nodeagent.wire.validation import format_path
@@ -72,6 +72,7 @@ class RenderedItem:
 class RenderedPhase:
     phase: Phase
     items: tuple[RenderedItem, ...]
+    joiner: str | None = None  # a mint, revoke or leave job's: the machine it runs for
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,9 @@ def render_machine(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]
     among them are all its values depend on, with kept, the outputs the cluster keeps);
     stored decides which values are secret (machine_values)."""
     shown = machine_values(spec, machine, peers, stored, kept).shown()
-    rendered = tuple(RenderedPhase(phase, tuple(render_item(i, shown) for i in items))
+    job = machine.minting
+    rendered = tuple(RenderedPhase(phase, tuple(render_item(i, shown) for i in items),
+                                   job.hostname if job and phase in JOB_PHASES else None)
                      for phase in phases if (items := shown_items(spec, machine, peers, phase)))
     return RenderedMachine(machine.id, machine.hostname, machine.ip, machine.role,
                            machine.state, machine.release, shown, rendered)
@@ -184,8 +187,14 @@ def render_cluster(spec: ClusterSpec, machines: Sequence[Machine], fleet: Fleet 
     chosen = ordered(machines) if machine is None else [_named(spec, machines, machine, fleet)]
     phases = ORDER if phase is None else (phase,)
     kept = None if fleet is not None else kept
-    return Rendering(spec, fleet, [render_machine(spec, m, managers, phases, stored, kept)
-                                   for m in chosen], tuple(first_only_notes(spec, managers)))
+    rendered = [render_machine(spec, m, managers, phases, stored, kept) for m in chosen]
+    if fleet is not None:  # its managers run no job: each is shown the one it may be given
+        rendered = [replace(r, phases=r.phases + tuple(
+            p for kind in ("mint", "revoke") if kind in phases
+            and (job := fleet_job(spec, machines, m, kind)) is not None
+            for p in render_machine(spec, replace(m, minting=job), managers, (kind,),
+                                    stored).phases)) for m, r in zip(chosen, rendered, strict=True)]
+    return Rendering(spec, fleet, rendered, tuple(first_only_notes(spec, managers)))
 
 
 def _named(spec: ClusterSpec, machines: Sequence[Machine], ref: str,

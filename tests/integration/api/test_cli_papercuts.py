@@ -9,6 +9,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
+
+from coordinator.cli import main
 from tests.support.builders import API_CLUSTER, registration
 from tests.support.harness import InProcessCoordinator, ServedCoordinator, running_coordinator
 
@@ -189,3 +192,89 @@ async def test_machines_get_shows_one_machine_in_full_with_each_item_and_where_i
     assert [line.split() for line in shown[at + 1:at + 3]] == [
         ["setup", "applied"], ["runtime", "failed", "(attempt", "2)"]]
     assert {"labels", "node", "address", "devices"} <= set(fields)
+
+
+async def test_join_token_create_prints_the_string_alone_on_stdout_and_its_id_beside(
+        env: InProcessCoordinator) -> None:
+    """Scripts read the join string from stdout; the id `join-token revoke` takes goes to
+    stderr, or the operator has to find it in `join-token list` among the others."""
+    created = await env.cli_result("join-token", "create", "lab")
+    assert created.stdout.startswith("na1.") and len(created.stdout.splitlines()) == 1
+    (token,) = await env.call("GET", "/v1/clusters/lab/join-tokens", 200)
+    assert created.stderr == (f"join token {token['id']} (revoke it: coordinator join-token "
+                              f"revoke {token['id']})\n")
+    await env.cli("join-token", "revoke", token["id"])
+    assert (await env.call("GET", "/v1/join-tokens", 200))[0]["state"] == "revoked"
+
+
+async def test_apply_says_created_and_apply_and_plan_warn_alike_of_an_older_release(
+        env: InProcessCoordinator, tmp_path: Path) -> None:
+    first = tmp_path / "edge.yaml"
+    first.write_text(API_CLUSTER.replace("name: lab", "name: edge"))
+    assert (await env.cli("cluster", "apply", "-f", str(first))).splitlines() == [
+        "cluster edge created: release 1.0, generation 1"]
+    newer, older = tmp_path / "lab-2.0.yaml", tmp_path / "lab-1.0.yaml"
+    newer.write_text(API_CLUSTER.replace('release: "1.0"', 'release: "2.0"'))
+    older.write_text(API_CLUSTER)
+    await env.cli("cluster", "apply", "-f", str(newer))
+    warning = ("warning: release 1.0 is older than 2.0, the cluster's: nothing is rolled back. "
+               "Each machine runs only the items new or changed since it last ran (none when "
+               "they are as they were) and is recorded at 1.0; to undo what items did, write "
+               "items that undo it")
+    planned = await env.cli("upgrade", "plan", "lab", "-f", str(older))
+    assert warning in planned.splitlines(), planned
+    applied = await env.cli_result("cluster", "apply", "-f", str(older))
+    assert applied.stdout == "cluster lab changed: release 1.0, generation 3\n"
+    assert applied.stderr.splitlines() == [warning]
+
+
+WAITING = """\
+name: lab
+release: "1.0"
+machineTypes:
+  manager:
+    - {name: init, phase: deploy, when: {firstManager: true}, action: {type: exec, argv: ["true"]}}
+    - {name: extra, phase: deploy, when: {firstManager: false}, outputs: [{name: v, secret: false}],
+       action: {type: exec, argv: ["true"]}}
+  worker:
+    - {name: join, phase: deploy, action: {type: exec, argv: [echo, "${outputs.extra.v}"]}}
+"""
+
+
+async def test_machines_get_names_the_managers_a_waiting_machine_waits_on_as_the_list_does(
+        env: InProcessCoordinator) -> None:
+    """`machines get` once judged what a machine waits for without its cluster's managers
+    and said `managers: none` beside a list that named them (fixed by 45e34da)."""
+    await env.call("PUT", "/v1/clusters", 200, data=WAITING)
+    m1 = await env.register("m1")
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+
+    async def ready() -> bool:
+        await env.report_all(m1)
+        return bool((await env.machine("m1"))["state"] == "Ready")
+
+    await env.until("m1 Ready", ready)
+    for hostname, role in (("m2", "manager"), ("w1", "worker")):
+        await env.register(hostname)
+        await env.call("POST", f"/v1/machines/{hostname}/approve", 200, json={"role": role})
+
+    async def waiting() -> bool:
+        await env.assignment(env.agents["w1"])
+        return "waits for" in (await env.machine("w1"))["note"]["text"]
+
+    await env.until("w1 waits", waiting)
+    said = ("waits for ${outputs.extra.v} from item extra (not run yet; managers: m1 (Ready), "
+            "m2 (Deploy))")
+    listed = next(line for line in (await env.cli("machines")).splitlines()
+                  if line.startswith("w1 "))
+    assert listed.endswith(said), listed
+    assert f"progress   {said}" in (await env.cli("machines", "get", "w1")).splitlines()
+
+
+def test_init_without_a_cluster_says_how_to_get_a_join_string(tmp_path: Path) -> None:
+    done = CliRunner().invoke(main, ["init", "--data-dir", str(tmp_path / "data"),
+                                     "--name", "127.0.0.1"])
+    assert done.exit_code == 0, done.output
+    assert done.stdout.splitlines()[-1] == (
+        "no cluster yet: once it serves, `coordinator cluster apply -f SPEC`, then "
+        "`coordinator join-token create NAME` prints a join string for it")

@@ -116,13 +116,16 @@ async def test_a_forced_downgrade_is_accepted_and_recorded(
     assert "step 1: m1 (manager, from 1.33.4) runs prepare/packages, upgrade/upgrade" in plan
     await untouched(env, kube)  # a dry run
 
-    await env.cli("cluster", "apply", "-f", str(new), "--allow-downgrade")
+    applied = await env.cli_result("cluster", "apply", "-f", str(new), "--allow-downgrade")
     stored = await env.call("GET", "/v1/clusters/lab", 200)
     assert stored["spec"]["settings"]["kubernetes"]["version"] == "1.33.2"
     assert stored["spec"]["settings"]["kubernetes"]["allowDowngrade"] is True
     (recorded,) = await env.call("GET", "/v1/events?cluster=lab&kind=downgrade", 200)
     assert recorded["message"].startswith("Kubernetes 1.33.4 -> 1.33.2 at release 1.33.2: a "
                                           "downgrade, forced (--allow-downgrade)")
+    # the dry run warned of it before, and the apply as it happened, in the event's words
+    assert f"warning: {recorded['message']}" in plan.splitlines()
+    assert applied.stderr.splitlines() == [f"warning: {recorded['message']}"]
     # the package items are told they may go down, while this version stays
     rendered = await env.cli("cluster", "render", "lab", "--machine", "m1", "--phase", "prepare")
     assert "sh packages.sh true" in rendered, rendered

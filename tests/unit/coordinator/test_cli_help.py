@@ -30,3 +30,12 @@ def test_each_option_read_from_the_environment_says_which_variable() -> None:
             "[env var: COORDINATOR_TOKEN_FILE]") in shown
     serve = " ".join(CliRunner().invoke(main, ["serve", "--help"]).output.split())
     assert "[env var: COORDINATOR_STORE]" in serve
+
+
+def test_init_promises_a_join_string_only_with_a_cluster() -> None:
+    """It prints one only with --cluster: the help must not promise it for every init."""
+    shown = " ".join(CliRunner().invoke(main, ["init", "--help"], terminal_width=100)
+                     .output.split())
+    assert "a first join string." not in shown
+    assert "with --cluster, also apply that first cluster and print a join string" in shown
+    assert "Lifetime of that join token (with --cluster)." in shown

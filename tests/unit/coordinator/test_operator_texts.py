@@ -14,6 +14,7 @@ from coordinator.cli.events import parse_since
 from coordinator.cli.formatting import duration, item_header, rendering_lines, upgrade_plan_lines
 from coordinator.domain.model import MachineState
 from coordinator.domain.records import MachineCount
+from coordinator.domain.specs.specs import load_spec
 from coordinator.domain.views.fleet import Fleet
 from coordinator.domain.views.rendering import (
     RenderedMachine,
@@ -26,7 +27,7 @@ from coordinator.domain.views.rendering import (
 from coordinator.metrics import Metrics
 from coordinator.service.notifier import Notifier
 from nodeagent.wire.protocol import StateItem
-from tests.support.builders import cluster
+from tests.support.builders import MINTING_CLUSTER, cluster
 
 NOW = 1_800_000_000.0
 
@@ -117,6 +118,17 @@ def test_what_a_machine_would_run_shows_every_field_and_each_text_as_the_node_ge
         "w1 (no role, Pending, no address)",
         "  nothing until it is approved with a role"]
     assert "t0ps3cret" not in repr(rendering_view(rendering))
+
+
+def test_a_job_phase_says_whom_it_runs_for_and_its_items_their_own_version() -> None:
+    """The version a job's items carry (`1+mint.JOINER.SERIAL`) is the agent's business: the
+    text names the joiner once, on the phase."""
+    rendering = render_cluster(load_spec(MINTING_CLUSTER, "spec"), [], Fleet(1, 1))
+    lines = rendering_lines(rendering_view(rendering))
+    at = lines.index("  mint (for worker-1)")
+    assert lines[at:at + 5] == [
+        "  mint (for worker-1)", "    token: exec", "      argv: kubeadm token create --ttl 60s",
+        "  revoke (for worker-1)", "    forget-token: exec"]
 
 
 def test_machine_gauges_list_every_state_per_cluster_with_zeros() -> None:

@@ -11,6 +11,7 @@ from coordinator.domain.assignments.assignment import AssignmentInputs, build_as
 from coordinator.domain.errors import NotFound
 from coordinator.domain.model import MachineState
 from coordinator.domain.records import StoredCluster
+from coordinator.domain.specs.specs import load_spec
 from coordinator.domain.views.fleet import MAX_MACHINES, Fleet, parse_fleet
 from coordinator.domain.views.rendering import (
     ORDER,
@@ -21,7 +22,7 @@ from coordinator.domain.views.rendering import (
 )
 from nodeagent.wire.contract import PHASES
 from nodeagent.wire.protocol import StateItem
-from tests.support.builders import at_release, cluster, machine
+from tests.support.builders import MINTING_CLUSTER, at_release, cluster, machine
 
 SPEC = cluster(
     manager=[
@@ -211,3 +212,26 @@ def test_a_fleet_of_the_most_machines_gets_an_address_each() -> None:
     rendering = render_cluster(cluster(name="lab"), [], parse_fleet(f"1,{MAX_MACHINES - 1}"))
     addresses = {m.ip for m in rendering.machines}
     assert len(addresses) == MAX_MACHINES and "203.0.113.254" in addresses
+
+
+def test_a_fleets_managers_show_the_mint_and_revoke_they_would_run_for_a_joiner() -> None:
+    """Every manager may be asked to mint (and revoke) a joiner's material: the fleet shows
+    each doing it for its last machine, with the items minting would choose for it (those
+    its deploy items use), values filled in, the material named, never shown."""
+    spec = load_spec(MINTING_CLUSTER, "spec")
+    rendered = by_host(render_cluster(spec, [], Fleet(2, 1)).machines)
+    for manager in ("manager-1", "manager-2"):
+        shown = phases(rendered[manager])
+        assert list(shown)[-2:] == ["mint", "revoke"], manager
+        assert shown["mint"] == {"token": {"type": "exec", "argv": [
+            "kubeadm", "token", "create", "--ttl", "60s"], "env": {}, "expectedExitCodes": [0]}}
+        assert shown["revoke"]["forget-token"]["argv"] == [
+            "kubeadm", "token", "delete", "<${outputs.token.token}: not produced yet>"]
+        assert {p.joiner for p in rendered[manager].phases if p.phase in ("mint", "revoke")} \
+            == {"worker-1"}
+    assert "mint" not in phases(rendered["worker-1"])
+    managers = by_host(render_cluster(spec, [], Fleet(3, 0)).machines)
+    assert list(phases(managers["manager-1"])["mint"]) == ["token", "certkey"], \
+        "a manager joins with the certificate key too"
+    alone = render_cluster(spec, [], Fleet(1, 0)).machines
+    assert "mint" not in phases(alone[0]), "a fleet of one: no machine joins it"

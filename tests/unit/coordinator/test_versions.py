@@ -19,6 +19,7 @@ from coordinator.domain.releases.versions import (
     judge,
     parse,
     running,
+    warnings,
 )
 from coordinator.domain.rollout.planner import plan_to_fixpoint
 from nodeagent.wire.protocol import StateItem
@@ -243,3 +244,30 @@ def test_version_change_table(old: str, new: str, machines: list[Machine], force
         assert judged.problem is None and judged.downgrade
     else:
         assert judged.problem is not None and verdict in judged.problem, judged.problem
+
+
+WARNED = [  # what apply and the upgrade plan warn of, in the same words (versions.warnings)
+    pytest.param(spec("1.33.4", "2.1.0"), spec("1.33.4", "1.0.0"), False,
+                 ["release 1.0.0 is older than 2.1.0, the cluster's: nothing is rolled back"],
+                 id="an older release: nothing is rolled back"),
+    pytest.param(spec("1.33.4", "v2.1"), spec("1.33.4", "v2.0.9"), False,
+                 ["release v2.0.9 is older than v2.1"], id="dotted numbers, with a v"),
+    pytest.param(spec("1.33.4", "1.0.0"), spec("1.33.4", "2.1.0"), False, [],
+                 id="a newer release"),
+    pytest.param(spec("1.33.4", "blue"), spec("1.33.4", "green"), False, [],
+                 id="releases that are not numbers: not ordered"),
+    pytest.param(spec("1.33.4", "r1"), spec("1.32.9", "r2"), True,
+                 ["Kubernetes 1.33.4 -> 1.32.9 at release r2: a downgrade, forced"],
+                 id="a forced downgrade"),
+    pytest.param(spec("1.33.4"), spec("1.32.9"), True,
+                 ["Kubernetes 1.33.4 -> 1.32.9 at release 1.32.9: a downgrade, forced"],
+                 id="a forced downgrade whose release follows the version: said once"),
+]
+
+
+@pytest.mark.parametrize(("before", "after", "force", "said"), WARNED)
+def test_what_a_change_warns_of_table(before: ClusterSpec, after: ClusterSpec, force: bool,
+                                      said: list[str]) -> None:
+    found = warnings(before, after, judge(before, after, FLEET, force))
+    assert len(found) == len(said), found
+    assert all(w.startswith(s) for w, s in zip(found, said, strict=True)), found

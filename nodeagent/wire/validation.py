@@ -174,6 +174,7 @@ def load_model(model: type[M], text: str, source: str | None = None,
     loaded = validate(model, data, tree, source)
     problems = [Problem(format_path(where), why, _line_of(tree, where))
                 for where, why in (rules(loaded) if rules else ())]
+    problems.sort(key=lambda problem: problem.line or 0)  # as the reader meets them
     if problems:
         raise InvalidDocument(problems, source)
     return loaded

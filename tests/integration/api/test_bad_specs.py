@@ -15,7 +15,7 @@ NAMED = {
     "bad-mode.yaml": "machineTypes.worker[0].action.mode",
     "bad-name.yaml": "name",
     "bad-sha.yaml": "machineTypes.worker[0].action.sha256",
-    "duplicate-items.yaml": "appears twice",
+    "duplicate-items.yaml": "line 6: machineTypes.worker[1].name: item 'x' appears twice",
     "empty-argv.json": "machineTypes.worker[0].action.argv",
     "empty.yaml": "machineTypes: required",
     "items-not-a-list.json": "machineTypes.worker",
@@ -37,7 +37,7 @@ NAMED = {
     "unknown-placeholder-in-env.json": "line 5: machineTypes.worker[0].action.env.CLUSTER: "
                                        "unknown placeholder ${cluster}",
     "version-command-on-deploy.yaml": "machineTypes.manager[0]: versionCommand: only postdeploy",
-    "worker-kubeconfig.yaml": "worker[0].kubeconfigFrom: only manager items",
+    "worker-kubeconfig.yaml": "line 7: machineTypes.worker[0].kubeconfigFrom: only manager items",
     "zero-batch.yaml": "settings.workerBatchSize",
 }
 

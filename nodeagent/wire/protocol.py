@@ -53,7 +53,7 @@ def _address(value: str) -> str:
     try:
         ipaddress.ip_address(value)
     except ValueError:
-        raise ValueError("not an IP address") from None
+        raise ValueError(f"{_quoted(value)} is not an IP address") from None
     return value
 
 
@@ -67,10 +67,10 @@ def _json_bounded(limit: int) -> AfterValidator:
     return AfterValidator(bounded)
 
 
-# The length is _hostname's to check, so that the refusal of a long name quotes it too.
+# The lengths are the validators' to check, so that the refusal of a long value quotes it too.
 HostName = Annotated[str, Field(json_schema_extra={"maxLength": MAX_HOSTNAME}),
                      AfterValidator(_hostname)]
-IPAddress = Annotated[str, Field(max_length=45), AfterValidator(_address)]
+IPAddress = Annotated[str, Field(json_schema_extra={"maxLength": 45}), AfterValidator(_address)]
 
 
 class Status(StrEnum):

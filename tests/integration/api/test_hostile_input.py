@@ -43,6 +43,8 @@ async def test_an_address_that_is_not_an_ip_address_is_refused(
         env: InProcessCoordinator, ip: str) -> None:
     answer = await register(env, 422, ip=ip)
     assert [p["path"] for p in answer["problems"]] == ["ip"]
+    said = answer["problems"][0]["message"]
+    assert said.startswith(f"{ip[:64]!r}") and said.endswith(" is not an IP address"), said
 
 
 async def test_a_host_name_and_an_ipv6_address_are_accepted(env: InProcessCoordinator) -> None:

@@ -36,10 +36,11 @@ class Problem:
 
 
 class InvalidDocument(Exception):
-    """Raised with every problem found; nothing was accepted."""
+    """Raised with every problem found, in the order of their lines (as the reader meets
+    them, whichever check found them); nothing was accepted."""
 
     def __init__(self, problems: list[Problem], source: str | None = None) -> None:
-        self.problems = problems
+        self.problems = sorted(problems, key=lambda problem: problem.line or 0)
         self.source = source
         super().__init__("\n".join(p.text(source) for p in problems))
 
@@ -174,7 +175,6 @@ def load_model(model: type[M], text: str, source: str | None = None,
     loaded = validate(model, data, tree, source)
     problems = [Problem(format_path(where), why, _line_of(tree, where))
                 for where, why in (rules(loaded) if rules else ())]
-    problems.sort(key=lambda problem: problem.line or 0)  # as the reader meets them
     if problems:
         raise InvalidDocument(problems, source)
     return loaded

@@ -45,6 +45,16 @@ def test_every_problem_is_reported_with_its_own_line() -> None:
     ]
 
 
+def test_problems_come_in_the_order_of_their_lines() -> None:
+    """pydantic reports a model's own fields before those of a field it holds: the reader
+    of a long spec meets them in the file's order instead."""
+    assert problems_of("extra: 1\nitems:\n  - {}\ntitle: [1]\n") == [
+        "doc.yaml:1: extra: unknown field",
+        "doc.yaml:3: items[0].name: required",
+        "doc.yaml:4: title: Input should be a valid string",
+    ]
+
+
 def test_the_exception_message_lists_every_problem() -> None:
     with pytest.raises(InvalidDocument) as caught:
         load_model(Doc, "title: [1]\nbogus: 2\n", "doc.yaml")

@@ -42,7 +42,7 @@ class InvalidDocument(Exception):
     def __init__(self, problems: list[Problem], source: str | None = None) -> None:
         self.problems = sorted(problems, key=lambda problem: problem.line or 0)
         self.source = source
-        super().__init__("\n".join(p.text(source) for p in problems))
+        super().__init__("\n".join(p.text(source) for p in self.problems))
 
 
 def format_path(loc: Iterable[Any]) -> str:

@@ -48,11 +48,15 @@ def test_every_problem_is_reported_with_its_own_line() -> None:
 def test_problems_come_in_the_order_of_their_lines() -> None:
     """pydantic reports a model's own fields before those of a field it holds: the reader
     of a long spec meets them in the file's order instead."""
-    assert problems_of("extra: 1\nitems:\n  - {}\ntitle: [1]\n") == [
+    text = "extra: 1\nitems:\n  - {}\ntitle: [1]\n"
+    assert problems_of(text) == [
         "doc.yaml:1: extra: unknown field",
         "doc.yaml:3: items[0].name: required",
         "doc.yaml:4: title: Input should be a valid string",
     ]
+    with pytest.raises(InvalidDocument) as caught:
+        load_model(Doc, text, "doc.yaml")
+    assert str(caught.value).splitlines() == problems_of(text)  # what the API's error says
 
 
 def test_the_exception_message_lists_every_problem() -> None:

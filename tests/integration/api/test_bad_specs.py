@@ -30,7 +30,7 @@ NAMED = {
     "shell-string-argv.yaml": "machineTypes.worker[0].action.argv",
     "truncated.json": "line 1",
     "unknown-action.yaml": "teleport",
-    "unknown-key.yaml": "settigns: unknown field",
+    "unknown-key.yaml": "settigns: unknown field; did you mean settings?",
     "unknown-phase.yaml": "machineTypes.worker[0].phase",
     "unknown-placeholder.yaml": "line 14: machineTypes.manager[2].action.argv[1]: unknown "
                                 "placeholder ${machine.hostnme}; did you mean ${machine.hostname}?",

@@ -110,3 +110,23 @@ def test_each_item_problem_is_reported_at_its_own_line_beside_every_other() -> N
                           "report a kubeconfig (the coordinator uses the first manager's)")
     assert placeholder.startswith("line 7: machineTypes.worker[0].action.argv[1]: unknown "
                                   "placeholder ${cluster.nam}; did you mean ${cluster.name}?")
+
+
+def test_a_misspelt_key_is_told_the_field_meant_even_inside_an_action() -> None:
+    with pytest.raises(InvalidDocument) as refused:
+        load_spec("""\
+name: lab
+release: "1.0"
+settings: {drain: {enabeld: false}}
+machineTypes:
+  workers: []
+  manager:
+    - {name: init, phse: deploy, action: {type: exec, argvv: [kubeadm, init]}}
+""")
+    assert [problem.text() for problem in refused.value.problems] == [
+        "line 3: settings.drain.enabeld: unknown field; did you mean enabled?",
+        "line 5: machineTypes.workers: unknown field; did you mean worker?",
+        "line 7: machineTypes.manager[0].phase: required",
+        "line 7: machineTypes.manager[0].action.argv: required",
+        "line 7: machineTypes.manager[0].action.argvv: unknown field; did you mean argv?",
+        "line 7: machineTypes.manager[0].phse: unknown field; did you mean phase?"]

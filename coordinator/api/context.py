@@ -115,4 +115,4 @@ def _validated(model: type[M], data: Any) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise InvalidDocument(problems_from(exc, None, data)) from None
+        raise InvalidDocument(problems_from(exc, None, data, model)) from None

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from coordinator.domain.fitness import fitness
 from coordinator.domain.kubesettings import KubernetesSettings
-from nodeagent.wire.contract import ROLES, Role
+from nodeagent.wire.contract import ROLES as ROLES  # the roles, where the model is read
+from nodeagent.wire.contract import Role
 from nodeagent.wire.protocol import (
     NtpSettings,
     Phase,
@@ -107,21 +108,6 @@ class ClusterSettings(SpecModel):
 class MachineTypes(SpecModel):
     manager: list[StateItem] = Field(default_factory=list)
     worker: list[StateItem] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> MachineTypes:
-        for role in ROLES:
-            seen: set[tuple[str, str]] = set()
-            for item in getattr(self, role):
-                key = (item.phase, item.name)
-                if key in seen:
-                    raise ValueError(f"{role}: item {item.name!r} appears twice in phase {item.phase}")
-                seen.add(key)
-        for index, item in enumerate(self.worker):
-            if item.kubeconfig_from is not None:
-                raise ValueError(f"worker[{index}].kubeconfigFrom: only manager items report a "
-                                 "kubeconfig (the coordinator uses the first manager's)")
-        return self
 
 
 class ClusterSpec(SpecModel):

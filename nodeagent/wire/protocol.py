@@ -33,10 +33,19 @@ def _hostname(value: str) -> str:
     Kubernetes, so nothing else (no control characters, spaces, `${` or 10 KB names)."""
     if len(value) > MAX_HOSTNAME or not all(_LABEL.fullmatch(label)
                                             for label in value.split(".")):
-        raise ValueError("not a host name: labels of letters, digits and '-' (not first or "
-                         f"last), 1 to 63 characters each, separated by dots, {MAX_HOSTNAME} "
-                         "in all")
+        raise ValueError(f"{_quoted(value)} is not a host name: labels of letters, digits and "
+                         f"'-' (not first or last), 1 to 63 characters each, separated by "
+                         f"dots, {MAX_HOSTNAME} in all (rename the node: hostnamectl "
+                         "set-hostname NAME)")
     return value
+
+
+def _quoted(value: str, limit: int = 64) -> str:
+    """value as an error may echo it: quoted with its control characters escaped (it reaches
+    terminals and logs), cut to limit characters with its length said."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
 
 
 def _address(value: str) -> str:
@@ -44,7 +53,7 @@ def _address(value: str) -> str:
     try:
         ipaddress.ip_address(value)
     except ValueError:
-        raise ValueError("not an IP address") from None
+        raise ValueError(f"{_quoted(value)} is not an IP address") from None
     return value
 
 
@@ -58,8 +67,10 @@ def _json_bounded(limit: int) -> AfterValidator:
     return AfterValidator(bounded)
 
 
-HostName = Annotated[str, Field(max_length=MAX_HOSTNAME), AfterValidator(_hostname)]
-IPAddress = Annotated[str, Field(max_length=45), AfterValidator(_address)]
+# The lengths are the validators' to check, so that the refusal of a long value quotes it too.
+HostName = Annotated[str, Field(json_schema_extra={"maxLength": MAX_HOSTNAME}),
+                     AfterValidator(_hostname)]
+IPAddress = Annotated[str, Field(json_schema_extra={"maxLength": 45}), AfterValidator(_address)]
 
 
 class Status(StrEnum):

@@ -39,10 +39,18 @@ def render(text: str, values: Mapping[str, str]) -> str:
         return _Template(text).substitute(values)
     except KeyError as exc:
         known = ", ".join(sorted(values)) or "none"
-        raise TemplateError(f"unknown template value ${{{exc.args[0]}}}; known: {known}") from None
+        raise TemplateError(f"unknown template value ${{{exc.args[0]}}}"
+                            f"{shell_hint(exc.args[0])}; known: {known}") from None
     except ValueError:
         placeholders(text)  # raises, naming the malformed one
         raise
+
+
+def shell_hint(name: str) -> str:
+    """What to write instead of an unknown ${name} that looks like the shell's own variable
+    (no dot: all but one of ours have one), e.g. `${HOME}`: the escape, since `${...}` is
+    ours. "" for a dotted name."""
+    return "" if "." in name else f"; if it is the shell's, write $${{{name}}}"
 
 
 def placeholders(text: str) -> list[str]:

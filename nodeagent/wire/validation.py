@@ -6,12 +6,14 @@ name the field and line the same way (e.g. `machineTypes.worker[3].action.argv: 
 
 from __future__ import annotations
 
+import difflib
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, PydanticUserError, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -36,12 +38,13 @@ class Problem:
 
 
 class InvalidDocument(Exception):
-    """Raised with every problem found; nothing was accepted."""
+    """Raised with every problem found, in the order of their lines (as the reader meets
+    them, whichever check found them); nothing was accepted."""
 
     def __init__(self, problems: list[Problem], source: str | None = None) -> None:
-        self.problems = problems
+        self.problems = sorted(problems, key=lambda problem: problem.line or 0)
         self.source = source
-        super().__init__("\n".join(p.text(source) for p in problems))
+        super().__init__("\n".join(p.text(source) for p in self.problems))
 
 
 def format_path(loc: Iterable[Any]) -> str:
@@ -54,14 +57,67 @@ def format_path(loc: Iterable[Any]) -> str:
     return out
 
 
-def _message(error: dict[str, Any]) -> str:
+def _message(error: dict[str, Any], model: type[BaseModel] | None) -> str:
     kind = error["type"]
     if kind == "missing":
         return "required"
     if kind == "extra_forbidden":
-        return "unknown field"
+        return "unknown field" + _near(error["loc"], model)
     msg = str(error["msg"])
     return msg.removeprefix("Value error, ")
+
+
+def _near(loc: tuple[Any, ...], model: type[BaseModel] | None) -> str:
+    """What an unknown field's writer meant: the close field name of its mapping (`phse`:
+    phase), else the names that mapping takes; "" where the schema does not say."""
+    known = _fields_at(model, loc[:-1]) if model is not None else []
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    if close:
+        return f"; did you mean {close[0]}?"
+    return f" (known: {', '.join(known)})" if known else ""
+
+
+@functools.cache
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    try:
+        return model.model_json_schema(by_alias=True)
+    except PydanticUserError:  # a model no JSON schema can describe: no names to offer
+        return {}
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The field names (as written) the mapping at loc may hold, from model's JSON schema,
+    loc as pydantic has it (a tagged union's tag included)."""
+    schema = _schema(model)
+    defs = schema.get("$defs", {})
+    node = schema
+    for part in loc:
+        node = _resolved(node, defs)
+        tags = node.get("discriminator", {}).get("mapping", {})
+        if part in node.get("properties", {}):
+            node = node["properties"][part]
+        elif part in tags:
+            node = {"$ref": tags[part]}
+        elif isinstance(part, int) and isinstance(node.get("items"), dict):
+            node = node["items"]
+        elif isinstance(node.get("additionalProperties"), dict):
+            node = node["additionalProperties"]
+        else:
+            return []
+    return list(_resolved(node, defs).get("properties", {}))
+
+
+def _resolved(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """node with its $ref followed, and an optional value's one non-null alternative."""
+    while True:
+        if "$ref" in node:
+            node = defs.get(node["$ref"].rsplit("/", 1)[-1], {})
+            continue
+        alternatives = [a for a in node.get("anyOf", []) if a.get("type") != "null"]
+        if len(alternatives) == 1 and "anyOf" in node:
+            node = alternatives[0]
+            continue
+        return node
 
 
 def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
@@ -107,11 +163,13 @@ def _user_path(loc: tuple[Any, ...], data: Any, missing: bool) -> tuple[Any, ...
 
 
 def problems_from(error: ValidationError, tree: yaml.Node | None = None,
-                  data: Any = None) -> list[Problem]:
+                  data: Any = None, model: type[BaseModel] | None = None) -> list[Problem]:
+    """Each of error's problems where it is; model (what was validated) names the field an
+    unknown one was meant to be."""
     problems = []
     for err in error.errors():
         loc = _user_path(tuple(err["loc"]), data, err["type"] == "missing")
-        problems.append(Problem(format_path(loc), _message(err), _line_of(tree, loc)))
+        problems.append(Problem(format_path(loc), _message(err, model), _line_of(tree, loc)))
     return problems
 
 
@@ -184,7 +242,7 @@ def validate(model: type[M], data: Any, tree: yaml.Node | None = None,
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise InvalidDocument(problems_from(exc, tree, data), source) from None
+        raise InvalidDocument(problems_from(exc, tree, data, model), source) from None
     except UnicodeEncodeError:  # a JSON \udXXX escape standing alone: no character at all
         raise InvalidDocument([Problem("", "a text holds a lone surrogate (\\ud800-\\udfff): "
                                            "not a Unicode character")], source) from None

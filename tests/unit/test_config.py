@@ -71,13 +71,14 @@ def test_bad_value_names_file_line_and_camel_case_field(tmp_path: Path) -> None:
 def test_unknown_fields_are_errors_with_their_line(tmp_path: Path) -> None:
     message = error_of(tmp_path, "role: worker\nntp:\n  maxSkew: 3\nbogus: 1\n")
     lines = message.splitlines()
-    assert lines[0].endswith("config.yaml:3: ntp.maxSkew: unknown field")
-    assert lines[1].endswith("config.yaml:4: bogus: unknown field")
+    assert lines[0].endswith("config.yaml:3: ntp.maxSkew: unknown field; did you mean "
+                             "maxSkewSeconds?")
+    assert "config.yaml:4: bogus: unknown field (known: role, join" in lines[1]
 
 
 def test_snake_case_spelling_of_the_gib_unit_is_unknown(tmp_path: Path) -> None:
     assert error_of(tmp_path, "thresholds:\n  minVarFreeGib: 1\n").endswith(
-        ":2: thresholds.minVarFreeGib: unknown field"
+        ":2: thresholds.minVarFreeGib: unknown field; did you mean minVarFreeGiB?"
     )
 
 

@@ -34,6 +34,15 @@ def test_unknown_name_is_an_error_naming_it_and_the_known_ones() -> None:
     assert "cluster.name, machine.ip, managers" in message
 
 
+def test_a_shell_variable_in_braces_is_told_its_escape() -> None:
+    """A spec stored before its placeholders were checked reaches the node as it is: the
+    item's error says what the coordinator's refusal says."""
+    with pytest.raises(TemplateError) as caught:
+        render("ls ${HOME}", VALUES)
+    assert str(caught.value).startswith("unknown template value ${HOME}; if it is the "
+                                        "shell's, write $${HOME}; known: cluster.name")
+
+
 def test_an_unknown_name_with_no_values_says_none_are_known() -> None:
     with pytest.raises(TemplateError, match="known: none"):
         render("${x}", {})

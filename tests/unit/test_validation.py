@@ -41,7 +41,31 @@ def test_every_problem_is_reported_with_its_own_line() -> None:
     assert problems_of(text) == [
         "doc.yaml:4: items[1].count: Input should be greater than or equal to 1",
         "doc.yaml:6: items[2].name: required",
-        "doc.yaml:7: extra: unknown field",
+        "doc.yaml:7: extra: unknown field (known: items, title)",
+    ]
+
+
+def test_problems_come_in_the_order_of_their_lines() -> None:
+    """pydantic reports a model's own fields before those of a field it holds: the reader
+    of a long spec meets them in the file's order instead."""
+    text = "extra: 1\nitems:\n  - {}\ntitle: [1]\n"
+    assert problems_of(text) == [
+        "doc.yaml:1: extra: unknown field (known: items, title)",
+        "doc.yaml:3: items[0].name: required",
+        "doc.yaml:4: title: Input should be a valid string",
+    ]
+    with pytest.raises(InvalidDocument) as caught:
+        load_model(Doc, text, "doc.yaml")
+    assert str(caught.value).splitlines() == problems_of(text)  # what the API's error says
+
+
+def test_an_unknown_field_is_told_the_field_it_was_meant_to_be() -> None:
+    """A misspelt key names the close field of its own mapping (a list's item's, too),
+    else the fields that mapping takes."""
+    assert problems_of("titel: x\nitems:\n  - {name: a, cont: 2, zzz: 1}\n") == [
+        "doc.yaml:1: titel: unknown field; did you mean title?",
+        "doc.yaml:3: items[0].cont: unknown field; did you mean count?",
+        "doc.yaml:3: items[0].zzz: unknown field (known: name, count)",
     ]
 
 
@@ -49,7 +73,8 @@ def test_the_exception_message_lists_every_problem() -> None:
     with pytest.raises(InvalidDocument) as caught:
         load_model(Doc, "title: [1]\nbogus: 2\n", "doc.yaml")
     assert str(caught.value) == (
-        "doc.yaml:1: title: Input should be a valid string\ndoc.yaml:2: bogus: unknown field"
+        "doc.yaml:1: title: Input should be a valid string\n"
+        "doc.yaml:2: bogus: unknown field (known: items, title)"
     )
     assert caught.value.source == "doc.yaml"
 

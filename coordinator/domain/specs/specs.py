@@ -11,6 +11,7 @@ from coordinator.domain.errors import Conflict
 from coordinator.domain.model import ClusterSpec, Machine, first_manager
 from coordinator.domain.specs import outputs
 from coordinator.domain.specs.templating import template_problems
+from nodeagent.wire.contract import ROLES
 from nodeagent.wire.protocol import Location
 from nodeagent.wire.validation import load_model
 
@@ -27,8 +28,28 @@ def load_spec(text: str, source: str | None = None) -> ClusterSpec:
 
 
 def spec_problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
-    """The rules that need the whole spec: placeholders, then outputs and conditions."""
-    return [*template_problems(spec), *outputs.problems(spec)]
+    """The rules that need the whole spec: each item's name and role, placeholders, then
+    outputs and conditions. Rules, not the model's validation: a problem is then reported at
+    the item's own line, beside every other one, instead of at `machineTypes:` alone."""
+    return [*_item_problems(spec), *template_problems(spec), *outputs.problems(spec)]
+
+
+def _item_problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
+    """An item's name used twice in one phase of a role (the name is how reports, retries
+    and fingerprints find it), and a worker item reporting a kubeconfig."""
+    found: list[tuple[Location, str]] = []
+    for role in ROLES:
+        first: dict[tuple[str, str], int] = {}
+        for index, item in enumerate(getattr(spec.machine_types, role)):
+            where: Location = ("machineTypes", role, index)
+            at = first.setdefault((item.phase, item.name), index)
+            if at != index:
+                found.append(((*where, "name"), f"item {item.name!r} appears twice in phase "
+                              f"{item.phase} (first as machineTypes.{role}[{at}]): rename one"))
+            if role == "worker" and item.kubeconfig_from is not None:
+                found.append(((*where, "kubeconfigFrom"), "only manager items report a "
+                              "kubeconfig (the coordinator uses the first manager's)"))
+    return found
 
 
 def pause_kept(before: ClusterSpec | None, spec: ClusterSpec) -> ClusterSpec:

@@ -23,7 +23,7 @@ from coordinator.domain.specs.outputs import JOB_VALUES, JOINING_PHASES, PREFIX,
 from nodeagent.wire.addresses import interface_of
 from nodeagent.wire.contract import JOB_PHASES, ROLES
 from nodeagent.wire.protocol import Location, StateItem
-from nodeagent.wire.templates import TemplateError, placeholders
+from nodeagent.wire.templates import TemplateError, placeholders, shell_hint
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,7 @@ def template_problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
     with where it is in the spec: each text the agent substitutes in (see _templated)."""
     problems: list[tuple[Location, str]] = []
     outputs = declared(spec)
+    listed: set[str] = set()  # the known names are listed once per answer, with the first
     for role in ROLES:
         for index, item in enumerate(getattr(spec.machine_types, role)):
             for location, text in _templated(item):
@@ -135,7 +136,7 @@ def template_problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
                     problems.append((where, str(exc)))
                     continue
                 problems += [(where, why) for name in names
-                             if (why := _unresolved(name, item, spec, outputs))]
+                             if (why := _unresolved(name, item, spec, outputs, listed))]
     return problems
 
 
@@ -148,7 +149,7 @@ def _templated(item: StateItem) -> list[tuple[Location, str]]:
 
 
 def _unresolved(name: str, item: StateItem, spec: ClusterSpec,
-                outputs: dict[str, Declared]) -> str:
+                outputs: dict[str, Declared], listed: set[str]) -> str:
     """Why an assignment of item would not fill name in ("": it would): the one place that
     decides it. Outputs must be declared, and usable where the item runs: join material in
     the items that join a machine (deploy, upgrade) and in revoke items; cluster outputs in
@@ -161,10 +162,11 @@ def _unresolved(name: str, item: StateItem, spec: ClusterSpec,
             f"${{{name}}} is known to mint, revoke and leave items only (the machine they run "
             "for)")
     if not name.startswith(PREFIX):
-        return _unknown(name, [*VALUES, *_cluster_label_names(spec)], [f"{MACHINE_LABEL}KEY"])
+        return _unknown(name, [*VALUES, *_cluster_label_names(spec)], listed,
+                        [f"{MACHINE_LABEL}KEY"])
     found = outputs.get(name)
     if found is None:
-        return _unknown(name, list(outputs), what="output")
+        return _unknown(name, list(outputs), listed, what="output")
     if found.minted and item.phase not in (*JOINING_PHASES, "revoke"):
         return (f"${{{name}}} is join material (mint item {found.item.name}), minted for a "
                 f"machine's deploy or upgrade items and revoked by revoke items, not for "
@@ -183,9 +185,15 @@ def _cluster_label_names(spec: ClusterSpec) -> list[str]:
     return [CLUSTER_LABEL + key for key in spec.settings.kubernetes.labels]
 
 
-def _unknown(name: str, known: list[str], also: Sequence[str] = (),
+def _unknown(name: str, known: list[str], listed: set[str], also: Sequence[str] = (),
              what: str = "placeholder") -> str:
+    """Why name is unknown: the name meant when one is close, else the shell's escape when
+    it looks like a shell variable; and the known names, only the first time an answer
+    (listed) has this kind of unknown name: a spec with ten typos lists them once."""
     close = difflib.get_close_matches(name, known, n=1)
-    hint = f"; did you mean ${{{close[0]}}}?" if close else ""
-    listed = ", ".join(f"${{{k}}}" for k in [*known, *also]) or "none declared"
-    return f"unknown {what} ${{{name}}}{hint} (known: {listed})"
+    hint = f"; did you mean ${{{close[0]}}}?" if close else shell_hint(name)
+    if what in listed:
+        return f"unknown {what} ${{{name}}}{hint}"
+    listed.add(what)
+    names = ", ".join(f"${{{k}}}" for k in [*known, *also]) or "none declared"
+    return f"unknown {what} ${{{name}}}{hint} (known: {names})"

@@ -15,7 +15,7 @@ NAMED = {
     "bad-mode.yaml": "machineTypes.worker[0].action.mode",
     "bad-name.yaml": "name",
     "bad-sha.yaml": "machineTypes.worker[0].action.sha256",
-    "duplicate-items.yaml": "appears twice",
+    "duplicate-items.yaml": "line 6: machineTypes.worker[1].name: item 'x' appears twice",
     "empty-argv.json": "machineTypes.worker[0].action.argv",
     "empty.yaml": "machineTypes: required",
     "items-not-a-list.json": "machineTypes.worker",
@@ -30,14 +30,14 @@ NAMED = {
     "shell-string-argv.yaml": "machineTypes.worker[0].action.argv",
     "truncated.json": "line 1",
     "unknown-action.yaml": "teleport",
-    "unknown-key.yaml": "settigns: unknown field",
+    "unknown-key.yaml": "settigns: unknown field; did you mean settings?",
     "unknown-phase.yaml": "machineTypes.worker[0].phase",
     "unknown-placeholder.yaml": "line 14: machineTypes.manager[2].action.argv[1]: unknown "
                                 "placeholder ${machine.hostnme}; did you mean ${machine.hostname}?",
     "unknown-placeholder-in-env.json": "line 5: machineTypes.worker[0].action.env.CLUSTER: "
                                        "unknown placeholder ${cluster}",
     "version-command-on-deploy.yaml": "machineTypes.manager[0]: versionCommand: only postdeploy",
-    "worker-kubeconfig.yaml": "worker[0].kubeconfigFrom: only manager items",
+    "worker-kubeconfig.yaml": "line 7: machineTypes.worker[0].kubeconfigFrom: only manager items",
     "zero-batch.yaml": "settings.workerBatchSize",
 }
 

@@ -81,6 +81,7 @@ async def test_a_refused_spec_names_each_problem_once(
     assert [line.split(": ", 2)[:2] for line in lines[1:]] == [
         ["  line 6", "machineTypes.manager[0].action.argv[0]"],
         ["  line 7", "machineTypes.manager[1].action.argv[0]"]], refused
+    assert refused.count("(known: ${cluster.name}, ") == 1, refused  # the names, listed once
     assert refused.count("${machine.hostnme}") == 2
 
 

@@ -28,8 +28,13 @@ async def register(env: InProcessCoordinator, status: int, hostname: str = "node
     "-node", "node_a", ""])
 async def test_a_hostname_that_is_not_a_host_name_is_refused(
         env: InProcessCoordinator, hostname: str) -> None:
+    """The answer quotes the name refused (escaped, cut when long): the operator reading
+    the agent's log learns which name to change, and how."""
     answer = await register(env, 422, hostname)
     assert [p["path"] for p in answer["problems"]] == ["hostname"]
+    said = answer["problems"][0]["message"]
+    assert said.startswith(f"{hostname[:64]!r}") and "hostnamectl set-hostname" in said, said
+    assert ("... (10000 characters)" in said) == (len(hostname) == 10_000), said
     assert await env.machines() == []
 
 
@@ -38,6 +43,8 @@ async def test_an_address_that_is_not_an_ip_address_is_refused(
         env: InProcessCoordinator, ip: str) -> None:
     answer = await register(env, 422, ip=ip)
     assert [p["path"] for p in answer["problems"]] == ["ip"]
+    said = answer["problems"][0]["message"]
+    assert said.startswith(f"{ip[:64]!r}") and said.endswith(" is not an IP address"), said
 
 
 async def test_a_host_name_and_an_ipv6_address_are_accepted(env: InProcessCoordinator) -> None:

@@ -12,6 +12,7 @@ import pytest
 from coordinator.domain.errors import Conflict
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
 from coordinator.domain.specs.specs import check_fixed, load_spec, pause_kept
+from nodeagent.wire.validation import InvalidDocument
 from tests.support.builders import machine
 
 S = MachineState
@@ -78,3 +79,54 @@ def test_check_fixed_table(machines: list[Machine], settings: str, refused: str)
     with pytest.raises(Conflict) as caught:
         check_fixed(spec("1", NETWORKING), spec("2", settings), machines)
     assert refused in str(caught.value) and "create a new cluster" in str(caught.value)
+
+
+ITEMS = """\
+name: lab
+release: "1.0"
+machineTypes:
+  manager:
+    - {name: init, phase: deploy, action: {type: exec, argv: [kubeadm, init]}}
+  worker:
+    - {name: join, phase: deploy, action: {type: exec, argv: [echo, "${cluster.nam}"]}}
+    - name: join
+      phase: deploy
+      kubeconfigFrom: /etc/kubernetes/kubelet.conf
+      action: {type: exec, argv: [kubeadm, join]}
+    - {name: join, phase: upgrade, action: {type: exec, argv: [kubeadm, upgrade, node]}}
+"""
+
+
+def test_each_item_problem_is_reported_at_its_own_line_beside_every_other() -> None:
+    """A name used twice in a phase was reported at `machineTypes:` alone and hid the rest:
+    the operator fixed one problem per apply, looking for the item. Every problem is there,
+    in the order of its line."""
+    with pytest.raises(InvalidDocument) as refused:
+        load_spec(ITEMS)
+    placeholder, duplicate, kubeconfig = (problem.text() for problem in refused.value.problems)
+    assert duplicate == ("line 8: machineTypes.worker[1].name: item 'join' appears twice in "
+                         "phase deploy (first as machineTypes.worker[0]): rename one")
+    assert kubeconfig == ("line 10: machineTypes.worker[1].kubeconfigFrom: only manager items "
+                          "report a kubeconfig (the coordinator uses the first manager's)")
+    assert placeholder.startswith("line 7: machineTypes.worker[0].action.argv[1]: unknown "
+                                  "placeholder ${cluster.nam}; did you mean ${cluster.name}?")
+
+
+def test_a_misspelt_key_is_told_the_field_meant_even_inside_an_action() -> None:
+    with pytest.raises(InvalidDocument) as refused:
+        load_spec("""\
+name: lab
+release: "1.0"
+settings: {drain: {enabeld: false}}
+machineTypes:
+  workers: []
+  manager:
+    - {name: init, phse: deploy, action: {type: exec, argvv: [kubeadm, init]}}
+""")
+    assert [problem.text() for problem in refused.value.problems] == [
+        "line 3: settings.drain.enabeld: unknown field; did you mean enabled?",
+        "line 5: machineTypes.workers: unknown field; did you mean worker?",
+        "line 7: machineTypes.manager[0].phase: required",
+        "line 7: machineTypes.manager[0].action.argv: required",
+        "line 7: machineTypes.manager[0].action.argvv: unknown field; did you mean argv?",
+        "line 7: machineTypes.manager[0].phse: unknown field; did you mean phase?"]

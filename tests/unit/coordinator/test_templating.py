@@ -40,7 +40,8 @@ def test_each_text_the_agent_substitutes_in_is_checked_where_it_is(
         action: dict[str, Any], fields: dict[str, Any], where: tuple[Any, ...]) -> None:
     ((location, message),) = template_problems(spec_with(action, **fields))
     assert location == ("machineTypes", "manager", 0, *where)
-    assert message.startswith("unknown placeholder ${nope} (known: ${cluster.name}, ")
+    assert message.startswith("unknown placeholder ${nope}; if it is the shell's, write "
+                              "$${nope} (known: ${cluster.name}, ")
 
 
 def test_texts_the_agent_writes_as_they_are_are_not_checked() -> None:
@@ -58,6 +59,19 @@ def test_a_malformed_placeholder_is_refused_quoting_it() -> None:
     ((_, message),) = template_problems(spec_with({"type": "exec", "argv": ["${machine ip}"]}))
     assert message == ("malformed placeholder '${machine ip}': use ${dotted.name}, or $${...} "
                        "for a literal")
+
+
+@pytest.mark.parametrize("name", ["HOME", "node_ip"])
+def test_a_shell_variable_is_told_the_escape_that_passes_it_to_the_shell(name: str) -> None:
+    """`${HOME}` in an exec argument is the shell's: the refusal says to write `$${HOME}`,
+    which the agent hands the shell as `${HOME}`."""
+    ((_, message),) = template_problems(spec_with({"type": "exec",
+                                                   "argv": ["sh", "-c", f"ls ${{{name}}}"]}))
+    assert message.startswith(f"unknown placeholder ${{{name}}}; if it is the shell's, write "
+                              f"$${{{name}}} (known: "), message
+    escaped = {"type": "exec", "argv": ["sh", "-c", f"ls $${{{name}}}"]}
+    assert template_problems(spec_with(escaped)) == []
+    assert render(escaped["argv"][2], {}) == f"ls ${{{name}}}"
 
 
 def test_a_near_miss_is_named_with_the_name_meant() -> None:
@@ -86,11 +100,13 @@ machineTypes:
 def test_a_spec_from_the_operator_is_refused_naming_each_line_path_and_name() -> None:
     with pytest.raises(InvalidDocument) as refused:
         load_spec(SPEC)
-    assert [problem.text().split(" (known:")[0] for problem in refused.value.problems] == [
-        "line 11: machineTypes.worker[0].action.argv[1]: unknown placeholder "
-        "${machine.hostnme}; did you mean ${machine.hostname}?",
-        "line 12: machineTypes.worker[0].action.env.BAD: unknown placeholder ${ntp.server}; "
-        "did you mean ${ntp.servers}?"]
+    first, second = (problem.text() for problem in refused.value.problems)
+    assert first.startswith("line 11: machineTypes.worker[0].action.argv[1]: unknown "
+                            "placeholder ${machine.hostnme}; did you mean ${machine.hostname}? "
+                            "(known: ${cluster.name}, ${cluster.release}, "), first
+    # the 29 known names once per answer, not again on every line
+    assert second == ("line 12: machineTypes.worker[0].action.env.BAD: unknown placeholder "
+                      "${ntp.server}; did you mean ${ntp.servers}?")
     fixed = SPEC.replace("hostnme", "hostname").replace("ntp.server}", "ntp.servers}")
     assert load_spec(fixed).name == "lab"
 

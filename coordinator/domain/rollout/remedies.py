@@ -21,7 +21,7 @@ from coordinator.domain.model import (
     deployed_manager_machines,
     needs_drain,
 )
-from coordinator.domain.nodes.kubeaccess import NO_KUBECONFIG, kube_access
+from coordinator.domain.nodes.kubeaccess import NO_DRAIN, NO_KUBECONFIG, kube_access
 from coordinator.domain.nodes.nodes import MACHINE_ID_LABEL, NodeDown, node_down, provider_id
 from coordinator.domain.releases.releases import awaiting_upgrade, to_run
 from coordinator.domain.rollout.prerequisites import deploy_gate
@@ -197,7 +197,9 @@ def _drain_note(spec: ClusterSpec | None, machine: Machine, now: float) -> Note 
     host = machine.hostname
     leaving = machine.state is MachineState.DELETING
     if drain.stage is DrainStage.BLOCKED:
-        return Note(f"drain Blocked (attempt {drain.attempt}, cordoned for "
+        # Without a way to the cluster's API nothing was cordoned: the note must not say it was.
+        held = "not cordoned, for" if NO_DRAIN in drain.message else "cordoned for"
+        return Note(f"drain Blocked (attempt {drain.attempt}, {held} "
                     f"{duration(now - drain.started_at)}): {drain.message}",
                     _blocked_remedy(drain, host, leaving), True, DRAIN_ANSWERS)
     if drain.stage is DrainStage.DRAINING:

@@ -18,7 +18,7 @@ from coordinator.domain.model import (
     MachineState,
     NodeStatus,
 )
-from coordinator.domain.nodes.kubeaccess import NO_KUBECONFIG
+from coordinator.domain.nodes.kubeaccess import NO_DRAIN, NO_KUBECONFIG
 from coordinator.domain.rollout.planner import upgrade_plan
 from coordinator.domain.rollout.remedies import DRAIN_ANSWERS, Note, drain_failure, drain_warnings
 from coordinator.domain.rollout.remedies import machine_note as decided
@@ -71,8 +71,9 @@ def test_a_removals_blocked_drain_skips_to_the_reset() -> None:
 
 
 def test_a_drain_without_a_kubeconfig_says_how_to_give_one_or_do_without() -> None:
-    blocked = upgrading(DrainStatus(DrainStage.BLOCKED, NOW - 5, message=(
-        f"{NO_KUBECONFIG}: the node cannot be cordoned and drained")))
+    blocked = upgrading(DrainStatus(DrainStage.BLOCKED, NOW - 5, message=NO_DRAIN))
+    # Never cordoned: the coordinator had no way to the cluster's API.
+    assert note(blocked).text == f"drain Blocked (attempt 1, not cordoned, for 5s): {NO_DRAIN}"
     remedy = note(blocked).remedy
     assert "settings.kubernetes.kubeconfig" in remedy and "kubeconfigFrom" in remedy
     assert "settings.drain.enabled: false" in remedy

@@ -36,19 +36,23 @@ from nodeagent.wire.addresses import interface_of
 
 
 def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = False,
-                 now: float | None = None, peers: Sequence[Machine] = (),
+                 now: float | None = None, peers: Sequence[Machine] | None = None,
                  kept: Mapping[str, ClusterOutput] | None = None) -> dict[str, Any]:
     """With `now`, also the machine's step: item n of m, attempt, elapsed times. peers (its
-    cluster's machines) name where what it waits for is produced, and with kept (the outputs
+    cluster's machines, or at least its managers; None: not read) name where what it waits
+    for is produced and whether a manager runs the control plane, and with kept (the outputs
     the cluster keeps) whether its own outputs differ from the cluster's. Secrets never: its
     join material shows when it was minted and used, never its values."""
     at = machine.state_since if now is None else now
     step = machine_step(spec, machine, at)
+    managers = None if peers is None else [p for p in peers if p.role == "manager"]
+    peers = peers or ()
     waits = (waits_text(spec, machine, peers) or join_wait(spec, machine, peers)
              if spec is not None else "")
     differ = differing(machine, cluster_outputs(peers, kept)) \
         if peers and machine.outputs else []  # managers' only: workers produce none
-    note = machine_note(spec, machine, step, at, waits, failures := machine.precheck_failures())
+    note = machine_note(spec, machine, step, at, waits, failures := machine.precheck_failures(),
+                        managers)
     if differ and not note.failing:
         note = Note(f"{note.text}; {differing_text(differ, kept or {})}".lstrip("; "),
                     note.remedy, note.failing, note.actions)

@@ -26,7 +26,7 @@ from typing import Protocol
 from coordinator.domain.model import ClusterSpec, DrainStatus, Machine
 from coordinator.domain.nodes import draining
 from coordinator.domain.nodes.draining import DrainResult
-from coordinator.domain.nodes.kubeaccess import NO_KUBECONFIG, KubeAccess, kube_access
+from coordinator.domain.nodes.kubeaccess import NO_DRAIN, NO_KUBECONFIG, KubeAccess, kube_access
 from coordinator.domain.nodes.removal import may_lack_node, unregistered
 from coordinator.domain.rollout.planner import node_action
 from coordinator.kube import Kube, KubeError
@@ -103,8 +103,7 @@ class Drainer:
         node: str | None = machine.hostname
         while True:
             if access is None:
-                result = DrainResult(False, f"{NO_KUBECONFIG}: the node cannot be cordoned and "
-                                     "drained (or set drain.enabled: false to upgrade in place)")
+                result = DrainResult(False, NO_DRAIN)
                 break
             try:
                 async with await Kube.connect(access.path, access.text) as kube:

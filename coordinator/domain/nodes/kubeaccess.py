@@ -24,6 +24,9 @@ class KubeAccess:
 
 NO_KUBECONFIG = ("no kubeconfig: settings.kubernetes.kubeconfig is not set and no manager "
                  "reported one (kubeconfigFrom on a manager item)")
+# Why a drain found no way to the cluster's API: what it cannot do, not what to do about it,
+# which its machine's note says once, as its remedy (rollout/remedies.py).
+NO_DRAIN = f"{NO_KUBECONFIG}: the node cannot be cordoned and drained"
 
 
 def kube_access(spec: ClusterSpec, machines: Sequence[Machine]) -> KubeAccess | None:

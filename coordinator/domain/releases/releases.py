@@ -46,6 +46,18 @@ def to_run(spec: ClusterSpec, machine: Machine) -> list[Entry]:
     return [(i, f) for i, f in upgrade_run(spec, machine) if f not in machine.applied]
 
 
+def behind(spec: ClusterSpec, machine: Machine) -> bool:
+    """A deployed machine with items to run: new or changed prepare or deploy items, or the
+    upgrade items of a later release than its own."""
+    return machine.state in DEPLOYED_STATES and bool(to_run(spec, machine))
+
+
+def awaiting_upgrade(spec: ClusterSpec, machine: Machine) -> bool:
+    """A Ready machine the planner would admit into Upgrade (but for a pause or its limits):
+    what the status and its note say it waits for."""
+    return machine.state is MachineState.READY and behind(spec, machine)
+
+
 def baseline(spec: ClusterSpec, role: Role, control_plane_there: bool = False) -> frozenset[str]:
     """The fingerprints of the role's upgrade items: a machine that reaches the spec's release
     takes them as applied (they are written for machines at earlier releases). The first

@@ -47,7 +47,9 @@ from coordinator.domain.nodes.nodes import awaits_node, found_down, metadata_due
 from coordinator.domain.nodes.removal import may_be_removed, node_deletion_due
 from coordinator.domain.releases.releases import (
     at_release,
+    awaiting_upgrade,
     baseline,
+    behind,
     first_only_notes,
     first_upgrader,
     joins_upgraded,
@@ -243,16 +245,6 @@ def inert_filter(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Mach
                 and not metadata_due(spec, machine) and not found_down(spec, machine))
 
     return inert
-
-
-def behind(spec: ClusterSpec, machine: Machine) -> bool:
-    """A deployed machine with items to run: new or changed prepare or deploy items, or the
-    upgrade items of a later release than its own (releases.py)."""
-    return machine.state in DEPLOYED_STATES and bool(to_run(spec, machine))
-
-
-def awaiting_upgrade(spec: ClusterSpec, machine: Machine) -> bool:
-    return machine.state is S.READY and behind(spec, machine)
 
 
 def upgrade_settled(spec: ClusterSpec, machines: Sequence[Machine]) -> bool:

@@ -18,10 +18,12 @@ from coordinator.domain.model import (
     DrainStatus,
     Machine,
     MachineState,
+    deployed_manager_machines,
     needs_drain,
 )
-from coordinator.domain.nodes.kubeaccess import NO_KUBECONFIG, kube_access
+from coordinator.domain.nodes.kubeaccess import NO_DRAIN, NO_KUBECONFIG, kube_access
 from coordinator.domain.nodes.nodes import MACHINE_ID_LABEL, NodeDown, node_down, provider_id
+from coordinator.domain.releases.releases import awaiting_upgrade, to_run
 from coordinator.domain.rollout.prerequisites import deploy_gate
 from coordinator.domain.rollout.steps import MachineStep, after_attempts, retry_remedy
 
@@ -36,6 +38,9 @@ RETRY = "retry"
 KUBECONFIG_REMEDY = ("set settings.kubernetes.kubeconfig (a kubeconfig file on the coordinator's "
                      "host) or give a manager item kubeconfigFrom; or set settings.drain.enabled: "
                      "false to upgrade in place, without cordon and drain")
+# What a prepared worker waits for while no manager runs the control plane (the planner admits
+# workers into Deploy only once one does); the status's Workers stage says it too.
+FIRST_MANAGER_WAIT = "waiting for the first manager to be Ready"
 
 
 @dataclass(frozen=True)
@@ -51,19 +56,34 @@ class Note:
 
 
 def machine_note(spec: ClusterSpec | None, machine: Machine, step: MachineStep, now: float,
-                 waits: str = "", precheck_failures: Sequence[str] | None = None) -> Note:
+                 waits: str = "", precheck_failures: Sequence[str] | None = None,
+                 managers: Sequence[Machine] | None = None) -> Note:
     """The note every view shows for machine; waits: what its assignment waits for
     (outputs.waits_text), when anything; precheck_failures: machine.precheck_failures() when
-    the caller has them already (judging a report costs more than the rest of the note)."""
+    the caller has them already (judging a report costs more than the rest of the note);
+    managers: its cluster's managers (None: not known), which a prepared worker waits for."""
     failures = machine.precheck_failures() if precheck_failures is None else precheck_failures
-    note = _why(spec, machine, step, now, waits, failures)
-    if not machine.responding:
-        note = replace(note, text=f"NOT RESPONDING {note.text}".strip())
-    return note
+    note = _why(spec, machine, step, now, waits, failures, managers)
+    return note if machine.responding else _silent_note(machine, note, now)
+
+
+def _silent_note(machine: Machine, note: Note, now: float) -> Note:
+    """A machine whose agent stopped answering: for how long, and, unless the note has a
+    remedy of its own, what to do; a leaving one waits for its agent to run its reset items,
+    or for the operator to remove it without them."""
+    host = machine.hostname
+    silent = f"NOT RESPONDING for {duration(max(0.0, now - machine.last_seen))}"
+    agent = f"start the agent on {host} (systemctl status nodeagent; journalctl -u nodeagent)"
+    if machine.state is MachineState.DELETING and not note.remedy:
+        return replace(note, text=f"{silent}: its reset items wait for its agent", remedy=(
+            f"{agent}; or, if {host} is gone, remove it without its reset items: "
+            f"coordinator delete {host} --skip-reset (and reset {host} yourself)"))
+    return replace(note, text=f"{silent}; {note.text}" if note.text else silent,
+                   remedy=note.remedy or f"{agent}; it goes on once the agent answers")
 
 
 def _why(spec: ClusterSpec | None, machine: Machine, step: MachineStep, now: float, waits: str,
-         failures: Sequence[str]) -> Note:
+         failures: Sequence[str], managers: Sequence[Machine] | None) -> Note:
     held = _prerequisites_note(spec, machine) if step.status == "done" else None
     if held is not None:
         return held
@@ -94,8 +114,41 @@ def _why(spec: ClusterSpec | None, machine: Machine, step: MachineStep, now: flo
     if waits:
         return Note(waits)
     if step.status == "done" and machine.state is MachineState.PREPARE:
-        return Note("prepared; waiting for a deploy slot")
+        return _deploy_wait(machine, managers, now)
+    if spec is not None and awaiting_upgrade(spec, machine):
+        return _upgrade_wait(spec, machine)
     return Note()
+
+
+def _deploy_wait(machine: Machine, managers: Sequence[Machine] | None, now: float) -> Note:
+    """A prepared machine not admitted into Deploy yet: a worker while no manager runs the
+    control plane (for how long, and who would), else one waiting for its slot."""
+    if machine.role != "worker" or managers is None or deployed_manager_machines(managers):
+        return Note("prepared; waiting for a deploy slot")
+    progress = machine.progress
+    waited = duration(max(0.0, now - (progress.updated_at if progress else machine.state_since)))
+    coming = sorted((m for m in managers if m.state is not MachineState.DELETING),
+                    key=lambda m: (m.state is not MachineState.DEPLOY, m.created_at))
+    if not coming:
+        return Note(f"prepared; {FIRST_MANAGER_WAIT} ({waited}): the cluster has no manager",
+                    "approve a machine as a manager: coordinator approve HOSTNAME --role manager")
+    first = coming[0]
+    return Note(f"prepared; {FIRST_MANAGER_WAIT} ({waited}): {first.hostname} is in "
+                f"{first.state.value}", f"nothing while {first.hostname} gets there; if it is "
+                f"stuck, its note says why: coordinator machines get {first.hostname}")
+
+
+def _upgrade_wait(spec: ClusterSpec, machine: Machine) -> Note:
+    """A Ready machine with items to run that is not upgrading yet: held by a pause, or
+    waiting for its turn (managers one at a time, then workers in batches)."""
+    what = (f"the upgrade from release {machine.release} to {spec.release}"
+            if machine.release != spec.release else
+            f"an upgrade ({len(to_run(spec, machine))} changed items)")
+    if spec.settings.upgrade.paused:
+        return Note(f"{what} waits: upgrades are paused",
+                    f"coordinator upgrade resume {spec.name} (coordinator upgrade plan "
+                    f"{spec.name} shows what it runs)")
+    return Note(f"{what} waits for its turn: managers one at a time, then workers in batches")
 
 
 def _prerequisites_note(spec: ClusterSpec | None, machine: Machine) -> Note | None:
@@ -144,7 +197,9 @@ def _drain_note(spec: ClusterSpec | None, machine: Machine, now: float) -> Note 
     host = machine.hostname
     leaving = machine.state is MachineState.DELETING
     if drain.stage is DrainStage.BLOCKED:
-        return Note(f"drain Blocked (attempt {drain.attempt}, cordoned for "
+        # Without a way to the cluster's API nothing was cordoned: the note must not say it was.
+        held = "not cordoned, for" if NO_DRAIN in drain.message else "cordoned for"
+        return Note(f"drain Blocked (attempt {drain.attempt}, {held} "
                     f"{duration(now - drain.started_at)}): {drain.message}",
                     _blocked_remedy(drain, host, leaving), True, DRAIN_ANSWERS)
     if drain.stage is DrainStage.DRAINING:

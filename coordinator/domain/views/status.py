@@ -17,8 +17,9 @@ from typing import Literal
 from coordinator.domain.model import ClusterSpec, Machine, MachineState, Role, phase_items
 from coordinator.domain.nodes.nodes import awaits_node, kubernetes_access, node_down, node_wait
 from coordinator.domain.nodes.workloads import SystemWorkloads
+from coordinator.domain.releases.releases import awaiting_upgrade
 from coordinator.domain.rollout.planner import DEPLOYED_STATES, post_deploy_host
-from coordinator.domain.rollout.remedies import drain_failure
+from coordinator.domain.rollout.remedies import FIRST_MANAGER_WAIT, drain_failure
 from coordinator.domain.rollout.steps import History, current_run, failure, gave_up_text, machine_step
 from coordinator.domain.specs.catalog import catalog
 from nodeagent.wire.contract import Phase
@@ -89,10 +90,11 @@ def _summary(verb: str, tracks: Sequence[_Track],
     return "; ".join(parts + ([failing] if failing else []))
 
 
-def _counted(verb: str, tracks: Sequence[_Track]) -> str:
+def _counted(verb: str, tracks: Sequence[_Track], queue: str = "waiting for a deploy slot") -> str:
+    """queue: what the machines that could start wait for (a slot, or the first manager)."""
     busy = [t.hostname for t in tracks if t.done is None and t.started is not None]
     queued = [t.hostname for t in tracks if t.done is None and t.started is None and t.queued]
-    return _summary(verb, tracks, [("in progress", busy), ("waiting for a deploy slot", queued)])
+    return _summary(verb, tracks, [("in progress", busy), (queue, queued)])
 
 
 # The states first_entry looks for, as sets of values built once (per machine they cost).
@@ -132,6 +134,7 @@ class MachinePart:
     ready: _Track | None
     run: _Run | None
     timed: bool
+    awaiting: bool = False  # Ready with items to run, not admitted into Upgrade yet
 
 
 def machine_part(spec: ClusterSpec, m: Machine, history: History, now: float) -> MachinePart:
@@ -152,7 +155,7 @@ def machine_part(spec: ClusterSpec, m: Machine, history: History, now: float) ->
     return MachinePart(m, m.state.value, registered, approved, prepared,
                        _deployed_track(history, m, prepared.done, fail),
                        _node_track(spec, history, m, now), _ready_track(history, m, fail),
-                       run, timed)
+                       run, timed, awaiting_upgrade(spec, m))
 
 
 def _failing(m: Machine, fail: _Failure | None, *states: MachineState) -> tuple[float | None, str]:
@@ -248,6 +251,7 @@ class _Fleet:
         self.silent: list[str] = []  # live machines not responding
         self.no_role: list[str] = []  # approved, Pending for want of a role
         self.not_ready: dict[str, list[str]] = {}  # started machines by state, but Ready ones
+        self.awaiting: list[str] = []  # Ready machines with an upgrade to run
         ready = MachineState.READY.value
         for p in parts:
             if p.timed:
@@ -271,6 +275,8 @@ class _Fleet:
                 self.nodes.append(p.node)
             if p.state != ready:
                 self.not_ready.setdefault(p.state, []).append(m.hostname)
+            if p.awaiting:
+                self.awaiting.append(m.hostname)
 
     def condition(self, tracks: Sequence[_Track], any_done: bool = False
                   ) -> tuple[StageState, float]:
@@ -341,9 +347,13 @@ def _first_manager(fleet: _Fleet) -> Stage:
 
 
 def _role_deployed(fleet: _Fleet, role: Role, title: str) -> Stage:
+    """Workers queue for the first manager until one is deployed (the planner's rule), then
+    for their batch's slots."""
     tracks = fleet.deployed[role]
     state, since = fleet.condition(tracks)
-    message = _counted(f"{role}s deployed", tracks) if tracks else f"no {role} approved yet"
+    first = role == "worker" and all(t.done is None for t in fleet.deployed["manager"])
+    message = _counted(f"{role}s deployed", tracks, *([FIRST_MANAGER_WAIT] if first else [])) \
+        if tracks else f"no {role} approved yet"
     return Stage(f"{role}s", title, state, since, message)
 
 
@@ -379,7 +389,21 @@ def _ready(fleet: _Fleet) -> Stage:
         message = _summary("Ready", tracks, sorted(fleet.not_ready.items()))
     if state == "done" and fleet.system is not None and not fleet.system.available:
         state, message = "in-progress", f"{message}; {fleet.system.text()}"
+    if state == "done" and fleet.awaiting:
+        state, message = _upgrade_waits(fleet.spec, message, fleet.awaiting)
     return Stage("ready", "Cluster ready", state, since, message)
+
+
+def _upgrade_waits(spec: ClusterSpec, message: str, awaiting: Sequence[str]
+                   ) -> tuple[StageState, str]:
+    """Every machine Ready, but some not at the spec yet: the cluster is not where the spec
+    says until they upgrade, held by a pause (waiting, with the command that resumes) or
+    about to be admitted (in progress)."""
+    what = f"{_names(awaiting)} to upgrade to release {spec.release}"
+    if spec.settings.upgrade.paused:
+        return "waiting", (f"{message}; upgrades are paused: {what} "
+                           f"(coordinator upgrade resume {spec.name})")
+    return "in-progress", f"{message}; waiting: {what}"
 
 
 # The stages in the order a rollout reaches them.

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.domain.nodes.kubeaccess import NO_DRAIN
+from coordinator.domain.rollout.remedies import KUBECONFIG_REMEDY
 from coordinator.metrics import METRICS
-from tests.integration.api.operator import machine, shown_everywhere
+from tests.integration.api.operator import flat, machine, shown_everywhere
 from tests.support.harness import InProcessCoordinator, in_process_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 from tests.support.ports import free_port
@@ -125,6 +127,14 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
     await env.coordinator.reconciler.reconcile_once()
     assert (await machine(env, "m1"))["state"] == "Ready", "a paused upgrade started"
     assert "paused" in await env.cli("upgrade", "plan", "lab")
+    # Every machine Ready at 1.0: the cluster is not ready at 2.0, and each view says why.
+    ready = (await env.call("GET", "/v1/clusters/lab/status", 200))["stages"][-1]
+    assert (ready["state"], ready["message"]) == ("waiting", (
+        "3 of 3 Ready; upgrades are paused: m1, w1, w2 to upgrade to release 2.0 "
+        "(coordinator upgrade resume lab)"))
+    await shown_everywhere(env, "w1", "the upgrade from release 1.0 to 2.0 waits: upgrades are "
+                           "paused", "coordinator upgrade resume lab (coordinator upgrade plan "
+                           "lab shows what it runs)")
     await env.cli("upgrade", "resume", "lab")
 
     await env.until("m1 upgraded", lambda: upgraded(env, agents, "m1"))
@@ -449,6 +459,14 @@ async def test_the_upgrade_plan_warns_when_drains_will_block_for_want_of_a_kubec
         "without cordon and drain")
     new_spec.write_text(unreachable("2.0").replace("drain: {", "drain: {enabled: false, "))
     assert "warning" not in await env.cli("upgrade", "plan", "lab", "-f", str(new_spec))
+
+    # Applied as it is, m1's drain blocks: its note says how to do without a drain once.
+    await env.call("PUT", "/v1/clusters", 200, data=unreachable("2.0"))
+    await env.until("m1's drain Blocked", lambda: _stage(env, "m1", "Blocked"))
+    note = (await machine(env, "m1"))["note"]
+    assert NO_DRAIN in note["text"] and note["remedy"].startswith(KUBECONFIG_REMEDY), note
+    for shown in (f"{note['text']} {note['remedy']}", await env.cli("machines", "get", "m1")):
+        assert flat(shown).count("drain.enabled: false") == 1, shown
 
 
 async def _ready(env: InProcessCoordinator, agent: dict[str, str], hostname: str) -> bool:

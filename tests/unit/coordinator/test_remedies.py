@@ -18,7 +18,7 @@ from coordinator.domain.model import (
     MachineState,
     NodeStatus,
 )
-from coordinator.domain.nodes.kubeaccess import NO_KUBECONFIG
+from coordinator.domain.nodes.kubeaccess import NO_DRAIN, NO_KUBECONFIG
 from coordinator.domain.rollout.planner import upgrade_plan
 from coordinator.domain.rollout.remedies import DRAIN_ANSWERS, Note, drain_failure, drain_warnings
 from coordinator.domain.rollout.remedies import machine_note as decided
@@ -71,8 +71,9 @@ def test_a_removals_blocked_drain_skips_to_the_reset() -> None:
 
 
 def test_a_drain_without_a_kubeconfig_says_how_to_give_one_or_do_without() -> None:
-    blocked = upgrading(DrainStatus(DrainStage.BLOCKED, NOW - 5, message=(
-        f"{NO_KUBECONFIG}: the node cannot be cordoned and drained")))
+    blocked = upgrading(DrainStatus(DrainStage.BLOCKED, NOW - 5, message=NO_DRAIN))
+    # Never cordoned: the coordinator had no way to the cluster's API.
+    assert note(blocked).text == f"drain Blocked (attempt 1, not cordoned, for 5s): {NO_DRAIN}"
     remedy = note(blocked).remedy
     assert "settings.kubernetes.kubeconfig" in remedy and "kubeconfigFrom" in remedy
     assert "settings.drain.enabled: false" in remedy
@@ -170,8 +171,10 @@ def test_a_node_the_coordinator_cannot_look_at_says_how_to_let_it() -> None:
 def test_the_other_notes_read_as_before() -> None:
     assert note(machine("p1", approved=False)).text == "waiting for approval"
     assert note(machine("p2", role=None)).text == "approved; waiting for a role"
-    silent = replace(machine("p3", approved=False), responding=False)
-    assert note(silent).text == "NOT RESPONDING waiting for approval"
+    silent = replace(machine("p3", approved=False), responding=False, last_seen=NOW - 90)
+    assert note(silent) == Note(
+        "NOT RESPONDING for 1m30s; waiting for approval", "start the agent on p3 (systemctl "
+        "status nodeagent; journalctl -u nodeagent); it goes on once the agent answers")
     assert note(machine("p4", hard_failure=True)).text.startswith("prechecks failed: ")
     waits = replace(machine("w5", state=MachineState.DEPLOY), state_since=NOW)
     assert note(waits, waits="waits for outputs.mint.token").text == "waits for outputs.mint.token"
@@ -254,3 +257,52 @@ def test_drain_failure_table(drain: DrainStatus | None, fails: tuple[float, str]
     else:
         assert failed is not None and failed[0] == fails[0] and failed[1].startswith(fails[1]), \
             failed
+
+
+def _released(spec: ClusterSpec, paused: bool = False) -> ClusterSpec:
+    """spec at release 2.0.0 with an upgrade item for workers; paused: upgrades held."""
+    return spec.model_copy(update={
+        "release": "2.0.0",
+        "machine_types": spec.machine_types.model_copy(
+            update={"worker": [*spec.machine_types.worker, item("kubelet", "upgrade")]}),
+        "settings": spec.settings.model_copy(update={
+            "upgrade": spec.settings.upgrade.model_copy(update={"paused": paused})})})
+
+
+READY_AT_1 = at_release(SPEC, replace(finish_phase(SPEC, machine("w1", state=MachineState.DEPLOY)),
+                                      state=MachineState.READY))
+PREPARED = replace(machine("w1", state=MachineState.PREPARE), state_since=NOW - 100)
+MANAGER = machine("m1", "manager", state=MachineState.PREPARE)
+DEPLOYED = replace(MANAGER, state=MachineState.READY)
+LEAVING = replace(machine("w1", state=MachineState.DELETING), responding=False,
+                  last_seen=NOW - 120)
+
+
+@pytest.mark.parametrize("spec, waiting, managers, expected", [
+    (_released(SPEC, paused=True), READY_AT_1, None, Note(
+        "the upgrade from release 1.0.0 to 2.0.0 waits: upgrades are paused",
+        "coordinator upgrade resume edge (coordinator upgrade plan edge shows what it runs)")),
+    (_released(SPEC), READY_AT_1, None, Note(
+        "the upgrade from release 1.0.0 to 2.0.0 waits for its turn: managers one at a time, "
+        "then workers in batches")),
+    (SPEC, READY_AT_1, None, Note()),
+    (SPEC, PREPARED, [], Note(
+        "prepared; waiting for the first manager to be Ready (1m40s): the cluster has no manager",
+        "approve a machine as a manager: coordinator approve HOSTNAME --role manager")),
+    (SPEC, PREPARED, [MANAGER], Note(
+        "prepared; waiting for the first manager to be Ready (1m40s): m1 is in Prepare",
+        "nothing while m1 gets there; if it is stuck, its note says why: coordinator machines "
+        "get m1")),
+    (SPEC, PREPARED, [DEPLOYED], Note("prepared; waiting for a deploy slot")),
+    (SPEC, PREPARED, None, Note("prepared; waiting for a deploy slot")),  # managers not read
+    (SPEC, LEAVING, None, Note(
+        "NOT RESPONDING for 2m00s: its reset items wait for its agent",
+        "start the agent on w1 (systemctl status nodeagent; journalctl -u nodeagent); or, if w1 "
+        "is gone, remove it without its reset items: coordinator delete w1 --skip-reset (and "
+        "reset w1 yourself)")),
+])
+def test_a_waiting_machine_names_what_it_waits_for_table(
+        spec: ClusterSpec, waiting: Machine, managers: list[Machine] | None,
+        expected: Note) -> None:
+    assert decided(spec, waiting, machine_step(spec, waiting, NOW), NOW,
+                   managers=managers) == expected

@@ -84,8 +84,8 @@ def test_the_first_manager_deploying_alone_shows_in_each_stage() -> None:
     assert found["approved"][:2] == ("done", 110.0)
     assert found["prepared"][0] == "done"
     assert found["first-manager"] == ("in-progress", 120.0, "m1 deploying")
-    assert found["workers"] == ("waiting", 115.0,
-                                "0 of 2 workers deployed; waiting for a deploy slot: w1, w2")
+    assert found["workers"] == ("waiting", 115.0, "0 of 2 workers deployed; waiting for the "
+                                "first manager to be Ready: w1, w2")
     assert found["ready"][:2] == ("in-progress", 110.0)
 
 

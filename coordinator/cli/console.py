@@ -63,7 +63,8 @@ def status_renderable(data: dict[str, Any]) -> RenderableType:
     total = rollout["total"]
     bar = Table.grid(padding=(0, 1))
     eta = rollout["eta_seconds"]
-    eta_text = "done" if eta == 0 else ("estimating" if eta is None else duration(eta))
+    eta_text = (f"none, {rollout['held']}" if rollout.get("held") else "done" if eta == 0
+                else "estimating" if eta is None else duration(eta))
     bar.add_row(Text("rollout", style="bold"),
                 ProgressBar(total=max(total, 1), completed=rollout["done"], width=40),
                 cell(f"{rollout['done']}/{total} items on {rollout['machines']} "

@@ -335,7 +335,7 @@ function render() {
   const rollout = status.rollout;
   $("#rollout-bar").max = Math.max(rollout.total, 1);
   $("#rollout-bar").value = rollout.done;
-  const eta = rollout.eta_seconds === null ? "estimating" : rollout.eta_seconds === 0 ? "done" : duration(rollout.eta_seconds);
+  const eta = rollout.held ? `none, ${rollout.held}` : rollout.eta_seconds === null ? "estimating" : rollout.eta_seconds === 0 ? "done" : duration(rollout.eta_seconds);
   $("#rollout-text").textContent = `${rollout.done}/${rollout.total} items on ${rollout.machines} machine${rollout.machines === 1 ? "" : "s"} · ETA ${eta}`;
   $("#stages").replaceChildren(...status.stages.map((stage) => el("li", { "data-stage": stage.name, "data-state": stage.state },
     el("span", { class: `mark state-${stage.state}` }, MARKS[stage.state]),

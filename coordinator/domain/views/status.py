@@ -50,7 +50,8 @@ class Rollout:
     total: int
     machines: int  # machines taking part
     started_at: float | None
-    eta_seconds: float | None  # None until the pace is known; 0 once nothing is left
+    eta_seconds: float | None  # None until the pace is known (or while held); 0 once nothing is left
+    held: str | None = None  # why no estimate is given: the rollout waits on the operator (held_by)
 
 
 # -- stages ------------------------------------------------------------------------------
@@ -484,10 +485,12 @@ class Progress:
     machines: int
     began: float | None  # None: no machine is working
 
-    def at(self, now: float) -> Rollout:
+    def at(self, now: float, held: str | None = None) -> Rollout:
         """The progress with the estimate as of now: the pace so far (items applied per second
         since the earliest of them began) holds; serial stages (managers one at a time) make
-        it an estimate, not a promise."""
+        it an estimate, not a promise. held (held_by): none at all, the rollout waits."""
+        if held is not None:
+            return Rollout(self.done, self.total, self.machines, self.began, None, held)
         if self.began is None:
             return Rollout(self.done, self.total, self.machines, None,
                            0.0 if self.machines else None)
@@ -510,7 +513,20 @@ def progress_of(runs: Iterable[_Run | None]) -> Progress:
                     began)
 
 
+def held_by(spec: ClusterSpec, found: Sequence[Stage]) -> str | None:
+    """What keeps the rollout from moving on by itself, so that an estimate of the rest (or
+    "done") would mislead: a failing stage (nothing moves until the operator acts on it) or
+    upgrades paused with machines still to upgrade. None while it moves."""
+    failing = [stage.title for stage in found if stage.state == "failing"]
+    if failing:
+        return f"stalled: {failing[0]} is failing (its message says what to do)"
+    if spec.settings.upgrade.paused and any(
+            stage.name == "ready" and stage.state == "waiting" for stage in found):
+        return f"stalled: upgrades are paused (coordinator upgrade resume {spec.name})"
+    return None
+
+
 def rollout(spec: ClusterSpec, machines: Sequence[Machine], history: History,
-            now: float) -> Rollout:
+            now: float, held: str | None = None) -> Rollout:
     """How far the rollout in progress has come, and an estimate of the rest (Progress.at)."""
-    return progress_of(_run(spec, m, history) for m in machines).at(now)
+    return progress_of(_run(spec, m, history) for m in machines).at(now, held)

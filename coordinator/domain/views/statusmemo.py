@@ -25,6 +25,7 @@ from coordinator.domain.views.status import (
     Progress,
     Rollout,
     Stage,
+    held_by,
     machine_part,
     post_deploy,
     progress_of,
@@ -96,4 +97,4 @@ class StatusMemo:
                                             found, clock_read,
                                             progress_of(p.run for p in parts))
         return Summary(dict(answer.counts), answer.post_deploy, list(answer.stages),
-                       answer.progress.at(now))
+                       answer.progress.at(now, held_by(spec, answer.stages)))

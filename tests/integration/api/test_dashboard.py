@@ -249,6 +249,9 @@ def test_an_item_given_up_on_is_said_and_an_admin_retries_it_a_reader_cannot(
     expect(page.locator("#stages li[data-stage=prepared]")).to_contain_text(
         "m1: its agent gave up on base after 3 attempts")
     expect(row.locator("td.step")).to_have_text("base (attempt 3)")
+    # Nothing moves until someone acts: no estimate, and why (as `status` says it).
+    expect(page.locator("#rollout-text")).to_contain_text(
+        "ETA none, stalled: Machines prepared is failing")
     expect(row.get_by_role("button", name="Retry")).to_have_count(0)
     keep(page, tmp_path, "dashboard-gave-up-read-only.png")
 

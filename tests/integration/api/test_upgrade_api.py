@@ -128,7 +128,11 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
     assert (await machine(env, "m1"))["state"] == "Ready", "a paused upgrade started"
     assert "paused" in await env.cli("upgrade", "plan", "lab")
     # Every machine Ready at 1.0: the cluster is not ready at 2.0, and each view says why.
-    ready = (await env.call("GET", "/v1/clusters/lab/status", 200))["stages"][-1]
+    status = await env.call("GET", "/v1/clusters/lab/status", 200)
+    assert (status["rollout"]["held"], status["rollout"]["eta_seconds"]) == (
+        "stalled: upgrades are paused (coordinator upgrade resume lab)", None)
+    assert "ETA none, stalled: upgrades are paused" in await env.cli("status", "lab")
+    ready = status["stages"][-1]
     assert (ready["state"], ready["message"]) == ("waiting", (
         "3 of 3 Ready; upgrades are paused: m1, w1, w2 to upgrade to release 2.0 "
         "(coordinator upgrade resume lab)"))

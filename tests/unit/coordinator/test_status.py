@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from coordinator.domain.model import ItemProgress, Machine, MachineState, NodeStatus, phase_items
 from coordinator.domain.records import Event
 from coordinator.domain.rollout.planner import plan_to_fixpoint
-from coordinator.domain.views.status import History, machine_step, rollout, stages
+from coordinator.domain.views.status import (
+    History,
+    Progress,
+    Stage,
+    held_by,
+    machine_step,
+    rollout,
+    stages,
+)
 from tests.support.builders import cluster, finish_phase, items, machine
 
 SPEC = cluster(manager=items("prepare", 1, "m") + items("deploy", 2, "m"),
@@ -261,3 +271,24 @@ def test_without_kubernetes_access_a_machine_with_its_deploy_items_done_waits_fo
     m = finish_phase(SPEC, replace(machine("w3", state=MachineState.DEPLOY), state_since=100.0))
     step = machine_step(SPEC, m, now=500.0)
     assert (step.status, step.node, step.failing_for) == ("done", "", None)
+
+
+@pytest.mark.parametrize(("states", "paused", "held"), [
+    ({"managers": "in-progress", "ready": "in-progress"}, False, None),
+    ({"managers": "done", "ready": "done"}, False, None),
+    ({"first": "failing", "workers": "waiting", "ready": "failing"}, False,
+     "stalled: First is failing (its message says what to do)"),
+    ({"managers": "done", "ready": "waiting"}, True,
+     f"stalled: upgrades are paused (coordinator upgrade resume {SPEC.name})"),
+    ({"managers": "done", "ready": "done"}, True, None),  # paused, nothing left to upgrade
+    ({"managers": "failing", "ready": "waiting"}, True,
+     "stalled: Managers is failing (its message says what to do)"),
+])
+def test_a_rollout_waiting_on_the_operator_gives_no_estimate(
+        states: dict[str, str], paused: bool, held: str | None) -> None:
+    spec = SPEC.model_copy(update={"settings": SPEC.settings.model_copy(update={
+        "upgrade": SPEC.settings.upgrade.model_copy(update={"paused": paused})})})
+    found = [Stage(name, name.capitalize(), state, 1.0, "") for name, state in states.items()]  # type: ignore[arg-type]
+    assert held_by(spec, found) == held
+    estimate = Progress(3, 6, 2, 100.0).at(130.0, held_by(spec, found))
+    assert (estimate.eta_seconds, estimate.held) == ((None, held) if held else (30.0, None))

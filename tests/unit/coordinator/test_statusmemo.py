@@ -20,7 +20,7 @@ from coordinator.domain.model import (
 )
 from coordinator.domain.nodes.workloads import SystemWorkloads
 from coordinator.domain.records import Event
-from coordinator.domain.views.status import History, post_deploy, rollout, stages
+from coordinator.domain.views.status import History, held_by, post_deploy, rollout, stages
 from coordinator.domain.views.statusmemo import StatusMemo
 from tests.support.builders import cluster, finish_phase, items, machine
 
@@ -83,8 +83,9 @@ def fresh(spec, created: float, kept: dict[str, Machine], events: list[Event], n
     counts: dict[str, int] = {}
     for m in listed:
         counts[m.state.value] = counts.get(m.state.value, 0) + 1
-    return (counts, post_deploy(spec, listed), stages(spec, created, listed, history, now, system),
-            rollout(spec, listed, history, now))
+    found = stages(spec, created, listed, history, now, system)
+    return (counts, post_deploy(spec, listed), found,
+            rollout(spec, listed, history, now, held_by(spec, found)))
 
 
 @settings(max_examples=400, deadline=None)

@@ -266,8 +266,8 @@ async def copy_views(writes: Writes, clusters: Sequence[Mapping[str, Any]],
     """The target's views of its clusters and machines written over this store's copies, in
     one transaction: each spec as the target holds it, each machine's state, role, labels,
     release and liveness. A machine that joined the target after the pivot is added as its
-    view shows it, without a credential (no agent is served here any more), so the copy lists
-    what the target does."""
+    view shows it, with no credential an agent could present here (no agent is served here any
+    more), so the copy lists what the target does."""
     async with writes.lock:
         held = {c.spec.name: c for c in await writes.store.list_clusters()}
         specs = [ClusterSpec.model_validate(view["spec"]) for view in clusters]
@@ -299,9 +299,12 @@ def _refreshed(machine: Machine, view: Mapping[str, Any]) -> Machine:
 
 
 def _copied(view: Mapping[str, Any]) -> Machine:
-    """A machine the copy lacks, from the target's view of it: what status shows, no
-    credential, no items' record."""
+    """A machine the copy lacks, from the target's view of it: what status shows, no items'
+    record, and a credential no agent can present here (the target holds it; a credential's
+    hash is hex), which reads as revoked only when the target revoked it."""
+    revoked = bool(view.get("credential", {}).get("revoked"))
     return Machine(
+        credential_hash="" if revoked else f"held by the move target: {view['id']}",
         id=str(view["id"]), cluster=str(view["cluster"]), hostname=str(view["hostname"]),
         ip=view["ip"], state=MachineState(view["state"]), role=view["role"],
         approved=bool(view["approved"]), labels=dict(view["labels"]), release=view["release"],

@@ -139,7 +139,10 @@ def test_the_target_imports_a_pivot_once_and_the_old_one_is_then_a_read_only_cop
         wait_until(lambda: len(old.admin.all_machines([("cluster", "lab")]))
                    == len(new.admin.all_machines([("cluster", "lab")])), 6 * REFRESH_SECONDS + 30,
                    "the machine that joined the new coordinator in the old one's copy")
-        assert old.admin.get("/v1/machines/late-0")["id"] == joined["machine_id"]
+        copied = old.admin.get("/v1/machines/late-0")
+        assert copied["id"] == joined["machine_id"]
+        # Its credential is the new one's to check, not revoked: the copy must not say so.
+        assert not copied["credential"]["revoked"] and "revoked" not in copied["note"]["text"]
 
 
 def settled(old: ServedCoordinator, new: ServedCoordinator, done: Path) -> None:

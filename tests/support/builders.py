@@ -331,12 +331,14 @@ def machine(
     release: str | None = None,
 ) -> Machine:
     """A machine of the cluster `edge`, as the planner sees it; hard_failure: its kernel fails
-    a hard precheck. A deployed one is at the release cluster() specs are at, unless told."""
+    a hard precheck. A deployed one is at the release cluster() specs are at, unless told.
+    Registered, it has a credential (one revoked has none: remedies.py says so)."""
     if release is None:
         release = "1.0.0" if state in DEPLOYED_STATES else ""
     return Machine(
         id=f"id-{hostname}", cluster="edge", hostname=hostname, ip=None,
         state=state, role=role, approved=approved, created_at=created_at, release=release,
+        credential_hash=f"cred-{hostname}",
         precheck=precheck_report(hostname, role or "worker", OLD_KERNEL if hard_failure else None),
     )
 

@@ -84,6 +84,8 @@ def _silent_note(machine: Machine, note: Note, now: float) -> Note:
 
 def _why(spec: ClusterSpec | None, machine: Machine, step: MachineStep, now: float, waits: str,
          failures: Sequence[str], managers: Sequence[Machine] | None) -> Note:
+    if not machine.credential_hash:
+        return _revoked_note(machine, now)
     held = _prerequisites_note(spec, machine) if step.status == "done" else None
     if held is not None:
         return held
@@ -149,6 +151,26 @@ def _upgrade_wait(spec: ClusterSpec, machine: Machine) -> Note:
                     f"coordinator upgrade resume {spec.name} (coordinator upgrade plan "
                     f"{spec.name} shows what it runs)")
     return Note(f"{what} waits for its turn: managers one at a time, then workers in batches")
+
+
+def _revoked_note(machine: Machine, now: float) -> Note:
+    """A machine whose credential was revoked: its agent is refused at every call, so nothing
+    about it moves until the agent rejoins as this machine with a reissued join string (the
+    way out its agent's own log gives) or the machine leaves."""
+    host = machine.hostname
+    leave = (f"coordinator delete {host} --skip-reset (and reset {host} yourself)"
+             if machine.state is MachineState.DELETING else f"coordinator delete {host}")
+    rejoin = (f"on {host}, set join: in the agent's config to the string it printed, remove "
+              "identity.json from the agent's state dir and restart the agent")
+    expires = machine.reissue_expires_at
+    if machine.reissue_hash and machine.reissue_used_at is None and expires is not None \
+            and expires > now:
+        return Note(f"credential revoked; the join string `coordinator machines reissue {host}` "
+                    f"printed waits to be used (expires in {duration(expires - now)})",
+                    f"{rejoin}; or take the machine out: {leave}", True)
+    return Note("credential revoked: its agent is refused until it rejoins as this machine",
+                f"coordinator machines reissue {host}, then {rejoin}; or take the machine "
+                f"out: {leave}", True)
 
 
 def _prerequisites_note(spec: ClusterSpec | None, machine: Machine) -> Note | None:

@@ -66,3 +66,17 @@ async def test_a_machine_deleted_while_its_agent_is_silent_says_how_to_remove_it
                            "reset items: coordinator delete w1 --skip-reset (and reset w1 "
                            "yourself)")
     assert (await env.cli("delete", "w1", "--skip-reset")) == "w1: removed\n"
+
+
+async def test_a_revoked_machine_says_its_agent_is_refused_and_how_it_rejoins(
+        env: InProcessCoordinator) -> None:
+    await env.register("w1")
+    await env.cli("revoke", "w1")
+    rejoin = ("on w1, set join: in the agent's config to the string it printed, remove "
+              "identity.json from the agent's state dir and restart the agent; or take the "
+              "machine out: coordinator delete w1")
+    await shown_everywhere(env, "w1", "credential revoked: its agent is refused until it "
+                           "rejoins as this machine", f"coordinator machines reissue w1, then {rejoin}")
+    await env.cli("machines", "reissue", "w1", "--ttl", "1h")
+    await shown_everywhere(env, "w1", "credential revoked; the join string `coordinator machines "
+                           "reissue w1` printed waits to be used (expires in 1h", rejoin)

@@ -306,3 +306,27 @@ def test_a_waiting_machine_names_what_it_waits_for_table(
         expected: Note) -> None:
     assert decided(spec, waiting, machine_step(spec, waiting, NOW), NOW,
                    managers=managers) == expected
+
+
+@pytest.mark.parametrize(("revoked", "text", "remedy"), [
+    (replace(machine("w1", state=MachineState.READY), credential_hash=""),
+     "credential revoked: its agent is refused until it rejoins as this machine",
+     "coordinator machines reissue w1, then on w1, set join: in the agent's config to the string "
+     "it printed, remove identity.json from the agent's state dir and restart the agent; or take "
+     "the machine out: coordinator delete w1"),
+    (replace(machine("w1", state=MachineState.READY), credential_hash="", reissue_hash="h",
+             reissue_expires_at=NOW + 600),
+     "credential revoked; the join string `coordinator machines reissue w1` printed waits to be "
+     "used (expires in 10m00s)",
+     "on w1, set join: in the agent's config to the string it printed, remove identity.json from "
+     "the agent's state dir and restart the agent; or take the machine out: coordinator delete w1"),
+    (replace(machine("w1", state=MachineState.DELETING), credential_hash="", reissue_hash="h",
+             reissue_expires_at=NOW - 1),  # expired: a new one is needed
+     "credential revoked: its agent is refused until it rejoins as this machine",
+     "coordinator machines reissue w1, then on w1, set join: in the agent's config to the string "
+     "it printed, remove identity.json from the agent's state dir and restart the agent; or take "
+     "the machine out: coordinator delete w1 --skip-reset (and reset w1 yourself)"),
+])
+def test_a_revoked_machine_says_its_agent_is_refused_and_how_it_rejoins(
+        revoked: Machine, text: str, remedy: str) -> None:
+    assert note(revoked) == Note(text, remedy, True)

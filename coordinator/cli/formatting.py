@@ -65,8 +65,9 @@ def machine_progress(machine: dict[str, Any]) -> str:
     if step.get("status") == "running":  # named, not numbered: ITEMS beside it counts done
         text = (f"{step['item']} running (attempt {step['attempt']}, "
                 f"{duration(step['item_elapsed'])}) {text}")
-    elif step.get("status") == "failed" and not step.get("node"):
-        text = f"{step['item']} attempt {step['attempt']} {text}"
+    elif step.get("status") == "failed" and not step.get("node"):  # a note given up counts them
+        text = f"{step['item']}: {text}" if step.get("gave_up") else \
+            f"{step['item']} attempt {step['attempt']} {text}"
     return text.rstrip()
 
 

@@ -53,8 +53,8 @@ def test_a_given_up_item_is_said_and_runs_again_on_the_operators_retry(tmp_path:
                    "the agent to give up on app-config")
 
         # Every view says so: who gave up, on what, after how many attempts, why, and what to do.
-        said = ("gave up after 3 attempts (failing for", "sh exited with 2 (expected 0); fix "
-                f"the cause, then `coordinator machines retry {host}`")
+        said = ("app-config: gave up after 3 attempts (failing for", "sh exited with 2 "
+                f"(expected 0); fix the cause, then `coordinator machines retry {host}`")
         for view in (coordinator.cli("machines").stdout,
                      coordinator.cli("machines", "get", host).stdout):
             assert all(part in view for part in said), view

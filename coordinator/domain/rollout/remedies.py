@@ -206,8 +206,10 @@ def drain_failure(spec: ClusterSpec, machine: Machine, now: float) -> tuple[floa
     if note is None or not note.failing:
         return None
     timeouts = spec.settings.drain
+    blocked = drain.started_at if NO_KUBECONFIG in drain.message else \
+        drain.started_at + timeouts.timeout_seconds  # at once, or once its timeout ran out
     since = (drain.step_error_since if drain.step_error else
-             drain.started_at + timeouts.timeout_seconds if drain.stage is DrainStage.BLOCKED
+             blocked if drain.stage is DrainStage.BLOCKED
              else (drain.uncordoned_at or now) + timeouts.node_ready_timeout_seconds)
     return min(now, since or now), f"{machine.hostname}: {note.text}"
 

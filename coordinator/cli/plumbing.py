@@ -45,8 +45,13 @@ def say_block(text: str, err: bool = False) -> None:
 
 
 def row_counts(counts: dict[str, int]) -> str:
-    """A backup's rows per table, as one line: "2 clusters, 6 machines, ..."."""
-    return ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in counts.items())
+    """A backup's rows per table, as one line: "1 cluster, 6 machines, ..." (tables are named
+    in the plural: "machines", "cluster_outputs")."""
+    def rows(name: str, count: int) -> str:
+        words = name.replace("_", " ")
+        return f"{count} {words[:-1] if count == 1 else words}"
+
+    return ", ".join(rows(name, count) for name, count in counts.items())
 
 
 def read_token(token: str | None, token_file: str | None) -> str | None:

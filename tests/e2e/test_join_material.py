@@ -146,18 +146,26 @@ def test_join_material_is_minted_per_joiner_used_once_revoked_and_never_shown(
         assert not found, f"{where} shows {found}"
 
 
-# Run in the coordinator's namespace (this process cannot reach it): each path's answer.
+# Run in the coordinator's namespace (this process cannot reach it): each path's answer, a
+# refusal's too (its message is a view as well).
 FETCH = """
 import json, sys
-from coordinator.cli.client import AdminClient
+from coordinator.cli.client import AdminClient, ClientError
 url, token, ca, paths = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 client = AdminClient(url, token, ca_file=ca)
-print(json.dumps({path: json.dumps(client.request("GET", path)) for path in paths}))
+def answer(path):
+    try:
+        return 200, json.dumps(client.request("GET", path))
+    except ClientError as refused:
+        return refused.status, f"{refused} {json.dumps(refused.problems)}"
+print(json.dumps({path: answer(path) for path in paths}))
 """
 
 
 # The query a route cannot answer without (422 naming it otherwise).
-QUERIES = {"/v1/removed-machines": "?ref=w1"}
+QUERIES = {"/v1/removed-machines": "?ref=w1", "/v1/pivot/import": "?schema=2"}
+# The routes whose answer here is a refusal: a coordinator holding state takes no pivot.
+REFUSED = {"/v1/pivot/import?schema=2": 409}
 
 
 def api_views(f: Fleet, token: str, machine_ids: list[str]) -> dict[str, str]:
@@ -177,7 +185,10 @@ def api_views(f: Fleet, token: str, machine_ids: list[str]) -> dict[str, str]:
     out = subprocess.run([*served.prefix, sys.executable, "-c", FETCH, served.url, token,
                           str(served.ca_file), json.dumps(paths)],
                          capture_output=True, text=True, check=True, timeout=60).stdout
-    return dict(json.loads(out))
+    answers = json.loads(out)
+    assert {path: status for path, (status, _) in answers.items() if status != 200} == REFUSED, \
+        answers
+    return {path: text for path, (_, text) in answers.items()}
 
 
 def logs(tmp: Path) -> list[tuple[str, str]]:

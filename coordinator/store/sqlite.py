@@ -372,18 +372,19 @@ class SQLiteStore(Store):
                                      *SQL.machines_with_ids(ids[start:start + _IN_CHUNK]))
         return found
 
+    # A registration's look-ups (a hostname's machines, an identity's holders: a few rows
+    # through an index) are read on the event loop's thread, as _one reads: each hop to
+    # another thread waits for the GIL behind a busy event loop while the registration holds
+    # the write lock, and every registration queues behind that lock.
     async def machines_by_hostname(self, hostname: str, cluster: str | None = None) -> list[Machine]:
-        if cluster is None:
-            return await self._all(self._machine, SQL.machines_named, (hostname,))
-        return await self._all(self._machine, SQL.cluster_machines_named, (cluster, hostname))
+        rows = self._lookup(SQL.machines_named, (hostname,)) if cluster is None else \
+            self._lookup(SQL.cluster_machines_named, (cluster, hostname))
+        return [self._machine(row) for row in rows]
 
     async def identity_holders(self, values: Collection[tuple[str, str]],
                                excluding: str) -> list[Holder]:
-        return await self._run(self._identity_holders, sorted(values), excluding)
-
-    def _identity_holders(self, values: list[tuple[str, str]], excluding: str) -> list[Holder]:
-        return [Holder(*row) for kind, value in values
-                for row in self._db.execute(SQL.identity_holders, (kind, value, excluding))]
+        return [Holder(*row) for kind, value in sorted(values)
+                for row in self._lookup(SQL.identity_holders, (kind, value, excluding))]
 
     async def machines_last_seen_between(self, cluster: str, start: float, end: float) -> list[str]:
         return await self._all(lambda row: str(row["id"]), SQL.last_seen_between,

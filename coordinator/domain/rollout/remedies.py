@@ -21,7 +21,7 @@ from coordinator.domain.model import (
     deployed_manager_machines,
     needs_drain,
 )
-from coordinator.domain.nodes.kubeaccess import NO_DRAIN, NO_KUBECONFIG, kube_access
+from coordinator.domain.nodes.kubeaccess import NO_KUBECONFIG, kube_access
 from coordinator.domain.nodes.nodes import MACHINE_ID_LABEL, NodeDown, node_down, provider_id
 from coordinator.domain.releases.releases import awaiting_upgrade, to_run
 from coordinator.domain.rollout.prerequisites import deploy_gate
@@ -206,12 +206,18 @@ def drain_failure(spec: ClusterSpec, machine: Machine, now: float) -> tuple[floa
     if note is None or not note.failing:
         return None
     timeouts = spec.settings.drain
-    blocked = drain.started_at if NO_KUBECONFIG in drain.message else \
+    blocked = drain.started_at if _unreachable(drain) else \
         drain.started_at + timeouts.timeout_seconds  # at once, or once its timeout ran out
     since = (drain.step_error_since if drain.step_error else
              blocked if drain.stage is DrainStage.BLOCKED
              else (drain.uncordoned_at or now) + timeouts.node_ready_timeout_seconds)
     return min(now, since or now), f"{machine.hostname}: {note.text}"
+
+
+def _unreachable(drain: DrainStatus) -> bool:
+    """Whether the drain found no way to the cluster's API: it was blocked at once, and
+    nothing was cordoned (the note must not say it was)."""
+    return NO_KUBECONFIG in drain.message
 
 
 def _drain_note(spec: ClusterSpec | None, machine: Machine, now: float) -> Note | None:
@@ -221,8 +227,7 @@ def _drain_note(spec: ClusterSpec | None, machine: Machine, now: float) -> Note 
     host = machine.hostname
     leaving = machine.state is MachineState.DELETING
     if drain.stage is DrainStage.BLOCKED:
-        # Without a way to the cluster's API nothing was cordoned: the note must not say it was.
-        held = "not cordoned, for" if NO_DRAIN in drain.message else "cordoned for"
+        held = "not cordoned, for" if _unreachable(drain) else "cordoned for"
         return Note(f"drain Blocked (attempt {drain.attempt}, {held} "
                     f"{duration(now - drain.started_at)}): {drain.message}",
                     _blocked_remedy(drain, host, leaving), True, DRAIN_ANSWERS)

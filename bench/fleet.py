@@ -1,10 +1,12 @@
 """A fleet of simulated agents against a real `coordinator serve`: how the coordinator holds up.
 
 Each simulated agent speaks the agent protocol as nodeagent does (register with a join token,
-heartbeat every --heartbeat-interval seconds, long-poll its assignment, report each assigned
-item "running" then "succeeded" at once: no-op items), but costs a few kilobytes: the agents
-are asyncio tasks sharing one pooled aiohttp session per process, over HTTPS with the
-coordinator's own CA, on loopback.
+long-poll its assignment, the poll counting as its heartbeat every --heartbeat-interval
+seconds, report each assigned item "running" then "succeeded" at once: no-op items), but costs
+a few kilobytes: the agents are asyncio tasks, each with its own connection (as a real agent
+holds one), over HTTPS with the coordinator's own CA, on loopback. --two-connections speaks
+the protocol of agents before nodeagent/wire/heartbeat.py: a heartbeat every interval on a
+second connection beside a poll parked for LONG_POLL_SECONDS.
 
     # (a) a steady fleet: N Pending agents heartbeating and long-polling for --duration s
     .venv/bin/python bench/fleet.py --agents 10000 --heartbeat-interval 10 --duration 60
@@ -26,10 +28,13 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import http.client
 import json
 import multiprocessing
 import os
 import random
+import resource
+import shutil
 import signal
 import ssl
 import statistics
@@ -52,8 +57,9 @@ import psutil
 import uvloop
 
 from nodeagent.daemon import LONG_POLL_SECONDS
+from nodeagent.wire.heartbeat import POLL_COUNTED, POLL_HEARTBEAT
 from tests.support.builders import FACTS, cluster, fingerprint, item, registration, spec_text
-from tests.support.harness import running_coordinator
+from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.postgres import postgres_server
 from tests.support.probes import ms, percentile
 from tests.support.units import under_coordinator_limits
@@ -78,6 +84,7 @@ class Plan:
     hostnames: list[str]
     heartbeat_interval: float
     register_concurrency: int
+    two_connections: bool = False  # the protocol before polls counted as heartbeats
 
 
 @dataclass
@@ -98,24 +105,29 @@ class SimAgent:
         self.generation = 0
         self.tag = ""  # the ETag of the assignment held, sent back as If-None-Match
         self.state = ""
+        self.polls_beat = False  # the coordinator said a poll counts as a heartbeat
+        self.session: aiohttp.ClientSession | None = None  # its own connection(s)
 
     async def register(self) -> None:
         """Until the coordinator accepts it (errors are counted, not fatal)."""
         token = self.sim.plan.join_token
         body = registration(self.hostname, token, facts=FACTS, checks=13)
-        while (answer := await self.sim.call("POST", "/v1/agent/register", "register", json=body,
+        while (answer := await self.sim.call(self, "POST", "/v1/agent/register", "register",
+                                             json=body,
                                              headers={"Authorization": f"Bearer {token}"})) is None:
             await asyncio.sleep(0.5)
         self.machine_id = answer["machine_id"]
         self.headers = {"Authorization": f"Bearer {answer['credential']}"}
 
     async def heartbeat_forever(self) -> None:
+        """A heartbeat every interval, unless the coordinator counts the polls."""
         interval = self.sim.plan.heartbeat_interval
         await asyncio.sleep(random.uniform(0, interval))
         while True:
             started = time.monotonic()
-            await self.sim.call("POST", f"{self.path}/heartbeat", "heartbeat",
-                                headers=self.headers)
+            if not self.polls_beat:
+                await self.sim.call(self, "POST", f"{self.path}/heartbeat", "heartbeat",
+                                    headers=self.headers)
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
     @property
@@ -126,16 +138,20 @@ class SimAgent:
         """Long-poll; on a new assignment report each item running, then succeeded."""
         wait = 0.0
         while True:
-            tags: list[str] = []
+            answer: dict[str, str] = {}
             held = {"If-None-Match": self.tag} if self.tag else {}
             assignment = await self.sim.call(
-                "GET", f"{self.path}/assignment?after={self.generation}&wait={wait}",
-                "assignment", poll=wait, timeout=wait + 60, tags=tags,
+                self, "GET", f"{self.path}/assignment?after={self.generation}&wait={wait}",
+                "assignment", poll=wait, timeout=wait + 60, answer=answer,
                 headers={**self.headers, **held})
             if assignment is None:
                 await asyncio.sleep(1)
                 continue
-            wait = LONG_POLL_SECONDS
+            self.polls_beat = not self.sim.plan.two_connections \
+                and answer.get(POLL_HEARTBEAT) == POLL_COUNTED
+            wait = min(self.sim.plan.heartbeat_interval, LONG_POLL_SECONDS) \
+                if self.polls_beat else LONG_POLL_SECONDS
+            tags = [answer["ETag"]] if "ETag" in answer else []
             if assignment is NOT_MODIFIED or tags == [self.tag]:
                 continue
             self.generation, self.tag = assignment["generation"], tags[0]
@@ -159,20 +175,20 @@ class SimAgent:
                               "status": status, "attempt": 1, "started_at": time.time()}
                     if status == "succeeded":
                         report.update(finished_at=time.time(), exit_code=0, output="ok\n")
-                    await self.sim.call("POST", f"{self.path}/reports", "report",
+                    await self.sim.call(self, "POST", f"{self.path}/reports", "report",
                                         headers=self.headers, json=report)
             self.sim.recorder.marks.append((time.monotonic(), self.hostname, "done:" + phase))
 
 
 class Simulator:
-    """Many agents in one process, sharing one connection pool."""
+    """Many agents in one process, each with its own connections."""
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self.recorder = Recorder()
         self.agents = [SimAgent(self, h) for h in plan.hostnames]
         self._fingerprints: dict[str, str] = {}
-        self.session: aiohttp.ClientSession | None = None
+        self.context = ssl.create_default_context(cafile=plan.ca_file)
         self.pipe: Connection | None = None
         self._ready = 0
 
@@ -188,20 +204,29 @@ class Simulator:
             self._fingerprints[key] = fingerprint(item)
         return self._fingerprints[key]
 
-    async def call(self, method: str, path: str, endpoint: str, poll: float = 0.0,
-                   timeout: float = 60.0, tags: list[str] | None = None, **kwargs: Any) -> Any:
-        """The JSON answer, or None after an error (counted); its ETag appended to tags. Latency
-        is recorded unless the call was a long poll, whose wait is not the coordinator's cost:
-        then the overshoot of a timed-out poll is recorded instead."""
-        assert self.session is not None
+    def session(self, agent: SimAgent) -> aiohttp.ClientSession:
+        """The agent's own: one connection, or two for the protocol before polls counted."""
+        if agent.session is None:
+            connector = aiohttp.TCPConnector(limit=2 if self.plan.two_connections else 1,
+                                             ssl=self.context, ttl_dns_cache=None)
+            agent.session = aiohttp.ClientSession(connector=connector)
+        return agent.session
+
+    async def call(self, agent: SimAgent, method: str, path: str, endpoint: str,
+                   poll: float = 0.0, timeout: float = 60.0, answer: dict[str, str] | None = None,
+                   **kwargs: Any) -> Any:
+        """The JSON answer, or None after an error (counted); the headers that matter put in
+        answer. Latency is recorded unless the call was a long poll, whose wait is not the
+        coordinator's cost: then the overshoot of a timed-out poll is recorded instead."""
         started = time.monotonic()
         try:
-            async with self.session.request(method, self.plan.url + path,
-                                            timeout=aiohttp.ClientTimeout(total=timeout),
-                                            **kwargs) as response:
+            async with self.session(agent).request(
+                    method, self.plan.url + path, timeout=aiohttp.ClientTimeout(total=timeout),
+                    **kwargs) as response:
                 body = NOT_MODIFIED if response.status == 304 else await response.json()
-                if tags is not None and "ETag" in response.headers:
-                    tags.append(response.headers["ETag"])
+                if answer is not None:
+                    answer.update((name, response.headers[name])
+                                  for name in ("ETag", POLL_HEARTBEAT) if name in response.headers)
                 if response.status >= 400:
                     self.recorder.errors[f"{endpoint} {response.status}"] += 1
                     return None
@@ -217,10 +242,7 @@ class Simulator:
 
     async def run(self, pipe: Connection) -> None:
         self.pipe = pipe
-        context = ssl.create_default_context(cafile=self.plan.ca_file)
-        connector = aiohttp.TCPConnector(limit=len(self.agents) + 256, ssl=context,
-                                         ttl_dns_cache=None)
-        async with aiohttp.ClientSession(connector=connector) as self.session:
+        try:
             gate = asyncio.Semaphore(self.plan.register_concurrency)
             tasks: list[asyncio.Task[None]] = []
 
@@ -239,6 +261,9 @@ class Simulator:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            await asyncio.gather(*(agent.session.close() for agent in self.agents
+                                   if agent.session is not None))
         pipe.send(("recorded", self.recorder.calls, self.recorder.marks,
                    dict(self.recorder.errors), time.process_time()))
 
@@ -247,6 +272,8 @@ def simulate(plan: Plan, pipe: Connection) -> None:
     # A full collection over thousands of agents stalls this process for 0.3 s, which would
     # be measured as the coordinator's latency; a run lasts minutes, its cycles can wait.
     gc.disable()
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # each agent's connections are ours
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     uvloop.run(Simulator(plan).run(pipe))
 
 
@@ -291,11 +318,16 @@ class Scraper(threading.Thread):
         self.url, self.ca_file, self.interval = url, ca_file, interval
         self.scrapes: list[tuple[float, float]] = []  # (started, seconds)
         self.stopped = threading.Event()
+        self.failed: list[str] = []  # why each scrape that was not answered failed
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval):
             started = time.monotonic()
-            metrics_text(self.url, self.ca_file)
+            try:
+                metrics_text(self.url, self.ca_file)
+            except (OSError, http.client.HTTPException) as exc:  # refused, reset, cut short
+                self.failed.append(f"{type(exc).__name__}: {exc}")
+                continue
             self.scrapes.append((started, time.monotonic() - started))
 
 
@@ -372,6 +404,9 @@ def main() -> None:
     parser.add_argument("--scrape-interval", type=float, default=15.0,
                         help="read /metrics this often, as a Prometheus would (0: never)")
     parser.add_argument("--processes", type=int, default=1, help="simulator processes")
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="coordinator replicas on the one database (not with sqlite); "
+                             "simulator process n talks to replica n modulo this")
     parser.add_argument("--register-concurrency", type=int, default=64,
                         help="registrations in flight per simulator process")
     parser.add_argument("--store", default="sqlite",
@@ -386,6 +421,9 @@ def main() -> None:
     parser.add_argument("--serve-arg", action="append", default=[], dest="serve_args",
                         help="an argument for `coordinator serve` (repeatable), e.g. "
                              "--serve-arg=--gc-interval --serve-arg=0 for CPython's own GC")
+    parser.add_argument("--two-connections", action="store_true",
+                        help="agents of the protocol before polls counted as heartbeats: a "
+                             "heartbeat on a second connection beside a poll parked 30 s")
     parser.add_argument("--quick", action="store_true",
                         help="a rollout of 1 manager and 4 workers, then 2 s of heartbeats "
                              "every second: seconds")
@@ -397,6 +435,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     if args.warmup is None:
         args.warmup = args.heartbeat_interval
+    if args.replicas > 1 and args.store == "sqlite":
+        parser.error("--replicas needs --store postgres (or a DSN): replicas share a database")
     rollout = bool(args.managers or args.workers)
     managers = [f"manager-{i:02d}" for i in range(args.managers)]
     workers = [f"worker-{i:05d}" for i in range(args.workers)]
@@ -410,14 +450,36 @@ def main() -> None:
         run(args, rollout, managers, workers, hostnames)
 
 
+def replica_of(served: ServedCoordinator, tmp: Path, serve_args: list[str],
+               prefix: tuple[str, ...]) -> contextlib.AbstractContextManager[ServedCoordinator]:
+    """Another replica of served on the same database, as docs/coordinator.md starts one: its
+    own data dir with served's PKI, secrets key and admin token."""
+    data = tmp / "coordinator-data"
+    data.mkdir(parents=True)
+    shutil.copytree(served.data / "pki", data / "pki")
+    for name in ("secrets.key", "admin.token"):
+        shutil.copy2(served.data / name, data / name)
+    return running_coordinator(tmp, None, serve_args, prefix=prefix)
+
+
 def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: list[str],
         hostnames: list[str]) -> None:
-    with tempfile.TemporaryDirectory(dir=args.dir) as tmp, running_coordinator(
-            Path(tmp), cluster_spec(args.batch_size, args.heartbeat_timeout),
-            ["--register-rate", "0", "--register-rate-total", "0",
-             "--connections-per-address", "0", *args.serve_args],
-            prefix=under_coordinator_limits()) as served:
-        print(f"coordinator under coordinator.service's limits: {' '.join(served.prefix)}")
+    serve_args = ["--register-rate", "0", "--register-rate-total", "0",
+                  "--connections-per-address", "0", *args.serve_args]
+    prefix = under_coordinator_limits()
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp, contextlib.ExitStack() as stack:
+        served = stack.enter_context(running_coordinator(
+            Path(tmp), cluster_spec(args.batch_size, args.heartbeat_timeout), serve_args,
+            prefix=prefix))
+        replicas = [served] + [stack.enter_context(replica_of(
+            served, Path(tmp) / f"replica-{n}", serve_args, prefix))
+            for n in range(1, args.replicas)]
+        print(f"coordinator under coordinator.service's limits: {' '.join(served.prefix)}"
+              + (f"; {len(replicas)} replicas, the agents split between them"
+                 if len(replicas) > 1 else ""))
+        others = [Sampler(replica.pid) for replica in replicas[1:]]
+        for sampler in others:
+            sampler.start()
         token = served.admin.request("POST", f"/v1/clusters/{CLUSTER}/join-tokens",
                                      body={"ttl": "0"})["token"]
         sampler = Sampler(served.pid)
@@ -435,8 +497,10 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
         context = multiprocessing.get_context("spawn")
         for n in range(args.processes):
             mine, theirs = context.Pipe()
-            plan = Plan(served.url, str(served.ca_file), token, hostnames[n::args.processes],
-                        args.heartbeat_interval, args.register_concurrency)
+            plan = Plan(replicas[n % len(replicas)].url, str(served.ca_file), token,
+                        hostnames[n::args.processes],
+                        args.heartbeat_interval, args.register_concurrency,
+                        args.two_connections)
             process = context.Process(target=simulate, args=(plan, theirs), daemon=True)
             process.start()
             processes.append(process)
@@ -464,9 +528,14 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
         gc_before = gc_pauses(served.url, str(served.ca_file))
         time.sleep(args.warmup)
         window_started, cpu_started, rss_started = time.monotonic(), sampler.cpu(), sampler.rss()
+        others_started = [other.cpu() for other in others]
         time.sleep(args.duration)
         window = (window_started, time.monotonic())
         cpu, rss_ended = sampler.cpu() - cpu_started, sampler.rss()
+        others_cpu = [other.cpu() - began for other, began in zip(others, others_started,
+                                                                  strict=True)]
+        # the agents' connections, mostly
+        descriptors = [psutil.Process(replica.pid).num_fds() for replica in replicas]
         calls: list[tuple[float, str, float]] = []
         marks: list[tuple[float, str, str]] = []
         errors: dict[str, int] = defaultdict(int)
@@ -486,7 +555,8 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
         for process in processes:
             process.join(timeout=30)
         gc_after = gc_pauses(served.url, str(served.ca_file))
-        sampler.stopped.set()
+        for each in (sampler, *others):
+            each.stopped.set()
         scraper.stopped.set()
         if scraper.is_alive():  # a scrape under way ends before the coordinator stops: one
             scraper.join()  # the stop cut read "Remote end closed connection without response"
@@ -498,13 +568,21 @@ def run(args: argparse.Namespace, rollout: bool, managers: list[str], workers: l
             everything[endpoint].append(seconds)
             if window[0] <= t <= window[1]:
                 steady[endpoint].append(seconds)
-        print(f"steady window {args.duration:.0f} s, heartbeats every {args.heartbeat_interval:g} s; "
-              f"coordinator CPU {cpu / args.duration * 100:.0f} % of a core, "
+        liveness = "heartbeats beside 30 s polls" if args.two_connections else "polls"
+        print(f"steady window {args.duration:.0f} s, {liveness} every "
+              f"{args.heartbeat_interval:g} s; coordinator CPU {cpu / args.duration * 100:.0f} % "
+              f"of a core, {descriptors[0]} descriptors open, "
               f"peak RSS {sampler.peak_rss / 2**20:.0f} MiB (window: {rss_started / 2**20:.0f} → "
               f"{rss_ended / 2**20:.0f} MiB); simulator CPU "
               f"{client_cpu:.0f} s in {args.processes} process(es); load {os.getloadavg()[0]:.1f}")
+        for n, (other, other_cpu) in enumerate(zip(others, others_cpu, strict=True), start=1):
+            print(f"  replica {n + 1} ({replicas[n].url}): CPU "
+                  f"{other_cpu / args.duration * 100:.0f} % of a core, {descriptors[n]} "
+                  f"descriptors open, peak RSS {other.peak_rss / 2**20:.0f} MiB")
         print("  coordinator garbage collections from the warm-up to the end (generation: count, "
               "CPU time, longest since start):", gc_summary(gc_before, gc_after))
+        if scraper.failed:
+            print(f"  /metrics scrapes not answered: {len(scraper.failed)} ({scraper.failed[0]})")
         for label, table in (("steady window", steady), ("whole run", everything)):
             print(f"  {label}:")
             for endpoint, values in sorted(table.items()):

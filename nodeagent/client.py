@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import ssl
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from urllib.parse import quote, urlencode
 from nodeagent import http_client
 from nodeagent.backoff import Reconnect
 from nodeagent.wire.endpoint import Endpoint
+from nodeagent.wire.heartbeat import POLL_COUNTED, POLL_HEARTBEAT
 
 Document = dict[str, Any]
 
@@ -54,12 +56,27 @@ class CoordinatorClient:
         self.timeout = timeout
         self.context = context  # whom to trust over https: the coordinator's pinned CA
         self.reconnect = Reconnect(rand or random.Random())
+        # Whether the coordinator said its long-polls count as heartbeats (wire/heartbeat.py),
+        # and when the last heartbeat and the last poll it counted went out.
+        self.polls_beat = False
+        self._heartbeat_at = self._poll_at = float("-inf")
+
+    def beat_within(self, seconds: float) -> bool:
+        """Whether the coordinator heard from this machine within `seconds`: a heartbeat it
+        answered, or a poll it counts (a parked one from when it went out)."""
+        return time.monotonic() - max(self._heartbeat_at, self._poll_at) < seconds
+
+    def _forget_beats(self) -> None:
+        """Another coordinator, or another replica: whether it counts polls is its to say."""
+        self.polls_beat = False
+        self._poll_at = float("-inf")
 
     def move_to(self, endpoints: Sequence[Endpoint], context: ssl.SSLContext | None) -> None:
         """Talk to another coordinator from the next call on (a pivot's target, or back)."""
         self.endpoints = [Endpoint(e.url.rstrip("/"), e.proxy) for e in endpoints]
         self._current = 0
         self.context = context
+        self._forget_beats()
         self.reconnect.answered()  # its silence is counted from now
 
     @property
@@ -74,6 +91,7 @@ class CoordinatorClient:
         """Move on to the next replica, unless a concurrent call already moved on from url."""
         if len(self.endpoints) > 1 and url == self.url:
             self._current = (self._current + 1) % len(self.endpoints)
+            self._forget_beats()
             message += f"; trying {self.url} next"
         return Unreachable(message)
 
@@ -87,14 +105,14 @@ class CoordinatorClient:
                     body: Document | None = None, params: dict[str, str] | None = None,
                     timeout: float | None = None) -> Any:
         """The JSON answer."""
-        return (await self._tagged(method, path, credential, body, params, timeout))[0]
+        return (await self._answered(method, path, credential, body, params, timeout))[0]
 
-    async def _tagged(self, method: str, path: str, credential: str | None = None,
-                      body: Document | None = None, params: dict[str, str] | None = None,
-                      timeout: float | None = None,
-                      etag: str | None = None) -> tuple[Any, str | None]:
+    async def _answered(self, method: str, path: str, credential: str | None = None,
+                        body: Document | None = None, params: dict[str, str] | None = None,
+                        timeout: float | None = None,
+                        etag: str | None = None) -> tuple[Any, Mapping[str, str]]:
         """The JSON answer (None for 304 Not Modified when `etag` was sent as If-None-Match)
-        and its ETag."""
+        and its headers."""
         headers = self._headers(credential)
         if etag is not None:
             headers["If-None-Match"] = etag
@@ -117,7 +135,7 @@ class CoordinatorClient:
             raise Busy(f"{method} {path}: HTTP {reply.status} {reply.reason}")
         self.reconnect.answered()
         if reply.status == 304 and etag is not None:
-            return None, reply.etag
+            return None, reply.headers
         try:
             payload = json.loads(reply.body) if reply.body else None
         except ValueError:
@@ -126,7 +144,7 @@ class CoordinatorClient:
         if reply.status >= 400:
             message = payload.get("error") if isinstance(payload, dict) else None
             raise Rejected(reply.status, message or reply.reason)
-        return payload, reply.etag
+        return payload, reply.headers
 
     async def _document(self, method: str, path: str, credential: str | None = None,
                         body: Document | None = None, params: dict[str, str] | None = None,
@@ -144,15 +162,26 @@ class CoordinatorClient:
     async def assignment(self, machine_id: str, credential: str, held: Held,
                          wait: float) -> tuple[Document, Held] | None:
         """The machine's Assignment, with what to hold of it, once it is not the one held;
-        None when `wait` ran out and the coordinator says the held one is current."""
+        None when `wait` ran out and the coordinator says the held one is current. Whether the
+        coordinator counted it as a heartbeat is noted (polls_beat)."""
         path = f"/v1/agent/machines/{machine_id}/assignment"
-        payload, tag = await self._tagged(
-            "GET", path, credential, params={"after": str(held.generation), "wait": str(wait)},
-            timeout=wait + self.timeout, etag=held.tag)
+        sent, previous = time.monotonic(), self._poll_at
+        if self.polls_beat:
+            self._poll_at = sent  # counted on arrival; undone if it never arrived
+        try:
+            payload, headers = await self._answered(
+                "GET", path, credential,
+                params={"after": str(held.generation), "wait": str(wait)},
+                timeout=wait + self.timeout, etag=held.tag)
+        except BaseException:
+            self._poll_at = previous
+            raise
+        self.polls_beat = headers.get(POLL_HEARTBEAT) == POLL_COUNTED
+        self._poll_at = sent if self.polls_beat else previous
         if payload is None:
             return None
         assignment = _object(payload, f"GET {path}")
-        return assignment, Held(assignment.get("generation", 0), tag)
+        return assignment, Held(assignment.get("generation", 0), headers.get("ETag"))
 
     async def report(self, machine_id: str, credential: str, report: Document) -> None:
         """An ItemReport."""
@@ -175,7 +204,9 @@ class CoordinatorClient:
             {"credential": new})
 
     async def heartbeat(self, machine_id: str, credential: str) -> None:
+        sent = time.monotonic()
         await self._call("POST", f"/v1/agent/machines/{machine_id}/heartbeat", credential)
+        self._heartbeat_at = sent
 
     async def artifact(self, credential: str, name: str,
                        headers: Mapping[str, str]) -> http_client.Body:

@@ -63,6 +63,9 @@ from nodeagent.wire.logfmt import fields
 T = TypeVar("T")
 log = logging.getLogger("nodeagent")
 LONG_POLL_SECONDS = 30.0
+# Where long-polls count as heartbeats (wire/heartbeat.py) one goes out every heartbeat interval,
+# plus the time to answer it: a separate heartbeat follows only once one is half an interval late.
+POLL_SLACK = 1.5
 
 
 def unauthorized(what: str, refusal: Rejected, joining: str | None, machine: str | None,
@@ -311,7 +314,7 @@ class Agent:
             while True:
                 polled = await _unless(retarget.moved, self._retry(
                     "fetch assignment", partial(self.client.assignment, identity.machine_id,
-                                                identity.credential, held, LONG_POLL_SECONDS),
+                                                identity.credential, held, self._poll_wait()),
                     machine=identity.machine_id))
                 if retarget.moved.is_set():  # its generations are its own: ask from the start
                     retarget.moved.clear()
@@ -358,6 +361,13 @@ class Agent:
             if work is not None:
                 work.cancel()
 
+    def _poll_wait(self) -> float:
+        """How long a poll may be parked: a heartbeat interval where polls count as heartbeats
+        (wire/heartbeat.py), else LONG_POLL_SECONDS."""
+        if self.client.polls_beat:
+            return min(self.settings.heartbeat_seconds, LONG_POLL_SECONDS)
+        return LONG_POLL_SECONDS
+
     async def _apply(self, assignment: Document, reporter: Reporter, identity: Identity) -> int:
         """Have the phase applied by a `nodeagent apply` child, passing its reports on; its
         exit code. One that neither applied every item nor gave up on one (it crashed, or
@@ -390,19 +400,22 @@ class Agent:
         return code
 
     async def _heartbeat(self, identity: Identity) -> None:
+        """A heartbeat every interval, unless a long-poll the coordinator counts went out
+        lately: then the agent holds one connection, not two (wire/heartbeat.py). The first
+        waits an interval, by when the first poll has said whether polls count."""
         every = self.settings.heartbeat_seconds
         while True:
+            await asyncio.sleep(every)
             url = self.client.url  # the call may move on to another replica
             try:
                 with contextlib.suppress(Rejected):  # the long-poll says a credential is refused
                     if identity.due_for_rotation(time.time()):
                         await self._rotate(identity)
-                    await self.client.heartbeat(identity.machine_id, identity.credential)
+                    if not self.client.beat_within(every * POLL_SLACK):
+                        await self.client.heartbeat(identity.machine_id, identity.credential)
             except Unreachable as exc:  # said: it may be what moved on to another replica
                 log.warning("heartbeat: coordinator %s unreachable (%s); retrying in %gs", url,
                             exc, every)
-            await asyncio.sleep(every)
-
 
     async def _watch_kubeconfigs(self, identity: Identity) -> None:
         """At the heartbeat's pace, the kubeconfig files items reported: one changed on disk

@@ -39,9 +39,11 @@ CHUNK = 1 << 18
 # drops its own well before, so it never sends on a connection the server is closing that very
 # moment (a retry would cover that race, but need not be the usual path).
 IDLE_LIMIT = 60.0
-# Idle connections kept per destination: the agent's calls that overlap (long-poll, heartbeat,
-# a report) are a handful at most, and each kept TLS connection costs memory on the node.
-IDLE_PER_DESTINATION = 4
+# Idle connections kept per destination: one. A report made while the long-poll is parked needs
+# a second connection, but once both are idle one is closed, so an idle agent holds a single
+# connection to its coordinator (the poll is its heartbeat: wire/heartbeat.py), and the
+# coordinator a single TLS session per agent.
+IDLE_PER_DESTINATION = 1
 
 
 class TransportError(Exception):
@@ -62,7 +64,11 @@ class Reply:
     status: int
     reason: str
     body: bytes
-    etag: str | None = None  # the ETag header, as sent
+    headers: Mapping[str, str] = field(default_factory=dict)  # case-insensitive, as sent
+
+    @property
+    def etag(self) -> str | None:
+        return self.headers.get("ETag")
 
 
 async def in_thread(call: Callable[..., T], *args: Any) -> T:
@@ -266,7 +272,7 @@ def _answer(connection: http.client.HTTPConnection, route: _Route, method: str,
         connection.close()
     else:
         _pool.give(route.destination, connection)
-    return Reply(response.status, response.reason or "", data, response.getheader("ETag"))
+    return Reply(response.status, response.reason or "", data, response.headers)
 
 
 def _exchange(method: str, url: str, headers: Mapping[str, str], body: bytes | None,

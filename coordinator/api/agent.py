@@ -23,6 +23,7 @@ from coordinator.domain.records import CredentialOwner
 from coordinator.edge.ratelimit import RateLimiter
 from coordinator.metrics import METRICS, record_item
 from coordinator.service.artifacts import locate
+from nodeagent.wire.heartbeat import POLL_COUNTED, POLL_HEARTBEAT
 from nodeagent.wire.protocol import (
     ItemReport,
     KubeconfigRefresh,
@@ -87,6 +88,8 @@ def _limit(limiter: RateLimiter | None, key: str, now: float, message: str) -> N
 
 
 async def assignment(request: web.Request) -> web.Response:
+    """The long-poll of the machine's assignment. Its arrival counts as a heartbeat, so an
+    agent that is told so (POLL_HEARTBEAT) needs no second connection for heartbeats."""
     machine = await _agent(request)
     try:
         after = int(request.query.get("after", "0"))
@@ -97,16 +100,17 @@ async def assignment(request: web.Request) -> web.Response:
         raise InvalidDocument([Problem("wait", f"must be from 0 to {MAX_WAIT_SECONDS:g} "
                                                "seconds")])
     held = [tag.value for tag in request.if_none_match or ()]
+    service(request).heartbeats.beat(machine)  # the poll is its heartbeat (wire/heartbeat.py)
     METRICS.poll_opened(machine.machine_id)
     try:
         version, result = await service(request).agents.wait_assignment(
             machine.machine_id, after, held, wait)
     finally:
         METRICS.poll_closed(machine.machine_id)
+    headers = {"ETag": version.tag, POLL_HEARTBEAT: POLL_COUNTED}
     if result is None:  # nothing new: the agent's tag is current
-        return web.Response(status=304, headers={"ETag": version.tag})
-    return web.json_response(result.model_dump(mode="json", by_alias=True),
-                             headers={"ETag": version.tag})
+        return web.Response(status=304, headers=headers)
+    return web.json_response(result.model_dump(mode="json", by_alias=True), headers=headers)
 
 
 async def report(request: web.Request) -> web.Response:

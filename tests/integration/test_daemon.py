@@ -24,11 +24,11 @@ pytestmark = pytest.mark.integration
 PHASE_ONLY_LIBRARIES = ("pydantic_core", "yaml/_yaml")
 
 
-def cluster(deploy: str, batch: int = 50) -> str:
+def cluster(deploy: str, batch: int = 50, heartbeat_timeout: int = 30) -> str:
     return f"""\
 name: lab
 release: "1"
-settings: {{workerBatchSize: {batch}}}
+settings: {{workerBatchSize: {batch}, heartbeatTimeoutSeconds: {heartbeat_timeout}}}
 machineTypes:
   manager:
     - {{name: marker, phase: prepare, action: {{type: file, path: /etc/lab/marker,
@@ -78,23 +78,36 @@ def client_ports(coordinator: ServedCoordinator) -> set[int]:
             if c.raddr and c.raddr.port == port}
 
 
-def test_heartbeats_over_https_reuse_the_agents_connections(tmp_path: Path) -> None:
-    """A new TLS connection per heartbeat would cost the coordinator a handshake each time: the
-    agent keeps one for its heartbeats and one for its parked long-poll."""
-    with running_coordinator(tmp_path, cluster(QUICK)) as coordinator, \
+def test_an_agent_s_one_connection_is_its_heartbeat_and_a_killed_one_falls_silent(
+        tmp_path: Path) -> None:
+    """The long-poll is the agent's heartbeat (nodeagent/wire/heartbeat.py): an idle agent holds
+    one TLS connection to the coordinator, never a new one (a handshake each time would cost
+    the coordinator more than the answers), and stays responding through timeouts on polls
+    alone; killed, it is declared not responding within one timeout."""
+    timeout = 3
+    with running_coordinator(tmp_path, cluster(QUICK, heartbeat_timeout=timeout)) as coordinator, \
             agent_of(coordinator, tmp_path) as agent:
         port = int(coordinator.url.rsplit(":", 1)[1])
 
         def held() -> list[Any]:
             return [c for c in agent.net_connections("tcp4") if c.raddr and c.raddr.port == port]
-        # its first heartbeat and poll under way
-        wait_until(lambda: len(held()) == 2, message="the agent's two connections")
+        # registered: its precheck report may have overlapped the first poll for a moment
+        wait_until(lambda: len(held()) == 1, message="the agent's one connection")
         known = client_ports(coordinator)
-        time.sleep(5)  # five heartbeats, 1 s apart: time for new connections, were it to make any
+        time.sleep(2 * timeout)  # six polls, 1 s apart: two timeouts
         assert client_ports(coordinator) - known == set()  # not a single new connection
-        assert len(held()) == 2 and all(c.status == psutil.CONN_ESTABLISHED for c in held())
+        assert len(held()) == 1 and held()[0].status == psutil.CONN_ESTABLISHED
         (machine,) = coordinator.admin.all_machines()
         assert machine["responding"] and time.time() - machine["last_seen"] < 2.5
+        events = coordinator.admin.request("GET", "/v1/events?cluster=lab")
+        assert "not-responding" not in [e["kind"] for e in events]
+
+        agent.kill()
+        killed = time.monotonic()
+        wait_until(lambda: not coordinator.admin.all_machines()[0]["responding"], 3 * timeout,
+                   "the killed agent declared not responding", interval=0.2)
+        # its last poll went out at most a second before the kill: silent a timeout after
+        assert timeout - 1.5 < time.monotonic() - killed < timeout + 2.5
 
 
 def test_only_a_change_in_what_to_run_stops_the_running_phase(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from nodeagent.client import CoordinatorClient, Held
 from nodeagent.wire.endpoint import Endpoint
 from nodeagent.wire.protocol import StateItem
 from tests.support.builders import API_CLUSTER, registration
+from tests.support.driver import Call
 from tests.support.harness import InProcessCoordinator, in_process_coordinator
 from tests.support.scenarios import approved_workers
 from tests.support.waiting import wait_until_async
@@ -256,13 +257,61 @@ async def test_an_agent_heard_from_before_it_went_silent_answers_again_at_its_ne
     await env.heartbeat(agent)
     await env.coordinator.reconciler.reconcile_once()
     env.clock.now += 29
-    await env.assignment(agent)  # authenticated (no heartbeat): kept for a while
+    # authenticated (neither a heartbeat nor a poll): kept for a while
+    await env.send(Call("GET", "/v1/artifacts/none", 404, agent=agent))
     env.clock.now += 2
     await env.coordinator.reconciler.reconcile_once()
     assert (await env.call("GET", "/v1/machines/m1", 200))["responding"] is False
     await env.heartbeat(agent)
     await env.coordinator.reconciler.reconcile_once()
     assert (await env.call("GET", "/v1/machines/m1", 200))["responding"] is True
+
+
+async def test_a_poll_is_the_agents_heartbeat_and_an_old_agents_heartbeats_still_count(
+        env: InProcessCoordinator) -> None:
+    """An agent's long-poll counts as its heartbeat (nodeagent/wire/heartbeat.py): polls alone
+    keep a machine responding, so the agent needs one connection. An agent of the version
+    before keeps heartbeating beside its polls, and that still counts."""
+    poller, old = await env.register("m1"), await env.register("m2")
+    for _ in range(4):  # two heartbeat timeouts (30 s): m1 only polls, m2 only heartbeats
+        env.clock.now += 15
+        await env.assignment(poller)
+        await env.heartbeat(old)
+        await env.coordinator.heartbeats.flush()  # as the writer does every second
+        await env.coordinator.reconciler.reconcile_once()
+    assert {m["hostname"]: m["responding"] for m in await env.machines()} == {
+        "m1": True, "m2": True}
+    env.clock.now += 31  # then neither: both silent
+    await env.coordinator.reconciler.reconcile_once()
+    assert {m["hostname"]: m["responding"] for m in await env.machines()} == {
+        "m1": False, "m2": False}
+    await env.assignment(poller)  # a poll brings it back, as a heartbeat would
+    await env.coordinator.reconciler.reconcile_once()
+    assert (await env.machine("m1"))["responding"] is True
+
+
+async def test_the_agents_client_heartbeats_only_where_polls_do_not_count(
+        env: InProcessCoordinator) -> None:
+    """The coordinator says on every poll's answer that it counted it; the agent's client
+    then counts a poll under way as its heartbeat, and forgets that for another coordinator,
+    whose answer has to say it again."""
+    agent = await env.register("m1")
+    url = str(env.client.make_url(""))
+    client = CoordinatorClient([Endpoint(url)])
+    assert not client.polls_beat and not client.beat_within(60)
+    held = (await client.assignment(agent["machine_id"], agent["credential"], Held(), 0))[1]
+    assert client.polls_beat and client.beat_within(1)
+    parked = asyncio.create_task(client.assignment(agent["machine_id"], agent["credential"],
+                                                   held, 20))
+    await env.parked(agent)
+    assert client.beat_within(1)  # the parked poll counts from when it went out
+    parked.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await parked
+    client.move_to([Endpoint(url)], None)  # another coordinator (a pivot): it says so anew
+    assert not client.polls_beat and not client.beat_within(60)
+    await client.assignment(agent["machine_id"], agent["credential"], Held(), 0)
+    assert client.polls_beat
 
 
 async def test_a_long_poll_woken_by_a_pass_gets_what_a_fresh_read_gets(env: InProcessCoordinator) -> None:

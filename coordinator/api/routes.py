@@ -55,8 +55,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/agent/machines/{machine_id}/assignment", agent.assignment,
           "Long-poll the machine's assignment (query: after=generation, wait=seconds; 304 when "
           "If-None-Match is the assignment's ETag, W/\"EPOCH-GENERATION\", and the wait ran out "
-          "with nothing new; at once when it names another epoch or a later generation)",
-          "machine",
+          "with nothing new; at once when it names another epoch or a later generation). "
+          "Each poll counts as the machine's heartbeat: the answer says so with "
+          "Nodeagent-Heartbeat: poll", "machine",
           answer=Assignment),
     Route("POST", "/v1/agent/machines/{machine_id}/reports", agent.report,
           "Report an item's progress", "machine", body=ItemReport),

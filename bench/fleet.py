@@ -56,7 +56,7 @@ import aiohttp
 import psutil
 import uvloop
 
-from nodeagent.daemon import LONG_POLL_SECONDS
+from nodeagent.daemon import LONG_POLL_SECONDS, poll_wait
 from nodeagent.wire.heartbeat import POLL_COUNTED, POLL_HEARTBEAT
 from tests.support.builders import FACTS, cluster, fingerprint, item, registration, spec_text
 from tests.support.harness import ServedCoordinator, running_coordinator
@@ -149,7 +149,7 @@ class SimAgent:
                 continue
             self.polls_beat = not self.sim.plan.two_connections \
                 and answer.get(POLL_HEARTBEAT) == POLL_COUNTED
-            wait = min(self.sim.plan.heartbeat_interval, LONG_POLL_SECONDS) \
+            wait = poll_wait(self.sim.plan.heartbeat_interval, self.sim.rand) \
                 if self.polls_beat else LONG_POLL_SECONDS
             tags = [answer["ETag"]] if "ETag" in answer else []
             if assignment is NOT_MODIFIED or tags == [self.tag]:
@@ -189,6 +189,7 @@ class Simulator:
         self.agents = [SimAgent(self, h) for h in plan.hostnames]
         self._fingerprints: dict[str, str] = {}
         self.context = ssl.create_default_context(cafile=plan.ca_file)
+        self.rand = random.Random()
         self.pipe: Connection | None = None
         self._ready = 0
 
@@ -205,10 +206,10 @@ class Simulator:
         return self._fingerprints[key]
 
     def session(self, agent: SimAgent) -> aiohttp.ClientSession:
-        """The agent's own: one connection, or two for the protocol before polls counted."""
+        """The agent's own, a connection for each call in flight as nodeagent's client: one
+        while polls count as heartbeats, two (heartbeats beside the parked poll) before."""
         if agent.session is None:
-            connector = aiohttp.TCPConnector(limit=2 if self.plan.two_connections else 1,
-                                             ssl=self.context, ttl_dns_cache=None)
+            connector = aiohttp.TCPConnector(limit=0, ssl=self.context, ttl_dns_cache=None)
             agent.session = aiohttp.ClientSession(connector=connector)
         return agent.session
 

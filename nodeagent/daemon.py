@@ -66,6 +66,16 @@ LONG_POLL_SECONDS = 30.0
 # Where long-polls count as heartbeats (wire/heartbeat.py) one goes out every heartbeat interval,
 # plus the time to answer it: a separate heartbeat follows only once one is half an interval late.
 POLL_SLACK = 1.5
+# Each such poll is parked for a random 75-100 % of the interval: polls answered together (after
+# a coordinator restart or stall) would otherwise come back together every interval for good,
+# and a fleet's polls bunch into bursts the coordinator answers late (docs/agent.md, "Liveness").
+POLL_JITTER = 0.25
+
+
+def poll_wait(heartbeat_seconds: float, rand: random.Random) -> float:
+    """A poll's wait where polls count as heartbeats: a random share of the interval, from
+    1 - POLL_JITTER to all of it."""
+    return min(heartbeat_seconds, LONG_POLL_SECONDS) * (1 - POLL_JITTER * rand.random())
 
 
 def unauthorized(what: str, refusal: Rejected, joining: str | None, machine: str | None,
@@ -362,10 +372,10 @@ class Agent:
                 work.cancel()
 
     def _poll_wait(self) -> float:
-        """How long a poll may be parked: a heartbeat interval where polls count as heartbeats
-        (wire/heartbeat.py), else LONG_POLL_SECONDS."""
+        """How long a poll may be parked: at most a heartbeat interval where polls count as
+        heartbeats (wire/heartbeat.py), jittered (POLL_JITTER); else LONG_POLL_SECONDS."""
         if self.client.polls_beat:
-            return min(self.settings.heartbeat_seconds, LONG_POLL_SECONDS)
+            return poll_wait(self.settings.heartbeat_seconds, self.rand)
         return LONG_POLL_SECONDS
 
     async def _apply(self, assignment: Document, reporter: Reporter, identity: Identity) -> int:

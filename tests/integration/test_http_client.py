@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from nodeagent import http_client, trust
-from nodeagent.client import CoordinatorClient, Rejected, Unreachable
+from nodeagent.client import CoordinatorClient, Held, Rejected, Unreachable
 from nodeagent.wire.endpoint import Endpoint
 from tests.support.harness import running_coordinator
 from tests.support.ports import free_port
@@ -215,6 +215,18 @@ async def test_consecutive_calls_reuse_one_connection_and_concurrent_ones_have_t
     assert server.connections == 2
     poll_port, *heartbeat_ports = server.ports[3:]
     assert poll_port not in heartbeat_ports  # the parked poll kept its connection to itself
+
+
+async def test_polls_to_a_coordinator_that_does_not_count_them_leave_heartbeats_due(
+        server: Recorder) -> None:
+    """A coordinator from before nodeagent/wire/heartbeat.py answers polls without saying
+    they count as heartbeats: the agent's client does not count them, so the daemon keeps
+    heartbeating beside them (only a heartbeat answered counts)."""
+    client = CoordinatorClient([Endpoint(server.url)])
+    assert await client.assignment("m1", "credential", Held(), 0) is not None
+    assert not client.polls_beat and not client.beat_within(60)
+    await client.heartbeat("m1", "credential")
+    assert client.beat_within(60)
 
 
 async def test_an_answer_saying_close_is_not_reused(server: Recorder) -> None:

@@ -56,7 +56,8 @@ import aiohttp
 import psutil
 import uvloop
 
-from nodeagent.daemon import LONG_POLL_SECONDS, poll_wait
+from nodeagent.daemon import LONG_POLL_SECONDS
+from nodeagent.pacing import PollPace
 from nodeagent.wire.heartbeat import POLL_COUNTED, POLL_HEARTBEAT
 from tests.support.builders import FACTS, cluster, fingerprint, item, registration, spec_text
 from tests.support.harness import ServedCoordinator, running_coordinator
@@ -106,6 +107,7 @@ class SimAgent:
         self.tag = ""  # the ETag of the assignment held, sent back as If-None-Match
         self.state = ""
         self.polls_beat = False  # the coordinator said a poll counts as a heartbeat
+        self.pace = PollPace(sim.rand)  # as nodeagent's daemon parks its polls
         self.session: aiohttp.ClientSession | None = None  # its own connection(s)
 
     async def register(self) -> None:
@@ -140,17 +142,20 @@ class SimAgent:
         while True:
             answer: dict[str, str] = {}
             held = {"If-None-Match": self.tag} if self.tag else {}
+            started = time.monotonic()
             assignment = await self.sim.call(
                 self, "GET", f"{self.path}/assignment?after={self.generation}&wait={wait}",
                 "assignment", poll=wait, timeout=wait + 60, answer=answer,
                 headers={**self.headers, **held})
             if assignment is None:
+                self.pace.unanswered()
                 await asyncio.sleep(1)
                 continue
+            self.pace.answered(time.monotonic() - started, wait)
             self.polls_beat = not self.sim.plan.two_connections \
                 and answer.get(POLL_HEARTBEAT) == POLL_COUNTED
-            wait = poll_wait(self.sim.plan.heartbeat_interval, self.sim.rand) \
-                if self.polls_beat else LONG_POLL_SECONDS
+            every = min(self.sim.plan.heartbeat_interval, LONG_POLL_SECONDS)
+            wait = self.pace.wait(every) if self.polls_beat else LONG_POLL_SECONDS
             tags = [answer["ETag"]] if "ETag" in answer else []
             if assignment is NOT_MODIFIED or tags == [self.tag]:
                 continue
@@ -186,10 +191,10 @@ class Simulator:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self.recorder = Recorder()
+        self.rand = random.Random()
         self.agents = [SimAgent(self, h) for h in plan.hostnames]
         self._fingerprints: dict[str, str] = {}
         self.context = ssl.create_default_context(cafile=plan.ca_file)
-        self.rand = random.Random()
         self.pipe: Connection | None = None
         self._ready = 0
 

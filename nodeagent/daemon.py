@@ -52,6 +52,7 @@ from nodeagent.identity import (
     save_identity,
 )
 from nodeagent.kubeconfigs import KubeconfigWatch
+from nodeagent.pacing import PollPace
 from nodeagent.prechecking import Prechecks
 from nodeagent.removal import forget_machine
 from nodeagent.reporter import Reporter
@@ -63,19 +64,10 @@ from nodeagent.wire.logfmt import fields
 T = TypeVar("T")
 log = logging.getLogger("nodeagent")
 LONG_POLL_SECONDS = 30.0
-# Where long-polls count as heartbeats (wire/heartbeat.py) one goes out every heartbeat interval,
-# plus the time to answer it: a separate heartbeat follows only once one is half an interval late.
+# Where long-polls count as heartbeats (wire/heartbeat.py) one goes out every heartbeat interval
+# at least (pacing.py), plus the time to answer it: a separate heartbeat follows only once one
+# is half an interval late.
 POLL_SLACK = 1.5
-# Each such poll is parked for a random 75-100 % of the interval: polls answered together (after
-# a coordinator restart or stall) would otherwise come back together every interval for good,
-# and a fleet's polls bunch into bursts the coordinator answers late (docs/agent.md, "Liveness").
-POLL_JITTER = 0.25
-
-
-def poll_wait(heartbeat_seconds: float, rand: random.Random) -> float:
-    """A poll's wait where polls count as heartbeats: a random share of the interval, from
-    1 - POLL_JITTER to all of it."""
-    return min(heartbeat_seconds, LONG_POLL_SECONDS) * (1 - POLL_JITTER * rand.random())
 
 
 def unauthorized(what: str, refusal: Rejected, joining: str | None, machine: str | None,
@@ -137,6 +129,7 @@ class Agent:
         self.next_identity_path = self.state_dir / NEXT_IDENTITY_FILE
         self.prechecks = Prechecks(settings, host, config_path, self.client, self.rand)
         self.kubeconfigs = KubeconfigWatch(self.state_dir, host.root)
+        self.pace = PollPace(self.rand)
 
     async def run(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)  # the benches' agents take no lock
@@ -323,8 +316,7 @@ class Agent:
         try:
             while True:
                 polled = await _unless(retarget.moved, self._retry(
-                    "fetch assignment", partial(self.client.assignment, identity.machine_id,
-                                                identity.credential, held, self._poll_wait()),
+                    "fetch assignment", partial(self._poll, identity, held),
                     machine=identity.machine_id))
                 if retarget.moved.is_set():  # its generations are its own: ask from the start
                     retarget.moved.clear()
@@ -371,12 +363,20 @@ class Agent:
             if work is not None:
                 work.cancel()
 
-    def _poll_wait(self) -> float:
-        """How long a poll may be parked: at most a heartbeat interval where polls count as
-        heartbeats (wire/heartbeat.py), jittered (POLL_JITTER); else LONG_POLL_SECONDS."""
-        if self.client.polls_beat:
-            return poll_wait(self.settings.heartbeat_seconds, self.rand)
-        return LONG_POLL_SECONDS
+    async def _poll(self, identity: Identity, held: Held) -> tuple[Document, Held] | None:
+        """One long-poll, parked as pacing.py says where polls count as heartbeats
+        (wire/heartbeat.py), else for LONG_POLL_SECONDS."""
+        every = min(self.settings.heartbeat_seconds, LONG_POLL_SECONDS)
+        wait = self.pace.wait(every) if self.client.polls_beat else LONG_POLL_SECONDS
+        started = time.monotonic()
+        try:
+            polled = await self.client.assignment(identity.machine_id, identity.credential,
+                                                  held, wait)
+        except Unreachable:
+            self.pace.unanswered()
+            raise
+        self.pace.answered(time.monotonic() - started, wait)
+        return polled
 
     async def _apply(self, assignment: Document, reporter: Reporter, identity: Identity) -> int:
         """Have the phase applied by a `nodeagent apply` child, passing its reports on; its

@@ -4,12 +4,11 @@ what it tells the operator when the coordinator refuses it."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
 from nodeagent.client import Rejected
-from nodeagent.daemon import LONG_POLL_SECONDS, _work_key, poll_wait, unauthorized
+from nodeagent.daemon import _work_key, unauthorized
 from nodeagent.wire.protocol import Assignment, StateItem
 
 ITEM: dict[str, Any] = {"name": "join", "phase": "deploy",
@@ -90,13 +89,3 @@ def test_a_refused_registration_names_the_string_refused_and_its_remedy() -> Non
                               "credential"), None, "3f2a-11", "agent.yaml", identity)
     assert "`coordinator machines reissue 3f2a-11`" in credential and str(identity) in credential
 
-
-def test_a_poll_that_is_the_heartbeat_waits_a_jittered_share_of_the_interval() -> None:
-    """Polls answered together must not come back together every interval: each waits a
-    random 75-100 % of the heartbeat interval (never past it, so liveness holds), and never
-    longer than a long-poll."""
-    rand = random.Random(7)
-    waits = [poll_wait(10, rand) for _ in range(1000)]
-    assert 7.5 <= min(waits) < 7.6 and 9.9 < max(waits) <= 10
-    assert len({round(w, 2) for w in waits}) > 200  # spread, not a handful of values
-    assert poll_wait(300, rand) <= LONG_POLL_SECONDS

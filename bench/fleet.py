@@ -6,7 +6,7 @@ seconds, report each assigned item "running" then "succeeded" at once: no-op ite
 a few kilobytes: the agents are asyncio tasks, each with its own connection (as a real agent
 holds one), over HTTPS with the coordinator's own CA, on loopback. --two-connections speaks
 the protocol of agents before nodeagent/wire/heartbeat.py: a heartbeat every interval on a
-second connection beside a poll parked for LONG_POLL_SECONDS.
+second connection beside a poll parked for 30 s (nodeagent/pacing.py LONG_POLL_SECONDS).
 
     # (a) a steady fleet: N Pending agents heartbeating and long-polling for --duration s
     .venv/bin/python bench/fleet.py --agents 10000 --heartbeat-interval 10 --duration 60
@@ -56,7 +56,6 @@ import aiohttp
 import psutil
 import uvloop
 
-from nodeagent.daemon import LONG_POLL_SECONDS
 from nodeagent.pacing import PollPace
 from nodeagent.wire.heartbeat import POLL_COUNTED, POLL_HEARTBEAT
 from tests.support.builders import FACTS, cluster, fingerprint, item, registration, spec_text
@@ -154,8 +153,7 @@ class SimAgent:
             self.pace.answered(time.monotonic() - started, wait)
             self.polls_beat = not self.sim.plan.two_connections \
                 and answer.get(POLL_HEARTBEAT) == POLL_COUNTED
-            every = min(self.sim.plan.heartbeat_interval, LONG_POLL_SECONDS)
-            wait = self.pace.wait(every) if self.polls_beat else LONG_POLL_SECONDS
+            wait = self.pace.next(self.sim.plan.heartbeat_interval, self.polls_beat)
             tags = [answer["ETag"]] if "ETag" in answer else []
             if assignment is NOT_MODIFIED or tags == [self.tag]:
                 continue

@@ -63,7 +63,6 @@ from nodeagent.wire.logfmt import fields
 
 T = TypeVar("T")
 log = logging.getLogger("nodeagent")
-LONG_POLL_SECONDS = 30.0
 # Where long-polls count as heartbeats (wire/heartbeat.py) one goes out every heartbeat interval
 # at least (pacing.py), plus the time to answer it: a separate heartbeat follows only once one
 # is half an interval late.
@@ -365,9 +364,8 @@ class Agent:
 
     async def _poll(self, identity: Identity, held: Held) -> tuple[Document, Held] | None:
         """One long-poll, parked as pacing.py says where polls count as heartbeats
-        (wire/heartbeat.py), else for LONG_POLL_SECONDS."""
-        every = min(self.settings.heartbeat_seconds, LONG_POLL_SECONDS)
-        wait = self.pace.wait(every) if self.client.polls_beat else LONG_POLL_SECONDS
+        (wire/heartbeat.py), else for pacing.LONG_POLL_SECONDS."""
+        wait = self.pace.next(self.settings.heartbeat_seconds, self.client.polls_beat)
         started = time.monotonic()
         try:
             polled = await self.client.assignment(identity.machine_id, identity.credential,

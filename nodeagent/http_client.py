@@ -66,10 +66,6 @@ class Reply:
     body: bytes
     headers: Mapping[str, str] = field(default_factory=dict)  # case-insensitive, as sent
 
-    @property
-    def etag(self) -> str | None:
-        return self.headers.get("ETag")
-
 
 async def in_thread(call: Callable[..., T], *args: Any) -> T:
     """Run a blocking call in a fresh daemon thread. A cancelled caller stops waiting at once;

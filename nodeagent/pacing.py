@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 
+LONG_POLL_SECONDS = 30.0  # a poll's wait where polls do not count as heartbeats, and the most
 JITTER = 0.25  # an ordinary poll waits 1 - JITTER to all of the interval
 LATE_SECONDS = 1.0  # an answer this much past the wait: the coordinator stalled
 
@@ -24,6 +25,13 @@ class PollPace:
     def __init__(self, rand: random.Random) -> None:
         self.rand = rand
         self.scatter = True  # the next wait anywhere in the interval: the first one
+
+    def next(self, heartbeat_seconds: float, counted: bool) -> float:
+        """The next poll's wait: paced over the heartbeat interval where the coordinator counts
+        polls as heartbeats (`counted`), else LONG_POLL_SECONDS."""
+        if not counted:
+            return LONG_POLL_SECONDS
+        return self.wait(min(heartbeat_seconds, LONG_POLL_SECONDS))
 
     def wait(self, interval: float) -> float:
         """The next poll's wait."""

@@ -88,4 +88,3 @@ def test_a_refused_registration_names_the_string_refused_and_its_remedy() -> Non
     credential = unauthorized("fetch assignment", Rejected(401, "unknown or revoked machine "
                               "credential"), None, "3f2a-11", "agent.yaml", identity)
     assert "`coordinator machines reissue 3f2a-11`" in credential and str(identity) in credential
-

@@ -40,6 +40,7 @@ from typing import Any
 
 from aiohttp import web
 
+from coordinator.cli.client import ClientError
 from tests.support.driver import Call, SyncDriver
 from tests.support.waiting import wait_until
 
@@ -787,8 +788,14 @@ def rolled_out_marked(c: SyncDriver, kube: KubeApiServer, roles: dict[str, str])
         c.send(Call("POST", f"/v1/machines/{hostname}/approve", body={"role": role}))
 
     def rolled_out() -> bool:
-        for agent in c.agents.values():
-            c.report_all(agent)
+        for hostname, agent in c.agents.items():
+            if c.machine(hostname)["state"] == "Ready":
+                continue
+            try:
+                c.report_all(agent)
+            except ClientError as refused:  # went Ready between poll and report: as an
+                if refused.status != 409:  # agent would, poll again next round
+                    raise
         return all(c.machine(h)["state"] == "Ready" for h in c.agents)
 
     wait_until(rolled_out, 30, "the rollout", interval=0.2)

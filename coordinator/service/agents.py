@@ -28,6 +28,7 @@ from coordinator.service.movetargets import MoveTargets
 from coordinator.service.notifier import Notifier
 from coordinator.service.postdeploy import PostDeployHosts
 from coordinator.service.queries import Queries
+from coordinator.service.versions import VersionCache
 from coordinator.service.writes import Writes
 from coordinator.store.base import TokenRefused
 from nodeagent.wire.joinstring import reissued_machine
@@ -43,7 +44,7 @@ from nodeagent.wire.protocol import (
 
 class Agents:
     def __init__(self, writes: Writes, queries: Queries, access: Access, notifier: Notifier,
-                 post_deploy: PostDeployHosts, move_targets: MoveTargets,
+                 versions: VersionCache, post_deploy: PostDeployHosts, move_targets: MoveTargets,
                  clock: Callable[[], float],
                  credential_ttl: float | None, after_reports: Callable[[], Awaitable[None]]) -> None:
         self.writes = writes
@@ -51,6 +52,7 @@ class Agents:
         self.queries = queries
         self.access = access
         self.notifier = notifier
+        self.versions = versions
         self.post_deploy = post_deploy
         self.move_targets = move_targets
         self.clock = clock
@@ -175,7 +177,7 @@ class Agents:
         assignment already, and answering without reading it again is most of what a fleet's
         idle polls cost."""
         woken = self.notifier.subscribe(machine_id)
-        version = await self.store.machine_version(machine_id)  # nothing decoded
+        version = await self.versions.version(machine_id)  # mostly kept, else nothing decoded
         if version is None:
             raise await self.queries.missing(machine_id)
         if may_wait(version, after, held):

@@ -33,6 +33,7 @@ from coordinator.service.refusalaudit import AUDIT_WINDOW_SECONDS, RefusalAudit
 from coordinator.service.servingcheck import ServingCheck
 from coordinator.service.statuscache import StatusCache
 from coordinator.service.systemcheck import SystemCheck
+from coordinator.service.versions import VersionCache
 from coordinator.service.writes import Writes
 from coordinator.store.base import Store
 
@@ -51,6 +52,8 @@ class Coordinator:
         self.writes = Writes(store, self.notifier, self.credentials)
         status = StatusCache(store)
         self.writes.on_written(status.written)
+        versions = VersionCache(store, clock)
+        self.writes.on_written(versions.forget)
         self.queries = Queries(store, clock, status, SystemCheck(), ServingCheck())
         self.heartbeats = HeartbeatBuffer(store, self.writes, clock, self.notifier.kick)
         post_deploy = PostDeployHosts(store)
@@ -61,8 +64,8 @@ class Coordinator:
         self.leadership = Leadership(store, self.notifier, self.reconciler, self.drainer,
                                      self.nodes, idle=lambda: self.pivots.moved)
         self.move_targets = MoveTargets(self.writes, clock)
-        self.agents = Agents(self.writes, self.queries, self.access, self.notifier, post_deploy,
-                             self.move_targets, clock, credential_ttl,
+        self.agents = Agents(self.writes, self.queries, self.access, self.notifier, versions,
+                             post_deploy, self.move_targets, clock, credential_ttl,
                              self.leadership.after_reports)
         self.admin = Admin(self.writes, self.queries, self.access, self.drainer, clock)
         self.refusals = RefusalAudit(self.writes, clock)

@@ -7,7 +7,8 @@ snapshot) puts generations back that the agent may already hold, with other cont
 store mints an epoch, a random id, when it is made and again whenever it imports a snapshot,
 and the tag names both: `W/"EPOCH-GENERATION"`. A tag of another epoch never matches, and
 its agent is answered at once, as is one ahead of the machine's generation (the store went
-back). Both are read in the one lookup every long-poll starts with (Store.machine_version).
+back). Both are read in the one lookup every long-poll starts with (Store.machine_version,
+kept between polls by service/versions.py).
 """
 
 from __future__ import annotations

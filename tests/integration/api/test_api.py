@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from coordinator.api.routes import ROUTES
 from coordinator.service.groupcommit import GroupCommit
 from coordinator.service.pivots import copy_views
 from coordinator.service.reconciler import ROLLING_OUT_SECONDS
+from coordinator.service.versions import VERSION_CACHE_SECONDS
 from coordinator.store.sqlite import SQLiteStore
 from nodeagent.client import CoordinatorClient, Held
 from nodeagent.wire.endpoint import Endpoint
@@ -137,6 +139,84 @@ async def test_a_poll_that_waited_for_nothing_is_not_modified_for_the_agent_hold
     await env.coordinator.reconciler.reconcile_once()
     woken = await asyncio.wait_for(waiting, 5)
     assert woken is not None and woken[0]["state"] == "Prepare" and woken[1].generation > held
+
+
+async def test_an_idle_agents_polls_read_nothing_and_a_write_is_answered_at_its_next_poll(
+        env: InProcessCoordinator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a poll compares the agent's tag with is kept between polls (service/versions.py):
+    an idle fleet's polls cost the store no read. A write through the coordinator is answered
+    at the next poll; one made behind its back (a tool on the database) once the kept version
+    is VERSION_CACHE_SECONDS old."""
+    agent = await env.register("m1")
+    path = f"/v1/agent/machines/{agent['machine_id']}/assignment"
+    auth = {"Authorization": f"Bearer {agent['credential']}"}
+    first = await env.client.get(path, headers=auth)
+    held, tag = (await first.json())["generation"], first.headers["ETag"]
+    reads = 0
+    read = env.store.machine_version
+
+    async def counted(machine_id: str) -> Any:
+        nonlocal reads
+        reads += 1
+        return await read(machine_id)
+
+    monkeypatch.setattr(env.store, "machine_version", counted)
+
+    async def poll() -> Any:
+        return await env.client.get(f"{path}?after={held}&wait=0.05",
+                                    headers={**auth, "If-None-Match": tag})
+
+    assert [(await poll()).status for _ in range(5)] == [304] * 5
+    assert reads <= 1, f"five idle polls read the machine's version {reads} times"
+
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+    await env.coordinator.reconciler.reconcile_once()
+    approved = await poll()
+    assert approved.status == 200 and (await approved.json())["state"] == "Prepare"
+    held, tag = (await approved.json())["generation"], approved.headers["ETag"]
+    assert (await poll()).status == 304
+
+    machine = await env.store.get_machine(agent["machine_id"])
+    assert machine is not None
+    await env.store.commit([replace(machine, generation=machine.generation + 1)])
+    assert (await poll()).status == 304  # kept: the coordinator was not told
+    env.clock.now += VERSION_CACHE_SECONDS + 1
+    behind_its_back = await poll()
+    assert behind_its_back.status == 200
+    assert (await behind_its_back.json())["generation"] == held + 1
+
+
+async def test_a_version_read_while_its_machine_was_written_is_not_kept(
+        env: InProcessCoordinator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read of the store (awaited: PostgreSQL's is) that a write overtook holds what the
+    write replaced: kept, it would answer the old tag 304 for VERSION_CACHE_SECONDS."""
+    agent = await env.register("m1")
+    path = f"/v1/agent/machines/{agent['machine_id']}/assignment"
+    auth = {"Authorization": f"Bearer {agent['credential']}"}
+    first = await env.client.get(path, headers=auth)
+    held, tag = (await first.json())["generation"], first.headers["ETag"]
+    reading, overtaken = asyncio.Event(), asyncio.Event()
+    read = env.store.machine_version
+
+    async def overtaken_read(machine_id: str) -> Any:
+        version = await read(machine_id)
+        reading.set()
+        await overtaken.wait()
+        return version
+
+    monkeypatch.setattr(env.store, "machine_version", overtaken_read)
+    env.clock.now += VERSION_CACHE_SECONDS + 1  # what the first poll kept is read again
+    poll = asyncio.create_task(env.client.get(f"{path}?after={held}&wait=0.05",
+                                              headers={**auth, "If-None-Match": tag}))
+    await asyncio.wait_for(reading.wait(), 5)
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+    await env.coordinator.reconciler.reconcile_once()
+    overtaken.set()
+    assert (await asyncio.wait_for(poll, 5)).status == 200  # woken by the write
+    monkeypatch.setattr(env.store, "machine_version", read)
+    again = await env.client.get(f"{path}?after={held}&wait=0.05",
+                                 headers={**auth, "If-None-Match": tag})
+    assert again.status == 200 and (await again.json())["state"] == "Prepare"
 
 
 async def test_a_pivots_copy_refreshed_with_a_machines_new_state_answers_its_old_tag_at_once(

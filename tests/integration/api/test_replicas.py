@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,6 +64,39 @@ async def test_a_change_through_one_replica_wakes_a_long_poll_parked_on_another(
     latency = time.monotonic() - sent
     assert woken["generation"] > before
     assert latency < 1.0, f"woken after {latency:.3f}s: not by the notification"
+
+
+async def test_a_machine_written_through_one_replica_is_answered_anew_by_the_others_next_poll(
+        replicas: list[InProcessCoordinator]) -> None:
+    """Each replica keeps the version its polls compare tags with (service/versions.py): the
+    ids another replica wrote, relayed, drop what it kept, so a poll that starts after the
+    write, on the other replica, is answered at once rather than 304."""
+    a, b = replicas
+    for env in replicas:
+        await env.coordinator.leadership.share()
+    agent = await a.register("w1")
+    path = f"/v1/agent/machines/{agent['machine_id']}/assignment"
+    auth = {"Authorization": f"Bearer {agent['credential']}"}
+    first = await b.client.get(path, headers=auth)
+    held, tag = (await first.json())["generation"], first.headers["ETag"]
+
+    async def poll() -> Any:
+        return await b.client.get(f"{path}?after={held}&wait=0.05",
+                                  headers={**auth, "If-None-Match": tag})
+
+    assert (await poll()).status == 304  # b keeps the version
+    await a.call("POST", "/v1/machines/w1/approve", 200, json={"role": "worker"})
+    await a.coordinator.reconciler.reconcile_once()
+    answered: list[str] = []
+
+    async def answered_anew() -> bool:
+        answer = await poll()
+        if answer.status == 200:
+            answered.append((await answer.json())["state"])
+        return bool(answered)
+
+    await wait_until_async(answered_anew, 5, "b answers the new assignment")
+    assert answered == ["Prepare"]
 
 
 async def test_one_replica_leads_and_the_other_takes_over_and_fences_it_when_it_loses_the_lock(

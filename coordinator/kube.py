@@ -1,5 +1,6 @@
-"""The one seam to a workload cluster's Kubernetes API: cordon, drain, uncordon; a machine's
-Node found, read, labelled, tainted and deleted; kube-system's workloads.
+"""The one seam to a workload cluster's Kubernetes API: a Node held and cordoned, drained and
+given back (domain/nodes/maintenance.py); a machine's Node found, read, labelled, tainted and
+deleted; kube-system's workloads.
 
 Through kubernetes_asyncio (the asyncio client generated from Kubernetes' own API), never
 hand-written HTTP. A drain is kubectl's, with two differences that matter at scale: every
@@ -38,7 +39,16 @@ from coordinator.domain.nodes.draining import (
     eviction_step,
     waiting,
 )
+from coordinator.domain.nodes.forecast import NodeForecast, forecast
 from coordinator.domain.nodes.kubeconfig import ClientCertificate, certificate_dates, parse_kubeconfig
+from coordinator.domain.nodes.maintenance import (
+    KURED_DAEMONSET,
+    Release,
+    kured_locked_node,
+    other_holder,
+    release,
+    take,
+)
 from coordinator.domain.nodes.nodes import (
     MACHINE_ID_LABEL,
     Marked,
@@ -52,6 +62,7 @@ from coordinator.domain.nodes.workloads import NAMESPACE, SystemWorkloads, short
 
 MAX_POLL_SECONDS = 1.0
 CONCURRENT_REQUESTS = 64
+CONFLICT_TRIES = 5  # reads and patches of a Node that other writers keep changing
 NODE_PAGE = 500  # Nodes a list asks for at once: 10,000 Nodes come in 20 answers, not one
 _BUDGET = re.compile(r"The disruption budget (\S+) needs")
 
@@ -115,6 +126,7 @@ class Kube:
         self._api = api
         self._core = client.CoreV1Api(api)
         self._apps = client.AppsV1Api(api)
+        self._policy = client.PolicyV1Api(api)
         self._limit = asyncio.Semaphore(CONCURRENT_REQUESTS)
 
     @classmethod
@@ -151,12 +163,101 @@ class Kube:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise KubeError(f"{what}: the API server does not answer ({exc})") from None
 
-    async def set_unschedulable(self, node: str, unschedulable: bool) -> None:
-        """Cordon (True) or uncordon (False): a strategic merge patch of spec.unschedulable,
-        as kubectl sends it; null removes the field, as uncordon leaves the node."""
-        body = {"spec": {"unschedulable": True if unschedulable else None}}
-        verb = "cordon" if unschedulable else "uncordon"
-        await self._call(f"{verb} node {node}", lambda: self._core.patch_node(node, body))
+    async def hold(self, node: str, since: str) -> str | None:
+        """Take the Node for maintenance and cordon it (domain/nodes/maintenance.py): None once
+        the coordinator holds it, else who else does (it is left alone). since: now, RFC 3339."""
+        for _ in range(CONFLICT_TRIES):
+            found = await self.node(node)
+            other = other_holder(found, kured_locked_node(await self._kured_daemonset()))
+            if other is not None:
+                return other
+            if await self._patch_unless_changed(f"hold and cordon node {node}", node,
+                                                take(found, since)):
+                return None
+        raise KubeError(f"hold node {node}: it changed under each of {CONFLICT_TRIES} tries")
+
+    async def give_back(self, node: str) -> Release:
+        """Give the Node back: the hold removed, and the cordon only when the coordinator made
+        it (a Node cordoned by someone else stays cordoned)."""
+        for _ in range(CONFLICT_TRIES):
+            given = release(await self.node(node))
+            if given.patch is None or await self._patch_unless_changed(
+                    f"release node {node}", node, given.patch):
+                return given
+        raise KubeError(f"release node {node}: it changed under each of {CONFLICT_TRIES} tries")
+
+    async def _patch_unless_changed(self, what: str, node: str, patch: dict[str, Any]) -> bool:
+        """A patch carrying the resourceVersion it was computed from: False when the Node
+        changed since (409), to be read again."""
+        async def request() -> bool:
+            try:
+                await self._core.patch_node(node, patch)
+            except ApiException as exc:
+                if exc.status == 409:
+                    return False
+                raise
+            return True
+
+        changed: bool = await self._call(what, request)
+        return changed
+
+    async def _kured_daemonset(self) -> dict[str, Any] | None:
+        """kured's DaemonSet, where its lock is (None: there is none, or the coordinator may
+        not read it, so no lock of kured's can be seen)."""
+        namespace, name = KURED_DAEMONSET
+
+        async def request() -> dict[str, Any] | None:
+            try:
+                response = await self._apps.read_namespaced_daemon_set(
+                    name, namespace, _preload_content=False)
+            except ApiException as exc:
+                if exc.status in (403, 404):
+                    return None
+                raise
+            async with response:
+                found: dict[str, Any] = await response.json()
+                return found
+
+        found: dict[str, Any] | None = await self._call(f"get daemonset {namespace}/{name}",
+                                                        request)
+        return found
+
+    async def budgets(self) -> list[dict[str, Any]]:
+        """Every PodDisruptionBudget with the disruption controller's status, as JSON."""
+        return await self._items("list poddisruptionbudgets", lambda: self._policy
+                                 .list_pod_disruption_budget_for_all_namespaces(
+                                     _preload_content=False))
+
+    async def drain_forecast(self, node: str, settings: DrainSettings,
+                             budgets: list[dict[str, Any]]) -> NodeForecast:
+        """What draining node would meet now (domain/nodes/forecast.py): its pods, the
+        budgets given (`budgets`, read once for a whole plan) and the replica count of each
+        evicted pod's ReplicaSet. Reads only."""
+        pods = await self.pods_on(node)
+        owners = {(p["metadata"].get("namespace", ""), o["name"]): o["uid"] for p in pods
+                  for o in p["metadata"].get("ownerReferences") or []
+                  if o.get("controller") and o.get("kind") == "ReplicaSet"}
+        replicas = dict(zip(owners.values(), await asyncio.gather(
+            *(self._replicas(namespace, name) for namespace, name in owners)), strict=True))
+        return forecast(node, pods, budgets, {u: n for u, n in replicas.items() if n is not None},
+                        settings)
+
+    async def _replicas(self, namespace: str, name: str) -> int | None:
+        """A ReplicaSet's desired replicas (None: gone meanwhile)."""
+        async def request() -> int | None:
+            try:
+                response = await self._apps.read_namespaced_replica_set(
+                    name, namespace, _preload_content=False)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+            async with response:
+                found = await response.json()
+            return int((found.get("spec") or {}).get("replicas", 1))
+
+        wanted: int | None = await self._call(f"get replicaset {namespace}/{name}", request)
+        return wanted
 
     async def node_ready(self, node: str) -> tuple[bool, str]:
         """Whether the node's Ready condition is True, and the condition as a phrase (status,
@@ -258,12 +359,12 @@ class Kube:
                     clock: Clock = time.time, progress: OnProgress | None = None,
                     rand: random.Random | None = None,
                     refused: Callable[[], None] | None = None) -> DrainResult:
-        """Cordon node and evict its pods; True in .drained once every evictable pod is gone.
+        """Evict the pods of a node the coordinator holds (`hold`: held and cordoned); True in
+        .drained once every evictable pod is gone.
 
         Not drained, with the pods and budgets in the way: pods the settings do not allow to
         move, or pods still protected by a budget (or not gone) at the deadline. refused is
         called on every eviction a budget refuses (a 429), as it happens."""
-        await self.set_unschedulable(node, True)
         plan = classify(await self.pods_on(node), settings)
         if (blocked := blocked_at_once(plan, force)) is not None:
             return blocked

@@ -9,6 +9,7 @@ from typing import Any
 from coordinator.domain.fitness import to_be_prepared
 from coordinator.domain.machines.tokens import join_token_state
 from coordinator.domain.model import ClusterSpec, Machine, MachineState, Material
+from coordinator.domain.nodes.forecast import NodeForecast
 from coordinator.domain.nodes.nodes import described
 from coordinator.domain.records import (
     AdminToken,
@@ -163,12 +164,22 @@ def upgrade_plan_view(spec: ClusterSpec, plan: UpgradePlan) -> dict[str, Any]:
         "cluster": spec.name,
         "release": spec.release,
         "paused": spec.settings.upgrade.paused,
-        "steps": [[_machine_upgrade_view(u) for u in step] for step in plan.steps],
+        "steps": [[{**_machine_upgrade_view(u), "drain": _forecast_view(plan.forecasts.get(
+            u.machine.hostname))} for u in step] for step in plan.steps],
         "waiting": [{**_machine_upgrade_view(u), "reason": u.waiting} for u in plan.waiting],
         "nothing_to_run": [_planned_machine_view(m) for m in plan.nothing_to_run],
         "warnings": plan.warnings,
         "notes": plan.notes,
     }
+
+
+def _forecast_view(found: NodeForecast | None) -> dict[str, Any] | None:
+    """What a machine's drain would meet (None: not drained, or not read)."""
+    if found is None:
+        return None
+    return {"node": found.node, "evicted": list(found.evicted), "blocked": found.blocked,
+            "hindrances": [{"severity": h.severity, "what": h.what, "remedy": h.remedy}
+                           for h in found.hindrances]}
 
 
 def _planned_machine_view(machine: Machine) -> dict[str, Any]:

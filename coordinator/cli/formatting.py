@@ -195,8 +195,10 @@ def upgrade_plan_lines(plan: dict[str, Any]) -> list[str]:
         lines.append("nothing to upgrade")
     for number, step in enumerate(plan["steps"], 1):
         label = f"step {number}: "
-        lines += [f"{label if index == 0 else ' ' * len(label)}{_planned(m)} runs {_items(m)}"
-                  for index, m in enumerate(step)]
+        for index, m in enumerate(step):
+            lines.append(f"{label if index == 0 else ' ' * len(label)}{_planned(m)} runs "
+                         f"{_items(m)}")
+            lines += [f"{' ' * len(label)}  {line}" for line in _drain_lines(m.get("drain"))]
     lines += [f"not reached: {_planned(m)}: {m['reason']}; would run {_items(m)}"
               for m in plan["waiting"]]
     if plan["nothing_to_run"]:
@@ -204,6 +206,19 @@ def upgrade_plan_lines(plan: dict[str, Any]) -> list[str]:
                      + ", ".join(_planned(m) for m in plan["nothing_to_run"]))
     return lines + [f"note: {note}" for note in plan.get("notes", [])] \
         + [f"warning: {warning}" for warning in plan.get("warnings", [])]
+
+
+def _drain_lines(drain: dict[str, Any] | None) -> list[str]:
+    """A planned machine's drain forecast, under its line: what it evicts, then each thing
+    that blocks or slows it with its remedy."""
+    if drain is None:
+        return []
+    evicted = len(drain["evicted"])
+    lines = [f"drain of node {drain['node']}: evicts {evicted} pod{'s' if evicted != 1 else ''}"
+             + (": " + ", ".join(drain["evicted"][:5]) + (" ..." if evicted > 5 else "")
+                if evicted else "")]
+    return lines + [f"{h['severity']}: {h['what']}; remedy: {h['remedy']}"
+                    for h in drain["hindrances"]]
 
 
 def _planned(machine: dict[str, Any]) -> str:

@@ -35,8 +35,10 @@ def upgrade() -> None:
 @click.pass_context
 def upgrade_plan(ctx: click.Context, cluster_name: str, path: Any, allow_downgrade: bool,
                  output: str) -> None:
-    """Show the order and batches the upgrade will take, and the items each machine runs,
-    before anything runs. A Kubernetes version its apply would refuse is refused alike."""
+    """Show the order and batches the upgrade will take, the items each machine runs and
+    what each drain would meet now (the pods it evicts, the budgets and pods that block or
+    slow it, with a remedy each), before anything runs. A Kubernetes version its apply would
+    refuse is refused alike."""
     where = f"/v1/clusters/{cluster_name}/upgrade-plan" + downgrade_query(allow_downgrade)
     data = (call(ctx, "POST", where, text=path.read(), content_type="application/yaml") if path
             else call(ctx, "GET", where))

@@ -172,6 +172,10 @@ class DrainStatus:
     # deletion) failed, and since when: it is retried; "" once one succeeds.
     step_error: str = ""
     step_error_since: float | None = None
+    # The coordinator holds the Node for maintenance (domain/nodes/maintenance.py): its
+    # annotation is on it and the Node is cordoned, by the coordinator or from before.
+    held: bool = False
+    held_by: str = ""  # who else holds the Node, while the drain waits for them to let go
 
 
 @dataclass(frozen=True)
@@ -448,10 +452,35 @@ def pending_items(spec: ClusterSpec, machine: Machine, phase: Phase,
             if i.fingerprint() not in machine.applied]
 
 
+def kubernetes_access(spec: ClusterSpec) -> bool:
+    """Whether the cluster gives the coordinator a way to its Kubernetes API: a kubeconfig
+    file in settings.kubernetes, or a manager item that reports one (kubeconfigFrom). Only
+    then does a machine wait in Deploy for its Node and get labels and taints on it, and an
+    upgrade drain it; a cluster without either goes Ready on its items alone."""
+    return spec.settings.kubernetes.kubeconfig is not None or any(
+        i.kubeconfig_from is not None for i in spec.machine_types.manager)
+
+
 def needs_drain(spec: ClusterSpec, machine: Machine) -> bool:
-    """Whether an upgrade of this machine cordons and drains its Kubernetes node first."""
-    return spec.settings.drain.enabled and (
+    """Whether an upgrade of this machine holds, cordons and drains its Kubernetes node first
+    (and gives it back after, then waits for it to be Ready): drains are on and the cluster
+    gives the coordinator a way to its API (without one, drains are skipped, as the plan,
+    `cluster apply` and the status say: NO_ACCESS_DRAINS_SKIPPED)."""
+    return spec.settings.drain.enabled and kubernetes_access(spec) and (
         machine.role == "worker" or spec.settings.upgrade.drain_managers)
+
+
+def drains_skipped(spec: ClusterSpec) -> bool:
+    """Drains are on, but the cluster gives no way to its Kubernetes API: skipped."""
+    return spec.settings.drain.enabled and not kubernetes_access(spec)
+
+
+NO_ACCESS_SHORT = "no Kubernetes access: drains skipped"  # the status's words
+NO_ACCESS_DRAINS_SKIPPED = (
+    f"{NO_ACCESS_SHORT} (settings.kubernetes.kubeconfig is not set and no "
+    "manager item has kubeconfigFrom, so upgrades run in place, without cordon, drain or a "
+    "wait for the Node; give one to have nodes drained, or set settings.drain.enabled: false "
+    "to say so on purpose)")
 
 
 def upgrade_items_may_run(spec: ClusterSpec, machine: Machine) -> bool:

@@ -20,13 +20,15 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from functools import partial
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from coordinator.domain.model import ClusterSpec, DrainStatus, Machine
 from coordinator.domain.nodes import draining
 from coordinator.domain.nodes.draining import DrainResult
 from coordinator.domain.nodes.kubeaccess import NO_DRAIN, NO_KUBECONFIG, KubeAccess, kube_access
+from coordinator.domain.nodes.maintenance import rfc3339
 from coordinator.domain.nodes.removal import may_lack_node, unregistered
 from coordinator.domain.rollout.planner import node_action
 from coordinator.kube import Kube, KubeError
@@ -34,7 +36,8 @@ from coordinator.metrics import record_blocked_eviction, record_drain
 
 log = logging.getLogger("coordinator.service.drainer")
 RETRY_SECONDS = 2.0  # after the API server failed to answer
-NOT_READY_POLL_SECONDS = 2.0  # the longest wait between two looks at a node's Ready condition
+NOT_READY_POLL_SECONDS = 2.0
+T = TypeVar("T")  # the longest wait between two looks at a node's Ready condition
 
 
 class DrainStatusRecorder(Protocol):
@@ -108,25 +111,34 @@ class Drainer:
             try:
                 async with await Kube.connect(access.path, access.text) as kube:
                     node = await _node(kube, machine)
-                    result = DrainResult(True, unregistered(machine)) if node is None else \
-                        await kube.drain(
+                    if node is None:
+                        result = DrainResult(True, unregistered(machine))
+                        break
+                    holder = await kube.hold(node, rfc3339(self.clock()))
+                    if holder is None:
+                        if not status.held:  # from now on the node is the coordinator's
+                            held = replace(status, held=True)
+                            await self.recorder.set_drain(machine.id, status, held, None)
+                            status = held
+                        result = await kube.drain(
                             node, settings.drain, deadline, force=status.force,
                             clock=self.clock, progress=progress,
                             refused=partial(record_blocked_eviction, machine.cluster))
-                break
+                        break
+                    result = draining.held_by_another(node, holder)
             except KubeError as exc:
                 result = DrainResult(False, str(exc))
-                if self.clock() >= deadline:
-                    break
-                await progress(result)
-                await asyncio.sleep(RETRY_SECONDS)
+            if self.clock() >= deadline:
+                break
+            await progress(result)
+            await asyncio.sleep(RETRY_SECONDS)
         final, message, end = draining.ended(machine.hostname, status, result, node is not None)
         if end != "skipped":
             record_drain(machine.cluster, self.clock() - status.started_at, end)
         await self.recorder.set_drain(machine.id, status, final, message)
 
     async def _call(self, machine: Machine, access: KubeAccess | None, what: str,
-                    request: Callable[[Kube], Awaitable[str]]) -> str | None:
+                    request: Callable[[Kube], Awaitable[T]]) -> T | None:
         """One request of a node step (an uncordon, a Node deletion) through a new connection,
         and what it answered; when it fails, the drain's message says so and the step is
         retried RETRY_SECONDS later (None)."""
@@ -150,16 +162,15 @@ class Drainer:
         status = machine.drain
         assert status is not None
 
-        async def uncordon(kube: Kube) -> str:
+        async def give_back(kube: Kube) -> tuple[str, str]:
             node = await kube.machine_node(machine.cluster, machine.id, machine.hostname)
-            await kube.set_unschedulable(node, False)
-            return node
+            return node, (await kube.give_back(node)).note
 
-        node = await self._call(machine, access, "uncordon", uncordon)
-        if node is None:
+        done = await self._call(machine, access, "uncordon", give_back)
+        if done is None:
             return
         await self.recorder.set_drain(machine.id, status, *draining.uncordoned(
-            machine.hostname, status, node, self.clock()))
+            machine.hostname, status, *done, self.clock()))
 
     async def _delete_node(self, machine: Machine, access: KubeAccess | None) -> None:
         """Delete a leaving machine's Node, the one carrying its mark, once its reset items

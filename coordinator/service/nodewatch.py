@@ -25,13 +25,12 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
-from coordinator.domain.model import ClusterSpec, Machine, NodeStatus
+from coordinator.domain.model import ClusterSpec, Machine, NodeStatus, kubernetes_access
 from coordinator.domain.nodes.kubeaccess import NO_KUBECONFIG, KubeAccess, kube_access
 from coordinator.domain.nodes.nodes import (
     NODE_HEALTH_SECONDS,
     NodeFound,
     first_sweep_offset,
-    kubernetes_access,
     missing,
     node_due,
     swept,

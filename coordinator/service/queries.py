@@ -37,6 +37,7 @@ from coordinator.domain.views.status import (
     Stage,
 )
 from coordinator.service import snapshot
+from coordinator.service.forecasts import drain_forecasts
 from coordinator.service.servingcheck import ServingCheck
 from coordinator.service.statuscache import StatusCache, status_order
 from coordinator.service.systemcheck import SystemCheck
@@ -223,7 +224,10 @@ class Queries:
         target, verdict = versions.admitted(stored.spec, target, machines, allow_downgrade)
         plan = planner.upgrade_plan(target, machines)
         warned = versions.warnings(stored.spec, target, verdict)
-        return target, replace(plan, warnings=[*warned, *plan.warnings])
+        forecasts, notes = await drain_forecasts(
+            target, machines, [u.machine for step in plan.steps for u in step])
+        return target, replace(plan, warnings=[*warned, *plan.warnings],
+                               notes=[*plan.notes, *notes], forecasts=forecasts)
 
     async def rendering(self, name: str, spec: ClusterSpec | None = None,
                         fleet: Fleet | None = None, machine: str | None = None,

@@ -10,9 +10,8 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from coordinator.domain.model import ClusterSpec, Machine, MachineState
+from coordinator.domain.model import ClusterSpec, Machine, MachineState, kubernetes_access
 from coordinator.domain.nodes.kubeaccess import NO_KUBECONFIG, kube_access
-from coordinator.domain.nodes.nodes import kubernetes_access
 from coordinator.domain.nodes.workloads import SystemWorkloads
 from coordinator.kube import Kube, KubeError
 

@@ -186,6 +186,11 @@ def items(phase: Phase, count: int, prefix: str = "") -> list[StateItem]:
 ONE_ITEM = (item("sysctl", "prepare"),)
 
 
+# Settings that give the coordinator a way to the cluster's Kubernetes API: its machines'
+# Nodes are waited for, and its upgrades drain (model.kubernetes_access).
+KUBE_ACCESS = {"kubernetes": {"kubeconfig": "/etc/coordinator/kubeconfig"}}
+
+
 def cluster(manager: Sequence[StateItem] = (), worker: Sequence[StateItem] = (),
             batch: int | None = None, *, name: str = "edge", release: str = "1.0.0",
             **settings: Any) -> ClusterSpec:

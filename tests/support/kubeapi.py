@@ -277,6 +277,11 @@ class Cluster:
         return sorted(f"{ns}/{name}" for (ns, name), p in self.pods.items()
                       if p["spec"].get("nodeName") == node)
 
+    def cordon(self, name: str) -> None:
+        """`kubectl cordon`, by someone other than the coordinator: a new resourceVersion."""
+        self.nodes[name]["spec"]["unschedulable"] = True
+        self.nodes[name]["metadata"]["resourceVersion"] = self.rv()
+
     def cordoned(self) -> list[str]:
         return sorted(n for n, node in self.nodes.items() if node["spec"].get("unschedulable"))
 
@@ -599,6 +604,13 @@ def create_app(cluster: Cluster) -> web.Application:
         body = await request.json()
         kind = request.content_type
         cordoned = bool(node["spec"].get("unschedulable"))
+        precondition = ((body.get("metadata") or {}).get("resourceVersion")
+                        if isinstance(body, dict) else None)
+        if precondition is not None and precondition != node["metadata"]["resourceVersion"]:
+            # A merge patch naming a resourceVersion is a precondition, as the API server takes it.
+            return _status(409, "Conflict", f'Operation cannot be fulfilled on nodes "{name}": '
+                           "the object has been modified; please apply your changes to the "
+                           "latest version and try again")
         if kind == "application/json-patch+json":
             _json_patch(node, body)
         elif kind in ("application/merge-patch+json", "application/strategic-merge-patch+json"):

@@ -325,6 +325,7 @@ function render() {
   renderClusters();
   const status = view.status;
   $("#overview").hidden = !status;
+  $("#plan").hidden = !status;
   $("#machines").hidden = !status;
   if (!status) {
     $("#clusters").replaceChildren(el("p", {}, "No cluster yet: apply one with `coordinator cluster apply -f`."));
@@ -345,10 +346,58 @@ function render() {
   renderMachines();
 }
 
+// The upgrade plan, on demand: it reads the live cluster (each drain's forecast), so it is
+// asked for by a click, not on every refresh.
+async function loadPlan() {
+  const cluster = view.cluster;
+  $("#plan-body").replaceChildren(el("p", {}, "Reading the plan and the live cluster…"));
+  try {
+    const plan = await api("GET", `/v1/clusters/${encodeURIComponent(cluster)}/upgrade-plan`);
+    if (cluster === view.cluster) renderPlan(plan);
+  } catch (error) {
+    if (error instanceof Unauthorized) return showLogin(error.message);
+    $("#plan-body").replaceChildren(el("p", { class: "error" }, error.message));
+  }
+}
+
+const planned = (m) => `${m.hostname} (${m.role}, from ${m.from || "-"})`;
+
+function forecast(drain) {
+  if (!drain) return null;
+  const evicted = drain.evicted.length;
+  return el("ul", { class: "forecast" },
+    el("li", {}, `drain of node ${drain.node}: evicts ${evicted} pod${evicted === 1 ? "" : "s"}`
+      + (evicted ? `: ${drain.evicted.slice(0, 5).join(", ")}${evicted > 5 ? " …" : ""}` : "")),
+    ...drain.hindrances.map((h) => el("li", { class: `hindrance ${h.severity}`, "data-severity": h.severity },
+      el("strong", {}, h.severity), " ", h.what, " ", el("span", { class: "remedy" }, h.remedy))));
+}
+
+function renderPlan(plan) {
+  const head = el("p", {}, `Upgrade of ${plan.cluster} to release ${plan.release}`
+    + (plan.paused ? " (paused: resume to start)" : ""));
+  const steps = el("ol", { class: "plan-steps" }, ...plan.steps.map((step) => el("li", {},
+    ...step.map((m) => el("div", { class: "planned", "data-host": m.hostname },
+      `${planned(m)} runs ${m.items.map((i) => `${i.phase}/${i.name}`).join(", ")}`, forecast(m.drain))))));
+  const more = [
+    ...plan.waiting.map((m) => el("p", {}, `not reached: ${planned(m)}: ${m.reason}`)),
+    plan.nothing_to_run.length ? el("p", {}, `nothing to run, recorded at ${plan.release}: `
+      + plan.nothing_to_run.map(planned).join(", ")) : null,
+    ...plan.notes.map((n) => el("p", { class: "note" }, `note: ${n}`)),
+    ...plan.warnings.map((w) => el("p", { class: "warning" }, `warning: ${w}`)),
+  ];
+  const nothing = !plan.steps.length && !plan.waiting.length ? el("p", {}, "nothing to upgrade") : null;
+  $("#plan-body").replaceChildren(...[head, nothing, plan.steps.length ? steps : null, ...more]
+    .filter((part) => part !== null));
+}
+
 function renderClusters() {
   $("#clusters").replaceChildren(...view.clusters.map((c) => el("button", {
     type: "button", "aria-pressed": String(c.name === view.cluster),
-    onclick: () => { view.cluster = c.name; view.detail = null; view.page.offset = 0; $("#detail").hidden = true; refresh(); },
+    onclick: () => {
+      view.cluster = c.name; view.detail = null; view.page.offset = 0; $("#detail").hidden = true;
+      $("#plan-body").replaceChildren();
+      refresh();
+    },
   }, `${c.name} · ${c.release}${c.deleting ? " (deleting)" : ""}`)));
 }
 
@@ -587,6 +636,7 @@ function init() {
     start();
   });
   $("#forget").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); showLogin(); });
+  $("#plan-load").addEventListener("click", loadPlan);
   $("#detail-close").addEventListener("click", () => { view.detail = null; $("#detail").hidden = true; });
   document.addEventListener("visibilitychange", caughtUp);
   setInterval(tick, 1000); // elapsed times move on in the browser: no request

@@ -42,6 +42,7 @@ class DrainResult:
     evicted: int = 0
     blocking_pods: tuple[str, ...] = ()
     blocking_budgets: tuple[str, ...] = ()
+    held_by: str = ""  # another holds the node (maintenance.other_holder): not begun
 
 
 # -- the Kubernetes side: what to do with the pods -----------------------------------------------
@@ -132,7 +133,7 @@ def with_result(status: DrainStatus, result: DrainResult,
     """status carrying a drain's note, what blocks it and how many pods went."""
     return replace(status, stage=stage or status.stage, message=result.message,
                    blocking_pods=result.blocking_pods, blocking_budgets=result.blocking_budgets,
-                   evicted=result.evicted)
+                   evicted=result.evicted, held_by=result.held_by)
 
 
 DrainEnd = Literal["drained", "forced", "timed-out", "skipped"]
@@ -149,8 +150,9 @@ def ended(hostname: str, status: DrainStatus, result: DrainResult,
     if result.drained:
         return (with_result(status, result, DrainStage.DRAINED),
                 f"{hostname} drained: {result.message}", "forced" if status.force else "drained")
+    held = " (still held and cordoned)" if status.held else ""
     return (with_result(status, result, DrainStage.BLOCKED),
-            f"{hostname} drain blocked (still cordoned): {result.message}", "timed-out")
+            f"{hostname} drain blocked{held}: {result.message}", "timed-out")
 
 
 def step_failed(status: DrainStatus, what: str, error: str, now: float) -> DrainStatus:
@@ -160,14 +162,22 @@ def step_failed(status: DrainStatus, what: str, error: str, now: float) -> Drain
                    step_error_since=status.step_error_since or now)
 
 
-def uncordoned(hostname: str, status: DrainStatus, node: str,
+def held_by_another(node: str, holder: str) -> DrainResult:
+    """A drain that waits because another holds the node (maintenance.other_holder): nothing
+    cordoned or evicted."""
+    return DrainResult(False, f"waiting for node {node}, held by {holder}: not cordoned",
+                       held_by=holder)
+
+
+def uncordoned(hostname: str, status: DrainStatus, node: str, given_back: str,
                now: float) -> tuple[DrainStatus, str]:
-    """The node uncordoned after the upgrade items: the wait for its Ready condition counts
-    from now."""
+    """The node given back after the upgrade items (given_back: what became of its cordon,
+    maintenance.Release.note): the wait for its Ready condition counts from now."""
     return (replace(status, stage=DrainStage.UNCORDONED, step_error="", step_error_since=None,
-                    uncordoned_at=now, message=("upgrade items applied; uncordoned; waiting for "
-                                                f"node {node} to report Ready")),
-            f"{hostname} uncordoned (node {node})")
+                    uncordoned_at=now, held=False,
+                    message=f"upgrade items applied; {given_back}; waiting for node {node} to "
+                            "report Ready"),
+            f"{hostname}: {given_back}")
 
 
 def node_deleted(hostname: str, status: DrainStatus, done: str) -> tuple[DrainStatus, str]:

@@ -26,6 +26,7 @@ from coordinator.domain.model import (
     Machine,
     MachineState,
     NodeStatus,
+    kubernetes_access,
     pending_items,
 )
 from nodeagent.wire.contract import Role
@@ -152,15 +153,6 @@ def ready_condition(node: Mapping[str, Any]) -> tuple[str, str, str]:
     conditions = (node.get("status") or {}).get("conditions") or []
     ready = next((c for c in conditions if c.get("type") == "Ready"), {})
     return str(ready.get("status", "")), str(ready.get("reason") or ""), str(ready.get("message") or "")
-
-
-def kubernetes_access(spec: ClusterSpec) -> bool:
-    """Whether the cluster gives the coordinator a way to its Kubernetes API: a kubeconfig
-    file in settings.kubernetes, or a manager item that reports one (kubeconfigFrom). Only
-    then does a machine wait in Deploy for its Node and get labels and taints on it; a
-    cluster without either goes Ready on its deploy items alone."""
-    return spec.settings.kubernetes.kubeconfig is not None or any(
-        i.kubeconfig_from is not None for i in spec.machine_types.manager)
 
 
 def node_ready(machine: Machine) -> bool:

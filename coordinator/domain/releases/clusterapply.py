@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from coordinator.domain.changes import Change, bumped
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
-from coordinator.domain.model import ClusterSpec, Machine
+from coordinator.domain.model import NO_ACCESS_DRAINS_SKIPPED, ClusterSpec, Machine, drains_skipped
 from coordinator.domain.records import Event, StoredCluster
 from coordinator.domain.releases import versions
 from coordinator.domain.specs.specs import check_fixed, pause_kept
@@ -65,9 +65,11 @@ def applying(before: StoredCluster | None, spec: ClusterSpec, machines: Sequence
                             data={"from": before.spec.settings.kubernetes.version,
                                   "to": spec.settings.kubernetes.version}))
     again = bumped(machines)
+    upgrades = before is not None and before.spec.release != spec.release and bool(machines)
+    skipped = [NO_ACCESS_DRAINS_SKIPPED] if upgrades and drains_skipped(spec) else []
     return Applying(stored, True, Change(machines=again, events=events, clusters=[stored],
                                          wake=[m.id for m in again], kick=True),
-                    tuple(versions.warnings(before and before.spec, spec, verdict)))
+                    (*versions.warnings(before and before.spec, spec, verdict), *skipped))
 
 
 def paused_spec(spec: ClusterSpec, paused: bool) -> ClusterSpec:

@@ -43,6 +43,7 @@ from coordinator.domain.model import (
     pending_items,
     phase_items,
 )
+from coordinator.domain.nodes.forecast import NodeForecast
 from coordinator.domain.nodes.nodes import awaits_node, found_down, metadata_due
 from coordinator.domain.nodes.removal import may_be_removed, node_deletion_due
 from coordinator.domain.releases.releases import (
@@ -335,6 +336,8 @@ class UpgradePlan:
     nothing_to_run: list[Machine]  # Ready at another release: recorded at spec's as they are
     warnings: list[str] = field(default_factory=list)  # what will stop it (remedies.py)
     notes: list[str] = field(default_factory=list)  # items only one manager runs, and which
+    # What each drained machine's drain would meet now, by hostname (service/forecasts.py).
+    forecasts: dict[str, NodeForecast] = field(default_factory=dict)
 
 
 def upgrade_plan(spec: ClusterSpec, machines: Sequence[Machine]) -> UpgradePlan:

@@ -13,15 +13,18 @@ from dataclasses import dataclass, replace
 
 from coordinator.domain.durations import duration
 from coordinator.domain.model import (
+    NO_ACCESS_DRAINS_SKIPPED,
     ClusterSpec,
     DrainStage,
     DrainStatus,
     Machine,
     MachineState,
     deployed_manager_machines,
+    drains_skipped,
     needs_drain,
 )
 from coordinator.domain.nodes.kubeaccess import NO_KUBECONFIG, kube_access
+from coordinator.domain.nodes.maintenance import MAINTENANCE_ANNOTATION
 from coordinator.domain.nodes.nodes import MACHINE_ID_LABEL, NodeDown, node_down, provider_id
 from coordinator.domain.releases.releases import awaiting_upgrade, to_run
 from coordinator.domain.rollout.prerequisites import deploy_gate
@@ -227,7 +230,7 @@ def _drain_note(spec: ClusterSpec | None, machine: Machine, now: float) -> Note 
     host = machine.hostname
     leaving = machine.state is MachineState.DELETING
     if drain.stage is DrainStage.BLOCKED:
-        held = "not cordoned, for" if _unreachable(drain) else "cordoned for"
+        held = "cordoned for" if drain.held else "not cordoned, for"
         return Note(f"drain Blocked (attempt {drain.attempt}, {held} "
                     f"{duration(now - drain.started_at)}): {drain.message}",
                     _blocked_remedy(drain, host, leaving), True, DRAIN_ANSWERS)
@@ -259,6 +262,10 @@ def _draining_note(spec: ClusterSpec | None, machine: Machine, drain: DrainStatu
     left = f", {duration(drain.started_at + timeout - now)} of its timeout left" if timeout else ""
     text = f"drain Draining (attempt {drain.attempt}{left})" + (
         f": {drain.message}" if drain.message else "")
+    if drain.held_by:
+        return Note(text, _blocked_remedy(drain, machine.hostname,
+                                          machine.state is MachineState.DELETING, waiting=True),
+                    actions=DRAIN_ANSWERS)
     if not drain.blocking_pods:
         return Note(text)
     return Note(text, _blocked_remedy(drain, machine.hostname,
@@ -270,6 +277,11 @@ def _blocked_remedy(drain: DrainStatus, host: str, leaving: bool, waiting: bool 
     if NO_KUBECONFIG in drain.message:
         return f"{KUBECONFIG_REMEDY}; then coordinator upgrade retry {host} (or skip {host})"
     then = "reset" if leaving else "upgrade"
+    if drain.held_by:
+        return (f"the drain begins once {drain.held_by} lets go of the node (its "
+                f"{MAINTENANCE_ANNOTATION} annotation removed, or kured's reboot done)"
+                + (": wait" if waiting else ", then coordinator upgrade retry " + host)
+                + f"; or coordinator upgrade skip {host} to {then} undrained")
     budgets = ", ".join(drain.blocking_budgets)
     free = (f"relax budget {budgets} or move its pods" if budgets else "move the pods named")
     first = "wait, or " if waiting else f"{free}, then "
@@ -333,16 +345,15 @@ def _node_down_note(machine: Machine, down: NodeDown) -> Note:
 
 def drain_warnings(spec: ClusterSpec, machines: Sequence[Machine],
                    upgrading: Sequence[Machine]) -> list[str]:
-    """Why the drains of the upgrading machines will block, when they will: drains are on but
-    the coordinator has no kubeconfig for the cluster."""
+    """What the plan says of the upgrading machines' drains: skipped in a cluster that gives no
+    way to its Kubernetes API; blocking where it names one (kubeconfigFrom) that no manager has
+    reported yet."""
+    if drains_skipped(spec):
+        return [NO_ACCESS_DRAINS_SKIPPED] if upgrading else []
     drained = [m.hostname for m in upgrading if needs_drain(spec, m)]
     if not drained or kube_access(spec, machines) is not None:
         return []
-    reported = any(i.kubeconfig_from is not None for i in spec.machine_types.manager)
-    why = ("no manager has reported the kubeconfig its kubeconfigFrom item leaves yet"
-           if reported else "settings.kubernetes.kubeconfig is not set and no manager item has "
-           "kubeconfigFrom")
     shown = ", ".join(drained[:4]) + (f" and {len(drained) - 4} more" if len(drained) > 4 else "")
-    return [f"drains will block: {why}, so the nodes of {shown} cannot be cordoned and "
-            f"drained and each would stay in Upgrade with its drain Blocked. To fix: "
-            f"{KUBECONFIG_REMEDY}"]
+    return ["drains will block: no manager has reported the kubeconfig its kubeconfigFrom item "
+            f"leaves yet, so the nodes of {shown} cannot be cordoned and drained and each "
+            f"would stay in Upgrade with its drain Blocked. To fix: {KUBECONFIG_REMEDY}"]

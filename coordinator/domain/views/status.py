@@ -14,8 +14,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from coordinator.domain.model import ClusterSpec, Machine, MachineState, Role, phase_items
-from coordinator.domain.nodes.nodes import awaits_node, kubernetes_access, node_down, node_wait
+from coordinator.domain.model import (
+    NO_ACCESS_SHORT,
+    ClusterSpec,
+    Machine,
+    MachineState,
+    Role,
+    drains_skipped,
+    kubernetes_access,
+    phase_items,
+)
+from coordinator.domain.nodes.nodes import awaits_node, node_down, node_wait
 from coordinator.domain.nodes.workloads import SystemWorkloads
 from coordinator.domain.releases.releases import awaiting_upgrade
 from coordinator.domain.rollout.planner import DEPLOYED_STATES, post_deploy_host
@@ -392,6 +401,9 @@ def _ready(fleet: _Fleet) -> Stage:
         state, message = "in-progress", f"{message}; {fleet.system.text()}"
     if state == "done" and fleet.awaiting:
         state, message = _upgrade_waits(fleet.spec, message, fleet.awaiting)
+    upgrading = fleet.awaiting or MachineState.UPGRADE.value in fleet.not_ready
+    if upgrading and drains_skipped(fleet.spec):
+        message = f"{message}; {NO_ACCESS_SHORT}"
     return Stage("ready", "Cluster ready", state, since, message)
 
 

@@ -327,6 +327,17 @@ def test_a_blocked_drain_shows_its_remedy_and_only_an_admin_may_answer_it(
     expect(ready).to_contain_text("w1: drain Blocked (attempt 1")
     expect(page.locator("td.actions button")).to_have_count(0)  # read-only: no buttons at all
     keep(page, tmp_path, "dashboard-blocked-drain-read-only.png")
+    # The plan of what is left, read from the live cluster: w2's drain will block on the same
+    # budget, and the page says so before it happens.
+    page.get_by_role("button", name="Show the plan").click()
+    w2_plan = page.locator("#plan-body .planned[data-host=w2]")
+    expect(w2_plan).to_contain_text("drain of node w2: evicts 1 pod: default/web-")
+    expect(w2_plan.locator(".hindrance[data-severity=blocks]")).to_contain_text(
+        "budget default/web allows no disruption now")
+    expect(w2_plan.locator(".hindrance .remedy")).to_contain_text(
+        "scale the workload up or relax budget default/web before the upgrade")
+    expect(page.locator("#plan-body")).not_to_contain_text("null")
+    keep(page, tmp_path, "dashboard-upgrade-plan.png")
 
     page.get_by_role("button", name="Forget token").click()
     sign_in(page, c)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.domain.nodes.kubeaccess import NO_DRAIN
-from coordinator.domain.rollout.remedies import KUBECONFIG_REMEDY
+from coordinator.domain.model import NO_ACCESS_DRAINS_SKIPPED
+from coordinator.domain.nodes.maintenance import MAINTENANCE_ANNOTATION
 from coordinator.metrics import METRICS
 from tests.integration.api.operator import flat, machine, shown_everywhere
 from tests.support.harness import InProcessCoordinator, in_process_coordinator
@@ -113,9 +113,28 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
     reader = (await env.call("POST", "/v1/admin-tokens", 201,
                              json={"name": "viewer", "role": "read-only"}))["token"]
     plan = await env.cli("upgrade", "plan", "lab", "-f", str(new_spec), token=reader)
-    assert plan.splitlines()[1:] == ["step 1: m1 (manager, from 1.0) runs upgrade/kubelet-manager",
-                                     "step 2: w1 (worker, from 1.0) runs upgrade/kubelet-worker",
-                                     "step 3: w2 (worker, from 1.0) runs upgrade/kubelet-worker"]
+    web = {n: next(p for p in kube.cluster.pods_on(n) if p.startswith("default/web-"))
+           for n in ("w1", "w2")}
+
+    def blocks(node: str) -> str:
+        return (f"          blocks: budget default/web allows no disruption now (minAvailable 2,"
+                f" 2 of 2 pods healthy): it holds {web[node]}; remedy: scale the workload up or "
+                "relax budget default/web before the upgrade; or, once blocked, coordinator "
+                "upgrade force (bypasses the budget)")
+
+    assert plan.splitlines()[1:] == [
+        "step 1: m1 (manager, from 1.0) runs upgrade/kubelet-manager",
+        "          drain of node m1: evicts 0 pods",
+        "step 2: w1 (worker, from 1.0) runs upgrade/kubelet-worker",
+        f"          drain of node w1: evicts 1 pod: {web['w1']}", blocks("w1"),
+        "step 3: w2 (worker, from 1.0) runs upgrade/kubelet-worker",
+        f"          drain of node w2: evicts 1 pod: {web['w2']}", blocks("w2")]
+    planned = json.loads(await env.cli("upgrade", "plan", "lab", "-f", str(new_spec),
+                                       "--output", "json", token=reader))
+    w1_drain = planned["steps"][1][0]["drain"]
+    assert (w1_drain["node"], w1_drain["evicted"], w1_drain["blocked"]) == (
+        "w1", [web["w1"]], True)
+    assert [h["severity"] for h in w1_drain["hindrances"]] == ["blocks"]
     assert (await env.cli("upgrade", "plan", "lab", token=reader)).splitlines() == [
         "upgrade of lab to release 1.0", "nothing to upgrade"]
     assert (await machine(env, "m1"))["release"] == "1.0", "the dry run changed something"
@@ -195,9 +214,62 @@ async def test_an_upgrade_with_a_blocked_drain_and_the_operators_answers(
     assert refusals() - refused_before >= 3
     events = await env.call("GET", "/v1/events?cluster=lab", 200)
     drains = [e["message"] for e in events if e["kind"] == "drain"]
-    assert any("w1 drain blocked (still cordoned)" in m and "budget default/web" in m
+    assert any("w1 drain blocked (still held and cordoned)" in m and "budget default/web" in m
                for m in drains), drains
     assert json.dumps(drains).count("operator chose") == 3
+
+
+async def test_an_upgrade_leaves_an_operators_cordon_and_waits_for_another_tools_hold(
+        tmp_path: Path) -> None:
+    """w1 was cordoned by an operator before the upgrade: drained and upgraded, it stays
+    cordoned. w2 is held by another tool (domain/nodes/maintenance.py): it is neither cordoned
+    nor drained, and its note names the holder, until the hold is released."""
+    cluster = Cluster()
+    for node in ("m1", "w1", "w2"):
+        cluster.add_node(node)
+    cluster.add_replicaset("default", "web", 2, {"app": "web"}, nodes=["w1", "w2"])
+    with kube_api_server(cluster) as kube:
+        kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+        slow = spec(kubeconfig).replace("timeoutSeconds: 1,", "timeoutSeconds: 60,")
+        async with in_process_coordinator(tmp_path, slow, clock=time.time) as env:
+            agents = await rolled_out(env, kube)
+            with kube.locked() as nodes:
+                nodes.cordon("w1")
+                nodes.nodes["w2"]["metadata"].setdefault("annotations", {})[
+                    MAINTENANCE_ANNOTATION] = json.dumps({"holder": "ops-team"})
+            await env.call("PUT", "/v1/clusters", 200, data=spec(kubeconfig, "2.0").replace(
+                "timeoutSeconds: 1,", "timeoutSeconds: 60,"))
+            await env.until("m1 and w1 upgraded", lambda: all_upgraded(env, agents, "m1", "w1"))
+            drains = [e["message"] for e in await env.call("GET", "/v1/events?kind=drain", 200)
+                      if e["hostname"] == "w1"]
+            assert "w1: left cordoned: node w1 was unschedulable before the drain" in drains
+            assert kube.cluster.cordoned() == ["w1"]
+
+            async def waits_for_the_holder() -> bool:
+                drain = (await machine(env, "w2"))["drain"] or {}
+                return "held by ops-team" in drain.get("message", "")
+
+            await env.until("w2 waits for ops-team", waits_for_the_holder)
+            evicted = len(kube.cluster.evictions)
+            await shown_everywhere(env, "w2", "drain Draining (attempt 1, ", (
+                "the drain begins once ops-team lets go of the node (its nodeagent.io/maintenance"
+                " annotation removed, or kured's reboot done): wait; or coordinator upgrade skip "
+                "w2 to upgrade undrained"))
+            assert "waiting for node w2, held by ops-team: not cordoned" in \
+                (await machine(env, "w2"))["note"]["text"]
+            assert kube.cluster.cordoned() == ["w1"], "a node another tool holds was cordoned"
+            assert len(kube.cluster.evictions) == evicted, "w2 was drained while held"
+            with kube.locked() as nodes:
+                del nodes.nodes["w2"]["metadata"]["annotations"][MAINTENANCE_ANNOTATION]
+            await env.until("w2 upgraded", lambda: all_upgraded(env, agents, "w2"))
+            assert len(kube.cluster.evictions) > evicted
+            assert kube.cluster.cordoned() == ["w1"]
+            assert MAINTENANCE_ANNOTATION not in kube.cluster.nodes["w2"]["metadata"][
+                "annotations"]
+
+
+async def all_upgraded(env: InProcessCoordinator, agents: Agents, *hostnames: str) -> bool:
+    return all([await upgraded(env, agents, h) for h in hostnames])
 
 
 async def test_drain_actions_refuse_machines_without_a_drain(env: InProcessCoordinator) -> None:
@@ -368,7 +440,7 @@ async def test_an_upgraded_node_that_is_not_ready_keeps_its_machine_in_upgrade(
     await env.until("m1 Ready at 2.0", lambda: upgraded(env, agents, "m1"))
     messages = [e["message"] for e in await env.call("GET", "/v1/events?kind=drain", 200)
                 if e["hostname"] == "m1"]
-    assert messages[-3:] == ["m1 uncordoned (node m1)", f"m1: {expected}", "m1: node m1 Ready"]
+    assert messages[-3:] == ["m1: uncordoned node m1", f"m1: {expected}", "m1: node m1 Ready"]
 
 
 def changed_workers(text: str) -> str:
@@ -441,36 +513,41 @@ async def test_a_failing_uncordon_shows_its_error_and_what_to_check(
     assert "m1" not in kube.cluster.cordoned()
 
 
-async def test_the_upgrade_plan_warns_when_drains_will_block_for_want_of_a_kubeconfig(
+async def test_an_upgrade_without_kubernetes_access_says_drains_are_skipped_and_ends_ready(
         env: InProcessCoordinator, tmp_path: Path) -> None:
+    """A cluster that gives the coordinator no way to its API (no kubeconfig setting, no
+    kubeconfigFrom) upgrades in place: the plan, the apply and the status each say so once,
+    and no view reports a cordon, a blocked drain or an uncordon that never happened."""
     def unreachable(release: str) -> str:
         return spec(None, release).replace(", kubeconfigFrom: /etc/kubernetes/admin.conf", "")
 
     await env.call("PUT", "/v1/clusters", 200, data=unreachable("1.0"))
+    agents = {}
     for hostname, role in (("m1", "manager"), ("w1", "worker")):
-        agent = await env.register(hostname)
+        agent = agents[hostname] = await env.register(hostname)
         await env.call("POST", f"/v1/machines/{hostname}/approve", 200, json={"role": role})
         await env.until(f"{hostname} Ready", lambda a=agent, h=hostname: _ready(env, a, h))
     new_spec = tmp_path / "v2.yaml"
     new_spec.write_text(unreachable("2.0"))
     plan = await env.cli("upgrade", "plan", "lab", "-f", str(new_spec))
-    assert plan.splitlines()[-1] == (
-        "warning: drains will block: settings.kubernetes.kubeconfig is not set and no manager "
-        "item has kubeconfigFrom, so the nodes of m1, w1 cannot be cordoned and drained and "
-        "each would stay in Upgrade with its drain Blocked. To fix: set "
-        "settings.kubernetes.kubeconfig (a kubeconfig file on the coordinator's host) or give a "
-        "manager item kubeconfigFrom; or set settings.drain.enabled: false to upgrade in place, "
-        "without cordon and drain")
+    assert plan.splitlines()[-1] == f"warning: {NO_ACCESS_DRAINS_SKIPPED}"
+    assert flat(plan).count("drains skipped") == 1
     new_spec.write_text(unreachable("2.0").replace("drain: {", "drain: {enabled: false, "))
     assert "warning" not in await env.cli("upgrade", "plan", "lab", "-f", str(new_spec))
 
-    # Applied as it is, m1's drain blocks: its note says how to do without a drain once.
-    await env.call("PUT", "/v1/clusters", 200, data=unreachable("2.0"))
-    await env.until("m1's drain Blocked", lambda: _stage(env, "m1", "Blocked"))
-    note = (await machine(env, "m1"))["note"]
-    assert NO_DRAIN in note["text"] and note["remedy"].startswith(KUBECONFIG_REMEDY), note
-    for shown in (f"{note['text']} {note['remedy']}", await env.cli("machines", "get", "m1")):
-        assert flat(shown).count("drain.enabled: false") == 1, shown
+    applied = await env.call("PUT", "/v1/clusters", 200, data=unreachable("2.0"))
+    assert applied["warnings"] == [NO_ACCESS_DRAINS_SKIPPED]
+    status = await env.call("GET", "/v1/clusters/lab/status", 200)
+    ready = status["stages"][-1]["message"]
+    assert ready.endswith("; no Kubernetes access: drains skipped"), ready
+    for hostname in ("m1", "w1"):
+        await env.until(f"{hostname} upgraded", lambda h=hostname: upgraded(env, agents, h))
+    for hostname in ("m1", "w1"):
+        found = await machine(env, hostname)
+        assert found["drain"] is None and not found["note"]["text"], found
+    events = await env.call("GET", "/v1/events?cluster=lab", 200)
+    assert [e["message"] for e in events if e["kind"] == "drain"] == []
+    assert not any("cordon" in e["message"] for e in events)
 
 
 async def _ready(env: InProcessCoordinator, agent: dict[str, str], hostname: str) -> bool:

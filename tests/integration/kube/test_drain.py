@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 
 from coordinator.domain.model import DrainSettings
+from coordinator.domain.nodes.maintenance import KURED_LOCK, MAINTENANCE_ANNOTATION, rfc3339, take
 from coordinator.kube import DrainResult, Kube, KubeError
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 from tests.support.workloads import workload
@@ -21,6 +23,7 @@ async def drain(server: KubeApiServer, tmp_path: Path, node: str, timeout: float
                 force: bool = False, **changes: object) -> DrainResult:
     kube = await Kube.connect(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
     async with kube:
+        assert await kube.hold(node, rfc3339(time.time())) is None
         return await kube.drain(node, settings(**changes), time.time() + timeout, force=force)
 
 
@@ -40,16 +43,61 @@ async def test_drain_evicts_controlled_pods_and_keeps_daemonset_and_mirror_pods(
         assert cluster.min_healthy["default/web"] >= 2
 
 
-async def test_uncordon_makes_the_node_schedulable_again(server: KubeApiServer,
-                                                         tmp_path: Path) -> None:
+async def test_a_node_given_back_is_uncordoned_only_where_the_coordinator_cordoned_it(
+        server: KubeApiServer, tmp_path: Path) -> None:
     kube = await Kube.connect(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
     async with kube:
-        await kube.set_unschedulable("w2", True)
-        assert server.cluster.cordoned() == ["w2"]
-        await kube.set_unschedulable("w2", False)
+        assert await kube.hold("w2", "2026-11-28T10:00:00Z") is None
+        with server.locked() as cluster:
+            cluster.cordon("w3")  # an operator's cordon, before the coordinator came
+        assert await kube.hold("w3", "2026-11-28T10:00:00Z") is None
+        assert server.cluster.cordoned() == ["w2", "w3"]
+        assert (await kube.give_back("w2")).note == "uncordoned node w2"
+        assert (await kube.give_back("w3")).note == \
+            "left cordoned: node w3 was unschedulable before the drain"
+    with server.locked() as cluster:
+        assert cluster.cordoned() == ["w3"]
+        assert "unschedulable" not in cluster.nodes["w2"]["spec"]
+        assert MAINTENANCE_ANNOTATION not in cluster.nodes["w2"]["metadata"]["annotations"]
+        assert MAINTENANCE_ANNOTATION not in cluster.nodes["w3"]["metadata"]["annotations"]
+
+
+async def test_a_node_another_tool_holds_is_neither_cordoned_nor_taken(
+        server: KubeApiServer, tmp_path: Path) -> None:
+    """kured's lock (its DaemonSet's annotation) and a hold another tool wrote: the
+    coordinator names the holder and leaves the Node as it is."""
+    kube = await Kube.connect(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+    with server.locked() as cluster:
+        cluster.add_daemonset("kube-system", "kured", {"name": "kured"})
+        cluster.daemonsets[("kube-system", "kured")]["metadata"]["annotations"] = {
+            KURED_LOCK: json.dumps({"nodeID": "w2", "created": "2026-11-28T09:00:00Z"})}
+        cluster.nodes["w3"]["metadata"].setdefault("annotations", {})[
+            MAINTENANCE_ANNOTATION] = json.dumps({"holder": "ops-team", "since": "09:00"})
+    async with kube:
+        assert await kube.hold("w2", "2026-11-28T10:00:00Z") == \
+            f"kured's lock ({KURED_LOCK} on daemonset kube-system/kured)"
+        assert await kube.hold("w3", "2026-11-28T10:00:00Z") == "ops-team (since 09:00)"
+        assert (await kube.give_back("w3")).patch is None
     with server.locked() as cluster:
         assert cluster.cordoned() == []
-        assert "unschedulable" not in cluster.nodes["w2"]["spec"]
+
+
+async def test_a_hold_that_raced_another_writer_is_taken_on_the_node_as_it_is_now(
+        server: KubeApiServer, tmp_path: Path) -> None:
+    """The API server refuses a patch computed from an older resourceVersion (409), as it
+    would for a tool that took the node meanwhile: the coordinator reads it again."""
+    kube = await Kube.connect(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+    stale = server.cluster.nodes["w2"]
+    async with kube:
+        patch = take(stale, "2026-11-28T10:00:00Z")
+        with server.locked() as cluster:
+            cluster.cordon("w2")  # someone else cordons it between the read and the patch
+        refused = await kube._patch_unless_changed("hold node w2", "w2", patch)
+        assert refused is False
+        assert await kube.hold("w2", "2026-11-28T10:00:00Z") is None
+        assert (await kube.give_back("w2")).note == \
+            "left cordoned: node w2 was unschedulable before the drain"
+    assert server.cluster.cordoned() == ["w2"]
 
 
 async def test_node_ready_reads_the_condition_the_kubelet_posts(server: KubeApiServer,
@@ -166,5 +214,5 @@ async def test_an_unreachable_api_server_or_bad_kubeconfig_is_a_clear_error(tmp_
         path = server.write_kubeconfig(tmp_path / "kubeconfig")
     kube = await Kube.connect(str(path))  # the server is gone now
     async with kube:
-        with pytest.raises(KubeError, match="cordon node w1: the API server does not answer"):
-            await kube.set_unschedulable("w1", True)
+        with pytest.raises(KubeError, match="get node w1: the API server does not answer"):
+            await kube.hold("w1", "2026-11-28T10:00:00Z")

@@ -21,7 +21,15 @@ from coordinator.domain.releases.runs import phase_run
 from coordinator.domain.rollout.planner import enact, plan, plan_to_fixpoint
 from coordinator.domain.rollout.steps import current_run
 from coordinator.domain.specs.templating import template_values
-from tests.support.builders import cluster, drained, finish_phase, items, machine, upgraded_cluster
+from tests.support.builders import (
+    KUBE_ACCESS,
+    cluster,
+    drained,
+    finish_phase,
+    items,
+    machine,
+    upgraded_cluster,
+)
 
 
 def stored(spec: ClusterSpec) -> StoredCluster:
@@ -38,7 +46,7 @@ def test_a_machine_runs_the_items_of_its_states_phase() -> None:
 
 
 def test_upgrade_items_wait_for_the_drain() -> None:
-    spec = upgraded_cluster(cluster(worker=items("deploy", 1)))
+    spec = upgraded_cluster(cluster(worker=items("deploy", 1), **KUBE_ACCESS))
     w1 = machine("w1", state=MachineState.UPGRADE)
     assert build_assignment(AssignmentInputs(stored(spec), w1, []), None).items == []
     ready = build_assignment(AssignmentInputs(stored(spec), drained(w1, DrainStage.DRAINED), []), None)

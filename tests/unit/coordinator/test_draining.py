@@ -25,7 +25,7 @@ from coordinator.domain.nodes.draining import (
     step_failed,
     uncordoned,
 )
-from tests.support.builders import cluster, items, machine
+from tests.support.builders import KUBE_ACCESS, cluster, items, machine
 
 S, D = MachineState, DrainStage
 WEB, DB = PodRef("default", "web-1", "u1"), PodRef("default", "db-0", "u2")
@@ -92,14 +92,14 @@ def test_how_a_drain_ended(gone: list[PodRef], waits: dict[PodRef, str], left: l
     assert drain_outcome(plan, gone, waits, budgets, left) == result
 
 
-ATTEMPT = DrainStatus(D.DRAINING, started_at=100.0, attempt=2, force=True)
+ATTEMPT = DrainStatus(D.DRAINING, started_at=100.0, attempt=2, force=True, held=True)
 
 
 @pytest.mark.parametrize(("result", "found", "stage", "message", "end"), [
     (DrainResult(True, "3 pods evicted", 3), True, D.DRAINED, "w1 drained: 3 pods evicted",
      "forced"),
     (DrainResult(False, "drain timed out: x"), True, D.BLOCKED,
-     "w1 drain blocked (still cordoned): drain timed out: x", "timed-out"),
+     "w1 drain blocked (still held and cordoned): drain timed out: x", "timed-out"),
     (DrainResult(True, "no node registered"), False, D.SKIPPED, "w1: no node registered",
      "skipped"),
 ], ids=["drained", "blocked", "never-registered"])
@@ -120,7 +120,7 @@ def test_a_drain_begins_or_goes_on(drain: DrainStatus | None, now: float, status
     assert begun(replace(machine("w1"), drain=drain), DrainSettings(), now) == (status, message)
 
 
-SPEC = cluster(worker=items("upgrade", 1))
+SPEC = cluster(worker=items("upgrade", 1), **KUBE_ACCESS)
 UNCORDONED = DrainStatus(D.UNCORDONED, started_at=0.0, uncordoned_at=100.0)
 
 
@@ -188,10 +188,12 @@ def test_a_failed_node_step_keeps_since_when_it_fails() -> None:
     again = step_failed(first, "uncordon", "timed out", 260.0)
     assert (again.message, again.step_error, again.step_error_since) == (
         "uncordon failed, retrying: timed out", "timed out", 200.0)
-    done, said = uncordoned("w1", again, "w1.lab", 300.0)
+    done, said = uncordoned("w1", again, "w1.lab", "uncordoned node w1.lab", 300.0)
     assert (done.stage, done.step_error, done.step_error_since, done.uncordoned_at) == (
         D.UNCORDONED, "", None, 300.0)
-    assert said == "w1 uncordoned (node w1.lab)"
+    assert said == "w1: uncordoned node w1.lab"
+    assert done.message == ("upgrade items applied; uncordoned node w1.lab; waiting for node "
+                            "w1.lab to report Ready")
 
 
 BLOCKED = DrainStatus(D.BLOCKED, started_at=10.0, attempt=1, blocking_pods=("default/web-1",))

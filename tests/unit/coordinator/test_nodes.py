@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from coordinator.domain.model import Machine, MachineState, NodeStatus
+from coordinator.domain.model import Machine, MachineState, NodeStatus, kubernetes_access
 from coordinator.domain.nodes.nodes import (
     CONTROL_PLANE_TAINT,
     MACHINE_ID_LABEL,
@@ -16,7 +16,6 @@ from coordinator.domain.nodes.nodes import (
     Taint,
     awaits_node,
     desired_metadata,
-    kubernetes_access,
     metadata_due,
     metadata_patch,
     node_due,

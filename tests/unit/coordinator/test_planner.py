@@ -9,6 +9,7 @@ import pytest
 from coordinator.domain.model import DrainStage, DrainStatus, ItemProgress, Machine, MachineState
 from coordinator.domain.rollout.planner import Decision, enact, node_action, plan, plan_to_fixpoint
 from tests.support.builders import (
+    KUBE_ACCESS,
     cluster,
     finish_phase,
     items,
@@ -129,7 +130,7 @@ def test_workers_deploy_in_batches_alongside_a_second_manager() -> None:
 
 def test_upgrade_is_left_alone_and_counts_as_deployed() -> None:
     fleet = [machine("m1", "manager", state=MachineState.UPGRADE), machine("w1", state=PREP)]
-    assert moves(plan(cluster(), fleet)) == [("w1", DEP)]
+    assert moves(plan(cluster(**KUBE_ACCESS), fleet)) == [("w1", DEP)]
 
 
 def test_a_reconfiguring_manager_counts_as_deployed() -> None:
@@ -210,8 +211,8 @@ def test_enact_refuses_a_decision_planned_on_a_stale_snapshot() -> None:
 UPGRADE, DELETING = MachineState.UPGRADE, MachineState.DELETING
 # drains: the cluster's drain.enabled and upgrade.drainManagers, by name.
 DRAINS: dict[str, tuple[dict[str, object], dict[str, object]]] = {
-    "on": ({}, {}), "off": ({"drain": {"enabled": False}}, {}),
-    "workers only": ({}, {"drain_managers": False})}
+    "on": (KUBE_ACCESS, {}), "off": ({**KUBE_ACCESS, "drain": {"enabled": False}}, {}),
+    "workers only": (KUBE_ACCESS, {"drain_managers": False}), "no access": ({}, {})}
 NODE_ACTIONS = [
     pytest.param("worker", UPGRADE, None, False, "on", "drain",
                  id="an upgrade starts with cordon and drain"),
@@ -233,6 +234,8 @@ NODE_ACTIONS = [
                  id="Ready again: nothing more"),
     pytest.param("worker", UPGRADE, None, False, "off", None,
                  id="drains disabled: an upgrade in place"),
+    pytest.param("worker", UPGRADE, None, False, "no access", None,
+                 id="no Kubernetes access: an upgrade in place, drains skipped"),
     pytest.param("manager", UPGRADE, None, False, "workers only", None,
                  id="managers not drained: a manager upgrades in place"),
     pytest.param("manager", UPGRADE, None, False, "on", "drain", id="managers drained too"),

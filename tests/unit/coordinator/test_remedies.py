@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from coordinator.domain.model import (
+    NO_ACCESS_DRAINS_SKIPPED,
     ClusterSpec,
     DrainStage,
     DrainStatus,
@@ -53,7 +54,7 @@ def test_a_blocked_drain_names_its_pods_and_budgets_and_the_three_answers() -> N
     blocked = upgrading(DrainStatus(
         DrainStage.BLOCKED, started_at=NOW - 720, attempt=2,
         message="drain timed out: default/web-1 (budget default/web)",
-        blocking_pods=("default/web-1",), blocking_budgets=("default/web",)))
+        blocking_pods=("default/web-1",), blocking_budgets=("default/web",), held=True))
     found = note(blocked)
     assert found.text == ("drain Blocked (attempt 2, cordoned for 12m00s): drain timed out: "
                           "default/web-1 (budget default/web)")
@@ -180,24 +181,28 @@ def test_the_other_notes_read_as_before() -> None:
     assert note(waits, waits="waits for outputs.mint.token").text == "waits for outputs.mint.token"
 
 
-def test_the_upgrade_plan_warns_when_drains_cannot_reach_the_cluster() -> None:
+def test_the_upgrade_plan_says_when_drains_are_skipped_or_will_block() -> None:
+    """A cluster that gives no way to its API upgrades in place, which the plan says once; one
+    whose kubeconfigFrom no manager has reported yet would block every drain."""
     old = cluster(manager=items("deploy", 1, "m"), worker=items("deploy", 1, "w"))
     new = old.model_copy(update={"release": "2.0.0", "machine_types": old.machine_types.model_copy(
         update={"worker": [*old.machine_types.worker, item("kubelet", "upgrade")]})})
     ready = [at_release(old, finish_phase(old, replace(machine(f"w{i}", state=MachineState.READY))))
              for i in range(6)]
-    [warning] = upgrade_plan(new, ready).warnings
-    assert warning.startswith("drains will block: settings.kubernetes.kubeconfig is not set and "
-                              "no manager item has kubeconfigFrom, so the nodes of w0, w1, w2, w3 "
-                              "and 2 more cannot be cordoned and drained")
-    assert "or set settings.drain.enabled: false" in warning
+    assert upgrade_plan(new, ready).warnings == [NO_ACCESS_DRAINS_SKIPPED]
+    assert NO_ACCESS_DRAINS_SKIPPED.startswith("no Kubernetes access: drains skipped (")
+    assert drain_warnings(new, ready, []) == []  # nothing to upgrade: nothing to say
     in_place = new.model_copy(update={"settings": new.settings.model_copy(update={
         "drain": new.settings.drain.model_copy(update={"enabled": False})})})
     assert upgrade_plan(in_place, ready).warnings == []
     assert upgrade_plan(replace_kubeconfig(new), ready).warnings == []
     reported = new.model_copy(update={"machine_types": new.machine_types.model_copy(update={
         "manager": [item("m", "deploy").model_copy(update={"kubeconfig_from": "/etc/k.conf"})]})})
-    assert "no manager has reported the kubeconfig" in drain_warnings(reported, ready, ready)[0]
+    [warning] = drain_warnings(reported, ready, ready)
+    assert warning.startswith("drains will block: no manager has reported the kubeconfig its "
+                              "kubeconfigFrom item leaves yet, so the nodes of w0, w1, w2, w3 and "
+                              "2 more cannot be cordoned and drained")
+    assert "or set settings.drain.enabled: false" in warning
 
 
 def replace_kubeconfig(spec: ClusterSpec) -> ClusterSpec:
@@ -207,7 +212,7 @@ def replace_kubeconfig(spec: ClusterSpec) -> ClusterSpec:
 
 def test_the_cluster_ready_stage_fails_on_a_stuck_drain_as_on_a_failing_item() -> None:
     blocked = upgrading(DrainStatus(DrainStage.BLOCKED, NOW - 700, message="drain timed out: "
-                                    "default/web-1 (budget default/web)"))
+                                    "default/web-1 (budget default/web)", held=True))
     ready = next(s for s in stages(SPEC, 0.0, [blocked], History([]), NOW) if s.name == "ready")
     assert (ready.state, ready.since) == ("failing", NOW - 100)  # since its timeout ran out
     assert ready.message == ("0 of 1 Ready; Upgrade: w1; w1: drain Blocked (attempt 1, cordoned "

@@ -24,6 +24,7 @@ from coordinator.domain.rollout.planner import (
 )
 from nodeagent.wire.protocol import StateItem, VersionAction
 from tests.support.builders import (
+    KUBE_ACCESS,
     at_release,
     cluster,
     drained,
@@ -77,7 +78,7 @@ def test_a_machine_at_the_release_never_upgrades_to_it() -> None:
 
 
 def test_the_upgrade_items_wait_for_the_drain_and_ready_waits_for_the_uncordon() -> None:
-    spec = upgraded_cluster(cluster())
+    spec = upgraded_cluster(cluster(**KUBE_ACCESS))
     m1 = enact([ready("m1", "manager")], plan(spec, [ready("m1", "manager")]), now=1.0)[0]
     assert m1.state is UPGRADE and m1.drain is None
     items_done = finish_phase(spec, m1)

@@ -21,7 +21,8 @@ import re
 import ssl
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -58,6 +59,7 @@ from coordinator.domain.nodes.nodes import (
     provider_id,
     ready_condition,
 )
+from coordinator.domain.nodes.recovery import evicted_workloads, not_back, workload_name
 from coordinator.domain.nodes.workloads import NAMESPACE, SystemWorkloads, short_of_available
 
 MAX_POLL_SECONDS = 1.0
@@ -237,14 +239,23 @@ class Kube:
         owners = {(p["metadata"].get("namespace", ""), o["name"]): o["uid"] for p in pods
                   for o in p["metadata"].get("ownerReferences") or []
                   if o.get("controller") and o.get("kind") == "ReplicaSet"}
-        replicas = dict(zip(owners.values(), await asyncio.gather(
-            *(self._replicas(namespace, name) for namespace, name in owners)), strict=True))
-        return forecast(node, pods, budgets, {u: n for u, n in replicas.items() if n is not None},
-                        settings)
+        found = await asyncio.gather(*(self._replicaset(namespace, name)
+                                       for namespace, name in owners))
+        replicas = {uid: int((rs.get("spec") or {}).get("replicas", 1))
+                    for uid, rs in zip(owners.values(), found, strict=True) if rs is not None}
+        return forecast(node, pods, budgets, replicas, settings)
 
-    async def _replicas(self, namespace: str, name: str) -> int | None:
-        """A ReplicaSet's desired replicas (None: gone meanwhile)."""
-        async def request() -> int | None:
+    async def not_back(self, workloads: Sequence[str]) -> list[str]:
+        """What of the workloads a drain evicted is not available again
+        (domain/nodes/recovery.py): each ReplicaSet read now, and its namespace's budgets."""
+        found = await asyncio.gather(*(self._replicaset(*workload_name(w)) for w in workloads))
+        namespaces = {workload_name(w)[0] for w in workloads}
+        budgets = [b for b in await self.budgets() if b["metadata"]["namespace"] in namespaces]
+        return not_back(dict(zip(workloads, found, strict=True)), budgets)
+
+    async def _replicaset(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A ReplicaSet with its status, as JSON (None: gone)."""
+        async def request() -> dict[str, Any] | None:
             try:
                 response = await self._apps.read_namespaced_replica_set(
                     name, namespace, _preload_content=False)
@@ -253,11 +264,12 @@ class Kube:
                     return None
                 raise
             async with response:
-                found = await response.json()
-            return int((found.get("spec") or {}).get("replicas", 1))
+                found: dict[str, Any] = await response.json()
+                return found
 
-        wanted: int | None = await self._call(f"get replicaset {namespace}/{name}", request)
-        return wanted
+        found: dict[str, Any] | None = await self._call(f"get replicaset {namespace}/{name}",
+                                                        request)
+        return found
 
     async def node_ready(self, node: str) -> tuple[bool, str]:
         """Whether the node's Ready condition is True, and the condition as a phrase (status,
@@ -365,7 +377,8 @@ class Kube:
         Not drained, with the pods and budgets in the way: pods the settings do not allow to
         move, or pods still protected by a budget (or not gone) at the deadline. refused is
         called on every eviction a budget refuses (a 429), as it happens."""
-        plan = classify(await self.pods_on(node), settings)
+        pods = await self.pods_on(node)
+        plan = classify(pods, settings)
         if (blocked := blocked_at_once(plan, force)) is not None:
             return blocked
         evictable = plan.evict + [p for p, _ in plan.blocking]
@@ -378,7 +391,9 @@ class Kube:
                 watcher.cancel()
         gone = [pod for pod, went in zip(evictable, outcomes, strict=True) if went]
         left = await drain.wait_gone(node, gone + plan.terminating)
-        return drain_outcome(plan, gone, drain.waits, drain.budgets, left)
+        result = drain_outcome(plan, gone, drain.waits, drain.budgets, left)
+        return replace(result, workloads=evicted_workloads(pods, gone)) if result.drained \
+            else result
 
 
 class _Drain:

@@ -8,12 +8,14 @@ decides on them.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, get_args
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from coordinator.domain.fitness import fitness
 from coordinator.domain.kubesettings import KubernetesSettings
@@ -54,6 +56,58 @@ PHASE_OF_STATE: dict[MachineState, Phase] = {
 # --- cluster spec (declared in YAML by the operator) ----------------------------------
 
 
+Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+WEEKDAYS: tuple[Weekday, ...] = get_args(Weekday)  # Monday first, as date.weekday() counts
+_CLOCK = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
+_SPAN = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?$")
+MOST_WINDOW_SECONDS = 7 * 24 * 3600
+
+
+class UpgradeWindow(SpecModel):
+    """When upgrade steps may start (domain/rollout/windows.py)."""
+
+    days: list[Weekday] = Field(
+        default_factory=lambda: list(WEEKDAYS),
+        min_length=1, description="the days the window opens on")
+    start: str = Field(description="when it opens, HH:MM (24-hour) in time_zone")
+    duration: str = Field(description="how long it stays open: 4h, 90m, 1h30m (at most 168h)")
+    time_zone: str = Field(default="UTC", description="an IANA time zone, e.g. Europe/Berlin")
+
+    @field_validator("start")
+    @classmethod
+    def _start(cls, value: str) -> str:
+        if not _CLOCK.match(value):
+            raise ValueError(f"{value!r} must be a time of day as HH:MM, e.g. 22:00")
+        return value
+
+    @field_validator("duration")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        found = _SPAN.match(value)
+        seconds = (int(found.group(1) or 0) * 3600 + int(found.group(2) or 0) * 60) if found \
+            else 0
+        if not 0 < seconds <= MOST_WINDOW_SECONDS:
+            raise ValueError(f"{value!r} must be a duration such as 4h, 90m or 1h30m, more "
+                             "than nothing and at most 168h")
+        return value
+
+    @field_validator("time_zone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{value!r} is not a time zone this host knows (an IANA name "
+                             "such as Europe/Berlin or UTC)") from None
+        return value
+
+    @property
+    def duration_seconds(self) -> int:
+        found = _SPAN.match(self.duration)
+        assert found is not None  # validated
+        return int(found.group(1) or 0) * 3600 + int(found.group(2) or 0) * 60
+
+
 class UpgradeSettings(SpecModel):
     paused: bool = Field(default=False, description="no machine starts an upgrade; running ones finish")
     worker_batch_size: int | None = Field(
@@ -63,6 +117,12 @@ class UpgradeSettings(SpecModel):
         description="workers upgrading plus workers not responding, at most; None: no such bound")
     drain_managers: bool = Field(
         default=True, description="cordon and drain managers too (they may carry workloads)")
+    windows: list[UpgradeWindow] = Field(
+        default_factory=list, description="upgrade steps start only inside one of these; none: "
+        "at any time")
+    max_failed_upgrades: int | None = Field(
+        default=None, ge=0, description="more machines than this whose upgrade failed (an item "
+        "given up on) stop the upgrade, naming them; None: no such budget")
 
 
 class DrainSettings(SpecModel):
@@ -84,6 +144,11 @@ class DrainSettings(SpecModel):
     node_ready_timeout_seconds: float = Field(
         default=300, gt=0, description="after the uncordon, how long the node may take to report "
         "Ready before the status says it does not (the machine stays in Upgrade until it does)")
+    recovery_timeout_seconds: float = Field(
+        default=300, ge=0, description="once the node is Ready again, how long to wait for the "
+        "workloads its drain evicted to be available again (ReplicaSets back to their replicas, "
+        "their budgets satisfied) before the machine leaves Upgrade and the next drain may "
+        "start; past it, the upgrade goes on and an event names what is not back; 0: no wait")
 
 
 class ClusterSettings(SpecModel):
@@ -144,14 +209,18 @@ class DrainStage(StrEnum):
     SKIPPED = "Skipped"  # the operator skipped the rest of the drain: upgrade items may run
     UNCORDONED = "Uncordoned"  # upgrade items applied, node schedulable: waiting for it to be Ready
     NOT_READY = "NodeNotReady"  # not Ready within drain.nodeReadyTimeoutSeconds: still checked
-    NODE_READY = "NodeReady"  # uncordoned and Ready: the machine may return to Ready
+    NODE_READY = "NodeReady"  # uncordoned and Ready: the machine may return to Ready, once
+    # the workloads its drain evicted are back (drain.recoveryTimeoutSeconds)
+    RECOVERED = "Recovered"  # the evicted workloads available again, or waited for past the
+    # timeout: the machine may return to Ready
     NODE_DELETED = "NodeDeleted"  # Deleting: reset items applied, its Node deleted (or it had
     # none): the record may go
 
 
 # Stages in which the node is empty enough for its upgrade (or reset) items to run.
 ITEMS_MAY_RUN = frozenset({DrainStage.DRAINED, DrainStage.SKIPPED, DrainStage.UNCORDONED,
-                           DrainStage.NOT_READY, DrainStage.NODE_READY, DrainStage.NODE_DELETED})
+                           DrainStage.NOT_READY, DrainStage.NODE_READY, DrainStage.RECOVERED,
+                           DrainStage.NODE_DELETED})
 
 
 @dataclass(frozen=True)
@@ -176,6 +245,10 @@ class DrainStatus:
     # annotation is on it and the Node is cordoned, by the coordinator or from before.
     held: bool = False
     held_by: str = ""  # who else holds the Node, while the drain waits for them to let go
+    # The controllers of the pods the drain evicted ("ReplicaSet default/web-7f9c"): waited
+    # for once the node is Ready again, from ready_at.
+    workloads: tuple[str, ...] = ()
+    ready_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -468,6 +541,20 @@ def needs_drain(spec: ClusterSpec, machine: Machine) -> bool:
     `cluster apply` and the status say: NO_ACCESS_DRAINS_SKIPPED)."""
     return spec.settings.drain.enabled and kubernetes_access(spec) and (
         machine.role == "worker" or spec.settings.upgrade.drain_managers)
+
+
+def recovery_due(spec: ClusterSpec, drain: DrainStatus | None) -> bool:
+    """Whether an upgraded node, Ready again, still waits for the workloads its drain evicted
+    (drain.recoveryTimeoutSeconds)."""
+    return (drain is not None and drain.stage is DrainStage.NODE_READY and bool(drain.workloads)
+            and spec.settings.drain.recovery_timeout_seconds > 0)
+
+
+def node_upgraded(spec: ClusterSpec, drain: DrainStatus | None) -> bool:
+    """Whether a drained machine's node step is over: Ready again and its evicted workloads
+    back (or waited for long enough)."""
+    return drain is not None and (drain.stage is DrainStage.RECOVERED or (
+        drain.stage is DrainStage.NODE_READY and not recovery_due(spec, drain)))
 
 
 def drains_skipped(spec: ClusterSpec) -> bool:

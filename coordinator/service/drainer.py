@@ -24,11 +24,11 @@ from dataclasses import replace
 from functools import partial
 from typing import Protocol, TypeVar
 
+from coordinator.domain.durations import utc
 from coordinator.domain.model import ClusterSpec, DrainStatus, Machine
 from coordinator.domain.nodes import draining
 from coordinator.domain.nodes.draining import DrainResult
 from coordinator.domain.nodes.kubeaccess import NO_DRAIN, NO_KUBECONFIG, KubeAccess, kube_access
-from coordinator.domain.nodes.maintenance import rfc3339
 from coordinator.domain.nodes.removal import may_lack_node, unregistered
 from coordinator.domain.rollout.planner import node_action
 from coordinator.kube import Kube, KubeError
@@ -37,6 +37,7 @@ from coordinator.metrics import record_blocked_eviction, record_drain
 log = logging.getLogger("coordinator.service.drainer")
 RETRY_SECONDS = 2.0  # after the API server failed to answer
 NOT_READY_POLL_SECONDS = 2.0
+RECOVERY_POLL_SECONDS = 1.0  # between two looks at the workloads a drain evicted
 T = TypeVar("T")  # the longest wait between two looks at a node's Ready condition
 
 
@@ -77,6 +78,8 @@ class Drainer:
                 work = self._uncordon(machine, access)
             elif action == "delete-node":
                 work = self._delete_node(machine, access)
+            elif action == "await-recovery":
+                work = self._await_recovery(spec, machine, access)
             else:
                 work = self._await_ready(spec, machine, access)
             self._tasks[machine.id] = asyncio.create_task(work, name=f"{action} {machine.hostname}")
@@ -114,7 +117,7 @@ class Drainer:
                     if node is None:
                         result = DrainResult(True, unregistered(machine))
                         break
-                    holder = await kube.hold(node, rfc3339(self.clock()))
+                    holder = await kube.hold(node, utc(self.clock()))
                     if holder is None:
                         if not status.held:  # from now on the node is the coordinator's
                             held = replace(status, held=True)
@@ -212,8 +215,8 @@ class Drainer:
             except KubeError as exc:
                 ready, detail = False, str(exc)
             if ready:
-                await self.recorder.set_drain(machine.id, status,
-                                              *draining.node_ready(machine.hostname, status, node))
+                await self.recorder.set_drain(machine.id, status, *draining.node_ready(
+                    machine.hostname, status, node, self.clock()))
                 return
             late = draining.late(status, node, timeout, detail, self.clock())
             if late is not None:
@@ -225,6 +228,35 @@ class Drainer:
             interval = min(NOT_READY_POLL_SECONDS, interval * 2)
             if not draining.awaiting_ready(await self.recorder.machine(machine.id), status):
                 return  # deleted, or moved on without this task
+
+
+    async def _await_recovery(self, spec: ClusterSpec, machine: Machine,
+                              access: KubeAccess | None) -> None:
+        """Once the node is Ready again, look at the workloads its drain evicted until they
+        are available again (domain/nodes/recovery.py), saying what is not back; past
+        drain.recoveryTimeoutSeconds (from the node Ready, across restarts) the upgrade goes
+        on, and its event names what was not back. A look that fails counts as not back."""
+        status = machine.drain
+        assert status is not None and status.ready_at is not None
+        timeout = spec.settings.drain.recovery_timeout_seconds
+        while True:
+            try:
+                if access is None:
+                    raise KubeError(NO_KUBECONFIG)
+                async with await Kube.connect(access.path, access.text) as kube:
+                    short = await kube.not_back(status.workloads)
+            except KubeError as exc:
+                short = [f"cannot look: {exc}"]
+            if not short or self.clock() >= status.ready_at + timeout:
+                await self.recorder.set_drain(machine.id, status, *draining.recovered(
+                    machine.hostname, status, short, timeout))
+                return
+            waiting = draining.recovering(status, short)
+            if waiting != status:  # written when what is not back changes, not every look
+                if not await self.recorder.set_drain(machine.id, status, waiting, None):
+                    return  # deleted, or moved on without this task
+                status = waiting
+            await asyncio.sleep(RECOVERY_POLL_SECONDS)
 
 
 async def _node(kube: Kube, machine: Machine) -> str | None:

@@ -226,6 +226,10 @@ class Queries:
         warned = versions.warnings(stored.spec, target, verdict)
         forecasts, notes = await drain_forecasts(
             target, machines, [u.machine for step in plan.steps for u in step])
+        held = planner.upgrade_held(target, machines, self.clock())
+        if held is not None and plan.steps and not target.settings.upgrade.paused:
+            # the plan shows what starts once it may (a pause says so in its first line)
+            notes.insert(0, f"not now: {held}")
         return target, replace(plan, warnings=[*warned, *plan.warnings],
                                notes=[*plan.notes, *notes], forecasts=forecasts)
 

@@ -272,6 +272,16 @@ class Cluster:
                 "numberReady": sum(map(self._healthy, pods)),
                 "numberAvailable": sum(map(self._healthy, pods))}
 
+    def replicaset_status(self, rs: Obj) -> Obj:
+        """The ReplicaSet controller's counts, as the API server serves them: its live pods,
+        those Ready (available: this double has no minReadySeconds)."""
+        uid = rs["metadata"]["uid"]
+        pods = [p for p in self.pods.values() if "deletionTimestamp" not in p["metadata"]
+                and any(r["uid"] == uid for r in p["metadata"].get("ownerReferences", []))]
+        ready = sum(map(self._healthy, pods))
+        return {"replicas": len(pods), "readyReplicas": ready, "availableReplicas": ready,
+                "observedGeneration": 1}
+
     # -- reading ---------------------------------------------------------------------------------
     def pods_on(self, node: str) -> list[str]:
         return sorted(f"{ns}/{name}" for (ns, name), p in self.pods.items()
@@ -662,12 +672,14 @@ def create_app(cluster: Cluster) -> web.Application:
 
     @routes.get("/apis/apps/v1/namespaces/{namespace}/{kind:daemonsets|replicasets}/{name}")
     async def get_controller(request: web.Request) -> web.Response:
-        store = cluster.daemonsets if request.match_info["kind"] == "daemonsets" else cluster.replicasets
+        daemonsets = request.match_info["kind"] == "daemonsets"
+        store = cluster.daemonsets if daemonsets else cluster.replicasets
         found = store.get((request.match_info["namespace"], request.match_info["name"]))
         if found is None:
             return _status(404, "NotFound", f'{request.match_info["kind"]} '
                            f'"{request.match_info["name"]}" not found')
-        return web.json_response(found)
+        status = cluster.daemonset_status(found) if daemonsets else cluster.replicaset_status(found)
+        return web.json_response({**found, "status": status})
 
     @routes.get("/apis/policy/v1/poddisruptionbudgets")
     @routes.get("/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets")

@@ -43,6 +43,7 @@ class DrainResult:
     blocking_pods: tuple[str, ...] = ()
     blocking_budgets: tuple[str, ...] = ()
     held_by: str = ""  # another holds the node (maintenance.other_holder): not begun
+    workloads: tuple[str, ...] = ()  # what a finished drain evicted (recovery.py)
 
 
 # -- the Kubernetes side: what to do with the pods -----------------------------------------------
@@ -133,7 +134,7 @@ def with_result(status: DrainStatus, result: DrainResult,
     """status carrying a drain's note, what blocks it and how many pods went."""
     return replace(status, stage=stage or status.stage, message=result.message,
                    blocking_pods=result.blocking_pods, blocking_budgets=result.blocking_budgets,
-                   evicted=result.evicted, held_by=result.held_by)
+                   evicted=result.evicted, held_by=result.held_by, workloads=result.workloads)
 
 
 DrainEnd = Literal["drained", "forced", "timed-out", "skipped"]
@@ -186,11 +187,32 @@ def node_deleted(hostname: str, status: DrainStatus, done: str) -> tuple[DrainSt
                     step_error_since=None), f"{hostname}: {done}")
 
 
-def node_ready(hostname: str, status: DrainStatus, node: str) -> tuple[DrainStatus, str]:
-    """The uncordoned node reports Ready: the machine may leave Upgrade."""
-    return (replace(status, stage=DrainStage.NODE_READY,
-                    message=f"upgrade items applied; uncordoned; node {node} Ready"),
+def node_ready(hostname: str, status: DrainStatus, node: str,
+               now: float) -> tuple[DrainStatus, str]:
+    """The node given back reports Ready: the machine may leave Upgrade once the workloads
+    its drain evicted are back (recovery.py), waited for from now."""
+    return (replace(status, stage=DrainStage.NODE_READY, ready_at=now,
+                    message=f"upgrade items applied; node {node} Ready"),
             f"{hostname}: node {node} Ready")
+
+
+def recovering(status: DrainStatus, short: Sequence[str]) -> DrainStatus:
+    """The node Ready again, waiting for what its drain evicted: what is not back yet (the
+    note adds for how long: remedies.py)."""
+    return replace(status, message=("upgrade items applied; node Ready; waiting for the "
+                                    f"workloads its drain evicted: {'; '.join(short)}"))
+
+
+def recovered(hostname: str, status: DrainStatus, short: Sequence[str],
+              timeout: float) -> tuple[DrainStatus, str]:
+    """The wait for the evicted workloads is over: they are back, or the timeout passed and
+    the upgrade goes on, saying what is not back (short)."""
+    if not short:
+        said = f"the workloads its drain evicted are available again ({len(status.workloads)})"
+    else:
+        said = (f"workloads not available {timeout:g}s after the node was Ready, going on: "
+                + "; ".join(short))
+    return replace(status, stage=DrainStage.RECOVERED, message=said), f"{hostname}: {said}"
 
 
 def late(status: DrainStatus, node: str, timeout: float, detail: str,

@@ -14,7 +14,6 @@ reads the Node again. docs/kubernetes.md describes it for other tools."""
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,11 +35,6 @@ class Hold:
 
     def __str__(self) -> str:
         return self.holder + (f" (since {self.since})" if self.since else "")
-
-
-def rfc3339(now: float) -> str:
-    """A hold's `since`, as Kubernetes writes times (UTC, whole seconds)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
 
 
 def _annotations(obj: dict[str, Any]) -> dict[str, str]:

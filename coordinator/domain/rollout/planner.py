@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from coordinator.domain.durations import utc
 from coordinator.domain.model import (
     DEPLOYED_STATES,
     PHASE_OF_STATE,
@@ -39,9 +40,11 @@ from coordinator.domain.model import (
     machine_items,
     member_removal_due,
     needs_drain,
+    node_upgraded,
     ordered,
     pending_items,
     phase_items,
+    recovery_due,
 )
 from coordinator.domain.nodes.forecast import NodeForecast
 from coordinator.domain.nodes.nodes import awaits_node, found_down, metadata_due
@@ -61,6 +64,7 @@ from coordinator.domain.releases.releases import (
 from coordinator.domain.releases.versions import control_plane_behind
 from coordinator.domain.rollout.prerequisites import deploy_gate
 from coordinator.domain.rollout.remedies import drain_warnings
+from coordinator.domain.rollout.windows import next_opening, open_now
 from nodeagent.wire.contract import ROLES, Phase
 from nodeagent.wire.protocol import StateItem
 
@@ -105,6 +109,7 @@ class _Pass:
     spec: ClusterSpec
     machines: list[Machine]
     complete: Callable[[Machine], bool]
+    now: float | None = None  # for the maintenance windows; None: not consulted
     after: dict[str, MachineState | None] = field(default_factory=dict)
     role: dict[str, Role | None] = field(default_factory=dict)
 
@@ -144,14 +149,16 @@ def down_manager(spec: ClusterSpec, machines: Iterable[Machine]) -> str | None:
                 None)
 
 
-def plan(spec: ClusterSpec, machines: Sequence[Machine]) -> list[Decision]:
+def plan(spec: ClusterSpec, machines: Sequence[Machine], now: float | None = None
+         ) -> list[Decision]:
     """One pass: every transition the invariants allow now, at most one per machine.
 
     Deterministic: machines are considered in (created_at, hostname, id) order, whatever
-    order the store returned them in.
+    order the store returned them in. now: the moment, for the maintenance windows (None:
+    windows are not consulted).
     """
     managers = deployed_managers(machines)
-    state = _Pass(spec, ordered(machines), _phase_completion(spec, managers))
+    state = _Pass(spec, ordered(machines), _phase_completion(spec, managers), now)
     decisions = [_record(spec, m, d, managers, state.machines) for m in state.machines
                  if (d := _advance(state, m)) is not None]
     for d in decisions:
@@ -211,7 +218,7 @@ def plan_to_fixpoint(
     current = list(machines)
     taken: list[Decision] = []
     for _ in range(max_passes):
-        decisions = plan(spec, current)
+        decisions = plan(spec, current, now)
         if not decisions:
             break
         current = enact(current, decisions, now)
@@ -298,7 +305,7 @@ def assignment_notices(spec: ClusterSpec, machines: Sequence[Machine]) -> list[M
     return noticed
 
 
-NodeAction = Literal["drain", "uncordon", "await-ready", "delete-node"]
+NodeAction = Literal["drain", "uncordon", "await-ready", "await-recovery", "delete-node"]
 
 
 def node_action(spec: ClusterSpec, machine: Machine) -> NodeAction | None:
@@ -317,6 +324,8 @@ def node_action(spec: ClusterSpec, machine: Machine) -> NodeAction | None:
         return "uncordon"
     if stage in (DrainStage.UNCORDONED, DrainStage.NOT_READY):
         return "await-ready"
+    if recovery_due(spec, machine.drain):
+        return "await-recovery"
     return None
 
 
@@ -345,7 +354,8 @@ def upgrade_plan(spec: ClusterSpec, machines: Sequence[Machine]) -> UpgradePlan:
     each machine runs: the planner itself run on a simulated fleet where each admitted
     machine finishes at once. Pausing is ignored (the plan shows what resuming would do)."""
     spec = spec.model_copy(update={"settings": spec.settings.model_copy(
-        update={"upgrade": spec.settings.upgrade.model_copy(update={"paused": False})})})
+        update={"upgrade": spec.settings.upgrade.model_copy(update={
+            "paused": False, "windows": [], "max_failed_upgrades": None})})})
     current = list(machines)
     steps: list[list[Machine]] = []
     for _ in range(len(current) + 2):
@@ -427,9 +437,11 @@ def _advance(state: _Pass, machine: Machine) -> Decision | None:
     if target is None or not state.complete(machine):
         return None
     if machine.state is S.UPGRADE and needs_drain(state.spec, machine):
-        if machine.drain is None or machine.drain.stage is not DrainStage.NODE_READY:
+        if not node_upgraded(state.spec, machine.drain):
             return None
-        target = (S.READY, "upgrade items applied; node uncordoned and Ready")
+        assert machine.drain is not None
+        target = (S.READY, "upgrade items applied; node uncordoned and Ready" + (
+            f"; {machine.drain.message}" if machine.drain.stage is DrainStage.RECOVERED else ""))
     if member_removal_due(state.spec, machine):
         return None  # its etcd member goes first (domain/nodes/removal.py)
     if machine.state is S.DELETING and machine.drain is not None:
@@ -579,7 +591,7 @@ def _admit_to_upgrade(state: _Pass) -> list[Decision]:
     counts workers silent or with their Node down."""
     spec = state.spec
     settings = spec.settings.upgrade
-    if settings.paused:
+    if upgrade_held(spec, state.machines, state.now) is not None:
         return []
     outdated = [m for m in state.machines if state.after[m.id] is S.READY
                 and m.responding and awaiting_upgrade(spec, m)]
@@ -614,6 +626,37 @@ def _admit_to_upgrade(state: _Pass) -> list[Decision]:
         state.after[m.id] = S.UPGRADE
         decisions.append(_upgrade(spec, m, f"worker upgrades ({upgrading} of {batch} worker slots)"))
     return decisions
+
+
+def failed_upgrades(machines: Sequence[Machine]) -> list[str]:
+    """The machines whose upgrade failed: in Upgrade, an item given up on (the agent stopped
+    retrying it), by hostname."""
+    return sorted(m.hostname for m in machines if m.state is S.UPGRADE
+                  and m.progress is not None and m.progress.gave_up)
+
+
+def upgrade_held(spec: ClusterSpec, machines: Sequence[Machine], now: float | None) -> str | None:
+    """Why no machine may start an upgrade now, as the status says it (None: they may): a
+    pause, the failure budget spent, or no maintenance window open (now None: windows not
+    consulted)."""
+    settings = spec.settings.upgrade
+    if settings.paused:
+        return f"upgrades are paused (coordinator upgrade resume {spec.name})"
+    failed = failed_upgrades(machines)
+    if settings.max_failed_upgrades is not None and len(failed) > settings.max_failed_upgrades:
+        machines = "machine" if len(failed) == 1 else "machines"
+        return (f"upgrades stopped: the upgrade of {len(failed)} {machines} failed, more than "
+                f"settings.upgrade.maxFailedUpgrades ({settings.max_failed_upgrades}): "
+                f"{', '.join(failed[:NAMES_SHOWN])}{' ...' if len(failed) > NAMES_SHOWN else ''}"
+                " (fix and retry them: coordinator machines retry MACHINE)")
+    if now is not None and not open_now(settings.windows, now):
+        opening = next_opening(settings.windows, now)
+        return ("outside the maintenance windows: waiting for the window at "
+                f"{utc(opening) if opening is not None else '-'} (settings.upgrade.windows)")
+    return None
+
+
+NAMES_SHOWN = 5
 
 
 def _unavailable(spec: ClusterSpec, machine: Machine) -> bool:

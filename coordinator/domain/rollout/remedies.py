@@ -22,6 +22,7 @@ from coordinator.domain.model import (
     deployed_manager_machines,
     drains_skipped,
     needs_drain,
+    recovery_due,
 )
 from coordinator.domain.nodes.kubeaccess import NO_KUBECONFIG, kube_access
 from coordinator.domain.nodes.maintenance import MAINTENANCE_ANNOTATION
@@ -251,6 +252,12 @@ def _drain_note(spec: ClusterSpec | None, machine: Machine, now: float) -> Note 
                     True)
     if drain.stage is DrainStage.UNCORDONED:
         return Note(f"{drain.message} ({duration(now - (drain.uncordoned_at or now))})")
+    if spec is not None and recovery_due(spec, drain) and drain.ready_at is not None:
+        left = drain.ready_at + spec.settings.drain.recovery_timeout_seconds - now
+        return Note(f"{drain.message} ({duration(max(0.0, left))} of "
+                    "drain.recoveryTimeoutSeconds left)", "the next drain waits for them; check "
+                    "why they are not Ready (kubectl get pods, kubectl describe pod); past the "
+                    "timeout the upgrade goes on without them")
     return None
 
 

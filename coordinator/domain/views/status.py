@@ -27,7 +27,7 @@ from coordinator.domain.model import (
 from coordinator.domain.nodes.nodes import awaits_node, node_down, node_wait
 from coordinator.domain.nodes.workloads import SystemWorkloads
 from coordinator.domain.releases.releases import awaiting_upgrade
-from coordinator.domain.rollout.planner import DEPLOYED_STATES, post_deploy_host
+from coordinator.domain.rollout.planner import DEPLOYED_STATES, post_deploy_host, upgrade_held
 from coordinator.domain.rollout.remedies import FIRST_MANAGER_WAIT, drain_failure
 from coordinator.domain.rollout.steps import History, current_run, failure, gave_up_text, machine_step
 from coordinator.domain.specs.catalog import catalog
@@ -262,6 +262,7 @@ class _Fleet:
         self.no_role: list[str] = []  # approved, Pending for want of a role
         self.not_ready: dict[str, list[str]] = {}  # started machines by state, but Ready ones
         self.awaiting: list[str] = []  # Ready machines with an upgrade to run
+        self.machines = [p.machine for p in parts]
         ready = MachineState.READY.value
         for p in parts:
             if p.timed:
@@ -399,24 +400,32 @@ def _ready(fleet: _Fleet) -> Stage:
         message = _summary("Ready", tracks, sorted(fleet.not_ready.items()))
     if state == "done" and fleet.system is not None and not fleet.system.available:
         state, message = "in-progress", f"{message}; {fleet.system.text()}"
-    if state == "done" and fleet.awaiting:
-        state, message = _upgrade_waits(fleet.spec, message, fleet.awaiting)
+    if fleet.awaiting:
+        state, message = _upgrade_waits(fleet, state, message)
     upgrading = fleet.awaiting or MachineState.UPGRADE.value in fleet.not_ready
     if upgrading and drains_skipped(fleet.spec):
         message = f"{message}; {NO_ACCESS_SHORT}"
     return Stage("ready", "Cluster ready", state, since, message)
 
 
-def _upgrade_waits(spec: ClusterSpec, message: str, awaiting: Sequence[str]
-                   ) -> tuple[StageState, str]:
-    """Every machine Ready, but some not at the spec yet: the cluster is not where the spec
-    says until they upgrade, held by a pause (waiting, with the command that resumes) or
-    about to be admitted (in progress)."""
-    what = f"{_names(awaiting)} to upgrade to release {spec.release}"
+def _upgrade_waits(fleet: _Fleet, state: StageState, message: str) -> tuple[StageState, str]:
+    """Machines not at the spec yet, Ready and not upgrading: the cluster is not where the
+    spec says until they upgrade, held by a pause (waiting, with the command that resumes), by
+    the maintenance windows (waiting, saying when the next opens), by the failure budget (what
+    failed already fails the stage) or about to be admitted (in progress, when every other
+    machine is Ready)."""
+    spec = fleet.spec
+    what = f"{_names(fleet.awaiting)} to upgrade to release {spec.release}"
     if spec.settings.upgrade.paused:
-        return "waiting", (f"{message}; upgrades are paused: {what} "
-                           f"(coordinator upgrade resume {spec.name})")
-    return "in-progress", f"{message}; waiting: {what}"
+        return ("waiting", f"{message}; upgrades are paused: {what} (coordinator upgrade resume "
+                f"{spec.name})") if state == "done" else (state, message)
+    if spec.settings.upgrade.windows:
+        fleet.clock_read = True  # the answer changes as a window opens or closes
+    held = upgrade_held(spec, fleet.machines, fleet.now)
+    if held is not None:
+        return ("waiting" if state == "done" else state), f"{message}; {held}: {what}"
+    return ("in-progress" if state == "done" else state), (
+        f"{message}; waiting: {what}" if state == "done" else message)
 
 
 # The stages in the order a rollout reaches them.
@@ -532,9 +541,10 @@ def held_by(spec: ClusterSpec, found: Sequence[Stage]) -> str | None:
     failing = [stage.title for stage in found if stage.state == "failing"]
     if failing:
         return f"stalled: {failing[0]} is failing (its message says what to do)"
-    if spec.settings.upgrade.paused and any(
-            stage.name == "ready" and stage.state == "waiting" for stage in found):
-        return f"stalled: upgrades are paused (coordinator upgrade resume {spec.name})"
+    if any(stage.name == "ready" and stage.state == "waiting" for stage in found):
+        if spec.settings.upgrade.paused:
+            return f"stalled: upgrades are paused (coordinator upgrade resume {spec.name})"
+        return "stalled: outside the maintenance windows (settings.upgrade.windows)"
     return None
 
 

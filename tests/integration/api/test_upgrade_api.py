@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -15,7 +17,7 @@ from coordinator.domain.model import NO_ACCESS_DRAINS_SKIPPED
 from coordinator.domain.nodes.maintenance import MAINTENANCE_ANNOTATION
 from coordinator.metrics import METRICS
 from tests.integration.api.operator import flat, machine, shown_everywhere
-from tests.support.harness import InProcessCoordinator, in_process_coordinator
+from tests.support.harness import InProcessCoordinator, ManualClock, in_process_coordinator
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 from tests.support.ports import free_port
 
@@ -24,7 +26,7 @@ name: lab
 release: "{release}"
 settings:
   upgrade: {{workerBatchSize: 1}}
-  drain: {{timeoutSeconds: 1, evictionRetrySeconds: 0.05}}
+  drain: {{timeoutSeconds: 1, evictionRetrySeconds: 0.05, recoveryTimeoutSeconds: 2}}
 {kubernetes}machineTypes:
   manager:
     - {{name: control-plane, phase: deploy, action: {{type: exec, argv: ["true"]}}{reported}}}
@@ -55,6 +57,16 @@ def budgeted() -> Cluster:
     cluster.add_daemonset("kube-system", "proxy", {"app": "proxy"})
     cluster.add_replicaset("default", "web", 2, {"app": "web"}, nodes=["w1", "w2"])
     cluster.add_pdb("default", "web", {"app": "web"}, min_available=2)
+    return cluster
+
+
+def web_on_two_workers(ready_delay: float = 0.0) -> Cluster:
+    """Nodes m1, w1 and w2; ReplicaSet web's two pods on w1 and w2, no budget; replacements
+    Ready after ready_delay."""
+    cluster = Cluster(ready_delay=ready_delay)
+    for node in ("m1", "w1", "w2"):
+        cluster.add_node(node)
+    cluster.add_replicaset("default", "web", 2, {"app": "web"}, nodes=["w1", "w2"])
     return cluster
 
 
@@ -224,11 +236,7 @@ async def test_an_upgrade_leaves_an_operators_cordon_and_waits_for_another_tools
     """w1 was cordoned by an operator before the upgrade: drained and upgraded, it stays
     cordoned. w2 is held by another tool (domain/nodes/maintenance.py): it is neither cordoned
     nor drained, and its note names the holder, until the hold is released."""
-    cluster = Cluster()
-    for node in ("m1", "w1", "w2"):
-        cluster.add_node(node)
-    cluster.add_replicaset("default", "web", 2, {"app": "web"}, nodes=["w1", "w2"])
-    with kube_api_server(cluster) as kube:
+    with kube_api_server(web_on_two_workers()) as kube:
         kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
         slow = spec(kubeconfig).replace("timeoutSeconds: 1,", "timeoutSeconds: 60,")
         async with in_process_coordinator(tmp_path, slow, clock=time.time) as env:
@@ -266,6 +274,36 @@ async def test_an_upgrade_leaves_an_operators_cordon_and_waits_for_another_tools
             assert kube.cluster.cordoned() == ["w1"]
             assert MAINTENANCE_ANNOTATION not in kube.cluster.nodes["w2"]["metadata"][
                 "annotations"]
+
+
+async def test_the_next_node_is_drained_only_once_the_workloads_evicted_before_are_back(
+        tmp_path: Path) -> None:
+    """w1's drain evicts a pod of ReplicaSet web, whose replacement takes 3 s to be Ready: w1
+    stays in Upgrade, its note naming what is not back, and w2 is not drained until web has
+    its two replicas again (drain.recoveryTimeoutSeconds)."""
+    with kube_api_server(web_on_two_workers(ready_delay=3.0)) as kube:
+        kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+        gated = spec(kubeconfig).replace("recoveryTimeoutSeconds: 2", "recoveryTimeoutSeconds: 60")
+        async with in_process_coordinator(tmp_path, gated, clock=time.time) as env:
+            agents = await rolled_out(env, kube)
+            await env.call("PUT", "/v1/clusters", 200, data=spec(kubeconfig, "2.0").replace(
+                "recoveryTimeoutSeconds: 2", "recoveryTimeoutSeconds: 60"))
+
+            async def w1_waits_for_web() -> bool:
+                await env.report_all(agents["m1"])
+                await env.report_all(agents["w1"])
+                return "waiting for the workloads its drain evicted: ReplicaSet default/web: 1 " \
+                       "of 2 ready" in (await machine(env, "w1"))["note"]["text"]
+
+            await env.until("w1 waits for web", w1_waits_for_web)
+            assert (await machine(env, "w1"))["state"] == "Upgrade"
+            assert kube.cluster.cordoned() == [], "w2 was drained while web was short"
+            await env.until("w1 upgraded", lambda: upgraded(env, agents, "w1"))
+            await env.until("w2 upgraded", lambda: upgraded(env, agents, "w2"))
+            events = await env.call("GET", "/v1/events?cluster=lab&kind=drain", 200)
+    said = [e["message"] for e in sorted(events, key=lambda e: e["id"])]
+    back = said.index("w1: the workloads its drain evicted are available again (1)")
+    assert back < said.index("w2: cordon and drain"), said
 
 
 async def all_upgraded(env: InProcessCoordinator, agents: Agents, *hostnames: str) -> bool:
@@ -548,6 +586,85 @@ async def test_an_upgrade_without_kubernetes_access_says_drains_are_skipped_and_
     events = await env.call("GET", "/v1/events?cluster=lab", 200)
     assert [e["message"] for e in events if e["kind"] == "drain"] == []
     assert not any("cordon" in e["message"] for e in events)
+
+
+async def test_no_upgrade_step_starts_outside_a_maintenance_window(tmp_path: Path) -> None:
+    """settings.upgrade.windows, with the coordinator's clock moved by the test: an upgrade
+    applied on a Friday afternoon waits, saying for which window, and starts once Saturday's
+    window opens (Berlin time)."""
+    window = ('  upgrade: {workerBatchSize: 1, windows: [{days: [sat], start: "22:00", '
+              'duration: 4h, timeZone: Europe/Berlin}]}\n')
+
+    def windowed(release: str) -> str:
+        text = spec(None, release).replace(", kubeconfigFrom: /etc/kubernetes/admin.conf", "")
+        return text.replace("  upgrade: {workerBatchSize: 1}\n", window, 1)
+
+    friday = datetime(2026, 11, 27, 15, 0, tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
+    async with in_process_coordinator(tmp_path, None, clock=ManualClock(friday)) as env:
+        await windows_hold_the_upgrade(env, windowed)
+
+
+async def windows_hold_the_upgrade(env: InProcessCoordinator,
+                                   windowed: Callable[[str], str]) -> None:
+    bad = windowed("1.0").replace('timeZone: Europe/Berlin', 'timeZone: Mars/Olympus')
+    refused = await env.call("PUT", "/v1/clusters", 422, data=bad)
+    assert [(p["path"], p["line"]) for p in refused["problems"]] == [
+        ("settings.upgrade.windows[0].timeZone", 4)], refused
+    await env.call("PUT", "/v1/clusters", 200, data=windowed("1.0"))
+    agent = await env.register("m1")
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+    await env.until("m1 Ready", lambda: _ready(env, agent, "m1"))
+
+    await env.call("PUT", "/v1/clusters", 200, data=windowed("2.0"))
+    for _ in range(3):
+        await env.coordinator.reconciler.reconcile_once()
+    assert (await machine(env, "m1"))["state"] == "Ready", "an upgrade started outside a window"
+    status = await env.call("GET", "/v1/clusters/lab/status", 200)
+    ready = status["stages"][-1]
+    assert (ready["state"], ready["message"]) == ("waiting", (
+        "1 of 1 Ready; outside the maintenance windows: waiting for the window at "
+        "2026-11-28T21:00:00Z (settings.upgrade.windows): m1 to upgrade to release 2.0; "
+        "no Kubernetes access: drains skipped"))
+    assert status["rollout"]["held"] == ("stalled: outside the maintenance windows "
+                                         "(settings.upgrade.windows)")
+    assert "waiting for the window at 2026-11-28T21:00:00Z" in flat(await env.cli("status", "lab"))
+    assert ("note: not now: outside the maintenance windows: waiting for the window at "
+            "2026-11-28T21:00:00Z") in await env.cli("upgrade", "plan", "lab")
+
+    env.clock.now = datetime(2026, 11, 28, 22, 1, tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
+    await env.until("m1 upgrading in the window", lambda: _assigned(env, agent, "upgrade"))
+    assert (await machine(env, "m1"))["state"] == "Upgrade"
+
+
+async def test_the_failure_budget_stops_the_upgrade_naming_the_machine_that_failed(
+        env: InProcessCoordinator) -> None:
+    """settings.upgrade.maxFailedUpgrades 0: once w1 gives up on its upgrade item, no other
+    worker starts upgrading, and the status names w1 until it is retried and upgraded."""
+    def budgeted_spec(release: str) -> str:
+        text = spec(None, release).replace(", kubeconfigFrom: /etc/kubernetes/admin.conf", "")
+        return text.replace("  upgrade: {workerBatchSize: 1}\n",
+                            "  upgrade: {workerBatchSize: 1, maxFailedUpgrades: 0}\n", 1)
+
+    await env.call("PUT", "/v1/clusters", 200, data=budgeted_spec("1.0"))
+    agents = {}
+    for hostname, role in (("m1", "manager"), ("w1", "worker"), ("w2", "worker")):
+        agent = agents[hostname] = await env.register(hostname)
+        await env.call("POST", f"/v1/machines/{hostname}/approve", 200, json={"role": role})
+        await env.until(f"{hostname} Ready", lambda a=agent, h=hostname: _ready(env, a, h))
+    await env.call("PUT", "/v1/clusters", 200, data=budgeted_spec("2.0"))
+    await env.until("m1 upgraded", lambda: upgraded(env, agents, "m1"))
+    await env.until("w1 upgrading", lambda: _assigned(env, agents["w1"], "upgrade"))
+    await env.report_item(agents["w1"], "kubelet-worker", "failed", attempt=3,
+                          error="exit 1", exit_code=1, gave_up=True)
+    for _ in range(3):
+        await env.coordinator.reconciler.reconcile_once()
+    assert (await machine(env, "w2"))["state"] == "Ready", "w2 started past the budget"
+    status = await env.call("GET", "/v1/clusters/lab/status", 200)
+    assert ("upgrades stopped: the upgrade of 1 machine failed, more than "
+            "settings.upgrade.maxFailedUpgrades (0): w1") in status["stages"][-1]["message"]
+    await env.call("POST", "/v1/machines/w1/retry", 200)
+    await env.until("w1 upgraded", lambda: upgraded(env, agents, "w1"))
+    await env.until("w2 upgraded", lambda: upgraded(env, agents, "w2"))
 
 
 async def _ready(env: InProcessCoordinator, agent: dict[str, str], hostname: str) -> bool:

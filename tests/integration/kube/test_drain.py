@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.domain.durations import utc
 from coordinator.domain.model import DrainSettings
-from coordinator.domain.nodes.maintenance import KURED_LOCK, MAINTENANCE_ANNOTATION, rfc3339, take
+from coordinator.domain.nodes.maintenance import KURED_LOCK, MAINTENANCE_ANNOTATION, take
 from coordinator.kube import DrainResult, Kube, KubeError
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 from tests.support.workloads import workload
@@ -23,7 +24,7 @@ async def drain(server: KubeApiServer, tmp_path: Path, node: str, timeout: float
                 force: bool = False, **changes: object) -> DrainResult:
     kube = await Kube.connect(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
     async with kube:
-        assert await kube.hold(node, rfc3339(time.time())) is None
+        assert await kube.hold(node, utc(time.time())) is None
         return await kube.drain(node, settings(**changes), time.time() + timeout, force=force)
 
 

@@ -9,8 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from coordinator.domain.durations import utc
 from coordinator.domain.model import DrainSettings
-from coordinator.domain.nodes.maintenance import rfc3339
 from coordinator.kube import Kube
 from tests.support.kubeapi import Cluster, KubeApiServer, kube_api_server
 from tests.support.requirements import require_binary
@@ -29,7 +29,7 @@ async def ours(server: KubeApiServer, tmp_path: Path, node: str, timeout: float 
     kube = await Kube.connect(str(server.write_kubeconfig(tmp_path / "ours.kubeconfig")))
     settings = DrainSettings.model_validate({"evictionRetrySeconds": 0.2, **changes})
     async with kube:  # as the drainer does: held and cordoned, then drained
-        assert await kube.hold(node, rfc3339(time.time())) is None
+        assert await kube.hold(node, utc(time.time())) is None
         return (await kube.drain(node, settings, time.time() + timeout)).drained
 
 

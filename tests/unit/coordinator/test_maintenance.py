@@ -20,7 +20,6 @@ from coordinator.domain.nodes.maintenance import (
     kured_locked_node,
     other_holder,
     release,
-    rfc3339,
     take,
 )
 
@@ -111,7 +110,3 @@ def test_a_drain_blocked_waiting_for_another_holder_never_says_it_cordoned() -> 
     status, said, _ = ended("w1", waiting, held_by_another("w1", "ops-team"), True)
     assert status.stage is DrainStage.BLOCKED and not status.held
     assert said == "w1 drain blocked: waiting for node w1, held by ops-team: not cordoned"
-
-
-def test_a_holds_time_is_written_as_kubernetes_writes_times() -> None:
-    assert rfc3339(1_795_000_000.5) == "2026-11-18T11:06:40Z"

@@ -36,9 +36,9 @@ from coordinator.metrics import record_blocked_eviction, record_drain
 
 log = logging.getLogger("coordinator.service.drainer")
 RETRY_SECONDS = 2.0  # after the API server failed to answer
-NOT_READY_POLL_SECONDS = 2.0
+NOT_READY_POLL_SECONDS = 2.0  # the longest wait between two looks at a node's Ready condition
 RECOVERY_POLL_SECONDS = 1.0  # between two looks at the workloads a drain evicted
-T = TypeVar("T")  # the longest wait between two looks at a node's Ready condition
+T = TypeVar("T")
 
 
 class DrainStatusRecorder(Protocol):
@@ -228,7 +228,6 @@ class Drainer:
             interval = min(NOT_READY_POLL_SECONDS, interval * 2)
             if not draining.awaiting_ready(await self.recorder.machine(machine.id), status):
                 return  # deleted, or moved on without this task
-
 
     async def _await_recovery(self, spec: ClusterSpec, machine: Machine,
                               access: KubeAccess | None) -> None:

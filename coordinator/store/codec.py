@@ -144,7 +144,7 @@ def machine_from_doc(doc: Mapping[str, Any], cipher: Cipher | None) -> Machine:
     if values.get("drain") is not None:
         drain = {n: values["drain"][n] for n in _DRAIN_FIELDS if n in values["drain"]}
         drain["stage"] = DrainStage(drain["stage"])
-        for name in ("blocking_pods", "blocking_budgets"):
+        for name in ("blocking_pods", "blocking_budgets", "workloads"):
             drain[name] = tuple(drain.get(name, ()))
         values["drain"] = DrainStatus(**drain)
     if values.get("node") is not None:

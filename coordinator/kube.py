@@ -207,21 +207,25 @@ class Kube:
         """kured's DaemonSet, where its lock is (None: there is none, or the coordinator may
         not read it, so no lock of kured's can be seen)."""
         namespace, name = KURED_DAEMONSET
+        return await self._found(f"get daemonset {namespace}/{name}", partial(
+            self._apps.read_namespaced_daemon_set, name, namespace, _preload_content=False),
+            absent=(403, 404))
 
-        async def request() -> dict[str, Any] | None:
+    async def _found(self, what: str, request: Callable[[], Awaitable[Any]],
+                     absent: tuple[int, ...] = (404,)) -> dict[str, Any] | None:
+        """An object as JSON, None where the API answers one of the `absent` statuses."""
+        async def fetch() -> dict[str, Any] | None:
             try:
-                response = await self._apps.read_namespaced_daemon_set(
-                    name, namespace, _preload_content=False)
+                response = await request()
             except ApiException as exc:
-                if exc.status in (403, 404):
+                if exc.status in absent:
                     return None
                 raise
             async with response:
                 found: dict[str, Any] = await response.json()
                 return found
 
-        found: dict[str, Any] | None = await self._call(f"get daemonset {namespace}/{name}",
-                                                        request)
+        found: dict[str, Any] | None = await self._call(what, fetch)
         return found
 
     async def budgets(self) -> list[dict[str, Any]]:
@@ -255,21 +259,8 @@ class Kube:
 
     async def _replicaset(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A ReplicaSet with its status, as JSON (None: gone)."""
-        async def request() -> dict[str, Any] | None:
-            try:
-                response = await self._apps.read_namespaced_replica_set(
-                    name, namespace, _preload_content=False)
-            except ApiException as exc:
-                if exc.status == 404:
-                    return None
-                raise
-            async with response:
-                found: dict[str, Any] = await response.json()
-                return found
-
-        found: dict[str, Any] | None = await self._call(f"get replicaset {namespace}/{name}",
-                                                        request)
-        return found
+        return await self._found(f"get replicaset {namespace}/{name}", partial(
+            self._apps.read_namespaced_replica_set, name, namespace, _preload_content=False))
 
     async def node_ready(self, node: str) -> tuple[bool, str]:
         """Whether the node's Ready condition is True, and the condition as a phrase (status,

@@ -29,19 +29,19 @@ async def drain_forecasts(spec: ClusterSpec, machines: Sequence[Machine],
         return {}, []
     notes = [f"drain forecast for the first {MOST_FORECAST} of {len(due)} drained machines"] \
         if len(due) > MOST_FORECAST else []
+    due = due[:MOST_FORECAST]
     try:
         async with asyncio.timeout(FORECAST_SECONDS):
             async with await Kube.connect(access.path, access.text) as kube:
                 budgets = await kube.budgets()
-                found = await asyncio.gather(*(_forecast(kube, spec, m, budgets)
-                                               for m in due[:MOST_FORECAST]))
+                found = await asyncio.gather(*(_forecast(kube, spec, m, budgets) for m in due))
     except KubeError as exc:
         return {}, [f"no drain forecast: {exc}"]
     except TimeoutError:
         return {}, [f"no drain forecast: the API server did not answer in "
                     f"{FORECAST_SECONDS:g}s"]
-    forecasts = {m.hostname: f for m, f in zip(due, found, strict=False) if f is not None}
-    unregistered = [m.hostname for m, f in zip(due, found, strict=False) if f is None]
+    forecasts = {m.hostname: f for m, f in zip(due, found, strict=True) if f is not None}
+    unregistered = [m.hostname for m, f in zip(due, found, strict=True) if f is None]
     if unregistered:
         notes.append("no drain forecast for " + ", ".join(unregistered)
                      + ": no Node carries the machine's mark")

@@ -8,13 +8,16 @@ child process that applies a phase validates what it applies."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import io
 import json
 import random
 import ssl
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote, urlencode
 
 from nodeagent import http_client
@@ -128,14 +131,20 @@ class CoordinatorClient:
                                               context=self.context)
         except http_client.TransportError as exc:
             raise self._unreachable(base, f"{method} {base}{path}: {exc}") from None
+        if reply.status == 304 and etag is not None:
+            self.reconnect.answered()
+            return None, reply.headers
+        return self._decoded(reply, method, base, path), reply.headers
+
+    def _decoded(self, reply: http_client.Reply, method: str, base: str, path: str) -> Any:
+        """The JSON of an answer; Unreachable for 5xx or a body that is not JSON, Busy for
+        429, Rejected for any other 4xx."""
         if reply.status >= 500:
             raise self._unreachable(base, f"{method} {base}{path}: HTTP {reply.status} "
                                     f"{reply.reason}")
         if reply.status == 429:  # registering too fast: wait, here
             raise Busy(f"{method} {path}: HTTP {reply.status} {reply.reason}")
         self.reconnect.answered()
-        if reply.status == 304 and etag is not None:
-            return None, reply.headers
         try:
             payload = json.loads(reply.body) if reply.body else None
         except ValueError:
@@ -144,7 +153,7 @@ class CoordinatorClient:
         if reply.status >= 400:
             message = payload.get("error") if isinstance(payload, dict) else None
             raise Rejected(reply.status, message or reply.reason)
-        return payload, reply.headers
+        return payload
 
     async def _document(self, method: str, path: str, credential: str | None = None,
                         body: Document | None = None, params: dict[str, str] | None = None,
@@ -208,6 +217,25 @@ class CoordinatorClient:
         await self._call("POST", f"/v1/agent/machines/{machine_id}/heartbeat", credential)
         self._heartbeat_at = sent
 
+    async def upload_etcd_snapshot(self, machine_id: str, credential: str, item: str,
+                                   snapshot: BinaryIO) -> Document:
+        """The etcd snapshot the item left, sent whole with its size and its SHA-256 (RFC
+        9530's Content-Digest), which the coordinator checks before it keeps it; its answer
+        names what it kept."""
+        size, digest = await http_client.in_thread(_measured, snapshot)
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size),
+                   "Content-Digest": f"sha-256=:{base64.b64encode(digest).decode()}:"}
+        path = f"/v1/agent/machines/{machine_id}/etcd-snapshots/{quote(item)}"
+        base = self.url
+        try:
+            reply = await http_client.request(
+                "PUT", base + path, headers={**self._headers(credential), **headers},
+                body=snapshot, proxy=self.proxy, context=self.context,
+                timeout=self.timeout * 3, keep_alive=False)
+        except http_client.TransportError as exc:
+            raise self._unreachable(base, f"PUT {base}{path}: {exc}") from None
+        return _object(self._decoded(reply, "PUT", base, path), f"PUT {path}")
+
     async def artifact(self, credential: str, name: str,
                        headers: Mapping[str, str]) -> http_client.Body:
         """An artifact from the coordinator's store, opened to stream; headers may ask for a
@@ -224,6 +252,13 @@ class CoordinatorClient:
             raise Rejected(exc.status, f"artifact {name}: {exc.reason}") from None
         except http_client.TransportError as exc:
             raise self._unreachable(base, f"artifact {name}: {exc}") from None
+
+
+def _measured(snapshot: BinaryIO) -> tuple[int, bytes]:
+    """A file's size and SHA-256, read from its start."""
+    snapshot.seek(0)
+    digest = hashlib.file_digest(snapshot, "sha256")  # a BytesIO's whole buffer, unmoved
+    return snapshot.seek(0, io.SEEK_END), digest.digest()
 
 
 def _object(payload: Any, call: str) -> Document:

@@ -28,7 +28,7 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 from urllib.parse import unquote, urlsplit
 
 T = TypeVar("T")
@@ -129,6 +129,10 @@ def _read(response: http.client.HTTPResponse, size: int | None = None) -> bytes:
     except (OSError, http.client.HTTPException) as exc:
         raise TransportError(f"while reading the body: {_describe(exc)}") from None
 
+
+# What a request sends: bytes, or a file read in blocks as it is sent (an etcd snapshot, whose
+# Content-Length the caller gives).
+RequestBody = bytes | BinaryIO | None
 
 # scheme, host, port, proxy, TLS context: the connections that can carry a request.
 Destination = tuple[str, str, int, str | None, ssl.SSLContext | None]
@@ -243,14 +247,23 @@ class _Dropped(Exception):
 
 
 def _answer(connection: http.client.HTTPConnection, route: _Route, method: str,
-            headers: Mapping[str, str], body: bytes | None, timeout: float,
+            headers: Mapping[str, str], body: RequestBody, timeout: float,
             reused: bool, keep: bool) -> Reply:
     """Send the request on connection and read the whole answer; the connection goes back to
-    the pool if the caller keeps it and the server keeps it open."""
+    the pool if the caller keeps it and the server keeps it open. A file body is sent from its
+    start, also when it is sent again on a new connection."""
     try:
         if connection.sock is not None:
             connection.sock.settimeout(timeout)
-        connection.request(method, route.target, body, {**route.headers, **headers})
+        if body is not None and not isinstance(body, bytes):
+            body.seek(0)
+        try:
+            connection.request(method, route.target, body, {**route.headers, **headers})
+        except (BrokenPipeError, ConnectionResetError):
+            if body is None or isinstance(body, bytes):
+                raise
+            # A file the server refused before reading it all (413, say): it answered, then
+            # closed. Its answer says why, which a broken pipe does not.
         response = connection.getresponse()
     except (OSError, http.client.HTTPException) as exc:
         connection.close()
@@ -271,7 +284,7 @@ def _answer(connection: http.client.HTTPConnection, route: _Route, method: str,
     return Reply(response.status, response.reason or "", data, response.headers)
 
 
-def _exchange(method: str, url: str, headers: Mapping[str, str], body: bytes | None,
+def _exchange(method: str, url: str, headers: Mapping[str, str], body: RequestBody,
               proxy: str | None, timeout: float, context: ssl.SSLContext | None,
               keep: bool) -> Reply:
     """On an idle connection if there is one; once more on a new one if that turns out to
@@ -289,7 +302,7 @@ def _exchange(method: str, url: str, headers: Mapping[str, str], body: bytes | N
 
 
 async def request(method: str, url: str, *, headers: Mapping[str, str] | None = None,
-                  body: bytes | None = None, proxy: str | None = None,
+                  body: RequestBody = None, proxy: str | None = None,
                   timeout: float = 10.0, context: ssl.SSLContext | None = None,
                   keep_alive: bool = True) -> Reply:
     """One request and its whole answer, on a kept-alive connection to the same destination

@@ -22,16 +22,18 @@ import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 from pydantic import ValidationError
 
 from nodeagent import trust
 from nodeagent.children import EXIT_APPLIED, EXIT_GAVE_UP, EXIT_STOPPED
-from nodeagent.client import CoordinatorClient
+from nodeagent.client import CoordinatorClient, Rejected, Unreachable
 from nodeagent.home import load_home
 from nodeagent.http_client import Body
 from nodeagent.identity import IDENTITY_FILE, load_identity
 from nodeagent.items.cache import NodeCache
+from nodeagent.items.outcome import ItemFailed
 from nodeagent.items.runner import run_phase
 from nodeagent.journal import Journal, JournalError
 from nodeagent.proxy import coordinator_endpoints
@@ -61,6 +63,16 @@ async def run_items(config: AgentConfig, root: Path, assignment: Assignment,
         identity = load_identity(state_dir / IDENTITY_FILE)
         return await client.artifact(identity.credential if identity else "", name, headers)
 
+    async def upload(item: str, snapshot: BinaryIO) -> None:
+        identity = load_identity(state_dir / IDENTITY_FILE)
+        if identity is None:
+            raise ItemFailed("cannot upload the etcd snapshot: this agent has no identity")
+        try:
+            await client.upload_etcd_snapshot(identity.machine_id, identity.credential, item,
+                                              snapshot)
+        except (Rejected, Unreachable) as exc:
+            raise ItemFailed(f"the coordinator did not keep the etcd snapshot: {exc}") from None
+
     async def report(item_report: ItemReport) -> None:
         sys.stdout.write(item_report.model_dump_json() + "\n")
         sys.stdout.flush()
@@ -68,7 +80,7 @@ async def run_items(config: AgentConfig, root: Path, assignment: Assignment,
     return await run_phase(assignment.items, assignment.values, journal, report,
                            assignment.retry, root, artifacts, config.proxy.over(assignment.proxy),
                            NodeCache(state_dir / "cache", int(config.cache_max_gib * 2**30)),
-                           secrets=assignment.secrets)
+                           secrets=assignment.secrets, upload=upload)
 
 
 async def apply_from_stdin(config: AgentConfig, root: Path) -> int:

@@ -3,6 +3,8 @@ request, calls one service operation and renders its answer."""
 
 from __future__ import annotations
 
+import base64
+
 from aiohttp import web
 
 from coordinator.api.bodies import (
@@ -18,11 +20,20 @@ from coordinator.api.bodies import (
     RoleBody,
     StatusQuery,
 )
-from coordinator.api.context import PRESENTATION, bearer, body, query, service, text
+from coordinator.api.context import (
+    HAND_OUT_AUDIT,
+    PRESENTATION,
+    bearer,
+    body,
+    query,
+    service,
+    text,
+)
 from coordinator.api.views import (
     admin_token_view,
     cluster_status_view,
     cluster_view,
+    etcd_snapshot_view,
     join_token_view,
     machine_view,
     removed_view,
@@ -270,3 +281,26 @@ async def set_move_target(request: web.Request) -> web.Response:
 async def clear_move_target(request: web.Request) -> web.Response:
     cleared = await service(request).move_targets.clear()
     return web.json_response(None if cleared is None else cleared.model_dump(mode="json"))
+
+
+async def list_etcd_snapshots(request: web.Request) -> web.Response:
+    snapshots = await service(request).etcd_snapshots.listed(request.match_info["name"])
+    return web.json_response([etcd_snapshot_view(s) for s in snapshots])
+
+
+async def download_etcd_snapshot(request: web.Request) -> web.StreamResponse:
+    """A snapshot's bytes, unsealed: they hold every Secret of the cluster, so a POST (admin
+    tokens only, audited), as a backup is. Its SHA-256 comes first (Content-Digest) for the
+    client to check what it wrote."""
+    snapshot, chunks = await service(request).etcd_snapshots.opened(
+        request.match_info["name"], request.match_info["id"])
+    await request[HAND_OUT_AUDIT]()
+    response = web.StreamResponse(headers={
+        "Content-Type": "application/octet-stream", "Content-Length": str(snapshot.size),
+        "Content-Digest": f"sha-256=:{base64.b64encode(bytes.fromhex(snapshot.sha256)).decode()}:",
+        "Content-Disposition": f'attachment; filename="etcd-{snapshot.cluster}-{snapshot.id}.db"'})
+    await response.prepare(request)
+    async for chunk in chunks:
+        await response.write(chunk)
+    await response.write_eof()
+    return response

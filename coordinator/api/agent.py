@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from coordinator.api.context import (
     ARTIFACT_LINKS,
@@ -17,7 +18,9 @@ from coordinator.api.context import (
     refused,
     service,
 )
+from coordinator.api.views import etcd_snapshot_view
 from coordinator.domain.errors import Conflict, Forbidden, TooManyRequests, Unauthorized
+from coordinator.domain.etcdsnapshots import UploadRefused
 from coordinator.domain.machines.refusals import REGISTRATION
 from coordinator.domain.records import CredentialOwner
 from coordinator.edge.ratelimit import RateLimiter
@@ -141,6 +144,28 @@ async def rotate_credential(request: web.Request) -> web.Response:
     rotate = await body(request, RotateRequest)
     expires = await service(request).agents.rotate_credential(machine.machine_id, rotate.credential)
     return web.json_response(RotateResponse(credential_expires_at=expires).model_dump(mode="json"))
+
+
+async def etcd_snapshot(request: web.Request) -> web.Response:
+    """The etcd snapshot of a manager's item (its etcdSnapshotFrom), streamed into the store;
+    refused before its body is read when the machine, the item or the announced size and
+    SHA-256 do not qualify (domain/etcdsnapshots.py)."""
+    machine = await _agent(request)
+    if (moved := service(request).pivots.refused_change(request.path)) is not None:
+        raise Conflict(moved)  # kept here, it would not reach the coordinator taking over
+    async def read(size: int) -> bytes:
+        try:
+            return await request.content.read(size)
+        except (HttpProcessingError, ConnectionError):  # cut off: fewer bytes than announced
+            return b""
+
+    try:
+        kept = await service(request).etcd_snapshots.receive(
+            machine.machine_id, request.match_info["item"], request.content_length,
+            request.headers.get("Content-Digest"), read)
+    except UploadRefused as exc:
+        return error(exc.status, str(exc))
+    return web.json_response(etcd_snapshot_view(kept), status=201)
 
 
 async def heartbeat(request: web.Request) -> web.Response:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -51,6 +52,10 @@ ARTIFACTS = web.AppKey("artifacts", Path)
 ARTIFACT_LINKS = web.AppKey("artifact_links", ArtifactLinks)  # only with an artifact port
 DATA_DIR = web.AppKey("data_dir", Path)  # its PKI and secrets key go into backups
 CLOSING = web.AppKey("closing", asyncio.Event)
+# A hands-out route's audit (routing.Route.hands_out), which its handler awaits once it found
+# what to hand out and before the first byte of it leaves: every handout is on record, even
+# one whose connection breaks.
+HAND_OUT_AUDIT = web.RequestKey("hand_out_audit", Callable[[], Awaitable[None]])
 
 
 def service(request: web.Request) -> Coordinator:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Awaitable
 
 from aiohttp import web
 
 from coordinator.api.bodydeadline import BodyDeadline, BodyTimedOut
 from coordinator.api.context import (
+    HAND_OUT_AUDIT,
     MAX_BODY_BYTES,
     PRESENTATION,
     bearer,
@@ -118,10 +120,17 @@ async def _admin(request: web.Request, handler: Handler, route: Route) -> web.St
     except (Unauthorized, Forbidden) as exc:
         refused(request, exc)
         raise
-    if route.changes and (moved := c.pivots.refused_change(request.path)) is not None:
+    if route.changes and not route.hands_out and \
+            (moved := c.pivots.refused_change(request.path)) is not None:
         raise Conflict(moved)  # frozen for a pivot, or moved: the message names the target
+    def audit(status: int) -> Awaitable[None]:
+        return c.admin.audit(f"{token.name} ({token.id})", request.method, request.path, status,
+                             request.match_info.get("name", ""))
+
+    if route.hands_out:
+        request[HAND_OUT_AUDIT] = lambda: audit(200)
+        return await handler(request)
     response = await handler(request)
     if route.changes and response.status < 400:
-        await c.admin.audit(f"{token.name} ({token.id})", request.method, request.path,
-                            response.status, request.match_info.get("name", ""))
+        await audit(response.status)
     return response

@@ -103,6 +103,20 @@ ROUTES: tuple[Route, ...] = (
           "A consistent snapshot of the coordinator's whole state (clusters, machines, tokens as "
           "hashes, sealed outputs, events, the PKI and the secrets key) as one archive "
           "(application/gzip): admin tokens only, audited", "admin"),
+    Route("PUT", "/v1/agent/machines/{machine_id}/etcd-snapshots/{item}", agent.etcd_snapshot,
+          "Upload the etcd snapshot a manager's item left (its etcdSnapshotFrom): the body "
+          "(application/octet-stream, with Content-Length and Content-Digest: sha-256=:BASE64:), "
+          "kept sealed once its checksum holds (413 beyond settings.etcdSnapshots.maxSizeMiB; "
+          "409 when the machine does not run that item's phase; 429 when too many arrive)",
+          "machine", 201),
+    Route("GET", "/v1/clusters/{name}/etcd-snapshots", admin.list_etcd_snapshots,
+          "The etcd snapshots the coordinator keeps of the cluster, newest first (never their "
+          "bytes)", "admin"),
+    Route("POST", "/v1/clusters/{name}/etcd-snapshots/{id}/download",
+          admin.download_etcd_snapshot,
+          "An etcd snapshot's bytes (application/octet-stream, its SHA-256 in Content-Digest): "
+          "they hold every Secret of the cluster, so admin tokens only, audited", "admin",
+          hands_out=True),
     Route("GET", "/v1/whoami", admin.whoami,
           "The admin token's name and role: the dashboard offers its actions to admin tokens "
           "only", "admin"),

@@ -26,6 +26,8 @@ class Route:
     body_optional: bool = False  # an empty body means every field's default
     answer: type[BaseModel] | None = None
     dry_run: bool = False  # a POST that changes nothing: read-only tokens may send it, no audit
+    hands_out: bool = False  # a POST that changes nothing but hands out secrets: admin tokens
+    # only and audited, yet answered while a pivot holds changes
     # (name, JSON schema) of each query parameter documented (schemathesis fuzzes them)
     query: tuple[tuple[str, dict[str, Any]], ...] = field(default=(), hash=False)
 

@@ -14,6 +14,7 @@ from coordinator.domain.nodes.nodes import described
 from coordinator.domain.records import (
     AdminToken,
     ClusterOutput,
+    EtcdSnapshot,
     Event,
     JoinToken,
     RemovedMachine,
@@ -216,6 +217,14 @@ def join_token_view(token: JoinToken, now: float) -> dict[str, Any]:
     return {"id": token.id, "cluster": token.cluster, "created_at": token.created_at,
             "expires_at": token.expires_at, "max_uses": token.max_uses, "uses": token.uses,
             "revoked": token.revoked, "state": join_token_state(token, now)}
+
+
+def etcd_snapshot_view(snapshot: EtcdSnapshot) -> dict[str, Any]:
+    """What is known of a snapshot, never its bytes: whose step it precedes, who took it."""
+    return {"id": snapshot.id, "cluster": snapshot.cluster, "taken_at": snapshot.taken_at,
+            "before": snapshot.phase, "subject": snapshot.subject, "release": snapshot.release,
+            "hostname": snapshot.hostname, "machine": snapshot.machine, "item": snapshot.item,
+            "size": snapshot.size, "sha256": snapshot.sha256}
 
 
 def removed_view(removed: RemovedMachine) -> dict[str, Any]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import http.client
+import io
 import json
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -94,19 +96,26 @@ class AdminClient:
 
     def download(self, method: str, path: str, accept: str,
                  progress: Callable[[int], None]) -> bytes:
-        """The answer's body, read a chunk at a time, each time telling progress the bytes
-        received so far."""
+        """The answer's body, whole (download_into)."""
+        buffer = io.BytesIO()
+        self.download_into(method, path, accept, progress, buffer.write)
+        return buffer.getvalue()
+
+    def download_into(self, method: str, path: str, accept: str,
+                      progress: Callable[[int], None],
+                      write: Callable[[bytes], object]) -> Mapping[str, str]:
+        """The answer's body given to write a chunk at a time, each time telling progress the
+        bytes received so far; the answer's headers."""
         with self._send(method, path, None, None, "", accept, DOWNLOAD_TIMEOUT) as response:
-            chunks: list[bytes] = []
             received = 0
             try:
                 while chunk := response.read(_CHUNK):
-                    chunks.append(chunk)
+                    write(chunk)
                     received += len(chunk)
                     progress(received)
-            except OSError as exc:
-                raise ClientError(0, f"the coordinator at {self.url} broke off: {exc}") from None
-        return b"".join(chunks)
+            except (OSError, http.client.HTTPException) as exc:
+                raise ClientError(0, f"the coordinator at {self.url} broke off: {exc!r}") from None
+            return response.headers
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)

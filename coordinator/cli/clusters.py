@@ -1,14 +1,24 @@
-"""`coordinator cluster apply|get|delete|render`: declaring clusters, reading them back, and
-seeing what their machines would run."""
+"""`coordinator cluster apply|get|delete|render|etcd-snapshots|etcd-snapshot`: declaring
+clusters, reading them back, seeing what their machines would run, and the etcd snapshots the
+coordinator keeps of them."""
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import click
 
-from coordinator.cli.formatting import clusters_lines, rendering_lines
+from coordinator.cli.backup import DownloadMeter
+from coordinator.cli.client import ClientError
+from coordinator.cli.formatting import (
+    clusters_lines,
+    day_and_time,
+    etcd_snapshots_lines,
+    rendering_lines,
+)
 from coordinator.cli.plumbing import (
     allow_downgrade_option,
     call,
@@ -17,6 +27,7 @@ from coordinator.cli.plumbing import (
     downgrade_query,
     echo_lines,
     emit,
+    fail,
     output_option,
     say,
     yes_option,
@@ -122,3 +133,58 @@ def cluster_render(ctx: click.Context, name: str, machine: str | None, phase: st
             else call(ctx, "GET", where))
     if not emit(data, output):
         echo_lines(rendering_lines(data))
+
+
+@cluster.command("etcd-snapshots")
+@click.argument("name", shell_complete=complete_clusters)
+@output_option
+@click.pass_context
+def cluster_etcd_snapshots(ctx: click.Context, name: str, output: str) -> None:
+    """List the etcd snapshots the coordinator keeps of the cluster, newest first: one taken
+    before each manager's upgrade and removal (settings.etcdSnapshots)."""
+    data = call(ctx, "GET", f"/v1/clusters/{quote(name, safe='')}/etcd-snapshots")
+    if not emit(data, output):
+        echo_lines(etcd_snapshots_lines(data) if data else [
+            f"cluster {name} has no etcd snapshot yet: one is taken before each manager's "
+            "upgrade and removal (docs/kubernetes.md, \"etcd snapshots\")"])
+
+
+@cluster.command("etcd-snapshot")
+@click.argument("name", shell_complete=complete_clusters)
+@click.argument("snapshot_id", metavar="[ID]", required=False)
+@click.option("--out", required=True, type=click.Path(dir_okay=False, writable=True),
+              help="The file to write (mode 0600; written only once its SHA-256 holds).")
+@click.pass_context
+def cluster_etcd_snapshot(ctx: click.Context, name: str, snapshot_id: str | None,
+                          out: str) -> None:
+    """Download an etcd snapshot of the cluster (the newest unless ID), to restore etcd from
+    (docs/kubernetes.md, "Restoring etcd from a snapshot"). It holds every Secret of the
+    cluster: keep it as safe as a backup. Needs an admin token (read-only ones are refused)."""
+    from coordinator.service.privatefiles import saving  # only for this command
+    listed = call(ctx, "GET", f"/v1/clusters/{quote(name, safe='')}/etcd-snapshots")
+    chosen = next((s for s in listed if snapshot_id in (None, s["id"])), None)
+    if chosen is None:
+        fail(ClientError(404, f"cluster {name} has no etcd snapshot {snapshot_id}" if snapshot_id
+                         else f"cluster {name} has no etcd snapshot yet"))
+    path = f"/v1/clusters/{quote(name, safe='')}/etcd-snapshots/{quote(chosen['id'])}/download"
+    try:
+        with saving(Path(out)) as handle:
+            digest = hashlib.sha256()
+
+            def write(data: bytes) -> None:
+                digest.update(data)
+                handle.write(data)
+
+            ctx.obj.download_into("POST", path, "application/octet-stream", DownloadMeter(),
+                                  write)
+            if digest.hexdigest() != chosen["sha256"]:
+                raise ClientError(0, f"the snapshot that came has SHA-256 {digest.hexdigest()}, "
+                                  f"not {chosen['sha256']}: {out} was not written; download "
+                                  "it again")
+    except ClientError as exc:
+        fail(exc)
+    except OSError as exc:
+        fail(ClientError(0, f"cannot write {out}: {exc.strerror or exc}"))
+    say(f"{out}: etcd snapshot {chosen['id']} of cluster {name}, {chosen['size']} bytes, "
+        f"sha256 {chosen['sha256']}, taken {day_and_time(chosen['taken_at'])} by "
+        f"{chosen['item']} on {chosen['hostname']}")

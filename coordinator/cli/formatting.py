@@ -181,6 +181,18 @@ def join_tokens_lines(tokens: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def etcd_snapshots_lines(snapshots: list[dict[str, Any]]) -> list[str]:
+    """Newest first: which step each was taken before, by whom, its size and sum."""
+    lines = [f"{'ID':<18}{'TAKEN':<18}{'BEFORE':<40}{'SIZE':>11}  SHA256"]
+    for s in snapshots:
+        before = (f"{s['subject']}'s upgrade to {s['release']}" if s["before"] == "upgrade"
+                  else f"{s['subject']}'s removal")
+        lines.append(f"{s['id']:<18}{day_and_time(s['taken_at']):<18}{before:<40}"
+                     f"{s['size'] / 2**20:>7.1f} MiB  {s['sha256'][:16]}…  "
+                     f"({s['item']} on {s['hostname']})")
+    return lines
+
+
 def admin_tokens_lines(tokens: list[dict[str, Any]]) -> list[str]:
     return [f"{'ID':<14}{'NAME':<24}{'ROLE':<12}STATUS"] + [
         f"{t['id']:<14}{t['name']:<24}{t['role']:<12}{'revoked' if t['revoked'] else 'active'}"

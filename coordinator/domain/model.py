@@ -151,6 +151,14 @@ class DrainSettings(SpecModel):
         "start; past it, the upgrade goes on and an event names what is not back; 0: no wait")
 
 
+class EtcdSnapshotSettings(SpecModel):
+    keep: int = Field(default=3, ge=1, description="the etcd snapshots the coordinator keeps of "
+                      "the cluster, newest first; an older one is deleted when a new one is kept")
+    max_size_mib: int = Field(
+        default=8192, ge=1, alias="maxSizeMiB", description="the largest snapshot an item may "
+        "upload (etcd's own quota is at most 8 GiB); a larger one is refused and its item fails")
+
+
 class ClusterSettings(SpecModel):
     worker_batch_size: int = Field(default=50, ge=1)
     auto_approve: bool = False
@@ -164,6 +172,7 @@ class ClusterSettings(SpecModel):
     upgrade: UpgradeSettings = Field(default_factory=UpgradeSettings)
     drain: DrainSettings = Field(default_factory=DrainSettings)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    etcd_snapshots: EtcdSnapshotSettings = Field(default_factory=EtcdSnapshotSettings)
 
     @property
     def upgrade_batch(self) -> int:

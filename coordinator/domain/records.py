@@ -34,6 +34,27 @@ class StoredCluster:
 
 
 @dataclass(frozen=True)
+class EtcdSnapshot:
+    """An etcd snapshot a manager's item uploaded before a control-plane step (its
+    etcdSnapshotFrom), as the coordinator keeps it: this record, and its bytes sealed in chunks
+    (the store's etcd_snapshot_chunks). Incomplete while its chunks are still arriving."""
+
+    id: str
+    cluster: str
+    machine: str  # id of the manager whose item took it
+    hostname: str
+    item: str
+    phase: str
+    subject: str  # hostname of the manager whose step it precedes: the uploader's upgrade, or
+    # the leaving manager whose removal its leave job carries
+    release: str  # the release the uploader was given
+    taken_at: float
+    size: int = 0
+    sha256: str = ""
+    complete: bool = False
+
+
+@dataclass(frozen=True)
 class Event:
     """One line of history: what happened to which machine, and when."""
 

@@ -18,6 +18,7 @@ from coordinator.service.agents import Agents
 from coordinator.service.credentials import CredentialCache
 from coordinator.service.drainer import Drainer
 from coordinator.service.drains import DrainRecords
+from coordinator.service.etcdsnapshots import EtcdSnapshots
 from coordinator.service.heartbeats import HEARTBEAT_FLUSH_SECONDS, HeartbeatBuffer
 from coordinator.service.history import DEFAULT_RETENTION, EventRetention, Retention
 from coordinator.service.leadership import Leadership
@@ -69,6 +70,7 @@ class Coordinator:
                              self.leadership.after_reports)
         self.admin = Admin(self.writes, self.queries, self.access, self.drainer, clock)
         self.refusals = RefusalAudit(self.writes, clock)
+        self.etcd_snapshots = EtcdSnapshots(store, self.writes, self.queries, clock)
         self.history = EventRetention(store, clock, retention, status.forget)
 
     async def run(self, tick: float = 1.0) -> None:

@@ -33,7 +33,7 @@ from coordinator.service import snapshot
 from coordinator.service.writes import Writes
 from coordinator.store.base import Store, StoreError
 from coordinator.store.cipher import Cipher, SecretsKeyError, key_from_text
-from coordinator.store.codec import resealed_doc, resealed_output
+from coordinator.store.codec import resealed_doc, resealed_etcd_chunk, resealed_output
 from nodeagent.wire.logfmt import fields
 from nodeagent.wire.validation import InvalidDocument, Problem
 
@@ -194,6 +194,8 @@ def _for_target(taken: snapshot.Snapshot, cipher: Cipher | None) -> dict[str, li
                           for row in tables.get("machines", ())]
     tables["cluster_outputs"] = [resealed_output(row, source, cipher)
                                  for row in tables.get("cluster_outputs", ())]
+    tables["etcd_snapshot_chunks"] = [resealed_etcd_chunk(row, source, cipher)
+                                      for row in tables.get("etcd_snapshot_chunks", ())]
     return tables
 
 

@@ -48,6 +48,7 @@ from pydantic import ValidationError
 
 from coordinator.domain.transfer import archive
 from coordinator.domain.transfer.archive import FORMAT, MANIFEST, SCHEMA_VERSION, ArchiveError
+from coordinator.service import privatefiles
 from coordinator.store.base import Store, StoreError
 from coordinator.store.cipher import KEY_BYTES, Cipher, key_from_text
 from coordinator.store.codec import cluster_output_from_row, machine_from_row, spec_from_json
@@ -308,27 +309,9 @@ def read_archive(path: Path, max_unpacked: int = archive.MAX_UNPACKED) -> Snapsh
 
 
 def save(data: bytes, path: Path) -> None:
-    """data (an archive, or a file of one) at path, mode 0600, atomically and durably
-    (datadir.py's rule for what is secret)."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
-    _sync_directory(path.parent)
-
-
-def _sync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """data (an archive, or a file of one) at path, as privatefiles.saving writes it."""
+    with privatefiles.saving(path) as handle:
+        handle.write(data)
 
 
 # -- restoring --------------------------------------------------------------------------------
@@ -377,4 +360,4 @@ def _place(staging: Path, data_dir: Path, names: Sequence[str]) -> None:
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.replace(staging / name, target)
     for directory in {data_dir, *((data_dir / name).parent for name in names)}:
-        _sync_directory(directory)
+        privatefiles.sync_directory(directory)

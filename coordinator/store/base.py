@@ -18,6 +18,7 @@ from coordinator.domain.records import (
     AdminToken,
     ClusterOutput,
     CredentialOwner,
+    EtcdSnapshot,
     Event,
     JoinToken,
     MachineCount,
@@ -273,6 +274,40 @@ class Store(ABC):
         target keeps its own admin tokens). Event ids are kept, and later events are numbered
         after them. The store's epoch is minted anew in the same transaction: the snapshot's
         generations may be behind what its agents hold (domain/assignments/etags.py)."""
+
+    # -- etcd snapshots (service/etcdsnapshots.py) --------------------------------
+    @abstractmethod
+    async def begin_etcd_snapshot(self, snapshot: EtcdSnapshot) -> None:
+        """Record a snapshot whose chunks are about to arrive (incomplete: listed nowhere)."""
+
+    @abstractmethod
+    async def add_etcd_snapshot_chunk(self, snapshot_id: str, seq: int, data: bytes) -> None:
+        """Chunk seq (0, 1, ...) of an incomplete snapshot, sealed under the secrets key."""
+
+    @abstractmethod
+    async def complete_etcd_snapshot(self, snapshot_id: str, size: int, sha256: str) -> None:
+        """Every chunk arrived and checked: the snapshot is listed and handed out from now."""
+
+    @abstractmethod
+    async def etcd_snapshots(self, cluster: str) -> list[EtcdSnapshot]:
+        """A cluster's complete snapshots, newest first."""
+
+    @abstractmethod
+    async def etcd_snapshot(self, snapshot_id: str) -> EtcdSnapshot | None:
+        """One snapshot, complete or not."""
+
+    @abstractmethod
+    async def etcd_snapshot_chunk(self, snapshot_id: str, seq: int) -> bytes | None:
+        """Chunk seq of a snapshot, unsealed; None past its last."""
+
+    @abstractmethod
+    async def incomplete_etcd_snapshots(self, before: float) -> list[str]:
+        """The ids of snapshots begun before `before` and never completed (an upload cut off,
+        a coordinator that died mid-upload)."""
+
+    @abstractmethod
+    async def drop_etcd_snapshot(self, snapshot_id: str) -> None:
+        """A snapshot and its chunks, gone in one transaction."""
 
     # -- the move target ----------------------------------------------------------
     @abstractmethod

@@ -61,20 +61,27 @@ class Cipher:
         return AESGCM.generate_key(bit_length=KEY_BYTES * 8)
 
     def seal(self, plaintext: str, context: str) -> str:
+        return self.seal_bytes(plaintext.encode(), context)
+
+    def seal_bytes(self, plaintext: bytes, context: str) -> str:
+        """Bytes (a chunk of an etcd snapshot) sealed as text, as seal() seals text."""
         nonce = os.urandom(_NONCE_BYTES)
-        sealed = self._aead.encrypt(nonce, plaintext.encode(), context.encode())
+        sealed = self._aead.encrypt(nonce, plaintext, context.encode())
         return _VERSION + base64.b64encode(nonce + sealed).decode("ascii")
 
     def unseal(self, sealed: str, context: str) -> str:
         """The plaintext; SecretsKeyError naming the key file when this key did not seal it
         (or not for this context)."""
+        return self.unseal_bytes(sealed, context).decode()
+
+    def unseal_bytes(self, sealed: str, context: str) -> bytes:
+        """What seal_bytes sealed; SecretsKeyError as unseal()."""
         if not sealed.startswith(_VERSION):
             raise SecretsKeyError(f"the secrets of {context} are sealed in an unknown format "
                                   f"({sealed[:3]!r}): written by a newer coordinator?")
         raw = base64.b64decode(sealed[len(_VERSION):])
         try:
-            return self._aead.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:],
-                                      context.encode()).decode()
+            return self._aead.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], context.encode())
         except InvalidTag:
             raise SecretsKeyError(
                 f"cannot decrypt the secrets of {context} with the key in {self.source}: it is "

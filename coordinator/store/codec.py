@@ -33,6 +33,7 @@ from coordinator.domain.records import (
     AdminToken,
     ClusterOutput,
     CredentialOwner,
+    EtcdSnapshot,
     Event,
     JoinToken,
     MachineCount,
@@ -254,6 +255,46 @@ def resealed_output(row: Mapping[str, Any], source: Cipher, target: Cipher) -> d
     """A cluster_outputs row with its value sealed by target's key instead of source's."""
     context = _output_context(row["cluster"], row["name"])
     return {**row, "value": target.seal(source.unseal(row["value"], context), context)}
+
+
+def etcd_snapshot_from_row(row: Row) -> EtcdSnapshot:
+    return EtcdSnapshot(id=row["id"], cluster=row["cluster"], machine=row["machine"],
+                        hostname=row["hostname"], item=row["item"], phase=row["phase"],
+                        subject=row["subject"], release=row["release"],
+                        taken_at=row["taken_at"], size=row["size"], sha256=row["sha256"],
+                        complete=bool(row["complete"]))
+
+
+def etcd_snapshot_row(snapshot: EtcdSnapshot) -> tuple[Any, ...]:
+    """The parameters of sql.Statements.begin_etcd_snapshot."""
+    return tuple(getattr(snapshot, f.name) for f in fields(EtcdSnapshot))
+
+
+def sealed_etcd_chunk(cipher: Cipher | None, snapshot_id: str, seq: int, data: bytes) -> str:
+    """A chunk of an etcd snapshot (which holds every Secret of its cluster) sealed, bound to
+    its place: moved to another snapshot or position, it fails to open."""
+    context = _etcd_chunk_context(snapshot_id, seq)
+    if cipher is None:
+        raise SecretsKeyError(f"the {context} is secret, and this store has no secrets key to "
+                              "seal it with")
+    return cipher.seal_bytes(data, context)
+
+
+def opened_etcd_chunk(cipher: Cipher | None, snapshot_id: str, seq: int, sealed: str) -> bytes:
+    context = _etcd_chunk_context(snapshot_id, seq)
+    if cipher is None:
+        raise SecretsKeyError(f"the {context} is sealed, and this store has no secrets key")
+    return cipher.unseal_bytes(sealed, context)
+
+
+def resealed_etcd_chunk(row: Mapping[str, Any], source: Cipher, target: Cipher) -> dict[str, Any]:
+    """An etcd_snapshot_chunks row sealed by target's key instead of source's."""
+    data = opened_etcd_chunk(source, row["snapshot"], row["seq"], row["data"])
+    return {**row, "data": sealed_etcd_chunk(target, row["snapshot"], row["seq"], data)}
+
+
+def _etcd_chunk_context(snapshot_id: str, seq: int) -> str:
+    return f"etcd snapshot {snapshot_id} chunk {seq}"
 
 
 def machine_from_row(row: Row, cipher: Cipher | None) -> Machine:

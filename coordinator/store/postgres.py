@@ -24,6 +24,7 @@ from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
     CredentialOwner,
+    EtcdSnapshot,
     Event,
     JoinToken,
     MachineCount,
@@ -41,6 +42,8 @@ from coordinator.store.codec import (
     cluster_row,
     credential_owner_from_row,
     dumps,
+    etcd_snapshot_from_row,
+    etcd_snapshot_row,
     event_from_row,
     identity_rows,
     join_token_from_row,
@@ -48,8 +51,10 @@ from coordinator.store.codec import (
     machine_count_from_row,
     machine_from_row,
     machine_to_row,
+    opened_etcd_chunk,
     output_rows,
     removed_machine_from_row,
+    sealed_etcd_chunk,
     spec_to_json,
     version_from_row,
     with_outputs,
@@ -349,6 +354,37 @@ class PostgresStore(Store):
                 return 0
             status = await conn.execute(SQL.delete_events_through, through)
         return int(status.split()[-1])  # "DELETE n"
+
+    # -- etcd snapshots -------------------------------------------------------------
+    async def begin_etcd_snapshot(self, snapshot: EtcdSnapshot) -> None:
+        await self.db.execute(SQL.begin_etcd_snapshot, *etcd_snapshot_row(snapshot))
+
+    async def add_etcd_snapshot_chunk(self, snapshot_id: str, seq: int, data: bytes) -> None:
+        sealed = sealed_etcd_chunk(self.cipher, snapshot_id, seq, data)
+        await self.db.execute(SQL.add_etcd_snapshot_chunk, snapshot_id, seq, sealed)
+
+    async def complete_etcd_snapshot(self, snapshot_id: str, size: int, sha256: str) -> None:
+        await self.db.execute(SQL.complete_etcd_snapshot, size, sha256, snapshot_id)
+
+    async def etcd_snapshots(self, cluster: str) -> list[EtcdSnapshot]:
+        return await self.db.all(etcd_snapshot_from_row, SQL.etcd_snapshots, cluster)
+
+    async def etcd_snapshot(self, snapshot_id: str) -> EtcdSnapshot | None:
+        return await self.db.one(etcd_snapshot_from_row, SQL.etcd_snapshot, snapshot_id)
+
+    async def etcd_snapshot_chunk(self, snapshot_id: str, seq: int) -> bytes | None:
+        sealed = await self.db.one(lambda row: str(row["data"]), SQL.etcd_snapshot_chunk,
+                                   snapshot_id, seq)
+        return None if sealed is None else opened_etcd_chunk(self.cipher, snapshot_id, seq, sealed)
+
+    async def incomplete_etcd_snapshots(self, before: float) -> list[str]:
+        return await self.db.all(lambda row: str(row["id"]), SQL.incomplete_etcd_snapshots,
+                                 before)
+
+    async def drop_etcd_snapshot(self, snapshot_id: str) -> None:
+        async with self.db.transaction() as conn:
+            for statement in SQL.drop_etcd_snapshot:
+                await conn.execute(statement, snapshot_id)
 
     # -- snapshots ----------------------------------------------------------------
     async def export(self) -> dict[str, list[dict[str, Any]]]:

@@ -236,6 +236,31 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (cluster, name)
     );
     """,
+    # 13 -> 14: the etcd snapshots managers' items upload (service/etcdsnapshots.py), their
+    # bytes sealed in chunks of about a MiB.
+    """
+    CREATE TABLE etcd_snapshots (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        cluster TEXT COLLATE "C" NOT NULL,
+        machine TEXT NOT NULL,
+        hostname TEXT NOT NULL,
+        item TEXT NOT NULL,
+        phase TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        release TEXT NOT NULL,
+        taken_at DOUBLE PRECISION NOT NULL,
+        size BIGINT NOT NULL,
+        sha256 TEXT NOT NULL,
+        complete BOOLEAN NOT NULL
+    );
+    CREATE INDEX etcd_snapshots_cluster ON etcd_snapshots (cluster, taken_at);
+    CREATE TABLE etcd_snapshot_chunks (
+        snapshot TEXT COLLATE "C" NOT NULL,
+        seq INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (snapshot, seq)
+    );
+    """,
 ]
 
 

@@ -153,6 +153,7 @@ class Table:
     order: str  # the rows' order: an import in that order keeps listings' ties as they were
     nullable: frozenset[str] = frozenset()  # the columns that may be null
     unique: tuple[str, ...] = ()  # the columns no two rows share a value of (keys)
+    where: str = ""  # which rows a snapshot carries, when not all
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -170,7 +171,8 @@ class Table:
                      for name, kind in self.columns)
 
     def select(self, dialect: Dialect) -> str:
-        return f"SELECT {', '.join(self.names)} FROM {self.name} " \
+        where = f"WHERE {self.where} " if self.where else ""
+        return f"SELECT {', '.join(self.names)} FROM {self.name} {where}" \
                f"ORDER BY {self.order.format(arrival=dialect.arrival)}"
 
     def insert(self, dialect: Dialect) -> str:
@@ -180,6 +182,20 @@ class Table:
 
 _KINDS: dict[str, Any] = {"text": str, "int": int, "real": float, "bool": bool, "json": str}
 _T, _I, _R, _B, _J = "text", "int", "real", "bool", "json"
+
+# The newest complete etcd snapshot of each cluster: the one a backup carries (the others stay
+# with the coordinator, within settings.etcdSnapshots.keep).
+LATEST_ETCD_SNAPSHOTS = (
+    "SELECT kept.id FROM etcd_snapshots AS kept WHERE kept.complete AND NOT EXISTS ("
+    "SELECT 1 FROM etcd_snapshots AS newer WHERE newer.cluster = kept.cluster "
+    "AND newer.complete AND (newer.taken_at > kept.taken_at "
+    "OR (newer.taken_at = kept.taken_at AND newer.id > kept.id)))")
+# Its columns are codec.etcd_snapshot_row's, in the order of records.EtcdSnapshot's fields.
+ETCD_SNAPSHOTS = Table(
+    "etcd_snapshots", (("id", _T), ("cluster", _T), ("machine", _T), ("hostname", _T),
+                       ("item", _T), ("phase", _T), ("subject", _T), ("release", _T),
+                       ("taken_at", _R), ("size", _I), ("sha256", _T), ("complete", _B)),
+    "taken_at, id", unique=("id",), where=f"id IN ({LATEST_ETCD_SNAPSHOTS})")
 
 # Every table of the coordinator's state, parents first (join tokens name their cluster).
 # Not here: schema_version (the target's own), secrets_key (claimed by the key the target
@@ -197,6 +213,9 @@ TABLES: tuple[Table, ...] = (
           unique=("id", "hash")),
     Table("cluster_outputs", (("cluster", _T), ("name", _T), ("value", _T), ("machine", _T),
                               ("hostname", _T), ("produced_at", _R)), "cluster, name"),
+    ETCD_SNAPSHOTS,
+    Table("etcd_snapshot_chunks", (("snapshot", _T), ("seq", _I), ("data", _T)),
+          "snapshot, seq", where=f"snapshot IN ({LATEST_ETCD_SNAPSHOTS})"),
     Table("machines", (("id", _T), ("cluster", _T), ("hostname", _T), ("state", _T),
                        ("credential_hash", _T), ("responding", _B), ("last_seen", _R),
                        ("doc", _J)), "id", unique=("id",)),
@@ -228,9 +247,27 @@ class Statements:
             "updated_at = excluded.updated_at, deleting = excluded.deleting")
         self.count_cluster_machines = sql("SELECT COUNT(*) FROM machines WHERE cluster = $1")
         # a change's cluster dropped (Change.dropped), its join tokens and outputs first
-        self.drop_cluster = [sql(f"DELETE FROM {table} WHERE {column} = $1") for table, column in
-                             (("join_tokens", "cluster"), ("cluster_outputs", "cluster"),
-                              ("clusters", "name"))]
+        self.drop_cluster = [sql("DELETE FROM etcd_snapshot_chunks WHERE snapshot IN "
+                                 "(SELECT id FROM etcd_snapshots WHERE cluster = $1)")] + [
+            sql(f"DELETE FROM {table} WHERE {column} = $1") for table, column in
+            (("join_tokens", "cluster"), ("cluster_outputs", "cluster"),
+             ("etcd_snapshots", "cluster"), ("clusters", "name"))]
+        # -- etcd snapshots (service/etcdsnapshots.py): a record, then its sealed chunks, then
+        # marked complete; listed and handed out only once complete
+        self.begin_etcd_snapshot = ETCD_SNAPSHOTS.insert(d)
+        self.add_etcd_snapshot_chunk = sql("INSERT INTO etcd_snapshot_chunks (snapshot, seq, "
+                                           "data) VALUES ($1, $2, $3)")
+        self.complete_etcd_snapshot = sql("UPDATE etcd_snapshots SET size = $1, sha256 = $2, "
+                                          "complete = TRUE WHERE id = $3")
+        self.etcd_snapshots = sql("SELECT * FROM etcd_snapshots WHERE cluster = $1 AND complete "
+                                  "ORDER BY taken_at DESC, id DESC")
+        self.etcd_snapshot = sql("SELECT * FROM etcd_snapshots WHERE id = $1")
+        self.incomplete_etcd_snapshots = sql("SELECT id FROM etcd_snapshots WHERE NOT complete "
+                                             "AND taken_at < $1")
+        self.etcd_snapshot_chunk = sql("SELECT data FROM etcd_snapshot_chunks "
+                                       "WHERE snapshot = $1 AND seq = $2")
+        self.drop_etcd_snapshot = [sql("DELETE FROM etcd_snapshot_chunks WHERE snapshot = $1"),
+                                   sql("DELETE FROM etcd_snapshots WHERE id = $1")]
         # -- the outputs a cluster keeps: added, never replaced (domain/specs/outputs.py)
         self.all_outputs = "SELECT * FROM cluster_outputs ORDER BY cluster, name"
         self.cluster_outputs = sql("SELECT * FROM cluster_outputs WHERE cluster = $1 "

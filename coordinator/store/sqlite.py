@@ -29,6 +29,7 @@ from coordinator.domain.model import ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
     CredentialOwner,
+    EtcdSnapshot,
     Event,
     JoinToken,
     MachineCount,
@@ -45,6 +46,8 @@ from coordinator.store.codec import (
     cluster_row,
     credential_owner_from_row,
     dumps,
+    etcd_snapshot_from_row,
+    etcd_snapshot_row,
     event_from_row,
     identity_rows,
     join_token_from_row,
@@ -52,8 +55,10 @@ from coordinator.store.codec import (
     machine_count_from_row,
     machine_from_row,
     machine_to_row,
+    opened_etcd_chunk,
     output_rows,
     removed_machine_from_row,
+    sealed_etcd_chunk,
     spec_to_json,
     version_from_row,
     with_outputs,
@@ -470,6 +475,40 @@ class SQLiteStore(Store):
             if through is None:
                 return 0
             return conn.execute(SQL.delete_events_through, (through,)).rowcount
+
+    # -- etcd snapshots -------------------------------------------------------------
+    async def begin_etcd_snapshot(self, snapshot: EtcdSnapshot) -> None:
+        await self._execute(SQL.begin_etcd_snapshot, etcd_snapshot_row(snapshot))
+
+    async def add_etcd_snapshot_chunk(self, snapshot_id: str, seq: int, data: bytes) -> None:
+        sealed = sealed_etcd_chunk(self.cipher, snapshot_id, seq, data)
+        await self._execute(SQL.add_etcd_snapshot_chunk, (snapshot_id, seq, sealed))
+
+    async def complete_etcd_snapshot(self, snapshot_id: str, size: int, sha256: str) -> None:
+        await self._execute(SQL.complete_etcd_snapshot, (size, sha256, snapshot_id))
+
+    async def etcd_snapshots(self, cluster: str) -> list[EtcdSnapshot]:
+        return await self._all(etcd_snapshot_from_row, SQL.etcd_snapshots, (cluster,))
+
+    async def etcd_snapshot(self, snapshot_id: str) -> EtcdSnapshot | None:
+        return await self._one(etcd_snapshot_from_row, SQL.etcd_snapshot, (snapshot_id,))
+
+    async def etcd_snapshot_chunk(self, snapshot_id: str, seq: int) -> bytes | None:
+        """Read and unsealed on the reader's thread: a MiB each, not on the event loop."""
+        rows = await self._all(lambda row: str(row[0]), SQL.etcd_snapshot_chunk,
+                               (snapshot_id, seq))
+        return opened_etcd_chunk(self.cipher, snapshot_id, seq, rows[0]) if rows else None
+
+    async def incomplete_etcd_snapshots(self, before: float) -> list[str]:
+        return await self._all(lambda row: str(row[0]), SQL.incomplete_etcd_snapshots, (before,))
+
+    async def drop_etcd_snapshot(self, snapshot_id: str) -> None:
+        await self._run(self._drop_etcd_snapshot, snapshot_id)
+
+    def _drop_etcd_snapshot(self, snapshot_id: str) -> None:
+        with transaction(self._db):
+            for statement in SQL.drop_etcd_snapshot:
+                self._db.execute(statement, (snapshot_id,))
 
     # -- snapshots ----------------------------------------------------------------
     async def export(self) -> dict[str, list[dict[str, Any]]]:

@@ -215,6 +215,31 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (cluster, name)
     ) WITHOUT ROWID;
     """,
+    # 13 -> 14: the etcd snapshots managers' items upload (service/etcdsnapshots.py), their
+    # bytes sealed in chunks of about a MiB: rows that large keep their rowid.
+    """
+    CREATE TABLE etcd_snapshots (
+        id TEXT PRIMARY KEY,
+        cluster TEXT NOT NULL,
+        machine TEXT NOT NULL,
+        hostname TEXT NOT NULL,
+        item TEXT NOT NULL,
+        phase TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        release TEXT NOT NULL,
+        taken_at REAL NOT NULL,
+        size INTEGER NOT NULL,
+        sha256 TEXT NOT NULL,
+        complete INTEGER NOT NULL
+    );
+    CREATE INDEX etcd_snapshots_cluster ON etcd_snapshots (cluster, taken_at);
+    CREATE TABLE etcd_snapshot_chunks (
+        snapshot TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        UNIQUE (snapshot, seq)
+    );
+    """,
 ]
 
 

@@ -14,6 +14,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from nodeagent.items.outcome import ItemFailed
 
@@ -74,11 +75,11 @@ def directory_of(root: Path, path: str, target: Path, create: bool = False) -> I
         os.close(fd)
 
 
-def read_left_file(root: Path, path: str, limit: int, what: str) -> str:
-    """The text of a file an item left for its report (a kubeconfig, an output), at most limit
-    bytes since a report carries no more; ItemFailed starting with `what` when it can't. The
-    file and its directories are opened without following a link put in their place since
-    it was resolved."""
+def open_left_file(root: Path, path: str, what: str) -> BinaryIO:
+    """A file an item left for the coordinator (a kubeconfig, an output, an etcd snapshot),
+    opened to read; ItemFailed starting with `what` when it can't. The file and its
+    directories are opened without following a link put in their place since it was
+    resolved."""
     try:
         target = resolved_path(root, path)
         if str(target) == os.path.realpath(root):
@@ -86,12 +87,21 @@ def read_left_file(root: Path, path: str, limit: int, what: str) -> str:
         with directory_of(root, path, target) as directory:
             fd = os.open(target.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
                          dir_fd=directory)
-        with os.fdopen(fd, "rb") as handle:
-            data = handle.read(limit + 1)
+        return os.fdopen(fd, "rb")
     except ItemFailed as exc:
         raise ItemFailed(f"{what}: {exc}") from None
     except OSError as exc:
         raise ItemFailed(f"{what}: cannot read it: {exc.strerror or exc}") from None
+
+
+def read_left_file(root: Path, path: str, limit: int, what: str) -> str:
+    """The text of a file an item left for its report (a kubeconfig, an output), at most limit
+    bytes since a report carries no more; ItemFailed starting with `what` when it can't."""
+    with open_left_file(root, path, what) as handle:
+        try:
+            data = handle.read(limit + 1)
+        except OSError as exc:  # a directory reads as EISDIR
+            raise ItemFailed(f"{what}: cannot read it: {exc.strerror or exc}") from None
     if len(data) > limit:
         raise ItemFailed(f"{what}: more than the {limit} bytes a report carries")
     return data.decode(errors="replace")

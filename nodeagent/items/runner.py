@@ -11,9 +11,10 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from functools import partial
 from pathlib import Path
+from typing import BinaryIO
 
 from nodeagent.backoff import delay
-from nodeagent.items import read_left_file
+from nodeagent.items import open_left_file, read_left_file
 from nodeagent.items.cache import NodeCache
 from nodeagent.items.download import ArtifactSource, apply_download
 from nodeagent.items.exec import Watch, run_exec, run_version
@@ -35,6 +36,9 @@ from nodeagent.wire.templates import TemplateError
 
 Report = Callable[[ItemReport], Awaitable[None]]
 Sleep = Callable[[float], Awaitable[None]]
+# Sends the etcd snapshot an item left (its etcdSnapshotFrom, opened) to the coordinator, for
+# the item of that name; returns once the coordinator kept it, ItemFailed saying why it did not.
+SnapshotUpload = Callable[[str, BinaryIO], Awaitable[None]]
 
 
 async def _attempt(item: StateItem, values: Mapping[str, str], root: Path,
@@ -56,10 +60,12 @@ async def _attempt(item: StateItem, values: Mapping[str, str], root: Path,
 
 async def apply_item(item: StateItem, values: Mapping[str, str], root: Path,
                      artifacts: ArtifactSource, proxy: ProxySettings, cache: NodeCache,
-                     masked: Collection[str] = ()) -> ItemOutcome:
+                     masked: Collection[str] = (), *, upload: SnapshotUpload) -> ItemOutcome:
     """One attempt at one item, its output and error showing none of masked (secret values)
     nor of its secret outputs. An item's own failure, whatever its cause, is an outcome,
-    never an exception: it must not take the agent down. Cancellation still propagates."""
+    never an exception: it must not take the agent down. Cancellation still propagates.
+    An item with etcdSnapshotFrom succeeds only once the coordinator kept its snapshot: run
+    again after dying anywhere, it takes and uploads a new one."""
     started = time.monotonic()
     lines = OutputLines(item.outputs)
     try:
@@ -67,6 +73,10 @@ async def apply_item(item: StateItem, values: Mapping[str, str], root: Path,
         outcome = await _attempt(item, values, root, artifacts, proxy, cache, lines.feed)
         if item.kubeconfig_from is not None:
             outcome = dataclasses.replace(outcome, kubeconfig=read_kubeconfig(item, root))
+        if item.etcd_snapshot_from is not None:
+            with open_left_file(root, item.etcd_snapshot_from,
+                                f"etcdSnapshotFrom {item.etcd_snapshot_from}") as snapshot:
+                await upload(item.name, snapshot)
         if item.outputs:
             lines.finish()
             outcome = dataclasses.replace(outcome, outputs=collect(item, lines.values, root))
@@ -120,6 +130,8 @@ async def run_phase(
     rand: random.Random | None = None,
     sleep: Sleep = asyncio.sleep,
     secrets: Collection[str] = (),
+    *,
+    upload: SnapshotUpload,
 ) -> bool:
     """True when every item is applied; False when one failed retry.max_attempts times
     (the items after it are then not run). secrets names the values that are secret: they,
@@ -144,7 +156,8 @@ async def run_phase(
             attempt += 1
             started = time.time()
             await report(item_report(status="running", attempt=attempt, started_at=started))
-            outcome = await apply_item(item, values, root, artifacts, proxy, cache, masked)
+            outcome = await apply_item(item, values, root, artifacts, proxy, cache, masked,
+                                       upload=upload)
             finished = started + outcome.duration
             if outcome.succeeded:
                 journal.record_applied(item, outcome.outputs)

@@ -269,6 +269,9 @@ OUTPUT_NAME = r"^[A-Za-z][A-Za-z0-9_]*$"
 MAX_OUTPUT_BYTES = 16 * 1024
 MAX_OUTPUTS = 64  # per item
 DEFAULT_MINT_LIFETIME = 900.0
+# The phases whose items may upload an etcd snapshot: a manager's upgrade, and the leave job a
+# remaining manager runs before a manager's removal.
+SNAPSHOT_PHASES = ("upgrade", "leave")
 
 
 class ItemOutput(SpecModel):
@@ -316,6 +319,11 @@ class StateItem(SpecModel):
         "/etc/kubernetes/admin.conf): once the item succeeded the agent sends it to the "
         "coordinator, which drains through it when settings.kubernetes.kubeconfig is not set; "
         "manager items only")
+    etcd_snapshot_from: AbsolutePath | None = Field(
+        default=None, description="a file the item leaves an etcd snapshot in (`etcdctl "
+        "snapshot save`): once the item succeeded the agent uploads it to the coordinator, "
+        "which keeps it sealed (settings.etcdSnapshots); the item succeeds only once it is "
+        "kept. Manager items of the upgrade and leave phases only")
     version_command: list[str] | None = Field(
         default=None, min_length=1, description="postdeploy items: argv printing the installed "
         "version (its last line), which must equal `version`; checked after the item ran and "
@@ -334,6 +342,10 @@ class StateItem(SpecModel):
         if self.version_command is not None and self.phase != "postdeploy":
             raise ValueError("versionCommand: only postdeploy items have their installed "
                              f"version checked, not {self.phase} items")
+        if self.etcd_snapshot_from is not None and self.phase not in SNAPSHOT_PHASES:
+            raise ValueError(f"etcdSnapshotFrom: only {' and '.join(SNAPSHOT_PHASES)} items "
+                             f"upload an etcd snapshot (before a control-plane step), not "
+                             f"{self.phase} items")
         if self.lifetime_seconds is not None and self.phase != "mint":
             raise ValueError(f"lifetimeSeconds: only mint items have one, not {self.phase} items")
         names = [output.name for output in self.outputs]
@@ -347,12 +359,14 @@ class StateItem(SpecModel):
 
     def fingerprint(self) -> str:
         """Identity of what the item does: a changed version or action means it runs again.
-        kubeconfigFrom, versionCommand, outputs and when count only when set, so that items
+        kubeconfigFrom, etcdSnapshotFrom, versionCommand, outputs and when count only when set, so that items
         written before they existed keep their fingerprints."""
         identity: dict[str, Any] = {"name": self.name, "version": self.version,
                                     "action": self.action.model_dump(mode="json")}
         if self.kubeconfig_from is not None:
             identity["kubeconfigFrom"] = self.kubeconfig_from
+        if self.etcd_snapshot_from is not None:
+            identity["etcdSnapshotFrom"] = self.etcd_snapshot_from
         if self.version_command is not None:
             identity["versionCommand"] = self.version_command
         if self.outputs:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import shutil
+import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -118,6 +120,14 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         f.wait_for(f"every machine Ready at {UPGRADE_TO}", lambda: at_release(f, UPGRADE_TO),
                    timeout=150)
         kubelets = {h: installed(state, f.root(h)).get("kubelet") for h in SURVIVORS}
+        snapshots = f.admin_json("cluster", "etcd-snapshots", spec["name"])
+        kept_events = [json.loads(line)["message"] for line in f.admin(
+            "events", "--cluster", spec["name"], "--kind", "etcd-snapshot", "-o", "json"
+        ).splitlines() if line.strip()]
+        f.admin("cluster", "etcd-snapshot", spec["name"], "--out", str(tmp_path / "etcd.db"))
+        snapshot_status = subprocess.run(
+            ["etcdctl", "snapshot", "status", str(tmp_path / "etcd.db"), "-w", "json"],
+            capture_output=True, text=True, check=False, env={"ETCDCTL_API": "3"})
         rendered = f.admin("cluster", "render", spec["name"], "--fleet", "3,50")
         removal_from = time.time()
         with servers[0].locked() as cluster:  # w4 runs pods a budget protects
@@ -142,6 +152,15 @@ def test_the_kubeadm_profile_builds_a_cluster_and_upgrades_it(tmp_path: Path) ->
         assert when >= plugins[0].ready_at[host], f"{host} Ready before its Node"
     first_worker_ready = min(ready_at[h] for h in WORKERS)
     assert ready_at["m1"] <= first_worker_ready
+
+    # An etcd snapshot before each surviving manager's upgrade, kept by the coordinator (the
+    # newest 3: the one before m1's removal went), each the real etcd's (etcdctl reads it)
+    assert sorted((s["subject"], s["before"], s["release"]) for s in snapshots) == [
+        (m, "upgrade", UPGRADE_TO) for m in ALL_MANAGERS[1:]]
+    assert any("kept before m1's removal" in m for m in kept_events), kept_events
+    assert "1 older deleted (settings.etcdSnapshots.keep)" in kept_events[-1]
+    assert snapshot_status.returncode == 0, snapshot_status.stderr
+    assert json.loads(snapshot_status.stdout)["totalKey"] > 0
 
     assert "phases.sh init /etc/kubernetes/nodeagent/init.yaml" in rendered
     assert "problem" not in rendered

@@ -7,13 +7,13 @@ import random
 import sys
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from nodeagent.http_client import Body
 from nodeagent.items.cache import NodeCache
 from nodeagent.items.download import ArtifactSource
 from nodeagent.items.outcome import ItemOutcome
-from nodeagent.items.runner import apply_item, run_phase
+from nodeagent.items.runner import SnapshotUpload, apply_item, run_phase
 from nodeagent.journal import Journal
 from nodeagent.wire.config import DEFAULT_CACHE_MAX_GIB
 from nodeagent.wire.protocol import ItemReport, ProxySettings, RetryPolicy, StateItem
@@ -35,6 +35,20 @@ def exec_item(name: str, argv: list[str], **fields: Any) -> StateItem:
 
 async def no_artifacts(name: str, headers: Mapping[str, str]) -> Body:
     raise AssertionError(f"no artifact expected, asked for {name}")
+
+
+async def no_upload(item: str, snapshot: BinaryIO) -> None:
+    raise AssertionError(f"no etcd snapshot upload expected, from {item}")
+
+
+class Uploads:
+    """The daemon's upload seam, keeping what each item sent (item name, bytes)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes]] = []
+
+    async def __call__(self, item: str, snapshot: BinaryIO) -> None:
+        self.sent.append((item, snapshot.read()))
 
 
 def artifact_source(chunks: Sequence[bytes], asked: list[str] | None = None,
@@ -63,9 +77,9 @@ def node_cache(root: Path) -> NodeCache:
 async def apply(item: StateItem, root: Path, values: dict[str, str] | None = None,
                 proxy: ProxySettings | None = None,
                 artifacts: ArtifactSource = no_artifacts,
-                cache: NodeCache | None = None) -> ItemOutcome:
+                cache: NodeCache | None = None, upload: SnapshotUpload = no_upload) -> ItemOutcome:
     return await apply_item(item, VALUES if values is None else values, root, artifacts,
-                            proxy or ProxySettings(), cache or node_cache(root))
+                            proxy or ProxySettings(), cache or node_cache(root), upload=upload)
 
 
 def leftovers(directory: Path) -> list[str]:
@@ -92,8 +106,9 @@ class Recorder:
 
 async def run(items: list[StateItem], journal: Journal, recorder: Recorder, root: Path,
               retry: RetryPolicy = RETRY, rand: random.Random | None = None,
-              values: Mapping[str, str] = VALUES, secrets: Collection[str] = ()) -> bool:
+              values: Mapping[str, str] = VALUES, secrets: Collection[str] = (),
+              upload: SnapshotUpload = no_upload) -> bool:
     """run_phase as `nodeagent apply` runs it, its reports and waits going to recorder."""
     return await run_phase(items, values, journal, recorder.report, retry, root, no_artifacts,
                            ProxySettings(), node_cache(root), rand or random.Random(0), sleep=recorder.sleep,
-                           secrets=secrets)
+                           secrets=secrets, upload=upload)

@@ -172,9 +172,13 @@ def test_upgrade_items_in_order_the_control_plane_first_then_the_kubelet(
     for machine in fleet:
         upgrade = rendered(spec, machine, fleet, "upgrade")
         step = "upgrade-control-plane" if machine is fleet[0] else "upgrade-node"
-        assert list(upgrade) == ["upgrade-kubeadm", step, "upgrade-kubelet", "daemon-reload",
-                                 "restart-containerd", "restart-kubelet",
-                                 *["certs-renew"] * (machine.role == "manager")]
+        manager = machine.role == "manager"
+        assert list(upgrade) == [*["etcd-snapshot"] * manager, "upgrade-kubeadm", step,
+                                 "upgrade-kubelet", "daemon-reload", "restart-containerd",
+                                 "restart-kubelet", *["certs-renew"] * manager]
+        if manager:  # etcd as it was before the control plane changes, kept by the coordinator
+            assert upgrade["etcd-snapshot"]["argv"] == [
+                "sh", "usr/local/lib/nodeagent/kubeadm/etcd-snapshot.sh", machine.ip]
         assert upgrade["upgrade-kubeadm"]["argv"][-2:] == ["1.33.4", "kubeadm"]
         assert upgrade["upgrade-kubelet"]["argv"][-3:] == ["1.33.4", "kubelet", "kubectl"]
         kubeadm = (["kubeadm", "upgrade", "apply", "--yes", "v1.33.4"] if machine is fleet[0]
@@ -187,6 +191,13 @@ def test_upgrade_items_in_order_the_control_plane_first_then_the_kubelet(
                 kubeadm[:3], ["sh", "usr/local/lib/nodeagent/kubeadm/coordinator-kubeconfig.sh", ""]]
             assert argv[3:] == ["sh", *["1.33.4"] * (machine is fleet[0]), machine.ip]
         assert upgrade["restart-kubelet"]["argv"] == ["systemctl", "restart", "kubelet"]
+    snapshots = {i.name: i.etcd_snapshot_from for i in spec.machine_types.manager
+                 if i.etcd_snapshot_from is not None}
+    assert snapshots == dict.fromkeys(["etcd-snapshot", "etcd-snapshot-before-removal"],
+                                      "/etc/kubernetes/nodeagent/etcd-snapshot.db")
+    # and before a manager's removal, by the manager that removes its etcd member
+    assert [i.name for i in spec.items("manager", "leave")] == ["etcd-snapshot-before-removal",
+                                                                "etcd-member-remove"]
 
 
 def test_every_machine_is_reset_by_kubeadm_then_cleaned(spec: ClusterSpec,

@@ -36,7 +36,7 @@ def spec_problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
 
 def _item_problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
     """An item's name used twice in one phase of a role (the name is how reports, retries
-    and fingerprints find it), and a worker item reporting a kubeconfig."""
+    and fingerprints find it), and a worker item reporting a kubeconfig or an etcd snapshot."""
     found: list[tuple[Location, str]] = []
     for role in ROLES:
         first: dict[tuple[str, str], int] = {}
@@ -49,6 +49,9 @@ def _item_problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
             if role == "worker" and item.kubeconfig_from is not None:
                 found.append(((*where, "kubeconfigFrom"), "only manager items report a "
                               "kubeconfig (the coordinator uses the first manager's)"))
+            if role == "worker" and item.etcd_snapshot_from is not None:
+                found.append(((*where, "etcdSnapshotFrom"), "only manager items upload an "
+                              "etcd snapshot (workers run no etcd)"))
     return found
 
 

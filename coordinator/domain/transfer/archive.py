@@ -31,10 +31,11 @@ from typing import Any
 FORMAT = "nodeagent-coordinator-backup"
 # The archive's layout and the tables' columns. A reader refuses a newer one: it cannot know
 # what was added. Raise it with any change to sql.TABLES, and teach the reader the older ones.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # The tables added after the first schema, with the version that added them: an older archive
-# has none of their rows (2: the outputs a cluster keeps, which machines' documents held).
-ADDED_IN = {"cluster_outputs": 2}
+# has none of their rows (2: the outputs a cluster keeps, which machines' documents held; 3:
+# each cluster's newest etcd snapshot).
+ADDED_IN = {"cluster_outputs": 2, "etcd_snapshots": 3, "etcd_snapshot_chunks": 3}
 MANIFEST = "manifest.json"
 TABLE_MEMBER = "tables/{}.jsonl"
 FILE_MEMBER = "files/{}"

@@ -125,7 +125,7 @@ class Cluster:
 HA_ENDPOINT = "127.0.0.1:6444"  # the local proxy every node runs (apiserver-proxy.sh)
 # The prepare items deploy's run on: kubeadm's phases one at a time, the local API proxy.
 PREPARED = ("phases-script", "kubeconfig-script", "apiserver-proxy-script",
-            "apiserver-proxy-unit")
+            "apiserver-proxy-unit", "etcd-snapshot-script", "etcd-restore-script")
 
 
 def ok(done: subprocess.CompletedProcess[str]) -> str:
@@ -237,6 +237,50 @@ def test_the_leave_item_removes_a_leaving_managers_member_from_a_remaining_manag
     assert [m["name"] for m in members] == [first.hostname]
     assert "removed from cluster" in removed
     assert f"the etcd member of {manager.hostname} is not in the cluster" in removed + again
+
+
+def test_the_snapshot_taken_before_an_upgrade_restores_etcd_to_what_it_held(
+        tmp_path: Path) -> None:
+    """The upgrade's etcd-snapshot item saves the real etcd through its container and leaves
+    the file its etcdSnapshotFrom names; after etcd changed, the restore script of
+    docs/kubernetes.md stops the control plane, restores the snapshot and starts it again: the
+    kubelet's etcd serves what it held then, as a cluster of this member alone, and the data
+    dir it replaced is kept."""
+    spec = profile_spec()
+    with cluster_on_a_lan(tmp_path, spec, Fleet(1, 0)) as cluster:
+        (first,) = cluster.machines
+        machines = deployed(cluster.machines, cluster.init(), cluster.minted)
+        root, prefix = cluster.root(first), cluster.node(first).ns.argv([])
+        endpoint = [control.etcd.client_url("127.0.0.1")]
+
+        def etcdctl(*args: str) -> str:
+            return ok(control.etcd.etcdctl(root, endpoint, *args, prefix=prefix))
+
+        etcdctl("put", "/registry/secrets/default/kept", "before the upgrade")
+        upgrade = rendered(spec, first, machines, "upgrade")
+        taken = ok(cluster.apply(first, upgrade["etcd-snapshot"]))
+        snapshot = root / "etc/kubernetes/nodeagent/etcd-snapshot.db"
+        assert "Snapshot saved" in taken and snapshot.stat().st_mode & 0o777 == 0o600
+        held = tmp_path / "downloaded.db"  # as `coordinator cluster etcd-snapshot` writes it
+        held.write_bytes(snapshot.read_bytes())
+        etcdctl("put", "/registry/secrets/default/kept", "broken by the upgrade")
+        etcdctl("put", "/registry/secrets/default/later", "written after the snapshot")
+
+        restored = ok(cluster.run(first, ["sh", "usr/local/lib/nodeagent/kubeadm/etcd-restore.sh",
+                                          str(held), first.hostname, first.ip or ""]))
+        assert f"etcd of {first.hostname} restored" in restored
+        wait_until(lambda: control.etcd.etcdctl(root, endpoint, "endpoint", "health",
+                                                prefix=prefix).returncode == 0,
+                   30, "the restored etcd serves", interval=0.5)
+        kept = etcdctl("get", "/registry/secrets/default/kept", "--print-value-only")
+        later = etcdctl("get", "/registry/secrets/default/later", "--print-value-only")
+        members = control.etcd_members(root, prefix)
+        pods = control.pods(cluster.state, root)
+    assert kept.strip() == "before the upgrade" and later.strip() == ""
+    assert [m["name"] for m in members] == [first.hostname]
+    assert sorted(pods) == ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+    assert [p.name for p in (root / "var/lib").glob("etcd.before-restore-*")]
+    assert not list((root / "etc/kubernetes/nodeagent/restore-held").iterdir())
 
 
 def test_a_token_minted_again_replaces_the_expired_one_the_join_configuration_holds(

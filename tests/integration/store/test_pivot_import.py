@@ -1,6 +1,6 @@
 """A pivot's target imports the old coordinator's snapshot on either backend: once (the same
 pivot again changes nothing), never over another state, keeping its own admin tokens and
-sealing the machines' secrets again with its own key."""
+sealing the machines' secrets (and the etcd snapshot's chunks) again with its own key."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.domain.errors import Conflict
-from coordinator.domain.records import ClusterOutput
+from coordinator.domain.records import ClusterOutput, EtcdSnapshot
 from coordinator.service import snapshot
 from coordinator.service.pivots import IMPORTED, import_archive
 from coordinator.store.base import Store
@@ -24,6 +24,8 @@ from tests.support.builders import ONE_ITEM, cluster, full_machine, with_secrets
 
 TARGET_CIPHER = Cipher(bytes(range(100, 132)), "the target's secrets key")
 KEPT = {"init.caCertHash": ClusterOutput("sha256:kept", "m-1", "host-m-1", 3.0)}
+ETCD_SNAPSHOT = EtcdSnapshot("s-1", "edge", "m-1", "host-m-1", "etcd-snapshot", "upgrade",
+                             "host-m-1", "1.0.0", 4.0, 10, "ab" * 32, True)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -51,6 +53,9 @@ async def archive(store: Store, data_dir: Path) -> bytes:
     await store.add_admin_token("hash-old", "initial", "admin", 101.0)
     await store.commit(machines=[with_secrets(full_machine("m-1")), full_machine("m-2")],
                        outputs={"edge": KEPT})
+    await store.begin_etcd_snapshot(ETCD_SNAPSHOT)
+    await store.add_etcd_snapshot_chunk(ETCD_SNAPSHOT.id, 0, b"etcd bytes")
+    await store.complete_etcd_snapshot(ETCD_SNAPSHOT.id, ETCD_SNAPSHOT.size, ETCD_SNAPSHOT.sha256)
     data_dir.mkdir()
     (data_dir / "secrets.key").write_bytes(base64.b64encode(bytes(range(32))) + b"\n")
     return snapshot.to_bytes(await snapshot.take(store, data_dir))
@@ -64,6 +69,8 @@ async def test_the_target_imports_once_with_its_own_key_and_admin_tokens(
     # its secrets open with the target's key (sealed with the old one, they would not)
     assert await target.get_machine("m-1") == with_secrets(full_machine("m-1"))
     assert (await target.get_cluster("edge")).outputs == KEPT  # type: ignore[union-attr]
+    assert await target.etcd_snapshots("edge") == [ETCD_SNAPSHOT]
+    assert await target.etcd_snapshot_chunk(ETCD_SNAPSHOT.id, 0) == b"etcd bytes"
     assert [t.name for t in await target.list_admin_tokens()] == ["initial"]
     assert await target.admin_token("hash-old") is None
     assert await import_archive(target, TARGET_CIPHER, BytesIO(data), "pv-1", "https://old",

@@ -15,6 +15,7 @@ from coordinator.domain.model import MachineState
 from coordinator.domain.records import (
     ClusterOutput,
     CredentialOwner,
+    EtcdSnapshot,
     Event,
     JoinToken,
     MachineCount,
@@ -147,6 +148,47 @@ async def test_a_cluster_keeps_its_outputs_sealed_past_its_machines_never_replac
     await store.apply(Change(dropped=["edge"]))
     await store.put_cluster(cluster(worker=ONE_ITEM), now=5.0)
     assert (await store.get_cluster("edge")).outputs == {}  # type: ignore[union-attr]
+
+
+async def test_etcd_snapshots_are_kept_sealed_in_chunks_listed_once_complete_and_dropped(
+        store: Store) -> None:
+    """Chunks read back in place and unsealed; a snapshot incomplete is listed nowhere but
+    found for the sweep; a backup's export carries the newest complete one of each cluster
+    and its chunks, sealed; one dropped goes with its chunks; all go with their cluster."""
+    await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
+    await store.put_cluster(cluster(worker=ONE_ITEM, name="other"), now=1.0)
+
+    def snapshot(snapshot_id: str, taken_at: float, name: str = "edge") -> EtcdSnapshot:
+        return EtcdSnapshot(snapshot_id, name, "m-1", "m1", "etcd-snapshot", "upgrade", "m1",
+                            "1.0", taken_at)
+
+    for snapshot_id, taken_at, name in (("s-1", 2.0, "edge"), ("s-2", 3.0, "edge"),
+                                        ("s-3", 4.0, "edge"), ("o-1", 2.0, "other")):
+        await store.begin_etcd_snapshot(snapshot(snapshot_id, taken_at, name))
+        await store.add_etcd_snapshot_chunk(snapshot_id, 0, b"etcd-" + snapshot_id.encode())
+        await store.add_etcd_snapshot_chunk(snapshot_id, 1, b"\x00tail")
+        if snapshot_id != "s-3":  # still arriving
+            await store.complete_etcd_snapshot(snapshot_id, 10, "ab" * 32)
+    assert [s.id for s in await store.etcd_snapshots("edge")] == ["s-2", "s-1"]
+    assert (await store.etcd_snapshots("edge"))[0] == replace(
+        snapshot("s-2", 3.0), size=10, sha256="ab" * 32, complete=True)
+    assert [await store.etcd_snapshot_chunk("s-2", n) for n in range(3)] == [
+        b"etcd-s-2", b"\x00tail", None]
+    assert (await store.etcd_snapshot("s-3")).complete is False  # type: ignore[union-attr]
+    assert await store.incomplete_etcd_snapshots(5.0) == ["s-3"]
+    assert await store.incomplete_etcd_snapshots(4.0) == []
+    exported = await store.export()
+    assert sorted(r["id"] for r in exported["etcd_snapshots"]) == ["o-1", "s-2"]
+    assert sorted((r["snapshot"], r["seq"]) for r in exported["etcd_snapshot_chunks"]) == [
+        ("o-1", 0), ("o-1", 1), ("s-2", 0), ("s-2", 1)]
+    assert "etcd-s-2" not in repr(exported)
+    await store.drop_etcd_snapshot("s-2")
+    assert [s.id for s in await store.etcd_snapshots("edge")] == ["s-1"]
+    assert await store.etcd_snapshot_chunk("s-2", 0) is None
+    await store.apply(Change(dropped=["edge"]))
+    assert await store.etcd_snapshot("s-1") is None and await store.etcd_snapshot("s-3") is None
+    assert await store.etcd_snapshot_chunk("s-1", 0) is None
+    assert [s.id for s in await store.etcd_snapshots("other")] == ["o-1"]
 
 
 # -- join tokens --------------------------------------------------------------------------

@@ -18,8 +18,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from coordinator.domain.records import ClusterOutput
-from coordinator.domain.transfer.archive import MAX_ROW
+from coordinator.domain.records import ClusterOutput, EtcdSnapshot
+from coordinator.domain.transfer.archive import ADDED_IN, MAX_ROW, SCHEMA_VERSION
 from coordinator.server import secrets_key
 from coordinator.server.pki import Pki
 from coordinator.service.snapshot import (
@@ -31,7 +31,13 @@ from coordinator.service.snapshot import (
     to_bytes,
     write_archive,
 )
-from coordinator.store.codec import machine_to_row, output_rows, spec_to_json
+from coordinator.store.codec import (
+    etcd_snapshot_row,
+    machine_to_row,
+    output_rows,
+    sealed_etcd_chunk,
+    spec_to_json,
+)
 from coordinator.store.sql import TABLES
 from tests.support.archives import bomb, members, packed, repacked
 from tests.support.builders import ONE_ITEM, TEST_CIPHER, cluster, full_machine, with_secrets
@@ -64,7 +70,7 @@ def test_the_manifest_states_format_schema_counts_and_checksums() -> None:
     with tarfile.open(fileobj=io.BytesIO(to_bytes(SNAPSHOT)), mode="r:gz") as tar:
         manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
     assert (manifest["format"], manifest["schema_version"], manifest["source"]) == \
-        ("nodeagent-coordinator-backup", 2, "sqlite")
+        ("nodeagent-coordinator-backup", 3, "sqlite")
     assert manifest["counts"]["clusters"] == 1 and manifest["counts"]["machines"] == 0
     assert set(manifest["members"]) == {
         *(f"tables/{name}.jsonl" for name in manifest["counts"]),
@@ -95,28 +101,32 @@ def test_a_member_that_does_not_match_its_checksum_is_refused() -> None:
 
 
 def test_a_newer_schema_version_is_refused_naming_both_versions() -> None:
-    with pytest.raises(ArchiveError, match=r"backup.tgz has schema version 3, newer than this "
-                                           r"coordinator reads \(2\): restore it with a "
+    with pytest.raises(ArchiveError, match=rf"backup.tgz has schema version {SCHEMA_VERSION + 1}, "
+                                           rf"newer than this coordinator reads "
+                                           rf"\({SCHEMA_VERSION}\): restore it with a "
                                            "coordinator at least as new"):
-        from_bytes(repacked(to_bytes(SNAPSHOT), schema_version=3), "backup.tgz")
+        from_bytes(repacked(to_bytes(SNAPSHOT), schema_version=SCHEMA_VERSION + 1), "backup.tgz")
 
 
-def test_a_schema_1_archive_without_the_clusters_outputs_reads_back_with_none() -> None:
-    """Taken before clusters kept outputs (their managers' documents held them): the member
-    cluster_outputs is not missing from it, its rows are none; from version 2 on it is."""
+@pytest.mark.parametrize(("table", "added"), sorted(ADDED_IN.items()))
+def test_an_archive_older_than_a_table_reads_back_with_none_of_its_rows(table: str,
+                                                                        added: int) -> None:
+    """Taken before the table existed (before clusters kept outputs, before etcd snapshots):
+    its member is not missing from the archive, its rows are none; from the version that
+    added it on, it is."""
     contents = members(to_bytes(SNAPSHOT))
     listed = json.loads(contents["manifest.json"])
-    del listed["members"]["tables/cluster_outputs.jsonl"], listed["counts"]["cluster_outputs"]
-    del contents["tables/cluster_outputs.jsonl"]
-    for version, readable in ((1, True), (2, False)):
+    del listed["members"][f"tables/{table}.jsonl"], listed["counts"][table]
+    del contents[f"tables/{table}.jsonl"]
+    for version, readable in ((added - 1, True), (added, False)):
         contents["manifest.json"] = json.dumps({**listed, "schema_version": version}).encode()
         if readable:
             back = from_bytes(packed(contents), "old.tgz")
-            assert back.tables["cluster_outputs"] == []
+            assert back.tables[table] == []
             assert back.tables["clusters"] == SNAPSHOT.tables["clusters"]
         else:
-            with pytest.raises(ArchiveError, match=r"does not list the member "
-                                                   r"tables/cluster_outputs\.jsonl"):
+            with pytest.raises(ArchiveError, match=rf"does not list the member "
+                                                   rf"tables/{table}\.jsonl"):
                 from_bytes(packed(contents), "new.tgz")
 
 
@@ -152,6 +162,9 @@ def test_the_files_a_snapshot_carries_are_those_the_server_keeps(tmp_path: Path)
 # -- what the reader refuses, whatever the manifest says --------------------------------------
 
 MACHINE = with_secrets(full_machine("m-1"))
+ETCD_SNAPSHOT = EtcdSnapshot("s-1", "edge", "m-0", "h", "etcd-snapshot", "upgrade", "h", "2",
+                             1.0, 4, "0" * 64, True)
+TABLE_COLUMNS = {table.name: table.names for table in TABLES}
 FULL = Snapshot(
     tables={**SNAPSHOT.tables,
             "join_tokens": [{"id": "t-1", "hash": "h-1", "cluster": "edge", "created_at": 1.0,
@@ -166,7 +179,11 @@ FULL = Snapshot(
             "cluster_outputs": [dict(zip(("cluster", "name", "value", "machine", "hostname",
                                           "produced_at"), row, strict=True))
                                 for row in output_rows({"edge": {"init.caCertHash": ClusterOutput(
-                                    "sha256:ab", "m-0", "h", 1.0)}}, TEST_CIPHER)]},
+                                    "sha256:ab", "m-0", "h", 1.0)}}, TEST_CIPHER)],
+            "etcd_snapshots": [dict(zip(TABLE_COLUMNS["etcd_snapshots"], etcd_snapshot_row(
+                ETCD_SNAPSHOT), strict=True))],
+            "etcd_snapshot_chunks": [{"snapshot": "s-1", "seq": 0, "data": sealed_etcd_chunk(
+                TEST_CIPHER, "s-1", 0, b"etcd")}]},
     files={"secrets.key": base64.b64encode(bytes(range(32))) + b"\n"},  # TEST_CIPHER's
     created_at=1.0, source="sqlite")
 WRONG = {"text": 1, "int": "1", "real": "1.5", "bool": "true", "json": "[]"}

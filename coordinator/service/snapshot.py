@@ -51,7 +51,12 @@ from coordinator.domain.transfer.archive import FORMAT, MANIFEST, SCHEMA_VERSION
 from coordinator.service import privatefiles
 from coordinator.store.base import Store, StoreError
 from coordinator.store.cipher import KEY_BYTES, Cipher, key_from_text
-from coordinator.store.codec import cluster_output_from_row, machine_from_row, spec_from_json
+from coordinator.store.codec import (
+    cluster_output_from_row,
+    machine_from_row,
+    opened_etcd_chunk,
+    spec_from_json,
+)
 from coordinator.store.sql import TABLE_NAMES, TABLES
 
 # The data dir's files that a coordinator's identity lives in, relative to it: its PKI
@@ -287,6 +292,34 @@ def _check_documents(taken: Snapshot, source: str) -> None:
             raise archive.damaged(source, f"{where.format(number, 'cluster_outputs')} field "
                                           f"value does not open with its secrets key "
                                           f"({type(exc).__name__}: {exc})") from None
+    _check_etcd_snapshots(taken, source, cipher, where)
+
+
+def _check_etcd_snapshots(taken: Snapshot, source: str, cipher: Cipher | None,
+                          where: str) -> None:
+    """Each etcd snapshot's chunks open with the archive's key and are, in order, the bytes
+    of its size and SHA-256: a restored coordinator never hands out a damaged one."""
+    digests: dict[str, Any] = {row["id"]: hashlib.sha256()
+                               for row in taken.tables["etcd_snapshots"]}
+    sizes = dict.fromkeys(digests, 0)
+    chunks = sorted(enumerate(taken.tables["etcd_snapshot_chunks"], 1),
+                    key=lambda found: (found[1]["snapshot"], found[1]["seq"]))
+    for number, row in chunks:
+        try:
+            data = opened_etcd_chunk(cipher, row["snapshot"], row["seq"], row["data"])
+        except (ValueError, StoreError) as exc:
+            raise archive.damaged(source, f"{where.format(number, 'etcd_snapshot_chunks')} field "
+                                          f"data does not open with its secrets key "
+                                          f"({type(exc).__name__}: {exc})") from None
+        if row["snapshot"] not in digests:
+            raise archive.damaged(source, f"{where.format(number, 'etcd_snapshot_chunks')} its "
+                                          f"snapshot {row['snapshot']!r} is not in the archive")
+        digests[row["snapshot"]].update(data)
+        sizes[row["snapshot"]] += len(data)
+    for number, row in enumerate(taken.tables["etcd_snapshots"], 1):
+        if (sizes[row["id"]], digests[row["id"]].hexdigest()) != (row["size"], row["sha256"]):
+            raise archive.damaged(source, f"{where.format(number, 'etcd_snapshots')} its chunks "
+                                          f"are not the snapshot of its size and SHA-256")
 
 
 def write_archive(snapshot: Snapshot, path: Path) -> int:

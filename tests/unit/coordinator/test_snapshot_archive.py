@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import io
 import json
 import stat
@@ -31,6 +32,7 @@ from coordinator.service.snapshot import (
     to_bytes,
     write_archive,
 )
+from coordinator.store.cipher import Cipher
 from coordinator.store.codec import (
     etcd_snapshot_row,
     machine_to_row,
@@ -163,7 +165,7 @@ def test_the_files_a_snapshot_carries_are_those_the_server_keeps(tmp_path: Path)
 
 MACHINE = with_secrets(full_machine("m-1"))
 ETCD_SNAPSHOT = EtcdSnapshot("s-1", "edge", "m-0", "h", "etcd-snapshot", "upgrade", "h", "2",
-                             1.0, 4, "0" * 64, True)
+                             1.0, 4, hashlib.sha256(b"etcd").hexdigest(), True)
 TABLE_COLUMNS = {table.name: table.names for table in TABLES}
 FULL = Snapshot(
     tables={**SNAPSHOT.tables,
@@ -257,6 +259,27 @@ def test_a_secrets_key_that_is_not_one_or_does_not_open_the_secrets_is_refused()
                                            r"field value does not open with its secrets key"):
         from_bytes(to_bytes(replace(FULL, tables=outputs_only,
                                     files={"secrets.key": other})), "b.tgz")
+
+
+def test_an_etcd_snapshot_whose_chunks_are_not_its_bytes_is_refused() -> None:
+    """Sealed with another key, moved to another place, changed, or missing one: a restored
+    coordinator would hand out a snapshot that restores nothing."""
+    chunk = FULL.tables["etcd_snapshot_chunks"][0]
+    other = Cipher(bytes(32), "another key")
+    damaged = [
+        ({**chunk, "data": sealed_etcd_chunk(other, "s-1", 0, b"etcd")},
+         r"row 1 of its member tables/etcd_snapshot_chunks.jsonl: field data does not open "
+         r"with its secrets key"),
+        ({**chunk, "seq": 1}, r"field data does not open with its secrets key"),
+        ({**chunk, "data": sealed_etcd_chunk(TEST_CIPHER, "s-1", 0, b"ETCD")},
+         r"row 1 of its member tables/etcd_snapshots.jsonl: its chunks are not the snapshot "
+         r"of its size and SHA-256"),
+        (None, r"its chunks are not the snapshot of its size and SHA-256"),
+    ]
+    for row, refusal in damaged:
+        tables = {**FULL.tables, "etcd_snapshot_chunks": [row] if row else []}
+        with pytest.raises(ArchiveError, match=refusal):
+            from_bytes(to_bytes(replace(FULL, tables=tables)), "b.tgz")
 
 
 def test_a_pki_file_that_is_not_pem_is_refused_naming_it() -> None:

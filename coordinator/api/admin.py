@@ -300,7 +300,10 @@ async def download_etcd_snapshot(request: web.Request) -> web.StreamResponse:
         "Content-Digest": f"sha-256=:{base64.b64encode(bytes.fromhex(snapshot.sha256)).decode()}:",
         "Content-Disposition": f'attachment; filename="etcd-{snapshot.cluster}-{snapshot.id}.db"'})
     await response.prepare(request)
-    async for chunk in chunks:
-        await response.write(chunk)
+    try:
+        async for chunk in chunks:
+            await response.write(chunk)
+    except ConnectionResetError:  # the client hung up: nothing more to send it
+        return response
     await response.write_eof()
     return response

@@ -153,6 +153,7 @@ async def etcd_snapshot(request: web.Request) -> web.Response:
     machine = await _agent(request)
     if (moved := service(request).pivots.refused_change(request.path)) is not None:
         raise Conflict(moved)  # kept here, it would not reach the coordinator taking over
+
     async def read(size: int) -> bytes:
         try:
             return await request.content.read(size)

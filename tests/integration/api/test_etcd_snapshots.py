@@ -9,6 +9,7 @@ read-only token asking for the bytes."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import io
@@ -155,7 +156,7 @@ async def test_a_snapshot_uploaded_sealed_downloaded_whole_restores_a_real_etcd(
 
 
 async def test_the_newest_are_kept_and_a_backup_carries_the_newest(
-        env: InProcessCoordinator) -> None:
+        env: InProcessCoordinator, tmp_path: Path) -> None:
     agent = await upgrading_manager(env, "m1")
     sent = [os.urandom(300_000) for _ in range(3)]
     kept = []
@@ -166,8 +167,10 @@ async def test_the_newest_are_kept_and_a_backup_carries_the_newest(
     assert [s["id"] for s in listed] == [kept[2]["id"], kept[1]["id"]]  # keep: 2
     events = await env.call("GET", "/v1/events?kind=etcd-snapshot", 200)
     assert "1 older deleted (settings.etcdSnapshots.keep)" in events[-1]["message"]
+    # the data dir's key, which seals them (the harness's store uses it without its file)
+    (tmp_path / "secrets.key").write_bytes(base64.b64encode(bytes(range(32))) + b"\n")
     response = await env.client.post("/v1/backup", headers=env.admin)
-    archive = from_bytes(await response.read(), "backup")
+    archive = from_bytes(await response.read(), "backup")  # read as restore reads it
     assert [row["id"] for row in archive.tables["etcd_snapshots"]] == [kept[2]["id"]]
     assert len(archive.tables["etcd_snapshot_chunks"]) == 1
     assert sent[2] not in str(archive.tables).encode()  # sealed there too
@@ -277,6 +280,23 @@ async def test_an_upload_cut_off_is_not_kept_and_no_error_is_logged(
             assert b" 408 " in await reader.read(100)  # the body's deadline
         writer.close()
     assert await env.call("GET", "/v1/clusters/lab/etcd-snapshots", 200) == []
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+
+
+async def test_a_download_the_client_hangs_up_on_ends_quietly(
+        env: InProcessCoordinator, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    await env.call("PUT", "/v1/clusters", 200,
+                   data=CLUSTER.replace("maxSizeMiB: 1", "maxSizeMiB: 8"))
+    kept = await upload(env, await upgrading_manager(env, "m1"), os.urandom(6 * 2**20))
+    async with served_as_in_production(env, tmp_path) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write((f"POST /v1/clusters/lab/etcd-snapshots/{kept['id']}/download HTTP/1.1\r\n"
+                      f"Host: x\r\nAuthorization: {env.admin['Authorization']}\r\n"
+                      "Content-Length: 0\r\n\r\n").encode())
+        assert b" 200 OK" in await reader.read(64 * 1024)
+        writer.transport.abort()  # gone, with most of it unsent
+        await asyncio.sleep(0.5)
+        await env.call("GET", "/v1/clusters/lab/etcd-snapshots", 200)
     assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
 
 

@@ -288,7 +288,9 @@ def test_idle_connections_and_slow_handshakes_from_one_address_delay_no_download
         target = link(served, served.register("downloader"))
         started = time.monotonic()
         assert fetch(served.ca_file, port, target, {})[2] == PAYLOAD
-        assert time.monotonic() - started < 2
+        # behind them it would wait the 5 s header timeout; at once is well under, even on a
+        # loaded CI machine (2.6 s seen there under a load of 8 on 2 cores)
+        assert time.monotonic() - started < 4
         assert still_open(idle + handshaking) == FLOOD_SHARE
     log = served.log.read_text()
     assert f"{FLOOD_SHARE} connections already open from 127.0.0.2" in log

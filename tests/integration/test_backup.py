@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.service.snapshot import read_archive
+from coordinator.service.snapshot import SCHEMA_VERSION, read_archive
 from tests.support.agent import AgentProcess, joined_agent
 from tests.support.archives import repacked
 from tests.support.builders import AUTO_APPROVE_CLUSTER
@@ -213,8 +213,9 @@ def test_a_damaged_or_newer_backup_is_refused_with_nothing_written(tmp_path: Pat
                     "is damaged: "),
         "truncated": (data[:len(data) * 2 // 3], "is damaged: "),
         "newer": (repacked(data, schema_version=99),
-                  "has schema version 99, newer than this coordinator reads (2): restore it "
-                  "with a coordinator at least as new as the one that took it"),
+                  f"has schema version 99, newer than this coordinator reads "
+                  f"({SCHEMA_VERSION}): restore it with a coordinator at least as new as the "
+                  "one that took it"),
     }
     for name, (content, message) in cases.items():
         bad = tmp_path / f"{name}.tgz"

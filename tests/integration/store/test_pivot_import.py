@@ -5,6 +5,7 @@ sealing the machines' secrets (and the etcd snapshot's chunks) again with its ow
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections.abc import AsyncIterator
 from io import BytesIO
 from pathlib import Path
@@ -25,7 +26,8 @@ from tests.support.builders import ONE_ITEM, cluster, full_machine, with_secrets
 TARGET_CIPHER = Cipher(bytes(range(100, 132)), "the target's secrets key")
 KEPT = {"init.caCertHash": ClusterOutput("sha256:kept", "m-1", "host-m-1", 3.0)}
 ETCD_SNAPSHOT = EtcdSnapshot("s-1", "edge", "m-1", "host-m-1", "etcd-snapshot", "upgrade",
-                             "host-m-1", "1.0.0", 4.0, 10, "ab" * 32, True)
+                             "host-m-1", "1.0.0", 4.0, 10, hashlib.sha256(b"etcd bytes").hexdigest(),
+                             True)
 
 
 @pytest.fixture(params=BACKENDS)

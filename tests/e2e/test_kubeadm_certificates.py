@@ -64,6 +64,7 @@ def test_an_expiring_certificate_warns_and_a_renewal_release_moves_the_coordinat
             m["state"] == "Ready" and m["release"] == "1.33.4-certificates"
             for m in f.admin_json("machines")), timeout=150)
         renewed = f.admin_json("status", "k8s")["certificates"]
+        snapshots = f.admin_json("cluster", "etcd-snapshots", "k8s")
         on_disk = not_after(client_certificate(
             (f.root("m1") / "etc/kubernetes/admin.conf").read_text()) or "")
 
@@ -72,3 +73,6 @@ def test_an_expiring_certificate_warns_and_a_renewal_release_moves_the_coordinat
     log = calls(log_path)
     assert [(c.host, c.exit) for c in log if c.is_("kubeadm", "certs", "renew")] == [("m1", 0)]
     assert not [c for c in log if c.is_("kubeadm", "upgrade")], "only certs-renew ran"
+    # with an etcd snapshot before it, which the coordinator keeps
+    assert [(s["subject"], s["item"], s["release"]) for s in snapshots] == [
+        ("m1", "etcd-snapshot-before-renewal", "1.33.4-certificates")]

@@ -175,7 +175,8 @@ def test_upgrade_items_in_order_the_control_plane_first_then_the_kubelet(
         manager = machine.role == "manager"
         assert list(upgrade) == [*["etcd-snapshot"] * manager, "upgrade-kubeadm", step,
                                  "upgrade-kubelet", "daemon-reload", "restart-containerd",
-                                 "restart-kubelet", *["certs-renew"] * manager]
+                                 "restart-kubelet",
+                                 *["etcd-snapshot-before-renewal", "certs-renew"] * manager]
         if manager:  # etcd as it was before the control plane changes, kept by the coordinator
             assert upgrade["etcd-snapshot"]["argv"] == [
                 "sh", "usr/local/lib/nodeagent/kubeadm/etcd-snapshot.sh", machine.ip]
@@ -193,8 +194,13 @@ def test_upgrade_items_in_order_the_control_plane_first_then_the_kubelet(
         assert upgrade["restart-kubelet"]["argv"] == ["systemctl", "restart", "kubelet"]
     snapshots = {i.name: i.etcd_snapshot_from for i in spec.machine_types.manager
                  if i.etcd_snapshot_from is not None}
-    assert snapshots == dict.fromkeys(["etcd-snapshot", "etcd-snapshot-before-removal"],
-                                      "/etc/kubernetes/nodeagent/etcd-snapshot.db")
+    assert snapshots == dict.fromkeys(
+        ["etcd-snapshot", "etcd-snapshot-before-renewal", "etcd-snapshot-before-removal"],
+        "/etc/kubernetes/nodeagent/etcd-snapshot.db")
+    # before an upgrade of Kubernetes, and before a renewal of the certificates
+    assert {i.name: i.version for i in spec.machine_types.manager if i.phase == "upgrade"
+            and i.etcd_snapshot_from} == {"etcd-snapshot": spec.settings.kubernetes.version,
+                                          "etcd-snapshot-before-renewal": "initial"}
     # and before a manager's removal, by the manager that removes its etcd member
     assert [i.name for i in spec.items("manager", "leave")] == ["etcd-snapshot-before-removal",
                                                                 "etcd-member-remove"]

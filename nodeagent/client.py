@@ -8,7 +8,6 @@ child process that applies a phase validates what it applies."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
 import json
@@ -22,6 +21,7 @@ from urllib.parse import quote, urlencode
 
 from nodeagent import http_client
 from nodeagent.backoff import Reconnect
+from nodeagent.wire.digest import content_digest
 from nodeagent.wire.endpoint import Endpoint
 from nodeagent.wire.heartbeat import POLL_COUNTED, POLL_HEARTBEAT
 
@@ -224,7 +224,7 @@ class CoordinatorClient:
         names what it kept."""
         size, digest = await http_client.in_thread(_measured, snapshot)
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size),
-                   "Content-Digest": f"sha-256=:{base64.b64encode(digest).decode()}:"}
+                   "Content-Digest": content_digest(digest)}
         path = f"/v1/agent/machines/{machine_id}/etcd-snapshots/{quote(item)}"
         base = self.url
         try:

@@ -3,8 +3,6 @@ request, calls one service operation and renders its answer."""
 
 from __future__ import annotations
 
-import base64
-
 from aiohttp import web
 
 from coordinator.api.bodies import (
@@ -47,6 +45,7 @@ from coordinator.domain.rollout.remedies import DRAIN_ACTIONS
 from coordinator.domain.specs.specs import load_spec
 from coordinator.domain.views.machinelist import parse_query
 from nodeagent.wire import joinstring
+from nodeagent.wire.digest import content_digest
 from nodeagent.wire.validation import InvalidDocument, Problem
 
 
@@ -297,7 +296,7 @@ async def download_etcd_snapshot(request: web.Request) -> web.StreamResponse:
     await request[HAND_OUT_AUDIT]()
     response = web.StreamResponse(headers={
         "Content-Type": "application/octet-stream", "Content-Length": str(snapshot.size),
-        "Content-Digest": f"sha-256=:{base64.b64encode(bytes.fromhex(snapshot.sha256)).decode()}:",
+        "Content-Digest": content_digest(bytes.fromhex(snapshot.sha256)),
         "Content-Disposition": f'attachment; filename="etcd-{snapshot.cluster}-{snapshot.id}.db"'})
     await response.prepare(request)
     try:

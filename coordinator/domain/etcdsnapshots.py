@@ -14,9 +14,6 @@ Pure: the service (service/etcdsnapshots.py) streams the bytes and stores them.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,13 +21,13 @@ from coordinator.domain.errors import Conflict, Forbidden, NotFound
 from coordinator.domain.events import event
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
 from coordinator.domain.records import EtcdSnapshot, Event
+from nodeagent.wire.digest import sha256_in
 from nodeagent.wire.protocol import SNAPSHOT_PHASES, StateItem
 
 CHUNK_BYTES = 1 << 20  # what one sealed row holds: a MiB, 1.4 MB of text once sealed
 # An upload begun this long ago and never completed (cut off, or its coordinator died) is
 # deleted: nothing lists it, and a real one of 8 GiB takes minutes.
 INCOMPLETE_SECONDS = 3600.0
-_DIGEST = re.compile(r"(?:^|,)\s*sha-256=:([A-Za-z0-9+/=]+):\s*(?:,|$)")
 
 
 class UploadRefused(Exception):
@@ -53,7 +50,7 @@ class Upload:
 def snapshot_item(spec: ClusterSpec, name: str) -> StateItem | None:
     """The cluster's manager item of that name that uploads a snapshot."""
     return next((i for i in spec.machine_types.manager if i.name == name
-                 and i.etcd_snapshot_from is not None and i.phase in SNAPSHOT_PHASES), None)
+                 and i.etcd_snapshot_from is not None), None)
 
 
 def admit(machine: Machine, spec: ClusterSpec, item_name: str, length: int | None,
@@ -99,14 +96,10 @@ def _subject(machine: Machine, item: StateItem) -> str | None:
 
 def sha256_of(digest: str | None) -> str:
     """The hex SHA-256 a Content-Digest header names (`sha-256=:BASE64:`)."""
-    found = _DIGEST.search(digest or "")
-    if found is None:
+    raw = sha256_in(digest)
+    if raw is None:
         raise UploadRefused(400, "an etcd snapshot is sent with its SHA-256 in a "
                             "Content-Digest header (sha-256=:BASE64:)")
-    try:
-        raw = base64.b64decode(found.group(1), validate=True)
-    except binascii.Error:
-        raw = b""
     if len(raw) != 32:
         raise UploadRefused(400, "the Content-Digest's sha-256 is not the base64 of 32 bytes")
     return raw.hex()

@@ -2,9 +2,11 @@
 never re-runs a completed item and knows which one was interrupted. The whole file is
 replaced atomically on every change: it is the old record or the new one, never a mix.
 
-A journal records one machine (the coordinator's machine id): a machine deleted and
-registered again is a new machine, whose items all run again. It never records the items of
-job phases (mint, revoke): each run of those is for another machine or another minting.
+A journal records one machine (the coordinator's machine id) in one incarnation: a machine
+deleted and registered again is a new machine, and one back from a cluster in the pool, reset,
+a new incarnation of it (Assignment.journal_owner): either way its items all run again. It
+never records the items of job phases (mint, revoke): each run of those is for another
+machine or another minting.
 
 An applied item's entry keeps the values of its line outputs, which cannot be read again
 (file outputs are: their files are), secret ones too: the file is 0600, as identity.json is."""

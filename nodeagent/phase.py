@@ -90,7 +90,7 @@ async def apply_from_stdin(config: AgentConfig, root: Path) -> int:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
     try:
         assignment = Assignment.model_validate_json(await stdin.readline())
-        journal = Journal(Path(config.state_dir) / JOURNAL_FILE, assignment.machine_id)
+        journal = Journal(Path(config.state_dir) / JOURNAL_FILE, assignment.journal_owner)
     except ValidationError as exc:  # each problem's place and kind, never its value: a secret
         problems = "; ".join(problem.text() for problem in problems_from(exc))
         print(f"error: bad assignment on stdin: {problems}", file=sys.stderr)

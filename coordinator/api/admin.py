@@ -40,7 +40,7 @@ from coordinator.api.views import (
 )
 from coordinator.domain.errors import NotFound
 from coordinator.domain.machines.tokens import parse_duration
-from coordinator.domain.model import Machine, first_manager
+from coordinator.domain.model import POOL, Machine, first_manager
 from coordinator.domain.rollout.remedies import DRAIN_ACTIONS
 from coordinator.domain.specs.specs import load_spec
 from coordinator.domain.views.machinelist import parse_query
@@ -84,9 +84,11 @@ async def cluster_status(request: web.Request) -> web.Response:
 
 
 async def create_join_token(request: web.Request) -> web.Response:
+    """A cluster's join token, or the pool's (the route without a cluster's name)."""
     wanted = await body(request, JoinTokenBody, optional=True)
     secret, token = await service(request).admin.create_join_token(
-        request.match_info["name"], parse_duration(wanted.ttl) or None, wanted.max_uses)
+        request.match_info.get("name", POOL), parse_duration(wanted.ttl) or None,
+        wanted.max_uses, wanted.auto_approve)
     presentation = request.app[PRESENTATION]
     join = joinstring.make(presentation.advertise_url, secret, presentation.ca_pem)
     return web.json_response({**join_token_view(token, token.created_at), "token": secret,
@@ -95,7 +97,16 @@ async def create_join_token(request: web.Request) -> web.Response:
 
 
 async def list_join_tokens(request: web.Request) -> web.Response:
-    tokens = await service(request).queries.join_tokens(request.match_info.get("name"))
+    """A cluster's join tokens, or every one."""
+    return await _join_tokens(request, request.match_info.get("name"))
+
+
+async def list_pool_join_tokens(request: web.Request) -> web.Response:
+    return await _join_tokens(request, POOL)
+
+
+async def _join_tokens(request: web.Request, cluster: str | None) -> web.Response:
+    tokens = await service(request).queries.join_tokens(cluster)
     now = service(request).clock()
     return web.json_response([join_token_view(t, now) for t in tokens])
 
@@ -237,6 +248,12 @@ async def render(request: web.Request) -> web.Response:
     rendering = await service(request).queries.rendering(
         request.match_info["name"], spec, asked.fleet, asked.machine, asked.phase)
     return web.json_response(rendering_view(rendering))
+
+
+async def provision(request: web.Request) -> web.Response:
+    stored, changed = await service(request).admin.provision(request.match_info["name"])
+    return web.json_response({"cluster": stored.spec.name, "provisioned": changed,
+                              "held": stored.spec.settings.provision.held})
 
 
 async def pause(request: web.Request) -> web.Response:

@@ -67,6 +67,8 @@ class JoinTokenBody(_Body):
     ttl: str = Field(default="24h", description="90s, 15m, 24h, 7d; 0 never expires")
     max_uses: int | None = Field(default=None, ge=1, le=1_000_000,
                                  description="registrations allowed; null: unlimited")
+    auto_approve: bool = Field(default=False, description="a pool token only: its machines are "
+                               "approved into the pool once their prechecks pass")
 
     @field_validator("ttl")
     @classmethod

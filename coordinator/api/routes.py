@@ -36,7 +36,8 @@ EVENT_QUERY = (("cluster", TEXT), ("machine", TEXT), ("kind", TEXT), ("since", N
                ("limit", {"type": "integer", "minimum": 1, "maximum": MAX_EVENT_PAGE}),
                ("order", {"enum": ["asc", "desc"]}))
 SORTS = [f"{sign}{name}" for name in SORT_FIELDS for sign in ("", "-")]
-MACHINE_QUERY = (("cluster", TEXT), ("state", TEXT), ("role", {"enum": list(ROLES)}),
+MACHINE_QUERY = (("cluster", TEXT), ("pool", {"enum": ["true", "false"]}), ("state", TEXT),
+                 ("role", {"enum": list(ROLES)}),
                  ("label", {"type": "array", "items": TEXT}), ("q", TEXT),
                  ("responding", {"enum": ["true", "false"]}),
                  ("id", {"type": "array", "items": TEXT}), ("sort", {"enum": SORTS}),
@@ -90,6 +91,12 @@ ROUTES: tuple[Route, ...] = (
           body=JoinTokenBody, body_optional=True),
     Route("GET", "/v1/clusters/{name}/join-tokens", admin.list_join_tokens,
           "List a cluster's join tokens", "admin"),
+    Route("POST", "/v1/pool/join-tokens", admin.create_join_token,
+          "Create a join token into the machine pool and its join string (shown once); "
+          "autoApprove: its machines are approved once their prechecks pass", "admin", 201,
+          body=JoinTokenBody, body_optional=True),
+    Route("GET", "/v1/pool/join-tokens", admin.list_pool_join_tokens,
+          "List the pool's join tokens", "admin"),
     Route("GET", "/v1/join-tokens", admin.list_join_tokens, "List every join token", "admin"),
     Route("DELETE", "/v1/join-tokens/{id}", admin.revoke_join_token, "Revoke a join token",
           "admin"),
@@ -122,8 +129,9 @@ ROUTES: tuple[Route, ...] = (
           "only", "admin"),
     Route("GET", "/v1/machines", admin.list_machines,
           "A page of the machines, filtered and sorted: {machines, total, offset, limit} "
-          "(state: comma-separated; label: k=v or k, repeatable; q: in hostname or IP; id: "
-          "repeatable; sort: a field, - first for descending)", "admin", query=MACHINE_QUERY),
+          "(pool=true: the pool's; state: comma-separated; label: k=v or k, repeatable; q: in "
+          "hostname or IP; id: repeatable; sort: a field, - first for descending)", "admin",
+          query=MACHINE_QUERY),
     Route("GET", "/v1/machines/{ref}", admin.get_machine, "Get a machine by id or hostname",
           "admin"),
     Route("DELETE", "/v1/machines/{ref}", admin.delete_machine,
@@ -157,6 +165,9 @@ ROUTES: tuple[Route, ...] = (
           "not be stored yet (no machines: a hypothetical fleet); the query of GET; changes "
           "nothing, so read-only tokens may send it", "admin", body=ClusterSpec,
           body_optional=True, dry_run=True),
+    Route("POST", "/v1/clusters/{name}/provision", admin.provision,
+          "Provision a cluster held by settings.provision.held: its approved and claimed "
+          "machines start (provisioned: false when it was not held)", "admin"),
     Route("POST", "/v1/clusters/{name}/upgrade/{verb}", admin.pause,
           "verb pause: no machine starts upgrading (running ones finish); verb resume", "admin"),
     Route("POST", "/v1/machines/{ref}/drain/{action}", admin.drain_action,

@@ -8,7 +8,7 @@ from typing import Any
 
 from coordinator.domain.fitness import to_be_prepared
 from coordinator.domain.machines.tokens import join_token_state
-from coordinator.domain.model import ClusterSpec, Machine, MachineState, Material
+from coordinator.domain.model import POOL, ClusterSpec, Machine, MachineState, Material
 from coordinator.domain.nodes.forecast import NodeForecast
 from coordinator.domain.nodes.nodes import described
 from coordinator.domain.records import (
@@ -214,7 +214,8 @@ def _rendered_machine_view(machine: RenderedMachine) -> dict[str, Any]:
 
 def join_token_view(token: JoinToken, now: float) -> dict[str, Any]:
     """state: active, revoked, expired or used up, by the coordinator's clock."""
-    return {"id": token.id, "cluster": token.cluster, "created_at": token.created_at,
+    return {"id": token.id, "cluster": token.cluster or None, "pool": token.cluster == POOL,
+            "auto_approve": token.auto_approve, "created_at": token.created_at,
             "expires_at": token.expires_at, "max_uses": token.max_uses, "uses": token.uses,
             "revoked": token.revoked, "state": join_token_state(token, now)}
 

@@ -19,6 +19,7 @@ from pydantic import Field, field_validator
 
 from coordinator.domain.fitness import fitness
 from coordinator.domain.kubesettings import KubernetesSettings
+from coordinator.domain.poolspec import PoolClaims
 from nodeagent.wire.contract import ROLES as ROLES  # the roles, where the model is read
 from nodeagent.wire.contract import Role
 from nodeagent.wire.protocol import (
@@ -42,6 +43,10 @@ class MachineState(StrEnum):
     RECONFIGURE = "Reconfigure"
     DELETING = "Deleting"
 
+
+# The cluster of a machine in the pool (and of a pool join token): it belongs to no cluster
+# until one claims it (domain/pool/).
+POOL = ""
 
 # The phase whose items a machine runs in each state.
 PHASE_OF_STATE: dict[MachineState, Phase] = {
@@ -159,6 +164,11 @@ class EtcdSnapshotSettings(SpecModel):
         "upload (etcd's own quota is at most 8 GiB); a larger one is refused and its item fails")
 
 
+class ProvisionSettings(SpecModel):
+    held: bool = Field(default=False, description="approved and claimed machines wait in "
+                       "Pending until `coordinator cluster provision` releases them")
+
+
 class ClusterSettings(SpecModel):
     worker_batch_size: int = Field(default=50, ge=1)
     auto_approve: bool = False
@@ -173,6 +183,7 @@ class ClusterSettings(SpecModel):
     drain: DrainSettings = Field(default_factory=DrainSettings)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     etcd_snapshots: EtcdSnapshotSettings = Field(default_factory=EtcdSnapshotSettings)
+    provision: ProvisionSettings = Field(default_factory=ProvisionSettings)
 
     @property
     def upgrade_batch(self) -> int:
@@ -189,6 +200,8 @@ class ClusterSpec(SpecModel):
     release: str = Field(min_length=1)
     settings: ClusterSettings = Field(default_factory=ClusterSettings)
     machine_types: MachineTypes
+    pool: PoolClaims | None = Field(default=None, description="the managers and workers the "
+                                    "cluster claims from the machine pool")
 
     def items(self, role: Role, phase: Phase) -> list[StateItem]:
         return [i for i in getattr(self.machine_types, role) if i.phase == phase]
@@ -396,6 +409,15 @@ class Machine:
     # Pending: the values of its product_uuid and MACs other machines hold, as the operator
     # reads them (domain/machines/clones.py), found at its registration, last report or approval.
     clones: tuple[str, ...] = ()
+    # A machine the cluster claimed from the pool: its place there ("worker-2", domain/pool/
+    # claims.py), "" for one that registered into the cluster. A claimed machine leaving goes
+    # back to the pool once its reset items ran, instead of being removed.
+    claim: str = ""
+    # How many times it went back to the pool: its agent's journal is of one incarnation, so
+    # a machine claimed again runs every item anew (nodeagent/journal.py).
+    incarnation: int = 0
+    # In the pool: registered with a join token that approves (once its prechecks pass).
+    auto_approve: bool = False
 
     def with_state(self, state: MachineState, now: float) -> Machine:
         return replace(self, state=state, state_since=now, progress=None, drain=None,

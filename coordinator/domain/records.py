@@ -74,12 +74,13 @@ class JoinToken:
     and revocations without revealing anything that could be used to join."""
 
     id: str
-    cluster: str
+    cluster: str  # model.POOL: a token into the pool
     created_at: float
     expires_at: float | None  # None: never expires
     max_uses: int | None  # None: unlimited
     uses: int = 0
     revoked: bool = False
+    auto_approve: bool = False  # a pool token: its machines approved once their prechecks pass
 
 
 @dataclass(frozen=True)

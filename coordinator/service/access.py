@@ -30,14 +30,17 @@ class Access:
 
     # -- join tokens ----------------------------------------------------------------
     async def create_join_token(self, cluster: str, ttl: float | None,
-                                max_uses: int | None) -> tuple[str, JoinToken]:
-        """ttl None or 0: never expires; max_uses None: unlimited."""
+                                max_uses: int | None,
+                                auto_approve: bool = False) -> tuple[str, JoinToken]:
+        """ttl None or 0: never expires; max_uses None: unlimited; cluster POOL: a token into
+        the pool, whose machines auto_approve approves once their prechecks pass."""
         if max_uses is not None and max_uses < 1:
             raise ValueError("maxUses must be at least 1")
         secret = new_token("join")
         now = self.clock()
         token = await self.store.add_join_token(
-            cluster, token_hash(secret), now, now + ttl if ttl else None, max_uses)
+            cluster, token_hash(secret), now, now + ttl if ttl else None, max_uses,
+            auto_approve)
         return secret, token
 
     async def revoke_join_token(self, token_id: str) -> JoinToken:
@@ -46,14 +49,14 @@ class Access:
             raise NotFound(f"no join token {token_id}")
         return token
 
-    async def usable_join_token(self, secret: str) -> str:
-        """The cluster the token admits to, counting no use (a registration refused for
-        another reason must not cost one); Unauthorized saying why not."""
+    async def usable_join_token(self, secret: str) -> JoinToken:
+        """The token, to admit to its cluster (or the pool), counting no use (a registration
+        refused for another reason must not cost one); Unauthorized saying why not."""
         token = await self.store.join_token(token_hash(secret))
         refusal = join_refusal(token, self.clock())
         if refusal is not None or token is None:
             raise Unauthorized(refusal or "join token not usable")
-        return token.cluster
+        return token
 
     async def join_refused(self, secret: str) -> Unauthorized:
         """Why the token's use did not count with its registration (Change.token_use, one

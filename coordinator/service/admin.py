@@ -15,17 +15,24 @@ from coordinator.domain.events import event
 from coordinator.domain.machines.approval import approval, role_set
 from coordinator.domain.machines.deletion import cluster_deletion, removal
 from coordinator.domain.machines.labelling import labelling
+from coordinator.domain.machines.pooling import (
+    in_pool,
+    pool_approval,
+    pool_removal,
+    pool_role_refused,
+)
 from coordinator.domain.machines.reissue import reissue, revocation
 from coordinator.domain.machines.tokens import new_reissue_token, token_hash
-from coordinator.domain.model import ClusterSpec, Machine
+from coordinator.domain.model import POOL, ClusterSpec, Machine
 from coordinator.domain.nodes.draining import drain_answered
 from coordinator.domain.records import JoinToken, StoredCluster
-from coordinator.domain.releases.clusterapply import applying, pausing
+from coordinator.domain.releases.clusterapply import applying, pausing, provisioning
 from coordinator.service.access import Access
 from coordinator.service.drainer import Drainer
 from coordinator.service.queries import Queries
 from coordinator.service.writes import Writes
 from nodeagent.wire.contract import Role
+from nodeagent.wire.validation import InvalidDocument, Problem
 
 
 @dataclass(frozen=True)
@@ -109,10 +116,27 @@ class Admin:
             await self.drainer.cancel(machine_id)  # an upgrade's drain task: its writes are void
         self.writes.wake(change)
 
-    async def create_join_token(self, cluster: str, ttl: float | None,
-                                max_uses: int | None) -> tuple[str, JoinToken]:
-        await self.queries.cluster(cluster)
-        return await self.access.create_join_token(cluster, ttl, max_uses)
+    async def create_join_token(self, cluster: str, ttl: float | None, max_uses: int | None,
+                                auto_approve: bool = False) -> tuple[str, JoinToken]:
+        """A join token into cluster, or into the pool (POOL), whose machines auto_approve
+        approves once their prechecks pass (a cluster's follow its settings.autoApprove)."""
+        if cluster != POOL:
+            await self.queries.cluster(cluster)
+            if auto_approve:
+                raise InvalidDocument([Problem("autoApprove", "only a pool join token approves "
+                                               "its machines: a cluster's follow its "
+                                               "settings.autoApprove")])
+        return await self.access.create_join_token(cluster, ttl, max_uses, auto_approve)
+
+    async def provision(self, name: str) -> tuple[StoredCluster, bool]:
+        """`cluster provision`: release the cluster's hold (settings.provision.held), so its
+        approved and claimed machines start (domain/releases/clusterapply.py)."""
+        async with self.writes.lock:
+            stored = await self.queries.cluster(name)
+            applied = provisioning(stored, await self.store.list_machines(name), self.clock())
+            await self.writes.apply(applied.change)
+        self.writes.wake(applied.change)
+        return applied.stored, applied.changed
 
     async def approve(self, machine_id: str, role: Role | None = None,
                       labels: Mapping[str, str] | None = None, interface: str | None = None,
@@ -123,6 +147,9 @@ class Admin:
         async def decide(machine: Machine) -> Change:
             # judged again: the machine it shares a value with may have been deleted since
             clones = await self.queries.clones(machine.id, machine.precheck)
+            if in_pool(machine):
+                return pool_approval(replace(machine, clones=clones), role, labels, interface,
+                                     ip, self.clock())
             return approval(replace(machine, clones=clones), role, labels, interface, ip,
                             self.clock())
         _, change = await self._on_machine(machine_id, decide)
@@ -140,7 +167,7 @@ class Admin:
         """Give a Pending machine its role; an approved one starts with it, so its precheck
         report must let it run as that role, as approving it would require."""
         _, change = await self._on_machine(machine_id, self._now(
-            lambda m, now: role_set(m, role, now)))
+            lambda m, now: pool_role_refused(m) if in_pool(m) else role_set(m, role, now)))
         return change.machines[0]
 
     async def revoke_credential(self, machine_id: str) -> Machine:
@@ -165,9 +192,12 @@ class Admin:
         nothing."""
         async with self.writes.lock:
             machine = await self.queries.machine_by_id(machine_id)
-            spec = (await self.queries.cluster(machine.cluster)).spec
-            change = removal(machine, await self.store.list_machines(machine.cluster), spec,
-                             self.clock(), force, skip_reset)
+            if in_pool(machine):
+                change = pool_removal(machine, self.clock())
+            else:
+                spec = (await self.queries.cluster(machine.cluster)).spec
+                change = removal(machine, await self.store.list_machines(machine.cluster),
+                                 spec, self.clock(), force, skip_reset)
             if change is None:
                 return machine
             await self.writes.apply(change)

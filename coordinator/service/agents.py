@@ -11,16 +11,22 @@ import uuid
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import replace
 
-from coordinator.domain.assignments.assignment import AssignmentInputs, build_assignment, may_host_post_deploy
+from coordinator.domain.assignments.assignment import (
+    AssignmentInputs,
+    build_assignment,
+    may_host_post_deploy,
+    pool_assignment,
+)
 from coordinator.domain.assignments.etags import Version, may_wait, not_modified
 from coordinator.domain.assignments.reports import fold_report, refresh_kubeconfig
 from coordinator.domain.changes import Change, combined
 from coordinator.domain.errors import Unauthorized
 from coordinator.domain.machines.approval import prechecked
+from coordinator.domain.machines.pooling import in_pool, pool_prechecked
 from coordinator.domain.machines.registration import Credential, registered, registered_before, rotated
 from coordinator.domain.machines.reissue import rejoin_refusal, rejoined
 from coordinator.domain.machines.tokens import new_token, token_hash
-from coordinator.domain.model import ClusterSpec, Machine, deployed_managers
+from coordinator.domain.model import POOL, ClusterSettings, ClusterSpec, Machine, deployed_managers
 from coordinator.domain.specs.outputs import cluster_outputs
 from coordinator.service.access import Access
 from coordinator.service.groupcommit import GroupCommit, Pending
@@ -85,15 +91,17 @@ class Agents:
                 change = rejoined(await self._rejoining(rejoining, request, now), request,
                                   credential, now)
             else:
-                cluster = await self.access.usable_join_token(request.join_token)
-                settings = (await self.queries.cluster(cluster)).spec.settings
+                token = await self.access.usable_join_token(request.join_token)
+                cluster = token.cluster
+                settings = ClusterSettings() if cluster == POOL else \
+                    (await self.queries.cluster(cluster)).spec.settings
                 existing = next(iter(await self.store.machines_by_hostname(request.hostname,
                                                                            cluster)), None)
                 new_id = str(uuid.uuid4())
                 clones = await self.queries.clones(
                     new_id, request.precheck.model_dump(mode="json", by_alias=True))
                 change = registered(cluster, settings, existing, request, credential, new_id,
-                                    now, clones)
+                                    now, clones, token.auto_approve)
             try:
                 await self.writes.apply(change)
             except TokenRefused:
@@ -132,10 +140,13 @@ class Agents:
         auto-approved now if the cluster auto-approves and they let it."""
         async with self.writes.lock:
             machine = await self.queries.machine_by_id(machine_id)
-            settings = (await self.queries.cluster(machine.cluster)).spec.settings
             clones = await self.queries.clones(machine.id, report.model_dump(mode="json",
                                                                              by_alias=True))
-            change = prechecked(settings, machine, report, self.clock(), clones)
+            if in_pool(machine):
+                change = pool_prechecked(machine, report, self.clock(), clones)
+            else:
+                settings = (await self.queries.cluster(machine.cluster)).spec.settings
+                change = prechecked(settings, machine, report, self.clock(), clones)
             await self.writes.apply(change)
         self.writes.wake(change)
         return change.machines[0]
@@ -164,6 +175,9 @@ class Agents:
 
     async def current_assignment(self, machine_id: str) -> Assignment:
         machine = await self.queries.machine_by_id(machine_id)
+        if in_pool(machine):
+            target = await self.move_targets.current()
+            return pool_assignment(machine).model_copy(update={"move_target": target})
         stored = await self.queries.cluster(machine.cluster)
         peers = await self.store.list_machines(machine.cluster, role="manager")
         return await self.assignment_of(AssignmentInputs(stored, machine, peers))

@@ -13,7 +13,7 @@ from typing import Any
 
 from coordinator.domain.errors import Conflict, Gone, NotFound
 from coordinator.domain.machines.clones import clone_problems, identities
-from coordinator.domain.model import ClusterSpec, Machine
+from coordinator.domain.model import POOL, ClusterSpec, Machine
 from coordinator.domain.nodes.certificates import Certificates, certificate_status, source_of
 from coordinator.domain.nodes.kubeaccess import kube_access
 from coordinator.domain.nodes.kubeconfig import server_of
@@ -111,6 +111,9 @@ class Queries:
                                                                 machine_id))
 
     async def cluster(self, name: str) -> StoredCluster:
+        if name == POOL:
+            raise Conflict("the machine is in the pool, of no cluster: this asks for a machine "
+                           "a cluster claimed")
         stored = await self.store.get_cluster(name)
         if stored is None:
             raise NotFound(f"no cluster named {name}")
@@ -180,7 +183,7 @@ class Queries:
         return MachinePage(machines, total, specs, managers)
 
     async def join_tokens(self, cluster: str | None) -> list[JoinToken]:
-        if cluster is not None:
+        if cluster:  # POOL: the pool's
             await self.cluster(cluster)
         return await self.store.list_join_tokens(cluster)
 

@@ -14,7 +14,8 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 
 from coordinator.domain.assignments.assignment import AssignmentInputs
 from coordinator.domain.changes import Change, combined
-from coordinator.domain.model import ClusterSpec, Machine
+from coordinator.domain.model import POOL, ClusterSpec, Machine, MachineState
+from coordinator.domain.pool.claims import claims
 from coordinator.domain.reconcile import liveness
 from coordinator.domain.reconcile.reconciling import checked_responding, decide_pass
 from coordinator.domain.reconcile.workingset import ClusterView
@@ -30,6 +31,9 @@ from coordinator.service.writes import Writes
 # A rollout is under way while its passes keep moving machines: a batch's next step follows
 # its items, which take seconds to minutes (see Reconciler.rolling_out).
 ROLLING_OUT_SECONDS = 30.0
+# A cluster that claims from the pool looks at it again at least this often, though nothing
+# was written: a pool machine whose agent was silent may answer again.
+CLAIMS_RECHECK_SECONDS = 10.0
 
 
 class Reconciler:
@@ -45,6 +49,7 @@ class Reconciler:
         self.post_deploy = post_deploy
         self.clock = clock
         self._views: dict[str, ClusterView] = {}  # what the last pass kept of each cluster
+        self._claims_checked: dict[str, tuple[int, float]] = {}  # generation, when
         self._last_decision = -math.inf  # when a pass here last moved a machine
         self.listening_since = clock()  # since when heartbeats reach this leader (see took_over)
         writes.on_written_elsewhere(self._written_elsewhere)
@@ -76,7 +81,8 @@ class Reconciler:
             gone = set(unknown) - {m.id for m in reloaded}
             clusters = await self.store.list_clusters()
             for stored in clusters:
-                decided += await self._reconcile_cluster(stored, reloaded, gone)
+                claimed = await self._claim(stored, reloaded, gone)
+                decided += await self._reconcile_cluster(stored, [*reloaded, *claimed], gone)
         except BaseException:
             self._views.clear()
             raise
@@ -85,6 +91,34 @@ class Reconciler:
         if decided:
             self._last_decision = self.clock()
         return decided
+
+    async def _claim(self, stored: StoredCluster, reloaded: Sequence[Machine],
+                     gone: set[str]) -> list[Machine]:
+        """The cluster's claims on the pool (domain/pool/claims.py) decided and written, when
+        its spec claims and something they depend on may have changed: its spec, a machine of
+        it or of the pool, or CLAIMS_RECHECK_SECONDS gone by (a pool machine's agent answers
+        again). The machines the claims wrote, for the pass that follows."""
+        spec, now = stored.spec, self.clock()
+        if spec.pool is None or stored.deleting:
+            self._claims_checked.pop(spec.name, None)
+            return []
+        generation, at = self._claims_checked.get(spec.name, (0, -math.inf))
+        touched = gone or any(m.cluster == POOL or (m.cluster == spec.name and m.claim and
+                                                    m.state is MachineState.DELETING)
+                              for m in reloaded)
+        if generation == stored.generation and not touched \
+                and now - at < CLAIMS_RECHECK_SECONDS:
+            return []
+        self._claims_checked[spec.name] = (stored.generation, now)
+        members = await self.store.list_machines(spec.name)
+        pool = await self.store.list_machines(POOL)
+        heard = {m.id: self.heartbeats.last_heard(m) for m in pool}
+        change = claims(spec, members, pool, heard, now).change
+        if not change.writes:
+            return []
+        await self.writes.apply(change)
+        self.writes.wake(change)
+        return list(change.machines)
 
     def rolling_out(self) -> bool:
         """Whether a pass here moved a machine within ROLLING_OUT_SECONDS: the next step of a
@@ -133,7 +167,8 @@ class Reconciler:
             loaded += await self.store.get_machines(silent) if silent else []
             loaded = self._check_responding(spec, loaded, now, out)
             view.checked_until = max(view.checked_until, cutoff)
-        if view is None or not current or not view.update(loaded, gone):
+        moved = {m.id for m in reloaded if m.cluster != spec.name}  # claimed, or back in the pool
+        if view is None or not current or not view.update(loaded, gone | moved):
             have = {m.id for m in loaded}  # a manager change: the rest of the cluster too
             rest = [m for m in await self.store.list_machines(spec.name) if m.id not in have]
             loaded += self._check_responding(spec, rest, now, out)

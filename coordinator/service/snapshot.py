@@ -212,7 +212,7 @@ def _read_tar(tar: tarfile.TarFile, bounded: _Bounded, source: str,
 
 
 _TABLES = {archive.TABLE_MEMBER.format(table.name): archive.Columns(
-    dict(table.columns), table.nullable, table.unique) for table in TABLES}
+    dict(table.columns), table.nullable, table.unique, table.optional) for table in TABLES}
 
 
 def _whole(tar: tarfile.TarFile, info: tarfile.TarInfo, member: archive.Member,

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from coordinator.domain.assignments.etags import Version
 from coordinator.domain.machines.clones import identities
 from coordinator.domain.model import (
+    POOL,
     ClusterSpec,
     DrainStage,
     DrainStatus,
@@ -328,9 +329,9 @@ def machine_count_from_row(row: Row) -> MachineCount:
 
 
 def join_token_from_row(row: Row) -> JoinToken:
-    return JoinToken(id=row["id"], cluster=row["cluster"], created_at=row["created_at"],
+    return JoinToken(id=row["id"], cluster=row["cluster"] or POOL, created_at=row["created_at"],
                      expires_at=row["expires_at"], max_uses=row["max_uses"], uses=row["uses"],
-                     revoked=bool(row["revoked"]))
+                     revoked=bool(row["revoked"]), auto_approve=bool(row["auto_approve"]))
 
 
 def admin_token_from_row(row: Row) -> AdminToken:

@@ -261,6 +261,12 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (snapshot, seq)
     );
     """,
+    # 14 -> 15: join tokens into the machine pool (no cluster: NULL), and whether such a token
+    # approves its machines.
+    """
+    ALTER TABLE join_tokens ALTER COLUMN cluster DROP NOT NULL;
+    ALTER TABLE join_tokens ADD COLUMN auto_approve BOOLEAN DEFAULT FALSE;
+    """,
 ]
 
 

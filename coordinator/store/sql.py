@@ -153,6 +153,7 @@ class Table:
     order: str  # the rows' order: an import in that order keeps listings' ties as they were
     nullable: frozenset[str] = frozenset()  # the columns that may be null
     unique: tuple[str, ...] = ()  # the columns no two rows share a value of (keys)
+    optional: frozenset[str] = frozenset()  # added since the first archives: theirs lack them
     where: str = ""  # which rows a snapshot carries, when not all
 
     @property
@@ -206,8 +207,11 @@ TABLES: tuple[Table, ...] = (
     Table("clusters", (("name", _T), ("spec", _J), ("generation", _I), ("created_at", _R),
                        ("updated_at", _R), ("deleting", _B)), "name", unique=("name",)),
     Table("join_tokens", (("id", _T), ("hash", _T), ("cluster", _T), ("created_at", _R),
-                          ("expires_at", _R), ("max_uses", _I), ("uses", _I), ("revoked", _B)),
-          "created_at, {arrival}", frozenset({"expires_at", "max_uses"}), ("id", "hash")),
+                          ("expires_at", _R), ("max_uses", _I), ("uses", _I), ("revoked", _B),
+                          ("auto_approve", _B)),
+          "created_at, {arrival}", frozenset({"cluster", "expires_at", "max_uses",
+                                              "auto_approve"}), ("id", "hash"),
+          optional=frozenset({"auto_approve"})),
     Table("admin_tokens", (("id", _T), ("hash", _T), ("name", _T), ("role", _T),
                            ("created_at", _R), ("revoked", _B)), "created_at, {arrival}",
           unique=("id", "hash")),
@@ -277,10 +281,13 @@ class Statements:
                                "ON CONFLICT (cluster, name) DO NOTHING")
         # -- join tokens
         self.insert_join_token = sql("INSERT INTO join_tokens (id, hash, cluster, created_at, "
-                                     "expires_at, max_uses) VALUES ($1, $2, $3, $4, $5, $6)")
+                                     "expires_at, max_uses, auto_approve) "
+                                     "VALUES ($1, $2, $3, $4, $5, $6, $7)")
         self.join_tokens = f"SELECT * FROM join_tokens ORDER BY created_at, {d.arrival}"
         self.cluster_join_tokens = sql("SELECT * FROM join_tokens WHERE cluster = $1 "
                                        f"ORDER BY created_at, {d.arrival}")
+        self.pool_join_tokens = ("SELECT * FROM join_tokens WHERE cluster IS NULL "
+                                 f"ORDER BY created_at, {d.arrival}")
         self.join_token = sql("SELECT * FROM join_tokens WHERE hash = $1")
         self.join_token_by_id = sql("SELECT * FROM join_tokens WHERE id = $1")
         self.revoke_join_token = sql("UPDATE join_tokens SET revoked = TRUE WHERE id = $1")

@@ -25,7 +25,7 @@ from coordinator.domain.assignments.etags import Version, new_epoch
 from coordinator.domain.changes import Change
 from coordinator.domain.machines.clones import Holder
 from coordinator.domain.machines.tokens import token_id
-from coordinator.domain.model import ClusterSpec, Machine, Role
+from coordinator.domain.model import POOL, ClusterSpec, Machine, Role
 from coordinator.domain.records import (
     AdminToken,
     CredentialOwner,
@@ -277,16 +277,20 @@ class SQLiteStore(Store):
 
     # -- join tokens ------------------------------------------------------------
     async def add_join_token(self, cluster: str, token_hash: str, now: float,
-                             expires_at: float | None, max_uses: int | None) -> JoinToken:
+                             expires_at: float | None, max_uses: int | None,
+                             auto_approve: bool = False) -> JoinToken:
         token = JoinToken(id=token_id(token_hash), cluster=cluster, created_at=now,
-                          expires_at=expires_at, max_uses=max_uses)
+                          expires_at=expires_at, max_uses=max_uses, auto_approve=auto_approve)
         await self._execute(SQL.insert_join_token,
-                            (token.id, token_hash, cluster, now, expires_at, max_uses))
+                            (token.id, token_hash, cluster or None, now, expires_at, max_uses,
+                             auto_approve))
         return token
 
     async def list_join_tokens(self, cluster: str | None = None) -> list[JoinToken]:
         if cluster is None:
             return await self._all(join_token_from_row, SQL.join_tokens)
+        if cluster == POOL:
+            return await self._all(join_token_from_row, SQL.pool_join_tokens)
         return await self._all(join_token_from_row, SQL.cluster_join_tokens, (cluster,))
 
     async def join_token(self, token_hash: str) -> JoinToken | None:

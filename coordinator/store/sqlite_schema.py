@@ -240,6 +240,30 @@ MIGRATIONS: list[str] = [
         UNIQUE (snapshot, seq)
     );
     """,
+    # 14 -> 15: join tokens into the machine pool (no cluster: NULL, which the foreign key lets
+    # through), and whether such a token approves its machines. SQLite cannot drop NOT NULL: the
+    # table is made again, its rows copied in the order they arrived.
+    """
+    CREATE TABLE join_tokens_15 (
+        hash TEXT PRIMARY KEY,
+        cluster TEXT REFERENCES clusters (name),
+        created_at REAL NOT NULL,
+        id TEXT,
+        expires_at REAL,
+        max_uses INTEGER,
+        uses INTEGER NOT NULL DEFAULT 0,
+        revoked INTEGER NOT NULL DEFAULT 0,
+        auto_approve INTEGER DEFAULT 0
+    );
+    INSERT INTO join_tokens_15 (hash, cluster, created_at, id, expires_at, max_uses, uses,
+                                revoked)
+        SELECT hash, cluster, created_at, id, expires_at, max_uses, uses, revoked
+        FROM join_tokens ORDER BY rowid;
+    DROP TABLE join_tokens;
+    ALTER TABLE join_tokens_15 RENAME TO join_tokens;
+    CREATE INDEX join_tokens_cluster ON join_tokens (cluster);
+    CREATE UNIQUE INDEX join_tokens_id ON join_tokens (id);
+    """,
 ]
 
 

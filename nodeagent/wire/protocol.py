@@ -540,6 +540,14 @@ class Assignment(_Wire):
     move_target: MoveTarget | None = Field(
         default=None, description="the coordinator to move to (`PUT /v1/move-target`), "
         "the same for every machine; None: stay")
+    incarnation: int = Field(
+        default=0, ge=0, description="how many times the machine went back to the pool, reset: "
+        "the agent's journal is of one incarnation, so a machine claimed again runs every item")
+
+    @property
+    def journal_owner(self) -> str:
+        """Whose items the agent's journal records: this machine in this incarnation."""
+        return self.machine_id if not self.incarnation else f"{self.machine_id}.{self.incarnation}"
 
 
 class ItemReport(_Wire):

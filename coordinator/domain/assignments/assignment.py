@@ -114,5 +114,13 @@ def build_assignment(inputs: AssignmentInputs, post_deploy_host: str | None) -> 
         proxy=spec.settings.proxy,
         ntp=spec.settings.ntp,
         retries=machine.retries,
+        incarnation=machine.incarnation,
     )
+
+
+def pool_assignment(machine: Machine) -> Assignment:
+    """The assignment of a machine in the pool: its state, and nothing to run until a cluster
+    claims it (no cluster, so no settings: its agent checks the clock with its own)."""
+    return Assignment(machine_id=machine.id, generation=machine.generation,
+                      state=machine.state.value, phase=None, incarnation=machine.incarnation)
 

@@ -11,6 +11,7 @@ from dataclasses import replace
 from coordinator.domain.changes import Change, combined
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
+from coordinator.domain.machines.pooling import returned
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
 from coordinator.domain.nodes.kubeaccess import NO_KUBECONFIG
 from coordinator.domain.nodes.removal import quorum_refusal, removal_drain
@@ -28,13 +29,18 @@ def removal(machine: Machine, machines: Sequence[Machine], spec: ClusterSpec, no
     reached or leaves whole), unless it never ran items or skip_reset removes the record at
     once. A deployed machine whose node will not be drained (the cluster cannot be reached)
     says so in its event: the operator must not take it for drained. A manager whose leaving
-    could cost the control plane its quorum is refused
-    (Conflict, saying why) unless forced; the whole cluster leaving, nothing is guarded."""
+    could cost the control plane its quorum is refused (Conflict, saying why) unless forced;
+    the whole cluster leaving, nothing is guarded. A machine claimed from the pool goes back
+    there rather than away (domain/machines/pooling.py): at once when it ran no item, else
+    once its reset items ran."""
     if machine.state is S.DELETING and not skip_reset:
         return None
     refused = None if whole_cluster else quorum_refusal(machine, machines)
     if refused and not force:
         raise Conflict(refused)
+    if machine.claim and not skip_reset and (machine.state is S.PENDING or machine.role is None):
+        back, said = returned(machine, "it had run no item", now)
+        return Change(machines=[back], events=[said], wake=[machine.id], kick=True)
     if skip_reset or machine.state is S.PENDING or machine.role is None:
         return Change(events=[event(now, machine.cluster, "removed", f"{machine.hostname} removed"
                                     + (" without reset (skipped)" if skip_reset else ""),

@@ -14,8 +14,9 @@ from coordinator.domain.changes import Change, TokenUse
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.machines.approval import approval_failures, auto_approved
+from coordinator.domain.machines.pooling import pool_registered
 from coordinator.domain.machines.tokens import token_hash
-from coordinator.domain.model import ClusterSettings, Machine, same_hostname
+from coordinator.domain.model import POOL, ClusterSettings, Machine, same_hostname
 from coordinator.domain.records import CredentialOwner
 from nodeagent.wire.protocol import RegisterRequest
 
@@ -49,20 +50,23 @@ def _spelt(existing: Machine, request: RegisterRequest) -> str:
 
 def registered(cluster: str, settings: ClusterSettings, existing: Machine | None,
                request: RegisterRequest, credential: Credential, new_id: str,
-               now: float, clones: tuple[str, ...] = ()) -> Change:
+               now: float, clones: tuple[str, ...] = (), auto_approve: bool = False) -> Change:
     """The machine once `request` is registered, its events and its join token's use (counted
     in the same transaction, so a crash never costs a use without the machine; a refused
     registration costs none), and a pass asked for. A join token must never let
     a second node take over a machine another agent registered, admitted or Pending (an admin
     approving the name would approve the newcomer): a machine of that hostname (model.
     same_hostname: W1 is w1) is refused, naming it. clones: what of its product_uuid and
-    MACs other machines hold (domain/machines/clones.py), which keep it from approval."""
+    MACs other machines hold (domain/machines/clones.py), which keep it from approval. Into
+    the pool (cluster POOL), approval is the pool's (domain/machines/pooling.py), auto_approve
+    its join token's."""
+    where = cluster or "the pool"
     if existing is not None and existing.approved:
-        raise Conflict(f"{request.hostname} is already a member of {cluster} "
+        raise Conflict(f"{request.hostname} is already a member of {where} "
                        f"({existing.state.value}{_spelt(existing, request)}); delete it first "
                        "to register anew")
     if existing is not None:
-        raise Conflict(f"{request.hostname} is already registered in {cluster} by another agent "
+        raise Conflict(f"{request.hostname} is already registered in {where} by another agent "
                        f"(Pending{_spelt(existing, request)}); delete it first to register anew")
     precheck = request.precheck.model_dump(mode="json", by_alias=True)
     machine = Machine(
@@ -70,12 +74,15 @@ def registered(cluster: str, settings: ClusterSettings, existing: Machine | None
         facts=request.facts, precheck=precheck, created_at=now, state_since=now,
         last_seen=now, credential_hash=credential.hash,
         credential_expires_at=credential.expires_at, clones=clones,
+        auto_approve=auto_approve and cluster == POOL,
     )
-    message = f"{request.hostname} registered from {request.ip}"
+    message = f"{request.hostname} registered " + ("into the pool " if cluster == POOL else "") \
+        + f"from {request.ip}"
     failures = approval_failures(settings, machine)
     if failures:
         message += "; hard prechecks failed: " + "; ".join(failures)
-    machine, approval = auto_approved(settings, machine, now)
+    machine, approval = pool_registered(machine, now) if cluster == POOL \
+        else auto_approved(settings, machine, now)
     return Change(machines=[machine], events=[event(now, cluster, "registered", message, machine,
                                                     {"precheck_failures": failures}), *approval],
                   token_use=TokenUse(token_hash(request.join_token), now), kick=True)

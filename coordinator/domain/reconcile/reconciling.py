@@ -15,6 +15,7 @@ from coordinator.domain.assignments.assignment import waits_notices
 from coordinator.domain.assignments.minting import mint_pass
 from coordinator.domain.changes import Change
 from coordinator.domain.events import event
+from coordinator.domain.machines.pooling import returned
 from coordinator.domain.model import ClusterSpec, Machine, MachineState
 from coordinator.domain.reconcile import liveness
 from coordinator.domain.records import ClusterOutput, Event, StoredCluster
@@ -75,15 +76,20 @@ def decide_pass(stored: StoredCluster, machines: Sequence[Machine], now: float,
     events = [*checked.events, *events]
     after, decisions = planner.plan_to_fixpoint(spec, machines, now)
     by_id = {m.id: m for m in after}
-    events += [decision_event(now, spec.name, d, by_id.get(d.machine_id)) for d in decisions]
     before = {m.id: m for m in machines}
+    back = {d.machine_id: returned(before[d.machine_id], "its reset items ran", now)
+            for d in decisions if d.to_state is None and before[d.machine_id].claim}
+    events += [back[d.machine_id][1] if d.machine_id in back else
+               decision_event(now, spec.name, d, by_id.get(d.machine_id)) for d in decisions]
     changed.update({m.id: m for m in after if m != before.get(m.id)})
+    changed.update({machine_id: machine for machine_id, (machine, _) in back.items()})
     host = planner.post_deploy_host(spec, after)
     events += _notices(spec, after, changed, now)
     after, minted = _values(stored, [changed.get(m.id, m) for m in after], host, now, changed)
     events += minted
     events += _post_deploy_in_place(spec, host, after, decisions, now)
-    removed = {d.machine_id: now for d in decisions if d.to_state is None}
+    removed = {d.machine_id: now for d in decisions
+               if d.to_state is None and d.machine_id not in back}
     current = [changed.get(m.id, m) for m in after]
     emptied = stored.deleting and not current
     if emptied:

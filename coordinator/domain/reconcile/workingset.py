@@ -35,8 +35,11 @@ class ClusterView:
     def update(self, machines: Sequence[Machine], removed: Iterable[str] = ()) -> bool:
         """Take in machines as they are now and the ids of removed ones. False when the view
         can no longer tell inert machines: the deployed managers changed and the spec has
-        reconfigure items (every Ready machine may now reconfigure); load the cluster again."""
-        for machine_id in [*removed, *(m.id for m in machines)]:
+        reconfigure items (every Ready machine may now reconfigure); load the cluster again.
+        A machine now of another cluster (back in the pool, domain/pool/) left this one."""
+        gone = [m.id for m in machines if m.cluster != self.spec.name]
+        machines = [m for m in machines if m.cluster == self.spec.name]
+        for machine_id in [*removed, *gone, *(m.id for m in machines)]:
             self.active.pop(machine_id, None)
             self.idle_ready.discard(machine_id)
             if self.stand_in is not None and self.stand_in.id == machine_id:

@@ -11,10 +11,16 @@ from dataclasses import dataclass, replace
 from coordinator.domain.changes import Change, bumped
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
-from coordinator.domain.model import NO_ACCESS_DRAINS_SKIPPED, ClusterSpec, Machine, drains_skipped
+from coordinator.domain.model import (
+    NO_ACCESS_DRAINS_SKIPPED,
+    ClusterSpec,
+    Machine,
+    MachineState,
+    drains_skipped,
+)
 from coordinator.domain.records import Event, StoredCluster
 from coordinator.domain.releases import versions
-from coordinator.domain.specs.specs import check_fixed, pause_kept
+from coordinator.domain.specs.specs import check_fixed, pause_kept, provision_kept
 
 
 @dataclass(frozen=True)
@@ -41,12 +47,13 @@ def respecified(stored: StoredCluster, spec: ClusterSpec, now: float) -> StoredC
 def applying(before: StoredCluster | None, spec: ClusterSpec, machines: Sequence[Machine],
              now: float, allow_downgrade: bool = False) -> Applying:
     """spec applied over before (None: a new cluster), whose machines are machines: the
-    stored pause kept unless spec says `paused:` (specs.pause_kept), the fixed fields held
+    stored pause and hold kept unless spec says them (specs.pause_kept, provision_kept), the
+    fixed fields held
     (Conflict), the Kubernetes version admitted (versions.admitted: InvalidDocument). A
     reconcile pass is asked for whatever changed."""
     if before is not None and before.deleting:
         raise Conflict(f"cluster {spec.name} is being deleted")
-    spec = pause_kept(before and before.spec, spec)
+    spec = provision_kept(before and before.spec, pause_kept(before and before.spec, spec))
     if before is not None:
         check_fixed(before.spec, spec, machines)
     spec, verdict = versions.admitted(before and before.spec, spec, machines, allow_downgrade)
@@ -88,5 +95,24 @@ def pausing(stored: StoredCluster, paused: bool, machines: Sequence[Machine],
         return applied
     said: Event = event(now, stored.spec.name, "upgrade", "upgrade " + (
         "paused: no machine starts upgrading" if paused else "resumed"))
+    return replace(applied, change=replace(applied.change,
+                                           events=[*applied.change.events, said]))
+
+
+def provisioning(stored: StoredCluster, machines: Sequence[Machine], now: float) -> Applying:
+    """`cluster provision`: the stored spec applied with its hold released (settings.provision.
+    held), so its approved and claimed machines start; with an event saying how many. A
+    cluster not held is left as it is (changed: False)."""
+    if not stored.spec.settings.provision.held:
+        return Applying(stored, False, Change())
+    settings = stored.spec.settings
+    spec = stored.spec.model_copy(update={"settings": settings.model_copy(update={
+        "provision": settings.provision.model_copy(update={"held": False})})})
+    applied = applying(stored, spec, machines, now)
+    waiting = sum(m.state is MachineState.PENDING and m.approved and m.role is not None
+                  for m in machines)
+    said: Event = event(now, stored.spec.name, "provisioned", f"cluster provisioned: "
+                        f"{waiting} approved machine{'s' if waiting != 1 else ''} start",
+                        data={"machines": waiting})
     return replace(applied, change=replace(applied.change,
                                            events=[*applied.change.events, said]))

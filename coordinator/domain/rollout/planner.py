@@ -244,7 +244,7 @@ def inert_filter(spec: ClusterSpec, managers: tuple[str, ...]) -> Callable[[Mach
         if machine.role == "manager":
             return False
         if machine.state is S.PENDING:
-            return _advance_pending(machine) is None
+            return _advance_pending(spec, machine) is None
         if machine.state is S.PREPARE:
             return not complete(machine)
         return (machine.state is S.READY and machine.responding and at_release(spec, machine)
@@ -430,7 +430,7 @@ def _advance(state: _Pass, machine: Machine) -> Decision | None:
     Deploy, with the machine's Node Ready when the cluster gives Kubernetes access), and a
     Ready machine's release."""
     if machine.state is S.PENDING:
-        return _advance_pending(machine)
+        return _advance_pending(state.spec, machine)
     if machine.state is S.READY:
         return _recorded_at_release(state.spec, machine, state.machines)
     target = _ON_PHASE_COMPLETE.get(machine.state)
@@ -469,8 +469,11 @@ def _recorded_at_release(spec: ClusterSpec, machine: Machine,
                    kubernetes=_version(spec))
 
 
-def _advance_pending(machine: Machine) -> Decision | None:
-    """The approval gate: approved, with a role, and no hard precheck failure."""
+def _advance_pending(spec: ClusterSpec, machine: Machine) -> Decision | None:
+    """The approval gate: approved, with a role, and no hard precheck failure; and the cluster
+    not held for its provision step (settings.provision.held)."""
+    if spec.settings.provision.held:
+        return None
     if machine.approved and machine.role is not None and not machine.precheck_failures():
         return _decide(machine, S.PREPARE, f"approved as {machine.role}: prepare")
     return None

@@ -69,6 +69,20 @@ def pause_kept(before: ClusterSpec | None, spec: ClusterSpec) -> ClusterSpec:
     return spec.model_copy(update={"settings": settings.model_copy(update={"upgrade": upgrade})})
 
 
+def provision_kept(before: ClusterSpec | None, spec: ClusterSpec) -> ClusterSpec:
+    """spec as applied over before: a file that does not say settings.provision.held keeps the
+    stored hold, as pause_kept keeps the pause: `cluster provision` released it, and a later
+    apply that says nothing of it must neither hold the cluster again nor release one held."""
+    settings = spec.settings
+    said = ("settings" in spec.model_fields_set and "provision" in settings.model_fields_set
+            and "held" in settings.provision.model_fields_set)
+    if before is None or said or before.settings.provision.held == settings.provision.held:
+        return spec
+    provision = settings.provision.model_copy(update={"held": before.settings.provision.held})
+    return spec.model_copy(update={"settings": settings.model_copy(
+        update={"provision": provision})})
+
+
 def check_fixed(before: ClusterSpec, after: ClusterSpec, machines: Iterable[Machine]) -> None:
     """Conflict naming every field after changes that may no longer change: the networking
     settings are fixed once a manager was admitted into Deploy (the first manager's `kubeadm

@@ -31,10 +31,11 @@ from typing import Any
 FORMAT = "nodeagent-coordinator-backup"
 # The archive's layout and the tables' columns. A reader refuses a newer one: it cannot know
 # what was added. Raise it with any change to sql.TABLES, and teach the reader the older ones.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # The tables added after the first schema, with the version that added them: an older archive
 # has none of their rows (2: the outputs a cluster keeps, which machines' documents held; 3:
-# each cluster's newest etcd snapshot).
+# each cluster's newest etcd snapshot). 4 added a column (join tokens into the pool: whether
+# they approve), which an older archive's rows lack: sql.Table.optional.
 ADDED_IN = {"cluster_outputs": 2, "etcd_snapshots": 3, "etcd_snapshot_chunks": 3}
 MANIFEST = "manifest.json"
 TABLE_MEMBER = "tables/{}.jsonl"
@@ -174,6 +175,7 @@ class Columns:
     kinds: Mapping[str, str]
     nullable: Collection[str] = ()
     unique: Sequence[str] = ()
+    optional: Collection[str] = ()  # added since: an older archive's rows lack them (null)
 
     @functools.cached_property
     def checks(self) -> tuple[tuple[str, Callable[[Any], bool], bool], ...]:
@@ -264,11 +266,13 @@ def row_problem(row: Any, columns: Columns) -> str | None:
         return f"it is a JSON {_json_type(row)}, not an object"
     for name, check, nullable in columns.checks:
         value = row.get(name, _MISSING)
+        if value is _MISSING and name in columns.optional:
+            continue
         if not check(value) and (value is not None or not nullable):
             if value is _MISSING:
                 return f"it has no field {name}"
             return f"field {name} is {_json_type(value)}, not {_KIND_NAMES[columns.kinds[name]]}"
-    if len(row) != len(columns.kinds):
+    if len(row) > len(columns.kinds) or not set(row) <= columns.kinds.keys():
         unknown = sorted(set(row) - set(columns.kinds))
         return f"it has a field its table lacks: {unknown[0]}"
     return None
@@ -336,10 +340,11 @@ def listed_problem(doc: Mapping[str, Any]) -> str | None:
 
 
 def references_problem(tables: Mapping[str, Sequence[Mapping[str, Any]]]) -> str | None:
-    """A join token names a cluster the archive holds (the store's foreign key)."""
+    """A join token names a cluster the archive holds (the store's foreign key), or none (a
+    token into the pool)."""
     clusters = {row["name"] for row in tables.get("clusters", ())}
     for number, row in enumerate(tables.get("join_tokens", ()), 1):
-        if row["cluster"] not in clusters:
+        if row["cluster"] is not None and row["cluster"] not in clusters:
             return f"row {number} of its member {TABLE_MEMBER.format('join_tokens')}: its " \
                    f"cluster {row['cluster']!r} is not in the archive"
     return None

@@ -11,15 +11,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from coordinator.domain.model import Machine, MachineState
+from coordinator.domain.model import POOL, Machine, MachineState
 from nodeagent.wire.contract import Role
 from nodeagent.wire.validation import InvalidDocument, Problem
 
 SORT_FIELDS = ("hostname", "state", "role", "cluster", "ip", "last_seen", "state_since")
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
 REPEATABLE = ("label", "id")
-PARAMETERS = ("cluster", "state", "role", "label", "q", "responding", "id", "sort", "limit",
-              "offset")
+PARAMETERS = ("cluster", "pool", "state", "role", "label", "q", "responding", "id", "sort",
+              "limit", "offset")
 ROLES: tuple[Role, ...] = ("manager", "worker")
 
 
@@ -87,6 +87,13 @@ def parse_query(pairs: Iterable[tuple[str, str]]) -> MachineQuery:
                 fields.update(parse(one[name]))
             except ValueError as exc:
                 problems.append(Problem(name, str(exc)))
+    if one.get("pool", "false") not in ("true", "false"):
+        problems.append(Problem("pool", "true (only the pool's machines) or false"))
+    elif one.get("pool") == "true":
+        if fields["cluster"] is not None:
+            problems.append(Problem("pool", "a machine of the pool is of no cluster: give "
+                                    "cluster or pool=true, not both"))
+        fields["cluster"] = POOL
     try:
         fields["labels"] = tuple(_label(text) for text in values.get("label", ()))
     except ValueError as exc:

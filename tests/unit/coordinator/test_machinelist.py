@@ -82,7 +82,7 @@ def test_pages_cover_the_selection_once_in_order_with_ties_broken_by_id() -> Non
     ([("limit", "ten")], "limit", "must be an integer from 1 to 1000"),
     ([("offset", "-1")], "offset", "must be an integer from 0 up"),
     ([("label", "=a")], "label", "'=a': must be key=value, or key"),
-    ([("stat", "Ready")], "stat", "unknown query parameter: known are cluster, state"),
+    ([("stat", "Ready")], "stat", "unknown query parameter: known are cluster, pool, state"),
     ([("sort", "ip"), ("sort", "state")], "sort", "given more than once"),
 ])
 def test_a_bad_query_names_its_parameter_and_what_is_allowed(

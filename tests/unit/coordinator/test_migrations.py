@@ -14,6 +14,11 @@ from coordinator.store import postgres_schema, sqlite_schema
 OWN = {"postgres": {"table event_ids", "table leader", f"table {postgres_schema.ALIGNED}"},
        "sqlite": {"index machines_listed", "index join_tokens_id"}}
 
+# Where SQLite makes a table again (it cannot drop a column's NOT NULL) and PostgreSQL alters it:
+# version -> (what SQLite's script makes, what PostgreSQL's does), the same change.
+REBUILT = {14: ({"table join_tokens_15", "index join_tokens_cluster"},
+                {"column join_tokens.auto_approve"})}
+
 _MADE = re.compile(r"\b(?:CREATE (?:UNIQUE )?(TABLE|INDEX)|DROP (INDEX)) (\w+)"
                    r"|\bALTER TABLE (\w+) ADD COLUMN (\w+)")
 
@@ -40,6 +45,8 @@ def test_each_migration_has_the_same_number_in_both_stores() -> None:
     assert {name for name in made(postgres[0], "postgres") if name.startswith("table")} == first
     assert made(postgres[1], "postgres") == set()
     for version, (lite, pg) in enumerate(zip(sqlite, postgres, strict=False)):
-        if version >= 2:
+        if version in REBUILT:
+            assert (made(lite, "sqlite"), made(pg, "postgres")) == REBUILT[version]
+        elif version >= 2:
             assert (version, made(pg, "postgres")) == (version, made(lite, "sqlite"))
 

@@ -72,7 +72,7 @@ def test_the_manifest_states_format_schema_counts_and_checksums() -> None:
     with tarfile.open(fileobj=io.BytesIO(to_bytes(SNAPSHOT)), mode="r:gz") as tar:
         manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
     assert (manifest["format"], manifest["schema_version"], manifest["source"]) == \
-        ("nodeagent-coordinator-backup", 3, "sqlite")
+        ("nodeagent-coordinator-backup", 4, "sqlite")
     assert manifest["counts"]["clusters"] == 1 and manifest["counts"]["machines"] == 0
     assert set(manifest["members"]) == {
         *(f"tables/{name}.jsonl" for name in manifest["counts"]),
@@ -170,7 +170,11 @@ TABLE_COLUMNS = {table.name: table.names for table in TABLES}
 FULL = Snapshot(
     tables={**SNAPSHOT.tables,
             "join_tokens": [{"id": "t-1", "hash": "h-1", "cluster": "edge", "created_at": 1.0,
-                             "expires_at": None, "max_uses": None, "uses": 0, "revoked": False}],
+                             "expires_at": None, "max_uses": None, "uses": 0, "revoked": False,
+                             "auto_approve": False},
+                            {"id": "t-2", "hash": "h-2", "cluster": None, "created_at": 2.0,
+                             "expires_at": None, "max_uses": 3, "uses": 1, "revoked": False,
+                             "auto_approve": True}],
             "admin_tokens": [{"id": "a-1", "hash": "h-a", "name": "initial", "role": "admin",
                               "created_at": 1.0, "revoked": False}],
             "machines": [dict(zip(("id", "cluster", "hostname", "state", "credential_hash",
@@ -194,6 +198,16 @@ WRONG = {"text": 1, "int": "1", "real": "1.5", "bool": "true", "json": "[]"}
 def test_a_full_snapshot_reads_back_with_its_machine_and_its_secrets() -> None:
     back = from_bytes(to_bytes(FULL))
     assert back.tables == {name: list(rows) for name, rows in FULL.tables.items()}
+
+
+def test_a_join_token_of_an_archive_older_than_the_pool_reads_back_without_auto_approval(
+        ) -> None:
+    """Schema 3 archives' join tokens have no auto_approve (added with the pool's tokens): read
+    back as they are, the store takes them as tokens that do not approve."""
+    old = [{key: value for key, value in FULL.tables["join_tokens"][0].items()
+            if key != "auto_approve"}]
+    back = from_bytes(to_bytes(replace(FULL, tables={**FULL.tables, "join_tokens": old})))
+    assert back.tables["join_tokens"] == old
 
 
 @pytest.mark.parametrize(("table", "column", "kind"), [

@@ -64,7 +64,9 @@ def machine_view(machine: Machine, spec: ClusterSpec | None, detail: bool = Fals
     progress = machine.progress
     view: dict[str, Any] = {
         "id": machine.id,
-        "cluster": machine.cluster,
+        "cluster": machine.cluster or None,
+        "pool": machine.cluster == POOL,
+        "claim": machine.claim or None,
         "hostname": machine.hostname,
         "ip": machine.ip,
         "state": machine.state.value,
@@ -254,6 +256,9 @@ def cluster_status_view(status: ClusterStatus, machines: bool = True) -> dict[st
         "rollout": asdict(status.rollout),
         # Dates and subjects only: the kubeconfig itself is never shown.
         "certificates": None if status.certificates is None else asdict(status.certificates),
+        "held": spec.settings.provision.held,
+        "pool": None if spec.pool is None else {
+            "roles": [asdict(r) for r in status.claimed], "notes": list(status.claim_notes)},
         "machines": [machine_view(m, spec, now=status.now, peers=status.machines,
                                   kept=status.stored.outputs)
                      for m in status.machines] if machines else None,

@@ -99,6 +99,17 @@ def cluster_delete(ctx: click.Context, name: str, yes: bool) -> None:
     say(f"cluster {name}: machines are resetting; it goes when they are done")
 
 
+@cluster.command("provision")
+@click.argument("name", shell_complete=complete_clusters)
+@click.pass_context
+def cluster_provision(ctx: click.Context, name: str) -> None:
+    """Start a cluster held by settings.provision.held: its approved and claimed machines
+    leave Pending and are prepared, deployed and made Ready."""
+    data = call(ctx, "POST", f"/v1/clusters/{quote(name, safe='')}/provision")
+    say(f"cluster {name}: provisioned, its machines start" if data["provisioned"] else
+        f"cluster {name} is not held (settings.provision.held is false): nothing to do")
+
+
 def _fleet(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Checked here too, so that a typo is the option's error before anything is sent."""
     from coordinator.domain.views.fleet import parse_fleet

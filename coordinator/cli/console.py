@@ -100,6 +100,13 @@ def status_renderable(data: dict[str, Any]) -> RenderableType:
         parts += [Text(""), cell(f"post-deploy step: {post['failing']}", "bold red")]
     elif post["running_on"]:
         parts += [Text(""), cell(f"post-deploy step: running on {post['running_on']}")]
+    if data.get("held"):
+        parts += [Text(""), _note({"text": "held: approved and claimed machines wait in Pending",
+                                   "remedy": f"coordinator cluster provision {data['cluster']}"})]
+    if data.get("pool"):
+        roles = ", ".join(f"{r['held']}/{r['wanted']} {r['role']}s" for r in data["pool"]["roles"])
+        parts += [Text(""), cell(f"claimed from the pool: {roles}")]
+        parts += [_note({"text": note, "failing": True}) for note in data["pool"]["notes"]]
     if data.get("certificates"):
         parts += [Text(""), _certificates(data["certificates"])]
     return Group(*parts)

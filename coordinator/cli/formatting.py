@@ -176,7 +176,8 @@ def join_tokens_lines(tokens: list[dict[str, Any]]) -> list[str]:
     lines = [f"{'ID':<14}{'CLUSTER':<16}{'EXPIRES':<18}{'USES':<10}STATUS"]
     for t in tokens:
         uses = f"{t['uses']}/{t['max_uses'] or '-'}"
-        lines.append(f"{t['id']:<14}{t['cluster']:<16}{day_and_time(t['expires_at']):<18}"
+        into = t["cluster"] or ("(pool, approves)" if t.get("auto_approve") else "(pool)")
+        lines.append(f"{t['id']:<14}{terminal_safe(into):<16}{day_and_time(t['expires_at']):<18}"
                      f"{uses:<10}{t['state']}")
     return lines
 

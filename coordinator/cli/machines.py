@@ -44,6 +44,7 @@ T = TypeVar("T")
 @click.group(invoke_without_command=True)
 @click.option("--cluster", "cluster_name", help="Only this cluster's machines.",
               shell_complete=complete_clusters)
+@click.option("--pool", is_flag=True, help="Only the pool's machines (of no cluster yet).")
 @click.option("--state", "states", multiple=True,
               help="Only machines in these states (repeat, or comma-separated: Deploy,Ready).")
 @click.option("--role", type=click.Choice(["manager", "worker"]), help="Only this role.")
@@ -63,7 +64,7 @@ T = TypeVar("T")
 @click.option("--show-labels", is_flag=True, help="A LABELS column too.")
 @output_option
 @click.pass_context
-def machines(ctx: click.Context, cluster_name: str | None, states: tuple[str, ...],
+def machines(ctx: click.Context, cluster_name: str | None, pool: bool, states: tuple[str, ...],
              role: str | None, labels: tuple[str, ...], search: str | None,
              responding: bool | None, sort: str | None, limit: int | None, offset: int,
              every: bool, show_labels: bool, output: str) -> None:
@@ -73,7 +74,8 @@ def machines(ctx: click.Context, cluster_name: str | None, states: tuple[str, ..
     if ctx.invoked_subcommand is not None:
         return
     query = [(name, value) for name, value in (
-        ("cluster", cluster_name), ("state", ",".join(states)), ("role", role),
+        ("cluster", cluster_name), ("pool", "true" if pool else None),
+        ("state", ",".join(states)), ("role", role),
         ("q", search), ("sort", sort),
         ("responding", None if responding is None else str(responding).lower()))
         if value] + [("label", label) for label in labels]

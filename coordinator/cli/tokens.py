@@ -19,23 +19,36 @@ from coordinator.cli.plumbing import (
 
 @click.group("join-token")
 def join_token() -> None:
-    """Join tokens let agents register into one cluster; each has a TTL and a use limit."""
+    """Join tokens let agents register into one cluster or the pool; each has a TTL and a use
+    limit."""
 
 
 @join_token.command("create")
-@click.argument("cluster_name", shell_complete=complete_clusters)
+@click.argument("cluster_name", required=False, shell_complete=complete_clusters)
+@click.option("--pool", is_flag=True, help="A token into the machine pool, not a cluster: "
+              "clusters claim its machines by their spec's pool: section.")
+@click.option("--auto-approve", is_flag=True, help="With --pool: approve its machines into "
+              "the pool once their prechecks pass.")
 @click.option("--ttl", default="24h", show_default=True, help="Lifetime, e.g. 15m, 24h, 7d; 0: forever.")
 @click.option("--max-uses", type=click.IntRange(min=1), help="Registrations allowed (default: unlimited).")
 @click.option("--token-only", is_flag=True, help="Print the bare token instead of the join string.")
 @click.pass_context
-def join_token_create(ctx: click.Context, cluster_name: str, ttl: str, max_uses: int | None,
+def join_token_create(ctx: click.Context, cluster_name: str | None, pool: bool,
+                      auto_approve: bool, ttl: str, max_uses: int | None,
                       token_only: bool) -> None:
-    """Create a join token and print its join string (shown once; only its hash is kept).
-    The string alone goes to stdout, for scripts; its id, which `join-token revoke` takes,
-    to stderr."""
+    """Create a join token into CLUSTER_NAME, or into the pool (--pool), and print its join
+    string (shown once; only its hash is kept). The string alone goes to stdout, for
+    scripts; its id, which `join-token revoke` takes, to stderr."""
+    if pool == bool(cluster_name):
+        raise click.UsageError("give a cluster's name or --pool (a token into the pool), "
+                               "one of them")
+    if auto_approve and not pool:
+        raise click.UsageError("--auto-approve is for pool tokens: a cluster's machines follow "
+                               "its settings.autoApprove")
     parse_duration(ttl, "--ttl")
-    data = call(ctx, "POST", f"/v1/clusters/{cluster_name}/join-tokens",
-                body={"ttl": ttl, "maxUses": max_uses})
+    data = call(ctx, "POST", "/v1/pool/join-tokens" if pool else
+                f"/v1/clusters/{cluster_name}/join-tokens",
+                body={"ttl": ttl, "maxUses": max_uses, "autoApprove": auto_approve})
     say(data["token"] if token_only else data["join"])
     say(f"join token {data['id']} (revoke it: coordinator join-token revoke {data['id']})",
         err=True)
@@ -43,11 +56,14 @@ def join_token_create(ctx: click.Context, cluster_name: str, ttl: str, max_uses:
 
 @join_token.command("list")
 @click.argument("cluster_name", required=False, shell_complete=complete_clusters)
+@click.option("--pool", is_flag=True, help="Only the pool's tokens.")
 @output_option
 @click.pass_context
-def join_token_list(ctx: click.Context, cluster_name: str | None, output: str) -> None:
+def join_token_list(ctx: click.Context, cluster_name: str | None, pool: bool,
+                    output: str) -> None:
     """List join tokens (ids only: the secrets are not kept)."""
-    data = call(ctx, "GET", f"/v1/clusters/{cluster_name}/join-tokens" if cluster_name
+    data = call(ctx, "GET", "/v1/pool/join-tokens" if pool else
+                f"/v1/clusters/{cluster_name}/join-tokens" if cluster_name
                 else "/v1/join-tokens")
     if not emit(data, output):
         echo_lines(join_tokens_lines(data))

@@ -17,6 +17,7 @@ from coordinator.domain.model import POOL, ClusterSpec, Machine
 from coordinator.domain.nodes.certificates import Certificates, certificate_status, source_of
 from coordinator.domain.nodes.kubeaccess import kube_access
 from coordinator.domain.nodes.kubeconfig import server_of
+from coordinator.domain.pool.claims import RoleHeld, claims, held
 from coordinator.domain.records import (
     AdminToken,
     Event,
@@ -89,6 +90,10 @@ class ClusterStatus:
     rollout: Rollout
     now: float
     certificates: Certificates | None = None  # None: the coordinator has no kubeconfig for it
+    # Its claims on the pool (spec.pool): each role's count and what it holds, and what it
+    # cannot fill or give back now, and why (domain/pool/claims.py).
+    claimed: tuple[RoleHeld, ...] = ()
+    claim_notes: tuple[str, ...] = ()
 
 
 class Queries:
@@ -277,6 +282,20 @@ class Queries:
         summary = kept.memo.summary(spec, stored.created_at, kept.machines, kept.history, now,
                                     system)
         listed = status_order(await self.store.list_machines(name)) if machines else kept.machines
+        claimed, notes = await self._claims(stored, listed if machines else None, now)
         return ClusterStatus(stored, listed, summary.counts, summary.post_deploy,
                              summary.stages, summary.rollout, now,
-                             certificates(spec, kept.managers, now, self.serving))
+                             certificates(spec, kept.managers, now, self.serving),
+                             claimed, notes)
+
+    async def _claims(self, stored: StoredCluster, members: list[Machine] | None,
+                      now: float) -> tuple[tuple[RoleHeld, ...], tuple[str, ...]]:
+        """How the cluster's claims on the pool stand (none: it claims nothing), judged as the
+        reconcile pass judges them, by the heartbeats written so far."""
+        spec = stored.spec
+        if spec.pool is None:
+            return (), ()
+        members = members if members is not None else await self.store.list_machines(spec.name)
+        pool = await self.store.list_machines(POOL)
+        found = claims(spec, members, pool, {}, now, stored.deleting)
+        return tuple(held(spec, members)), found.notes

@@ -116,7 +116,7 @@ class Reconciler:
         change = claims(spec, members, pool, heard, now).change
         if not change.writes:
             return []
-        await self.writes.apply(change)
+        await self.writes.apply(change, planned=True)  # the pass that follows plans on them
         self.writes.wake(change)
         return list(change.machines)
 

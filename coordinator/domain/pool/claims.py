@@ -37,6 +37,22 @@ class Claims:
     notes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class RoleHeld:
+    """How a role's claim stands, as the status shows it."""
+
+    role: Role
+    wanted: int
+    held: int  # claimed machines of the role not leaving
+
+
+def held(spec: ClusterSpec, members: Sequence[Machine]) -> list[RoleHeld]:
+    """Each role the cluster claims: how many it wants and holds now."""
+    return [RoleHeld(role, claim.count, sum(m.claim != "" and m.role == role
+                                            and m.state is not S.DELETING for m in members))
+            for role in ("manager", "worker") if (claim := role_claim(spec, role)) is not None]
+
+
 def place(role: Role, index: int) -> str:
     return f"{role}-{index}"
 

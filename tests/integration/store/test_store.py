@@ -11,7 +11,7 @@ import pytest
 
 from coordinator.domain.changes import Change, Retarget, TokenUse
 from coordinator.domain.machines.tokens import token_id
-from coordinator.domain.model import MachineState
+from coordinator.domain.model import POOL, MachineState
 from coordinator.domain.records import (
     ClusterOutput,
     CredentialOwner,
@@ -215,6 +215,23 @@ async def test_join_tokens_lead_to_their_cluster_and_count_their_uses(store: Sto
     assert token.id == first.id == token_id("hash-1")
     assert [t.id for t in await store.list_join_tokens("edge")] == [first.id, token_id("hash-2")]
     assert await used(store, "unknown", 3.0) == (None, False)
+
+
+async def test_a_pool_join_token_names_no_cluster_approves_and_outlives_a_dropped_cluster(
+        store: Store) -> None:
+    """A token into the pool (model.POOL: no cluster, which the foreign key lets through, and
+    whether it approves), listed with the pool's, counted like any; a cluster dropped leaves it."""
+    await store.put_cluster(cluster(worker=ONE_ITEM), now=1.0)
+    await store.add_join_token("edge", "hash-edge", 2.0, None, None)
+    pool = await store.add_join_token(POOL, "hash-pool", 3.0, None, 2, auto_approve=True)
+    token, counted = await used(store, "hash-pool", 4.0)
+    assert counted and token is not None
+    assert (token.cluster, token.auto_approve, token.uses) == (POOL, True, 1)
+    assert [t.id for t in await store.list_join_tokens(POOL)] == [pool.id]
+    assert [(t.cluster, t.auto_approve) for t in await store.list_join_tokens()] == [
+        ("edge", False), (POOL, True)]
+    await store.apply(Change(dropped=["edge"]))
+    assert [t.id for t in await store.list_join_tokens()] == [pool.id]
 
 
 async def test_a_join_token_is_refused_once_expired_used_up_or_revoked(store: Store) -> None:

@@ -1,0 +1,112 @@
+"""The machine pool through the API as an operator and agents meet it: machines registered with
+a pool join token, approved into the pool; a cluster that claims them by selector, says what it
+cannot fill until a machine that fits appears, waits for its provision step, and gives machines
+back to the pool on a scale-down, where they are available again once prechecked anew."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.support import builders
+from tests.support.builders import API_CLUSTER, precheck_report
+from tests.support.driver import Call, Registered
+from tests.support.harness import InProcessCoordinator
+
+CLAIMING = API_CLUSTER.replace("settings: {", "settings: {provision: {held: true}, ") + """\
+pool:
+  managers: {count: 1}
+  workers: {count: WORKERS, selector: {labels: {disk: ssd}}}
+"""
+
+
+async def into_pool(env: InProcessCoordinator, token: str, hostname: str) -> Registered:
+    agent: Registered = await env.send(Call(
+        "POST", "/v1/agent/register", 201, join_token=token,
+        body=builders.registration(hostname, token)))
+    env.agents[hostname] = agent
+    return agent
+
+
+async def pool(env: InProcessCoordinator) -> dict[str, str]:
+    page = await env.call("GET", "/v1/machines?pool=true", 200)
+    return {m["hostname"]: m["state"] for m in page["machines"]}
+
+
+async def status(env: InProcessCoordinator) -> dict[str, Any]:
+    return await env.call("GET", "/v1/clusters/lab/status", 200)
+
+
+async def test_a_cluster_claims_pool_machines_by_selector_and_gives_them_back(
+        env: InProcessCoordinator) -> None:
+    created = await env.call("POST", "/v1/pool/join-tokens", 201, json={"autoApprove": True})
+    assert (created["cluster"], created["pool"], created["auto_approve"]) == (None, True, True)
+    agents = {h: await into_pool(env, created["token"], h) for h in ("p1", "p2", "p3", "p4")}
+    assert await pool(env) == dict.fromkeys(agents, "Uninitialized")
+    for hostname in ("p2", "p3"):
+        await env.call("PATCH", f"/v1/machines/{hostname}/labels", 200,
+                       json={"set": {"disk": "ssd"}})
+
+    # Three workers with an SSD wanted; two in the pool have one: the status says so.
+    await env.call("PUT", "/v1/clusters", 200, data=CLAIMING.replace("WORKERS", "3"))
+    await env.coordinator.reconciler.reconcile_once()
+    assert await pool(env) == {"p4": "Uninitialized"}
+    claimed = {m["hostname"]: (m["claim"], m["state"]) for m in (await status(env))["machines"]}
+    assert claimed == {"p1": ("manager-0", "Pending"), "p2": ("worker-0", "Pending"),
+                       "p3": ("worker-1", "Pending")}
+    shown = (await status(env))["pool"]
+    assert shown["notes"] == ["needs 3 workers with label disk=ssd; has 2, and the pool has no "
+                              "more that fit (1 lack label disk=ssd)"]
+    assert [(r["role"], r["wanted"], r["held"]) for r in shown["roles"]] == [
+        ("manager", 1, 1), ("worker", 3, 2)]
+
+    # A machine that fits registers: it is claimed in the next free place.
+    p5 = await into_pool(env, created["token"], "p5")
+    await env.call("PATCH", "/v1/machines/p5/labels", 200, json={"set": {"disk": "ssd"}})
+    await env.coordinator.reconciler.reconcile_once()
+    assert (await env.machine("p5"))["claim"] == "worker-2"
+    assert (await status(env))["pool"]["notes"] == []
+
+    # Held for the provision step: approved and claimed, they wait in Pending until then.
+    assert {m["state"] for m in (await status(env))["machines"]} == {"Pending"}
+    assert (await status(env))["held"] is True
+    answer = await env.call("POST", "/v1/clusters/lab/provision", 200)
+    assert (answer["provisioned"], answer["held"]) == (True, False)
+    await env.coordinator.reconciler.reconcile_once()
+    assert {m["state"] for m in (await status(env))["machines"]} == {"Prepare"}
+    again = await env.call("POST", "/v1/clusters/lab/provision", 200)
+    assert again["provisioned"] is False
+
+    # Three workers down to one: the highest places go back (no reset items: at once), and
+    # come back to the pool Pending, a new incarnation, until their agents' prechecks pass.
+    await env.call("PUT", "/v1/clusters", 200, data=CLAIMING.replace("WORKERS", "1"))
+    await env.coordinator.reconciler.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
+    assert await pool(env) == {"p3": "Pending", "p4": "Uninitialized", "p5": "Pending"}
+    back = await env.assignment(p5)
+    assert (back["state"], back["phase"], back["items"], back["incarnation"]) == (
+        "Pending", None, [], 1)
+    assert (await env.machine("p5"))["claim"] is None
+    await env.precheck(p5, precheck_report("p5"))
+    assert (await pool(env))["p5"] == "Uninitialized"
+    kinds = [e["kind"] for e in await env.call("GET", "/v1/events?machine=p5", 200)]
+    assert kinds[-5:] == ["state", "released", "returned", "precheck", "approved"]
+
+
+async def test_pool_machines_refuse_what_only_a_cluster_gives(env: InProcessCoordinator) -> None:
+    created = await env.call("POST", "/v1/pool/join-tokens", 201, json={})
+    await into_pool(env, created["token"], "p1")
+    assert await pool(env) == {"p1": "Pending"}  # the token does not approve: the operator does
+    refused = await env.call("POST", "/v1/machines/p1/approve", 409, json={"role": "worker"})
+    assert "its role come with the cluster that claims it" in refused["error"]
+    assert (await env.call("PUT", "/v1/machines/p1/role", 409, json={"role": "worker"}))[
+        "error"].startswith("p1 is in the pool: the cluster that claims it gives its role")
+    await env.call("POST", "/v1/machines/p1/approve", 200, json={"labels": {"rack": "a"}})
+    assert await pool(env) == {"p1": "Uninitialized"}
+    await env.call("PUT", "/v1/clusters", 200, data=API_CLUSTER)
+    bad = await env.call("POST", "/v1/clusters/lab/join-tokens", 422, json={"autoApprove": True})
+    assert "only a pool join token approves" in str(bad)
+    both = await env.call("GET", "/v1/machines?pool=true&cluster=lab", 422)
+    assert "give cluster or pool=true, not both" in str(both)
+    assert [t["pool"] for t in await env.call("GET", "/v1/pool/join-tokens", 200)] == [True]
+    assert (await env.call("DELETE", "/v1/machines/p1", 200))["status"] == "removed"
+    assert await pool(env) == {}

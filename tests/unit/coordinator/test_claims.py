@@ -1,0 +1,201 @@
+"""A cluster's claims on the pool (domain/pool/claims.py) and a machine's life in the pool
+(domain/machines/pooling.py): situation in, the one change out, as an operator would read it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from coordinator.domain.errors import Conflict
+from coordinator.domain.machines.deletion import removal
+from coordinator.domain.machines.pooling import (
+    available,
+    pool_approval,
+    pool_prechecked,
+    pool_removal,
+    returned,
+)
+from coordinator.domain.model import POOL, ClusterSpec, Machine, MachineState
+from coordinator.domain.pool.claims import claims, held
+from coordinator.domain.poolspec import GIB, MachineSelector
+from coordinator.domain.reconcile.reconciling import decide_pass
+from coordinator.domain.records import StoredCluster
+from nodeagent.wire.protocol import PrecheckReport
+from tests.support.builders import cluster, items, machine, node_facts, precheck_report
+
+S = MachineState
+NOW = 100.0
+
+
+def pooled(hostname: str, created_at: float, labels: dict[str, str] | None = None,
+           memory_gib: int = 16, state: MachineState = S.UNINITIALIZED,
+           last_seen: float = NOW) -> Machine:
+    """An available pool machine (approved, prechecked), with the facts its agent sent."""
+    facts = {**node_facts(), "cpu": {"logical": 4}, "memory": {"total_bytes": memory_gib * GIB}}
+    return replace(machine(hostname, None, state=state, created_at=created_at), cluster=POOL,
+                   facts=facts, labels=labels or {}, last_seen=last_seen)
+
+
+def claiming(managers: int = 0, workers: int = 0, **worker_selector: Any) -> ClusterSpec:
+    spec = cluster(manager=items("deploy", 1), worker=items("reset", 1))
+    pool = {"managers": {"count": managers}, "workers": {"count": workers,
+                                                         "selector": worker_selector}}
+    return spec.model_copy(update={"pool": ClusterSpec.model_validate(
+        {**spec.model_dump(by_alias=True), "pool": pool}).pool})
+
+
+def member(hostname: str, role: str, claim: str, state: MachineState = S.READY) -> Machine:
+    return replace(machine(hostname, role, state=state), claim=claim)  # type: ignore[arg-type]
+
+
+POOL_OF_FOUR = [pooled("p3", 3.0, {"disk": "ssd"}), pooled("p1", 1.0, {"disk": "ssd"}),
+                pooled("p2", 2.0), pooled("p4", 4.0, {"disk": "ssd"}, memory_gib=64)]
+
+
+@pytest.mark.parametrize(("spec", "members", "pool", "claimed", "notes"), [
+    # pool order (registration), lowest free places, managers and workers alike
+    (claiming(managers=1, workers=2), [], POOL_OF_FOUR,
+     {"p1": "manager-0", "p2": "worker-0", "p3": "worker-1"}, ()),
+    # a selector: only the labelled ones; the one it cannot fill is said, with why
+    (claiming(workers=4, labels={"disk": "ssd"}), [], POOL_OF_FOUR,
+     {"p1": "worker-0", "p3": "worker-1", "p4": "worker-2"},
+     ("needs 4 workers with label disk=ssd; has 3, and the pool has no more that fit "
+      "(1 lack label disk=ssd)",)),
+    (claiming(workers=1, minMemoryGiB=64), [], POOL_OF_FOUR, {"p4": "worker-0"}, ()),
+    (claiming(workers=2, minMemoryGiB=64), [], POOL_OF_FOUR, {"p4": "worker-0"},
+     ("needs 2 workers with >= 64 GiB memory; has 1, and the pool has no more that fit "
+      "(3 lack >= 64 GiB memory)",)),
+    # places held (worker-0, worker-2 leaving) stay held: the claim takes worker-1, worker-3
+    (claiming(workers=3), [member("w0", "worker", "worker-0"),
+                           member("w2", "worker", "worker-2", S.DELETING)],
+     POOL_OF_FOUR, {"p1": "worker-1", "p2": "worker-3"}, ()),
+    # enough already: nothing claimed
+    (claiming(workers=1), [member("w0", "worker", "worker-0")], POOL_OF_FOUR, {}, ()),
+    # not available: Pending (not prechecked since it came back), silent, a member's hostname
+    (claiming(workers=3), [member("p2", "worker", "")],
+     [pooled("p1", 1.0, state=S.PENDING), pooled("p3", 3.0, last_seen=0.0),
+      pooled("p2", 2.0)], {},
+     ("needs 3 workers with any machine; has 0, and the pool has no more that fit (1 lack a "
+      "hostname no member has, 1 lack an agent that answers)",)),
+])
+def test_claims_table(spec: ClusterSpec, members: list[Machine], pool: list[Machine],
+                      claimed: dict[str, str], notes: tuple[str, ...]) -> None:
+    decided = claims(spec, members, pool, {}, NOW)
+    got = {m.hostname: m.claim for m in decided.change.machines}
+    assert (got, decided.notes) == (claimed, notes)
+    for taken in decided.change.machines:
+        assert (taken.cluster, taken.state, taken.approved, taken.role) == (
+            "edge", S.PENDING, True, taken.claim.rsplit("-", 1)[0])
+    assert sorted(e.message for e in decided.change.events) == sorted(
+        f"{h} claimed from the pool as {c}" for h, c in claimed.items())
+    assert set(decided.change.wake) == {m.id for m in decided.change.machines}
+
+
+def test_scaling_workers_down_gives_back_the_highest_places_all_at_once() -> None:
+    members = [member(f"w{i}", "worker", f"worker-{i}") for i in range(5)]
+    decided = claims(claiming(workers=3), members, [], {}, NOW)
+    leaving = {m.hostname: m.state for m in decided.change.machines}
+    assert leaving == {"w4": S.DELETING, "w3": S.DELETING}
+    assert {e.message for e in decided.change.events if e.kind == "released"} == {
+        "w4 (worker-4) goes back to the pool: pool.workers.count is 3",
+        "w3 (worker-3) goes back to the pool: pool.workers.count is 3"}
+
+
+def test_scaling_managers_down_goes_one_at_a_time_within_the_quorum_guard() -> None:
+    managers = [member(f"m{i}", "manager", f"manager-{i}") for i in range(3)]
+    decided = claims(claiming(managers=1), managers, [], {}, NOW)
+    assert [(m.hostname, m.state) for m in decided.change.machines] == [("m2", S.DELETING)]
+    leaving = [*managers[:2], replace(managers[2], state=S.DELETING)]
+    waits = claims(claiming(managers=1), leaving, [], {}, NOW)
+    assert (list(waits.change.machines), waits.notes) == (
+        [], ("scaling managers to 1 waits: managers leave one at a time",))
+    two = managers[:2]
+    guarded = claims(claiming(managers=1), two, [], {}, NOW)
+    assert not guarded.change.machines
+    assert guarded.notes[0].startswith("scaling managers to 1 waits: deleting m1 would leave 1 "
+                                       "of the 2 deployed managers")
+
+
+def test_a_cluster_being_deleted_or_claiming_nothing_claims_nothing() -> None:
+    assert not claims(claiming(workers=2), [], POOL_OF_FOUR, {}, NOW, deleting=True).change.writes
+    assert not claims(cluster(), [], POOL_OF_FOUR, {}, NOW).change.writes
+
+
+def test_held_counts_each_role_s_claimed_machines_not_leaving() -> None:
+    members = [member("w0", "worker", "worker-0"), member("w1", "worker", "worker-1", S.DELETING),
+               member("x", "worker", "")]
+    assert [(h.role, h.wanted, h.held) for h in held(claiming(managers=1, workers=2), members)] \
+        == [("manager", 1, 0), ("worker", 2, 1)]
+
+
+@pytest.mark.parametrize(("selector", "says"), [
+    ({}, "any machine"),
+    ({"labels": {"rack": "a"}, "minCpus": 8}, "label rack=a, >= 8 CPUs"),
+    ({"disk": {"minSizeGiB": 500, "type": "ssd"}, "interface": "eth9"},
+     "a >= 500 GiB ssd disk, interface eth9"),
+])
+def test_a_selector_says_what_it_asks(selector: dict[str, Any], says: str) -> None:
+    assert MachineSelector.model_validate(selector).text() == says
+
+
+def test_a_selector_with_a_label_kubernetes_would_refuse_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="rack a"):
+        MachineSelector.model_validate({"labels": {"rack a": "x"}})
+
+
+def test_a_claimed_machine_that_ran_nothing_goes_back_to_the_pool_at_once() -> None:
+    change = removal(member("w0", "worker", "worker-0", S.PENDING), [], claiming(workers=1), NOW)
+    assert change is not None
+    (back,) = change.machines
+    assert (back.cluster, back.state, back.claim, back.role, back.incarnation, change.removed) \
+        == (POOL, S.PENDING, "", None, 1, {})
+    assert change.events[0].message == ("w0 (worker-0) returned to the pool: it had run no "
+                                        "item; available again once its prechecks pass")
+
+
+def test_a_claimed_machine_whose_reset_items_ran_goes_back_to_the_pool_not_away() -> None:
+    spec = claiming(workers=1)
+    leaving = replace(member("w0", "worker", "worker-0", S.DELETING), applied=frozenset(
+        i.fingerprint() for i in spec.items("worker", "reset")), outputs={"a.b": "secret"})
+    passed = decide_pass(StoredCluster(spec, 1, 0.0, 0.0), [leaving], NOW)
+    assert passed.change.removed == {}
+    (back,) = passed.change.machines
+    assert (back.cluster, back.state, back.approved, back.claim, back.incarnation,
+            back.applied, back.outputs, back.precheck) == (
+        POOL, S.PENDING, True, "", 1, frozenset(), {}, {})
+    assert [e.kind for e in passed.change.events] == ["returned"]
+    assert passed.current == []
+
+
+def test_back_in_the_pool_a_machine_is_available_only_on_a_passing_report() -> None:
+    back, _ = returned(member("w0", "worker", "worker-0", S.DELETING), "its reset items ran", NOW)
+    assert not available(back)
+    failing = PrecheckReport.model_validate(precheck_report("w0", failing=("os", "old")))
+    still = pool_prechecked(back, failing, NOW, ()).machines[0]
+    assert (still.state, available(still)) == (S.PENDING, False)
+    passing = PrecheckReport.model_validate(precheck_report("w0"))
+    change = pool_prechecked(still, passing, NOW, ())
+    assert available(change.machines[0])
+    assert [e.message for e in change.events] == [
+        "w0 prechecks now pass", "w0 prechecked again: available in the pool"]
+
+
+def test_pool_approval_takes_labels_and_refuses_what_a_claim_gives() -> None:
+    waiting = pooled("p1", 1.0, state=S.PENDING)
+    waiting = replace(waiting, approved=False)
+    change = pool_approval(waiting, None, {"disk": "ssd"}, None, None, NOW)
+    assert (change.machines[0].state, change.machines[0].labels) == (
+        S.UNINITIALIZED, {"disk": "ssd"})
+    with pytest.raises(Conflict, match="its role and ip come with the cluster"):
+        pool_approval(waiting, "worker", None, None, "10.0.0.1", NOW)
+    failing = replace(waiting, precheck=precheck_report("p1", failing=("os", "old")))
+    with pytest.raises(Conflict, match="hard prechecks failed: os: old"):
+        pool_approval(failing, None, None, None, None, NOW)
+
+
+def test_a_pool_machine_is_removed_at_once() -> None:
+    change = pool_removal(pooled("p1", 1.0), NOW)
+    assert (change.removed, change.events[0].message) == (
+        {"id-p1": NOW}, "p1 removed from the pool")

@@ -250,6 +250,21 @@ async def render(request: web.Request) -> web.Response:
     return web.json_response(rendering_view(rendering))
 
 
+async def remediation_plan(request: web.Request) -> web.Response:
+    """What the cluster's health policy would do now: its unhealthy machines, the ones it
+    replaces and what holds it back."""
+    spec, found, plan = await service(request).queries.remediation_plan(
+        request.match_info["name"])
+    after = spec.settings.health.unhealthy_after_seconds
+    return web.json_response({
+        "cluster": spec.name, "policy": {"unhealthy_after_seconds": after,
+                                         "max_unhealthy": spec.settings.health.max_unhealthy},
+        "unhealthy": [{"hostname": u.machine.hostname, "claim": u.machine.claim or None,
+                       "why": u.why, "since": u.since,
+                       "due_at": None if after is None else u.since + after} for u in found],
+        "actions": list(plan.actions), "notes": list(plan.notes)})
+
+
 async def provision(request: web.Request) -> web.Response:
     stored, changed = await service(request).admin.provision(request.match_info["name"])
     return web.json_response({"cluster": stored.spec.name, "provisioned": changed,

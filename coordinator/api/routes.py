@@ -165,6 +165,9 @@ ROUTES: tuple[Route, ...] = (
           "not be stored yet (no machines: a hypothetical fleet); the query of GET; changes "
           "nothing, so read-only tokens may send it", "admin", body=ClusterSpec,
           body_optional=True, dry_run=True),
+    Route("GET", "/v1/clusters/{name}/remediation", admin.remediation_plan,
+          "Dry run of the cluster's health policy (settings.health): its unhealthy machines, "
+          "since when and why, which it would replace now and what holds it back", "admin"),
     Route("POST", "/v1/clusters/{name}/provision", admin.provision,
           "Provision a cluster held by settings.provision.held: its approved and claimed "
           "machines start (provisioned: false when it was not held)", "admin"),

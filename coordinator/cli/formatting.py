@@ -343,3 +343,20 @@ def _field(label: str, text: str) -> list[str]:
     if len(lines) == 1:
         return [f"      {label}: {lines[0]}"]
     return [f"      {label}:", *(f"        | {line}" for line in lines)]
+
+
+def remediation_lines(plan: dict[str, Any]) -> list[str]:
+    """A cluster's health policy dry run: off, or each unhealthy machine with why and when it
+    is due, then what would be done now and what holds it back."""
+    policy = plan["policy"]
+    if policy["unhealthy_after_seconds"] is None:
+        return [f"{plan['cluster']}: no health policy (settings.health.unhealthyAfterSeconds)"]
+    lines = [f"{plan['cluster']}: unhealthy after {duration(policy['unhealthy_after_seconds'])}, "
+             f"at most {policy['max_unhealthy']} at once; "
+             f"{len(plan['unhealthy']) or 'no'} unhealthy"]
+    lines += [f"  {terminal_safe(u['hostname'])} ({u['claim'] or 'not claimed'}): "
+              f"{terminal_safe(u['why'])}; due {day_and_time(u['due_at'])}"
+              for u in plan["unhealthy"]]
+    lines += [f"  would now: {terminal_safe(a)}" for a in plan["actions"]]
+    lines += [f"  held back: {terminal_safe(n)}" for n in plan["notes"]]
+    return lines

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import click
 
@@ -16,6 +17,7 @@ from coordinator.cli.formatting import (
     labels_text,
     machine_full,
     machines_table,
+    remediation_lines,
 )
 from coordinator.cli.plumbing import (
     MachineRef,
@@ -206,6 +208,29 @@ def machines_label(ctx: click.Context, machine: MachineRef, changes: tuple[str, 
     that use them see the new ones in its next assignment."""
     data = call(ctx, "PATCH", machine.path("/labels"), body=label_changes(changes))
     say(f"{data['hostname']} labels: {labels_text(data['labels']) or 'none'}")
+
+
+@machines.command("remediate")
+@click.option("--dry-run", is_flag=True, help="Show what the health policy would do now "
+              "(the only mode: it acts on its own, every reconcile pass).")
+@click.option("--cluster", "cluster_name", help="Only this cluster (default: every one).",
+              shell_complete=complete_clusters)
+@output_option
+@click.pass_context
+def machines_remediate(ctx: click.Context, dry_run: bool, cluster_name: str | None,
+                       output: str) -> None:
+    """The health policy (settings.health) of each cluster: its unhealthy machines, which it
+    would replace from the pool now, and what holds it back (health.maxUnhealthy, the quorum
+    guard)."""
+    if not dry_run:
+        raise click.UsageError("the health policy remediates by itself on every reconcile "
+                               "pass: --dry-run shows what it would do now")
+    names = [cluster_name] if cluster_name else [c["name"] for c in call(ctx, "GET",
+                                                                        "/v1/clusters")]
+    plans = [call(ctx, "GET", f"/v1/clusters/{quote(name, safe='')}/remediation")
+             for name in names]
+    if not emit(plans, output):
+        echo_lines([line for plan in plans for line in remediation_lines(plan)])
 
 
 @machines.command("retry")

@@ -164,6 +164,15 @@ class EtcdSnapshotSettings(SpecModel):
         "upload (etcd's own quota is at most 8 GiB); a larger one is refused and its item fails")
 
 
+class HealthPolicy(SpecModel):
+    unhealthy_after_seconds: float | None = Field(
+        default=None, gt=0, description="a claimed machine whose Node stays NotReady (or gone), "
+        "or whose agent stays silent, this long is replaced from the pool; None: never")
+    max_unhealthy: int = Field(
+        default=1, ge=0, description="past this many unhealthy machines at once nothing is "
+        "remediated (a wider failure: the network, the API server), and the status says why")
+
+
 class ProvisionSettings(SpecModel):
     held: bool = Field(default=False, description="approved and claimed machines wait in "
                        "Pending until `coordinator cluster provision` releases them")
@@ -184,6 +193,7 @@ class ClusterSettings(SpecModel):
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     etcd_snapshots: EtcdSnapshotSettings = Field(default_factory=EtcdSnapshotSettings)
     provision: ProvisionSettings = Field(default_factory=ProvisionSettings)
+    health: HealthPolicy = Field(default_factory=HealthPolicy)
 
     @property
     def upgrade_batch(self) -> int:
@@ -418,6 +428,10 @@ class Machine:
     incarnation: int = 0
     # In the pool: registered with a join token that approves (once its prechecks pass).
     auto_approve: bool = False
+    # Deleting to be replaced (domain/pool/remediation.py): why it was found unhealthy. Its
+    # reset items are skipped while its agent is silent, and then it is removed, not returned
+    # to the pool: a host no one reset is not clean.
+    remediation: str = ""
 
     def with_state(self, state: MachineState, now: float) -> Machine:
         return replace(self, state=state, state_since=now, progress=None, drain=None,
@@ -604,6 +618,13 @@ NO_ACCESS_DRAINS_SKIPPED = (
 def upgrade_items_may_run(spec: ClusterSpec, machine: Machine) -> bool:
     return not needs_drain(spec, machine) or (
         machine.drain is not None and machine.drain.stage in ITEMS_MAY_RUN)
+
+
+def reset_skipped(machine: Machine) -> bool:
+    """A machine being replaced whose agent is silent: its reset items cannot run, and are not
+    waited for (its Node is deleted and its record removed without them)."""
+    return machine.state is MachineState.DELETING and bool(machine.remediation) \
+        and not machine.responding
 
 
 def member_removal_due(spec: ClusterSpec, machine: Machine) -> bool:

@@ -18,6 +18,7 @@ from coordinator.domain.nodes.certificates import Certificates, certificate_stat
 from coordinator.domain.nodes.kubeaccess import kube_access
 from coordinator.domain.nodes.kubeconfig import server_of
 from coordinator.domain.pool.claims import RoleHeld, claims, held
+from coordinator.domain.pool.remediation import Remediation, Unhealthy, remediation, unhealthy
 from coordinator.domain.records import (
     AdminToken,
     Event,
@@ -297,5 +298,15 @@ class Queries:
             return (), ()
         members = members if members is not None else await self.store.list_machines(spec.name)
         pool = await self.store.list_machines(POOL)
+        healing = remediation(spec, members, now).notes
         found = claims(spec, members, pool, {}, now, stored.deleting)
-        return tuple(held(spec, members)), found.notes
+        return tuple(held(spec, members)), (*healing, *found.notes)
+
+    async def remediation_plan(self, name: str) -> tuple[ClusterSpec, list[Unhealthy],
+                                                         Remediation]:
+        """`machines remediate --dry-run`: the cluster's unhealthy machines, and what its health
+        policy does about them now (domain/pool/remediation.py), changing nothing."""
+        stored = await self.cluster(name)
+        members = await self.store.list_machines(name)
+        found = [u for m in members if (u := unhealthy(stored.spec, m)) is not None]
+        return stored.spec, found, remediation(stored.spec, members, self.clock())

@@ -16,6 +16,7 @@ from coordinator.domain.assignments.assignment import AssignmentInputs
 from coordinator.domain.changes import Change, combined
 from coordinator.domain.model import POOL, ClusterSpec, Machine, MachineState
 from coordinator.domain.pool.claims import claims
+from coordinator.domain.pool.remediation import remediation
 from coordinator.domain.reconcile import liveness
 from coordinator.domain.reconcile.reconciling import checked_responding, decide_pass
 from coordinator.domain.reconcile.workingset import ClusterView
@@ -94,10 +95,14 @@ class Reconciler:
 
     async def _claim(self, stored: StoredCluster, reloaded: Sequence[Machine],
                      gone: set[str]) -> list[Machine]:
-        """The cluster's claims on the pool (domain/pool/claims.py) decided and written, when
-        its spec claims and something they depend on may have changed: its spec, a machine of
-        it or of the pool, or CLAIMS_RECHECK_SECONDS gone by (a pool machine's agent answers
-        again). The machines the claims wrote, for the pass that follows."""
+        """The cluster's health policy (domain/pool/remediation.py: the unhealthy claimed
+        machines it replaces) and its claims on the pool (domain/pool/claims.py, filling their
+        places too) decided and written, when its spec claims and something they depend on may
+        have changed: its spec, a machine of the pool, a machine removed, one of its claimed
+        machines leaving, or CLAIMS_RECHECK_SECONDS gone by (a pool machine's agent answers
+        again, a machine's unhealthy time runs out). Not every report of its machines: a
+        rollout's would list the cluster on every pass. The machines written, for the pass
+        that follows."""
         spec, now = stored.spec, self.clock()
         if spec.pool is None or stored.deleting:
             self._claims_checked.pop(spec.name, None)
@@ -111,9 +116,12 @@ class Reconciler:
             return []
         self._claims_checked[spec.name] = (stored.generation, now)
         members = await self.store.list_machines(spec.name)
+        healed = remediation(spec, members, now).change
+        taken = {m.id: m for m in healed.machines}
+        members = [taken.get(m.id, m) for m in members]
         pool = await self.store.list_machines(POOL)
         heard = {m.id: self.heartbeats.last_heard(m) for m in pool}
-        change = claims(spec, members, pool, heard, now).change
+        change = combined([healed, claims(spec, members, pool, heard, now).change])
         if not change.writes:
             return []
         await self.writes.apply(change, planned=True)  # the pass that follows plans on them

@@ -26,6 +26,7 @@ from coordinator.domain.model import (
     Machine,
     MachineState,
     pending_items,
+    reset_skipped,
 )
 from coordinator.domain.nodes.kubeaccess import kube_access
 
@@ -94,7 +95,7 @@ def node_deletion_due(spec: ClusterSpec, machine: Machine) -> bool:
     deleted next."""
     return (machine.state is S.DELETING and machine.drain is not None
             and machine.drain.stage in (DrainStage.DRAINED, DrainStage.SKIPPED)
-            and not pending_items(spec, machine, "reset"))
+            and (not pending_items(spec, machine, "reset") or reset_skipped(machine)))
 
 
 def may_lack_node(machine: Machine) -> bool:

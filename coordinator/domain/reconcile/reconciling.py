@@ -16,7 +16,7 @@ from coordinator.domain.assignments.minting import mint_pass
 from coordinator.domain.changes import Change
 from coordinator.domain.events import event
 from coordinator.domain.machines.pooling import returned
-from coordinator.domain.model import ClusterSpec, Machine, MachineState
+from coordinator.domain.model import ClusterSpec, Machine, MachineState, reset_skipped
 from coordinator.domain.reconcile import liveness
 from coordinator.domain.records import ClusterOutput, Event, StoredCluster
 from coordinator.domain.rollout import planner
@@ -78,7 +78,8 @@ def decide_pass(stored: StoredCluster, machines: Sequence[Machine], now: float,
     by_id = {m.id: m for m in after}
     before = {m.id: m for m in machines}
     back = {d.machine_id: returned(before[d.machine_id], "its reset items ran", now)
-            for d in decisions if d.to_state is None and before[d.machine_id].claim}
+            for d in decisions if d.to_state is None and before[d.machine_id].claim
+            and not reset_skipped(before[d.machine_id])}
     events += [back[d.machine_id][1] if d.machine_id in back else
                decision_event(now, spec.name, d, by_id.get(d.machine_id)) for d in decisions]
     changed.update({m.id: m for m in after if m != before.get(m.id)})

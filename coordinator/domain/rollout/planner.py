@@ -45,6 +45,7 @@ from coordinator.domain.model import (
     pending_items,
     phase_items,
     recovery_due,
+    reset_skipped,
 )
 from coordinator.domain.nodes.forecast import NodeForecast
 from coordinator.domain.nodes.nodes import awaits_node, found_down, metadata_due
@@ -434,7 +435,7 @@ def _advance(state: _Pass, machine: Machine) -> Decision | None:
     if machine.state is S.READY:
         return _recorded_at_release(state.spec, machine, state.machines)
     target = _ON_PHASE_COMPLETE.get(machine.state)
-    if target is None or not state.complete(machine):
+    if target is None or not (state.complete(machine) or reset_skipped(machine)):
         return None
     if machine.state is S.UPGRADE and needs_drain(state.spec, machine):
         if not node_upgraded(state.spec, machine.drain):
@@ -448,6 +449,9 @@ def _advance(state: _Pass, machine: Machine) -> Decision | None:
         if not may_be_removed(machine):
             return None
         target = (None, f"reset items applied, {machine.drain.message}: machine removed")
+    if machine.state is S.DELETING and not state.complete(machine):  # reset_skipped
+        target = (None, "being replaced while its agent is silent: reset items skipped"
+                  + (f", {machine.drain.message}" if machine.drain else "") + ": machine removed")
     if machine.state is S.DEPLOY and machine.node is not None and machine.node.ready:
         target = (S.READY, f"deploy items applied; node {machine.node.name} Ready")
     elif awaits_node(state.spec, machine):

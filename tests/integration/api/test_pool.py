@@ -110,3 +110,79 @@ async def test_pool_machines_refuse_what_only_a_cluster_gives(env: InProcessCoor
     assert [t["pool"] for t in await env.call("GET", "/v1/pool/join-tokens", 200)] == [True]
     assert (await env.call("DELETE", "/v1/machines/p1", 200))["status"] == "removed"
     assert await pool(env) == {}
+
+
+HEALING = API_CLUSTER.replace(
+    "settings: {", "settings: {health: {unhealthyAfterSeconds: 60, maxUnhealthy: 1}, ") + """\
+pool:
+  managers: {count: 1}
+  workers: {count: 2}
+"""
+
+
+async def deployed(env: InProcessCoordinator, hostnames: tuple[str, ...]) -> None:
+    """The claimed machines' agents run every item they are given, until each is Ready."""
+    async def ready() -> bool:
+        for hostname in hostnames:
+            if (await env.machine(hostname))["state"] != "Ready":
+                await env.report_all(env.agents[hostname])
+        return all([(await env.machine(h))["state"] == "Ready" for h in hostnames])
+    await env.until("the claimed machines Ready", ready)
+
+
+async def beat(env: InProcessCoordinator, *hostnames: str) -> None:
+    """These agents' heartbeats, written as the heartbeat writer writes them."""
+    for hostname in hostnames:
+        await env.heartbeat(env.agents[hostname])
+    await env.coordinator.heartbeats.flush()
+
+
+async def passes(env: InProcessCoordinator) -> None:
+    """Two reconcile passes, the first one looking at the health policy as its 10 s recheck
+    would."""
+    env.coordinator.reconciler._claims_checked.clear()
+    await env.coordinator.reconciler.reconcile_once()
+    await env.coordinator.reconciler.reconcile_once()
+
+
+async def test_a_silent_claimed_machine_is_replaced_from_the_pool_within_max_unhealthy(
+        env: InProcessCoordinator) -> None:
+    created = await env.call("POST", "/v1/pool/join-tokens", 201, json={"autoApprove": True})
+    for hostname in ("p1", "p2", "p3", "p4", "p5"):
+        await into_pool(env, created["token"], hostname)
+    await env.call("PUT", "/v1/clusters", 200, data=HEALING)
+    await env.coordinator.reconciler.reconcile_once()
+    await deployed(env, ("p1", "p2", "p3"))
+    assert (await env.machine("p2"))["claim"] == "worker-0"
+
+    # p2's agent goes silent; the others answer. The dry run says when it is due.
+    env.clock.now += 40
+    await beat(env, "p1", "p3", "p4", "p5")
+    await passes(env)
+    plan = await env.cli("machines", "remediate", "--dry-run", "--cluster", "lab")
+    assert "p2 (worker-0): its agent has not answered since" in plan
+    assert "would now" not in plan
+    assert "--dry-run shows what it would do" in await env.cli("machines", "remediate",
+                                                                exit_code=2)
+
+    # Past its heartbeat timeout (30 s) and 60 s more: replaced. Its reset cannot run (its
+    # agent is silent): it is removed, not returned to the pool, and p4 takes a new place.
+    env.clock.now += 60
+    await beat(env, "p1", "p3", "p4", "p5")
+    await passes(env)
+    await passes(env)
+    kinds = [e["kind"] for e in await env.call("GET", "/v1/events?machine=p2", 200)]
+    assert "remediated" in kinds
+    assert (await env.call("GET", "/v1/machines?q=p2", 200))["total"] == 0
+    assert (await env.machine("p4"))["claim"] == "worker-2"
+    assert await pool(env) == {"p5": "Uninitialized"}
+
+    # Two unhealthy at once with maxUnhealthy 1: nothing is remediated, and the status says why.
+    await deployed(env, ("p4",))
+    env.clock.now += 200
+    await beat(env, "p1", "p5")
+    await passes(env)
+    assert {m["hostname"]: m["state"] for m in (await status(env))["machines"]} == {
+        "p1": "Ready", "p3": "Ready", "p4": "Ready"}
+    assert (await status(env))["pool"]["notes"][0].startswith(
+        "2 machines unhealthy (p3, p4), more than health.maxUnhealthy (1): none is remediated")

@@ -1,5 +1,6 @@
-"""A cluster's claims on the pool (domain/pool/claims.py) and a machine's life in the pool
-(domain/machines/pooling.py): situation in, the one change out, as an operator would read it."""
+"""A cluster's claims on the pool (domain/pool/claims.py), a machine's life in the pool
+(domain/machines/pooling.py) and the health policy that replaces unhealthy claimed machines
+(domain/pool/remediation.py): situation in, the one change out, as an operator would read it."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from coordinator.domain.machines.pooling import (
     pool_removal,
     returned,
 )
-from coordinator.domain.model import POOL, ClusterSpec, Machine, MachineState
+from coordinator.domain.model import POOL, ClusterSpec, Machine, MachineState, NodeStatus
 from coordinator.domain.pool.claims import claims, held
+from coordinator.domain.pool.remediation import remediation
 from coordinator.domain.poolspec import GIB, MachineSelector
 from coordinator.domain.reconcile.reconciling import decide_pass
 from coordinator.domain.records import StoredCluster
@@ -38,8 +40,9 @@ def pooled(hostname: str, created_at: float, labels: dict[str, str] | None = Non
                    facts=facts, labels=labels or {}, last_seen=last_seen)
 
 
-def claiming(managers: int = 0, workers: int = 0, **worker_selector: Any) -> ClusterSpec:
-    spec = cluster(manager=items("deploy", 1), worker=items("reset", 1))
+def claiming(managers: int = 0, workers: int = 0, settings: dict[str, Any] | None = None,
+             **worker_selector: Any) -> ClusterSpec:
+    spec = cluster(manager=items("deploy", 1), worker=items("reset", 1), **(settings or {}))
     pool = {"managers": {"count": managers}, "workers": {"count": workers,
                                                          "selector": worker_selector}}
     return spec.model_copy(update={"pool": ClusterSpec.model_validate(
@@ -199,3 +202,83 @@ def test_a_pool_machine_is_removed_at_once() -> None:
     change = pool_removal(pooled("p1", 1.0), NOW)
     assert (change.removed, change.events[0].message) == (
         {"id-p1": NOW}, "p1 removed from the pool")
+
+
+# -- the health policy (domain/pool/remediation.py) ---------------------------------------
+
+def healing(after: float | None = 60, max_unhealthy: int = 1, workers: int = 5) -> ClusterSpec:
+    """Its Nodes watched (a kubeconfig), so a Node found NotReady counts."""
+    return claiming(managers=1, workers=workers, settings={
+        "kubernetes": {"kubeconfig": "/etc/k.conf"},
+        "health": {"unhealthyAfterSeconds": after, "maxUnhealthy": max_unhealthy}})
+
+
+def node_down(m: Machine, since: float) -> Machine:
+    return replace(m, node=NodeStatus(waiting_since=0.0, name=m.hostname, ready=False,
+                                      reason="KubeletNotReady", condition="False",
+                                      unready_since=since))
+
+
+def silent(m: Machine, last_seen: float) -> Machine:
+    return replace(m, responding=False, last_seen=last_seen)
+
+
+FIVE = [member(f"w{i}", "worker", f"worker-{i}") for i in range(5)]
+
+
+@pytest.mark.parametrize(("spec", "members", "replaced", "notes"), [
+    # no policy: nothing, whatever is down
+    (healing(after=None), [node_down(FIVE[0], 0.0), *FIVE[1:]], [], ()),
+    # down for less than T: not yet
+    (healing(), [node_down(FIVE[0], NOW - 30), *FIVE[1:]], [], ()),
+    # Node NotReady, or agent silent (its heartbeat timeout counted), for longer than T
+    (healing(), [node_down(FIVE[0], NOW - 61), *FIVE[1:]], ["w0"], ()),
+    (healing(), [silent(FIVE[2], NOW - 30 - 61), *FIVE[:2], *FIVE[3:]], ["w2"], ()),
+    # two unhealthy, maxUnhealthy 1: the circuit breaker holds, and says so
+    (healing(), [node_down(FIVE[0], NOW - 61), node_down(FIVE[1], NOW - 10), *FIVE[2:]], [],
+     ("2 machines unhealthy (w0, w1), more than health.maxUnhealthy (1): none is remediated; "
+      "look for what they share (the network, the API server)",)),
+    (healing(max_unhealthy=2), [node_down(FIVE[0], NOW - 61), node_down(FIVE[1], NOW - 61),
+                                *FIVE[2:]], ["w0", "w1"], ()),
+    # one already being replaced counts towards the limit
+    (healing(), [node_down(FIVE[0], NOW - 61), replace(FIVE[1], state=S.DELETING,
+                                                        remediation="gone"), *FIVE[2:]], [],
+     ("1 machines unhealthy (w0) and 1 being replaced, more than health.maxUnhealthy (1): none "
+      "is remediated; look for what they share (the network, the API server)",)),
+    # not claimed from the pool: nothing can replace it
+    (healing(), [node_down(replace(FIVE[0], claim=""), NOW - 61), *FIVE[1:]], [],
+     ("w0 is unhealthy (its Node w0 is NotReady (KubeletNotReady)) but was not claimed from "
+      "the pool: nothing replaces it; fix or delete it",)),
+])
+def test_remediation_table(spec: ClusterSpec, members: list[Machine], replaced: list[str],
+                           notes: tuple[str, ...]) -> None:
+    decided = remediation(spec, members, NOW)
+    assert ([m.hostname for m in decided.change.machines], decided.notes) == (replaced, notes)
+    for leaving in decided.change.machines:
+        assert (leaving.state, bool(leaving.remediation)) == (S.DELETING, True)
+    assert len(decided.actions) == len(replaced)
+
+
+def test_a_replaced_machine_says_why_and_its_place_is_claimed_again() -> None:
+    members = [node_down(FIVE[0], NOW - 125), *FIVE[1:]]
+    decided = remediation(healing(), members, NOW)
+    (leaving,) = decided.change.machines
+    assert decided.change.events[-1].message == (
+        "w0 (worker-0) unhealthy for 2m05s, longer than health.unhealthyAfterSeconds (1m00s): "
+        "its Node w0 is NotReady (KubeletNotReady); replaced from the pool (its reset items run "
+        "if its agent answers)")
+    refill = claims(healing(), [leaving, *FIVE[1:]], POOL_OF_FOUR, {}, NOW)
+    assert [(m.hostname, m.claim) for m in refill.change.machines] == [
+        ("p1", "manager-0"), ("p2", "worker-5")]  # worker-0 is held until w0 is gone
+
+
+def test_a_silent_machine_being_replaced_is_removed_without_its_reset_not_returned() -> None:
+    spec = healing()
+    leaving = silent(replace(FIVE[0], state=S.DELETING, remediation="silent"), 0.0)
+    passed = decide_pass(StoredCluster(spec, 1, 0.0, 0.0), [leaving], NOW)
+    assert passed.change.removed == {leaving.id: NOW}
+    assert passed.change.events[-1].message.endswith(
+        "being replaced while its agent is silent: reset items skipped: machine removed")
+    answering = replace(leaving, responding=True)
+    waits = decide_pass(StoredCluster(spec, 1, 0.0, 0.0), [answering], NOW)
+    assert waits.change.removed == {}  # it answers: its reset items run first

@@ -5,8 +5,8 @@ replaced atomically on every change: it is the old record or the new one, never 
 A journal records one machine (the coordinator's machine id) in one incarnation: a machine
 deleted and registered again is a new machine, and one back from a cluster in the pool, reset,
 a new incarnation of it (Assignment.journal_owner): either way its items all run again. It
-never records the items of job phases (mint, revoke): each run of those is for another
-machine or another minting.
+never records the items of job phases (mint, revoke) or remedies: each run of those is for
+another machine, another minting or another time the machine was found unhealthy.
 
 An applied item's entry keeps the values of its line outputs, which cannot be read again
 (file outputs are: their files are), secret ones too: the file is 0600, as identity.json is."""
@@ -22,7 +22,7 @@ from typing import Any
 
 from nodeagent.atomic import atomic_write
 from nodeagent.removal import set_aside
-from nodeagent.wire.contract import JOB_PHASES
+from nodeagent.wire.contract import UNJOURNALED_PHASES
 from nodeagent.wire.protocol import StateItem
 
 JOURNAL_VERSION = 1
@@ -68,7 +68,7 @@ class Journal:
         does not have it applied. A job never is, even one whose fingerprint (which leaves
         the phase out) is an applied item's."""
         entry = self._applied.get(item.fingerprint())
-        if entry is None or item.phase in JOB_PHASES:
+        if entry is None or item.phase in UNJOURNALED_PHASES:
             return None
         return dict(entry.get("outputs", {}))
 
@@ -78,14 +78,14 @@ class Journal:
         return self._in_progress
 
     def record_started(self, item: StateItem) -> None:
-        if item.phase in JOB_PHASES:
+        if item.phase in UNJOURNALED_PHASES:
             return
         self._in_progress = item.fingerprint()
         self._save()
 
     def record_applied(self, item: StateItem, outputs: Mapping[str, str] | None = None) -> None:
         """The item is applied, having produced outputs (those of its line outputs are kept)."""
-        if item.phase in JOB_PHASES:
+        if item.phase in UNJOURNALED_PHASES:
             return
         fingerprint = item.fingerprint()
         self._applied[fingerprint] = {

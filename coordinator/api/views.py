@@ -257,7 +257,7 @@ def cluster_status_view(status: ClusterStatus, machines: bool = True) -> dict[st
         # Dates and subjects only: the kubeconfig itself is never shown.
         "certificates": None if status.certificates is None else asdict(status.certificates),
         "held": spec.settings.provision.held,
-        "pool": None if spec.pool is None else {
+        "pool": None if spec.pool is None and not status.claim_notes else {
             "roles": [asdict(r) for r in status.claimed], "notes": list(status.claim_notes)},
         "machines": [machine_view(m, spec, now=status.now, peers=status.machines,
                                   kept=status.stored.outputs)

@@ -432,6 +432,11 @@ class Machine:
     # reset items are skipped while its agent is silent, and then it is removed, not returned
     # to the pool: a host no one reset is not clean.
     remediation: str = ""
+    # Its remedy items (phase remedy, domain/pool/remediation.py): the how-manyth run, handed
+    # out since when (None: never), and the items of that run that succeeded.
+    remedy_serial: int = 0
+    remedy_since: float | None = None
+    remedy_done: tuple[str, ...] = ()
 
     def with_state(self, state: MachineState, now: float) -> Machine:
         return replace(self, state=state, state_since=now, progress=None, drain=None,
@@ -618,6 +623,21 @@ NO_ACCESS_DRAINS_SKIPPED = (
 def upgrade_items_may_run(spec: ClusterSpec, machine: Machine) -> bool:
     return not needs_drain(spec, machine) or (
         machine.drain is not None and machine.drain.stage in ITEMS_MAY_RUN)
+
+
+def remedy_items(spec: ClusterSpec, machine: Machine) -> list[StateItem]:
+    """The remedy items of the machine's run, versioned by it: each run is its own items, so
+    that its agent runs them again and its reports name the run."""
+    if machine.role is None:
+        return []
+    return [i.model_copy(update={"version": f"{i.version}+remedy.{machine.remedy_serial}"})
+            for i in spec.items(machine.role, "remedy")]
+
+
+def remedy_running(spec: ClusterSpec, machine: Machine) -> bool:
+    """A Ready machine handed its remedy items, some not yet done."""
+    return machine.state is MachineState.READY and machine.remedy_since is not None and any(
+        i.name not in machine.remedy_done for i in remedy_items(spec, machine))
 
 
 def reset_skipped(machine: Machine) -> bool:

@@ -294,7 +294,7 @@ class Queries:
         """How the cluster's claims on the pool stand (none: it claims nothing), judged as the
         reconcile pass judges them, by the heartbeats written so far."""
         spec = stored.spec
-        if spec.pool is None:
+        if spec.pool is None and spec.settings.health.unhealthy_after_seconds is None:
             return (), ()
         members = members if members is not None else await self.store.list_machines(spec.name)
         pool = await self.store.list_machines(POOL)

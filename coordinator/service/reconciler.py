@@ -104,7 +104,8 @@ class Reconciler:
         rollout's would list the cluster on every pass. The machines written, for the pass
         that follows."""
         spec, now = stored.spec, self.clock()
-        if spec.pool is None or stored.deleting:
+        if (spec.pool is None and spec.settings.health.unhealthy_after_seconds is None) \
+                or stored.deleting:
             self._claims_checked.pop(spec.name, None)
             return []
         generation, at = self._claims_checked.get(spec.name, (0, -math.inf))

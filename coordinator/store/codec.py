@@ -70,6 +70,7 @@ def machine_to_doc(machine: Machine, cipher: Cipher | None) -> dict[str, Any]:
     doc["managers"] = list(machine.managers)
     doc["waits"] = list(machine.waits)
     doc["clones"] = list(machine.clones)
+    doc["remedy_done"] = list(machine.remedy_done)
     doc["progress"] = None if machine.progress is None else asdict(machine.progress)
     doc["drain"] = None if machine.drain is None else asdict(machine.drain)
     doc["node"] = None if machine.node is None else asdict(machine.node)
@@ -141,8 +142,9 @@ def machine_from_doc(doc: Mapping[str, Any], cipher: Cipher | None) -> Machine:
     if values.get("progress") is not None:
         progress = values["progress"]
         values["progress"] = ItemProgress(**{n: progress[n] for n in _PROGRESS_FIELDS if n in progress})
-    if "managers" in values:
-        values["managers"] = tuple(values["managers"])
+    for name in ("managers", "waits", "clones", "remedy_done"):
+        if name in values:
+            values[name] = tuple(values[name])
     if values.get("drain") is not None:
         drain = {n: values["drain"][n] for n in _DRAIN_FIELDS if n in values["drain"]}
         drain["stage"] = DrainStage(drain["stage"])
@@ -164,10 +166,6 @@ def machine_from_doc(doc: Mapping[str, Any], cipher: Cipher | None) -> Machine:
         if "minting" in secrets:
             job["values"] = secrets["minting"]
         values["minting"] = MintJob(**job)
-    if "waits" in values:
-        values["waits"] = tuple(values["waits"])
-    if "clones" in values:
-        values["clones"] = tuple(values["clones"])
     return Machine(**values)
 
 

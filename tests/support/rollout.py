@@ -84,6 +84,7 @@ class Fleet:
     agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     cluster: str = "lab"  # the spec's name
     env: dict[str, str] = field(default_factory=dict)  # added to every agent's environment
+    join_string: str = ""  # what the fleet's agents registered with
 
     @property
     def hostnames(self) -> list[str]:
@@ -178,11 +179,14 @@ AgentEnv = Callable[[Lan, contextlib.ExitStack], dict[str, str]]
 def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = (), store: str | None = None,
           replicas: int = 1, managers: Sequence[str] = tuple(MANAGERS),
           workers: Sequence[str] = tuple(WORKERS), cluster_spec: str | None = None,
-          late: tuple[str, ...] = (), agent_env: AgentEnv | None = None) -> Iterator[Fleet]:
+          late: tuple[str, ...] = (), agent_env: AgentEnv | None = None,
+          pool: bool = False) -> Iterator[Fleet]:
     """The cluster (cluster_spec, default spec()) with every machine registered and approved.
     With store (a PostgreSQL DSN reachable from the hub namespace), `replicas` coordinators
     share it and the data dir. `late` workers have a node on the LAN but no agent until the
-    test has them join. agent_env starts services for the agents and gives their environment."""
+    test has them join. agent_env starts services for the agents and gives their environment.
+    With pool, the machines (workers, then) register into the pool with a join token that
+    approves them, and the cluster claims them as its spec says (Fleet.join_string)."""
     cluster_spec = cluster_spec or spec()
     with lan([*managers, *workers, *late]) as network, contextlib.ExitStack() as stack:
         # HTTPS, as in production: agents reach it at the hub's address on the LAN.
@@ -204,7 +208,9 @@ def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = (), store: str | None 
             stack.callback(replica.stop)
         (tmp_path / "cluster.yaml").write_text(cluster_spec)
         running.admin("cluster", "apply", "-f", str(tmp_path / "cluster.yaml"))
-        token = running.admin("join-token", "create", running.cluster).strip()
+        token = running.admin("join-token", "create", *(
+            ("--pool", "--auto-approve") if pool else (running.cluster,))).strip()
+        running.join_string = token
 
         def registered() -> set[str]:
             return {m["hostname"] for m in running.admin_json("machines")}
@@ -220,6 +226,9 @@ def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = (), store: str | None 
                 running.wait_for(f"{hostname} registered", lambda h=hostname: h in registered())
         total = len(running.hostnames)
         running.wait_for(f"{total} registrations", lambda: len(registered()) == total)
+        if pool:
+            yield running
+            return
         # The first manager to finish Prepare deploys first, and under load m2 can finish
         # before m1: m1 (which the tests expect first) is approved alone until it is past
         # Prepare, then the other managers in order; the workers, whose order nothing depends

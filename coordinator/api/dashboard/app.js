@@ -338,12 +338,41 @@ function render() {
   $("#rollout-bar").value = rollout.done;
   const eta = rollout.held ? `none, ${rollout.held}` : rollout.eta_seconds === null ? "estimating" : rollout.eta_seconds === 0 ? "done" : duration(rollout.eta_seconds);
   $("#rollout-text").textContent = `${rollout.done}/${rollout.total} items on ${rollout.machines} machine${rollout.machines === 1 ? "" : "s"} · ETA ${eta}`;
+  renderPool(status);
   $("#stages").replaceChildren(...status.stages.map((stage) => el("li", { "data-stage": stage.name, "data-state": stage.state },
     el("span", { class: `mark state-${stage.state}` }, MARKS[stage.state]),
     el("span", {}, el("strong", {}, stage.title), " ", el("span", { class: `state state-${stage.state}` }, stage.state)),
     el("span", { class: "since", title: "entered this state" }, clock(stage.since)),
     el("span", { class: "message" }, stage.message))));
   renderMachines();
+}
+
+// A cluster held for its provision step (with the button that provisions it, for an admin
+// token), and how its claims on the machine pool stand, with what it cannot fill and why.
+function renderPool(status) {
+  const parts = [];
+  if (status.held) {
+    parts.push(el("p", { class: "held" }, "Held: approved and claimed machines wait in Pending until the cluster is provisioned. ",
+      view.role === "admin" ? el("button", {
+        type: "button", id: "provision",
+        onclick: async () => {
+          try {
+            const answer = await api("POST", `/v1/clusters/${encodeURIComponent(status.cluster)}/provision`);
+            notify(answer.provisioned ? `${answer.cluster} provisioned: its machines start` : `${answer.cluster} was not held`);
+            refreshSoon();
+          } catch (error) {
+            if (error instanceof Unauthorized) return showLogin(error.message);
+            notify(error.message, true);
+          }
+        },
+      }, "Provision") : null));
+  }
+  if (status.pool) {
+    const roles = status.pool.roles.map((r) => `${r.held}/${r.wanted} ${r.role}s`).join(", ");
+    if (roles) parts.push(el("p", { class: "claims" }, `Claimed from the pool: ${roles}`));
+    parts.push(...status.pool.notes.map((n) => el("p", { class: "note failing pool-note" }, n)));
+  }
+  $("#pool-status").replaceChildren(...parts);
 }
 
 // The upgrade plan, on demand: it reads the live cluster (each drain's forecast), so it is

@@ -14,12 +14,13 @@ from coordinator.domain.model import (
     MachineState,
     deployed_managers,
     items_may_run,
+    remedy_running,
 )
 from coordinator.domain.records import ClusterOutput, StoredCluster
 from coordinator.domain.releases.runs import phase_run
 from coordinator.domain.specs.outputs import Handed, available, hand_out, secret_names
 from coordinator.domain.specs.templating import template_values
-from nodeagent.wire.contract import JOB_PHASES, Phase
+from nodeagent.wire.contract import JOB_PHASES, UNJOURNALED_PHASES, Phase
 from nodeagent.wire.protocol import Assignment
 
 
@@ -44,6 +45,8 @@ def assigned_phase(spec: ClusterSpec, machine: Machine, post_deploy_host: str | 
     phase = PHASE_OF_STATE.get(machine.state) if machine.role else None
     if machine.minting is not None and machine.state is MachineState.READY:
         return machine.minting.kind
+    if remedy_running(spec, machine):
+        return "remedy"
     if not items_may_run(spec, machine):
         return None  # the node is being drained: its upgrade or reset items wait
     if may_host_post_deploy(machine) and post_deploy_host == machine.id:
@@ -58,6 +61,8 @@ def running_phases(machine: Machine) -> list[Phase]:
     phases: list[Phase] = [phase] if (phase := PHASE_OF_STATE.get(machine.state)) else []
     if machine.minting is not None and machine.state is MachineState.READY:
         phases.append(machine.minting.kind)
+    if machine.remedy_since is not None and machine.state is MachineState.READY:
+        phases.append("remedy")
     if may_host_post_deploy(machine):
         phases.append("postdeploy")
     return phases
@@ -72,7 +77,7 @@ def assigned_items(spec: ClusterSpec, machine: Machine, peers: Sequence[Machine]
     phase = assigned_phase(spec, machine, post_deploy_host)
     managers = deployed_managers(peers)
     items = [i for i, _ in phase_run(spec, machine, phase, managers)] if phase else []
-    if phase in JOB_PHASES:
+    if phase in UNJOURNALED_PHASES:
         return phase, Handed(items, {}, ())
     return phase, hand_out(items, available(machine, peers, kept), machine.applied)
 

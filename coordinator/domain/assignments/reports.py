@@ -25,7 +25,7 @@ from coordinator.domain.records import Event
 from coordinator.domain.releases.runs import phase_run
 from coordinator.domain.rollout.steps import gave_up_text
 from coordinator.domain.specs.outputs import differing, differing_text, key
-from nodeagent.wire.contract import JOB_PHASES
+from nodeagent.wire.contract import JOB_PHASES, UNJOURNALED_PHASES
 from nodeagent.wire.protocol import ItemReport, StateItem, VersionAction, installed_version
 from nodeagent.wire.redact import mask_values
 
@@ -51,7 +51,7 @@ def fold_report(spec: ClusterSpec, managers: Sequence[str], machine: Machine,
     name, or a kubeconfig from an item that may not send one. cluster: the cluster's outputs
     (outputs.cluster_outputs), which an output produced with another value never replaces:
     an event says so."""
-    job = report.phase in JOB_PHASES  # a mint or revoke job's item: versioned by the job
+    job = report.phase in UNJOURNALED_PHASES  # a job's or a remedy's item: versioned by it
     item = reportable_items(spec, machine, managers).get(report.fingerprint)
     if item is None or item.name != report.item or item.phase != report.phase:
         state = machine.state.value + ("" if machine.approved else ", not approved")
@@ -67,8 +67,11 @@ def fold_report(spec: ClusterSpec, managers: Sequence[str], machine: Machine,
         machine, applied=applied, last_seen=now, responding=True, kubeconfig=kubeconfig,
         outputs={**machine.outputs, **{f"{item.name}.{n}": v for n, v in produced.items()}}
         if produced and not job else machine.outputs,
-        minting=_job_done(machine.minting, item, produced) if job and succeeded
-        else machine.minting,
+        minting=_job_done(machine.minting, item, produced)
+        if report.phase in JOB_PHASES and succeeded else machine.minting,
+        remedy_done=(*machine.remedy_done, item.name)
+        if report.phase == "remedy" and succeeded and item.name not in machine.remedy_done
+        else machine.remedy_done,
         progress=ItemProgress(item=report.item, attempt=report.attempt, status=report.status,
                               error=report.error, next_retry_at=report.next_retry_at,
                               updated_at=now,

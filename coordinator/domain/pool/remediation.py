@@ -2,7 +2,10 @@
 decides it: which claimed machines are unhealthy (their Node NotReady or gone, or their agent
 silent) for longer than `unhealthyAfterSeconds`, and which of them are replaced now.
 
-Replacing a machine is taking it out (`machines delete`'s removal: drained while its Node is
+First, when the spec gives remedy items for its role (phase remedy: restart the kubelet...) and
+its agent answers, the machine runs them, once per time it is found unhealthy; it is replaced
+only if it is still unhealthy `unhealthyAfterSeconds` after they were handed out. Replacing a
+machine is taking it out (`machines delete`'s removal: drained while its Node is
 Ready, its reset items run while its agent answers, its Node deleted) and letting the claims
 (domain/pool/claims.py) fill its place from the pool. A circuit breaker holds it back: when
 more machines are unhealthy at once than `maxUnhealthy` (the network or the API server is
@@ -91,6 +94,14 @@ def remediation(spec: ClusterSpec, members: Sequence[Machine], now: float) -> Re
     changes, actions, notes = [], [], []
     for found in due:
         machine = found.machine
+        if remedy_first(spec, machine, found):
+            change = remedied(spec, machine, found, after, now)
+            changes.append(change)
+            actions.append(change.events[-1].message)
+            continue
+        since = machine.remedy_since
+        if since is not None and since >= found.since and now - since < after:
+            continue  # remedied: replaced only if still unhealthy `after` seconds from then
         if not machine.claim:
             notes.append(f"{machine.hostname} is unhealthy ({found.why}) but was not claimed "
                          "from the pool: nothing replaces it; fix or delete it")
@@ -108,6 +119,29 @@ def remediation(spec: ClusterSpec, members: Sequence[Machine], now: float) -> Re
         actions.append(change.events[-1].message)
         members = [change.machines[0] if m.id == machine.id else m for m in members]
     return Remediation(combined(changes), tuple(actions), tuple(notes))
+
+
+def remedy_first(spec: ClusterSpec, machine: Machine, found: Unhealthy) -> bool:
+    """Whether an unhealthy machine runs its remedy items before it is replaced: the spec
+    gives some for its role, its agent answers (a silent one could not run them), and it has
+    not run them since it was found unhealthy."""
+    return (machine.role is not None and bool(spec.items(machine.role, "remedy"))
+            and machine.responding
+            and (machine.remedy_since is None or machine.remedy_since < found.since))
+
+
+def remedied(spec: ClusterSpec, machine: Machine, found: Unhealthy, after: float,
+             now: float) -> Change:
+    """An unhealthy machine handed its remedy items (a new run, phase remedy): it is replaced
+    only if it is still unhealthy `after` seconds from now."""
+    run = replace(machine, remedy_serial=machine.remedy_serial + 1, remedy_since=now,
+                  remedy_done=(), generation=machine.generation + 1)
+    names = ", ".join(i.name for i in spec.items(machine.role or "worker", "remedy"))
+    said = event(now, spec.name, "remedy", f"{machine.hostname} unhealthy for "
+                 f"{duration(now - found.since)}: {found.why}; runs its remedy items ({names}), "
+                 f"replaced if still unhealthy in {duration(after)}", run,
+                 {"reason": found.why, "serial": run.remedy_serial})
+    return Change(machines=[run], events=[said], wake=[machine.id])
 
 
 def replaced(spec: ClusterSpec, machine: Machine, members: Sequence[Machine],

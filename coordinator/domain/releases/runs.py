@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coordinator.domain.model import ClusterSpec, Machine, MintJob, machine_items
+from coordinator.domain.model import ClusterSpec, Machine, MintJob, machine_items, remedy_items
 from coordinator.domain.releases.releases import upgrade_run
 from coordinator.domain.specs.catalog import Entry, catalog
 from nodeagent.wire.contract import JOB_PHASES, Phase
@@ -28,6 +28,8 @@ def phase_run(spec: ClusterSpec, machine: Machine, phase: Phase,
     if phase in JOB_PHASES:
         jobs = job_items(spec, machine.minting) if machine.minting is not None else []
         return [(i, i.fingerprint()) for i in jobs]
+    if phase == "remedy":
+        return [(i, i.fingerprint()) for i in remedy_items(spec, machine)]
     if phase == "upgrade":
         return upgrade_run(spec, machine)
     if phase in _VERSIONED:

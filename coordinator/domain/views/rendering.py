@@ -35,8 +35,8 @@ from nodeagent.wire.templates import TemplateError, render
 from nodeagent.wire.validation import format_path
 
 # The phases in the order a machine's life meets them.
-ORDER: tuple[Phase, ...] = ("prepare", "deploy", "postdeploy", "upgrade", "reconfigure", "leave",
-                            "reset", "mint", "revoke")
+ORDER: tuple[Phase, ...] = ("prepare", "deploy", "postdeploy", "upgrade", "reconfigure", "remedy",
+                            "leave", "reset", "mint", "revoke")
 # Rendered when the cluster has no machine yet and no fleet was asked for.
 SMALLEST_FLEET = Fleet(managers=1, workers=1)
 

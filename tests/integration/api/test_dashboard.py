@@ -21,7 +21,8 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from coordinator.cli.client import ClientError
 from tests.integration.api.test_upgrade_api import budgeted, spec
-from tests.support.builders import OPERATOR_CLUSTER
+from tests.support.builders import OPERATOR_CLUSTER, registration
+from tests.support.driver import Call
 from tests.support.harness import ServedCoordinator, running_coordinator
 from tests.support.kubeapi import KubeApiServer, kube_api_server
 from tests.support.requirements import require_binary
@@ -406,3 +407,26 @@ def test_ten_thousand_machines_show_a_page_and_a_change_refreshes_its_row_alone(
     page.get_by_label("Filter by state").select_option("Prepare")
     expect(rows.locator("td.hostname")).to_have_text(["node-00001"])
     expect(page.locator("#shown")).to_have_text("1-1 of 1")
+
+
+def test_a_held_cluster_shows_its_claims_and_an_admin_provisions_it(
+        page: Page, coordinator: ServedCoordinator, tmp_path: Path) -> None:
+    c = coordinator
+    held = tmp_path / "held.yaml"
+    held.write_text(OPERATOR_CLUSTER.replace("settings: {", "settings: {provision: {held: true}, ")
+                    + "pool:\n  workers: {count: 2}\n")
+    c.cli("cluster", "apply", "-f", str(held))
+    token = c.cli("join-token", "create", "--pool", "--auto-approve", "--token-only").stdout.strip()
+    c.send(Call("POST", "/v1/agent/register", 201, join_token=token,
+                body=registration("p1", token)))
+    sign_in(page, c)
+    pool = page.locator("#pool-status")
+    expect(pool).to_contain_text("Claimed from the pool: 1/2 workers")
+    expect(pool.locator(".pool-note")).to_have_text(
+        "needs 2 workers with any machine; has 1, and the pool has no more that fit")
+    expect(pool).to_contain_text("Held: approved and claimed machines wait in Pending")
+    expect(page.locator("tr[data-hostname=p1] td.state")).to_have_text("Pending")
+    pool.get_by_role("button", name="Provision").click()
+    expect(page.locator("#notice")).to_contain_text("lab provisioned: its machines start")
+    expect(pool).not_to_contain_text("Held")
+    expect(page.locator("tr[data-hostname=p1] td.state")).to_have_text("Prepare")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.domain.assignments.assignment import assigned_items
 from coordinator.domain.errors import Conflict
 from coordinator.domain.machines.deletion import removal
 from coordinator.domain.machines.pooling import (
@@ -18,7 +19,14 @@ from coordinator.domain.machines.pooling import (
     pool_removal,
     returned,
 )
-from coordinator.domain.model import POOL, ClusterSpec, Machine, MachineState, NodeStatus
+from coordinator.domain.model import (
+    POOL,
+    ClusterSpec,
+    Machine,
+    MachineState,
+    NodeStatus,
+    remedy_running,
+)
 from coordinator.domain.pool.claims import claims, held
 from coordinator.domain.pool.remediation import remediation
 from coordinator.domain.poolspec import GIB, MachineSelector
@@ -282,3 +290,27 @@ def test_a_silent_machine_being_replaced_is_removed_without_its_reset_not_return
     answering = replace(leaving, responding=True)
     waits = decide_pass(StoredCluster(spec, 1, 0.0, 0.0), [answering], NOW)
     assert waits.change.removed == {}  # it answers: its reset items run first
+
+
+def test_an_unhealthy_machine_runs_its_remedy_items_once_before_it_is_replaced() -> None:
+    spec = healing().model_copy(update={"machine_types": type(healing().machine_types)(
+        manager=items("deploy", 1), worker=[*items("reset", 1), *items("remedy", 1, "kick-")])})
+    down = node_down(FIVE[0], NOW - 61)
+    first = remediation(spec, [down, *FIVE[1:]], NOW)
+    (running,) = first.change.machines
+    assert (running.state, running.remedy_serial, running.remedy_since) == (S.READY, 1, NOW)
+    assert first.actions[0].startswith("w0 unhealthy for 1m01s: its Node w0 is NotReady "
+                                       "(KubeletNotReady); runs its remedy items (kick-remedy-0)")
+    assert remedy_running(spec, running)
+    # handed out with its own version: its agent runs them again each time
+    (phase, handed) = assigned_items(spec, running, [], None)
+    assert (phase, [i.version.endswith("+remedy.1") for i in handed.items]) == ("remedy", [True])
+    # done, still down: nothing until unhealthyAfterSeconds from the remedy, then replaced
+    done = replace(running, remedy_done=("kick-remedy-0",))
+    assert not remediation(spec, [done, *FIVE[1:]], NOW + 30).change.writes
+    later = remediation(spec, [done, *FIVE[1:]], NOW + 61)
+    assert [(m.hostname, m.state) for m in later.change.machines] == [("w0", S.DELETING)]
+    # silent, it cannot run them: replaced at once
+    gone = silent(FIVE[0], NOW - 100)
+    assert [m.state for m in remediation(spec, [gone, *FIVE[1:]], NOW).change.machines] == [
+        S.DELETING]

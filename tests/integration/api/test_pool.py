@@ -73,8 +73,8 @@ async def test_a_cluster_claims_pool_machines_by_selector_and_gives_them_back(
     assert (answer["provisioned"], answer["held"]) == (True, False)
     await env.coordinator.reconciler.reconcile_once()
     assert {m["state"] for m in (await status(env))["machines"]} == {"Prepare"}
-    again = await env.call("POST", "/v1/clusters/lab/provision", 200)
-    assert again["provisioned"] is False
+    assert "cluster lab is not held (settings.provision.held is false): nothing to do" in \
+        await env.cli("cluster", "provision", "lab")
 
     # Three workers down to one: the highest places go back (no reset items: at once), and
     # come back to the pool Pending, a new incarnation, until their agents' prechecks pass.
@@ -108,6 +108,12 @@ async def test_pool_machines_refuse_what_only_a_cluster_gives(env: InProcessCoor
     both = await env.call("GET", "/v1/machines?pool=true&cluster=lab", 422)
     assert "give cluster or pool=true, not both" in str(both)
     assert [t["pool"] for t in await env.call("GET", "/v1/pool/join-tokens", 200)] == [True]
+    listed = await env.cli("join-token", "list", "--pool")
+    assert "(pool)" in listed and "lab" not in listed
+    assert "give a cluster's name or --pool" in await env.cli("join-token", "create",
+                                                              exit_code=2)
+    assert "--auto-approve is for pool tokens" in await env.cli(
+        "join-token", "create", "lab", "--auto-approve", exit_code=2)
     assert (await env.call("DELETE", "/v1/machines/p1", 200))["status"] == "removed"
     assert await pool(env) == {}
 

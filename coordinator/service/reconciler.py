@@ -82,7 +82,7 @@ class Reconciler:
             gone = set(unknown) - {m.id for m in reloaded}
             clusters = await self.store.list_clusters()
             for stored in clusters:
-                claimed = await self._claim(stored, reloaded, gone)
+                claimed = await self._heal_and_claim(stored, reloaded, gone)
                 decided += await self._reconcile_cluster(stored, [*reloaded, *claimed], gone)
         except BaseException:
             self._views.clear()
@@ -93,8 +93,8 @@ class Reconciler:
             self._last_decision = self.clock()
         return decided
 
-    async def _claim(self, stored: StoredCluster, reloaded: Sequence[Machine],
-                     gone: set[str]) -> list[Machine]:
+    async def _heal_and_claim(self, stored: StoredCluster, reloaded: Sequence[Machine],
+                              gone: set[str]) -> list[Machine]:
         """The cluster's health policy (domain/pool/remediation.py: the unhealthy claimed
         machines it replaces) and its claims on the pool (domain/pool/claims.py, filling their
         places too) decided and written, when its spec claims and something they depend on may

@@ -113,7 +113,8 @@ def returned(machine: Machine, reason: str, now: float) -> tuple[Machine, Event]
         claim="", incarnation=machine.incarnation + 1, precheck={}, applied=frozenset(),
         release="", kubernetes="", managers=(), deploy_order=0, node=None, kubeconfig="",
         outputs={}, material=None, minting=None, member_gone=False, member_stop="",
-        retries=0, clones=(), responding=True)
+        retries=0, clones=(), responding=True, remediation="", remedy_serial=0,
+        remedy_since=None, remedy_done=())
     return back, event(now, machine.cluster, "returned",
                        f"{machine.hostname} ({machine.claim}) returned to the pool: {reason}; "
                        "available again once its prechecks pass", back,

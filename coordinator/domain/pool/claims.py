@@ -128,8 +128,8 @@ def _claim_more(spec: ClusterSpec, role: Role, claim: RoleClaim, members: Sequen
     """Up to `wanted` pool machines claimed as role, each in the lowest free place; and what
     is missing when the pool has fewer that fit."""
     found, misses = candidates(spec, role, members, pool, heard, now)
-    held = {place_index(m) for m in mine}
-    free = (i for i in range(len(mine) + wanted + 1) if i not in held)
+    places = {place_index(m) for m in mine}
+    free = (i for i in range(len(mine) + wanted + 1) if i not in places)
     claimed, events = [], []
     for machine, index in zip(found[:wanted], free, strict=False):
         taken = replace(machine.with_state(S.PENDING, now), cluster=spec.name, role=role,

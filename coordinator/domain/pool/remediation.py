@@ -57,9 +57,11 @@ class Remediation:
 
 
 def unhealthy(spec: ClusterSpec, machine: Machine) -> Unhealthy | None:
-    """Whether a deployed machine is unhealthy now: its Node found NotReady or gone (since it
-    was first found so), or its agent silent (since its heartbeat timeout ran out)."""
-    if machine.state not in (S.READY, S.UPGRADE, S.RECONFIGURE):
+    """Whether a Ready machine is unhealthy now: its Node found NotReady or gone (since it was
+    first found so), or its agent silent (since its heartbeat timeout ran out). Not one
+    upgrading or reconfiguring: its items restart the kubelet, and a Node NotReady meanwhile
+    is their doing (the upgrade's own checks say when it is not back)."""
+    if machine.state is not S.READY:
         return None
     node = machine.node
     if found_down(spec, machine) and node is not None and node.unready_since is not None:

@@ -169,13 +169,14 @@ def test_a_claimed_machine_that_ran_nothing_goes_back_to_the_pool_at_once() -> N
 def test_a_claimed_machine_whose_reset_items_ran_goes_back_to_the_pool_not_away() -> None:
     spec = claiming(workers=1)
     leaving = replace(member("w0", "worker", "worker-0", S.DELETING), applied=frozenset(
-        i.fingerprint() for i in spec.items("worker", "reset")), outputs={"a.b": "secret"})
+        i.fingerprint() for i in spec.items("worker", "reset")), outputs={"a.b": "secret"},
+        remediation="its Node is gone", remedy_serial=2, remedy_since=1.0)
     passed = decide_pass(StoredCluster(spec, 1, 0.0, 0.0), [leaving], NOW)
     assert passed.change.removed == {}
     (back,) = passed.change.machines
     assert (back.cluster, back.state, back.approved, back.claim, back.incarnation,
-            back.applied, back.outputs, back.precheck) == (
-        POOL, S.PENDING, True, "", 1, frozenset(), {}, {})
+            back.applied, back.outputs, back.precheck, back.remediation, back.remedy_since) == (
+        POOL, S.PENDING, True, "", 1, frozenset(), {}, {}, "", None)
     assert [e.kind for e in passed.change.events] == ["returned"]
     assert passed.current == []
 
@@ -314,3 +315,9 @@ def test_an_unhealthy_machine_runs_its_remedy_items_once_before_it_is_replaced()
     gone = silent(FIVE[0], NOW - 100)
     assert [m.state for m in remediation(spec, [gone, *FIVE[1:]], NOW).change.machines] == [
         S.DELETING]
+
+
+def test_a_machine_upgrading_or_reconfiguring_is_not_judged_unhealthy() -> None:
+    for state in (S.UPGRADE, S.RECONFIGURE, S.DEPLOY):
+        down = node_down(replace(FIVE[0], state=state), NOW - 600)
+        assert not remediation(healing(), [down, *FIVE[1:]], NOW).change.writes

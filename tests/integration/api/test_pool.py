@@ -5,8 +5,10 @@ back to the pool on a scale-down, where they are available again once prechecked
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from coordinator.domain.model import NodeStatus
 from tests.support import builders
 from tests.support.builders import API_CLUSTER, precheck_report
 from tests.support.driver import Call, Registered
@@ -192,3 +194,60 @@ async def test_a_silent_claimed_machine_is_replaced_from_the_pool_within_max_unh
         "p1": "Ready", "p3": "Ready", "p4": "Ready"}
     assert (await status(env))["pool"]["notes"][0].startswith(
         "2 machines unhealthy (p3, p4), more than health.maxUnhealthy (1): none is remediated")
+
+
+REMEDYING = API_CLUSTER.replace(
+    "settings: {", "settings: {health: {unhealthyAfterSeconds: 60}, "
+    "kubernetes: {kubeconfig: /nonexistent/kubeconfig}, ") + """\
+    - {name: restart-kubelet, phase: remedy, action: {type: exec, argv: [systemctl, restart,
+       kubelet]}}
+"""
+
+
+async def test_an_unhealthy_machine_runs_its_remedy_items_and_one_not_claimed_is_not_replaced(
+        env: InProcessCoordinator) -> None:
+    await env.call("PUT", "/v1/clusters", 200, data=REMEDYING)
+    manager, worker = await env.register("m1"), await env.register("w1")
+    await env.call("POST", "/v1/machines/m1/approve", 200, json={"role": "manager"})
+    await env.call("POST", "/v1/machines/w1/approve", 200, json={"role": "worker"})
+    await env.coordinator.reconciler.reconcile_once()
+    for _ in range(6):  # their items reported, their Nodes Ready (as the Node watch finds them)
+        await env.report_all(manager)
+        await env.report_all(worker)
+        for machine in await env.store.get_machines([manager["machine_id"],
+                                                     worker["machine_id"]]):
+            if machine.state.value in ("Deploy", "Ready") and machine.node is None:
+                await env.store.commit([replace(machine, node=NodeStatus(
+                    waiting_since=0.0, name=machine.hostname, ready=True, condition="True"))])
+                env.coordinator.writes.mark([machine.id])
+        await env.coordinator.reconciler.reconcile_once()
+    assert (await env.machine("w1"))["state"] == "Ready"
+
+    # w1's Node goes NotReady; its agent answers: past 60 s it runs its remedy items first.
+    (w1,) = await env.store.get_machines([worker["machine_id"]])
+    assert w1.node is not None
+    await env.store.commit([replace(w1, node=replace(
+        w1.node, ready=False, condition="False", reason="KubeletNotReady",
+        unready_since=env.clock.now))])
+    env.coordinator.writes.mark([w1.id])
+    env.clock.now += 61
+    await beat(env, "m1", "w1")
+    await passes(env)
+    handed = await env.assignment(worker)
+    assert (handed["phase"], [i["name"] for i in handed["items"]]) == (
+        "remedy", ["restart-kubelet"])
+    assert handed["items"][0]["version"].endswith("+remedy.1")
+    await env.report_item(worker, "restart-kubelet", "succeeded")
+    assert (await env.assignment(worker))["phase"] is None  # done: nothing more to run
+    kinds = [e["kind"] for e in await env.call("GET", "/v1/events?machine=w1", 200)]
+    assert "remedy" in kinds
+
+    # Still NotReady 60 s after: it is not claimed from the pool, so nothing replaces it; the
+    # status says so, and it stays.
+    env.clock.now += 61
+    await beat(env, "m1", "w1")
+    await passes(env)
+    assert (await env.machine("w1"))["state"] == "Ready"
+    assert (await status(env))["pool"]["notes"] == [
+        "w1 is unhealthy (its Node w1 is NotReady (KubeletNotReady)) but was not claimed from "
+        "the pool: nothing replaces it; fix or delete it"]

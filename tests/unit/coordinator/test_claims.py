@@ -321,3 +321,17 @@ def test_a_machine_upgrading_or_reconfiguring_is_not_judged_unhealthy() -> None:
     for state in (S.UPGRADE, S.RECONFIGURE, S.DEPLOY):
         down = node_down(replace(FIVE[0], state=state), NOW - 600)
         assert not remediation(healing(), [down, *FIVE[1:]], NOW).change.writes
+
+
+def test_unhealthy_managers_are_replaced_one_at_a_time_and_never_below_quorum() -> None:
+    managers = [member(f"m{i}", "manager", f"manager-{i}") for i in range(3)]
+    spec = healing(max_unhealthy=3)
+    leaving = replace(managers[1], state=S.DELETING, remediation="gone")
+    waits = remediation(spec, [node_down(managers[0], NOW - 61), leaving, managers[2]], NOW)
+    assert (list(waits.change.machines), waits.notes) == (
+        [], ("m0 is unhealthy: managers are replaced one at a time",))
+    two = [node_down(managers[0], NOW - 61), managers[1]]
+    guarded = remediation(spec, two, NOW)
+    assert not guarded.change.writes
+    assert guarded.notes[0].startswith("m0 is unhealthy, not replaced: deleting m0 would leave "
+                                       "1 of the 2 deployed managers")

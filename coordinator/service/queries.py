@@ -283,20 +283,20 @@ class Queries:
         summary = kept.memo.summary(spec, stored.created_at, kept.machines, kept.history, now,
                                     system)
         listed = status_order(await self.store.list_machines(name)) if machines else kept.machines
-        claimed, notes = await self._claims(stored, listed if machines else None, now)
+        claimed, notes = await self._claims(stored, kept.machines, now)
         return ClusterStatus(stored, listed, summary.counts, summary.post_deploy,
                              summary.stages, summary.rollout, now,
                              certificates(spec, kept.managers, now, self.serving),
                              claimed, notes)
 
-    async def _claims(self, stored: StoredCluster, members: list[Machine] | None,
+    async def _claims(self, stored: StoredCluster, members: Sequence[Machine],
                       now: float) -> tuple[tuple[RoleHeld, ...], tuple[str, ...]]:
         """How the cluster's claims on the pool stand (none: it claims nothing), judged as the
-        reconcile pass judges them, by the heartbeats written so far."""
+        reconcile pass judges them, by the heartbeats written so far: on its machines as the
+        status cache keeps them, and the pool as it is now."""
         spec = stored.spec
         if spec.pool is None and spec.settings.health.unhealthy_after_seconds is None:
             return (), ()
-        members = members if members is not None else await self.store.list_machines(spec.name)
         pool = await self.store.list_machines(POOL)
         healing = remediation(spec, members, now).notes
         found = claims(spec, members, pool, {}, now, stored.deleting)

@@ -419,6 +419,8 @@ def test_a_held_cluster_shows_its_claims_and_an_admin_provisions_it(
     token = c.cli("join-token", "create", "--pool", "--auto-approve", "--token-only").stdout.strip()
     c.send(Call("POST", "/v1/agent/register", 201, join_token=token,
                 body=registration("p1", token)))
+    wait_until(lambda: c.cli_json("machines", "get", "p1")["claim"] == "worker-0", 10,
+               "p1 claimed")
     sign_in(page, c)
     pool = page.locator("#pool-status")
     expect(pool).to_contain_text("Claimed from the pool: 1/2 workers")

@@ -50,11 +50,14 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--wake-samples", type=int, default=20)
     parser.add_argument("--startup-runs", type=int, default=30)
+    parser.add_argument("--settle", type=float, default=2.0,
+                        help="seconds the agent's work is left to settle before each idle window")
     parser.add_argument("--quick", action="store_true",
-                        help="3 start-ups, 1 s idle, 3 wake samples: seconds")
+                        help="3 start-ups, 0.5 s to settle, 1 s idle, 3 wake samples: seconds")
     args = parser.parse_args()
     if args.quick:
         args.startup_runs, args.idle_seconds, args.wake_samples = 3, 1.0, 3
+        args.settle = 0.5
 
     help_times = startup(args.startup_runs)
     print(f"`nodeagent --help` start-up over {len(help_times)} runs: "
@@ -75,13 +78,13 @@ def main() -> None:
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             (machine,) = wait_until(lambda: admin.all_machines(), 30, "the registration")
-            time.sleep(2)  # registration done; let start-up work settle
+            time.sleep(args.settle)  # registration done; let start-up work settle
             proc = psutil.Process(agent.pid)
             print("idle agent waiting for approval, " + idle(proc, args.idle_seconds))
             admin.request("POST", f"/v1/machines/{machine['id']}/approve",
                           body={"role": "manager"})
             served.wait_state(machine["hostname"], "Ready", timeout=60)
-            time.sleep(2)  # the last report delivered, the phase's child gone
+            time.sleep(args.settle)  # the last report delivered, the phase's child gone
             print("idle agent Ready after applying its items, " + idle(proc, args.idle_seconds))
         finally:
             agent.terminate()

@@ -6,7 +6,7 @@ them a thousandth of that), in two disguises: the manifest lying about the membe
 
     # the bomb (a 518 KiB archive of 512 MiB), before and after, side by side
     .venv/bin/python bench/archive_bomb.py --before 6a15f92
-    # seconds, a 32 MiB bomb (CI runs it so that the script keeps working)
+    # seconds, a 32 MiB bomb in one disguise (CI runs it so that the script keeps working)
     .venv/bin/python bench/archive_bomb.py --quick
 
 Prints, per revision and disguise, the archive's size, how restore and the import answered,
@@ -75,7 +75,8 @@ def main() -> None:
                         help="the bomb's unpacked size")
     parser.add_argument("--before", metavar="REV",
                         help="also measure the coordinator of this git revision, first")
-    parser.add_argument("--quick", action="store_true", help="a 32 MiB bomb, this worktree")
+    parser.add_argument("--quick", action="store_true",
+                        help="a 32 MiB bomb, the manifest declaring it, this worktree")
     args = parser.parse_args()
     zeros = (32 if args.quick else args.zeros) << 20
     with tempfile.TemporaryDirectory() as tmp_dir:
@@ -87,6 +88,8 @@ def main() -> None:
         data = good.read_bytes()
         bombs = {"manifest lies": bomb(data, MEMBER, zeros),
                  "manifest declares": bomb(data, MEMBER, zeros, zeros)}
+        if args.quick:  # each disguise costs a restore and a coordinator; the paths are one
+            del bombs["manifest lies"]
         print(f"a real backup ({len(data) / 1024:.1f} KiB) with {MEMBER} replaced by "
               f"{zeros >> 20} MiB of zeros")
         for rev in ([args.before] if args.before and not args.quick else []) + [None]:

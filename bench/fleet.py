@@ -429,12 +429,13 @@ def main() -> None:
                         help="agents of the protocol before polls counted as heartbeats: a "
                              "heartbeat on a second connection beside a poll parked 30 s")
     parser.add_argument("--quick", action="store_true",
-                        help="a rollout of 1 manager and 4 workers, then 2 s of heartbeats "
-                             "every second: seconds")
+                        help="a rollout of 1 manager and 4 workers, then 1 s of heartbeats "
+                             "every 0.5 s: seconds")
     args = parser.parse_args()
-    if args.quick:
+    if args.quick:  # the steady window still holds polls that time out, and a scrape
         args.managers, args.workers, args.batch_size = 1, 4, 2
-        args.heartbeat_interval, args.duration, args.warmup, args.scrape_interval = 1, 2, 1, 1
+        args.heartbeat_interval, args.duration, args.warmup = 0.5, 1, 0.5
+        args.scrape_interval = 0.5
     # Killed (e.g. by timeout): unwind, so the coordinator and the simulators are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     if args.warmup is None:

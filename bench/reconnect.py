@@ -133,10 +133,10 @@ def main() -> None:
                         help="also measure the coordinator and agents of this git revision, "
                              "first")
     parser.add_argument("--quick", action="store_true",
-                        help="10 agents, a 2 s outage, this worktree only: seconds")
+                        help="3 agents, a 0.5 s outage, this worktree only: seconds")
     args = parser.parse_args()
     if args.quick:
-        args.agents, args.processes, args.outage, args.before = 10, 1, 2.0, None
+        args.agents, args.processes, args.outage, args.before = 3, 1, 0.5, None
     for rev in ([args.before] if args.before else []) + [None]:
         with revision(rev) as tree, tempfile.TemporaryDirectory() as name, running_coordinator(
                 Path(name), serve_args=["--register-rate", "0", "--register-rate-total", "0",

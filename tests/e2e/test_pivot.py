@@ -65,12 +65,9 @@ def test_agents_follow_two_pivots_killed_at_random_and_an_upgrade_from_the_last(
     rng = random.Random(seed)
     cluster = yaml.safe_load(spec())
     cluster["settings"]["drain"] = {"enabled": False}  # no Kubernetes here
-    with fleet(tmp_path, cluster_spec=yaml.safe_dump(cluster)) as f:
+    with fleet(tmp_path, cluster_spec=yaml.safe_dump(cluster), serve_args=REFRESH) as f:
         f.wait_for("every machine Ready", lambda: all_ready(f))
         first = f.replicas[0]
-        first.stop()
-        first.serve_args = (*first.serve_args, *REFRESH)
-        first.start()
         identities = {m["hostname"]: m["id"] for m in machines(first)}
         chain = [first]
         try:

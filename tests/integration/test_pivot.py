@@ -6,6 +6,7 @@ interrupted by a kill -9 of either coordinator at any step completes when run ag
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
 from collections.abc import Iterator
@@ -69,14 +70,45 @@ def pivot(old: ServedCoordinator, new: ServedCoordinator, *args: str, ok: bool =
     return result
 
 
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[ServedCoordinator, ServedCoordinator, Path]]:
-    done = tmp_path / "runs"
+Pair = tuple[ServedCoordinator, ServedCoordinator, Path]
+
+
+@contextlib.contextmanager
+def serving_pair(tmp: Path) -> Iterator[Pair]:
+    """The old coordinator with the cluster, the new one empty, and the directory where the
+    items record their runs."""
+    done = tmp / "runs"
     done.mkdir()
     refresh = ("--pivot-refresh", str(REFRESH_SECONDS))
-    with running_coordinator(tmp_path / "old", cluster(done), serve_args=refresh) as old, \
-            running_coordinator(tmp_path / "new", None, serve_args=refresh) as new:
+    with running_coordinator(tmp / "old", cluster(done), serve_args=refresh) as old, \
+            running_coordinator(tmp / "new", None, serve_args=refresh) as new:
         yield old, new, done
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[Pair]:
+    """A pair of its own, for a test that pivots (or imports) for real."""
+    with serving_pair(tmp_path) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def shared_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    """One pair for the tests that begin a pivot and roll it back, or are refused: a pair's
+    start is most of their CPU."""
+    with serving_pair(tmp_path_factory.mktemp("shared")) as served:
+        yield served
+
+
+@pytest.fixture
+def idle_pair(shared_pair: Pair) -> Iterator[Pair]:
+    """The shared pair with no pivot under way; one a failed test left is rolled back after
+    it, so that the next test does not fail for it."""
+    old = shared_pair[0]
+    assert old.admin.get("/v1/pivot")["pivot"] is None
+    yield shared_pair
+    if old.admin.get("/v1/pivot")["pivot"] is not None:
+        old.cli("pivot", "--abort", ok=False)
 
 
 def begin(old: ServedCoordinator, new: ServedCoordinator) -> str:
@@ -93,8 +125,8 @@ def registering(hostname: str, token: str, expect: int) -> Steps[dict[str, Any]]
 
 
 def test_a_frozen_coordinator_refuses_changes_naming_the_pivot_until_it_is_aborted(
-        pair: tuple[ServedCoordinator, ServedCoordinator, Path]) -> None:
-    old, new, _ = pair
+        idle_pair: Pair) -> None:
+    old, new, _ = idle_pair
     pivot_id = begin(old, new)
     old.admin.request("POST", f"/v1/pivot/{pivot_id}/steps/frozen")
     refused = old.cli("join-token", "create", "lab", ok=False)
@@ -108,7 +140,7 @@ def test_a_frozen_coordinator_refuses_changes_naming_the_pivot_until_it_is_abort
 
 
 def test_the_target_imports_a_pivot_once_and_the_old_one_is_then_a_read_only_copy(
-        pair: tuple[ServedCoordinator, ServedCoordinator, Path], tmp_path: Path) -> None:
+        pair: Pair, tmp_path: Path) -> None:
     old, new, _ = pair
     with joined_fleet(old, tmp_path, AGENTS, "heartbeatSeconds: 1"):
         wait_until(lambda: set(states(old).values()) == {"Ready"} and len(states(old)) == AGENTS,
@@ -190,7 +222,7 @@ def ready(served: ServedCoordinator) -> bool:
 
 
 def test_a_pivot_moves_the_state_and_the_agents_and_leaves_a_read_only_copy(
-        pair: tuple[ServedCoordinator, ServedCoordinator, Path], tmp_path: Path) -> None:
+        pair: Pair, tmp_path: Path) -> None:
     old, new, done = pair
     token = old.join_token()
     with joined_fleet(old, tmp_path, AGENTS, "heartbeatSeconds: 1"):
@@ -209,7 +241,7 @@ def test_a_pivot_moves_the_state_and_the_agents_and_leaves_a_read_only_copy(
 @pytest.mark.parametrize("victims", [("old", "new"), ("new", "old")], ids=["old-first",
                                                                             "new-first"])
 def test_a_pivot_killed_at_every_step_completes_when_run_again(
-        pair: tuple[ServedCoordinator, ServedCoordinator, Path], tmp_path: Path,
+        pair: Pair, tmp_path: Path,
         victims: tuple[str, str]) -> None:
     old, new, done = pair
     by_name = {"old": old, "new": new}
@@ -224,7 +256,7 @@ def test_a_pivot_killed_at_every_step_completes_when_run_again(
 
 
 def test_an_abort_after_agents_moved_brings_them_back_and_unfreezes_the_old_one(
-        pair: tuple[ServedCoordinator, ServedCoordinator, Path], tmp_path: Path) -> None:
+        pair: Pair, tmp_path: Path) -> None:
     old, new, done = pair
     with joined_fleet(old, tmp_path, AGENTS, "heartbeatSeconds: 1") as agents:
         wait_until(lambda: ready(old), 120, "a Ready cluster", interval=0.5)
@@ -248,8 +280,8 @@ def test_an_abort_after_agents_moved_brings_them_back_and_unfreezes_the_old_one(
 
 
 def test_bad_pivot_requests_are_refused_naming_the_field(
-        pair: tuple[ServedCoordinator, ServedCoordinator, Path]) -> None:
-    old, new, _ = pair
+        idle_pair: Pair) -> None:
+    old, new, _ = idle_pair
     cases = [
         ("POST", "/v1/pivot", {"to": "ftp://new", "token": "x" * 20}, "to"),
         ("POST", "/v1/pivot", {"to": new.url, "token": "short"}, "token"),
@@ -273,11 +305,11 @@ def test_bad_pivot_requests_are_refused_naming_the_field(
 
 
 def test_a_target_that_holds_state_is_refused_before_anything_is_frozen(
-        tmp_path: Path) -> None:
+        idle_pair: Pair, tmp_path: Path) -> None:
     """Pivoting to a coordinator that holds a state (pivoting back to the old one, say), or
     that cannot be reached, is refused before the old one is frozen, with the way out."""
-    with running_coordinator(tmp_path / "old", cluster(tmp_path / "runs")) as old, \
-            running_coordinator(tmp_path / "new", cluster(tmp_path / "runs")) as new:
+    old = idle_pair[0]
+    with running_coordinator(tmp_path / "new", cluster(tmp_path / "runs")) as new:
         refused = pivot(old, new, ok=False)
         assert refused.returncode == 1 and "frozen" not in refused.stdout, refused
         assert f"{new.url} cannot take the state of {old.url}" in refused.stderr, refused
@@ -299,10 +331,10 @@ def test_a_target_that_holds_state_is_refused_before_anything_is_frozen(
 
 
 def test_a_pivoting_coordinator_registers_no_machine_until_rolled_back(
-        pair: tuple[ServedCoordinator, ServedCoordinator, Path], tmp_path: Path) -> None:
+        idle_pair: Pair, tmp_path: Path) -> None:
     """A machine registered with the old coordinator once its state is being copied would be
     missing from the new one, its agent left behind: it is refused, naming the pivot."""
-    old, new, _ = pair
+    old, new, _ = idle_pair
     token = old.join_token()
     pivot_id = begin(old, new)
     old.admin.request("POST", f"/v1/pivot/{pivot_id}/steps/frozen")

@@ -20,24 +20,27 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiohttp.test_utils import TestClient, TestServer
 from click.testing import CliRunner, Result
 
-from coordinator.api.app import create_app
-from coordinator.api.context import Presentation
 from coordinator.cli import main
 from coordinator.cli.client import AdminClient, ClientError
 from coordinator.domain.machines.tokens import ADMIN, new_token, token_hash
-from coordinator.service.coordinator import Coordinator
-from coordinator.store.base import Store
-from coordinator.store.sqlite import SQLiteStore
 from tests.support.builders import API_CLUSTER, OPERATOR_CLUSTER, TEST_CIPHER
 from tests.support.driver import AsyncDriver, Call, Registered, SyncDriver
 from tests.support.ports import free_port
 from tests.support.process import serving
 from tests.support.waiting import wait_until_async
+
+# The in-process flavour's service, API and store are imported where it starts (below): they
+# are most of this module's import, which a served coordinator's driver (a bench script, each a
+# process of its own, and its spawned helpers) never needs.
+if TYPE_CHECKING:
+    from aiohttp.test_utils import TestClient
+
+    from coordinator.service.coordinator import Coordinator
+    from coordinator.store.base import Store
 
 COORDINATOR = str(Path(sys.executable).with_name("coordinator"))
 
@@ -142,6 +145,13 @@ async def in_process_coordinator(
     which also holds the artifacts, sealing secrets with TEST_CIPHER), its clock a ManualClock
     unless one is given, an admin token made, and cluster (a spec's text) applied; presentation:
     Presentation's fields besides the URL (its rate limits...). Closed on leaving."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from coordinator.api.app import create_app
+    from coordinator.api.context import Presentation
+    from coordinator.service.coordinator import Coordinator
+    from coordinator.store.sqlite import SQLiteStore
+
     store = store or SQLiteStore(directory / "coordinator.db", TEST_CIPHER)
     clock = clock or ManualClock()
     await store.open()

@@ -180,13 +180,14 @@ def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = (), store: str | None 
           replicas: int = 1, managers: Sequence[str] = tuple(MANAGERS),
           workers: Sequence[str] = tuple(WORKERS), cluster_spec: str | None = None,
           late: tuple[str, ...] = (), agent_env: AgentEnv | None = None,
-          pool: bool = False) -> Iterator[Fleet]:
+          pool: bool = False, serve_args: Sequence[str] = ()) -> Iterator[Fleet]:
     """The cluster (cluster_spec, default spec()) with every machine registered and approved.
     With store (a PostgreSQL DSN reachable from the hub namespace), `replicas` coordinators
     share it and the data dir. `late` workers have a node on the LAN but no agent until the
     test has them join. agent_env starts services for the agents and gives their environment.
     With pool, the machines (workers, then) register into the pool with a join token that
-    approves them, and the cluster claims them as its spec says (Fleet.join_string)."""
+    approves them, and the cluster claims them as its spec says (Fleet.join_string).
+    serve_args go to every replica's `serve` (given here, not by a restart that costs seconds)."""
     cluster_spec = cluster_spec or spec()
     with lan([*managers, *workers, *late]) as network, contextlib.ExitStack() as stack:
         # HTTPS, as in production: agents reach it at the hub's address on the LAN.
@@ -200,7 +201,8 @@ def fleet(tmp_path: Path, closed_gates: tuple[str, ...] = (), store: str | None 
             running.replicas.append(ServedCoordinator(
                 f"https://127.0.0.1:{port}", tmp_path / "coordinator",
                 tmp_path / ("coordinator.log" if index == 0 else f"coordinator-{index}.log"),
-                (*shared, *advertised), tuple(network.hub.argv([])), listen="0.0.0.0"))
+                (*shared, *advertised, *serve_args), tuple(network.hub.argv([])),
+                listen="0.0.0.0"))
             if index == 0:
                 running.replicas[0].init(*shared, "--name", HUB_IP, *advertised)
         for replica in running.replicas:  # each up (the first so leading) before the next

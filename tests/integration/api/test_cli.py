@@ -4,6 +4,7 @@ spec refused naming its line."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -24,9 +25,10 @@ from tests.support.terminal import in_terminal, read_terminal
 MISSPELT = Path(__file__).resolve().parents[2] / "data" / "bad-specs" / "unknown-placeholder.yaml"
 
 
-@pytest.fixture
-def coordinator(tmp_path: Path) -> Iterator[ServedCoordinator]:
-    with running_coordinator(tmp_path) as served:
+@contextlib.contextmanager
+def two_machines(tmp: Path) -> Iterator[ServedCoordinator]:
+    """What every test here reads: w1 approved, one item succeeded and one failed; w2 Pending."""
+    with running_coordinator(tmp) as served:
         w1 = served.register("w1")
         served.register("w2")
         served.cli("approve", "w1", "--role", "worker")
@@ -34,6 +36,22 @@ def coordinator(tmp_path: Path) -> Iterator[ServedCoordinator]:
         served.report_item(w1, "base", "succeeded", output="base: configured\n")
         served.report_item(w1, "runtime", "failed", attempt=2, exit_code=100,
                            error="exit status 100", output="E: Unable to locate package containerd\n")
+        yield served
+
+
+@pytest.fixture(scope="module")
+def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedCoordinator]:
+    """One for the tests that only read, or are refused and check nothing changed: a
+    coordinator's start (init, serve, the set-up) is most of such a test's CPU."""
+    with two_machines(tmp_path_factory.mktemp("shared")) as served:
+        yield served
+
+
+@pytest.fixture
+def own_coordinator(tmp_path: Path) -> Iterator[ServedCoordinator]:
+    """One of its own, for a test that changes what the others read (a report, an approval, a
+    new machine)."""
+    with two_machines(tmp_path) as served:
         yield served
 
 
@@ -68,20 +86,21 @@ def test_streams_print_one_json_line_or_yaml_document_per_event(coordinator: Ser
     assert [json.loads(x)["data"]["item"] for x in logs] == ["base", "runtime"]
 
 
-def test_machine_logs_show_each_items_output_and_follow_new_reports(coordinator: ServedCoordinator) -> None:
-    out = coordinator.cli("machines", "logs", "w1").stdout
+def test_machine_logs_show_each_items_output_and_follow_new_reports(
+        own_coordinator: ServedCoordinator) -> None:
+    out = own_coordinator.cli("machines", "logs", "w1").stdout
     assert "prepare/base attempt 1 succeeded (exit 0, 1s)\nbase: configured\n" in out
     assert ("prepare/runtime attempt 2 failed (exit 100, 1s): exit status 100\n"
             "E: Unable to locate package containerd\n") in out
-    tail = coordinator.cli("machines", "logs", "w1", "--tail", "1").stdout
+    tail = own_coordinator.cli("machines", "logs", "w1", "--tail", "1").stdout
     assert "runtime" in tail and "base" not in tail
 
-    follow = subprocess.Popen(coordinator.cli_argv("machines", "logs", "w1", "--follow"),
+    follow = subprocess.Popen(own_coordinator.cli_argv("machines", "logs", "w1", "--follow"),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert "containerd" in follow.stdout.readline() + follow.stdout.readline() + \
             follow.stdout.readline() + follow.stdout.readline()
-        coordinator.report_item(coordinator.agents["w1"], "runtime", "succeeded", attempt=3,
+        own_coordinator.report_item(own_coordinator.agents["w1"], "runtime", "succeeded", attempt=3,
                                 output="containerd installed\n")
         started = time.monotonic()
         assert "prepare/runtime attempt 3 succeeded" in follow.stdout.readline()
@@ -109,18 +128,18 @@ def test_a_misspelt_placeholder_is_refused_by_apply_and_the_dry_run_naming_its_l
 
 
 def test_approval_with_labels_and_an_interface_then_labels_changed_kubectl_style(
-        coordinator: ServedCoordinator) -> None:
-    coordinator.register("w3", facts=node_facts())
-    approved = coordinator.cli("approve", "w3", "--role", "worker", "--label", "zone=eu-1a",
+        own_coordinator: ServedCoordinator) -> None:
+    own_coordinator.register("w3", facts=node_facts())
+    approved = own_coordinator.cli("approve", "w3", "--role", "worker", "--label", "zone=eu-1a",
                                "--label", "rack=r1", "--interface", "eth1")
     assert approved.stdout == "w3 approved as worker at 10.10.0.5 with labels rack=r1,zone=eu-1a\n"
-    relabelled = coordinator.cli("machines", "label", "w3", "zone=eu-1b", "rack-", "gpu=")
+    relabelled = own_coordinator.cli("machines", "label", "w3", "zone=eu-1b", "rack-", "gpu=")
     assert relabelled.stdout == "w3 labels: gpu=,zone=eu-1b\n"
 
-    listed = coordinator.cli("machines", "--show-labels").stdout.splitlines()
+    listed = own_coordinator.cli("machines", "--show-labels").stdout.splitlines()
     assert listed[0].split() == ["HOSTNAME", "IP", "ROLE", "STATE", "ITEMS", "LABELS", "PROGRESS"]
     assert [line.split()[5] for line in listed[1:]] == ["-", "-", "gpu=,zone=eu-1b"]
-    shown = coordinator.cli("machines", "get", "w3").stdout
+    shown = own_coordinator.cli("machines", "get", "w3").stdout
     assert "\nlabels     gpu=,zone=eu-1b\n" in shown
     assert ("\naddress    10.10.0.5 on eth1  (interfaces: eth0 192.0.2.10 fe80::1, eth1 10.10.0.5 "
             "fd10::5, eth2 fe80::2)\n") in shown
@@ -161,14 +180,15 @@ def watch_status(served: ServedCoordinator, columns: int) -> tuple[subprocess.Po
     return in_terminal(served.cli_argv("status", "lab", "--watch", "--interval", "0.3"), columns)
 
 
-def test_status_watch_redraws_progress_bars_and_an_eta_in_a_terminal(coordinator: ServedCoordinator) -> None:
-    watch, main = watch_status(coordinator, 180)
+def test_status_watch_redraws_progress_bars_and_an_eta_in_a_terminal(
+        own_coordinator: ServedCoordinator) -> None:
+    watch, main = watch_status(own_coordinator, 180)
     try:
         screen = read_terminal(main, "ETA")
         assert "━" in screen  # rich's progress bars
         assert "Machines approved" in screen and "waiting for approval: w2" in screen
         assert "1/3 items on 1 machine " in screen
-        coordinator.cli("approve", "w2", "--role", "worker")  # the next redraws show it
+        own_coordinator.cli("approve", "w2", "--role", "worker")  # the next redraws show it
         read_terminal(main, "2 of 2 approved")
         watch.send_signal(signal.SIGINT)
         rest = ""
@@ -202,11 +222,11 @@ def test_shell_completion_completes_machine_and_cluster_names(coordinator: Serve
 
 
 def test_machines_are_listed_a_page_at_a_time_as_the_coordinator_filters_and_sorts_them(
-        coordinator: ServedCoordinator) -> None:
-    coordinator.register("w3")
+        own_coordinator: ServedCoordinator) -> None:
+    own_coordinator.register("w3")
 
     def hostnames(*args: str) -> tuple[list[str], str]:
-        shown = coordinator.cli("machines", *args)
+        shown = own_coordinator.cli("machines", *args)
         return [line.split()[0] for line in shown.stdout.splitlines()[1:]], shown.stderr
 
     assert hostnames("--limit", "2") == (
@@ -216,9 +236,9 @@ def test_machines_are_listed_a_page_at_a_time_as_the_coordinator_filters_and_sor
         "w3", "w2"]
     assert hostnames("--search", "W1", "--responding")[0] == ["w1"]
     assert hostnames("--not-responding") == ([], "no machines here: 0 match\n")
-    assert [m["hostname"] for m in coordinator.cli_json("machines", "--role", "worker")] == ["w1"]
-    assert len(coordinator.cli_json("machines", "--limit", "1", "--offset", "1")) == 1
-    refused = coordinator.cli("machines", "--state", "Deploying", "--sort", "memory", ok=False)
+    assert [m["hostname"] for m in own_coordinator.cli_json("machines", "--role", "worker")] == ["w1"]
+    assert len(own_coordinator.cli_json("machines", "--limit", "1", "--offset", "1")) == 1
+    refused = own_coordinator.cli("machines", "--state", "Deploying", "--sort", "memory", ok=False)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused
     assert "state: unknown state Deploying: a comma-separated list of" in refused.stderr
     assert "sort: must be one of hostname, state, role" in refused.stderr

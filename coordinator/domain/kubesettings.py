@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from coordinator.domain.labels import label_problems
+from coordinator.domain.labels import checked
 from nodeagent.wire.protocol import SpecModel
 
 _VERSION = re.compile(r"^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
@@ -151,10 +151,7 @@ class KubernetesSettings(SpecModel):
     @field_validator("labels")
     @classmethod
     def _labels(cls, value: dict[str, str]) -> dict[str, str]:
-        problems = label_problems(value)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return value
+        return checked(value)
 
     @model_validator(mode="after")
     def _apart(self) -> KubernetesSettings:

@@ -39,6 +39,15 @@ def label_problems(labels: Mapping[str, str]) -> list[str]:
             for problem in (key_problem(key) or value_problem(key, value),) if problem]
 
 
+def checked(labels: dict[str, str]) -> dict[str, str]:
+    """labels, or ValueError naming every problem (a spec model's validator: its error names
+    the field and line)."""
+    problems = label_problems(labels)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return labels
+
+
 def change_problems(put: Mapping[str, str], remove: Iterable[str]) -> list[str]:
     """Every problem of a change to a machine's labels: labels to set, keys to remove (a
     label both set and removed is ambiguous)."""

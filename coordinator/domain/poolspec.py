@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from coordinator.domain.labels import label_problems
+from coordinator.domain.labels import checked
 from nodeagent.wire.protocol import SpecModel
 
 GIB = 1024 ** 3
@@ -42,10 +42,7 @@ class MachineSelector(SpecModel):
     @field_validator("labels")
     @classmethod
     def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
-        problems = label_problems(labels)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return labels
+        return checked(labels)
 
     def mismatches(self, labels: Mapping[str, str], facts: Mapping[str, Any]) -> list[str]:
         """What of this selector a machine with these labels and facts does not meet, each in

@@ -55,32 +55,34 @@ def _item_problems(spec: ClusterSpec) -> list[tuple[Location, str]]:
     return found
 
 
+def _kept(before: ClusterSpec | None, spec: ClusterSpec, section: str, name: str) -> ClusterSpec:
+    """spec as applied over before, with settings.SECTION.NAME as stored unless the file says
+    it: a switch a command flips (upgrade pause, cluster provision) outlives applies that do
+    not mention it."""
+    settings = spec.settings
+    part = getattr(settings, section)
+    said = ("settings" in spec.model_fields_set and section in settings.model_fields_set
+            and name in part.model_fields_set)
+    stored = None if before is None else getattr(getattr(before.settings, section), name)
+    if before is None or said or stored == getattr(part, name):
+        return spec
+    return spec.model_copy(update={"settings": settings.model_copy(
+        update={section: part.model_copy(update={name: stored})})})
+
+
 def pause_kept(before: ClusterSpec | None, spec: ClusterSpec) -> ClusterSpec:
     """spec as applied over before: a file that does not say settings.upgrade.paused keeps
     the stored pause. `upgrade pause` then `cluster apply` of a new release is how a change is
     staged (and checked with `upgrade plan -f`); an apply that silently resumed would start
     the very upgrade the operator held back. A file that says `paused:` is obeyed."""
-    settings = spec.settings
-    said = ("settings" in spec.model_fields_set and "upgrade" in settings.model_fields_set
-            and "paused" in settings.upgrade.model_fields_set)
-    if before is None or said or before.settings.upgrade.paused == settings.upgrade.paused:
-        return spec
-    upgrade = settings.upgrade.model_copy(update={"paused": before.settings.upgrade.paused})
-    return spec.model_copy(update={"settings": settings.model_copy(update={"upgrade": upgrade})})
+    return _kept(before, spec, "upgrade", "paused")
 
 
 def provision_kept(before: ClusterSpec | None, spec: ClusterSpec) -> ClusterSpec:
     """spec as applied over before: a file that does not say settings.provision.held keeps the
     stored hold, as pause_kept keeps the pause: `cluster provision` released it, and a later
     apply that says nothing of it must neither hold the cluster again nor release one held."""
-    settings = spec.settings
-    said = ("settings" in spec.model_fields_set and "provision" in settings.model_fields_set
-            and "held" in settings.provision.model_fields_set)
-    if before is None or said or before.settings.provision.held == settings.provision.held:
-        return spec
-    provision = settings.provision.model_copy(update={"held": before.settings.provision.held})
-    return spec.model_copy(update={"settings": settings.model_copy(
-        update={"provision": provision})})
+    return _kept(before, spec, "provision", "held")
 
 
 def check_fixed(before: ClusterSpec, after: ClusterSpec, machines: Iterable[Machine]) -> None:

@@ -34,6 +34,7 @@ from coordinator.api.views import (
     etcd_snapshot_view,
     join_token_view,
     machine_view,
+    remediation_view,
     removed_view,
     rendering_view,
     upgrade_plan_view,
@@ -255,14 +256,7 @@ async def remediation_plan(request: web.Request) -> web.Response:
     replaces and what holds it back."""
     spec, found, plan = await service(request).queries.remediation_plan(
         request.match_info["name"])
-    after = spec.settings.health.unhealthy_after_seconds
-    return web.json_response({
-        "cluster": spec.name, "policy": {"unhealthy_after_seconds": after,
-                                         "max_unhealthy": spec.settings.health.max_unhealthy},
-        "unhealthy": [{"hostname": u.machine.hostname, "claim": u.machine.claim or None,
-                       "why": u.why, "since": u.since,
-                       "due_at": None if after is None else u.since + after} for u in found],
-        "actions": list(plan.actions), "notes": list(plan.notes)})
+    return web.json_response(remediation_view(spec, found, plan))
 
 
 async def provision(request: web.Request) -> web.Response:

@@ -11,6 +11,7 @@ from coordinator.domain.machines.tokens import join_token_state
 from coordinator.domain.model import POOL, ClusterSpec, Machine, MachineState, Material
 from coordinator.domain.nodes.forecast import NodeForecast
 from coordinator.domain.nodes.nodes import described
+from coordinator.domain.pool.remediation import Remediation, Unhealthy
 from coordinator.domain.records import (
     AdminToken,
     ClusterOutput,
@@ -263,3 +264,17 @@ def cluster_status_view(status: ClusterStatus, machines: bool = True) -> dict[st
                                   kept=status.stored.outputs)
                      for m in status.machines] if machines else None,
     }
+
+
+def remediation_view(spec: ClusterSpec, found: Sequence[Unhealthy],
+                     plan: Remediation) -> dict[str, Any]:
+    """The health policy's dry run: the policy, each unhealthy machine with why and when it is
+    due, what would be done now and what holds it back."""
+    after = spec.settings.health.unhealthy_after_seconds
+    return {
+        "cluster": spec.name, "policy": {"unhealthy_after_seconds": after,
+                                         "max_unhealthy": spec.settings.health.max_unhealthy},
+        "unhealthy": [{"hostname": u.machine.hostname, "claim": u.machine.claim or None,
+                       "why": u.why, "since": u.since,
+                       "due_at": None if after is None else u.since + after} for u in found],
+        "actions": list(plan.actions), "notes": list(plan.notes)}

@@ -19,7 +19,6 @@ from coordinator.domain.machines.pooling import (
     in_pool,
     pool_approval,
     pool_removal,
-    pool_role_refused,
 )
 from coordinator.domain.machines.reissue import reissue, revocation
 from coordinator.domain.machines.tokens import new_reissue_token, token_hash
@@ -167,7 +166,7 @@ class Admin:
         """Give a Pending machine its role; an approved one starts with it, so its precheck
         report must let it run as that role, as approving it would require."""
         _, change = await self._on_machine(machine_id, self._now(
-            lambda m, now: pool_role_refused(m) if in_pool(m) else role_set(m, role, now)))
+            lambda m, now: role_set(m, role, now)))
         return change.machines[0]
 
     async def revoke_credential(self, machine_id: str) -> Machine:

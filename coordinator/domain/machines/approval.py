@@ -12,7 +12,7 @@ from coordinator.domain.changes import Change
 from coordinator.domain.errors import Conflict
 from coordinator.domain.events import event
 from coordinator.domain.fitness import Fitness, fitness, fits
-from coordinator.domain.model import ClusterSettings, Machine, MachineState
+from coordinator.domain.model import POOL, ClusterSettings, Machine, MachineState
 from coordinator.domain.records import Event
 from nodeagent.wire.addresses import AddressError, interface_address, own_address
 from nodeagent.wire.contract import ROLES, Role
@@ -108,7 +108,11 @@ def approval(machine: Machine, role: Role | None, labels: Mapping[str, str] | No
 def role_set(machine: Machine, role: Role, now: float) -> Change:
     """`machines role` as one change: a Pending machine given its role, with its event.
     Refused (Conflict) once it left Pending, and for an approved one (which starts with the
-    role) when its precheck report does not let it run as that role, as approving would."""
+    role) when its precheck report does not let it run as that role, as approving would; and
+    for a machine in the pool, whose role the cluster that claims it gives."""
+    if machine.cluster == POOL:
+        raise Conflict(f"{machine.hostname} is in the pool: the cluster that claims it gives its "
+                       "role (pool.managers or pool.workers of its spec)")
     if machine.state is not MachineState.PENDING:
         raise Conflict(f"{machine.hostname} is {machine.state.value}: its role is fixed "
                        "once it left Pending")

@@ -69,12 +69,6 @@ def pool_approval(machine: Machine, role: Role | None, labels: Mapping[str, str]
     return Change(machines=[made], events=events, kick=True)
 
 
-def pool_role_refused(machine: Machine) -> Change:
-    """`machines role` of a pool machine: refused, the claiming cluster gives its role."""
-    raise Conflict(f"{machine.hostname} is in the pool: the cluster that claims it gives its "
-                   "role (pool.managers or pool.workers of its spec)")
-
-
 def pool_removal(machine: Machine, now: float) -> Change:
     """`machines delete` of a pool machine: its record removed at once (it runs nothing in the
     pool), its agent told so and stopped."""
